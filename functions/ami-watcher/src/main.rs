@@ -1,0 +1,2 @@
+//! ami-watcher Lambda entry point.
+fn main() {}

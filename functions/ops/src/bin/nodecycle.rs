@@ -1,0 +1,2 @@
+//! The `nodecycle` CLI.
+fn main() {}

@@ -1,0 +1,2 @@
+//! ops Lambda entry point.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Resolution of amiSelectorTerms against AWS through narrow ports.

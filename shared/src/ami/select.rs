@@ -1,0 +1,1 @@
+//! Choosing one AMI among the images the terms matched.

@@ -1,0 +1,1 @@
+//! AWS adapters implementing the ports with the real SDK.

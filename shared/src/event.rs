@@ -1,0 +1,1 @@
+//! Classification of incoming EventBridge events (pure).

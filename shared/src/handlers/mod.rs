@@ -1,0 +1,1 @@
+//! Lambda handlers: the code path shared by each function and `nodecycle run`.

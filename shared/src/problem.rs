@@ -1,0 +1,88 @@
+//! Validation problems: a field path, what is wrong, what is expected.
+
+use std::fmt;
+
+/// How serious a [`Problem`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The document is rejected.
+    Error,
+    /// The document is accepted; the user should still know (e.g. not portable to Karpenter).
+    Warning,
+}
+
+/// One problem found while validating a document.
+///
+/// `path` uses dotted field names and `[i]` indexes, e.g. `amiSelectorTerms[0].alias`;
+/// the empty string means the document as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// Field path inside the document.
+    pub path: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+    /// Error or warning.
+    pub severity: Severity,
+}
+
+impl fmt::Display for Problem {
+    /// `<path>: <message>` for errors, `<path>: warning: <message>` for warnings.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = if self.path.is_empty() { "(document)" } else { &self.path };
+        match self.severity {
+            Severity::Error => write!(f, "{path}: {}", self.message),
+            Severity::Warning => write!(f, "{path}: warning: {}", self.message),
+        }
+    }
+}
+
+/// An ordered collection of problems; validation pushes every problem it finds, never stops early.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Problems(pub Vec<Problem>);
+
+impl Problems {
+    /// An empty collection.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records an error at `path`.
+    pub fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem { path: path.into(), message: message.into(), severity: Severity::Error });
+    }
+
+    /// Records a warning at `path`.
+    pub fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            path: path.into(),
+            message: message.into(),
+            severity: Severity::Warning,
+        });
+    }
+
+    /// True when at least one error (not warning) was recorded.
+    pub fn has_errors(&self) -> bool {
+        self.0.iter().any(|p| p.severity == Severity::Error)
+    }
+
+    /// The errors only.
+    pub fn errors(&self) -> impl Iterator<Item = &Problem> {
+        self.0.iter().filter(|p| p.severity == Severity::Error)
+    }
+
+    /// The warnings only.
+    pub fn warnings(&self) -> impl Iterator<Item = &Problem> {
+        self.0.iter().filter(|p| p.severity == Severity::Warning)
+    }
+}
+
+/// Joins a parent path and a field name: `join("a", "b") == "a.b"`, `join("", "b") == "b"`.
+pub fn join(parent: &str, field: &str) -> String {
+    if parent.is_empty() { field.to_string() } else { format!("{parent}.{field}") }
+}
+
+/// Appends an index: `index("a", 2) == "a[2]"`.
+pub fn index(parent: &str, i: usize) -> String {
+    format!("{parent}[{i}]")
+}

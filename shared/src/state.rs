@@ -1,0 +1,1 @@
+//! Pool state as recorded in DynamoDB: desired AMI, history, errors.
