@@ -88,3 +88,261 @@ impl fmt::Display for Alias {
         }
     }
 }
+
+/// One public SSM parameter an alias reads, and what an image found there is known to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasParameter {
+    /// Full parameter name under `/aws/service/...`.
+    pub path: String,
+    /// Variants an image under this path serves (the architecture comes from the image itself).
+    /// Empty means "no variant constraint" (Windows).
+    pub variants: Vec<super::Variant>,
+}
+
+/// Why an alias cannot be used with a cluster's Kubernetes version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AliasError {
+    /// The Kubernetes version is not `major.minor`.
+    #[error("Kubernetes version {0:?} is not of the form major.minor")]
+    BadKubernetesVersion(String),
+    /// `al2` on Kubernetes 1.33 or later.
+    #[error(
+        "alias {alias}: AL2 aliases are not supported on Kubernetes {version} (EKS 1.33+ publishes no AL2 AMIs); use al2023 or bottlerocket"
+    )]
+    Al2Unsupported {
+        /// The alias as written.
+        alias: String,
+        /// The cluster's version.
+        version: String,
+    },
+    /// `windows2025` before Kubernetes 1.35.
+    #[error(
+        "alias {alias}: Windows Server 2025 needs Kubernetes 1.35 or later, the cluster runs {version}; use windows2022"
+    )]
+    Windows2025Unsupported {
+        /// The alias as written.
+        alias: String,
+        /// The cluster's version.
+        version: String,
+    },
+}
+
+/// Parses `major.minor` (a trailing `.patch` or `-eks...` is tolerated) into the minor number.
+fn minor_version(k8s: &str) -> Option<u32> {
+    let mut parts = k8s.split('.');
+    let major = parts.next()?;
+    let minor = parts.next()?;
+    let minor: String = minor.chars().take_while(char::is_ascii_digit).collect();
+    if major != "1" || minor.is_empty() {
+        return None;
+    }
+    minor.parse().ok()
+}
+
+impl Alias {
+    /// Parses `family@version`. Errors are plain messages (the policy validator adds the path).
+    pub fn parse(text: &str) -> Result<Alias, String> {
+        let Some((family, version)) = text.split_once('@') else {
+            return Err(format!(
+                "invalid alias {text:?}; expected family@version such as \"al2023@latest\" or \"al2023@v20240807\""
+            ));
+        };
+        let Some(family) = Family::parse(family) else {
+            let known: Vec<&str> = Family::ALL.iter().map(|f| f.as_str()).collect();
+            return Err(format!("unknown family {family:?}; expected one of {}", known.join(", ")));
+        };
+        if version.is_empty() {
+            return Err(format!(
+                "missing version in alias {text:?}; expected \"latest\" or a release such as \"v20240807\""
+            ));
+        }
+        let version = if version == "latest" {
+            AliasVersion::Latest
+        } else {
+            AliasVersion::Pinned(version.to_string())
+        };
+        Ok(Alias { family, version })
+    }
+
+    /// Checks the Kubernetes version gates (al2 < 1.33, windows2025 >= 1.35).
+    pub fn check_kubernetes_version(&self, k8s: &str) -> Result<(), AliasError> {
+        let minor =
+            minor_version(k8s).ok_or_else(|| AliasError::BadKubernetesVersion(k8s.to_string()))?;
+        match self.family {
+            Family::Al2 if minor >= 33 => Err(AliasError::Al2Unsupported {
+                alias: self.to_string(),
+                version: k8s.to_string(),
+            }),
+            Family::Windows2025 if minor < 35 => Err(AliasError::Windows2025Unsupported {
+                alias: self.to_string(),
+                version: k8s.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every public parameter this alias reads for Kubernetes `k8s` (`major.minor`), in a stable
+    /// order. The version gates are checked first.
+    pub fn parameters(&self, k8s: &str) -> Result<Vec<AliasParameter>, AliasError> {
+        use super::Variant::{Neuron, Nvidia, Standard};
+        self.check_kubernetes_version(k8s)?;
+        let pinned = match &self.version {
+            AliasVersion::Latest => None,
+            AliasVersion::Pinned(v) => Some(v.as_str()),
+        };
+        let param = |path: String, variants: Vec<super::Variant>| AliasParameter { path, variants };
+        let out = match self.family {
+            Family::Al2023 => {
+                let combos = [
+                    ("x86_64", Standard),
+                    ("x86_64", Nvidia),
+                    ("x86_64", Neuron),
+                    ("arm64", Standard),
+                    ("arm64", Nvidia),
+                ];
+                combos
+                    .into_iter()
+                    .map(|(arch, variant)| {
+                        let leaf = match pinned {
+                            None => "recommended".to_string(),
+                            Some(v) => format!("amazon-eks-node-al2023-{arch}-{variant}-{k8s}-{v}"),
+                        };
+                        param(
+                            format!(
+                                "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{arch}/{variant}/{leaf}/image_id"
+                            ),
+                            vec![variant],
+                        )
+                    })
+                    .collect()
+            }
+            Family::Al2 => {
+                let combos = [
+                    ("amazon-linux-2", "amazon-eks-node", vec![Standard]),
+                    ("amazon-linux-2-arm64", "amazon-eks-arm64-node", vec![Standard]),
+                    ("amazon-linux-2-gpu", "amazon-eks-gpu-node", vec![Nvidia, Neuron]),
+                ];
+                combos
+                    .into_iter()
+                    .map(|(dir, prefix, variants)| {
+                        let leaf = match pinned {
+                            None => "recommended".to_string(),
+                            Some(v) => format!("{prefix}-{k8s}-{v}"),
+                        };
+                        param(
+                            format!("/aws/service/eks/optimized-ami/{k8s}/{dir}/{leaf}/image_id"),
+                            variants,
+                        )
+                    })
+                    .collect()
+            }
+            Family::Bottlerocket => {
+                let version = pinned.map(|v| v.trim_start_matches('v')).unwrap_or("latest");
+                let combos = [
+                    ("", "x86_64", vec![Standard, Neuron]),
+                    ("", "arm64", vec![Standard]),
+                    ("-nvidia", "x86_64", vec![Nvidia]),
+                    ("-nvidia", "arm64", vec![Nvidia]),
+                ];
+                combos
+                    .into_iter()
+                    .map(|(flavour, arch, variants)| {
+                        param(
+                            format!(
+                                "/aws/service/bottlerocket/aws-k8s-{k8s}{flavour}/{arch}/{version}/image_id"
+                            ),
+                            variants,
+                        )
+                    })
+                    .collect()
+            }
+            Family::Windows2019 | Family::Windows2022 | Family::Windows2025 => {
+                let year = &self.family.as_str()["windows".len()..];
+                vec![param(
+                    format!(
+                        "/aws/service/ami-windows-latest/Windows_Server-{year}-English-Core-EKS_Optimized-{k8s}/image_id"
+                    ),
+                    Vec::new(),
+                )]
+            }
+        };
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ami::Variant;
+
+    fn paths(alias: &str, k8s: &str) -> Vec<String> {
+        Alias::parse(alias).unwrap().parameters(k8s).unwrap().into_iter().map(|p| p.path).collect()
+    }
+
+    #[test]
+    fn al2023_pinned_matches_the_documented_example() {
+        assert!(paths("al2023@v20240807", "1.30").contains(
+            &"/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard/amazon-eks-node-al2023-x86_64-standard-1.30-v20240807/image_id".to_string()
+        ));
+    }
+
+    #[test]
+    fn al2023_covers_every_arch_variant_pair() {
+        let p = paths("al2023@latest", "1.31");
+        assert_eq!(p.len(), 5);
+        assert!(p.contains(&"/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/neuron/recommended/image_id".to_string()));
+        assert!(p.contains(&"/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/arm64/nvidia/recommended/image_id".to_string()));
+        assert!(!p.iter().any(|x| x.contains("arm64/neuron")));
+    }
+
+    #[test]
+    fn al2_paths_and_gates() {
+        assert_eq!(
+            paths("al2@v20240807", "1.29"),
+            vec![
+                "/aws/service/eks/optimized-ami/1.29/amazon-linux-2/amazon-eks-node-1.29-v20240807/image_id",
+                "/aws/service/eks/optimized-ami/1.29/amazon-linux-2-arm64/amazon-eks-arm64-node-1.29-v20240807/image_id",
+                "/aws/service/eks/optimized-ami/1.29/amazon-linux-2-gpu/amazon-eks-gpu-node-1.29-v20240807/image_id",
+            ]
+        );
+        assert!(paths("al2@latest", "1.32")[0].ends_with("amazon-linux-2/recommended/image_id"));
+        let err = Alias::parse("al2@latest").unwrap().parameters("1.33").unwrap_err();
+        assert!(matches!(err, AliasError::Al2Unsupported { .. }), "{err}");
+    }
+
+    #[test]
+    fn bottlerocket_strips_leading_v_and_maps_variants() {
+        let params = Alias::parse("bottlerocket@v1.20.3").unwrap().parameters("1.30").unwrap();
+        assert_eq!(params[0].path, "/aws/service/bottlerocket/aws-k8s-1.30/x86_64/1.20.3/image_id");
+        assert_eq!(params[0].variants, vec![Variant::Standard, Variant::Neuron]);
+        assert_eq!(params[3].path, "/aws/service/bottlerocket/aws-k8s-1.30-nvidia/arm64/1.20.3/image_id");
+        assert_eq!(
+            paths("bottlerocket@latest", "1.30")[1],
+            "/aws/service/bottlerocket/aws-k8s-1.30/arm64/latest/image_id"
+        );
+    }
+
+    #[test]
+    fn windows_paths_and_2025_gate() {
+        assert_eq!(
+            paths("windows2022@latest", "1.31"),
+            vec!["/aws/service/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-1.31/image_id"]
+        );
+        assert!(Alias::parse("windows2025@latest").unwrap().parameters("1.34").is_err());
+        assert_eq!(
+            paths("windows2025@latest", "1.35"),
+            vec!["/aws/service/ami-windows-latest/Windows_Server-2025-English-Core-EKS_Optimized-1.35/image_id"]
+        );
+    }
+
+    #[test]
+    fn parse_errors_name_what_is_expected() {
+        assert_eq!(
+            Alias::parse("al2024@latest").unwrap_err(),
+            "unknown family \"al2024\"; expected one of al2, al2023, bottlerocket, windows2019, windows2022, windows2025"
+        );
+        assert!(Alias::parse("al2023").is_err());
+        assert!(Alias::parse("al2023@").is_err());
+        assert!(Alias::parse("al2023@latest").unwrap().parameters("one.thirty").is_err());
+    }
+}
