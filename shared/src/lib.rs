@@ -9,6 +9,7 @@ pub mod budget;
 pub mod duration;
 pub mod event;
 pub mod policy;
+pub mod port;
 pub mod problem;
 pub mod state;
 

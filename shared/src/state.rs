@@ -1,1 +1,279 @@
-//! Pool state as recorded in DynamoDB: desired AMI, history, errors.
+//! State recorded in the DynamoDB table: the item model, the pure merge rules that make
+//! concurrent writers safe, and the narrow [`Store`] port.
+//!
+//! Table: partition key `pk` (S), sort key `sk` (S), TTL attribute `ttl` (N, epoch seconds).
+//! Every item also has `version` (N, bumped by each write; writes are conditional on it) and
+//! `doc` (S, the item's JSON document).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ami::resolve::Ami;
+use crate::port::PortError;
+
+/// Environment variable naming the table.
+pub const TABLE_ENV: &str = "NODECYCLE_TABLE";
+/// Partition key attribute.
+pub const PK: &str = "pk";
+/// Sort key attribute.
+pub const SK: &str = "sk";
+/// TTL attribute (epoch seconds).
+pub const TTL: &str = "ttl";
+/// Optimistic-concurrency attribute.
+pub const VERSION: &str = "version";
+/// JSON document attribute.
+pub const DOC: &str = "doc";
+/// Entries kept in a pool's resolution history.
+pub const HISTORY_LIMIT: usize = 100;
+
+/// A stored document with the version it was read at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned<T> {
+    /// The document.
+    pub value: T,
+    /// Version to pass back to a conditional write.
+    pub version: u64,
+}
+
+/// Key-value document storage with optimistic concurrency (the DynamoDB table).
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Reads one item (strongly consistent).
+    async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<serde_json::Value>>, PortError>;
+
+    /// Writes one item if its current version is `expected` (`None` = the item must not exist).
+    /// Returns the new version. A lost race is a [`crate::port::ErrorKind::Conflict`] error.
+    async fn put(
+        &self,
+        pk: &str,
+        sk: &str,
+        doc: &serde_json::Value,
+        expected: Option<u64>,
+        ttl: Option<DateTime<Utc>>,
+    ) -> Result<u64, PortError>;
+
+    /// Every item of partition `pk` whose sort key starts with `sk_prefix`, all pages.
+    async fn query(
+        &self,
+        pk: &str,
+        sk_prefix: &str,
+    ) -> Result<Vec<(String, Versioned<serde_json::Value>)>, PortError>;
+}
+
+/// Partition key of a pool's items.
+pub fn pool_pk(pool: &str) -> String {
+    format!("POOL#{pool}")
+}
+
+/// Sort key of a pool's state record.
+pub const POOL_STATE_SK: &str = "STATE";
+
+/// One AMI the pool resolved to at some point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// The AMI (with provenance).
+    pub ami: Ami,
+    /// First observation time.
+    pub first_seen: DateTime<Utc>,
+    /// Latest observation time.
+    pub last_seen: DateTime<Utc>,
+}
+
+/// A recorded failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedError {
+    /// What went wrong and what to fix.
+    pub message: String,
+    /// When it was observed.
+    pub at: DateTime<Utc>,
+}
+
+/// A pool's state record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolRecord {
+    /// `<cluster>/<name>`.
+    pub pool: String,
+    /// The AMI the pool should run.
+    pub desired: Option<Ami>,
+    /// The desired AMI before the last change.
+    pub previous_desired: Option<Ami>,
+    /// When `desired` last changed.
+    pub desired_changed_at: Option<DateTime<Utc>>,
+    /// Observation time of the resolution `desired` came from.
+    pub resolved_at: Option<DateTime<Utc>>,
+    /// Cluster version at that resolution.
+    pub kubernetes_version: Option<String>,
+    /// Every AMI the pool resolved to, oldest first, at most [`HISTORY_LIMIT`].
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+    /// The latest failure not yet superseded by a later success.
+    pub last_error: Option<RecordedError>,
+}
+
+/// One watcher observation of a pool.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    /// The terms resolved.
+    Resolved {
+        /// When the resolution started.
+        at: DateTime<Utc>,
+        /// Cluster version.
+        kubernetes_version: String,
+        /// The chosen AMI.
+        desired: Ami,
+    },
+    /// Resolution failed; the pool keeps its desired AMI.
+    Failed {
+        /// When the resolution started.
+        at: DateTime<Utc>,
+        /// Why.
+        message: String,
+    },
+}
+
+impl PoolRecord {
+    /// Applies an observation. Order-independent for the outcome that matters: `desired` is
+    /// always the AMI of the newest successful observation, whatever order writers land in,
+    /// history keeps every AMI ever observed (earliest first-seen), and an error is cleared only
+    /// by a success observed after it. Stale observations never move `desired` backwards.
+    pub fn apply(&self, obs: &Observation) -> PoolRecord {
+        let mut next = self.clone();
+        match obs {
+            Observation::Resolved { at, kubernetes_version, desired } => {
+                match next.history.iter_mut().find(|h| h.ami.id == desired.id) {
+                    Some(h) => {
+                        h.first_seen = h.first_seen.min(*at);
+                        h.last_seen = h.last_seen.max(*at);
+                    }
+                    None => next.history.push(HistoryEntry {
+                        ami: desired.clone(),
+                        first_seen: *at,
+                        last_seen: *at,
+                    }),
+                }
+                next.history.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then(a.ami.id.cmp(&b.ami.id)));
+                if next.history.len() > HISTORY_LIMIT {
+                    let excess = next.history.len() - HISTORY_LIMIT;
+                    next.history.drain(..excess);
+                }
+                let newer = self.resolved_at.is_none_or(|r| *at >= r);
+                if newer {
+                    if self.desired.as_ref().map(|d| &d.id) != Some(&desired.id) {
+                        next.previous_desired = self.desired.clone();
+                        next.desired_changed_at = Some(*at);
+                    }
+                    next.desired = Some(desired.clone());
+                    next.resolved_at = Some(*at);
+                    next.kubernetes_version = Some(kubernetes_version.clone());
+                }
+                if next.last_error.as_ref().is_some_and(|e| *at >= e.at) {
+                    next.last_error = None;
+                }
+            }
+            Observation::Failed { at, message } => {
+                let newer_than_error = self.last_error.as_ref().is_none_or(|e| *at >= e.at);
+                let newer_than_success = self.resolved_at.is_none_or(|r| *at >= r);
+                if newer_than_error && newer_than_success {
+                    next.last_error = Some(RecordedError { message: message.clone(), at: *at });
+                }
+            }
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ami::Architecture;
+    use crate::ami::select::Provenance;
+    use proptest::prelude::*;
+
+    fn ami(id: &str) -> Ami {
+        Ami {
+            id: id.into(),
+            name: format!("name-{id}"),
+            architecture: Architecture::X86_64,
+            variant: None,
+            creation_date: "2026-01-01T00:00:00Z".into(),
+            deprecated: false,
+            source: Provenance { term: 0, field: "id".into(), value: id.into(), parameter: None },
+        }
+    }
+
+    fn t(minute: u32) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_790_000_000 + i64::from(minute) * 60, 0).unwrap()
+    }
+
+    fn ok(minute: u32, id: &str) -> Observation {
+        Observation::Resolved { at: t(minute), kubernetes_version: "1.30".into(), desired: ami(id) }
+    }
+
+    #[test]
+    fn a_change_records_previous_and_time() {
+        let r = PoolRecord::default().apply(&ok(1, "ami-a")).apply(&ok(2, "ami-b"));
+        assert_eq!(r.desired.unwrap().id, "ami-b");
+        assert_eq!(r.previous_desired.unwrap().id, "ami-a");
+        assert_eq!(r.desired_changed_at, Some(t(2)));
+        assert_eq!(r.history.len(), 2);
+    }
+
+    #[test]
+    fn a_stale_observation_never_moves_desired_backwards() {
+        let r = PoolRecord::default().apply(&ok(5, "ami-new")).apply(&ok(3, "ami-old"));
+        assert_eq!(r.desired.as_ref().unwrap().id, "ami-new");
+        assert!(r.previous_desired.is_none());
+        assert_eq!(r.history[0].ami.id, "ami-old", "history keeps the stale AMI, oldest first");
+    }
+
+    #[test]
+    fn failure_keeps_desired_and_a_later_success_clears_it() {
+        let failed = Observation::Failed { at: t(2), message: "boom".into() };
+        let r = PoolRecord::default().apply(&ok(1, "ami-a")).apply(&failed);
+        assert_eq!(r.desired.as_ref().unwrap().id, "ami-a");
+        assert_eq!(r.last_error.as_ref().unwrap().message, "boom");
+        let r = r.apply(&ok(3, "ami-a"));
+        assert!(r.last_error.is_none());
+        assert_eq!(r.previous_desired, None, "same AMI is not a change");
+    }
+
+    #[test]
+    fn a_stale_success_does_not_clear_a_newer_error() {
+        let failed = Observation::Failed { at: t(5), message: "boom".into() };
+        let r = PoolRecord::default().apply(&failed).apply(&ok(4, "ami-a"));
+        assert!(r.last_error.is_some());
+    }
+
+    proptest! {
+        #[test]
+        fn desired_is_the_newest_success_in_any_order(
+            obs in proptest::collection::vec((0u32..50, 0u8..4), 1..12),
+            seed in any::<u64>()
+        ) {
+            // Distinct times so "newest" is well defined.
+            let mut seen = std::collections::HashSet::new();
+            let obs: Vec<_> = obs.into_iter().filter(|(m, _)| seen.insert(*m)).collect();
+            let newest = obs.iter().max_by_key(|(m, _)| *m).map(|(_, i)| format!("ami-{i}"));
+            let mut shuffled = obs.clone();
+            // Deterministic shuffle from the seed.
+            let mut s = seed;
+            for i in (1..shuffled.len()).rev() {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                shuffled.swap(i, (s >> 33) as usize % (i + 1));
+            }
+            let mut r = PoolRecord::default();
+            for (m, i) in &shuffled {
+                r = r.apply(&ok(*m, &format!("ami-{i}")));
+            }
+            prop_assert_eq!(r.desired.map(|d| d.id), newest);
+            let mut ids: Vec<String> = obs.iter().map(|(_, i)| format!("ami-{i}")).collect();
+            ids.sort();
+            ids.dedup();
+            prop_assert_eq!(r.history.len(), ids.len());
+        }
+    }
+}

@@ -3,7 +3,6 @@
 
 pub mod alias;
 pub mod select;
-#[cfg(feature = "aws")]
 pub mod resolve;
 
 use serde::{Deserialize, Serialize};

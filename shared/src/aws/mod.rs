@@ -1,1 +1,99 @@
-//! AWS adapters implementing the ports with the real SDK.
+//! AWS adapters: each implements one port with the real SDK and translates SDK errors into
+//! [`PortError`]s. Nothing outside this module sees SDK types.
+
+pub mod dynamodb;
+pub mod ec2;
+pub mod eks;
+pub mod nodegroup;
+pub mod ssm;
+
+use aws_sdk_ssm::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+
+use crate::port::{ErrorKind, PortError};
+
+/// Every AWS client nodecycle uses, built once per process from one SDK configuration.
+#[derive(Clone, Debug)]
+pub struct Clients {
+    /// SSM.
+    pub ssm: aws_sdk_ssm::Client,
+    /// EC2.
+    pub ec2: aws_sdk_ec2::Client,
+    /// EKS.
+    pub eks: aws_sdk_eks::Client,
+    /// DynamoDB.
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    /// Auto Scaling.
+    pub autoscaling: aws_sdk_autoscaling::Client,
+}
+
+impl Clients {
+    /// Builds every client from `config`.
+    pub fn new(config: &aws_config::SdkConfig) -> Self {
+        Self {
+            ssm: aws_sdk_ssm::Client::new(config),
+            ec2: aws_sdk_ec2::Client::new(config),
+            eks: aws_sdk_eks::Client::new(config),
+            dynamodb: aws_sdk_dynamodb::Client::new(config),
+            autoscaling: aws_sdk_autoscaling::Client::new(config),
+        }
+    }
+}
+
+/// Loads the SDK configuration from the environment (region, credentials, `AWS_ENDPOINT_URL`).
+pub async fn load_config() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await
+}
+
+/// Classifies an AWS error code.
+pub(crate) fn kind_of_code(code: &str) -> ErrorKind {
+    match code {
+        "ParameterNotFound"
+        | "ResourceNotFoundException"
+        | "InvalidAMIID.NotFound"
+        | "InvalidAMIID.Unavailable"
+        | "InvalidLaunchTemplateId.NotFound"
+        | "InvalidLaunchTemplateName.NotFoundException"
+        | "InvalidInstanceID.NotFound"
+        | "NotFoundException" => ErrorKind::NotFound,
+        "ConditionalCheckFailedException" | "TransactionConflictException" => ErrorKind::Conflict,
+        "ThrottlingException"
+        | "Throttling"
+        | "RequestLimitExceeded"
+        | "ProvisionedThroughputExceededException"
+        | "RequestThrottled"
+        | "TooManyUpdates"
+        | "InternalServerError"
+        | "InternalFailure"
+        | "InternalError"
+        | "ServiceUnavailable"
+        | "ServerException" => ErrorKind::Transient,
+        "AccessDeniedException"
+        | "AccessDenied"
+        | "UnauthorizedOperation"
+        | "UnrecognizedClientException"
+        | "InvalidClientTokenId"
+        | "ExpiredToken"
+        | "ExpiredTokenException" => ErrorKind::AccessDenied,
+        _ => ErrorKind::Other,
+    }
+}
+
+/// Translates an SDK error into a [`PortError`] for operation `op` (e.g. `ssm:GetParameters`).
+pub(crate) fn port_error<E, R>(op: &str, err: SdkError<E, R>) -> PortError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match &err {
+        SdkError::ServiceError(service) => {
+            let e = service.err();
+            let code = e.code().unwrap_or("Unknown");
+            let message = e.message().unwrap_or("no message");
+            PortError::new(op, kind_of_code(code), format!("{code}: {message}"))
+        }
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            PortError::new(op, ErrorKind::Transient, DisplayErrorContext(&err).to_string())
+        }
+        _ => PortError::new(op, ErrorKind::Other, DisplayErrorContext(&err).to_string()),
+    }
+}

@@ -1,0 +1,105 @@
+//! SSM Parameter Store adapter: parameter reads and policy documents under a prefix.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+
+use super::port_error;
+use crate::ami::resolve::ParameterStore;
+use crate::port::PortError;
+
+/// Parameter Store through the SDK.
+#[derive(Clone, Debug)]
+pub struct Ssm {
+    client: aws_sdk_ssm::Client,
+}
+
+/// One parameter found under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredParameter {
+    /// Full name.
+    pub name: String,
+    /// Value.
+    pub value: String,
+    /// Version number.
+    pub version: i64,
+}
+
+impl Ssm {
+    /// Wraps a client.
+    pub fn new(client: aws_sdk_ssm::Client) -> Self {
+        Self { client }
+    }
+
+    /// Every parameter under `prefix` (recursive, all pages), sorted by name.
+    pub async fn parameters_by_path(&self, prefix: &str) -> Result<Vec<StoredParameter>, PortError> {
+        let mut out = Vec::new();
+        let mut pages = self
+            .client
+            .get_parameters_by_path()
+            .path(prefix.trim_end_matches('/').to_string() + "/")
+            .recursive(true)
+            .with_decryption(true)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| port_error("ssm:GetParametersByPath", e))?;
+            for p in page.parameters() {
+                if let (Some(name), Some(value)) = (p.name(), p.value()) {
+                    out.push(StoredParameter {
+                        name: name.to_string(),
+                        value: value.to_string(),
+                        version: p.version(),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// One parameter; `Ok(None)` when it does not exist.
+    pub async fn parameter(&self, name: &str) -> Result<Option<StoredParameter>, PortError> {
+        match self.client.get_parameter().name(name).with_decryption(true).send().await {
+            Ok(out) => Ok(out.parameter().and_then(|p| {
+                Some(StoredParameter {
+                    name: p.name()?.to_string(),
+                    value: p.value()?.to_string(),
+                    version: p.version(),
+                })
+            })),
+            Err(e) => {
+                let e = port_error("ssm:GetParameter", e);
+                if e.is_not_found() { Ok(None) } else { Err(e) }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ParameterStore for Ssm {
+    async fn get_parameters(&self, names: &[String]) -> Result<HashMap<String, String>, PortError> {
+        let mut out = HashMap::new();
+        for chunk in names.chunks(10) {
+            let resp = self
+                .client
+                .get_parameters()
+                .set_names(Some(chunk.to_vec()))
+                .with_decryption(true)
+                .send()
+                .await
+                .map_err(|e| port_error("ssm:GetParameters", e))?;
+            for p in resp.parameters() {
+                let (Some(name), Some(value)) = (p.name(), p.value()) else { continue };
+                // Callers may ask by ARN; SSM answers with the name. Map back to what was asked.
+                let asked = chunk
+                    .iter()
+                    .find(|n| *n == name || p.arn().is_some_and(|arn| arn == n.as_str()))
+                    .cloned()
+                    .unwrap_or_else(|| name.to_string());
+                out.insert(asked, value.to_string());
+            }
+        }
+        Ok(out)
+    }
+}
