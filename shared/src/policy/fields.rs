@@ -29,23 +29,16 @@ pub(super) fn quote(text: &str) -> String {
     }
 }
 
-/// Pushes `<path>: expected <expected>, got <value>`, adding a quoting hint when a string was
-/// expected and YAML read a number or a boolean.
+/// Pushes `<path>: expected <expected>, got <value>`.
 pub(super) fn wrong_type(path: &str, expected: &str, value: &Value, problems: &mut Problems) {
-    let hint = match value {
-        Value::Number(_) | Value::Bool(_) if expected.starts_with("a string") => {
-            format!(" (quote it: \"{value}\")")
-        }
-        _ => String::new(),
-    };
     problems.error(
         path,
-        format!("expected {expected}, got {}{hint}", describe(value)),
+        format!("expected {expected}, got {}", describe(value)),
     );
 }
 
-/// The string at `path`, or a wrong-type error naming `expected` (which should start with
-/// "a string", e.g. "a string (the EKS cluster name)").
+/// The string at `path`, or a wrong-type error naming `expected` (e.g. "a string (x86_64 or
+/// arm64)").
 pub(super) fn string<'a>(
     value: &'a Value,
     path: &str,
@@ -54,6 +47,30 @@ pub(super) fn string<'a>(
 ) -> Option<&'a str> {
     match value {
         Value::String(s) => Some(s),
+        _ => {
+            wrong_type(path, expected, value, problems);
+            None
+        }
+    }
+}
+
+/// Like [`string`] for free text (names, tag values, account ids), where a number or boolean
+/// is most likely text that YAML read as a scalar: the message adds `(quote it: "2024")`.
+pub(super) fn free_text<'a>(
+    value: &'a Value,
+    path: &str,
+    expected: &str,
+    problems: &mut Problems,
+) -> Option<&'a str> {
+    match value {
+        Value::String(s) => Some(s),
+        Value::Number(_) | Value::Bool(_) => {
+            problems.error(
+                path,
+                format!("expected {expected}, got {value} (quote it: \"{value}\")"),
+            );
+            None
+        }
         _ => {
             wrong_type(path, expected, value, problems);
             None
@@ -175,7 +192,7 @@ pub(super) fn name(
     rule: &NameRule,
     problems: &mut Problems,
 ) -> Option<String> {
-    let text = string(value, path, &format!("a string ({})", rule.what), problems)?;
+    let text = free_text(value, path, &format!("a string ({})", rule.what), problems)?;
     let mut ok = true;
     let Some(first) = text.chars().next() else {
         problems.error(path, format!("empty; expected {}", rule.what));

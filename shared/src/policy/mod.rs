@@ -148,7 +148,13 @@ pub fn parse(text: &str) -> Parsed {
             }
         }
         Err(e) => {
-            problems.error("", format!("not a valid YAML or JSON document: {e}"));
+            let e = e.to_string();
+            let hint = if e.contains("duplicate entry with key") {
+                "; expected each key at most once per mapping"
+            } else {
+                ""
+            };
+            problems.error("", format!("not a valid YAML or JSON document: {e}{hint}"));
             Parsed {
                 policy: None,
                 problems,

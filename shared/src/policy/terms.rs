@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::SelectorTerm;
-use super::fields::{describe, object, quote, string, unknown_field, wrong_type};
+use super::fields::{describe, free_text, object, quote, string, unknown_field, wrong_type};
 use crate::ami::alias::Alias;
 use crate::problem::{Problems, index, join};
 
@@ -164,7 +164,7 @@ fn combination(map: &Map<String, Value>, path: &str, problems: &mut Problems) {
 }
 
 fn non_empty(value: &Value, path: &str, expected: &str, problems: &mut Problems) -> Option<String> {
-    let text = string(value, path, expected, problems)?;
+    let text = free_text(value, path, expected, problems)?;
     if text.is_empty() {
         let what = expected
             .strip_prefix("a string (")
@@ -234,7 +234,7 @@ fn ami_id(value: &Value, path: &str, problems: &mut Problems) -> Option<String> 
 fn owner(value: &Value, path: &str, problems: &mut Problems) -> Option<String> {
     let expected =
         "a string (an AWS account id in quotes, self, amazon, aws-marketplace or aws-backup-vault)";
-    let text = string(value, path, expected, problems)?;
+    let text = free_text(value, path, expected, problems)?;
     let is_account = text.len() == 12 && text.chars().all(|c| c.is_ascii_digit());
     if is_account || OWNER_ALIASES.contains(&text) {
         return Some(text.to_string());
@@ -294,7 +294,7 @@ fn tags(value: &Value, path: &str, problems: &mut Problems) -> BTreeMap<String, 
                 format!("tag key too long ({key_len} characters); expected at most {MAX_TAG_KEY}"),
             );
         }
-        let Some(text) = string(
+        let Some(text) = free_text(
             tag_value,
             &tag_path,
             "a string (the tag value, or \"*\" for any value)",
