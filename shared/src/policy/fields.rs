@@ -95,8 +95,8 @@ pub(super) fn object<'a>(
 }
 
 /// Pushes `<path>.<key>: unknown field; expected one of <known>`, with a hint when the key is a
-/// known field spelled with another case or separators (`expire_after`), or a Karpenter field
-/// nodecycle deliberately lacks.
+/// known field spelled with another case or separators (`expire_after`), a field one level
+/// away from its place (`budgets` at the top level), or a Karpenter field nodecycle lacks.
 pub(super) fn unknown_field(parent: &str, key: &str, known: &[&str], problems: &mut Problems) {
     let shown_key = if key.is_empty() || key.contains(char::is_whitespace) {
         quote(key)
@@ -121,6 +121,22 @@ fn unknown_field_hint(key: &str, known: &[&str]) -> Option<String> {
     let wanted = normalize(key);
     if let Some(field) = known.iter().find(|k| normalize(k) == wanted) {
         return Some(format!("did you mean {field}?"));
+    }
+    if known.contains(&"amiSelectorTerms") {
+        // Top level: fields that belong one level down.
+        match key {
+            "budgets" => return Some("did you mean disruption.budgets?".to_string()),
+            "rebalance" => return Some("did you mean interruption.rebalance?".to_string()),
+            "autoScalingGroup" | "managedNodeGroup" => {
+                return Some(format!("did you mean nodeGroup.{key}?"));
+            }
+            "alias" | "id" | "owner" | "tags" | "ssmParameter" => {
+                return Some(format!(
+                    "{key} belongs in a term of amiSelectorTerms, e.g. amiSelectorTerms: [{{ alias: al2023@latest }}]"
+                ));
+            }
+            _ => {}
+        }
     }
     let note = match key {
         "spec" | "template" => {

@@ -1,4 +1,25 @@
 //! Pool policy documents (YAML or JSON): parsing and validation that reports every problem.
+//!
+//! ```yaml
+//! cluster: prod                      # required: EKS cluster name (1-100, [0-9A-Za-z][A-Za-z0-9_-]*)
+//! name: general                      # required: pool name (1-63, same characters)
+//! nodeGroup: { autoScalingGroup: prod-general }   # required: or { managedNodeGroup: general }
+//! architecture: x86_64               # optional: x86_64 | arm64 (default: the node group's AMI)
+//! variant: standard                  # standard | nvidia | neuron (alias terms only)
+//! amiSelectorTerms:                  # required: 1-30 Karpenter terms
+//!   - alias: al2023@v20240807
+//! disruption: { budgets: [...] }     # validated by crate::budget::parse_budgets
+//! expireAfter: 720h                  # default 720h, or Never
+//! terminationGracePeriod: 2h         # optional
+//! interruption: { rebalance: ignore }  # ignore | cordon | replace
+//! paused: false
+//! ```
+//!
+//! Every problem is a field path, what is wrong and what is expected, e.g.
+//! `amiSelectorTerms[0].alias: unknown family "al2024"; expected one of al2, al2023,
+//! bottlerocket, windows2019, windows2022, windows2025`. Unknown fields are errors at every
+//! level. Kubernetes-version gates (al2 before 1.33, windows2025 from 1.35) are left to
+//! resolution.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -46,7 +67,8 @@ pub enum RebalanceAction {
 }
 
 /// One validated `amiSelectorTerms` entry. Fields inside a term are ANDed; terms are ORed.
-/// Validation guarantees the Karpenter exclusivity rules (alias alone, id alone, owner never alone).
+/// Validation guarantees the Karpenter exclusivity rules (alias alone in its term and in the
+/// list, id alone, owner never alone) and nodecycle's (ssmParameter alone, one owner per term).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct SelectorTerm {
     /// `family@version`; when set, nothing else is.
@@ -55,7 +77,8 @@ pub struct SelectorTerm {
     pub id: Option<String>,
     /// EC2 image name, wildcards `*` and `?` allowed.
     pub name: Option<String>,
-    /// One owner: account id, `self`, `amazon` or `aws-marketplace`.
+    /// One owner: a 12-digit account id, `self`, `amazon`, `aws-marketplace` or
+    /// `aws-backup-vault`. `None` with `name` means owners `self` and `amazon` (resolution).
     pub owner: Option<String>,
     /// Tag filters; value `*` means "key present".
     pub tags: BTreeMap<String, String>,

@@ -365,6 +365,13 @@ fn top_level_field_rules() {
             vec![unknown("spec", "; nodecycle policies are flat: put amiSelectorTerms, disruption, expireAfter and the other fields at the top level")],
         ),
         (format!("{BASE}\"\": 1\n"), vec![unknown("\"\"", "")]),
+        (format!("{BASE}budgets: []\n"), vec![unknown("budgets", "; did you mean disruption.budgets?")]),
+        (format!("{BASE}rebalance: cordon\n"), vec![unknown("rebalance", "; did you mean interruption.rebalance?")]),
+        (format!("{BASE}managedNodeGroup: general\n"), vec![unknown("managedNodeGroup", "; did you mean nodeGroup.managedNodeGroup?")]),
+        (
+            format!("{BASE}tags: {{ team: ml }}\n"),
+            vec![unknown("tags", "; tags belongs in a term of amiSelectorTerms, e.g. amiSelectorTerms: [{ alias: al2023@latest }]")],
+        ),
         // cluster
         ("cluster: 2024\nname: general\nnodeGroup: { autoScalingGroup: prod-general }\namiSelectorTerms: [{ alias: al2023@latest }]\n".into(),
             vec!["cluster: expected a string (the EKS cluster name), got 2024 (quote it: \"2024\")".into()]),
