@@ -12,7 +12,10 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 /// Like [`parse`] but accepts only hours and minutes (a budget `duration`), with an optional
 /// trailing `0s` as Go's `time.Duration.String()` prints it.
 pub fn parse_hours_minutes(text: &str) -> Result<Duration, String> {
-    let trimmed = text.strip_suffix("0s").filter(|t| !t.is_empty()).unwrap_or(text);
+    let trimmed = text
+        .strip_suffix("0s")
+        .filter(|t| !t.is_empty())
+        .unwrap_or(text);
     parse_units(trimmed, &['h', 'm']).map_err(|_| {
         format!("invalid duration {text:?}; expected hours and minutes such as \"24h\", \"30m\" or \"10h5m\"")
     })
@@ -38,7 +41,9 @@ fn parse_units(text: &str, units: &[char]) -> Result<Duration, String> {
             digits.push(c);
             continue;
         }
-        let Some(pos) = units.iter().position(|u| *u == c) else { return Err(expected()) };
+        let Some(pos) = units.iter().position(|u| *u == c) else {
+            return Err(expected());
+        };
         if digits.is_empty() || pos < next_unit {
             return Err(expected());
         }
@@ -82,7 +87,13 @@ mod tests {
 
     #[test]
     fn parses_valid_forms() {
-        let cases = [("720h", 720 * 3600), ("1h30m", 5400), ("90s", 90), ("0s", 0), ("2h0m5s", 7205)];
+        let cases = [
+            ("720h", 720 * 3600),
+            ("1h30m", 5400),
+            ("90s", 90),
+            ("0s", 0),
+            ("2h0m5s", 7205),
+        ];
         for (text, secs) in cases {
             assert_eq!(parse(text), Ok(Duration::from_secs(secs)), "{text}");
         }

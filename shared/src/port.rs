@@ -32,7 +32,11 @@ pub struct PortError {
 impl PortError {
     /// Builds an error.
     pub fn new(operation: impl Into<String>, kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { operation: operation.into(), kind, message: message.into() }
+        Self {
+            operation: operation.into(),
+            kind,
+            message: message.into(),
+        }
     }
 
     /// True for [`ErrorKind::NotFound`].

@@ -29,7 +29,11 @@ pub struct Problem {
 impl fmt::Display for Problem {
     /// `<path>: <message>` for errors, `<path>: warning: <message>` for warnings.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() { "(document)" } else { &self.path };
+        let path = if self.path.is_empty() {
+            "(document)"
+        } else {
+            &self.path
+        };
         match self.severity {
             Severity::Error => write!(f, "{path}: {}", self.message),
             Severity::Warning => write!(f, "{path}: warning: {}", self.message),
@@ -49,7 +53,11 @@ impl Problems {
 
     /// Records an error at `path`.
     pub fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Problem { path: path.into(), message: message.into(), severity: Severity::Error });
+        self.0.push(Problem {
+            path: path.into(),
+            message: message.into(),
+            severity: Severity::Error,
+        });
     }
 
     /// Records a warning at `path`.
@@ -79,7 +87,11 @@ impl Problems {
 
 /// Joins a parent path and a field name: `join("a", "b") == "a.b"`, `join("", "b") == "b"`.
 pub fn join(parent: &str, field: &str) -> String {
-    if parent.is_empty() { field.to_string() } else { format!("{parent}.{field}") }
+    if parent.is_empty() {
+        field.to_string()
+    } else {
+        format!("{parent}.{field}")
+    }
 }
 
 /// Appends an index: `index("a", 2) == "a[2]"`.

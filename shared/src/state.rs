@@ -40,7 +40,11 @@ pub struct Versioned<T> {
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Reads one item (strongly consistent).
-    async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<serde_json::Value>>, PortError>;
+    async fn get(
+        &self,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<Versioned<serde_json::Value>>, PortError>;
 
     /// Writes one item if its current version is `expected` (`None` = the item must not exist).
     /// Returns the new version. A lost race is a [`crate::port::ErrorKind::Conflict`] error.
@@ -143,7 +147,11 @@ impl PoolRecord {
     pub fn apply(&self, obs: &Observation) -> PoolRecord {
         let mut next = self.clone();
         match obs {
-            Observation::Resolved { at, kubernetes_version, desired } => {
+            Observation::Resolved {
+                at,
+                kubernetes_version,
+                desired,
+            } => {
                 match next.history.iter_mut().find(|h| h.ami.id == desired.id) {
                     Some(h) => {
                         h.first_seen = h.first_seen.min(*at);
@@ -155,7 +163,11 @@ impl PoolRecord {
                         last_seen: *at,
                     }),
                 }
-                next.history.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then(a.ami.id.cmp(&b.ami.id)));
+                next.history.sort_by(|a, b| {
+                    a.first_seen
+                        .cmp(&b.first_seen)
+                        .then(a.ami.id.cmp(&b.ami.id))
+                });
                 if next.history.len() > HISTORY_LIMIT {
                     let excess = next.history.len() - HISTORY_LIMIT;
                     next.history.drain(..excess);
@@ -178,7 +190,10 @@ impl PoolRecord {
                 let newer_than_error = self.last_error.as_ref().is_none_or(|e| *at >= e.at);
                 let newer_than_success = self.resolved_at.is_none_or(|r| *at >= r);
                 if newer_than_error && newer_than_success {
-                    next.last_error = Some(RecordedError { message: message.clone(), at: *at });
+                    next.last_error = Some(RecordedError {
+                        message: message.clone(),
+                        at: *at,
+                    });
                 }
             }
         }
@@ -201,7 +216,12 @@ mod tests {
             variant: None,
             creation_date: "2026-01-01T00:00:00Z".into(),
             deprecated: false,
-            source: Provenance { term: 0, field: "id".into(), value: id.into(), parameter: None },
+            source: Provenance {
+                term: 0,
+                field: "id".into(),
+                value: id.into(),
+                parameter: None,
+            },
         }
     }
 
@@ -210,12 +230,18 @@ mod tests {
     }
 
     fn ok(minute: u32, id: &str) -> Observation {
-        Observation::Resolved { at: t(minute), kubernetes_version: "1.30".into(), desired: ami(id) }
+        Observation::Resolved {
+            at: t(minute),
+            kubernetes_version: "1.30".into(),
+            desired: ami(id),
+        }
     }
 
     #[test]
     fn a_change_records_previous_and_time() {
-        let r = PoolRecord::default().apply(&ok(1, "ami-a")).apply(&ok(2, "ami-b"));
+        let r = PoolRecord::default()
+            .apply(&ok(1, "ami-a"))
+            .apply(&ok(2, "ami-b"));
         assert_eq!(r.desired.unwrap().id, "ami-b");
         assert_eq!(r.previous_desired.unwrap().id, "ami-a");
         assert_eq!(r.desired_changed_at, Some(t(2)));
@@ -224,15 +250,23 @@ mod tests {
 
     #[test]
     fn a_stale_observation_never_moves_desired_backwards() {
-        let r = PoolRecord::default().apply(&ok(5, "ami-new")).apply(&ok(3, "ami-old"));
+        let r = PoolRecord::default()
+            .apply(&ok(5, "ami-new"))
+            .apply(&ok(3, "ami-old"));
         assert_eq!(r.desired.as_ref().unwrap().id, "ami-new");
         assert!(r.previous_desired.is_none());
-        assert_eq!(r.history[0].ami.id, "ami-old", "history keeps the stale AMI, oldest first");
+        assert_eq!(
+            r.history[0].ami.id, "ami-old",
+            "history keeps the stale AMI, oldest first"
+        );
     }
 
     #[test]
     fn failure_keeps_desired_and_a_later_success_clears_it() {
-        let failed = Observation::Failed { at: t(2), message: "boom".into() };
+        let failed = Observation::Failed {
+            at: t(2),
+            message: "boom".into(),
+        };
         let r = PoolRecord::default().apply(&ok(1, "ami-a")).apply(&failed);
         assert_eq!(r.desired.as_ref().unwrap().id, "ami-a");
         assert_eq!(r.last_error.as_ref().unwrap().message, "boom");
@@ -243,7 +277,10 @@ mod tests {
 
     #[test]
     fn a_stale_success_does_not_clear_a_newer_error() {
-        let failed = Observation::Failed { at: t(5), message: "boom".into() };
+        let failed = Observation::Failed {
+            at: t(5),
+            message: "boom".into(),
+        };
         let r = PoolRecord::default().apply(&failed).apply(&ok(4, "ami-a"));
         assert!(r.last_error.is_some());
     }

@@ -52,7 +52,10 @@ impl Family {
 
     /// True for the Windows families, which accept only `@latest`.
     pub fn is_windows(self) -> bool {
-        matches!(self, Family::Windows2019 | Family::Windows2022 | Family::Windows2025)
+        matches!(
+            self,
+            Family::Windows2019 | Family::Windows2022 | Family::Windows2025
+        )
     }
 }
 
@@ -101,7 +104,7 @@ pub struct AliasParameter {
 
 /// Why an alias cannot be used with a cluster's Kubernetes version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AliasError {
+pub enum VersionGateError {
     /// The Kubernetes version is not `major.minor`.
     #[error("Kubernetes version {0:?} is not of the form major.minor")]
     BadKubernetesVersion(String),
@@ -140,40 +143,16 @@ fn minor_version(k8s: &str) -> Option<u32> {
 }
 
 impl Alias {
-    /// Parses `family@version`. Errors are plain messages (the policy validator adds the path).
-    pub fn parse(text: &str) -> Result<Alias, String> {
-        let Some((family, version)) = text.split_once('@') else {
-            return Err(format!(
-                "invalid alias {text:?}; expected family@version such as \"al2023@latest\" or \"al2023@v20240807\""
-            ));
-        };
-        let Some(family) = Family::parse(family) else {
-            let known: Vec<&str> = Family::ALL.iter().map(|f| f.as_str()).collect();
-            return Err(format!("unknown family {family:?}; expected one of {}", known.join(", ")));
-        };
-        if version.is_empty() {
-            return Err(format!(
-                "missing version in alias {text:?}; expected \"latest\" or a release such as \"v20240807\""
-            ));
-        }
-        let version = if version == "latest" {
-            AliasVersion::Latest
-        } else {
-            AliasVersion::Pinned(version.to_string())
-        };
-        Ok(Alias { family, version })
-    }
-
     /// Checks the Kubernetes version gates (al2 < 1.33, windows2025 >= 1.35).
-    pub fn check_kubernetes_version(&self, k8s: &str) -> Result<(), AliasError> {
-        let minor =
-            minor_version(k8s).ok_or_else(|| AliasError::BadKubernetesVersion(k8s.to_string()))?;
+    pub fn check_kubernetes_version(&self, k8s: &str) -> Result<(), VersionGateError> {
+        let minor = minor_version(k8s)
+            .ok_or_else(|| VersionGateError::BadKubernetesVersion(k8s.to_string()))?;
         match self.family {
-            Family::Al2 if minor >= 33 => Err(AliasError::Al2Unsupported {
+            Family::Al2 if minor >= 33 => Err(VersionGateError::Al2Unsupported {
                 alias: self.to_string(),
                 version: k8s.to_string(),
             }),
-            Family::Windows2025 if minor < 35 => Err(AliasError::Windows2025Unsupported {
+            Family::Windows2025 if minor < 35 => Err(VersionGateError::Windows2025Unsupported {
                 alias: self.to_string(),
                 version: k8s.to_string(),
             }),
@@ -183,7 +162,7 @@ impl Alias {
 
     /// Every public parameter this alias reads for Kubernetes `k8s` (`major.minor`), in a stable
     /// order. The version gates are checked first.
-    pub fn parameters(&self, k8s: &str) -> Result<Vec<AliasParameter>, AliasError> {
+    pub fn parameters(&self, k8s: &str) -> Result<Vec<AliasParameter>, VersionGateError> {
         use super::Variant::{Neuron, Nvidia, Standard};
         self.check_kubernetes_version(k8s)?;
         let pinned = match &self.version {
@@ -219,8 +198,16 @@ impl Alias {
             Family::Al2 => {
                 let combos = [
                     ("amazon-linux-2", "amazon-eks-node", vec![Standard]),
-                    ("amazon-linux-2-arm64", "amazon-eks-arm64-node", vec![Standard]),
-                    ("amazon-linux-2-gpu", "amazon-eks-gpu-node", vec![Nvidia, Neuron]),
+                    (
+                        "amazon-linux-2-arm64",
+                        "amazon-eks-arm64-node",
+                        vec![Standard],
+                    ),
+                    (
+                        "amazon-linux-2-gpu",
+                        "amazon-eks-gpu-node",
+                        vec![Nvidia, Neuron],
+                    ),
                 ];
                 combos
                     .into_iter()
@@ -237,7 +224,9 @@ impl Alias {
                     .collect()
             }
             Family::Bottlerocket => {
-                let version = pinned.map(|v| v.trim_start_matches('v')).unwrap_or("latest");
+                let version = pinned
+                    .map(|v| v.trim_start_matches('v'))
+                    .unwrap_or("latest");
                 let combos = [
                     ("", "x86_64", vec![Standard, Neuron]),
                     ("", "arm64", vec![Standard]),
@@ -271,12 +260,18 @@ impl Alias {
 }
 
 #[cfg(test)]
-mod tests {
+mod gate_tests {
     use super::*;
     use crate::ami::Variant;
 
     fn paths(alias: &str, k8s: &str) -> Vec<String> {
-        Alias::parse(alias).unwrap().parameters(k8s).unwrap().into_iter().map(|p| p.path).collect()
+        Alias::parse(alias)
+            .unwrap()
+            .parameters(k8s)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.path)
+            .collect()
     }
 
     #[test]
@@ -306,16 +301,31 @@ mod tests {
             ]
         );
         assert!(paths("al2@latest", "1.32")[0].ends_with("amazon-linux-2/recommended/image_id"));
-        let err = Alias::parse("al2@latest").unwrap().parameters("1.33").unwrap_err();
-        assert!(matches!(err, AliasError::Al2Unsupported { .. }), "{err}");
+        let err = Alias::parse("al2@latest")
+            .unwrap()
+            .parameters("1.33")
+            .unwrap_err();
+        assert!(
+            matches!(err, VersionGateError::Al2Unsupported { .. }),
+            "{err}"
+        );
     }
 
     #[test]
     fn bottlerocket_strips_leading_v_and_maps_variants() {
-        let params = Alias::parse("bottlerocket@v1.20.3").unwrap().parameters("1.30").unwrap();
-        assert_eq!(params[0].path, "/aws/service/bottlerocket/aws-k8s-1.30/x86_64/1.20.3/image_id");
+        let params = Alias::parse("bottlerocket@v1.20.3")
+            .unwrap()
+            .parameters("1.30")
+            .unwrap();
+        assert_eq!(
+            params[0].path,
+            "/aws/service/bottlerocket/aws-k8s-1.30/x86_64/1.20.3/image_id"
+        );
         assert_eq!(params[0].variants, vec![Variant::Standard, Variant::Neuron]);
-        assert_eq!(params[3].path, "/aws/service/bottlerocket/aws-k8s-1.30-nvidia/arm64/1.20.3/image_id");
+        assert_eq!(
+            params[3].path,
+            "/aws/service/bottlerocket/aws-k8s-1.30-nvidia/arm64/1.20.3/image_id"
+        );
         assert_eq!(
             paths("bottlerocket@latest", "1.30")[1],
             "/aws/service/bottlerocket/aws-k8s-1.30/arm64/latest/image_id"
@@ -326,23 +336,217 @@ mod tests {
     fn windows_paths_and_2025_gate() {
         assert_eq!(
             paths("windows2022@latest", "1.31"),
-            vec!["/aws/service/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-1.31/image_id"]
+            vec![
+                "/aws/service/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-1.31/image_id"
+            ]
         );
-        assert!(Alias::parse("windows2025@latest").unwrap().parameters("1.34").is_err());
+        assert!(
+            Alias::parse("windows2025@latest")
+                .unwrap()
+                .parameters("1.34")
+                .is_err()
+        );
         assert_eq!(
             paths("windows2025@latest", "1.35"),
-            vec!["/aws/service/ami-windows-latest/Windows_Server-2025-English-Core-EKS_Optimized-1.35/image_id"]
+            vec![
+                "/aws/service/ami-windows-latest/Windows_Server-2025-English-Core-EKS_Optimized-1.35/image_id"
+            ]
         );
     }
 
     #[test]
-    fn parse_errors_name_what_is_expected() {
-        assert_eq!(
-            Alias::parse("al2024@latest").unwrap_err(),
-            "unknown family \"al2024\"; expected one of al2, al2023, bottlerocket, windows2019, windows2022, windows2025"
+    fn malformed_kubernetes_version_is_an_error() {
+        assert!(
+            Alias::parse("al2023@latest")
+                .unwrap()
+                .parameters("one.thirty")
+                .is_err()
         );
-        assert!(Alias::parse("al2023").is_err());
-        assert!(Alias::parse("al2023@").is_err());
-        assert!(Alias::parse("al2023@latest").unwrap().parameters("one.thirty").is_err());
+    }
+}
+
+impl Alias {
+    /// Longest alias a policy may contain, in characters (Karpenter's CRD `maxLength`).
+    pub const MAX_LEN: usize = 30;
+
+    /// Parses `family@version` as Karpenter writes it: a lowercase family from [`Family::ALL`],
+    /// exactly one `@`, and a version that is `latest` or a release such as `v20240807` or
+    /// `1.19.2` (letters, digits, `.`, `-`, `_`, starting with `v` or a digit). Windows families
+    /// accept only `latest`.
+    ///
+    /// Does not check [`Alias::MAX_LEN`] (a document rule, reported separately by policy
+    /// validation) nor any Kubernetes-version gate (checked at resolution time).
+    pub fn parse(text: &str) -> Result<Alias, AliasError> {
+        let mut halves = text.split('@');
+        let (Some(family), Some(version), None) = (halves.next(), halves.next(), halves.next())
+        else {
+            return Err(AliasError::Format(text.to_string()));
+        };
+        if family.is_empty() || version.is_empty() {
+            return Err(AliasError::Format(text.to_string()));
+        }
+        let Some(family) = Family::parse(family) else {
+            return Err(AliasError::UnknownFamily(family.to_string()));
+        };
+        let version = if version == "latest" {
+            AliasVersion::Latest
+        } else if family.is_windows() {
+            return Err(AliasError::WindowsPinned {
+                family,
+                version: version.to_string(),
+            });
+        } else if is_release_version(version) {
+            AliasVersion::Pinned(version.to_string())
+        } else {
+            return Err(AliasError::InvalidVersion(version.to_string()));
+        };
+        Ok(Alias { family, version })
+    }
+}
+
+fn is_release_version(version: &str) -> bool {
+    let starts_well = version.starts_with(|c: char| c == 'v' || c.is_ascii_digit());
+    starts_well
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
+/// Why a text is not a valid alias. `Display` gives the message without a field path, e.g.
+/// `unknown family "al2024"; expected one of al2, al2023, bottlerocket, windows2019, windows2022, windows2025`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AliasError {
+    /// Not `family@version`: no `@`, more than one `@`, or an empty half (the whole text).
+    Format(String),
+    /// The family is not one of [`Family::ALL`] (the family as written).
+    UnknownFamily(String),
+    /// A Windows family with a version other than `latest`.
+    WindowsPinned {
+        /// The Windows family.
+        family: Family,
+        /// The version as written.
+        version: String,
+    },
+    /// A version that is neither `latest` nor a release version (the version as written).
+    InvalidVersion(String),
+}
+
+impl fmt::Display for AliasError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AliasError::Format(text) => write!(
+                f,
+                "invalid alias {text:?}; expected family@version such as \"al2023@latest\" or \"al2023@v20240807\""
+            ),
+            AliasError::UnknownFamily(family) => {
+                let families: Vec<&str> = Family::ALL.iter().map(|f| f.as_str()).collect();
+                write!(
+                    f,
+                    "unknown family {family:?}; expected one of {}",
+                    families.join(", ")
+                )?;
+                match Family::parse(&family.to_ascii_lowercase()) {
+                    Some(lower) => write!(f, " (families are lowercase: {lower})"),
+                    None => Ok(()),
+                }
+            }
+            AliasError::WindowsPinned { family, version } => write!(
+                f,
+                "{family} accepts only version \"latest\", got {version:?}; expected \"{family}@latest\""
+            ),
+            AliasError::InvalidVersion(version) if version.eq_ignore_ascii_case("latest") => {
+                write!(
+                    f,
+                    "invalid version {version:?}; expected \"latest\" in lowercase"
+                )
+            }
+            AliasError::InvalidVersion(version) => write!(
+                f,
+                "invalid version {version:?}; expected \"latest\" or a release version such as \"v20240807\" (letters, digits, '.', '-' and '_', starting with 'v' or a digit)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AliasError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_latest_and_pinned() {
+        let cases = [
+            ("al2023@latest", Family::Al2023, AliasVersion::Latest),
+            (
+                "al2023@v20240807",
+                Family::Al2023,
+                AliasVersion::Pinned("v20240807".into()),
+            ),
+            (
+                "al2@v20240625",
+                Family::Al2,
+                AliasVersion::Pinned("v20240625".into()),
+            ),
+            (
+                "bottlerocket@1.10.0",
+                Family::Bottlerocket,
+                AliasVersion::Pinned("1.10.0".into()),
+            ),
+            (
+                "bottlerocket@v1.19.2",
+                Family::Bottlerocket,
+                AliasVersion::Pinned("v1.19.2".into()),
+            ),
+            (
+                "windows2019@latest",
+                Family::Windows2019,
+                AliasVersion::Latest,
+            ),
+            (
+                "windows2022@latest",
+                Family::Windows2022,
+                AliasVersion::Latest,
+            ),
+            (
+                "windows2025@latest",
+                Family::Windows2025,
+                AliasVersion::Latest,
+            ),
+        ];
+        for (text, family, version) in cases {
+            let alias = Alias::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(alias, Alias { family, version }, "{text}");
+            assert_eq!(alias.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_aliases() {
+        let cases = [
+            ("al2023", AliasError::Format("al2023".into())),
+            ("al2023@", AliasError::Format("al2023@".into())),
+            ("@latest", AliasError::Format("@latest".into())),
+            ("al2023-latest", AliasError::Format("al2023-latest".into())),
+            ("al2023@v1@v2", AliasError::Format("al2023@v1@v2".into())),
+            ("ubuntu@latest", AliasError::UnknownFamily("ubuntu".into())),
+            ("AL2023@latest", AliasError::UnknownFamily("AL2023".into())),
+            (
+                "windows2025@v1.0.0",
+                AliasError::WindowsPinned {
+                    family: Family::Windows2025,
+                    version: "v1.0.0".into(),
+                },
+            ),
+            ("al2023@Latest", AliasError::InvalidVersion("Latest".into())),
+            (
+                "al2023@v2024/08",
+                AliasError::InvalidVersion("v2024/08".into()),
+            ),
+            ("al2023@ v1", AliasError::InvalidVersion(" v1".into())),
+        ];
+        for (text, error) in cases {
+            assert_eq!(Alias::parse(text), Err(error), "{text}");
+        }
     }
 }

@@ -2,8 +2,8 @@
 //! matching images. Resolution against AWS (through the [`resolve`] ports) is in `resolve`.
 
 pub mod alias;
-pub mod select;
 pub mod resolve;
+pub mod select;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -48,7 +48,9 @@ impl fmt::Display for Architecture {
 }
 
 /// Accelerator variant of an EKS-optimized AMI.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Variant {
     /// No accelerator drivers.

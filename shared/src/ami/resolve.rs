@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::alias::AliasError;
+use super::alias::VersionGateError;
 use super::select::{self, Candidate, Image, Provenance};
 use super::{Architecture, Variant};
 use crate::policy::{NodeGroup, Policy, SelectorTerm};
@@ -57,7 +57,11 @@ pub trait NodeGroupCatalog: Send + Sync {
     /// The image id the node group's current launch template (or launch configuration) uses,
     /// or, for a managed node group without a custom image, the architecture its AMI type
     /// implies. `Ok(None)` when the group exists but names no image.
-    async fn current_image(&self, cluster: &str, group: &NodeGroup) -> Result<GroupImage, PortError>;
+    async fn current_image(
+        &self,
+        cluster: &str,
+        group: &NodeGroup,
+    ) -> Result<GroupImage, PortError>;
 }
 
 /// What a node group currently launches.
@@ -84,7 +88,7 @@ pub enum ResolveError {
     },
     /// A version gate or malformed version.
     #[error("amiSelectorTerms[0].alias: {0}")]
-    Alias(AliasError),
+    Alias(VersionGateError),
     /// No parameter of an alias exists for the cluster's version.
     #[error(
         "amiSelectorTerms[0].alias: {alias} has no AMI published for Kubernetes {version} (none of these parameters exist: {paths}); pin a version that exists for {version} or use @latest"
@@ -214,7 +218,13 @@ impl<'a> Resolver<'a> {
         clusters: &'a dyn ClusterCatalog,
         groups: &'a dyn NodeGroupCatalog,
     ) -> Self {
-        Self { parameters, images, clusters, groups, memo: Mutex::new(Memo::default()) }
+        Self {
+            parameters,
+            images,
+            clusters,
+            groups,
+            memo: Mutex::new(Memo::default()),
+        }
     }
 
     /// Calls made so far, by operation.
@@ -224,7 +234,9 @@ impl<'a> Resolver<'a> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Memo> {
         // A poisoned memo only means another resolution panicked; the cached data is still valid.
-        self.memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.memo
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn count(&self, op: &'static str) {
@@ -249,8 +261,11 @@ impl<'a> Resolver<'a> {
     ) -> Result<HashMap<String, Option<String>>, PortError> {
         let missing: Vec<String> = {
             let memo = self.lock();
-            let mut m: Vec<String> =
-                names.iter().filter(|n| !memo.parameters.contains_key(*n)).cloned().collect();
+            let mut m: Vec<String> = names
+                .iter()
+                .filter(|n| !memo.parameters.contains_key(*n))
+                .cloned()
+                .collect();
             m.dedup();
             m
         };
@@ -259,11 +274,15 @@ impl<'a> Resolver<'a> {
             let found = self.parameters.get_parameters(chunk).await?;
             let mut memo = self.lock();
             for name in chunk {
-                memo.parameters.insert(name.clone(), found.get(name).cloned());
+                memo.parameters
+                    .insert(name.clone(), found.get(name).cloned());
             }
         }
         let memo = self.lock();
-        Ok(names.iter().map(|n| (n.clone(), memo.parameters.get(n).cloned().flatten())).collect())
+        Ok(names
+            .iter()
+            .map(|n| (n.clone(), memo.parameters.get(n).cloned().flatten()))
+            .collect())
     }
 
     async fn images(&self, query: &ImageQuery) -> Result<Vec<Image>, PortError> {
@@ -285,7 +304,10 @@ impl<'a> Resolver<'a> {
         let version = self
             .kubernetes_version(&policy.cluster)
             .await
-            .map_err(|source| ResolveError::Cluster { cluster: policy.cluster.clone(), source })?;
+            .map_err(|source| ResolveError::Cluster {
+                cluster: policy.cluster.clone(),
+                source,
+            })?;
         let mut found: Vec<Candidate> = Vec::new();
         let mut push = |found: &mut Vec<Candidate>, c: Candidate| {
             if let Some(existing) = found.iter_mut().find(|e| e.image.id == c.image.id) {
@@ -302,10 +324,17 @@ impl<'a> Resolver<'a> {
             }
         };
 
-        if let Some(alias) = policy.ami_selector_terms.first().and_then(|t| t.alias.as_ref()) {
+        if let Some(alias) = policy
+            .ami_selector_terms
+            .first()
+            .and_then(|t| t.alias.as_ref())
+        {
             let params = alias.parameters(&version).map_err(ResolveError::Alias)?;
             let names: Vec<String> = params.iter().map(|p| p.path.clone()).collect();
-            let values = self.parameters(&names).await.map_err(ResolveError::Parameters)?;
+            let values = self
+                .parameters(&names)
+                .await
+                .map_err(ResolveError::Parameters)?;
             let mut by_id: Vec<(String, &super::alias::AliasParameter)> = Vec::new();
             for p in &params {
                 if let Some(Some(id)) = values.get(&p.path) {
@@ -322,7 +351,10 @@ impl<'a> Resolver<'a> {
             let mut ids: Vec<String> = by_id.iter().map(|(id, _)| id.clone()).collect();
             ids.sort();
             ids.dedup();
-            let query = ImageQuery { image_ids: ids, ..ImageQuery::default() };
+            let query = ImageQuery {
+                image_ids: ids,
+                ..ImageQuery::default()
+            };
             let images = self.images(&query).await.map_err(ResolveError::Images)?;
             for img in images {
                 for (id, p) in &by_id {
@@ -344,7 +376,8 @@ impl<'a> Resolver<'a> {
                 }
             }
         } else {
-            self.term_candidates(&policy.ami_selector_terms, &mut found, &mut push).await?;
+            self.term_candidates(&policy.ami_selector_terms, &mut found, &mut push)
+                .await?;
         }
         select::sort_best_first(&mut found, now);
         Ok((version, found))
@@ -357,19 +390,28 @@ impl<'a> Resolver<'a> {
         push: &mut impl FnMut(&mut Vec<Candidate>, Candidate),
     ) -> Result<(), ResolveError> {
         // ids from `id` and `ssmParameter` terms are described together, as upstream does.
-        let ssm_names: Vec<String> =
-            terms.iter().filter_map(|t| t.ssm_parameter.clone()).collect();
+        let ssm_names: Vec<String> = terms
+            .iter()
+            .filter_map(|t| t.ssm_parameter.clone())
+            .collect();
         let ssm_values = if ssm_names.is_empty() {
             HashMap::new()
         } else {
-            self.parameters(&ssm_names).await.map_err(ResolveError::Parameters)?
+            self.parameters(&ssm_names)
+                .await
+                .map_err(ResolveError::Parameters)?
         };
         let mut id_sources: Vec<(String, Provenance)> = Vec::new();
         for (i, term) in terms.iter().enumerate() {
             if let Some(id) = &term.id {
                 id_sources.push((
                     id.clone(),
-                    Provenance { term: i, field: "id".into(), value: id.clone(), parameter: None },
+                    Provenance {
+                        term: i,
+                        field: "id".into(),
+                        value: id.clone(),
+                        parameter: None,
+                    },
                 ));
             } else if let Some(name) = &term.ssm_parameter {
                 match ssm_values.get(name) {
@@ -388,7 +430,9 @@ impl<'a> Resolver<'a> {
                         value = %value,
                         "ssmParameter value is not an AMI id; term skipped"
                     ),
-                    _ => tracing::info!(term = i, parameter = %name, "ssmParameter not found; term skipped"),
+                    _ => {
+                        tracing::info!(term = i, parameter = %name, "ssmParameter not found; term skipped")
+                    }
                 }
             }
         }
@@ -405,7 +449,11 @@ impl<'a> Resolver<'a> {
                 image_ids: Vec::new(),
                 owners,
                 name: term.name.clone(),
-                tags: term.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                tags: term
+                    .tags
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
             };
             let mut desc = Vec::new();
             if let Some(n) = &term.name {
@@ -417,17 +465,31 @@ impl<'a> Resolver<'a> {
             for (k, v) in &term.tags {
                 desc.push(format!("tag:{k}={v}"));
             }
-            let source =
-                Provenance { term: i, field: "query".into(), value: desc.join(", "), parameter: None };
+            let source = Provenance {
+                term: i,
+                field: "query".into(),
+                value: desc.join(", "),
+                parameter: None,
+            };
             for img in self.images(&query).await.map_err(ResolveError::Images)? {
-                push(found, Candidate { image: img, variants: Vec::new(), source: source.clone() });
+                push(
+                    found,
+                    Candidate {
+                        image: img,
+                        variants: Vec::new(),
+                        source: source.clone(),
+                    },
+                );
             }
         }
         if !id_sources.is_empty() {
             let mut ids: Vec<String> = id_sources.iter().map(|(id, _)| id.clone()).collect();
             ids.sort();
             ids.dedup();
-            let query = ImageQuery { image_ids: ids, ..ImageQuery::default() };
+            let query = ImageQuery {
+                image_ids: ids,
+                ..ImageQuery::default()
+            };
             for img in self.images(&query).await.map_err(ResolveError::Images)? {
                 let source = id_sources
                     .iter()
@@ -435,7 +497,14 @@ impl<'a> Resolver<'a> {
                     .map(|(_, s)| s.clone())
                     .min_by_key(|s| s.term);
                 if let Some(source) = source {
-                    push(found, Candidate { image: img, variants: Vec::new(), source });
+                    push(
+                        found,
+                        Candidate {
+                            image: img,
+                            variants: Vec::new(),
+                            source,
+                        },
+                    );
                 }
             }
         }
@@ -455,7 +524,10 @@ impl<'a> Resolver<'a> {
             .groups
             .current_image(&policy.cluster, &policy.node_group)
             .await
-            .map_err(|e| ResolveError::Architecture { group: group.clone(), why: e.to_string() })?;
+            .map_err(|e| ResolveError::Architecture {
+                group: group.clone(),
+                why: e.to_string(),
+            })?;
         match current {
             GroupImage::Architecture(a) => Ok(a),
             GroupImage::Unknown => Err(ResolveError::Architecture {
@@ -463,11 +535,17 @@ impl<'a> Resolver<'a> {
                 why: "its launch template names no image".into(),
             }),
             GroupImage::Image(id) => {
-                let query = ImageQuery { image_ids: vec![id.clone()], ..ImageQuery::default() };
-                let images = self.images(&query).await.map_err(|e| ResolveError::Architecture {
-                    group: group.clone(),
-                    why: e.to_string(),
-                })?;
+                let query = ImageQuery {
+                    image_ids: vec![id.clone()],
+                    ..ImageQuery::default()
+                };
+                let images = self
+                    .images(&query)
+                    .await
+                    .map_err(|e| ResolveError::Architecture {
+                        group: group.clone(),
+                        why: e.to_string(),
+                    })?;
                 images.iter().find(|i| i.id == id).and_then(|i| i.architecture).ok_or_else(|| {
                     ResolveError::Architecture {
                         group,
@@ -514,8 +592,16 @@ impl<'a> Resolver<'a> {
                 detail: String::new(),
             }
         })?;
-        let candidates =
-            candidates.iter().filter_map(|c| Ami::from_candidate(c, policy.variant, now)).collect();
-        Ok(Resolution { pool: policy.pool_id(), kubernetes_version, architecture, desired, candidates })
+        let candidates = candidates
+            .iter()
+            .filter_map(|c| Ami::from_candidate(c, policy.variant, now))
+            .collect();
+        Ok(Resolution {
+            pool: policy.pool_id(),
+            kubernetes_version,
+            architecture,
+            desired,
+            candidates,
+        })
     }
 }

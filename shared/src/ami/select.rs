@@ -31,7 +31,9 @@ impl Image {
     }
 
     fn created(&self) -> Option<DateTime<Utc>> {
-        DateTime::parse_from_rfc3339(&self.creation_date).ok().map(|t| t.with_timezone(&Utc))
+        DateTime::parse_from_rfc3339(&self.creation_date)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
     }
 }
 
@@ -125,7 +127,12 @@ mod tests {
         Candidate {
             image: img,
             variants,
-            source: Provenance { term: 0, field: "query".into(), value: String::new(), parameter: None },
+            source: Provenance {
+                term: 0,
+                field: "query".into(),
+                value: String::new(),
+                parameter: None,
+            },
         }
     }
 
@@ -134,13 +141,23 @@ mod tests {
     #[test]
     fn non_deprecated_beats_newer_deprecated() {
         let old = image("ami-1", "a", "2024-01-01T00:00:00.000Z", None);
-        let newer_dep = image("ami-2", "b", "2025-01-01T00:00:00.000Z", Some("2026-01-01T00:00:00Z"));
+        let newer_dep = image(
+            "ami-2",
+            "b",
+            "2025-01-01T00:00:00.000Z",
+            Some("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(compare(&old, &newer_dep, at(NOW)), Ordering::Less);
     }
 
     #[test]
     fn deprecation_in_the_future_is_not_deprecated_yet() {
-        let img = image("ami-1", "a", "2024-01-01T00:00:00.000Z", Some("2027-01-01T00:00:00Z"));
+        let img = image(
+            "ami-1",
+            "a",
+            "2024-01-01T00:00:00.000Z",
+            Some("2027-01-01T00:00:00Z"),
+        );
         assert!(!img.is_deprecated(at(NOW)));
         assert!(img.is_deprecated(at("2027-01-01T00:00:00Z")));
     }
@@ -158,24 +175,53 @@ mod tests {
 
     #[test]
     fn deprecated_used_only_when_nothing_else_fits() {
-        let dep = cand(image("ami-1", "a", "2025-01-01T00:00:00Z", Some("2025-06-01T00:00:00Z")), vec![]);
+        let dep = cand(
+            image(
+                "ami-1",
+                "a",
+                "2025-01-01T00:00:00Z",
+                Some("2025-06-01T00:00:00Z"),
+            ),
+            vec![],
+        );
         let mut arm = image("ami-2", "b", "2024-01-01T00:00:00Z", None);
         arm.architecture = Some(Architecture::Arm64);
         let arm = cand(arm, vec![]);
         let all = vec![dep.clone(), arm];
-        assert_eq!(choose(&all, Architecture::X86_64, Variant::Standard, at(NOW)), Some(&dep));
+        assert_eq!(
+            choose(&all, Architecture::X86_64, Variant::Standard, at(NOW)),
+            Some(&dep)
+        );
     }
 
     #[test]
     fn variant_constraint_applies_only_to_known_variants() {
-        let gpu = cand(image("ami-1", "a", "2025-01-01T00:00:00Z", None), vec![Variant::Nvidia]);
-        let plain = cand(image("ami-2", "b", "2024-01-01T00:00:00Z", None), vec![Variant::Standard]);
+        let gpu = cand(
+            image("ami-1", "a", "2025-01-01T00:00:00Z", None),
+            vec![Variant::Nvidia],
+        );
+        let plain = cand(
+            image("ami-2", "b", "2024-01-01T00:00:00Z", None),
+            vec![Variant::Standard],
+        );
         let any = cand(image("ami-3", "c", "2023-01-01T00:00:00Z", None), vec![]);
         let all = vec![gpu.clone(), plain.clone(), any.clone()];
-        assert_eq!(choose(&all, Architecture::X86_64, Variant::Standard, at(NOW)), Some(&plain));
-        assert_eq!(choose(&all, Architecture::X86_64, Variant::Nvidia, at(NOW)), Some(&gpu));
-        assert_eq!(choose(&all, Architecture::X86_64, Variant::Neuron, at(NOW)), Some(&any));
-        assert_eq!(choose(&all, Architecture::Arm64, Variant::Standard, at(NOW)), None);
+        assert_eq!(
+            choose(&all, Architecture::X86_64, Variant::Standard, at(NOW)),
+            Some(&plain)
+        );
+        assert_eq!(
+            choose(&all, Architecture::X86_64, Variant::Nvidia, at(NOW)),
+            Some(&gpu)
+        );
+        assert_eq!(
+            choose(&all, Architecture::X86_64, Variant::Neuron, at(NOW)),
+            Some(&any)
+        );
+        assert_eq!(
+            choose(&all, Architecture::Arm64, Variant::Standard, at(NOW)),
+            None
+        );
     }
 
     proptest! {

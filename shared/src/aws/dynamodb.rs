@@ -21,7 +21,10 @@ pub struct Table {
 impl Table {
     /// Wraps a client for table `name`.
     pub fn new(client: aws_sdk_dynamodb::Client, name: impl Into<String>) -> Self {
-        Self { client, name: name.into() }
+        Self {
+            client,
+            name: name.into(),
+        }
     }
 
     /// The table name.
@@ -33,7 +36,10 @@ impl Table {
     /// `pk`/`sk` string keys, on-demand billing, TTL on `ttl`. Succeeds if it already exists.
     pub async fn create_if_missing(&self) -> Result<(), PortError> {
         let key = |name: &str, kind: KeyType| {
-            KeySchemaElement::builder().attribute_name(name).key_type(kind).build()
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(kind)
+                .build()
         };
         let attr = |name: &str| {
             AttributeDefinition::builder()
@@ -100,7 +106,11 @@ fn decode(
 
 #[async_trait]
 impl Store for Table {
-    async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<serde_json::Value>>, PortError> {
+    async fn get(
+        &self,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<Versioned<serde_json::Value>>, PortError> {
         let out = self
             .client
             .get_item()
@@ -136,13 +146,17 @@ impl Store for Table {
             req = req.item(TTL, AttributeValue::N(t.timestamp().to_string()));
         }
         req = match expected {
-            None => req.condition_expression("attribute_not_exists(#pk)").expression_attribute_names("#pk", PK),
+            None => req
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", PK),
             Some(v) => req
                 .condition_expression("#v = :v")
                 .expression_attribute_names("#v", VERSION)
                 .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
         };
-        req.send().await.map_err(|e| port_error("dynamodb:PutItem", e))?;
+        req.send()
+            .await
+            .map_err(|e| port_error("dynamodb:PutItem", e))?;
         Ok(next)
     }
 
@@ -167,7 +181,11 @@ impl Store for Table {
         let mut out = Vec::new();
         while let Some(item) = pages.next().await {
             let item = item.map_err(|e| port_error("dynamodb:Query", e))?;
-            let sk = item.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            let sk = item
+                .get(SK)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default();
             out.push((sk, decode(&item)?));
         }
         Ok(out)

@@ -24,11 +24,16 @@ impl Ec2 {
 }
 
 fn filter(name: &str, values: Vec<String>) -> Filter {
-    Filter::builder().name(name).set_values(Some(values)).build()
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values))
+        .build()
 }
 
 fn parse_time(text: Option<&str>) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text?).ok().map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(text?)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 #[async_trait]
@@ -66,7 +71,9 @@ impl ImageCatalog for Ec2 {
                 out.push(Image {
                     id: id.to_string(),
                     name: img.name().unwrap_or_default().to_string(),
-                    architecture: img.architecture().and_then(|a| Architecture::parse(a.as_str())),
+                    architecture: img
+                        .architecture()
+                        .and_then(|a| Architecture::parse(a.as_str())),
                     creation_date: img.creation_date().unwrap_or_default().to_string(),
                     deprecation_time: parse_time(img.deprecation_time()),
                 });

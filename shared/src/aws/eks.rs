@@ -29,12 +29,15 @@ impl ClusterCatalog for Eks {
             .send()
             .await
             .map_err(|e| port_error("eks:DescribeCluster", e))?;
-        out.cluster().and_then(|c| c.version()).map(str::to_string).ok_or_else(|| {
-            PortError::new(
-                "eks:DescribeCluster",
-                ErrorKind::Other,
-                format!("cluster {cluster} has no version in the response"),
-            )
-        })
+        out.cluster()
+            .and_then(|c| c.version())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                PortError::new(
+                    "eks:DescribeCluster",
+                    ErrorKind::Other,
+                    format!("cluster {cluster} has no version in the response"),
+                )
+            })
     }
 }

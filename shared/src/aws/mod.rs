@@ -41,7 +41,9 @@ impl Clients {
 
 /// Loads the SDK configuration from the environment (region, credentials, `AWS_ENDPOINT_URL`).
 pub async fn load_config() -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .load()
+        .await
 }
 
 /// Classifies an AWS error code.
@@ -92,7 +94,11 @@ where
             PortError::new(op, kind_of_code(code), format!("{code}: {message}"))
         }
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            PortError::new(op, ErrorKind::Transient, DisplayErrorContext(&err).to_string())
+            PortError::new(
+                op,
+                ErrorKind::Transient,
+                DisplayErrorContext(&err).to_string(),
+            )
         }
         _ => PortError::new(op, ErrorKind::Other, DisplayErrorContext(&err).to_string()),
     }

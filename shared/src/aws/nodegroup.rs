@@ -23,7 +23,11 @@ impl NodeGroups {
         ec2: aws_sdk_ec2::Client,
         eks: aws_sdk_eks::Client,
     ) -> Self {
-        Self { autoscaling, ec2, eks }
+        Self {
+            autoscaling,
+            ec2,
+            eks,
+        }
     }
 
     async fn launch_template_image(
@@ -37,7 +41,11 @@ impl NodeGroups {
             .ec2
             .describe_launch_template_versions()
             .set_launch_template_id(id.map(str::to_string))
-            .set_launch_template_name(if id.is_some() { None } else { name.map(str::to_string) })
+            .set_launch_template_name(if id.is_some() {
+                None
+            } else {
+                name.map(str::to_string)
+            })
             .versions(version)
             .send()
             .await
@@ -92,7 +100,11 @@ impl NodeGroups {
                 .send()
                 .await
                 .map_err(|e| port_error("autoscaling:DescribeLaunchConfigurations", e))?;
-            if let Some(id) = out.launch_configurations().first().and_then(|c| c.image_id()) {
+            if let Some(id) = out
+                .launch_configurations()
+                .first()
+                .and_then(|c| c.image_id())
+            {
                 return Ok(GroupImage::Image(id.to_string()));
             }
         }
@@ -108,9 +120,13 @@ impl NodeGroups {
             .send()
             .await
             .map_err(|e| port_error("eks:DescribeNodegroup", e))?;
-        let Some(ng) = out.nodegroup() else { return Ok(GroupImage::Unknown) };
+        let Some(ng) = out.nodegroup() else {
+            return Ok(GroupImage::Unknown);
+        };
         if let Some(lt) = ng.launch_template() {
-            let image = self.launch_template_image(lt.id(), lt.name(), lt.version()).await?;
+            let image = self
+                .launch_template_image(lt.id(), lt.name(), lt.version())
+                .await?;
             if image != GroupImage::Unknown {
                 return Ok(image);
             }
@@ -125,7 +141,11 @@ impl NodeGroups {
 
 #[async_trait]
 impl NodeGroupCatalog for NodeGroups {
-    async fn current_image(&self, cluster: &str, group: &NodeGroup) -> Result<GroupImage, PortError> {
+    async fn current_image(
+        &self,
+        cluster: &str,
+        group: &NodeGroup,
+    ) -> Result<GroupImage, PortError> {
         match group {
             NodeGroup::AutoScalingGroup(name) => self.asg_image(name).await,
             NodeGroup::ManagedNodeGroup(name) => self.managed_image(cluster, name).await,

@@ -32,7 +32,10 @@ impl Ssm {
     }
 
     /// Every parameter under `prefix` (recursive, all pages), sorted by name.
-    pub async fn parameters_by_path(&self, prefix: &str) -> Result<Vec<StoredParameter>, PortError> {
+    pub async fn parameters_by_path(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<StoredParameter>, PortError> {
         let mut out = Vec::new();
         let mut pages = self
             .client
@@ -60,7 +63,14 @@ impl Ssm {
 
     /// One parameter; `Ok(None)` when it does not exist.
     pub async fn parameter(&self, name: &str) -> Result<Option<StoredParameter>, PortError> {
-        match self.client.get_parameter().name(name).with_decryption(true).send().await {
+        match self
+            .client
+            .get_parameter()
+            .name(name)
+            .with_decryption(true)
+            .send()
+            .await
+        {
             Ok(out) => Ok(out.parameter().and_then(|p| {
                 Some(StoredParameter {
                     name: p.name()?.to_string(),
@@ -90,7 +100,9 @@ impl ParameterStore for Ssm {
                 .await
                 .map_err(|e| port_error("ssm:GetParameters", e))?;
             for p in resp.parameters() {
-                let (Some(name), Some(value)) = (p.name(), p.value()) else { continue };
+                let (Some(name), Some(value)) = (p.name(), p.value()) else {
+                    continue;
+                };
                 // Callers may ask by ARN; SSM answers with the name. Map back to what was asked.
                 let asked = chunk
                     .iter()

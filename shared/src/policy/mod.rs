@@ -1,0 +1,569 @@
+//! Pool policy documents (YAML or JSON): parsing and validation that reports every problem.
+//!
+//! ```yaml
+//! cluster: prod                      # required: EKS cluster name (1-100, [0-9A-Za-z][A-Za-z0-9_-]*)
+//! name: general                      # required: pool name (1-63, same characters)
+//! nodeGroup: { autoScalingGroup: prod-general }   # required: or { managedNodeGroup: general }
+//! architecture: x86_64               # optional: x86_64 | arm64 (default: the node group's AMI)
+//! variant: standard                  # standard | nvidia | neuron (alias terms only)
+//! amiSelectorTerms:                  # required: 1-30 Karpenter terms
+//!   - alias: al2023@v20240807
+//! disruption: { budgets: [...] }     # validated by crate::budget::parse_budgets
+//! expireAfter: 720h                  # default 720h, or Never
+//! terminationGracePeriod: 2h         # optional
+//! interruption: { rebalance: ignore }  # ignore | cordon | replace
+//! paused: false
+//! ```
+//!
+//! Every problem is a field path, what is wrong and what is expected, e.g.
+//! `amiSelectorTerms[0].alias: unknown family "al2024"; expected one of al2, al2023,
+//! bottlerocket, windows2019, windows2022, windows2025`. Unknown fields are errors at every
+//! level. Kubernetes-version gates (al2 before 1.33, windows2025 from 1.35) are left to
+//! resolution.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ami::alias::Alias;
+use crate::ami::{Architecture, Variant};
+use crate::budget::Budget;
+use crate::duration;
+use crate::problem::{Problems, join};
+use fields::{NameRule, describe, eks_name, quote, unknown_field, unknown_value, wrong_type};
+
+mod fields;
+mod terms;
+#[cfg(test)]
+mod tests;
+
+/// Default `expireAfter`: 30 days.
+pub const DEFAULT_EXPIRE_AFTER: Duration = Duration::from_secs(720 * 3600);
+
+/// The node group a pool manages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum NodeGroup {
+    /// A self-managed Auto Scaling group, by name.
+    #[serde(rename = "autoScalingGroup")]
+    AutoScalingGroup(String),
+    /// An EKS managed node group, by name.
+    #[serde(rename = "managedNodeGroup")]
+    ManagedNodeGroup(String),
+}
+
+/// What to do on an EC2 rebalance recommendation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RebalanceAction {
+    /// Record only.
+    #[default]
+    Ignore,
+    /// Cordon the node.
+    Cordon,
+    /// Start a rotation of the node (surge first, no budget wait).
+    Replace,
+}
+
+/// One validated `amiSelectorTerms` entry. Fields inside a term are ANDed; terms are ORed.
+/// Validation guarantees the Karpenter exclusivity rules (alias alone in its term and in the
+/// list, id alone, owner never alone) and nodecycle's (ssmParameter alone, one owner per term).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct SelectorTerm {
+    /// `family@version`; when set, nothing else is.
+    pub alias: Option<Alias>,
+    /// An AMI id; when set, nothing else is.
+    pub id: Option<String>,
+    /// EC2 image name, wildcards `*` and `?` allowed.
+    pub name: Option<String>,
+    /// One owner: a 12-digit account id, `self`, `amazon`, `aws-marketplace` or
+    /// `aws-backup-vault`. `None` with `name` means owners `self` and `amazon` (resolution).
+    pub owner: Option<String>,
+    /// Tag filters; value `*` means "key present".
+    pub tags: BTreeMap<String, String>,
+    /// SSM parameter (name or ARN) whose value is an AMI id.
+    pub ssm_parameter: Option<String>,
+}
+
+/// A validated pool policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// EKS cluster name.
+    pub cluster: String,
+    /// Pool name, unique within the cluster.
+    pub name: String,
+    /// The node group this pool manages.
+    pub node_group: NodeGroup,
+    /// Fixed architecture, or `None` to take it from the node group's current AMI.
+    pub architecture: Option<Architecture>,
+    /// Accelerator variant (default standard).
+    pub variant: Variant,
+    /// 1 to 30 terms.
+    pub ami_selector_terms: Vec<SelectorTerm>,
+    /// Budgets after defaulting (absent field = one `nodes: 10%` budget).
+    pub budgets: Vec<Budget>,
+    /// Node age limit; `None` = `Never`.
+    pub expire_after: Option<Duration>,
+    /// How long a drain may be blocked before pods are deleted; `None` = wait indefinitely.
+    pub termination_grace_period: Option<Duration>,
+    /// Reaction to rebalance recommendations.
+    pub rebalance: RebalanceAction,
+    /// A paused pool starts no voluntary rotation.
+    pub paused: bool,
+}
+
+impl Policy {
+    /// `<cluster>/<name>`, the pool's identity everywhere (state keys, logs, CLI output).
+    pub fn pool_id(&self) -> String {
+        format!("{}/{}", self.cluster, self.name)
+    }
+}
+
+/// Result of parsing a document: the policy when there is no error, and every problem found
+/// (warnings may accompany a valid policy).
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// `Some` exactly when `problems` has no error.
+    pub policy: Option<Policy>,
+    /// Every error and warning, in document order.
+    pub problems: Problems,
+}
+
+/// The top-level fields of a policy document, in the order error messages list them.
+pub const FIELDS: [&str; 11] = [
+    "cluster",
+    "name",
+    "nodeGroup",
+    "architecture",
+    "variant",
+    "amiSelectorTerms",
+    "disruption",
+    "expireAfter",
+    "terminationGracePeriod",
+    "interruption",
+    "paused",
+];
+const NODE_GROUP_FIELDS: [&str; 2] = ["autoScalingGroup", "managedNodeGroup"];
+const DISRUPTION_FIELDS: [&str; 1] = ["budgets"];
+const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
+/// Path passed to [`crate::budget::parse_budgets`].
+const BUDGETS_PATH: &str = "disruption.budgets";
+
+/// Parses a YAML or JSON policy document (JSON is YAML) and validates it completely.
+///
+/// A document that is not YAML, holds several YAML documents, or repeats a key in one
+/// mapping gives one problem at the document path (displayed as `(document)`), with the
+/// parser's line and column. Otherwise the problems are those of [`validate`].
+/// Never panics.
+pub fn parse(text: &str) -> Parsed {
+    let mut problems = Problems::new();
+    // `serde_json::Value` silently keeps the last of repeated keys; `serde_norway::Value`
+    // reports them, so the text is read with it first.
+    let value = serde_norway::from_str::<serde_norway::Value>(text)
+        .and_then(|_| serde_norway::from_str::<Value>(text));
+    match value {
+        Ok(value) => {
+            let policy = validate(&value, &mut problems);
+            Parsed {
+                policy: if problems.has_errors() { None } else { policy },
+                problems,
+            }
+        }
+        Err(e) => {
+            let e = e.to_string();
+            let hint = if e.contains("duplicate entry with key") {
+                "; expected each key at most once per mapping"
+            } else {
+                ""
+            };
+            problems.error("", format!("not a valid YAML or JSON document: {e}{hint}"));
+            Parsed {
+                policy: None,
+                problems,
+            }
+        }
+    }
+}
+
+/// Validates a parsed document and pushes every problem found, never stopping at the first.
+///
+/// Each problem names the field path (`amiSelectorTerms[0].alias`), what is wrong and what is
+/// expected. Problems come in document order: a field's problems where the field appears
+/// (`disruption.budgets` problems come from [`crate::budget::parse_budgets`]); rules about a
+/// whole object or list (a missing required field, fields that may not be combined, the number
+/// of terms) after that object's or list's contents; rules across fields last.
+///
+/// Returns `Some` exactly when this call pushed no error (warnings allowed), with defaults
+/// applied: `variant` standard, `expireAfter` 720h, `interruption.rebalance` ignore, `paused`
+/// false, and the default budgets when `disruption.budgets` is absent. Version gates that
+/// depend on the cluster's Kubernetes version are not checked here (resolution does).
+pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
+    let errors_before = problems.errors().count();
+    let Value::Object(doc) = value else {
+        let shape = format!("an object with the fields {}", FIELDS.join(", "));
+        let message = match value {
+            Value::Null => format!("empty document; expected {shape}"),
+            _ => format!("expected {shape}, got {}", describe(value)),
+        };
+        problems.error("", message);
+        return None;
+    };
+
+    let mut cluster = None;
+    let mut name = None;
+    let mut node_group = None;
+    let mut architecture = None;
+    let mut variant = None;
+    let mut terms = None;
+    let mut budgets = None;
+    let mut expire_after = Some(DEFAULT_EXPIRE_AFTER);
+    let mut termination_grace_period = None;
+    let mut rebalance = RebalanceAction::default();
+    let mut paused = false;
+    for (key, field) in doc {
+        match key.as_str() {
+            "cluster" => {
+                cluster = fields::name(
+                    field,
+                    "cluster",
+                    &eks_name("the EKS cluster name", 100),
+                    problems,
+                )
+            }
+            "name" => name = fields::name(field, "name", &eks_name("the pool name", 63), problems),
+            "nodeGroup" => node_group = validate_node_group(field, problems),
+            "architecture" => architecture = validate_architecture(field, problems),
+            "variant" => variant = validate_variant(field, problems),
+            "amiSelectorTerms" => terms = terms::validate(field, "amiSelectorTerms", problems),
+            "disruption" => budgets = Some(validate_disruption(field, problems)),
+            "expireAfter" => {
+                if let Some(d) = validate_expire_after(field, problems) {
+                    expire_after = d;
+                }
+            }
+            "terminationGracePeriod" => {
+                termination_grace_period = validate_grace_period(field, problems)
+            }
+            "interruption" => rebalance = validate_interruption(field, problems),
+            "paused" => match field {
+                Value::Bool(b) => paused = *b,
+                _ => wrong_type("paused", "a boolean (true or false)", field, problems),
+            },
+            _ => unknown_field("", key, &FIELDS, problems),
+        }
+    }
+
+    let required = [
+        ("cluster", "the EKS cluster name"),
+        (
+            "name",
+            "the pool name (letters, digits, '-' and '_', at most 63 characters)",
+        ),
+        (
+            "nodeGroup",
+            "an object with exactly one of autoScalingGroup, managedNodeGroup, e.g. { autoScalingGroup: my-asg }",
+        ),
+        (
+            "amiSelectorTerms",
+            "a list of 1 to 30 terms, e.g. [{ alias: al2023@latest }]",
+        ),
+    ];
+    for (field, expected) in required {
+        if !doc.contains_key(field) {
+            problems.error(
+                field,
+                format!("required field is missing; expected {expected}"),
+            );
+        }
+    }
+    let budgets =
+        budgets.unwrap_or_else(|| crate::budget::parse_budgets(None, BUDGETS_PATH, problems));
+    check_across_fields(terms.as_deref(), architecture, variant, problems);
+
+    if problems.errors().count() != errors_before {
+        return None;
+    }
+    Some(Policy {
+        cluster: cluster?,
+        name: name?,
+        node_group: node_group?,
+        architecture,
+        variant: variant.unwrap_or_default(),
+        ami_selector_terms: terms?,
+        budgets,
+        expire_after,
+        termination_grace_period,
+        rebalance,
+        paused,
+    })
+}
+
+fn validate_node_group(value: &Value, problems: &mut Problems) -> Option<NodeGroup> {
+    const PATH: &str = "nodeGroup";
+    let expected = "an object with exactly one of autoScalingGroup, managedNodeGroup, e.g. { autoScalingGroup: my-asg }";
+    let map = fields::object(value, PATH, expected, problems)?;
+    let asg_rule = NameRule {
+        what: "the Auto Scaling group name",
+        max: 255,
+        allowed: |c| c.is_ascii_graphic() && c != ':',
+        first: |_| true,
+        allowed_text: "printable ASCII characters other than ':' (no spaces)",
+        first_text: "",
+    };
+    let mut found = None;
+    for (key, field) in map {
+        let path = join(PATH, key);
+        match key.as_str() {
+            "autoScalingGroup" => {
+                found =
+                    fields::name(field, &path, &asg_rule, problems).map(NodeGroup::AutoScalingGroup)
+            }
+            "managedNodeGroup" => {
+                found = fields::name(
+                    field,
+                    &path,
+                    &eks_name("the EKS managed node group name", 63),
+                    problems,
+                )
+                .map(NodeGroup::ManagedNodeGroup)
+            }
+            _ => unknown_field(PATH, key, &NODE_GROUP_FIELDS, problems),
+        }
+    }
+    let given = NODE_GROUP_FIELDS
+        .iter()
+        .filter(|f| map.contains_key(**f))
+        .count();
+    match given {
+        0 => {
+            problems.error(
+                PATH,
+                "no node group given; expected exactly one of autoScalingGroup, managedNodeGroup",
+            );
+            None
+        }
+        1 => found,
+        _ => {
+            problems.error(
+                PATH,
+                "both autoScalingGroup and managedNodeGroup are set; expected exactly one (a pool manages one node group)",
+            );
+            None
+        }
+    }
+}
+
+fn validate_architecture(value: &Value, problems: &mut Problems) -> Option<Architecture> {
+    const PATH: &str = "architecture";
+    let text = fields::string(value, PATH, "a string (x86_64 or arm64)", problems)?;
+    let parsed = Architecture::parse(text);
+    if parsed.is_none() {
+        let hint = match text.to_ascii_lowercase().as_str() {
+            "amd64" | "x86-64" | "x86" | "x64" => Some("x86_64"),
+            "aarch64" | "arm" => Some("arm64"),
+            _ => None,
+        };
+        let options = Architecture::ALL.map(Architecture::as_str);
+        unknown_value(PATH, "architecture", text, &options, hint, problems);
+    }
+    parsed
+}
+
+fn validate_variant(value: &Value, problems: &mut Problems) -> Option<Variant> {
+    const PATH: &str = "variant";
+    let text = fields::string(
+        value,
+        PATH,
+        "a string (standard, nvidia or neuron)",
+        problems,
+    )?;
+    let parsed = Variant::parse(text);
+    if parsed.is_none() {
+        let hint = match text.to_ascii_lowercase().as_str() {
+            "gpu" | "cuda" | "accelerated" => Some("nvidia"),
+            "inferentia" | "trainium" => Some("neuron"),
+            _ => None,
+        };
+        let options = Variant::ALL.map(Variant::as_str);
+        unknown_value(PATH, "variant", text, &options, hint, problems);
+    }
+    parsed
+}
+
+/// Validates `disruption` and returns its budgets (the defaults when `budgets` is absent or
+/// `disruption` is not an object; the latter is an error anyway).
+fn validate_disruption(value: &Value, problems: &mut Problems) -> Vec<Budget> {
+    const PATH: &str = "disruption";
+    let Some(map) = fields::object(value, PATH, "an object with the field budgets", problems)
+    else {
+        return crate::budget::parse_budgets(None, BUDGETS_PATH, problems);
+    };
+    let mut budgets = None;
+    for (key, field) in map {
+        match key.as_str() {
+            "budgets" => {
+                budgets = Some(crate::budget::parse_budgets(
+                    Some(field),
+                    BUDGETS_PATH,
+                    problems,
+                ))
+            }
+            _ => unknown_field(PATH, key, &DISRUPTION_FIELDS, problems),
+        }
+    }
+    budgets.unwrap_or_else(|| crate::budget::parse_budgets(None, BUDGETS_PATH, problems))
+}
+
+/// `Some(None)` for `Never`, `Some(Some(d))` for a positive duration, `None` on error.
+fn validate_expire_after(value: &Value, problems: &mut Problems) -> Option<Option<Duration>> {
+    const PATH: &str = "expireAfter";
+    const EXPECTED: &str = "a number and unit such as \"720h\", \"1h30m\" or \"90s\", or \"Never\"";
+    let text = fields::string(
+        value,
+        PATH,
+        "a string (a duration such as \"720h\", or \"Never\")",
+        problems,
+    )?;
+    if text == "Never" {
+        return Some(None);
+    }
+    match duration::parse(text) {
+        Ok(d) if d.is_zero() => {
+            problems.error(
+                PATH,
+                "0s would expire every node at once; expected a duration longer than 0s, such as \"720h\", or \"Never\"",
+            );
+            None
+        }
+        Ok(d) => Some(Some(d)),
+        Err(_) => {
+            let hint = if text.eq_ignore_ascii_case("never") {
+                " (\"Never\" is capitalized)".to_string()
+            } else {
+                days_hint(text)
+            };
+            problems.error(
+                PATH,
+                format!(
+                    "invalid duration {}; expected {EXPECTED}{hint}",
+                    quote(text)
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn validate_grace_period(value: &Value, problems: &mut Problems) -> Option<Duration> {
+    const PATH: &str = "terminationGracePeriod";
+    let text = fields::string(
+        value,
+        PATH,
+        "a string (a duration such as \"2h\")",
+        problems,
+    )?;
+    match duration::parse(text) {
+        Ok(d) => Some(d),
+        Err(_) if text.eq_ignore_ascii_case("never") => {
+            problems.error(
+                PATH,
+                format!("{} is not allowed here; expected a duration such as \"2h\" (omit terminationGracePeriod to let drains wait indefinitely)", quote(text)),
+            );
+            None
+        }
+        Err(_) => {
+            problems.error(
+                PATH,
+                format!(
+                    "invalid duration {}; expected a number and unit such as \"2h\", \"1h30m\" or \"90s\"{}",
+                    quote(text),
+                    days_hint(text)
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// ` (days are not a unit: 30d is "720h")` when `text` is a whole number of days.
+fn days_hint(text: &str) -> String {
+    let days = text.strip_suffix('d').and_then(|n| n.parse::<u64>().ok());
+    match days.and_then(|d| d.checked_mul(24)) {
+        Some(hours) => format!(" (days are not a unit: {text} is \"{hours}h\")"),
+        None => String::new(),
+    }
+}
+
+fn validate_interruption(value: &Value, problems: &mut Problems) -> RebalanceAction {
+    const PATH: &str = "interruption";
+    let Some(map) = fields::object(value, PATH, "an object with the field rebalance", problems)
+    else {
+        return RebalanceAction::default();
+    };
+    let mut action = RebalanceAction::default();
+    for (key, field) in map {
+        match key.as_str() {
+            "rebalance" => {
+                let path = join(PATH, key);
+                let expected = "a string (ignore, cordon or replace)";
+                let Some(text) = fields::string(field, &path, expected, problems) else {
+                    continue;
+                };
+                match text {
+                    "ignore" => action = RebalanceAction::Ignore,
+                    "cordon" => action = RebalanceAction::Cordon,
+                    "replace" => action = RebalanceAction::Replace,
+                    _ => unknown_value(
+                        &path,
+                        "action",
+                        text,
+                        &["ignore", "cordon", "replace"],
+                        None,
+                        problems,
+                    ),
+                }
+            }
+            _ => unknown_field(PATH, key, &INTERRUPTION_FIELDS, problems),
+        }
+    }
+    action
+}
+
+/// Rules that join fields: Windows aliases resolve to one x86_64 image without variants, and a
+/// variant other than standard does nothing without an alias term.
+fn check_across_fields(
+    terms: Option<&[SelectorTerm]>,
+    architecture: Option<Architecture>,
+    variant: Option<Variant>,
+    problems: &mut Problems,
+) {
+    let Some(terms) = terms else { return };
+    let alias = terms.iter().find_map(|t| t.alias.as_ref());
+    match alias {
+        Some(alias) if alias.family.is_windows() => {
+            let family = alias.family;
+            if architecture == Some(Architecture::Arm64) {
+                problems.error(
+                    "architecture",
+                    format!("{family} AMIs are x86_64 only, got arm64; expected x86_64 or no architecture"),
+                );
+            }
+            if let Some(v) = variant.filter(|v| *v != Variant::Standard) {
+                problems.error(
+                    "variant",
+                    format!("{family} AMIs have no {v} variant; expected standard or no variant"),
+                );
+            }
+        }
+        Some(_) => {}
+        None => {
+            if let Some(v) = variant.filter(|v| *v != Variant::Standard) {
+                problems.warning(
+                    "variant",
+                    format!("{v} has no effect: only alias terms use the variant, and amiSelectorTerms has no alias; expected variant only with an alias term"),
+                );
+            }
+        }
+    }
+}
