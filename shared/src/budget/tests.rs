@@ -1,1 +1,441 @@
-//! Budget engine tests.
+//! Budget engine tests: the `cron` crate behaviours the front end corrects, cron semantics,
+//! windows in time zones, evaluation, validation messages, properties.
+
+use std::str::FromStr;
+
+use chrono::{
+    DateTime, Datelike, NaiveDate, NaiveDateTime, TimeDelta, TimeZone, Timelike, Utc, Weekday,
+};
+use chrono_tz::Tz;
+use proptest::prelude::*;
+
+use super::schedule::Schedule;
+use super::*;
+use crate::problem::{Problems, Severity};
+
+const PATH: &str = "disruption.budgets";
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn naive(s: &str) -> NaiveDateTime {
+    NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M").unwrap()
+}
+
+/// Parses a YAML `budgets` list; returns budgets and every problem.
+fn parse_yaml(yaml: &str) -> (Vec<Budget>, Problems) {
+    let value: serde_json::Value = serde_norway::from_str(yaml).unwrap();
+    let mut problems = Problems::new();
+    let budgets = parse_budgets(Some(&value), PATH, &mut problems);
+    (budgets, problems)
+}
+
+/// Parses YAML that must be valid (warnings allowed).
+fn valid(yaml: &str) -> Vec<Budget> {
+    let (budgets, problems) = parse_yaml(yaml);
+    assert!(!problems.has_errors(), "{yaml}: {problems:?}");
+    budgets
+}
+
+/// One budget with a window.
+fn window(schedule: &str, duration: &str, zone: &str) -> Budget {
+    let yaml = format!(
+        "- nodes: \"0\"\n  schedule: \"{schedule}\"\n  duration: {duration}\n  timeZone: {zone}\n"
+    );
+    valid(&yaml).remove(0)
+}
+
+/// The problems as `path: [warning: ]message` lines.
+fn lines(problems: &Problems) -> Vec<String> {
+    problems.0.iter().map(ToString::to_string).collect()
+}
+
+/// The first `n` wall-clock hits after `from`.
+fn hits(expr: &str, from: &str, n: usize) -> Vec<NaiveDateTime> {
+    let schedule = Schedule::parse(expr).unwrap().schedule;
+    let mut t = naive(from);
+    let mut out = Vec::new();
+    for _ in 0..n {
+        t = schedule.next_after(t).unwrap();
+        out.push(t);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the `cron` crate does on its own (the reasons for the front end). If one of these starts
+// failing after a crate upgrade, revisit the translation in `schedule.rs`.
+
+mod cron_crate {
+    use super::*;
+
+    fn next(expr: &str, after: DateTime<Tz>) -> DateTime<Tz> {
+        cron::Schedule::from_str(expr)
+            .unwrap()
+            .after(&after)
+            .next()
+            .unwrap()
+    }
+
+    #[test]
+    fn numbers_days_of_week_from_one_for_sunday_and_rejects_zero() {
+        let monday = Utc
+            .with_ymd_and_hms(2024, 1, 1, 0, 0, 0)
+            .unwrap()
+            .with_timezone(&Tz::UTC);
+        assert_eq!(next("0 0 0 * * 1", monday).weekday(), Weekday::Sun);
+        assert_eq!(next("0 0 0 * * 7", monday).weekday(), Weekday::Sat);
+        assert!(cron::Schedule::from_str("0 0 0 * * 0").is_err());
+    }
+
+    #[test]
+    fn requires_a_seconds_field() {
+        assert!(cron::Schedule::from_str("0 9 * * 1").is_err());
+    }
+
+    #[test]
+    fn ands_day_of_month_and_day_of_week() {
+        // 13th AND Friday (crate 6): the next one is 2024-09-13, not the next 13th or Friday.
+        let start = Utc
+            .with_ymd_and_hms(2024, 1, 1, 0, 0, 0)
+            .unwrap()
+            .with_timezone(&Tz::UTC);
+        let hit = next("0 0 0 13 * 6", start);
+        assert_eq!(
+            (hit.month(), hit.day(), hit.weekday()),
+            (9, 13, Weekday::Fri)
+        );
+    }
+
+    #[test]
+    fn rejects_wrapping_ranges() {
+        assert!(cron::Schedule::from_str("0 0 22-3 * * *").is_err());
+    }
+
+    #[test]
+    fn skips_local_times_in_a_dst_gap() {
+        // 2024-03-10 02:30 does not exist in New York; the crate jumps to the next day.
+        let ny = chrono_tz::America::New_York;
+        let start = ny.with_ymd_and_hms(2024, 3, 9, 12, 0, 0).unwrap();
+        let hit = next("0 30 2 * * *", start);
+        assert_eq!((hit.month(), hit.day(), hit.hour()), (3, 11, 2));
+    }
+
+    #[test]
+    fn yields_an_ambiguous_local_time_twice() {
+        let ny = chrono_tz::America::New_York;
+        let start = ny.with_ymd_and_hms(2024, 11, 2, 12, 0, 0).unwrap();
+        let schedule = cron::Schedule::from_str("0 30 1 * * *").unwrap();
+        let got: Vec<_> = schedule
+            .after(&start)
+            .take(2)
+            .map(|t| t.with_timezone(&Utc))
+            .collect();
+        assert_eq!(
+            got,
+            vec![at("2024-11-03T05:30:00Z"), at("2024-11-03T06:30:00Z")]
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cron semantics of the front end (wall-clock hits).
+
+mod cron_syntax {
+    use super::*;
+
+    /// Weekdays of the first `n` hits from Monday 2024-01-01.
+    fn weekdays(expr: &str, n: usize) -> Vec<Weekday> {
+        hits(expr, "2024-01-01 00:00", n)
+            .iter()
+            .map(|t| t.weekday())
+            .collect()
+    }
+
+    #[test]
+    fn day_of_week_numbers_and_names() {
+        use Weekday::*;
+        for expr in [
+            "0 9 * * 0",
+            "0 9 * * 7",
+            "0 9 * * sun",
+            "0 9 * * SUN",
+            "0 9 * * Sun",
+        ] {
+            assert_eq!(weekdays(expr, 2), vec![Sun, Sun], "{expr}");
+        }
+        for expr in ["0 9 * * 6", "0 9 * * sat"] {
+            assert_eq!(weekdays(expr, 2), vec![Sat, Sat], "{expr}");
+        }
+        for expr in ["0 9 * * 1-5", "0 9 * * mon-fri"] {
+            assert_eq!(
+                weekdays(expr, 6),
+                vec![Mon, Tue, Wed, Thu, Fri, Mon],
+                "{expr}"
+            );
+        }
+        assert_eq!(weekdays("0 9 * * 5-7", 4), vec![Fri, Sat, Sun, Fri]);
+        assert_eq!(weekdays("0 9 * * */2", 5), vec![Tue, Thu, Sat, Sun, Tue]);
+        assert_eq!(weekdays("0 9 * * 1/2", 4), vec![Mon, Wed, Fri, Mon]);
+    }
+
+    #[test]
+    fn month_names_any_case() {
+        let h = hits("0 0 1 JAN,Jul * ", "2024-02-01 00:00", 2);
+        assert_eq!(
+            h,
+            vec![naive("2024-07-01 00:00"), naive("2025-01-01 00:00")]
+        );
+    }
+
+    #[test]
+    fn day_of_month_or_day_of_week_when_both_restricted() {
+        // Every 13th and every Friday of September 2024.
+        let h = hits("0 0 13 * fri", "2024-09-01 00:00", 6);
+        let days: Vec<u32> = h.iter().map(|t| t.day()).collect();
+        assert_eq!(days, vec![6, 13, 20, 27, 4, 11]);
+    }
+
+    #[test]
+    fn a_star_day_field_makes_it_an_and() {
+        // `*` day-of-month: only Fridays. `*` day-of-week: only the 13th.
+        let fridays = hits("0 0 * * fri", "2024-09-01 00:00", 2);
+        assert_eq!(
+            fridays,
+            vec![naive("2024-09-06 00:00"), naive("2024-09-13 00:00")]
+        );
+        let thirteenths = hits("0 0 13 * *", "2024-09-01 00:00", 2);
+        assert_eq!(
+            thirteenths,
+            vec![naive("2024-09-13 00:00"), naive("2024-10-13 00:00")]
+        );
+        // `?` is a star too.
+        assert_eq!(
+            hits("0 0 13 * ?", "2024-09-01 00:00", 1),
+            vec![naive("2024-09-13 00:00")]
+        );
+    }
+
+    #[test]
+    fn a_stepped_star_is_a_restriction_like_robfig() {
+        // robfig clears the star flag for `*/n` with n > 1: `*/10` days OR Mondays.
+        let h = hits("0 0 */10 * mon", "2024-08-31 00:00", 5);
+        let days: Vec<u32> = h.iter().map(|t| t.day()).collect();
+        assert_eq!(days, vec![1, 2, 9, 11, 16]);
+        // `*/1` keeps the star: only Mondays.
+        let h = hits("0 0 */1 * mon", "2024-09-01 00:00", 2);
+        assert_eq!(
+            h,
+            vec![naive("2024-09-02 00:00"), naive("2024-09-09 00:00")]
+        );
+    }
+
+    #[test]
+    fn macros() {
+        let from = "2024-05-15 10:30";
+        let cases = [
+            ("@yearly", "2025-01-01 00:00"),
+            ("@annually", "2025-01-01 00:00"),
+            ("@monthly", "2024-06-01 00:00"),
+            ("@weekly", "2024-05-19 00:00"),
+            ("@daily", "2024-05-16 00:00"),
+            ("@midnight", "2024-05-16 00:00"),
+            ("@hourly", "2024-05-15 11:00"),
+        ];
+        for (expr, next) in cases {
+            assert_eq!(hits(expr, from, 1), vec![naive(next)], "{expr}");
+        }
+    }
+
+    #[test]
+    fn steps_ranges_lists_and_single_start_steps() {
+        let minutes = |expr: &str| -> Vec<u32> {
+            hits(expr, "2024-01-01 00:00", 4)
+                .iter()
+                .map(|t| t.minute())
+                .collect()
+        };
+        assert_eq!(minutes("*/15 * * * *"), vec![15, 30, 45, 0]);
+        assert_eq!(minutes("5/20 * * * *"), vec![5, 25, 45, 5]);
+        assert_eq!(minutes("10-40/15 * * * *"), vec![10, 25, 40, 10]);
+        assert_eq!(minutes("1,2,58 * * * *"), vec![1, 2, 58, 1]);
+    }
+
+    #[test]
+    fn wrapping_ranges() {
+        let hours: Vec<u32> = hits("0 22-2 * * *", "2024-01-01 12:00", 6)
+            .iter()
+            .map(|t| t.hour())
+            .collect();
+        assert_eq!(hours, vec![22, 23, 0, 1, 2, 22]);
+        let months: Vec<u32> = hits("0 0 1 nov-feb *", "2024-03-01 00:00", 5)
+            .iter()
+            .map(|t| t.month())
+            .collect();
+        assert_eq!(months, vec![11, 12, 1, 2, 11]);
+        let days: Vec<u32> = hits("0 0 30-2 * *", "2024-01-15 00:00", 6)
+            .iter()
+            .map(|t| t.day())
+            .collect();
+        assert_eq!(days, vec![30, 31, 1, 2, 1, 2]);
+        use Weekday::*;
+        let days: Vec<Weekday> = hits("0 0 * * fri-mon", "2024-01-01 00:00", 5)
+            .iter()
+            .map(|t| t.weekday())
+            .collect();
+        assert_eq!(days, vec![Fri, Sat, Sun, Mon, Fri]);
+        let days: Vec<Weekday> = hits("0 9 * * sat-sun", "2024-01-01 00:00", 3)
+            .iter()
+            .map(|t| t.weekday())
+            .collect();
+        assert_eq!(days, vec![Sat, Sun, Sat]);
+    }
+
+    #[test]
+    fn no_hit_after_the_last_one_and_feb_30_never() {
+        assert_eq!(
+            Schedule::parse("0 0 30 2 *")
+                .unwrap()
+                .schedule
+                .next_after(naive("2024-01-01 00:00")),
+            None
+        );
+        let leap = hits("0 0 29 2 *", "2024-03-01 00:00", 1);
+        assert_eq!(leap, vec![naive("2028-02-29 00:00")]);
+    }
+
+    #[test]
+    fn portability_warnings() {
+        let warnings = |expr: &str| Schedule::parse(expr).unwrap().warnings;
+        assert!(warnings("0 9 * * sun-sat").is_empty());
+        assert!(warnings("0 9 * * 0-6").is_empty());
+        assert_eq!(
+            warnings("0 9 * * sat-sun"),
+            vec![
+                "day-of-week range \"sat-sun\" wraps around and is read as sat,sun; this budget \
+                 is not portable to Karpenter, whose cron parser rejects a range whose start is \
+                 after its end (a rejected budget blocks all disruption in the pool)"
+            ]
+        );
+        assert!(
+            warnings("0 22-3 * * *")[0]
+                .starts_with("hour range \"22-3\" wraps around and is read as 22,23,0,1,2,3; ")
+        );
+        assert!(
+            warnings("0 0 1 nov-feb *")[0].starts_with(
+                "month range \"nov-feb\" wraps around and is read as nov,dec,jan,feb; "
+            )
+        );
+        assert_eq!(
+            warnings("0 9 * * 7"),
+            vec![
+                "day-of-week 7 is read as Sunday; this budget is not portable to Karpenter, whose \
+                 cron parser accepts 0-6 only (write 0 or sun)"
+            ]
+        );
+        assert_eq!(warnings("0 9 * * fri-mon,7").len(), 2);
+    }
+
+    #[test]
+    fn rejected_expressions_with_exact_messages() {
+        let five = "5 fields (minute hour day-of-month month day-of-week) or one of @yearly, \
+                    @annually, @monthly, @weekly, @daily, @midnight, @hourly";
+        let cases: Vec<(&str, String)> = vec![
+            ("", format!("invalid schedule \"\": it is empty; expected {five}")),
+            ("0 9 * *", format!("invalid schedule \"0 9 * *\": it has 4 fields; expected {five}")),
+            (
+                "0 0 9 * * sat",
+                format!(
+                    "invalid schedule \"0 0 9 * * sat\": it has 6 fields (a seconds field is not \
+                     supported); expected {five}"
+                ),
+            ),
+            (
+                "0 0 9 * * sat 2025",
+                format!(
+                    "invalid schedule \"0 0 9 * * sat 2025\": it has 7 fields (seconds and year \
+                     fields are not supported); expected {five}"
+                ),
+            ),
+            (
+                "@every 1h",
+                format!("invalid schedule \"@every 1h\": @every is not supported; expected {five}"),
+            ),
+            (
+                "@fortnightly",
+                format!("invalid schedule \"@fortnightly\": unknown macro @fortnightly; expected {five}"),
+            ),
+            (
+                "TZ=Europe/Berlin 0 9 * * *",
+                "invalid schedule \"TZ=Europe/Berlin 0 9 * * *\": a time zone prefix is not \
+                 supported; expected the timeZone field of the budget instead"
+                    .to_string(),
+            ),
+            ("60 * * * *", "invalid schedule \"60 * * * *\": minute 60 is out of range; expected 0-59".into()),
+            ("0 24 * * *", "invalid schedule \"0 24 * * *\": hour 24 is out of range; expected 0-23".into()),
+            ("0 0 0 * *", "invalid schedule \"0 0 0 * *\": day-of-month 0 is out of range; expected 1-31".into()),
+            ("0 0 32 * *", "invalid schedule \"0 0 32 * *\": day-of-month 32 is out of range; expected 1-31".into()),
+            ("0 0 1 13 *", "invalid schedule \"0 0 1 13 *\": month 13 is out of range; expected 1-12 or jan-dec".into()),
+            (
+                "0 0 * * 8",
+                "invalid schedule \"0 0 * * 8\": day-of-week 8 is out of range; expected 0-7 (0 and \
+                 7 are Sunday) or sun-sat"
+                    .into(),
+            ),
+            (
+                "0 0 * * sunday",
+                "invalid schedule \"0 0 * * sunday\": day-of-week \"sunday\" is not a number or \
+                 name; expected 0-7 (0 and 7 are Sunday) or sun-sat"
+                    .into(),
+            ),
+            ("0 jan * * *", "invalid schedule \"0 jan * * *\": hour \"jan\" is not a number; expected 0-23".into()),
+            ("-5 * * * *", "invalid schedule \"-5 * * * *\": minute \"-5\" is not a number; expected 0-59".into()),
+            (
+                "*/0 * * * *",
+                "invalid schedule \"*/0 * * * *\": minute step in \"*/0\" must be positive; \
+                 expected a step such as \"*/15\" or \"0-30/10\""
+                    .into(),
+            ),
+            (
+                "*/x * * * *",
+                "invalid schedule \"*/x * * * *\": minute step in \"*/x\" is not a number; \
+                 expected a positive whole number"
+                    .into(),
+            ),
+            (
+                "1/2/3 * * * *",
+                "invalid schedule \"1/2/3 * * * *\": minute item \"1/2/3\" has more than one '/'; \
+                 expected at most one step"
+                    .into(),
+            ),
+            (
+                "1-2-3 * * * *",
+                "invalid schedule \"1-2-3 * * * *\": minute item \"1-2-3\" has more than one '-'; \
+                 expected a value or a range such as \"1-5\""
+                    .into(),
+            ),
+            (
+                "1,,2 * * * *",
+                "invalid schedule \"1,,2 * * * *\": minute \"1,,2\" has an empty list item; \
+                 expected values separated by single commas"
+                    .into(),
+            ),
+            (
+                "0 9 * * fri-tue/2",
+                "invalid schedule \"0 9 * * fri-tue/2\": day-of-week range \"fri-tue/2\" wraps \
+                 around and has a step, which is ambiguous; expected the values as a list instead"
+                    .into(),
+            ),
+        ];
+        for (expr, message) in cases {
+            assert_eq!(Schedule::parse(expr).unwrap_err(), vec![message], "{expr}");
+        }
+    }
+
+    #[test]
+    fn every_bad_field_is_reported() {
+        let errors = Schedule::parse("61 25 * * *").unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+    }
+}
