@@ -439,3 +439,524 @@ mod cron_syntax {
         assert_eq!(errors.len(), 2, "{errors:?}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation: the seed policy over a week, Karpenter's examples, windows, time zones.
+
+const SEED: &str = r#"
+- nodes: 15%
+- nodes: "3"
+- nodes: "0"
+  schedule: "0 9 * * sat-sun"
+  duration: 24h
+- nodes: "0"
+  schedule: "0 17 * * mon-fri"
+  duration: 16h
+  reasons: [Drifted]
+"#;
+
+mod evaluation {
+    use super::*;
+
+    /// Independent reading of the seed policy for 40 nodes: (allowed, limitedBy).
+    fn seed_expected(t: DateTime<Utc>, reason: Reason) -> (u32, usize) {
+        let (day, hour) = (t.weekday(), t.hour());
+        use Weekday::*;
+        // Saturday 09:00 until Monday 09:00: the weekend budget (two merged 24h windows).
+        let weekend = matches!((day, hour), (Sat, 9..) | (Sun, _) | (Mon, 0..9));
+        if weekend {
+            return (0, 2);
+        }
+        // 17:00 on a weekday until 09:00 the next day: the evening budget, for Drifted only.
+        let evening = match day {
+            Mon | Tue | Wed | Thu | Fri => hour >= 17,
+            _ => false,
+        } || matches!((day, hour), (Tue | Wed | Thu | Fri | Sat, 0..9));
+        if evening && reason == Reason::Drifted {
+            return (0, 3);
+        }
+        (3, 1)
+    }
+
+    #[test]
+    fn seed_policy_across_a_whole_week() {
+        let budgets = valid(SEED);
+        assert_eq!(budgets.len(), 4);
+        let start = at("2024-06-03T00:00:00Z"); // a Monday
+        let mut checked = 0;
+        for quarter in 0..(7 * 24 * 4) {
+            let t = start + TimeDelta::minutes(15 * quarter);
+            for reason in Reason::ALL {
+                let a = evaluate(&budgets, reason, 40, 0, t);
+                let want = seed_expected(t, reason);
+                assert_eq!(
+                    (a.allowed, a.limited_by),
+                    (want.0, Some(want.1)),
+                    "{t} {reason}"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 7 * 24 * 4 * 4);
+    }
+
+    #[test]
+    fn seed_policy_next_change() {
+        let budgets = valid(SEED);
+        let cases = [
+            // Monday 10:00, Drifted: the evening window opens at 17:00.
+            (
+                "2024-06-03T10:00:00Z",
+                Reason::Drifted,
+                "2024-06-03T17:00:00Z",
+            ),
+            // Expired ignores the evening budget: next change is Saturday 09:00.
+            (
+                "2024-06-03T10:00:00Z",
+                Reason::Expired,
+                "2024-06-08T09:00:00Z",
+            ),
+            // Tuesday 03:00 Drifted: the Monday-evening window closes at 09:00.
+            (
+                "2024-06-04T03:00:00Z",
+                Reason::Drifted,
+                "2024-06-04T09:00:00Z",
+            ),
+            // Saturday 12:00: the weekend windows merge until Monday 09:00.
+            (
+                "2024-06-08T12:00:00Z",
+                Reason::Expired,
+                "2024-06-10T09:00:00Z",
+            ),
+            // Friday 18:00 Drifted: the Friday evening window ends Saturday 09:00, when the
+            // weekend one opens (both change at that instant).
+            (
+                "2024-06-07T18:00:00Z",
+                Reason::Drifted,
+                "2024-06-08T09:00:00Z",
+            ),
+        ];
+        for (now, reason, next) in cases {
+            let a = evaluate(&budgets, reason, 40, 0, at(now));
+            assert_eq!(a.next_change, Some(at(next)), "{now} {reason}");
+        }
+    }
+
+    #[test]
+    fn karpenter_documented_examples() {
+        // 19 nodes x 20% = 3.8, rounded up to 4.
+        let b = valid("- nodes: 20%");
+        assert_eq!(
+            evaluate(&b, Reason::Drifted, 19, 0, at("2024-01-01T00:00:00Z")).allowed,
+            4
+        );
+        assert_eq!(Nodes::Percent(20).value(19), 4);
+        assert_eq!(Nodes::Percent(5).value(10), 1);
+        assert_eq!(Nodes::Percent(0).value(10), 0);
+        assert_eq!(Nodes::Percent(100).value(7), 7);
+        assert_eq!(Nodes::Percent(10).value(0), 0);
+        // No disruption on weekdays 09:00-17:00 UTC, 10% otherwise.
+        let b = valid(
+            "- nodes: \"0\"\n  schedule: \"0 9 * * mon-fri\"\n  duration: 8h\n- nodes: 10%\n",
+        );
+        let mon_noon = evaluate(&b, Reason::Drifted, 30, 0, at("2024-06-03T12:00:00Z"));
+        assert_eq!((mon_noon.allowed, mon_noon.limited_by), (0, Some(0)));
+        let mon_evening = evaluate(&b, Reason::Drifted, 30, 0, at("2024-06-03T17:00:00Z"));
+        assert_eq!((mon_evening.allowed, mon_evening.limited_by), (3, Some(1)));
+        // Disrupting nodes count against the budget; never below zero.
+        assert_eq!(
+            evaluate(&b, Reason::Drifted, 30, 2, at("2024-06-03T17:00:00Z")).allowed,
+            1
+        );
+        assert_eq!(
+            evaluate(&b, Reason::Drifted, 30, 9, at("2024-06-03T17:00:00Z")).allowed,
+            0
+        );
+    }
+
+    #[test]
+    fn default_budget_and_no_applicable_budget() {
+        let mut problems = Problems::new();
+        let defaults = parse_budgets(None, PATH, &mut problems);
+        assert!(problems.0.is_empty());
+        assert_eq!(defaults, vec![Budget::default_budget()]);
+        let a = evaluate(
+            &defaults,
+            Reason::Drifted,
+            25,
+            1,
+            at("2024-01-01T00:00:00Z"),
+        );
+        assert_eq!((a.allowed, a.limited_by, a.next_change), (2, Some(0), None));
+        // Budgets only for Underutilized: nothing restricts Drifted.
+        let b = valid("- nodes: \"0\"\n  reasons: [Underutilized]\n");
+        let a = evaluate(&b, Reason::Drifted, 25, 5, at("2024-01-01T00:00:00Z"));
+        assert_eq!((a.allowed, a.limited_by), (20, None));
+        // An inactive budget does not restrict either.
+        let b = valid("- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 1h\n");
+        let a = evaluate(&b, Reason::Drifted, 25, 30, at("2024-01-01T12:00:00Z"));
+        assert_eq!((a.allowed, a.limited_by), (0, None));
+        assert_eq!(a.next_change, Some(at("2024-01-02T09:00:00Z")));
+        // An empty list restricts nothing (with a warning, see validation tests).
+        let a = evaluate(&[], Reason::Expired, 25, 0, at("2024-01-01T12:00:00Z"));
+        assert_eq!((a.allowed, a.limited_by, a.next_change), (25, None, None));
+    }
+
+    #[test]
+    fn ties_go_to_the_lowest_index() {
+        let b = valid("- nodes: \"5\"\n- nodes: \"3\"\n- nodes: 10%\n- nodes: \"3\"\n");
+        let a = evaluate(&b, Reason::Drifted, 30, 0, at("2024-01-01T00:00:00Z"));
+        assert_eq!((a.allowed, a.limited_by), (3, Some(1)));
+    }
+
+    #[test]
+    fn serializes_exactly() {
+        let b = valid(SEED);
+        let a = evaluate(&b, Reason::Drifted, 40, 1, at("2024-06-03T10:00:30.250Z"));
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"reason":"Drifted","total":40,"disrupting":1,"allowed":2,"limitedBy":1,"nextChange":"2024-06-03T17:00:00Z"}"#
+        );
+        let a = evaluate(&[], Reason::Empty, 3, 0, at("2024-06-03T10:00:00Z"));
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"reason":"Empty","total":3,"disrupting":0,"allowed":3,"limitedBy":null,"nextChange":null}"#
+        );
+    }
+
+    #[test]
+    fn reason_names() {
+        for r in Reason::ALL {
+            assert_eq!(Reason::parse(&r.to_string()), Some(r));
+            assert_eq!(r.to_string().parse::<Reason>(), Ok(r));
+        }
+        assert_eq!(Reason::parse("drifted"), None);
+        assert_eq!(
+            "Drift".parse::<Reason>(),
+            Err(
+                "unknown reason \"Drift\"; expected one of Drifted, Expired, Underutilized, Empty"
+                    .to_string()
+            )
+        );
+    }
+}
+
+mod windows {
+    use super::*;
+
+    /// Asserts activity at each instant.
+    fn check(budget: &Budget, cases: &[(&str, bool)]) {
+        for (t, want) in cases {
+            assert_eq!(is_active(budget, at(t)), *want, "{t}");
+        }
+    }
+
+    #[test]
+    fn window_bounds_are_half_open() {
+        let b = window("0 9 * * *", "1h", "UTC");
+        check(
+            &b,
+            &[
+                ("2024-01-01T08:59:59Z", false),
+                ("2024-01-01T09:00:00Z", true),
+                ("2024-01-01T09:59:59Z", true),
+                ("2024-01-01T09:59:59.999Z", true),
+                ("2024-01-01T10:00:00Z", false),
+            ],
+        );
+        assert_eq!(
+            next_change(&b, at("2024-01-01T09:00:00Z")),
+            Some(at("2024-01-01T10:00:00Z"))
+        );
+        assert_eq!(
+            next_change(&b, at("2024-01-01T10:00:00Z")),
+            Some(at("2024-01-02T09:00:00Z"))
+        );
+        assert_eq!(
+            next_change(&b, at("2024-01-01T08:59:59Z")),
+            Some(at("2024-01-01T09:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn windows_cross_midnight_month_and_year_ends() {
+        let b = window("30 22 * * *", "4h", "UTC");
+        check(
+            &b,
+            &[
+                ("2024-01-31T22:29:00Z", false),
+                ("2024-01-31T23:59:59Z", true),
+                ("2024-02-01T02:29:59Z", true),
+                ("2024-02-01T02:30:00Z", false),
+            ],
+        );
+        let b = window("0 18 31 12 *", "12h", "UTC");
+        check(
+            &b,
+            &[
+                ("2024-12-31T17:59:59Z", false),
+                ("2025-01-01T05:59:59Z", true),
+                ("2025-01-01T06:00:00Z", false),
+            ],
+        );
+        assert_eq!(
+            next_change(&b, at("2025-01-01T00:00:00Z")),
+            Some(at("2025-01-01T06:00:00Z"))
+        );
+        // Last day of February in a leap year, window into March.
+        let b = window("0 20 29 2 *", "6h", "UTC");
+        check(
+            &b,
+            &[
+                ("2024-03-01T01:59:00Z", true),
+                ("2024-03-01T02:00:00Z", false),
+            ],
+        );
+        // A long window found by walking back from now - duration (hit 10 days earlier).
+        let b = window("0 0 1 * *", "240h", "UTC");
+        check(
+            &b,
+            &[
+                ("2024-05-10T23:59:59Z", true),
+                ("2024-05-11T00:00:00Z", false),
+            ],
+        );
+    }
+
+    #[test]
+    fn overlapping_hits_extend_the_window() {
+        // Hourly hits with a 90 minute duration: always active.
+        let b = window("0 * * * *", "90m", "UTC");
+        check(
+            &b,
+            &[
+                ("2024-01-01T00:00:00Z", true),
+                ("2024-01-01T00:59:59Z", true),
+            ],
+        );
+        assert_eq!(next_change(&b, at("2024-01-01T00:30:00Z")), None);
+        // Every minute, 1m windows touch: always active, and the search is cheap.
+        let b = window("* * * * *", "1m", "UTC");
+        assert_eq!(next_change(&b, at("2024-01-01T00:30:00Z")), None);
+        // Hits at 09:00 and 10:00 with 2h windows: one merged window 09:00-12:00.
+        let b = window("0 9,10 * * *", "2h", "UTC");
+        check(
+            &b,
+            &[
+                ("2024-01-01T11:59:59Z", true),
+                ("2024-01-01T12:00:00Z", false),
+            ],
+        );
+        assert_eq!(
+            next_change(&b, at("2024-01-01T09:10:00Z")),
+            Some(at("2024-01-01T12:00:00Z"))
+        );
+        // Business hours every weekday with 24h windows: merged Monday 09:00 to Saturday 09:00.
+        let b = window("*/5 9-17 * * mon-fri", "24h", "UTC");
+        assert_eq!(
+            next_change(&b, at("2024-06-03T09:00:00Z")),
+            Some(at("2024-06-08T17:55:00Z"))
+        );
+    }
+
+    #[test]
+    fn next_change_beyond_a_year_is_null() {
+        let b = window("0 0 29 2 *", "1h", "UTC");
+        assert_eq!(next_change(&b, at("2024-03-01T00:00:00Z")), None);
+        assert_eq!(
+            next_change(&b, at("2027-03-01T00:00:00Z")),
+            Some(at("2028-02-29T00:00:00Z"))
+        );
+        assert_eq!(
+            next_change(&Budget::default_budget(), at("2024-03-01T00:00:00Z")),
+            None
+        );
+    }
+
+    #[test]
+    fn new_york_spring_forward() {
+        // 2024-03-10: 02:00 EST jumps to 03:00 EDT (07:00Z). A 02:30 hit fires at 03:00 EDT.
+        let b = window("30 2 * * *", "1h", "America/New_York");
+        check(
+            &b,
+            &[
+                ("2024-03-09T07:30:00Z", true), // 02:30 EST
+                ("2024-03-10T06:59:59Z", false),
+                ("2024-03-10T07:00:00Z", true), // first instant after the gap
+                ("2024-03-10T07:59:59Z", true),
+                ("2024-03-10T08:00:00Z", false), // duration is elapsed time
+                ("2024-03-11T06:30:00Z", true),  // 02:30 EDT
+            ],
+        );
+        assert_eq!(
+            next_change(&b, at("2024-03-10T00:00:00Z")),
+            Some(at("2024-03-10T07:00:00Z"))
+        );
+        // Several hits inside the gap fire together, once.
+        let b = window("*/15 2 * * *", "10m", "America/New_York");
+        check(
+            &b,
+            &[
+                ("2024-03-10T07:09:59Z", true),
+                ("2024-03-10T07:10:00Z", false),
+            ],
+        );
+        assert_eq!(
+            next_change(&b, at("2024-03-10T07:05:00Z")),
+            Some(at("2024-03-10T07:10:00Z"))
+        );
+        // A daily midnight window of 24h across the short day overlaps the next one; the first
+        // change is at the fall-back in November (see below).
+        let b = window("0 0 * * *", "24h", "America/New_York");
+        assert_eq!(
+            next_change(&b, at("2024-03-09T12:00:00Z")),
+            Some(at("2024-11-04T04:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn new_york_fall_back() {
+        // 2024-11-03: 02:00 EDT falls back to 01:00 EST (06:00Z); 01:30 happens twice.
+        let b = window("30 1 * * *", "1h", "America/New_York");
+        check(
+            &b,
+            &[
+                ("2024-11-03T05:29:59Z", false),
+                ("2024-11-03T05:30:00Z", true), // 01:30 EDT, first occurrence
+                ("2024-11-03T06:29:59Z", true),
+                ("2024-11-03T06:30:00Z", false), // 01:30 EST: does not fire again
+                ("2024-11-03T07:00:00Z", false),
+                ("2024-11-04T06:30:00Z", true), // 01:30 EST the next day
+            ],
+        );
+        assert_eq!(
+            next_change(&b, at("2024-11-03T06:00:00Z")),
+            Some(at("2024-11-03T06:30:00Z"))
+        );
+        assert_eq!(
+            next_change(&b, at("2024-11-03T06:30:00Z")),
+            Some(at("2024-11-04T06:30:00Z"))
+        );
+        // A 24h window from midnight ends an hour before the next local midnight.
+        let b = window("0 0 * * *", "24h", "America/New_York");
+        check(
+            &b,
+            &[
+                ("2024-11-04T03:59:59Z", true),
+                ("2024-11-04T04:00:00Z", false), // 23:00 EST, 24h after 00:00 EDT
+                ("2024-11-04T05:00:00Z", true),  // 00:00 EST
+            ],
+        );
+        assert_eq!(
+            next_change(&b, at("2024-11-01T12:00:00Z")),
+            Some(at("2024-11-04T04:00:00Z"))
+        );
+        // Hourly 1h windows leave a one-hour hole: the repeated hour does not fire again.
+        let b = window("0 * * * *", "1h", "America/New_York");
+        check(
+            &b,
+            &[
+                ("2024-11-03T05:59:59Z", true),
+                ("2024-11-03T06:00:00Z", false),
+            ],
+        );
+        assert_eq!(
+            next_change(&b, at("2024-11-03T06:00:00Z")),
+            Some(at("2024-11-03T07:00:00Z"))
+        );
+        assert_eq!(
+            next_change(&b, at("2024-11-02T12:00:00Z")),
+            Some(at("2024-11-03T06:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn berlin_both_transitions() {
+        // 2024-03-31: 02:00 CET jumps to 03:00 CEST (01:00Z).
+        let b = window("30 2 * * *", "2h", "Europe/Berlin");
+        check(
+            &b,
+            &[
+                ("2024-03-30T01:30:00Z", true), // 02:30 CET
+                ("2024-03-31T00:59:59Z", false),
+                ("2024-03-31T01:00:00Z", true), // 03:00 CEST
+                ("2024-03-31T02:59:59Z", true),
+                ("2024-03-31T03:00:00Z", false),
+            ],
+        );
+        // 2024-10-27: 03:00 CEST falls back to 02:00 CET (01:00Z); 02:30 fires at 00:30Z only.
+        check(
+            &b,
+            &[
+                ("2024-10-27T00:29:59Z", false),
+                ("2024-10-27T00:30:00Z", true),
+                ("2024-10-27T02:29:59Z", true),
+                ("2024-10-27T02:30:00Z", false),
+            ],
+        );
+        let weekend = window("0 9 * * sat-sun", "24h", "Europe/Berlin");
+        // Saturday 2024-10-26 09:00 CEST (07:00Z) + 24h ends Sunday 07:00Z (08:00 CET); the
+        // Sunday window opens at 09:00 CET (08:00Z) and ends Monday 08:00Z.
+        check(
+            &weekend,
+            &[
+                ("2024-10-26T06:59:59Z", false),
+                ("2024-10-26T07:00:00Z", true),
+                ("2024-10-27T06:59:59Z", true),
+                ("2024-10-27T07:00:00Z", false),
+                ("2024-10-27T08:00:00Z", true),
+                ("2024-10-28T07:59:59Z", true),
+                ("2024-10-28T08:00:00Z", false),
+            ],
+        );
+    }
+
+    #[test]
+    fn shanghai_has_no_dst() {
+        let b = window("0 9 * * *", "8h", "Asia/Shanghai");
+        for day in [
+            "2024-03-10",
+            "2024-03-31",
+            "2024-07-01",
+            "2024-10-27",
+            "2024-11-03",
+        ] {
+            check(
+                &b,
+                &[
+                    (&format!("{day}T00:59:59Z"), false),
+                    (&format!("{day}T01:00:00Z"), true),
+                    (&format!("{day}T08:59:59Z"), true),
+                    (&format!("{day}T09:00:00Z"), false),
+                ],
+            );
+        }
+    }
+
+    #[test]
+    fn default_zone_is_utc() {
+        let b = valid("- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 1h\n").remove(0);
+        assert_eq!(b.window.as_ref().unwrap().time_zone, Tz::UTC);
+        check(
+            &b,
+            &[
+                ("2024-07-01T09:30:00Z", true),
+                ("2024-07-01T10:00:00Z", false),
+            ],
+        );
+    }
+
+    #[test]
+    fn half_hour_dst_in_lord_howe() {
+        // Australia/Lord_Howe moves by 30 minutes: 2024-10-06 02:00 -> 02:30 (+10:30 -> +11).
+        let b = window("15 2 * * *", "1h", "Australia/Lord_Howe");
+        // 02:15 does not exist; fires at 02:30 +11 = 2024-10-05T15:30Z.
+        check(
+            &b,
+            &[
+                ("2024-10-05T15:29:59Z", false),
+                ("2024-10-05T15:30:00Z", true),
+            ],
+        );
+    }
+}
