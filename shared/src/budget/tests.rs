@@ -960,3 +960,353 @@ mod windows {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Validation: every rule, with its exact message and path.
+
+mod validation {
+    use super::*;
+
+    const NODES: &str = "expected a whole number of nodes such as \"3\" or a percentage from 0% \
+                         to 100% such as \"15%\"";
+    const REASONS: &str = "Drifted, Expired, Underutilized, Empty";
+
+    fn problems_of(yaml: &str) -> Vec<String> {
+        lines(&parse_yaml(yaml).1)
+    }
+
+    #[test]
+    fn nodes_forms() {
+        let cases = [
+            ("3", Nodes::Count(3)),
+            ("\"3\"", Nodes::Count(3)),
+            ("\"0\"", Nodes::Count(0)),
+            ("0", Nodes::Count(0)),
+            ("15%", Nodes::Percent(15)),
+            ("\"15%\"", Nodes::Percent(15)),
+            ("\"0%\"", Nodes::Percent(0)),
+            ("\"100%\"", Nodes::Percent(100)),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(
+                valid(&format!("- nodes: {yaml}")),
+                vec![Budget {
+                    nodes: want,
+                    window: None,
+                    reasons: None
+                }],
+                "{yaml}"
+            );
+        }
+        // nodes defaults to 10% (Karpenter's CRD default).
+        let b = valid("- reasons: [Drifted]");
+        assert_eq!(b[0].nodes, Nodes::Percent(10));
+    }
+
+    #[test]
+    fn nodes_errors() {
+        let p = "disruption.budgets[0].nodes";
+        let cases = [
+            ("-1", format!("{p}: -1 is negative; {NODES}")),
+            ("\"-1\"", format!("{p}: \"-1\" is negative; {NODES}")),
+            ("\"-5%\"", format!("{p}: \"-5%\" is negative; {NODES}")),
+            ("1.5", format!("{p}: 1.5 is not a whole number; {NODES}")),
+            (
+                "\"1.5\"",
+                format!("{p}: \"1.5\" is not a whole number; {NODES}"),
+            ),
+            (
+                "\"2.5%\"",
+                format!("{p}: \"2.5%\" is not a whole number; {NODES}"),
+            ),
+            (
+                "\"101%\"",
+                format!("{p}: \"101%\" is more than 100%; {NODES}"),
+            ),
+            (
+                "\"abc\"",
+                format!("{p}: \"abc\" is not a number or percentage; {NODES}"),
+            ),
+            (
+                "\"3 nodes\"",
+                format!("{p}: \"3 nodes\" is not a number or percentage; {NODES}"),
+            ),
+            ("\"\"", format!("{p}: empty value; {NODES}")),
+            (
+                "\"99999999999\"",
+                format!("{p}: \"99999999999\" is too large; {NODES}"),
+            ),
+            (
+                "99999999999",
+                format!("{p}: 99999999999 is too large; {NODES}"),
+            ),
+            (
+                "true",
+                format!("{p}: expected a node count or percentage, got a boolean; {NODES}"),
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(
+                problems_of(&format!("- nodes: {yaml}")),
+                vec![want],
+                "{yaml}"
+            );
+        }
+    }
+
+    #[test]
+    fn schedule_and_duration_rules() {
+        let b = "disruption.budgets[0]";
+        let cases: Vec<(&str, Vec<String>)> = vec![
+            (
+                "- nodes: \"0\"\n  schedule: \"0 9 * * *\"",
+                vec![format!(
+                    "{b}.duration: required when schedule is set; expected hours and minutes such \
+                     as \"24h\", \"30m\" or \"10h5m\""
+                )],
+            ),
+            (
+                "- nodes: \"0\"\n  duration: 8h",
+                vec![format!(
+                    "{b}.schedule: required when duration is set; expected a 5-field cron \
+                     expression such as \"0 9 * * sat-sun\""
+                )],
+            ),
+            (
+                "- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 30s",
+                vec![format!(
+                    "{b}.duration: invalid duration \"30s\"; expected hours and minutes such as \
+                     \"24h\", \"30m\" or \"10h5m\""
+                )],
+            ),
+            (
+                "- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 0h",
+                vec![format!(
+                    "{b}.duration: duration \"0h\" would never let the budget be active; expected \
+                     a positive duration, hours and minutes such as \"24h\", \"30m\" or \"10h5m\""
+                )],
+            ),
+            (
+                "- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 24",
+                vec![format!(
+                    "{b}.duration: expected hours and minutes such as \"24h\", \"30m\" or \
+                     \"10h5m\", got a number"
+                )],
+            ),
+            (
+                "- nodes: \"0\"\n  schedule: 9\n  duration: 1h",
+                vec![format!(
+                    "{b}.schedule: expected a 5-field cron expression such as \"0 9 * * \
+                     sat-sun\", got a number"
+                )],
+            ),
+            (
+                "- nodes: \"0\"\n  schedule: \"0 0 9 * * *\"\n  duration: 1h",
+                vec![format!(
+                    "{b}.schedule: invalid schedule \"0 0 9 * * *\": it has 6 fields (a seconds \
+                     field is not supported); expected 5 fields (minute hour day-of-month month \
+                     day-of-week) or one of @yearly, @annually, @monthly, @weekly, @daily, \
+                     @midnight, @hourly"
+                )],
+            ),
+            (
+                "- nodes: \"0\"\n  schedule: \"0 9 * * fri-tue/2\"\n  duration: 1h",
+                vec![format!(
+                    "{b}.schedule: invalid schedule \"0 9 * * fri-tue/2\": day-of-week range \
+                     \"fri-tue/2\" wraps around and has a step, which is ambiguous; expected the \
+                     values as a list instead"
+                )],
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(problems_of(yaml), want, "{yaml}");
+        }
+        // 10h5m and Go's trailing 0s are accepted.
+        let b = valid("- nodes: \"0\"\n  schedule: \"@daily\"\n  duration: 10h5m0s").remove(0);
+        assert_eq!(b.window.unwrap().duration, TimeDelta::minutes(605));
+    }
+
+    #[test]
+    fn wrapping_range_is_a_warning_with_path() {
+        let (budgets, problems) = parse_yaml(SEED);
+        assert_eq!(budgets.len(), 4);
+        assert!(!problems.has_errors());
+        assert_eq!(
+            lines(&problems),
+            vec![
+                "disruption.budgets[2].schedule: warning: day-of-week range \"sat-sun\" wraps \
+                 around and is read as sat,sun; this budget is not portable to Karpenter, whose \
+                 cron parser rejects a range whose start is after its end (a rejected budget \
+                 blocks all disruption in the pool)"
+                    .to_string()
+            ]
+        );
+        assert_eq!(problems.0[0].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn time_zone_rules() {
+        let z = "disruption.budgets[0].timeZone";
+        let base = "- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 1h\n";
+        assert_eq!(
+            problems_of(&format!("{base}  timeZone: Mars/Olympus")),
+            vec![format!(
+                "{z}: unknown time zone \"Mars/Olympus\"; expected an IANA time zone name such as \
+                 \"America/New_York\", \"Europe/Berlin\" or \"UTC\""
+            )]
+        );
+        assert_eq!(
+            problems_of(&format!("{base}  timeZone: europe/berlin")),
+            vec![format!(
+                "{z}: unknown time zone \"europe/berlin\" (did you mean \"Europe/Berlin\"?); \
+                 expected an IANA time zone name such as \"America/New_York\", \"Europe/Berlin\" \
+                 or \"UTC\""
+            )]
+        );
+        assert_eq!(
+            problems_of(&format!("{base}  timeZone: 1")),
+            vec![format!(
+                "{z}: expected an IANA time zone name such as \"Europe/Berlin\", got a number"
+            )]
+        );
+        assert_eq!(
+            problems_of("- nodes: \"0\"\n  timeZone: Europe/Berlin"),
+            vec![format!(
+                "{z}: warning: has no effect without schedule (the budget is always active)"
+            )]
+        );
+        let b = valid(&format!("{base}  timeZone: Asia/Shanghai")).remove(0);
+        assert_eq!(b.window.unwrap().time_zone, chrono_tz::Asia::Shanghai);
+    }
+
+    #[test]
+    fn reasons_rules() {
+        let r = "disruption.budgets[0].reasons";
+        let cases = [
+            (
+                "[]",
+                vec![format!(
+                    "{r}: an empty list matches no reason; expected one or more of {REASONS}, or \
+                     no reasons field to apply to every reason"
+                )],
+            ),
+            (
+                "[Drifted, Drift]",
+                vec![format!(
+                    "{r}[1]: unknown reason \"Drift\"; expected one of {REASONS}"
+                )],
+            ),
+            (
+                "[drifted]",
+                vec![format!(
+                    "{r}[0]: unknown reason \"drifted\"; expected one of {REASONS}"
+                )],
+            ),
+            (
+                "[Drifted, Drifted]",
+                vec![format!(
+                    "{r}[1]: duplicate reason \"Drifted\"; expected each reason at most once"
+                )],
+            ),
+            (
+                "[3]",
+                vec![format!(
+                    "{r}[0]: expected a reason name, one of {REASONS}, got a number"
+                )],
+            ),
+            (
+                "Drifted",
+                vec![format!(
+                    "{r}: expected a list of reasons, one or more of {REASONS}, got a string"
+                )],
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(
+                problems_of(&format!("- nodes: \"0\"\n  reasons: {yaml}")),
+                want,
+                "{yaml}"
+            );
+        }
+        let b = valid("- nodes: \"0\"\n  reasons: [Expired, Empty]").remove(0);
+        assert_eq!(b.reasons, Some(vec![Reason::Expired, Reason::Empty]));
+        assert!(b.applies_to(Reason::Expired) && !b.applies_to(Reason::Drifted));
+    }
+
+    #[test]
+    fn list_and_object_rules() {
+        let fields = "nodes, schedule, duration, timeZone, reasons";
+        assert_eq!(
+            problems_of("- nodes: \"1\"\n  foo: 1\n  timezone: UTC"),
+            vec![
+                format!("{PATH}[0].foo: unknown field; expected one of {fields}"),
+                format!("{PATH}[0].timezone: unknown field; expected one of {fields}"),
+            ]
+        );
+        assert_eq!(
+            problems_of("nodes: 3"),
+            vec![format!(
+                "{PATH}: expected a list of budgets (objects with fields {fields}), got an object"
+            )]
+        );
+        assert_eq!(
+            problems_of("- \"3\""),
+            vec![format!(
+                "{PATH}[0]: expected a budget object with fields {fields}, got a string"
+            )]
+        );
+        assert_eq!(
+            problems_of("[]"),
+            vec![format!(
+                "{PATH}: warning: empty list: no budget limits disruption, so every node may be \
+                 disrupted at once; omit budgets for the default nodes: 10%"
+            )]
+        );
+        let many = "- nodes: \"1\"\n".repeat(51);
+        assert_eq!(
+            problems_of(&many),
+            vec![format!(
+                "{PATH}: 51 budgets; expected at most 50 (Karpenter's limit)"
+            )]
+        );
+        // null is the same as absent.
+        let mut problems = Problems::new();
+        let b = parse_budgets(Some(&serde_json::Value::Null), PATH, &mut problems);
+        assert_eq!((b, problems.0.len()), (vec![Budget::default_budget()], 0));
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_document_order() {
+        let yaml = r#"
+- nodes: 150%
+  schedule: "0 25 * * mon"
+  duration: 8x
+  reasons: []
+  extra: true
+- nodes: "2"
+- schedule: "@daily"
+- nodes: "1"
+  schedule: "0 9 * * sat-sun"
+  duration: 1h
+  timeZone: Nowhere/City
+"#;
+        let (budgets, problems) = parse_yaml(yaml);
+        let paths: Vec<&str> = problems.0.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "disruption.budgets[0].extra",
+                "disruption.budgets[0].nodes",
+                "disruption.budgets[0].schedule",
+                "disruption.budgets[0].duration",
+                "disruption.budgets[0].reasons",
+                "disruption.budgets[2].duration",
+                "disruption.budgets[3].schedule",
+                "disruption.budgets[3].timeZone",
+            ]
+        );
+        assert_eq!(problems.0[6].severity, Severity::Warning);
+        // Only the valid budget survives (the result is not used when there are errors).
+        assert_eq!(budgets.len(), 1);
+    }
+}
