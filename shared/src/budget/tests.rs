@@ -1310,3 +1310,293 @@ mod validation {
         assert_eq!(budgets.len(), 1);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Properties. Schedules are built from pieces whose value sets are written out by hand here, so
+// a brute-force minute scan gives an oracle independent of the front end and the crate.
+
+mod properties {
+    use super::*;
+    use chrono::offset::LocalResult;
+
+    /// (text, values, star) per field.
+    type Piece = (&'static str, &'static [u32], bool);
+
+    const MINUTES: &[Piece] = &[
+        ("*", &[], true),
+        ("*/15", &[0, 15, 30, 45], false),
+        ("0", &[0], false),
+        ("30", &[30], false),
+        ("0,30", &[0, 30], false),
+        ("5-10", &[5, 6, 7, 8, 9, 10], false),
+        (
+            "50-5",
+            &[50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 0, 1, 2, 3, 4, 5],
+            false,
+        ),
+    ];
+    const HOURS: &[Piece] = &[
+        ("*", &[], true),
+        ("9", &[9], false),
+        ("2", &[2], false),
+        ("1", &[1], false),
+        ("22-3", &[22, 23, 0, 1, 2, 3], false),
+        ("*/6", &[0, 6, 12, 18], false),
+        ("9-17", &[9, 10, 11, 12, 13, 14, 15, 16, 17], false),
+    ];
+    const DOMS: &[Piece] = &[
+        ("*", &[], true),
+        ("?", &[], true),
+        ("1", &[1], false),
+        ("13", &[13], false),
+        ("28-3", &[28, 29, 30, 31, 1, 2, 3], false),
+        ("*/10", &[1, 11, 21, 31], false),
+        ("31", &[31], false),
+    ];
+    const MONTHS: &[Piece] = &[
+        ("*", &[], true),
+        ("nov-feb", &[11, 12, 1, 2], false),
+        ("3", &[3], false),
+        ("jan,jul", &[1, 7], false),
+        ("OCT-dec", &[10, 11, 12], false),
+    ];
+    const DOWS: &[Piece] = &[
+        ("*", &[], true),
+        ("sat-sun", &[6, 0], false),
+        ("mon-fri", &[1, 2, 3, 4, 5], false),
+        ("0", &[0], false),
+        ("7", &[0], false),
+        ("fri", &[5], false),
+        ("*/3", &[0, 3, 6], false),
+    ];
+    const ZONES: &[&str] = &[
+        "UTC",
+        "America/New_York",
+        "Europe/Berlin",
+        "Asia/Shanghai",
+        "Australia/Lord_Howe",
+    ];
+
+    #[derive(Debug, Clone)]
+    struct Spec {
+        pieces: [Piece; 5],
+        minutes: i64,
+        zone: &'static str,
+    }
+
+    impl Spec {
+        fn expr(&self) -> String {
+            self.pieces
+                .iter()
+                .map(|p| p.0)
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+
+        fn budget(&self) -> Budget {
+            window(&self.expr(), &format!("{}m", self.minutes), self.zone)
+        }
+
+        fn tz(&self) -> Tz {
+            self.zone.parse().unwrap()
+        }
+
+        /// Oracle: does wall-clock minute `n` match?
+        fn matches(&self, n: NaiveDateTime) -> bool {
+            let has = |p: &Piece, v: u32| p.2 || p.1.contains(&v);
+            let [mi, h, dom, mo, dow] = &self.pieces;
+            let dom_ok = has(dom, n.day());
+            let dow_ok = has(dow, n.weekday().num_days_from_sunday());
+            let day_ok = if dom.2 || dow.2 {
+                dom_ok && dow_ok
+            } else {
+                dom_ok || dow_ok
+            };
+            has(mi, n.minute()) && has(h, n.hour()) && has(mo, n.month()) && day_ok
+        }
+
+        /// Oracle: the instant wall-clock minute `n` fires at, by scanning minutes.
+        fn fire(&self, n: NaiveDateTime) -> DateTime<Utc> {
+            let tz = self.tz();
+            let mut m = n;
+            loop {
+                match tz.from_local_datetime(&m) {
+                    LocalResult::Single(x) => return x.with_timezone(&Utc),
+                    LocalResult::Ambiguous(a, _) => return a.with_timezone(&Utc),
+                    LocalResult::None => m += TimeDelta::minutes(1),
+                }
+            }
+        }
+
+        /// Oracle: active when some hit fires in (now - d, now].
+        fn active(&self, now: DateTime<Utc>) -> bool {
+            let tz = self.tz();
+            let d = TimeDelta::minutes(self.minutes);
+            let from = (now - d).with_timezone(&tz).naive_local() - TimeDelta::hours(4);
+            let to = now.with_timezone(&tz).naive_local() + TimeDelta::hours(4);
+            let from = from.with_second(0).unwrap();
+            let mut n = from;
+            while n <= to {
+                if self.matches(n) {
+                    let h = self.fire(n);
+                    if h > now - d && h <= now {
+                        return true;
+                    }
+                }
+                n += TimeDelta::minutes(1);
+            }
+            false
+        }
+    }
+
+    fn piece(set: &'static [Piece]) -> impl Strategy<Value = Piece> {
+        proptest::sample::select(set)
+    }
+
+    fn spec() -> impl Strategy<Value = Spec> {
+        (
+            (
+                piece(MINUTES),
+                piece(HOURS),
+                piece(DOMS),
+                piece(MONTHS),
+                piece(DOWS),
+            ),
+            1i64..=3000,
+            proptest::sample::select(ZONES),
+        )
+            .prop_map(|((a, b, c, d, e), minutes, zone)| Spec {
+                pieces: [a, b, c, d, e],
+                minutes,
+                zone,
+            })
+    }
+
+    /// An instant in 2023-2027, to the second.
+    fn instant() -> impl Strategy<Value = DateTime<Utc>> {
+        (1_672_531_200i64..1_830_297_600).prop_map(|s| DateTime::from_timestamp(s, 0).unwrap())
+    }
+
+    /// Instants near DST transitions of the test zones, where bugs would hide.
+    fn near_transition() -> impl Strategy<Value = DateTime<Utc>> {
+        let anchors = [
+            "2024-03-10T07:00:00Z",
+            "2024-11-03T06:00:00Z",
+            "2024-03-31T01:00:00Z",
+            "2024-10-27T01:00:00Z",
+            "2024-10-05T15:30:00Z",
+            "2025-04-05T15:00:00Z",
+        ];
+        (
+            proptest::sample::select(anchors.to_vec()),
+            -3 * 86_400i64..3 * 86_400,
+        )
+            .prop_map(|(a, s)| at(a) + TimeDelta::seconds(s))
+    }
+
+    fn any_instant() -> impl Strategy<Value = DateTime<Utc>> {
+        prop_oneof![instant(), near_transition()]
+    }
+
+    fn budget_list() -> impl Strategy<Value = Vec<Budget>> {
+        let one = (
+            spec(),
+            any::<bool>(),
+            0u32..60,
+            any::<bool>(),
+            proptest::option::of(0usize..4),
+        )
+            .prop_map(|(spec, scheduled, n, percent, reason)| {
+                let mut b = if scheduled {
+                    spec.budget()
+                } else {
+                    Budget::default_budget()
+                };
+                b.nodes = if percent {
+                    Nodes::Percent(n.min(100))
+                } else {
+                    Nodes::Count(n)
+                };
+                b.reasons = reason.map(|i| vec![Reason::ALL[i]]);
+                b
+            });
+        proptest::collection::vec(one, 0..6)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        #[test]
+        fn is_active_matches_a_minute_scan(spec in spec(), now in any_instant()) {
+            let budget = spec.budget();
+            prop_assert_eq!(is_active(&budget, now), spec.active(now), "{} {}m {}", spec.expr(), spec.minutes, spec.zone);
+        }
+
+        #[test]
+        fn next_change_is_the_first_change(spec in spec(), now in any_instant(), probe in 0.0f64..1.0) {
+            let budget = spec.budget();
+            let active = is_active(&budget, now);
+            match next_change(&budget, now) {
+                Some(c) => {
+                    prop_assert!(c > now);
+                    prop_assert!(c <= now + TimeDelta::days(HORIZON_DAYS));
+                    prop_assert_ne!(is_active(&budget, c), active, "at the change {}", c);
+                    prop_assert_eq!(is_active(&budget, c - TimeDelta::seconds(1)), active);
+                    let span = (c - now).num_seconds();
+                    let mid = now + TimeDelta::seconds((span as f64 * probe) as i64);
+                    prop_assert_eq!(is_active(&budget, mid), active, "before the change {}", mid);
+                }
+                None => {
+                    for k in 0..12 {
+                        let t = now + TimeDelta::days(HORIZON_DAYS) * k / 12
+                            + TimeDelta::seconds((probe * 86_400.0) as i64);
+                        prop_assert_eq!(is_active(&budget, t), active, "{}", t);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn a_lone_window_is_open_exactly_for_its_duration(spec in spec(), t in any_instant()) {
+            let budget = spec.budget();
+            let w = budget.window.as_ref().unwrap();
+            let d = w.duration;
+            let far = t + TimeDelta::days(4000);
+            if let Some(h) = w.first_hit_after(t, far) {
+                let next = w.first_hit_after(h, far);
+                if next.is_none_or(|n| n > h + d) {
+                    prop_assert!(is_active(&budget, h));
+                    prop_assert!(is_active(&budget, h + d - TimeDelta::seconds(1)));
+                    prop_assert!(!is_active(&budget, h + d));
+                }
+                prop_assert!(spec.matches(h.with_timezone(&spec.tz()).naive_local()) || spec.zone != "UTC");
+            }
+        }
+
+        #[test]
+        fn allowed_respects_every_active_budget(
+            budgets in budget_list(),
+            reason in proptest::sample::select(Reason::ALL.to_vec()),
+            total in 0u32..500,
+            disrupting in 0u32..500,
+            more in 0u32..50,
+            now in any_instant(),
+        ) {
+            let a = evaluate(&budgets, reason, total, disrupting, now);
+            let mut cap = i64::from(total);
+            let mut any = false;
+            for b in budgets.iter().filter(|b| b.applies_to(reason) && is_active(b, now)) {
+                prop_assert!(a.allowed <= b.nodes.value(total));
+                cap = if any { cap.min(i64::from(b.nodes.value(total))) } else { i64::from(b.nodes.value(total)) };
+                any = true;
+            }
+            prop_assert_eq!(i64::from(a.allowed), (cap - i64::from(disrupting)).max(0));
+            prop_assert_eq!(a.limited_by.is_some(), any);
+            if let Some(i) = a.limited_by {
+                prop_assert_eq!(i64::from(budgets[i].nodes.value(total)), cap);
+            }
+            let b = evaluate(&budgets, reason, total, disrupting + more, now);
+            prop_assert!(b.allowed <= a.allowed);
+        }
+    }
+}
