@@ -3,9 +3,7 @@
 
 use std::str::FromStr;
 
-use chrono::{
-    DateTime, Datelike, NaiveDate, NaiveDateTime, TimeDelta, TimeZone, Timelike, Utc, Weekday,
-};
+use chrono::{DateTime, Datelike, NaiveDateTime, TimeDelta, TimeZone, Timelike, Utc, Weekday};
 use chrono_tz::Tz;
 use proptest::prelude::*;
 
