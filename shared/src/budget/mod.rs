@@ -1,9 +1,31 @@
 //! Disruption budgets: how many more nodes may be disrupted now, which budget limits it, and when
 //! the answer next changes. Pure: time is passed in.
+//!
+//! Semantics (see `reference/semantics.md` section 3): a budget without schedule is always
+//! active; one with `schedule` + `duration` is active for `now` in `[H, H + duration)` for some
+//! cron hit H read in the budget's `timeZone` (default UTC). For a reason, the allowance is the
+//! minimum `nodes` value over active budgets that apply to it, minus the nodes already
+//! disrupting; with no such budget nothing restricts it.
 
-use serde::{Deserialize, Serialize};
+mod parse;
+pub mod schedule;
+mod window;
 
-use crate::problem::Problems;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+
+pub use parse::parse_budgets;
+pub use schedule::Schedule;
+pub use window::Window;
+
+/// How far ahead [`next_change`] and [`evaluate`] look for the next change.
+pub const HORIZON_DAYS: i64 = 366;
 
 /// Why a node is disrupted; budgets may apply to some reasons only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -18,21 +40,194 @@ pub enum Reason {
     Empty,
 }
 
-/// A validated budget (placeholder until the budgets work lands).
+impl Reason {
+    /// Every reason, in the order messages list them.
+    pub const ALL: [Reason; 4] = [
+        Reason::Drifted,
+        Reason::Expired,
+        Reason::Underutilized,
+        Reason::Empty,
+    ];
+
+    /// The name as written in policies (`Drifted`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Drifted => "Drifted",
+            Reason::Expired => "Expired",
+            Reason::Underutilized => "Underutilized",
+            Reason::Empty => "Empty",
+        }
+    }
+
+    /// Parses an exact (case-sensitive) reason name; `None` for anything else.
+    pub fn parse(name: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Reason {
+    type Err = String;
+
+    /// Like [`Reason::parse`], with a message listing the accepted names on error.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Reason::parse(s).ok_or_else(|| {
+            format!("unknown reason {s:?}; expected one of Drifted, Expired, Underutilized, Empty")
+        })
+    }
+}
+
+/// A budget's `nodes`: a count, or a percentage of the pool rounded up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nodes {
+    /// At most this many nodes.
+    Count(u32),
+    /// At most ceil(total x percent / 100) nodes; 0 to 100.
+    Percent(u32),
+}
+
+impl Nodes {
+    /// The number of nodes this allows for a pool of `total` (percent rounds up: 19 x 20% = 4).
+    pub fn value(self, total: u32) -> u32 {
+        match self {
+            Nodes::Count(n) => n,
+            Nodes::Percent(p) => {
+                let scaled = u64::from(total) * u64::from(p);
+                u32::try_from(scaled.div_ceil(100)).unwrap_or(u32::MAX)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Nodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Nodes::Count(n) => write!(f, "{n}"),
+            Nodes::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// A validated budget.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Budget {
-    /// Reasons this budget applies to; `None` = every reason.
+    /// How many nodes may be disrupting at once while the budget is active.
+    pub nodes: Nodes,
+    /// When the budget is active; `None` = always.
+    pub window: Option<Window>,
+    /// Reasons this budget applies to; `None` = every reason. Never an empty list.
     pub reasons: Option<Vec<Reason>>,
 }
 
-/// Validates `disruption.budgets` (the JSON value at `path`, `None` when the field is absent)
-/// and returns the typed budgets; absent means the default single `nodes: 10%` budget. Every
-/// problem is pushed to `problems` with its full field path.
-pub fn parse_budgets(
-    value: Option<&serde_json::Value>,
-    path: &str,
-    problems: &mut Problems,
-) -> Vec<Budget> {
-    let _ = (value, path, problems);
-    vec![Budget { reasons: None }]
+impl Budget {
+    /// The budget used when `budgets` is absent: `nodes: 10%`, always, every reason.
+    pub fn default_budget() -> Budget {
+        Budget {
+            nodes: Nodes::Percent(10),
+            window: None,
+            reasons: None,
+        }
+    }
+
+    /// True when the budget restricts `reason` (when active).
+    pub fn applies_to(&self, reason: Reason) -> bool {
+        self.reasons.as_ref().is_none_or(|rs| rs.contains(&reason))
+    }
+}
+
+/// True when `budget` is active at `now`: always without a schedule, else when `now` is in
+/// `[H, H + duration)` for a hit H of the schedule read in the budget's time zone.
+pub fn is_active(budget: &Budget, now: DateTime<Utc>) -> bool {
+    budget.window.as_ref().is_none_or(|w| w.is_active(now))
+}
+
+/// The first instant after `now` at which `budget` becomes active or inactive, if within
+/// [`HORIZON_DAYS`] days; always `None` for a budget without schedule.
+pub fn next_change(budget: &Budget, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let horizon = now + TimeDelta::days(HORIZON_DAYS);
+    budget
+        .window
+        .as_ref()
+        .and_then(|w| w.next_change(now, horizon))
+}
+
+/// The allowance for one reason. Serializes as
+/// `{"reason","total","disrupting","allowed","limitedBy","nextChange"}` with `nextChange` in
+/// RFC 3339 UTC, seconds precision, `Z` suffix (or null).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Allowance {
+    /// The reason asked about.
+    pub reason: Reason,
+    /// Nodes in the pool (registered and ready).
+    pub total: u32,
+    /// Nodes currently being disrupted, for any reason.
+    pub disrupting: u32,
+    /// How many more nodes may start being disrupted now.
+    pub allowed: u32,
+    /// Index (document order) of the active budget giving the minimum, lowest index on ties;
+    /// `None` when no active budget applies to the reason.
+    pub limited_by: Option<usize>,
+    /// Next instant at which a budget applying to the reason becomes active or inactive, if
+    /// within [`HORIZON_DAYS`] days.
+    #[serde(serialize_with = "serialize_instant")]
+    pub next_change: Option<DateTime<Utc>>,
+}
+
+fn serialize_instant<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+        None => s.serialize_none(),
+    }
+}
+
+/// How many more nodes may be disrupted for `reason` at `now`, given `total` nodes of which
+/// `disrupting` are already being disrupted.
+///
+/// `allowed = max(0, m - disrupting)` where `m` is the minimum `nodes` value (computed against
+/// `total`) over the budgets that apply to `reason` and are active at `now`; with no such
+/// budget, `m = total`. `limited_by` is the index of the budget giving `m` (lowest on ties).
+/// `next_change` is the earliest instant after `now` (within [`HORIZON_DAYS`] days) at which a
+/// budget applying to `reason` becomes active or inactive.
+pub fn evaluate(
+    budgets: &[Budget],
+    reason: Reason,
+    total: u32,
+    disrupting: u32,
+    now: DateTime<Utc>,
+) -> Allowance {
+    let horizon = now + TimeDelta::days(HORIZON_DAYS);
+    let mut limit: Option<(u32, usize)> = None;
+    let mut change: Option<DateTime<Utc>> = None;
+    for (i, budget) in budgets.iter().enumerate() {
+        if !budget.applies_to(reason) {
+            continue;
+        }
+        if let Some(window) = &budget.window {
+            if let Some(c) = window.next_change(now, horizon) {
+                change = Some(change.map_or(c, |old| old.min(c)));
+            }
+            if !window.is_active(now) {
+                continue;
+            }
+        }
+        let value = budget.nodes.value(total);
+        if limit.is_none_or(|(min, _)| value < min) {
+            limit = Some((value, i));
+        }
+    }
+    let cap = limit.map_or(total, |(v, _)| v);
+    Allowance {
+        reason,
+        total,
+        disrupting,
+        allowed: cap.saturating_sub(disrupting),
+        limited_by: limit.map(|(_, i)| i),
+        next_change: change,
+    }
 }
