@@ -1,1 +1,237 @@
-//! Classification of incoming EventBridge events (pure).
+//! Classification of incoming invocation payloads (pure). Functions accept either an EventBridge
+//! envelope (rules, including schedule rules) or a custom input (EventBridge Scheduler, manual
+//! `aws lambda invoke`). Unknown detail-types are a no-op; malformed known events are rejected
+//! with [`InvalidEvent`] naming the bad field.
+
+use serde_json::Value;
+
+/// An EventBridge envelope with an untyped `detail`.
+pub type Envelope = aws_lambda_events::eventbridge::EventBridgeEvent<Value>;
+
+/// A payload that cannot be handled: names the field and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidEvent {
+    /// Field path inside the payload (`detail.name`, `detail-type`, ...).
+    pub field: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+impl InvalidEvent {
+    /// Builds an error for `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Lambda error type for this error.
+    pub const ERROR_TYPE: &'static str = "InvalidEvent";
+}
+
+/// What arrived.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// An EventBridge envelope.
+    Envelope(Box<Envelope>),
+    /// Anything else: `null`, `{}` or a custom object.
+    Custom(Value),
+}
+
+/// Splits a payload into an envelope or a custom input. An object with a `detail-type` key is
+/// an envelope and must be a well-formed one.
+pub fn parse_input(payload: &Value) -> Result<Input, InvalidEvent> {
+    let Some(obj) = payload.as_object() else {
+        return match payload {
+            Value::Null => Ok(Input::Custom(Value::Null)),
+            other => Err(InvalidEvent::new(
+                "(payload)",
+                format!(
+                    "expected a JSON object (an EventBridge event or a custom input), got {other}"
+                ),
+            )),
+        };
+    };
+    if !obj.contains_key("detail-type") {
+        return Ok(Input::Custom(payload.clone()));
+    }
+    for field in ["detail-type", "source"] {
+        if !obj.get(field).is_some_and(Value::is_string) {
+            return Err(InvalidEvent::new(
+                field,
+                "missing or not a string; expected an EventBridge event",
+            ));
+        }
+    }
+    if !obj.contains_key("detail") {
+        return Err(InvalidEvent::new("detail", "missing; expected an object"));
+    }
+    serde_json::from_value::<Envelope>(payload.clone())
+        .map(|e| Input::Envelope(Box::new(e)))
+        .map_err(|e| InvalidEvent::new("(envelope)", format!("not a valid EventBridge event: {e}")))
+}
+
+/// Why the ami-watcher was invoked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatcherTrigger {
+    /// Resolve every pool (schedule, manual invoke), or only the listed `<cluster>/<name>` pools.
+    Pass {
+        /// `None` = every pool.
+        only: Option<Vec<String>>,
+    },
+    /// A `Parameter Store Change` event.
+    ParameterChanged {
+        /// Parameter name.
+        name: String,
+        /// `Create`, `Update`, `Delete`, `LabelParameterVersion`, ...
+        operation: String,
+    },
+    /// Anything else: nothing to do.
+    Ignored {
+        /// What it was, for the log line.
+        what: String,
+    },
+}
+
+/// Classifies an ami-watcher payload.
+pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> {
+    match parse_input(payload)? {
+        Input::Envelope(e) => Ok(match (e.source.as_str(), e.detail_type.as_str()) {
+            (_, "Scheduled Event") => WatcherTrigger::Pass { only: None },
+            ("aws.ssm", "Parameter Store Change") => {
+                let name = e
+                    .detail
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        InvalidEvent::new(
+                            "detail.name",
+                            "missing or not a string; expected the parameter name",
+                        )
+                    })?;
+                let operation = e
+                    .detail
+                    .get("operation")
+                    .and_then(Value::as_str)
+                    .unwrap_or("Update")
+                    .to_string();
+                WatcherTrigger::ParameterChanged {
+                    name: name.to_string(),
+                    operation,
+                }
+            }
+            (source, detail_type) => WatcherTrigger::Ignored {
+                what: format!("{source} / {detail_type}"),
+            },
+        }),
+        Input::Custom(Value::Null) => Ok(WatcherTrigger::Pass { only: None }),
+        Input::Custom(Value::Object(obj)) => {
+            let mut only = None;
+            for (k, v) in &obj {
+                match k.as_str() {
+                    "pools" => {
+                        let list = v.as_array().ok_or_else(|| {
+                            InvalidEvent::new(
+                                "pools",
+                                "expected a list of \"<cluster>/<name>\" strings",
+                            )
+                        })?;
+                        let mut pools = Vec::new();
+                        for (i, p) in list.iter().enumerate() {
+                            match p.as_str() {
+                                Some(s) if s.contains('/') => pools.push(s.to_string()),
+                                _ => {
+                                    return Err(InvalidEvent::new(
+                                        format!("pools[{i}]"),
+                                        format!("expected \"<cluster>/<name>\", got {p}"),
+                                    ));
+                                }
+                            }
+                        }
+                        only = Some(pools);
+                    }
+                    other => {
+                        return Err(InvalidEvent::new(
+                            other,
+                            "unknown field; expected an EventBridge event, {} or {\"pools\": [\"<cluster>/<name>\", ...]}",
+                        ));
+                    }
+                }
+            }
+            Ok(WatcherTrigger::Pass { only })
+        }
+        Input::Custom(other) => Err(InvalidEvent::new(
+            "(payload)",
+            format!("unexpected input {other}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample(name: &str) -> Value {
+        let path = format!("{}/../events/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn samples_classify() {
+        assert_eq!(
+            watcher_trigger(&sample("scheduled-tick.json")).unwrap(),
+            WatcherTrigger::Pass { only: None }
+        );
+        assert_eq!(
+            watcher_trigger(&sample("parameter-store-change.json")).unwrap(),
+            WatcherTrigger::ParameterChanged {
+                name: "/golden/eks/al2023/x86_64".into(),
+                operation: "Update".into()
+            }
+        );
+        assert!(matches!(
+            watcher_trigger(&sample("spot-interruption-warning.json")).unwrap(),
+            WatcherTrigger::Ignored { .. }
+        ));
+    }
+
+    #[test]
+    fn custom_inputs() {
+        assert_eq!(
+            watcher_trigger(&json!({})).unwrap(),
+            WatcherTrigger::Pass { only: None }
+        );
+        assert_eq!(
+            watcher_trigger(&Value::Null).unwrap(),
+            WatcherTrigger::Pass { only: None }
+        );
+        assert_eq!(
+            watcher_trigger(&json!({"pools": ["prod/general"]})).unwrap(),
+            WatcherTrigger::Pass {
+                only: Some(vec!["prod/general".into()])
+            }
+        );
+        assert_eq!(
+            watcher_trigger(&json!({"pools": ["x"]})).unwrap_err().field,
+            "pools[0]"
+        );
+        assert_eq!(
+            watcher_trigger(&json!({"pool": "a/b"})).unwrap_err().field,
+            "pool"
+        );
+        assert!(watcher_trigger(&json!(3)).is_err());
+    }
+
+    #[test]
+    fn malformed_known_events_name_the_field() {
+        let mut e = sample("parameter-store-change.json");
+        e["detail"].as_object_mut().unwrap().remove("name");
+        assert_eq!(watcher_trigger(&e).unwrap_err().field, "detail.name");
+        let mut e = sample("scheduled-tick.json");
+        e.as_object_mut().unwrap().remove("source");
+        assert_eq!(watcher_trigger(&e).unwrap_err().field, "source");
+    }
+}

@@ -17,3 +17,5 @@ pub mod state;
 pub mod aws;
 #[cfg(feature = "aws")]
 pub mod handlers;
+#[cfg(feature = "aws")]
+pub mod logging;

@@ -1,2 +1,22 @@
-//! ami-watcher Lambda entry point.
-fn main() {}
+//! ami-watcher Lambda: wiring only. The handler is `nodecycle::handlers::ami_watcher`.
+
+use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    nodecycle::logging::init();
+    let config = nodecycle::aws::load_config().await;
+    let watcher = nodecycle::handlers::ami_watcher::from_env(&config)?;
+    let watcher = &watcher;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        watcher
+            .handle(&event.payload, chrono::Utc::now())
+            .await
+            .map_err(|e| Diagnostic {
+                error_type: e.error_type,
+                error_message: e.message,
+            })
+    }))
+    .await
+}

@@ -115,3 +115,52 @@ impl ParameterStore for Ssm {
         Ok(out)
     }
 }
+
+/// Policy documents stored as SSM parameters under a prefix (one parameter per pool).
+#[derive(Clone, Debug)]
+pub struct SsmPolicies {
+    ssm: Ssm,
+    prefix: String,
+}
+
+impl SsmPolicies {
+    /// Policies under `prefix` (normalised to end with `/`).
+    pub fn new(ssm: Ssm, prefix: &str) -> Self {
+        let prefix = format!("{}/", prefix.trim_end_matches('/'));
+        Self { ssm, prefix }
+    }
+}
+
+#[async_trait]
+impl crate::policy::source::PolicySource for SsmPolicies {
+    async fn all(&self) -> Result<Vec<crate::policy::source::PolicyDocument>, PortError> {
+        Ok(self
+            .ssm
+            .parameters_by_path(&self.prefix)
+            .await?
+            .into_iter()
+            .map(|p| crate::policy::source::PolicyDocument {
+                source: p.name,
+                text: p.value,
+            })
+            .collect())
+    }
+
+    async fn one(
+        &self,
+        source: &str,
+    ) -> Result<Option<crate::policy::source::PolicyDocument>, PortError> {
+        Ok(self
+            .ssm
+            .parameter(source)
+            .await?
+            .map(|p| crate::policy::source::PolicyDocument {
+                source: p.name,
+                text: p.value,
+            }))
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        name.starts_with(&self.prefix)
+    }
+}

@@ -1,1 +1,38 @@
-//! Lambda handlers: the code path shared by each function and `nodecycle run`.
+//! Lambda handlers: the one code path shared by each function's `main.rs` and `nodecycle run`.
+//! Handlers take the payload as JSON and `now`, and return a JSON response.
+
+pub mod ami_watcher;
+
+use crate::event::InvalidEvent;
+
+/// A handler failure with the Lambda error type to report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error_type}: {message}")]
+pub struct HandlerError {
+    /// Lambda `errorType` (`InvalidEvent`, `InvalidRequest`, `Internal`, ...).
+    pub error_type: String,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+impl HandlerError {
+    /// An internal failure (the invocation should be retried).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            error_type: "Internal".into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<InvalidEvent> for HandlerError {
+    fn from(e: InvalidEvent) -> Self {
+        Self {
+            error_type: InvalidEvent::ERROR_TYPE.into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Names of the functions `nodecycle run` can invoke.
+pub const FUNCTIONS: &[&str] = &["ami-watcher"];

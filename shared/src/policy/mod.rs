@@ -35,6 +35,7 @@ use crate::problem::{Problems, join};
 use fields::{NameRule, describe, eks_name, quote, unknown_field, unknown_value, wrong_type};
 
 mod fields;
+pub mod source;
 mod terms;
 #[cfg(test)]
 mod tests;

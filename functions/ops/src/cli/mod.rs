@@ -1,0 +1,72 @@
+//! Subcommands. Exit codes: 0 success, 1 the operation failed (e.g. nothing resolves),
+//! 2 bad input (invalid policy, bad arguments).
+
+mod budget;
+mod resolve;
+mod run;
+mod validate;
+
+use clap::{Parser, Subcommand};
+
+/// Keep EKS node groups on the right AMI: nodecycle's local interface.
+#[derive(Debug, Parser)]
+#[command(name = "nodecycle", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate policy files; one line per problem (`<file>: <path>: <message>`), exit 2 if any error.
+    Validate(validate::Args),
+    /// Resolve a policy's amiSelectorTerms against AWS and print the desired AMI and candidates.
+    Resolve(resolve::Args),
+    /// Evaluate a policy's disruption budgets at an instant.
+    Budget(budget::Args),
+    /// Run one function's handler once, in-process, exactly as the Lambda would.
+    Run(run::Args),
+}
+
+/// Runs the parsed command and returns the process exit code.
+pub async fn run(cli: Cli) -> u8 {
+    match cli.command {
+        Command::Validate(a) => validate::run(a),
+        Command::Resolve(a) => resolve::run(a).await,
+        Command::Budget(a) => budget::run(a),
+        Command::Run(a) => run::run(a).await,
+    }
+}
+
+/// Prints one JSON value on stdout.
+pub fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+/// Reads and validates one policy file; on failure prints the problems (`<file>: ...`) and
+/// returns `Err(exit code)`.
+pub fn load_policy(path: &str) -> Result<nodecycle::policy::Policy, u8> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            println!("{path}: cannot read: {e}");
+            return Err(2);
+        }
+    };
+    let parsed = nodecycle::policy::parse(&text);
+    for problem in parsed.problems.warnings() {
+        eprintln!("{path}: {problem}");
+    }
+    match parsed.policy {
+        Some(p) => Ok(p),
+        None => {
+            for problem in parsed.problems.errors() {
+                println!("{path}: {problem}");
+            }
+            Err(2)
+        }
+    }
+}

@@ -1,2 +1,0 @@
-//! ops Lambda entry point.
-fn main() {}

@@ -1,0 +1,419 @@
+//! The ami-watcher: resolves pools' amiSelectorTerms and records each pool's desired AMI.
+//!
+//! A schedule (or manual invoke) resolves every pool; a change to a policy parameter resolves
+//! that pool; a change to a parameter referenced by an `ssmParameter` term resolves the pools
+//! using it; anything else is a no-op. A pool that fails keeps its desired AMI and records the
+//! error; the other pools proceed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::HandlerError;
+use crate::ami::resolve::{
+    ClusterCatalog, ImageCatalog, NodeGroupCatalog, ParameterStore, Resolver,
+};
+use crate::event::{WatcherTrigger, watcher_trigger};
+use crate::policy::source::{PolicyDocument, PolicySource};
+use crate::policy::{self, Policy};
+use crate::port::{ErrorKind, PortError};
+use crate::state::{self, Observation, PoolRecord, Store};
+
+/// How many times a conditional write is retried after losing a race.
+const WRITE_ATTEMPTS: usize = 8;
+
+/// The handler and its ports.
+#[derive(Clone)]
+pub struct AmiWatcher {
+    /// Policy documents.
+    pub policies: Arc<dyn PolicySource>,
+    /// SSM reads for aliases and `ssmParameter` terms.
+    pub parameters: Arc<dyn ParameterStore>,
+    /// DescribeImages.
+    pub images: Arc<dyn ImageCatalog>,
+    /// Cluster versions.
+    pub clusters: Arc<dyn ClusterCatalog>,
+    /// Node group images (for pools without `architecture`).
+    pub groups: Arc<dyn NodeGroupCatalog>,
+    /// The state table.
+    pub store: Arc<dyn Store>,
+}
+
+/// What happened to one pool in a pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolOutcome {
+    /// `<cluster>/<name>` when known.
+    pub pool: Option<String>,
+    /// Where the policy came from.
+    pub source: String,
+    /// `changed`, `unchanged`, `failed` or `invalid`.
+    pub status: &'static str,
+    /// Desired AMI id after the pass.
+    pub desired: Option<String>,
+    /// Desired AMI id before the pass.
+    pub previous: Option<String>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The handler's response.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// What triggered the pass.
+    pub trigger: String,
+    /// One entry per pool considered.
+    pub pools: Vec<PoolOutcome>,
+    /// AWS calls the resolution made, by operation (state reads/writes not included).
+    pub aws_calls: BTreeMap<&'static str, u32>,
+}
+
+/// True when an `ssmParameter` term value (name or ARN) refers to parameter `name`.
+fn references(term_value: &str, name: &str) -> bool {
+    if term_value == name {
+        return true;
+    }
+    let normalised = if name.starts_with('/') {
+        name.to_string()
+    } else {
+        format!("/{name}")
+    };
+    term_value.starts_with("arn:") && term_value.ends_with(&format!(":parameter{normalised}"))
+}
+
+/// `cluster/name` read from a document that failed validation, if both are plain strings.
+fn pool_of_invalid(text: &str) -> Option<String> {
+    let v: Value = serde_norway::from_str(text).ok()?;
+    Some(format!(
+        "{}/{}",
+        v.get("cluster")?.as_str()?,
+        v.get("name")?.as_str()?
+    ))
+}
+
+impl AmiWatcher {
+    /// Handles one invocation at `now`.
+    pub async fn handle(&self, payload: &Value, now: DateTime<Utc>) -> Result<Value, HandlerError> {
+        let trigger = watcher_trigger(payload)?;
+        let (label, docs, only) = match &trigger {
+            WatcherTrigger::Ignored { what } => {
+                tracing::info!(event = %what, decision = "ignored", "not a schedule or parameter change; nothing to do");
+                return Ok(serde_json::json!({"trigger": "ignored", "event": what, "pools": []}));
+            }
+            WatcherTrigger::Pass { only } => {
+                ("schedule".to_string(), self.load_all().await?, only.clone())
+            }
+            WatcherTrigger::ParameterChanged { name, operation }
+                if self.policies.contains(name) =>
+            {
+                let label = format!("policy {operation}: {name}");
+                if operation == "Delete" {
+                    tracing::info!(parameter = %name, decision = "ignored", "policy parameter deleted; its pool is no longer managed, state kept");
+                    return Ok(serde_json::json!({"trigger": label, "pools": []}));
+                }
+                let doc = self
+                    .policies
+                    .one(name)
+                    .await
+                    .map_err(|e| HandlerError::internal(e.to_string()))?;
+                (label, doc.into_iter().collect(), None)
+            }
+            WatcherTrigger::ParameterChanged { name, operation } => {
+                let all = self.load_all().await?;
+                let using: Vec<PolicyDocument> = all
+                    .into_iter()
+                    .filter(|d| {
+                        policy::parse(&d.text).policy.is_some_and(|p| {
+                            p.ami_selector_terms.iter().any(|t| {
+                                t.ssm_parameter
+                                    .as_deref()
+                                    .is_some_and(|v| references(v, name))
+                            })
+                        })
+                    })
+                    .collect();
+                if using.is_empty() {
+                    tracing::info!(parameter = %name, decision = "ignored", "changed parameter is neither a policy nor used by any ssmParameter term");
+                    return Ok(
+                        serde_json::json!({"trigger": format!("parameter {operation}: {name}"), "pools": []}),
+                    );
+                }
+                (format!("parameter {operation}: {name}"), using, None)
+            }
+        };
+
+        let resolver = Resolver::new(
+            self.parameters.as_ref(),
+            self.images.as_ref(),
+            self.clusters.as_ref(),
+            self.groups.as_ref(),
+        );
+        let mut outcomes = Vec::new();
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for doc in docs {
+            let parsed = policy::parse(&doc.text);
+            let Some(policy) = parsed.policy else {
+                let problems: Vec<String> =
+                    parsed.problems.errors().map(ToString::to_string).collect();
+                let message = format!("policy {} is invalid: {}", doc.source, problems.join("; "));
+                outcomes.push(self.record_invalid(&doc, &message, now).await);
+                continue;
+            };
+            let pool = policy.pool_id();
+            if let Some(only) = &only {
+                if !only.contains(&pool) {
+                    continue;
+                }
+            }
+            if let Some(first) = seen.get(&pool) {
+                let message = format!(
+                    "pool {pool} is defined twice ({first} and {}); the second is ignored until one is removed",
+                    doc.source
+                );
+                tracing::error!(pool = %pool, source = %doc.source, decision = "invalid", reason = %message);
+                outcomes.push(PoolOutcome {
+                    pool: Some(pool),
+                    source: doc.source,
+                    status: "invalid",
+                    desired: None,
+                    previous: None,
+                    error: Some(message),
+                });
+                continue;
+            }
+            seen.insert(pool.clone(), doc.source.clone());
+            outcomes.push(
+                self.resolve_pool(&resolver, &policy, &doc.source, now)
+                    .await,
+            );
+        }
+        let report = Report {
+            trigger: label,
+            pools: outcomes,
+            aws_calls: resolver.calls(),
+        };
+        tracing::info!(trigger = %report.trigger, pools = report.pools.len(), calls = ?report.aws_calls, "pass complete");
+        serde_json::to_value(&report).map_err(|e| HandlerError::internal(e.to_string()))
+    }
+
+    async fn load_all(&self) -> Result<Vec<PolicyDocument>, HandlerError> {
+        self.policies.all().await.map_err(|e| {
+            HandlerError::internal(format!("cannot list policies: {e}; nothing was resolved"))
+        })
+    }
+
+    async fn resolve_pool(
+        &self,
+        resolver: &Resolver<'_>,
+        policy: &Policy,
+        source: &str,
+        now: DateTime<Utc>,
+    ) -> PoolOutcome {
+        let pool = policy.pool_id();
+        let observation = match resolver.resolve(policy, now).await {
+            Ok(r) => Observation::Resolved {
+                at: now,
+                kubernetes_version: r.kubernetes_version.clone(),
+                desired: r.desired.clone(),
+            },
+            Err(e) => Observation::Failed {
+                at: now,
+                message: e.to_string(),
+            },
+        };
+        let written = self.record(&pool, &observation).await;
+        let (before, after) = match written {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::error!(pool = %pool, decision = "failed", reason = %e, "cannot record pool state");
+                return PoolOutcome {
+                    pool: Some(pool),
+                    source: source.to_string(),
+                    status: "failed",
+                    desired: None,
+                    previous: None,
+                    error: Some(format!("cannot record state: {e}")),
+                };
+            }
+        };
+        let desired = after.desired.as_ref().map(|a| a.id.clone());
+        let previous = before.desired.as_ref().map(|a| a.id.clone());
+        match &observation {
+            Observation::Failed { message, .. } => {
+                tracing::warn!(pool = %pool, source = %source, decision = "kept", desired = ?desired, reason = %message, "resolution failed; keeping the last desired AMI");
+                PoolOutcome {
+                    pool: Some(pool),
+                    source: source.to_string(),
+                    status: "failed",
+                    desired,
+                    previous,
+                    error: Some(message.clone()),
+                }
+            }
+            Observation::Resolved { desired: ami, .. } => {
+                let changed = desired != previous;
+                let status = if changed { "changed" } else { "unchanged" };
+                tracing::info!(
+                    pool = %pool,
+                    source = %source,
+                    decision = status,
+                    desired = ?desired,
+                    previous = ?previous,
+                    name = %ami.name,
+                    term = ami.source.term,
+                    via = %ami.source.value,
+                    parameter = ?ami.source.parameter,
+                    "desired AMI {}", if changed { "changed" } else { "unchanged" }
+                );
+                PoolOutcome {
+                    pool: Some(pool),
+                    source: source.to_string(),
+                    status,
+                    desired,
+                    previous,
+                    error: None,
+                }
+            }
+        }
+    }
+
+    async fn record_invalid(
+        &self,
+        doc: &PolicyDocument,
+        message: &str,
+        now: DateTime<Utc>,
+    ) -> PoolOutcome {
+        let pool = pool_of_invalid(&doc.text);
+        tracing::error!(source = %doc.source, pool = ?pool, decision = "invalid", reason = %message, "policy rejected; the pool keeps its last desired AMI");
+        let mut outcome = PoolOutcome {
+            pool: pool.clone(),
+            source: doc.source.clone(),
+            status: "invalid",
+            desired: None,
+            previous: None,
+            error: Some(message.to_string()),
+        };
+        if let Some(pool) = pool {
+            let obs = Observation::Failed {
+                at: now,
+                message: message.to_string(),
+            };
+            if let Ok((before, _)) = self.record(&pool, &obs).await {
+                outcome.desired = before.desired.map(|a| a.id);
+                outcome.previous = outcome.desired.clone();
+            }
+        }
+        outcome
+    }
+
+    /// Applies `obs` to the pool record with a conditional write, re-reading on conflict.
+    /// Returns the record before and after.
+    pub async fn record(
+        &self,
+        pool: &str,
+        obs: &Observation,
+    ) -> Result<(PoolRecord, PoolRecord), PortError> {
+        let pk = state::pool_pk(pool);
+        let mut last = None;
+        for _ in 0..WRITE_ATTEMPTS {
+            let current = self.store.get(&pk, state::POOL_STATE_SK).await?;
+            let (before, expected) = match current {
+                Some(v) => {
+                    let rec: PoolRecord = serde_json::from_value(v.value).map_err(|e| {
+                        PortError::new(
+                            "state:decode",
+                            ErrorKind::Other,
+                            format!("pool record {pool}: {e}"),
+                        )
+                    })?;
+                    (rec, Some(v.version))
+                }
+                None => (
+                    PoolRecord {
+                        pool: pool.to_string(),
+                        ..PoolRecord::default()
+                    },
+                    None,
+                ),
+            };
+            let after = before.apply(obs);
+            let doc = serde_json::to_value(&after)
+                .map_err(|e| PortError::new("state:encode", ErrorKind::Other, e.to_string()))?;
+            match self
+                .store
+                .put(&pk, state::POOL_STATE_SK, &doc, expected, None)
+                .await
+            {
+                Ok(_) => return Ok((before, after)),
+                Err(e) if e.kind == ErrorKind::Conflict => {
+                    tracing::debug!(pool = %pool, "pool record changed underneath; re-reading");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            PortError::new("state:write", ErrorKind::Conflict, "too many conflicts")
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::references;
+
+    #[test]
+    fn ssm_references_by_name_or_arn() {
+        assert!(references("/golden/x", "/golden/x"));
+        assert!(references(
+            "arn:aws:ssm:us-east-2:123456789012:parameter/golden/x",
+            "/golden/x"
+        ));
+        assert!(!references(
+            "arn:aws:ssm:us-east-2:123456789012:parameter/golden/xy",
+            "/golden/x"
+        ));
+        assert!(!references("/golden/x", "/golden/y"));
+    }
+}
+
+/// Builds the watcher from the environment: `NODECYCLE_TABLE` (required),
+/// `NODECYCLE_POLICY_PREFIX` (default `/nodecycle/pools/`).
+pub fn from_env(config: &aws_config::SdkConfig) -> Result<AmiWatcher, HandlerError> {
+    use crate::aws::{
+        Clients,
+        dynamodb::Table,
+        ec2::Ec2,
+        eks::Eks,
+        nodegroup::NodeGroups,
+        ssm::{Ssm, SsmPolicies},
+    };
+    let table = std::env::var(state::TABLE_ENV).map_err(|_| HandlerError {
+        error_type: "Configuration".into(),
+        message: format!(
+            "{} is not set; expected the DynamoDB table name",
+            state::TABLE_ENV
+        ),
+    })?;
+    let prefix = std::env::var(crate::policy::source::PREFIX_ENV)
+        .unwrap_or_else(|_| crate::policy::source::DEFAULT_PREFIX.to_string());
+    let c = Clients::new(config);
+    let ssm = Ssm::new(c.ssm.clone());
+    Ok(AmiWatcher {
+        policies: Arc::new(SsmPolicies::new(ssm.clone(), &prefix)),
+        parameters: Arc::new(ssm),
+        images: Arc::new(Ec2::new(c.ec2.clone())),
+        clusters: Arc::new(Eks::new(c.eks.clone())),
+        groups: Arc::new(NodeGroups::new(
+            c.autoscaling.clone(),
+            c.ec2.clone(),
+            c.eks.clone(),
+        )),
+        store: Arc::new(Table::new(c.dynamodb.clone(), table)),
+    })
+}
