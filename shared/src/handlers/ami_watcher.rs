@@ -165,10 +165,8 @@ impl AmiWatcher {
                 continue;
             };
             let pool = policy.pool_id();
-            if let Some(only) = &only {
-                if !only.contains(&pool) {
-                    continue;
-                }
+            if only.as_ref().is_some_and(|o| !o.contains(&pool)) {
+                continue;
             }
             if let Some(first) = seen.get(&pool) {
                 let message = format!(
@@ -363,25 +361,6 @@ impl AmiWatcher {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::references;
-
-    #[test]
-    fn ssm_references_by_name_or_arn() {
-        assert!(references("/golden/x", "/golden/x"));
-        assert!(references(
-            "arn:aws:ssm:us-east-2:123456789012:parameter/golden/x",
-            "/golden/x"
-        ));
-        assert!(!references(
-            "arn:aws:ssm:us-east-2:123456789012:parameter/golden/xy",
-            "/golden/x"
-        ));
-        assert!(!references("/golden/x", "/golden/y"));
-    }
-}
-
 /// Builds the watcher from the environment: `NODECYCLE_TABLE` (required),
 /// `NODECYCLE_POLICY_PREFIX` (default `/nodecycle/pools/`).
 pub fn from_env(config: &aws_config::SdkConfig) -> Result<AmiWatcher, HandlerError> {
@@ -416,4 +395,23 @@ pub fn from_env(config: &aws_config::SdkConfig) -> Result<AmiWatcher, HandlerErr
         )),
         store: Arc::new(Table::new(c.dynamodb.clone(), table)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::references;
+
+    #[test]
+    fn ssm_references_by_name_or_arn() {
+        assert!(references("/golden/x", "/golden/x"));
+        assert!(references(
+            "arn:aws:ssm:us-east-2:123456789012:parameter/golden/x",
+            "/golden/x"
+        ));
+        assert!(!references(
+            "arn:aws:ssm:us-east-2:123456789012:parameter/golden/xy",
+            "/golden/x"
+        ));
+        assert!(!references("/golden/x", "/golden/y"));
+    }
 }

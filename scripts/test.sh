@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The full test suite: formatting, lints, template lint, unit, property and integration tests
+# (moto server and the Kubernetes API stand-in start inside the tests). No AWS account needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+nodecycle_python_setup
+
+echo "==> cargo fmt --check" >&2
+cargo fmt --all -- --check
+echo "==> cargo clippy" >&2
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "==> cfn-lint template.yaml" >&2
+cfn-lint template.yaml
+echo "==> cargo test" >&2
+cargo test --workspace --locked

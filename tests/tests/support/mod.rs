@@ -1,0 +1,125 @@
+//! Shared fixtures for the AMI tests: public EKS AMIs published the way AWS publishes them
+//! (an image owned by Amazon plus the SSM parameter pointing at it), policies, adapters.
+
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use nodecycle::ami::resolve::Resolver;
+use nodecycle::aws::{
+    Clients, dynamodb::Table, ec2::Ec2, eks::Eks, nodegroup::NodeGroups, ssm::Ssm,
+};
+use nodecycle::policy::{self, Policy};
+use nodecycle_tests::{FakeCloud, ImageFixture};
+
+/// Registers an Amazon-owned image and points `path` at it; returns the image id.
+pub fn publish(cloud: &FakeCloud, path: &str, name: &str, arch: &str, created: &str) -> String {
+    let id = cloud.register_image(
+        ImageFixture::new(name)
+            .architecture(arch)
+            .owner("amazon")
+            .created(created),
+    );
+    cloud.put_parameter(path, &id);
+    id
+}
+
+/// Publishes AL2023 for every arch/variant pair under `k8s`, both as `recommended` and pinned
+/// `release`; returns `(arch, variant, id)` triples.
+pub fn publish_al2023(
+    cloud: &FakeCloud,
+    k8s: &str,
+    release: &str,
+    created: &str,
+) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for (arch, variant) in [
+        ("x86_64", "standard"),
+        ("x86_64", "nvidia"),
+        ("x86_64", "neuron"),
+        ("arm64", "standard"),
+        ("arm64", "nvidia"),
+    ] {
+        let name = format!("amazon-eks-node-al2023-{arch}-{variant}-{k8s}-{release}");
+        let base =
+            format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{arch}/{variant}");
+        let id = publish(
+            cloud,
+            &format!("{base}/{name}/image_id"),
+            &name,
+            arch,
+            created,
+        );
+        cloud.put_parameter(&format!("{base}/recommended/image_id"), &id);
+        out.push((arch.to_string(), variant.to_string(), id));
+    }
+    out
+}
+
+/// The id published for `arch`/`variant` in [`publish_al2023`]'s result.
+pub fn id_of(published: &[(String, String, String)], arch: &str, variant: &str) -> String {
+    published
+        .iter()
+        .find(|(a, v, _)| a == arch && v == variant)
+        .map(|(_, _, id)| id.clone())
+        .unwrap()
+}
+
+/// Parses a policy that must be valid.
+pub fn policy(yaml: &str) -> Policy {
+    let parsed = policy::parse(yaml);
+    parsed
+        .policy
+        .unwrap_or_else(|| panic!("invalid test policy: {:?}", parsed.problems))
+}
+
+/// A minimal policy around some terms (YAML list items, indented by two spaces).
+pub fn pool(arch: Option<&str>, variant: &str, terms: &str) -> Policy {
+    let arch = arch
+        .map(|a| format!("architecture: {a}\n"))
+        .unwrap_or_default();
+    policy(&format!(
+        "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\n{arch}variant: {variant}\namiSelectorTerms:\n{terms}"
+    ))
+}
+
+/// Real adapters over the fake cloud.
+pub struct Adapters {
+    pub ssm: Ssm,
+    pub ec2: Ec2,
+    pub eks: Eks,
+    pub groups: NodeGroups,
+    pub clients: Clients,
+}
+
+impl Adapters {
+    pub async fn new(cloud: &FakeCloud) -> Adapters {
+        let clients = Clients::new(&cloud.sdk_config().await);
+        Adapters {
+            ssm: Ssm::new(clients.ssm.clone()),
+            ec2: Ec2::new(clients.ec2.clone()),
+            eks: Eks::new(clients.eks.clone()),
+            groups: NodeGroups::new(
+                clients.autoscaling.clone(),
+                clients.ec2.clone(),
+                clients.eks.clone(),
+            ),
+            clients,
+        }
+    }
+
+    pub fn resolver(&self) -> Resolver<'_> {
+        Resolver::new(&self.ssm, &self.ec2, &self.eks, &self.groups)
+    }
+
+    /// A fresh state table.
+    pub async fn table(&self, name: &str) -> Arc<Table> {
+        let t = Table::new(self.clients.dynamodb.clone(), name);
+        t.create_if_missing().await.expect("create table");
+        Arc::new(t)
+    }
+}
+
+pub fn now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}
