@@ -1,0 +1,277 @@
+//! The `nodecycle` binary's stable interface: exit codes, stdout shapes, and `run` going through
+//! the same handler as the Lambda, against moto server.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use nodecycle_tests::FakeCloud;
+use serde_json::Value;
+use support::*;
+
+fn bin() -> PathBuf {
+    // target/<profile>/deps/cli-<hash> -> target/<profile>/nodecycle
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().unwrap().parent().unwrap().join("nodecycle");
+    assert!(
+        path.exists(),
+        "{} not built (cargo test --workspace builds it)",
+        path.display()
+    );
+    path
+}
+
+fn repo(path: &str) -> String {
+    format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str], cloud: Option<&FakeCloud>, extra_env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env_remove("AWS_PROFILE")
+        .env("NODECYCLE_LOG", "warn");
+    if let Some(c) = cloud {
+        cmd.envs(c.env_vars());
+    }
+    cmd.envs(extra_env.iter().copied());
+    cmd.output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn temp_file(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("nodecycle-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn validate_exit_codes_and_problem_lines() {
+    let ok = repo("examples/prod-general.yaml");
+    let out = run(&["validate", &ok], None, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // The wrapping weekend range is accepted with a portability warning.
+    assert!(
+        stdout(&out).contains("disruption.budgets[2].schedule: warning: "),
+        "{}",
+        stdout(&out)
+    );
+
+    let bad = temp_file(
+        "bad.yaml",
+        "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: g }\namiSelectorTerms:\n  - alias: al2024@latest\npaused: yes\n",
+    );
+    let out = run(&["validate", &ok, &bad], None, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let lines: Vec<String> = stdout(&out)
+        .lines()
+        .filter(|l| l.starts_with(&bad))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            format!(
+                "{bad}: amiSelectorTerms[0].alias: unknown family \"al2024\"; expected one of al2, al2023, bottlerocket, windows2019, windows2022, windows2025"
+            ),
+            format!("{bad}: paused: expected a boolean (true or false), got \"yes\""),
+        ]
+    );
+    let out = run(&["validate", "/nonexistent.yaml"], None, &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn resolve_prints_the_stable_json_shape() {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    let published = publish_al2023(&cloud, "1.30", "v20240807", "2024-08-07T10:00:00Z");
+    let policy = temp_file(
+        "pinned.yaml",
+        "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: prod-general }\narchitecture: arm64\namiSelectorTerms:\n  - alias: al2023@v20240807\n",
+    );
+    let out = run(&["resolve", &policy], Some(&cloud), &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["pool"], "prod/general");
+    assert_eq!(v["kubernetesVersion"], "1.30");
+    let desired = &v["desired"];
+    assert_eq!(
+        desired["id"],
+        id_of(&published, "arm64", "standard").as_str()
+    );
+    assert_eq!(
+        desired["name"],
+        "amazon-eks-node-al2023-arm64-standard-1.30-v20240807"
+    );
+    assert_eq!(desired["architecture"], "arm64");
+    assert_eq!(desired["variant"], "standard");
+    assert_eq!(desired["deprecated"], false);
+    assert!(
+        desired["creationDate"]
+            .as_str()
+            .unwrap()
+            .starts_with("2024-08-07T10:00:00")
+    );
+    assert_eq!(desired["source"]["term"], 0);
+    assert_eq!(
+        desired["source"]["parameter"],
+        "/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/arm64/standard/amazon-eks-node-al2023-arm64-standard-1.30-v20240807/image_id"
+    );
+    let keys: Vec<&String> = desired.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "id",
+            "name",
+            "architecture",
+            "variant",
+            "creationDate",
+            "deprecated",
+            "source"
+        ]
+    );
+    assert_eq!(v["candidates"].as_array().unwrap().len(), 5);
+
+    let none = temp_file(
+        "none.yaml",
+        "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: prod-general }\narchitecture: arm64\namiSelectorTerms:\n  - name: does-not-exist-*\n",
+    );
+    let out = run(&["resolve", &none], Some(&cloud), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("no AMI matches arm64/standard"),
+        "{v}"
+    );
+
+    let invalid = temp_file("invalid.yaml", "cluster: prod\n");
+    assert_eq!(
+        run(&["resolve", &invalid], Some(&cloud), &[]).status.code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn budget_prints_the_allowance() {
+    let policy = repo("examples/prod-general.yaml");
+    // Saturday 10:00 UTC = Saturday 18:00 in Shanghai: inside the weekend "0" window (budget 2).
+    let out = run(
+        &[
+            "budget",
+            &policy,
+            "--at",
+            "2026-12-05T10:00:00Z",
+            "--nodes",
+            "19",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"reason": "Drifted", "total": 19, "disrupting": 0, "allowed": 0, "limitedBy": 2, "nextChange": "2026-12-07T01:00:00Z"})
+    );
+    // Wednesday 10:00 UTC: 15% of 19 rounds up to 3, the "3" budget ties; one already disrupting.
+    let out = run(
+        &[
+            "budget",
+            &policy,
+            "--at",
+            "2026-12-02T10:00:00Z",
+            "--nodes",
+            "19",
+            "--disrupting",
+            "1",
+            "--reason",
+            "Expired",
+        ],
+        None,
+        &[],
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["allowed"], 2);
+    assert_eq!(v["limitedBy"], 0);
+    assert_eq!(v["reason"], "Expired");
+    assert_eq!(
+        run(
+            &["budget", &policy, "--at", "yesterday", "--nodes", "3"],
+            None,
+            &[]
+        )
+        .status
+        .code(),
+        Some(2)
+    );
+}
+
+#[tokio::test]
+async fn run_ami_watcher_uses_the_lambda_handler() {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    let published = publish_al2023(&cloud, "1.30", "v20240807", "2024-08-07T10:00:00Z");
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: prod-general }\narchitecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\n",
+    );
+    Adapters::new(&cloud).await.table("cli-state").await;
+    let env = [("NODECYCLE_TABLE", "cli-state"), ("NODECYCLE_LOG", "info")];
+    let out = run(
+        &[
+            "run",
+            "ami-watcher",
+            "--event",
+            &repo("events/scheduled-tick.json"),
+        ],
+        Some(&cloud),
+        &env,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["pools"][0]["pool"], "prod/general");
+    assert_eq!(
+        v["pools"][0]["desired"],
+        id_of(&published, "x86_64", "standard").as_str()
+    );
+    // Logs are structured JSON on stderr, one decision per line.
+    let decision = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["pool"] == "prod/general")
+        .expect("a JSON decision line for the pool");
+    assert_eq!(decision["decision"], "changed");
+
+    // A malformed event is an InvalidEvent error, exit 1.
+    let bad = temp_file(
+        "bad-event.json",
+        r#"{"detail-type": "Parameter Store Change", "source": "aws.ssm", "detail": {}}"#,
+    );
+    let out = run(&["run", "ami-watcher", "--event", &bad], Some(&cloud), &env);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["errorType"], "InvalidEvent");
+}
