@@ -8,9 +8,11 @@ pub mod ami;
 pub mod budget;
 pub mod duration;
 pub mod event;
+pub mod fleet;
 pub mod policy;
 pub mod port;
 pub mod problem;
+pub mod rotation;
 pub mod state;
 
 #[cfg(feature = "aws")]

@@ -1,0 +1,105 @@
+//! What the rotator observes about one pool (pure data, built by adapters): the group, its
+//! instances joined with EC2 and the Kubernetes nodes, and the in-flight rotations.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Policy;
+use crate::rotation::Rotation;
+
+/// Auto Scaling lifecycle state of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Lifecycle {
+    /// Launching (`Pending`, `Pending:Wait`, `Pending:Proceed`).
+    Pending,
+    /// `InService`.
+    InService,
+    /// Leaving (`Terminating*`, `Terminated`, `Detaching`, `Detached`, `EnteringStandby`, `Standby`).
+    Leaving,
+    /// Anything else (`Warmed:*`, unknown).
+    Other(String),
+}
+
+/// A Kubernetes node as the rotator needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// `metadata.name`.
+    pub name: String,
+    /// Ready condition is True.
+    pub ready: bool,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// Value of the `nodecycle.dev/disrupted` taint, if present (someone is disrupting it).
+    pub disrupted: Option<String>,
+    /// Pods that would need eviction (not DaemonSet, not mirror, not finished).
+    pub evictable_pods: u32,
+}
+
+/// One instance of the group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    /// `i-...`.
+    pub instance_id: String,
+    /// Availability zone.
+    pub availability_zone: String,
+    /// The AMI it runs (EC2 DescribeInstances), `None` if unknown.
+    pub image_id: Option<String>,
+    /// EC2 launch time.
+    pub launch_time: DateTime<Utc>,
+    /// Auto Scaling lifecycle.
+    pub lifecycle: Lifecycle,
+    /// Its Kubernetes node, matched by providerID; `None` = not registered.
+    pub node: Option<NodeStatus>,
+}
+
+impl Member {
+    /// Registered, Ready and in service: counts toward a budget's `total`.
+    pub fn is_ready(&self) -> bool {
+        self.lifecycle == Lifecycle::InService && self.node.as_ref().is_some_and(|n| n.ready)
+    }
+}
+
+/// The Auto Scaling group (or managed node group's group) of a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Group {
+    /// Group name.
+    pub name: String,
+    /// `MinSize`.
+    pub min_size: i32,
+    /// `MaxSize`.
+    pub max_size: i32,
+    /// `DesiredCapacity`.
+    pub desired_capacity: i32,
+    /// The AMI the group's current launch template version launches, if known.
+    pub launch_template_image: Option<String>,
+}
+
+/// Pool-level state that gates rotation.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gates {
+    /// The AMI nodes should run; `None` = unresolved (rotate nothing).
+    pub desired_ami: Option<String>,
+    /// Operator pause (or policy `paused`), with its reason.
+    pub paused: Option<String>,
+    /// Halted after a failed rotation, with its reason.
+    pub halted: Option<String>,
+}
+
+/// Everything the planner sees about one pool at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The pool's policy.
+    pub policy: Policy,
+    /// Desired AMI, pause and halt.
+    pub gates: Gates,
+    /// The group.
+    pub group: Group,
+    /// Its instances.
+    pub members: Vec<Member>,
+    /// Rotations recorded for this pool (any step, including recently finished ones).
+    pub rotations: Vec<Rotation>,
+}

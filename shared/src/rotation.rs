@@ -1,0 +1,141 @@
+//! The rotation of one node: a small state machine persisted in DynamoDB and advanced one step
+//! per rotator pass: `Pending -> Surging -> Cordoned -> Draining -> Terminating -> Done`, or
+//! `Failed` (which halts the pool).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Why a node is being replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RotationReason {
+    /// Runs an AMI other than the desired one (budgeted).
+    Drifted,
+    /// Older than `expireAfter` (budgeted until forced).
+    Expired,
+    /// Spot/capacity rebalance with `rebalance: replace` (no budget wait).
+    Interrupted,
+    /// Scheduled EC2 maintenance or retirement (budgeted until close to its deadline).
+    Maintenance,
+    /// Operator request (`ops rotate`).
+    Manual,
+}
+
+impl RotationReason {
+    /// The budget reason this rotation waits for, if it is budgeted at all.
+    pub fn budget_reason(self) -> Option<crate::budget::Reason> {
+        match self {
+            RotationReason::Drifted => Some(crate::budget::Reason::Drifted),
+            RotationReason::Expired => Some(crate::budget::Reason::Expired),
+            _ => None,
+        }
+    }
+}
+
+/// Steps of a rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Step {
+    /// Recorded, nothing done yet.
+    Pending,
+    /// Desired capacity raised by one; waiting for the replacement's node to be Ready.
+    Surging,
+    /// Node cordoned and tainted.
+    Cordoned,
+    /// Pods being evicted (resumable across passes).
+    Draining,
+    /// Instance being terminated.
+    Terminating,
+    /// Finished.
+    Done,
+    /// Aborted: the old node was uncordoned, the surge undone, the pool halted.
+    Failed,
+}
+
+impl Step {
+    /// `Done` or `Failed`.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Step::Done | Step::Failed)
+    }
+}
+
+/// A surge: the capacity the group was raised to, and the instances that existed before it (so
+/// the replacement is the instance not in this set).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Surge {
+    /// Desired capacity to hold while surging (absolute, so repeating the call is harmless).
+    pub target_desired: i32,
+    /// Instance ids in the group when the surge started.
+    pub baseline: Vec<String>,
+}
+
+/// One node's rotation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rotation {
+    /// `<cluster>/<name>`.
+    pub pool: String,
+    /// The instance being replaced.
+    pub instance_id: String,
+    /// Why.
+    pub reason: RotationReason,
+    /// Current step.
+    pub step: Step,
+    /// Does not wait for budgets (forced expiry, interruption, emergency rotation).
+    #[serde(default)]
+    pub forced: bool,
+    /// When the rotation was recorded.
+    pub created_at: DateTime<Utc>,
+    /// When the current step was entered.
+    pub step_at: DateTime<Utc>,
+    /// Set once a surge was started.
+    #[serde(default)]
+    pub surge: Option<Surge>,
+    /// The replacement instance, once seen.
+    #[serde(default)]
+    pub replacement: Option<String>,
+    /// Drain progress (the drain module's resumable state), once draining.
+    #[serde(default)]
+    pub drain: Option<serde_json::Value>,
+    /// Deadline (scheduled maintenance start), if any.
+    #[serde(default)]
+    pub deadline: Option<DateTime<Utc>>,
+    /// Why it failed, or the last transient error.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl Rotation {
+    /// A new `Pending` rotation.
+    pub fn new(
+        pool: &str,
+        instance_id: &str,
+        reason: RotationReason,
+        forced: bool,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Rotation {
+            pool: pool.to_string(),
+            instance_id: instance_id.to_string(),
+            reason,
+            step: Step::Pending,
+            forced,
+            created_at: now,
+            step_at: now,
+            surge: None,
+            replacement: None,
+            drain: None,
+            deadline: None,
+            error: None,
+        }
+    }
+
+    /// In flight: recorded and not finished. In-flight rotations count as disrupting.
+    pub fn in_flight(&self) -> bool {
+        !self.step.is_finished()
+    }
+}
+
+/// Sort key of a rotation item under the pool's partition.
+pub fn rotation_sk(instance_id: &str) -> String {
+    format!("ROT#{instance_id}")
+}
