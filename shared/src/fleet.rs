@@ -103,3 +103,59 @@ pub struct Snapshot {
     /// Rotations recorded for this pool (any step, including recently finished ones).
     pub rotations: Vec<Rotation>,
 }
+
+/// An instance of the group as Auto Scaling and EC2 report it (before joining with Kubernetes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInstance {
+    /// `i-...`.
+    pub instance_id: String,
+    /// Availability zone.
+    pub availability_zone: String,
+    /// The AMI it runs.
+    pub image_id: Option<String>,
+    /// EC2 launch time.
+    pub launch_time: DateTime<Utc>,
+    /// Auto Scaling lifecycle.
+    pub lifecycle: Lifecycle,
+}
+
+impl GroupInstance {
+    /// Joins with the instance's node (if registered).
+    pub fn with_node(self, node: Option<NodeStatus>) -> Member {
+        Member {
+            instance_id: self.instance_id,
+            availability_zone: self.availability_zone,
+            image_id: self.image_id,
+            launch_time: self.launch_time,
+            lifecycle: self.lifecycle,
+            node,
+        }
+    }
+}
+
+/// Auto Scaling group operations (self-managed pools).
+#[async_trait::async_trait]
+pub trait GroupOps: Send + Sync {
+    /// The group and its instances (joined with EC2 for image and launch time).
+    async fn describe(
+        &self,
+        group: &str,
+    ) -> Result<(Group, Vec<GroupInstance>), crate::port::PortError>;
+    /// Sets the desired capacity to an absolute value (idempotent).
+    async fn set_desired_capacity(
+        &self,
+        group: &str,
+        desired: i32,
+    ) -> Result<(), crate::port::PortError>;
+    /// Terminates an instance through the group, decrementing desired capacity when asked.
+    /// An instance that is already gone is success.
+    async fn terminate_instance(
+        &self,
+        instance_id: &str,
+        decrement: bool,
+    ) -> Result<(), crate::port::PortError>;
+    /// Makes every new instance of the group launch `image`: a new launch template version from
+    /// the current one with only the image changed, and the group pointed at it. Returns the
+    /// new version number.
+    async fn set_image(&self, group: &str, image: &str) -> Result<String, crate::port::PortError>;
+}

@@ -1,6 +1,7 @@
 //! AWS adapters: each implements one port with the real SDK and translates SDK errors into
 //! [`PortError`]s. Nothing outside this module sees SDK types.
 
+pub mod autoscaling;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;

@@ -1,0 +1,260 @@
+//! Auto Scaling adapter for [`GroupOps`]: self-managed node groups.
+
+use async_trait::async_trait;
+use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
+use aws_sdk_ec2::types::RequestLaunchTemplateData;
+use chrono::{DateTime, Utc};
+
+use super::port_error;
+use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle};
+use crate::port::{ErrorKind, PortError};
+
+/// Auto Scaling and EC2 through the SDK.
+#[derive(Clone, Debug)]
+pub struct AutoScaling {
+    autoscaling: aws_sdk_autoscaling::Client,
+    ec2: aws_sdk_ec2::Client,
+}
+
+/// The launch template a group uses: id or name, and version as written on the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TemplateRef {
+    id: Option<String>,
+    name: Option<String>,
+    version: String,
+}
+
+fn lifecycle(state: &str) -> Lifecycle {
+    match state {
+        "InService" => Lifecycle::InService,
+        s if s.starts_with("Pending") => Lifecycle::Pending,
+        s if s.starts_with("Terminat") || s.starts_with("Detach") || s.contains("Standby") => {
+            Lifecycle::Leaving
+        }
+        other => Lifecycle::Other(other.to_string()),
+    }
+}
+
+impl AutoScaling {
+    /// Wraps the clients.
+    pub fn new(autoscaling: aws_sdk_autoscaling::Client, ec2: aws_sdk_ec2::Client) -> Self {
+        Self { autoscaling, ec2 }
+    }
+
+    async fn group(
+        &self,
+        name: &str,
+    ) -> Result<aws_sdk_autoscaling::types::AutoScalingGroup, PortError> {
+        let out = self
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(name)
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
+        out.auto_scaling_groups().first().cloned().ok_or_else(|| {
+            PortError::new(
+                "autoscaling:DescribeAutoScalingGroups",
+                ErrorKind::NotFound,
+                format!("Auto Scaling group {name} does not exist"),
+            )
+        })
+    }
+
+    fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateRef> {
+        let spec = group.launch_template().or_else(|| {
+            group
+                .mixed_instances_policy()
+                .and_then(|m| m.launch_template())
+                .and_then(|t| t.launch_template_specification())
+        })?;
+        Some(TemplateRef {
+            id: spec.launch_template_id().map(str::to_string),
+            name: spec.launch_template_name().map(str::to_string),
+            version: spec.version().unwrap_or("$Default").to_string(),
+        })
+    }
+
+    /// (version number, image) of the template version the group launches.
+    async fn template_version(
+        &self,
+        t: &TemplateRef,
+    ) -> Result<(i64, Option<String>, String), PortError> {
+        let out = self
+            .ec2
+            .describe_launch_template_versions()
+            .set_launch_template_id(t.id.clone())
+            .set_launch_template_name(if t.id.is_some() { None } else { t.name.clone() })
+            .versions(&t.version)
+            .send()
+            .await
+            .map_err(|e| port_error("ec2:DescribeLaunchTemplateVersions", e))?;
+        let v = out.launch_template_versions().first().ok_or_else(|| {
+            PortError::new(
+                "ec2:DescribeLaunchTemplateVersions",
+                ErrorKind::NotFound,
+                format!("launch template version {} not found", t.version),
+            )
+        })?;
+        Ok((
+            v.version_number().unwrap_or_default(),
+            v.launch_template_data()
+                .and_then(|d| d.image_id())
+                .map(str::to_string),
+            v.launch_template_id().unwrap_or_default().to_string(),
+        ))
+    }
+}
+
+#[async_trait]
+impl GroupOps for AutoScaling {
+    async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
+        let g = self.group(name).await?;
+        let launch_template_image = match Self::template_of(&g) {
+            Some(t) => self.template_version(&t).await?.1,
+            None => None,
+        };
+        let group = Group {
+            name: name.to_string(),
+            min_size: g.min_size().unwrap_or_default(),
+            max_size: g.max_size().unwrap_or_default(),
+            desired_capacity: g.desired_capacity().unwrap_or_default(),
+            launch_template_image,
+        };
+        let ids: Vec<String> = g
+            .instances()
+            .iter()
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect();
+        let mut ec2_info = std::collections::HashMap::new();
+        for chunk in ids.chunks(100) {
+            let mut pages = self
+                .ec2
+                .describe_instances()
+                .set_instance_ids(Some(chunk.to_vec()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| port_error("ec2:DescribeInstances", e))?;
+                for r in page.reservations() {
+                    for i in r.instances() {
+                        let Some(id) = i.instance_id() else { continue };
+                        let launched = i
+                            .launch_time()
+                            .and_then(|t| {
+                                DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())
+                            })
+                            .unwrap_or_default();
+                        ec2_info
+                            .insert(id.to_string(), (i.image_id().map(str::to_string), launched));
+                    }
+                }
+            }
+        }
+        let instances = g
+            .instances()
+            .iter()
+            .filter_map(|i| {
+                let id = i.instance_id()?.to_string();
+                let (image_id, launch_time) = ec2_info
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or((None, DateTime::<Utc>::default()));
+                Some(GroupInstance {
+                    availability_zone: i.availability_zone().unwrap_or_default().to_string(),
+                    lifecycle: lifecycle(i.lifecycle_state().map(|s| s.as_str()).unwrap_or("")),
+                    instance_id: id,
+                    image_id,
+                    launch_time,
+                })
+            })
+            .collect();
+        Ok((group, instances))
+    }
+
+    async fn set_desired_capacity(&self, group: &str, desired: i32) -> Result<(), PortError> {
+        self.autoscaling
+            .set_desired_capacity()
+            .auto_scaling_group_name(group)
+            .desired_capacity(desired)
+            .honor_cooldown(false)
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:SetDesiredCapacity", e))?;
+        Ok(())
+    }
+
+    async fn terminate_instance(
+        &self,
+        instance_id: &str,
+        decrement: bool,
+    ) -> Result<(), PortError> {
+        match self
+            .autoscaling
+            .terminate_instance_in_auto_scaling_group()
+            .instance_id(instance_id)
+            .should_decrement_desired_capacity(decrement)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let e = port_error("autoscaling:TerminateInstanceInAutoScalingGroup", e);
+                // Already gone (terminated, or no longer in the group): nothing to do.
+                let gone = e.is_not_found()
+                    || e.message.contains("not found")
+                    || e.message.contains("Instance Id not found");
+                if gone { Ok(()) } else { Err(e) }
+            }
+        }
+    }
+
+    async fn set_image(&self, group: &str, image: &str) -> Result<String, PortError> {
+        let g = self.group(group).await?;
+        let t = Self::template_of(&g).ok_or_else(|| {
+            PortError::new(
+                "autoscaling:DescribeAutoScalingGroups",
+                ErrorKind::Other,
+                format!("group {group} uses no launch template; nodecycle rotates only groups with launch templates"),
+            )
+        })?;
+        let (number, current_image, template_id) = self.template_version(&t).await?;
+        if current_image.as_deref() == Some(image) {
+            return Ok(number.to_string());
+        }
+        let out = self
+            .ec2
+            .create_launch_template_version()
+            .launch_template_id(&template_id)
+            .source_version(number.to_string())
+            .version_description(format!("nodecycle: image {image}"))
+            .launch_template_data(RequestLaunchTemplateData::builder().image_id(image).build())
+            .send()
+            .await
+            .map_err(|e| port_error("ec2:CreateLaunchTemplateVersion", e))?;
+        let version = out
+            .launch_template_version()
+            .and_then(|v| v.version_number())
+            .map(|n| n.to_string())
+            .ok_or_else(|| {
+                PortError::new(
+                    "ec2:CreateLaunchTemplateVersion",
+                    ErrorKind::Other,
+                    "no version number in the response",
+                )
+            })?;
+        self.autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(group)
+            .launch_template(
+                LaunchTemplateSpecification::builder()
+                    .launch_template_id(&template_id)
+                    .version(&version)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:UpdateAutoScalingGroup", e))?;
+        Ok(version)
+    }
+}
