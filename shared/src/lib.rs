@@ -16,3 +16,5 @@ pub mod state;
 pub mod aws;
 #[cfg(feature = "aws")]
 pub mod handlers;
+#[cfg(feature = "kube")]
+pub mod kube;
