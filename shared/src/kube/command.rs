@@ -205,3 +205,139 @@ pub fn describe_step(step: &DrainProgress) -> String {
     }
     parts.join("; ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::memory::MemoryCluster;
+    use crate::kube::ops::EvictOutcome;
+    use crate::kube::pods::{PodInfo, PodRef};
+
+    fn pod(name: &str, controller: &str) -> PodInfo {
+        PodInfo {
+            pod: PodRef {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+            },
+            phase: "Running".into(),
+            controller_kind: Some(controller.into()),
+            mirror: false,
+            deletion_timestamp: None,
+            grace_period_seconds: Some(0),
+            priority_class: None,
+        }
+    }
+
+    #[test]
+    fn instance_ids() {
+        assert!(is_instance_id("i-0123456789abcdef0"));
+        assert!(is_instance_id("i-01234567"));
+        for bad in [
+            "",
+            "i-",
+            "i-xyz",
+            "0123456789abcdef0",
+            "i-0123456789abcdef",
+            "i-0123456789ABCDEFG",
+        ] {
+            assert!(!is_instance_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn report_json_shape() {
+        let r = DrainReport {
+            node: "ip-10-0-0-1.ec2.internal".into(),
+            evicted: 3,
+            skipped: 2,
+            deleted: 1,
+            blocked_by: vec!["default/web".into()],
+            done: false,
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::json!({"node": "ip-10-0-0-1.ec2.internal", "evicted": 3, "skipped": 2,
+                "deleted": 1, "blockedBy": ["default/web"], "done": false})
+        );
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(DrainCommandError::BadInput("x".into()).exit_code(), 2);
+        assert_eq!(
+            DrainCommandError::Failed(KubeError::Config("x".into())).exit_code(),
+            1
+        );
+        let e: DrainCommandError = DrainError::NodeNotFound("i-1".into()).into();
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[tokio::test]
+    async fn drain_until_done() {
+        let c = MemoryCluster::new(Utc::now());
+        c.add_node("n1", "i-0123456789abcdef0");
+        c.add_pod("n1", pod("a", "ReplicaSet"));
+        c.add_pod("n1", pod("ds", "DaemonSet"));
+        let mut lines = Vec::new();
+        let report = drain_until(
+            &c,
+            "i-0123456789abcdef0",
+            None,
+            Duration::from_secs(5),
+            Duration::from_millis(1),
+            &mut |l: &str| lines.push(l.to_owned()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            report,
+            DrainReport {
+                node: "n1".into(),
+                evicted: 1,
+                skipped: 1,
+                deleted: 0,
+                blocked_by: vec![],
+                done: true
+            }
+        );
+        assert!(lines.len() >= 2, "{lines:?}");
+    }
+
+    #[tokio::test]
+    async fn drain_until_times_out_while_blocked() {
+        let c = MemoryCluster::new(Utc::now());
+        c.add_node("n1", "i-0123456789abcdef0");
+        c.add_pod("n1", pod("a", "ReplicaSet"));
+        let blocked = EvictOutcome::Blocked {
+            pdb: Some("web".into()),
+            message: "no".into(),
+        };
+        c.script_evictions("a", vec![blocked; 1000]);
+        let report = drain_until(
+            &c,
+            "i-0123456789abcdef0",
+            None,
+            Duration::from_millis(50),
+            Duration::from_millis(10),
+            &mut |_: &str| {},
+        )
+        .await
+        .unwrap();
+        assert!(!report.done);
+        assert_eq!(report.blocked_by, vec!["default/web"]);
+        assert_eq!(report.evicted, 0);
+
+        let err = drain_until(
+            &c,
+            "i-0fffffffffffffff0",
+            None,
+            Duration::from_secs(1),
+            Duration::ZERO,
+            &mut |_: &str| {},
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+    }
+}

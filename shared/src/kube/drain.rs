@@ -578,3 +578,548 @@ async fn record<A: NodeOps + ?Sized>(api: &A, node: &NodeInfo, event: &NodeEvent
         tracing::warn!(node = %node.name, reason = %event.reason, %error, "could not record event");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::memory::MemoryCluster;
+    use chrono::TimeZone;
+
+    fn t(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + secs, 0).single().unwrap()
+    }
+
+    fn pod(name: &str) -> PodInfo {
+        PodInfo {
+            pod: PodRef {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+            },
+            phase: "Running".into(),
+            controller_kind: Some("ReplicaSet".into()),
+            mirror: false,
+            deletion_timestamp: None,
+            grace_period_seconds: Some(30),
+            priority_class: None,
+        }
+    }
+
+    fn critical(name: &str) -> PodInfo {
+        PodInfo {
+            priority_class: Some("system-cluster-critical".into()),
+            ..pod(name)
+        }
+    }
+
+    fn daemon(name: &str) -> PodInfo {
+        PodInfo {
+            controller_kind: Some("DaemonSet".into()),
+            ..pod(name)
+        }
+    }
+
+    fn terminating(name: &str, at: i64) -> PodInfo {
+        PodInfo {
+            deletion_timestamp: Some(t(at)),
+            ..pod(name)
+        }
+    }
+
+    fn node() -> NodeInfo {
+        NodeInfo {
+            name: "n1".into(),
+            uid: "uid-n1".into(),
+            provider_id: "aws:///us-east-1a/i-0123456789abcdef0".into(),
+            unschedulable: false,
+            disrupted_taint: None,
+        }
+    }
+
+    fn state(grace: Option<u64>) -> DrainState {
+        DrainState::new(
+            "i-0123456789abcdef0",
+            &node(),
+            "Drifted",
+            grace.map(Duration::from_secs),
+            t(0),
+        )
+    }
+
+    fn names(pods: &[PodRef]) -> Vec<&str> {
+        pods.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    struct Case {
+        name: &'static str,
+        pods: Vec<PodInfo>,
+        state: DrainState,
+        now: i64,
+        evict: Vec<&'static str>,
+        delete: Vec<&'static str>,
+        leaving: Vec<&'static str>,
+        held: Vec<&'static str>,
+        done: bool,
+    }
+
+    #[test]
+    fn plan_step_table() {
+        let evicted_a = {
+            let mut s = state(Some(600));
+            s.evicted.insert("uid-a".into());
+            s
+        };
+        let deleted_a = {
+            let mut s = state(Some(600));
+            s.deleted.insert("uid-a".into());
+            s
+        };
+        let cases = vec![
+            Case {
+                name: "empty node is drained",
+                pods: vec![],
+                state: state(None),
+                now: 10,
+                evict: vec![],
+                delete: vec![],
+                leaving: vec![],
+                held: vec![],
+                done: true,
+            },
+            Case {
+                name: "only skipped pods: drained",
+                pods: vec![
+                    daemon("ds"),
+                    PodInfo {
+                        mirror: true,
+                        ..pod("static")
+                    },
+                    PodInfo {
+                        phase: "Succeeded".into(),
+                        ..pod("job")
+                    },
+                ],
+                state: state(None),
+                now: 10,
+                evict: vec![],
+                delete: vec![],
+                leaving: vec![],
+                held: vec![],
+                done: true,
+            },
+            Case {
+                name: "workload pods are evicted, daemonset skipped",
+                pods: vec![pod("a"), daemon("ds"), pod("b")],
+                state: state(None),
+                now: 10,
+                evict: vec!["a", "b"],
+                delete: vec![],
+                leaving: vec![],
+                held: vec![],
+                done: false,
+            },
+            Case {
+                name: "terminating pods are waited for, not evicted again",
+                pods: vec![terminating("a", 30), pod("b")],
+                state: state(None),
+                now: 10,
+                evict: vec!["b"],
+                delete: vec![],
+                leaving: vec!["a"],
+                held: vec![],
+                done: false,
+            },
+            Case {
+                name: "pod evicted earlier without deletion timestamp yet is not evicted again",
+                pods: vec![pod("a")],
+                state: evicted_a.clone(),
+                now: 10,
+                evict: vec![],
+                delete: vec![],
+                leaving: vec!["a"],
+                held: vec![],
+                done: false,
+            },
+            Case {
+                name: "stuck terminating pod does not block",
+                pods: vec![terminating("a", 0)],
+                state: state(None),
+                now: 61,
+                evict: vec![],
+                delete: vec![],
+                leaving: vec![],
+                held: vec![],
+                done: true,
+            },
+            Case {
+                name: "critical pods wait for the others",
+                pods: vec![critical("dns"), pod("a")],
+                state: state(None),
+                now: 10,
+                evict: vec!["a"],
+                delete: vec![],
+                leaving: vec![],
+                held: vec!["dns"],
+                done: false,
+            },
+            Case {
+                name: "critical pods wait while others are still terminating",
+                pods: vec![critical("dns"), terminating("a", 30)],
+                state: state(None),
+                now: 10,
+                evict: vec![],
+                delete: vec![],
+                leaving: vec!["a"],
+                held: vec!["dns"],
+                done: false,
+            },
+            Case {
+                name: "critical pods go once the others are gone",
+                pods: vec![critical("dns"), daemon("ds")],
+                state: state(None),
+                now: 10,
+                evict: vec!["dns"],
+                delete: vec![],
+                leaving: vec![],
+                held: vec![],
+                done: false,
+            },
+            Case {
+                name: "before the deadline nothing is deleted",
+                pods: vec![pod("a")],
+                state: state(Some(600)),
+                now: 599,
+                evict: vec!["a"],
+                delete: vec![],
+                leaving: vec![],
+                held: vec![],
+                done: false,
+            },
+            Case {
+                name: "at the deadline remaining pods are deleted, critical included",
+                pods: vec![
+                    pod("a"),
+                    critical("dns"),
+                    terminating("c", 620),
+                    daemon("ds"),
+                ],
+                state: state(Some(600)),
+                now: 600,
+                evict: vec![],
+                delete: vec!["a", "dns"],
+                leaving: vec!["c"],
+                held: vec![],
+                done: false,
+            },
+            Case {
+                name: "after the deadline an accepted eviction that never showed is deleted",
+                pods: vec![pod("a")],
+                state: evicted_a,
+                now: 700,
+                evict: vec![],
+                delete: vec!["a"],
+                leaving: vec![],
+                held: vec![],
+                done: false,
+            },
+            Case {
+                name: "a pod deleted by an earlier step is not deleted again",
+                pods: vec![pod("a")],
+                state: deleted_a,
+                now: 700,
+                evict: vec![],
+                delete: vec![],
+                leaving: vec!["a"],
+                held: vec![],
+                done: false,
+            },
+            Case {
+                name: "no deadline: wait forever",
+                pods: vec![pod("a")],
+                state: state(None),
+                now: 10_000_000,
+                evict: vec!["a"],
+                delete: vec![],
+                leaving: vec![],
+                held: vec![],
+                done: false,
+            },
+        ];
+        for c in cases {
+            let plan = plan_step(&c.pods, &c.state, t(c.now));
+            assert_eq!(names(&plan.evict), c.evict, "{}: evict", c.name);
+            assert_eq!(names(&plan.delete), c.delete, "{}: delete", c.name);
+            assert_eq!(names(&plan.leaving), c.leaving, "{}: leaving", c.name);
+            assert_eq!(names(&plan.held), c.held, "{}: held", c.name);
+            assert_eq!(plan.done(), c.done, "{}: done", c.name);
+        }
+    }
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let mut s = state(Some(7200));
+        s.evicted.insert("u1".into());
+        s.blocked_by.push("default/web".into());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"nodeUid\""), "{json}");
+        let back: DrainState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+        // Older records without the optional fields still load.
+        let minimal = r#"{"instanceId":"i-1","node":"n","nodeUid":"u","reason":"Drifted",
+            "startedAt":"2024-01-01T00:00:00Z","deadline":null,"wasUnschedulable":false}"#;
+        let loaded: DrainState = serde_json::from_str(minimal).unwrap();
+        assert!(loaded.evicted.is_empty() && !loaded.done);
+    }
+
+    const BUDGET: Duration = Duration::from_secs(30);
+
+    fn cluster_with(pods: Vec<PodInfo>) -> MemoryCluster {
+        let c = MemoryCluster::new(t(0));
+        c.add_node("n1", "i-0123456789abcdef0");
+        for p in pods {
+            c.add_pod("n1", p);
+        }
+        c
+    }
+
+    fn count(log: &[String], prefix: &str) -> usize {
+        log.iter().filter(|l| l.starts_with(prefix)).count()
+    }
+
+    #[tokio::test]
+    async fn drain_across_steps_blocked_then_allowed_without_repeats() {
+        let c = cluster_with(vec![pod("a"), pod("b"), daemon("ds")]);
+        c.script_evictions(
+            "b",
+            vec![
+                EvictOutcome::Blocked {
+                    pdb: Some("web".into()),
+                    message: "Cannot evict pod as it would violate the pod's disruption budget."
+                        .into(),
+                },
+                EvictOutcome::Blocked {
+                    pdb: Some("web".into()),
+                    message: "still".into(),
+                },
+            ],
+        );
+        let mut s = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(0))
+            .await
+            .unwrap();
+        let n = c.node("n1").unwrap();
+        assert!(n.unschedulable);
+        assert_eq!(n.disrupted_taint.as_deref(), Some("Drifted"));
+
+        let p1 = drain_step(&c, &mut s, t(1), BUDGET).await.unwrap();
+        assert_eq!(names(&p1.evicted), vec!["a"]);
+        assert_eq!(p1.blocked_by, vec!["default/web"]);
+        assert_eq!(p1.pods_remaining, 2);
+        assert_eq!(p1.skipped, 1);
+        assert!(!p1.done);
+
+        // Persist and reload between invocations.
+        let mut s: DrainState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        let p2 = drain_step(&c, &mut s, t(2), BUDGET).await.unwrap();
+        assert!(p2.evicted.is_empty());
+        assert_eq!(p2.blocked.len(), 1);
+
+        c.advance(t(40)); // a is gone; b's PDB now allows
+        let p3 = drain_step(&c, &mut s, t(40), BUDGET).await.unwrap();
+        assert_eq!(names(&p3.evicted), vec!["b"]);
+        assert!(p3.blocked_by.is_empty());
+        assert!(!p3.done);
+
+        c.advance(t(80));
+        let p4 = drain_step(&c, &mut s, t(80), BUDGET).await.unwrap();
+        assert!(p4.done);
+        assert_eq!(s.evicted.len(), 2);
+
+        let log = c.log();
+        assert_eq!(count(&log, "evict default/a"), 1, "{log:?}");
+        assert_eq!(count(&log, "evict default/b"), 3, "{log:?}");
+        assert_eq!(count(&log, "evict default/ds"), 0, "{log:?}");
+        assert_eq!(count(&log, "delete"), 0, "{log:?}");
+
+        // A finished drain does nothing more.
+        let before = c.log().len();
+        assert!(drain_step(&c, &mut s, t(90), BUDGET).await.unwrap().done);
+        assert_eq!(c.log().len(), before);
+
+        let reasons: Vec<String> = c.events().into_iter().map(|(_, e)| e.reason).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                "Cordoned",
+                "Evicted",
+                "EvictionBlocked",
+                "Evicted",
+                "Drained"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn deadline_forces_deletion_once() {
+        let c = cluster_with(vec![pod("a")]);
+        let blocked = EvictOutcome::Blocked {
+            pdb: Some("web".into()),
+            message: "no".into(),
+        };
+        c.script_evictions("a", vec![blocked.clone(), blocked]);
+        let mut s = start_drain(
+            &c,
+            "i-0123456789abcdef0",
+            "Expired",
+            Some(Duration::from_secs(60)),
+            t(0),
+        )
+        .await
+        .unwrap();
+        assert_eq!(s.deadline, Some(t(60)));
+        let p = drain_step(&c, &mut s, t(30), BUDGET).await.unwrap();
+        assert_eq!(p.blocked.len(), 1);
+        assert!(!p.deadline_passed);
+        let p = drain_step(&c, &mut s, t(61), BUDGET).await.unwrap();
+        assert!(p.deadline_passed);
+        assert_eq!(names(&p.deleted), vec!["a"]);
+        let p = drain_step(&c, &mut s, t(62), BUDGET).await.unwrap();
+        assert!(!p.done, "pod terminating for its grace period");
+        assert!(p.deleted.is_empty());
+        c.advance(t(100));
+        let p = drain_step(&c, &mut s, t(100), BUDGET).await.unwrap();
+        assert!(p.done);
+        assert_eq!(count(&c.log(), "delete default/a"), 1);
+        assert!(
+            c.events()
+                .iter()
+                .any(|(_, e)| e.reason == "DrainDeadlineReached")
+        );
+    }
+
+    #[tokio::test]
+    async fn node_not_found_and_node_gone() {
+        let c = cluster_with(vec![]);
+        let err = start_drain(&c, "i-0fffffffffffffff0", "Drifted", None, t(0))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DrainError::NodeNotFound(_)), "{err}");
+
+        let mut s = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(0))
+            .await
+            .unwrap();
+        c.delete_node("n1").await.unwrap();
+        let p = drain_step(&c, &mut s, t(1), BUDGET).await.unwrap();
+        assert!(p.done && p.node_gone);
+    }
+
+    #[tokio::test]
+    async fn already_cordoned_node_is_drained_and_stays_cordoned_on_abort() {
+        let c = cluster_with(vec![pod("a")]);
+        c.set_node(NodeInfo {
+            unschedulable: true,
+            ..c.node("n1").unwrap()
+        });
+        let s = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(0))
+            .await
+            .unwrap();
+        assert!(s.was_unschedulable);
+        assert_eq!(
+            c.events()[0].1.reason,
+            "Cordoned",
+            "taint added even though already unschedulable"
+        );
+        abort_drain(&c, &s).await.unwrap();
+        let n = c.node("n1").unwrap();
+        assert!(n.unschedulable, "was cordoned before: stays cordoned");
+        assert_eq!(n.disrupted_taint, None);
+
+        // Cordoning twice writes once.
+        let c = cluster_with(vec![]);
+        let s = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(0))
+            .await
+            .unwrap();
+        let s2 = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(5))
+            .await
+            .unwrap();
+        assert_eq!(count(&c.log(), "cordon"), 1);
+        assert!(
+            !s2.was_unschedulable,
+            "our own taint: the second start still owns the cordon"
+        );
+        abort_drain(&c, &s).await.unwrap();
+        let n = c.node("n1").unwrap();
+        assert!(!n.unschedulable && n.disrupted_taint.is_none());
+        let reasons: Vec<String> = c.events().into_iter().map(|(_, e)| e.reason).collect();
+        assert_eq!(reasons, vec!["Cordoned", "DrainStarted", "Uncordoned"]);
+    }
+
+    #[tokio::test]
+    async fn recordons_a_node_uncordoned_during_the_drain() {
+        let c = cluster_with(vec![pod("a")]);
+        let mut s = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(0))
+            .await
+            .unwrap();
+        c.undo_cordon("n1", true).await.unwrap();
+        drain_step(&c, &mut s, t(1), BUDGET).await.unwrap();
+        let n = c.node("n1").unwrap();
+        assert!(n.unschedulable && n.disrupted_taint.is_some());
+    }
+
+    #[tokio::test]
+    async fn rejected_and_gone_evictions() {
+        let c = cluster_with(vec![pod("a"), pod("b")]);
+        c.script_evictions(
+            "a",
+            vec![EvictOutcome::Rejected {
+                code: 500,
+                message: "more than one PodDisruptionBudget".into(),
+            }],
+        );
+        c.script_evictions("b", vec![EvictOutcome::Gone]);
+        let mut s = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(0))
+            .await
+            .unwrap();
+        let p = drain_step(&c, &mut s, t(1), BUDGET).await.unwrap();
+        assert_eq!(p.failed.len(), 1);
+        assert!(
+            p.failed[0].message.contains("default/a"),
+            "{}",
+            p.failed[0].message
+        );
+        assert!(p.evicted.is_empty());
+        assert!(c.events().iter().any(|(_, e)| e.reason == "EvictionFailed"));
+    }
+
+    #[tokio::test]
+    async fn zero_budget_defers_everything() {
+        let c = cluster_with(vec![pod("a"), pod("b")]);
+        let mut s = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(0))
+            .await
+            .unwrap();
+        let p = drain_step(&c, &mut s, t(1), Duration::ZERO).await.unwrap();
+        assert_eq!(p.deferred, 2);
+        assert_eq!(count(&c.log(), "evict"), 0);
+    }
+
+    #[tokio::test]
+    async fn node_replaced_under_the_same_name_is_not_drained() {
+        let c = cluster_with(vec![pod("a")]);
+        let mut s = start_drain(&c, "i-0123456789abcdef0", "Drifted", None, t(0))
+            .await
+            .unwrap();
+        c.set_node(NodeInfo {
+            uid: "other".into(),
+            ..c.node("n1").unwrap()
+        });
+        let p = drain_step(&c, &mut s, t(1), BUDGET).await.unwrap();
+        assert!(p.done && p.node_gone);
+        assert_eq!(count(&c.log(), "evict"), 0);
+    }
+
+    #[tokio::test]
+    async fn delete_node_is_idempotent() {
+        let c = cluster_with(vec![]);
+        assert!(delete_node(&c, "n1", "instance terminated").await.unwrap());
+        assert!(!delete_node(&c, "n1", "instance terminated").await.unwrap());
+    }
+}

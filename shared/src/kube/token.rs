@@ -184,4 +184,51 @@ mod tests {
         .unwrap();
         assert_eq!(url, GOLDEN_URL);
     }
+
+    #[test]
+    fn token_is_prefixed_base64url_of_the_url() {
+        let creds = credentials(Some("FwoGZXIvYXdzE+session/token=="));
+        let t = token(&creds, "us-west-2", "prod", fixed_time()).unwrap();
+        let encoded = t.expose().strip_prefix(TOKEN_PREFIX).unwrap();
+        assert!(!encoded.contains('=') && !encoded.contains('+') && !encoded.contains('/'));
+        let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(encoded)
+            .unwrap();
+        assert_eq!(String::from_utf8(decoded).unwrap(), GOLDEN_URL);
+        assert!(
+            !format!("{t:?}").contains(TOKEN_PREFIX),
+            "Debug must not show the token"
+        );
+    }
+
+    #[test]
+    fn without_session_token_no_security_token_param() {
+        let url =
+            presigned_url(&credentials(None), "eu-central-1", "staging", fixed_time()).unwrap();
+        assert!(url.starts_with(
+            "https://sts.eu-central-1.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15&"
+        ));
+        assert!(url.contains("X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"));
+        assert!(url.contains("X-Amz-Expires=60"));
+        assert!(!url.contains("X-Amz-Security-Token"));
+    }
+
+    #[test]
+    fn regional_hosts_and_bad_input() {
+        assert_eq!(sts_host("cn-north-1"), "sts.cn-north-1.amazonaws.com.cn");
+        assert_eq!(sts_host("us-east-1"), "sts.us-east-1.amazonaws.com");
+        assert!(presigned_url(&credentials(None), "", "prod", fixed_time()).is_err());
+        assert!(presigned_url(&credentials(None), "us east", "prod", fixed_time()).is_err());
+        assert!(presigned_url(&credentials(None), "us-east-1", "", fixed_time()).is_err());
+    }
+
+    #[test]
+    fn freshness() {
+        let t = token(&credentials(None), "us-east-1", "prod", fixed_time()).unwrap();
+        assert!(t.is_fresh(fixed_time()));
+        assert!(t.is_fresh(fixed_time() + Duration::from_secs(12 * 60)));
+        assert!(!t.is_fresh(fixed_time() + REFRESH_AFTER));
+        assert!(!t.is_fresh(fixed_time() + Duration::from_secs(14 * 60)));
+        assert!(!t.is_fresh(fixed_time() - Duration::from_secs(1)));
+    }
 }
