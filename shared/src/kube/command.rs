@@ -6,7 +6,7 @@
 
 use super::client::EksKube;
 use super::drain::{DrainError, DrainProgress, DrainState, drain_step, start_drain};
-use super::ops::{KubeError, NodeOps, list_some};
+use super::ops::{KubeError, NodeOps, list_some, n_pods};
 use chrono::Utc;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -166,14 +166,16 @@ pub fn describe_step(step: &DrainProgress) -> String {
             format!("node {}: node object is gone; drain complete", step.node)
         } else {
             format!(
-                "node {}: drained ({} pods left alone)",
-                step.node, step.skipped
+                "node {}: drained ({} left alone)",
+                step.node,
+                n_pods(step.skipped)
             )
         };
     }
     let mut parts = vec![format!(
-        "node {}: {} pods to go",
-        step.node, step.pods_remaining
+        "node {}: {} to go",
+        step.node,
+        n_pods(step.pods_remaining)
     )];
     if !step.evicted.is_empty() {
         parts.push(format!("evicted {}", list_some(&step.evicted, 5)));

@@ -8,7 +8,7 @@
 //! deadline (`terminationGracePeriod` from the start) the remaining pods are deleted.
 
 use super::DISRUPTED_TAINT_KEY;
-use super::ops::{EvictOutcome, KubeError, NodeEvent, NodeOps, list_some};
+use super::ops::{EvictOutcome, KubeError, NodeEvent, NodeOps, list_some, n_pods};
 use super::pods::{NodeInfo, PodClass, PodInfo, PodRef, SkipReason, classify};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -383,16 +383,19 @@ pub async fn drain_step<A: NodeOps + ?Sized>(
         let event = NodeEvent::normal(
             "Drained",
             format!(
-                "nodecycle drained the node ({}): {} pods evicted, {} deleted after the deadline, \
+                "nodecycle drained the node ({}): {} evicted, {} deleted after the deadline, \
                  {} left alone (DaemonSet, mirror or finished){}",
                 state.reason,
-                state.evicted.len(),
-                state.deleted.len(),
-                plan.skipped.len(),
+                n_pods(state.evicted.len()),
+                n_pods(state.deleted.len()),
+                n_pods(plan.skipped.len()),
                 if plan.stuck.is_empty() {
                     String::new()
                 } else {
-                    format!(", {} stuck terminating not waited for", plan.stuck.len())
+                    format!(
+                        ", {} stuck terminating not waited for",
+                        n_pods(plan.stuck.len())
+                    )
                 }
             ),
         );
@@ -405,13 +408,13 @@ pub async fn drain_step<A: NodeOps + ?Sized>(
         let event = NodeEvent::warning(
             "DrainDeadlineReached",
             format!(
-                "terminationGracePeriod ended{}; nodecycle deletes the {} pods still on the node, \
+                "terminationGracePeriod ended{}; nodecycle deletes the {} still on the node, \
                  bypassing PodDisruptionBudgets: {}",
                 state
                     .deadline
                     .map(|d| format!(" at {}", d.format("%Y-%m-%dT%H:%M:%SZ")))
                     .unwrap_or_default(),
-                plan.delete.len(),
+                n_pods(plan.delete.len()),
                 list_some(&plan.delete, 5)
             ),
         );
@@ -477,8 +480,8 @@ pub async fn drain_step<A: NodeOps + ?Sized>(
         let event = NodeEvent::normal(
             "Evicted",
             format!(
-                "nodecycle evicted {} pods ({}): {}",
-                progress.evicted.len(),
+                "nodecycle evicted {} ({}): {}",
+                n_pods(progress.evicted.len()),
                 state.reason,
                 list_some(&progress.evicted, 5)
             ),
@@ -486,7 +489,7 @@ pub async fn drain_step<A: NodeOps + ?Sized>(
         record(api, &node, &event).await;
     }
     if !progress.blocked.is_empty() && blocked_by != state.blocked_by {
-        let pods: Vec<&PodRef> = progress.blocked.iter().map(|b| &b.pod).collect();
+        let blocked: Vec<&PodRef> = progress.blocked.iter().map(|b| &b.pod).collect();
         let by = if blocked_by.is_empty() {
             "the API server (HTTP 429)".to_owned()
         } else {
@@ -502,9 +505,9 @@ pub async fn drain_step<A: NodeOps + ?Sized>(
         let event = NodeEvent::warning(
             "EvictionBlocked",
             format!(
-                "eviction of {} pods blocked by {by}: {}; nodecycle retries{deadline}",
-                pods.len(),
-                list_some(&pods, 5)
+                "eviction of {} blocked by {by}: {}; nodecycle retries{deadline}",
+                n_pods(blocked.len()),
+                list_some(&blocked, 5)
             ),
         );
         record(api, &node, &event).await;

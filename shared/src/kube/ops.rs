@@ -191,3 +191,12 @@ pub(crate) fn list_some<T: fmt::Display>(items: &[T], max: usize) -> String {
     }
     out.join(", ")
 }
+
+/// `1 pod`, `2 pods`.
+pub(crate) fn n_pods(n: usize) -> String {
+    if n == 1 {
+        "1 pod".to_owned()
+    } else {
+        format!("{n} pods")
+    }
+}

@@ -13,7 +13,8 @@ pub const CRITICAL_PRIORITY_CLASSES: [&str; 2] =
     ["system-cluster-critical", "system-node-critical"];
 
 /// How long after its `deletionTimestamp` a terminating pod is considered stuck (its kubelet is
-/// gone or a finalizer holds it): it no longer blocks the drain. Karpenter uses the same minute.
+/// gone or a finalizer holds it): it no longer blocks the drain. Karpenter uses one minute; we
+/// wait at least the pod's own grace period too (see [`classify`]).
 pub const STUCK_TERMINATING_AFTER_SECONDS: i64 = 60;
 
 /// The value of the `nodecycle.dev/disrupted` taint for `reason`: a valid label value (at most
@@ -145,8 +146,10 @@ pub enum PodClass {
 ///
 /// Order matters and follows `kubectl drain` and Karpenter: mirror pods and DaemonSet pods are
 /// skipped whatever their state; finished pods need nothing; pods with a deletion timestamp are
-/// leaving (stuck once more than [`STUCK_TERMINATING_AFTER_SECONDS`] past it); everything else
-/// is evicted.
+/// leaving, and stuck once `now` is more than max([`STUCK_TERMINATING_AFTER_SECONDS`], the pod's
+/// grace period) past the deletion timestamp (the API server sets it to the time the pod should
+/// be gone; the extra grace tolerates servers that stamp the time of the request instead);
+/// everything else is evicted.
 pub fn classify(pod: &PodInfo, now: DateTime<Utc>) -> PodClass {
     if pod.mirror {
         return PodClass::Skip(SkipReason::Mirror);
@@ -158,7 +161,11 @@ pub fn classify(pod: &PodInfo, now: DateTime<Utc>) -> PodClass {
         return PodClass::Skip(SkipReason::Finished);
     }
     if let Some(deleted_at) = pod.deletion_timestamp {
-        let stuck_at = deleted_at + chrono::Duration::seconds(STUCK_TERMINATING_AFTER_SECONDS);
+        let grace = pod
+            .grace_period_seconds
+            .unwrap_or(30)
+            .max(STUCK_TERMINATING_AFTER_SECONDS);
+        let stuck_at = deleted_at + chrono::Duration::seconds(grace);
         return if now > stuck_at {
             PodClass::Stuck
         } else {
@@ -348,6 +355,24 @@ mod tests {
                 "terminating, more than a minute past",
                 PodInfo {
                     deletion_timestamp: Some(t(939)),
+                    ..pod("a")
+                },
+                PodClass::Stuck,
+            ),
+            (
+                "long grace: not stuck one minute past the deletion timestamp",
+                PodInfo {
+                    deletion_timestamp: Some(t(800)),
+                    grace_period_seconds: Some(600),
+                    ..pod("a")
+                },
+                PodClass::Leaving,
+            ),
+            (
+                "long grace: stuck once its grace has passed again",
+                PodInfo {
+                    deletion_timestamp: Some(t(399)),
+                    grace_period_seconds: Some(600),
                     ..pod("a")
                 },
                 PodClass::Stuck,
