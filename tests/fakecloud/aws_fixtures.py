@@ -1,0 +1,409 @@
+"""Fixtures written straight into moto's backends, plus in-process moto patches.
+
+moto's public APIs refuse or ignore some things the real AWS has and nodecycle
+relies on: SSM parameters under ``/aws/service/...`` (PutParameter refuses the
+``/aws/`` prefix), AMIs with an architecture, owner, tags, creation and
+deprecation time (RegisterImage ignores them), and direct control of an EKS
+cluster's version/endpoint/CA. The control ops here fill that gap; the data
+then comes back through the *real* AWS APIs served by moto.
+
+Patches applied to moto (``apply_patches``), each to match real EC2 on the wire:
+  * DescribeImages honours ``IncludeDeprecated``: without it (and without
+    ``ImageIds``) images whose DeprecationTime has passed are left out unless
+    the caller owns them, as EC2 documents. Querying by ``ImageIds`` always
+    returns them.
+  * DescribeImages applies ``Filters`` and ``Owners`` also when ``ImageIds`` is
+    given (moto ignores them then; EC2 combines all of them).
+  * Images carry ``DeprecationTime`` and ``ImageOwnerAlias`` in the response.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import secrets
+import urllib.request
+
+ACCOUNT_ID = "123456789012"
+DEFAULT_REGION = "us-east-2"
+AMAZON_OWNER_ID = "137112412989"  # the owner id EC2 shows for alias "amazon"
+
+
+def _region(args: dict) -> str:
+    return args.get("region") or DEFAULT_REGION
+
+
+def parse_rfc3339(value: str) -> _dt.datetime:
+    v = value.strip()
+    if v.endswith("Z") or v.endswith("z"):
+        v = v[:-1] + "+00:00"
+    d = _dt.datetime.fromisoformat(v)
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=_dt.timezone.utc)
+    return d.astimezone(_dt.timezone.utc)
+
+
+def ec2_time(d: _dt.datetime) -> str:
+    """EC2's wire format for time strings, e.g. 2024-05-01T00:00:00.000Z."""
+    d = d.astimezone(_dt.timezone.utc)
+    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
+
+
+# --------------------------------------------------------------------------
+# moto patches
+# --------------------------------------------------------------------------
+
+_PATCHED = False
+
+
+def _is_deprecated(ami, now: _dt.datetime) -> bool:
+    dep = getattr(ami, "deprecation_datetime", None)
+    return dep is not None and dep <= now
+
+
+def apply_patches() -> None:
+    global _PATCHED
+    if _PATCHED:
+        return
+    _PATCHED = True
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import InvalidAMIIdError, MalformedAMIIdError
+    from moto.ec2.models.amis import Ami
+    from moto.ec2.responses.amis import AmisResponse
+    from moto.ec2.utils import generic_filter
+
+    # Attributes picked up by moto's response serializer (DescribeImages shape
+    # members DeprecationTime / ImageOwnerAlias / PlatformDetails / ...).
+    Ami.deprecation_time = None
+    Ami.deprecation_datetime = None
+    Ami.image_owner_alias = property(lambda self: self.owner_alias)
+
+    def describe_images(self):
+        self.error_on_dryrun()
+        ami_ids = self._get_param("ImageIds", []) or []
+        filters = self._filters_from_querystring()
+        owners = self._get_param("Owners", []) or []
+        exec_users = self._get_param("ExecutableUsers", []) or []
+        include_deprecated = bool(self._get_bool_param("IncludeDeprecated", False))
+        backend = self.ec2_backend
+        account = backend.account_id
+        images = list(backend.amis.values())
+        if ami_ids:
+            malformed = [i for i in ami_ids if not i.startswith("ami-")]
+            if malformed:
+                raise MalformedAMIIdError(malformed)
+            images = [a for a in images if a.id in ami_ids]
+            deleted = [i for i in ami_ids if i in backend.deleted_amis]
+            if not images and not deleted:
+                raise InvalidAMIIdError(ami_ids)
+        if exec_users:
+            users = [account if u == "self" else u for u in exec_users]
+            images = [
+                a
+                for a in images
+                if a.is_public or any(lp.get("UserId") in users for lp in a.launch_permissions)
+            ]
+        if owners:
+            wanted = [account if o == "self" else o for o in owners]
+            images = [a for a in images if a.owner_id in wanted or (a.owner_alias and a.owner_alias in wanted)]
+        if filters:
+            images = generic_filter(filters, images)
+        if not ami_ids and not include_deprecated:
+            now = _dt.datetime.now(_dt.timezone.utc)
+            images = [a for a in images if not (_is_deprecated(a, now) and a.owner_id != account)]
+        return ActionResult({"Images": images})
+
+    AmisResponse.describe_images = describe_images
+
+
+# --------------------------------------------------------------------------
+# backends
+# --------------------------------------------------------------------------
+
+
+def ec2_backend(region: str):
+    from moto.ec2.models import ec2_backends
+
+    return ec2_backends[ACCOUNT_ID][region]
+
+
+def ssm_backend(region: str):
+    from moto.ssm.models import ssm_backends
+
+    return ssm_backends[ACCOUNT_ID][region]
+
+
+def eks_backend(region: str):
+    from moto.eks.models import eks_backends
+
+    return eks_backends[ACCOUNT_ID][region]
+
+
+def _import_ec2_fast() -> None:
+    """Import moto's EC2 models with one shared boto3 Session.
+
+    At import time moto builds its region list with three fresh boto3
+    Sessions, each of which re-reads botocore's endpoint data. Sharing one
+    Session for that import saves ~0.4 s per launcher start.
+    """
+    import sys
+
+    if "moto.ec2.models" in sys.modules:
+        return
+    import boto3
+
+    original = boto3.Session
+    cached: list = []
+
+    def session(*a, **k):
+        if a or k:
+            return original(*a, **k)
+        if not cached:
+            cached.append(original())
+        return cached[0]
+
+    boto3.Session = session
+    try:
+        import moto.ec2.models  # noqa: F401
+    finally:
+        boto3.Session = original
+
+
+def import_and_patch() -> None:
+    _import_ec2_fast()
+    apply_patches()
+
+
+def warm_up(aws_url: str) -> None:
+    # One cheap request per service: loads moto's per-service app, response
+    # classes and the backend of the default region.
+    auth = "AWS4-HMAC-SHA256 Credential=testing/20240101/{region}/{svc}/aws4_request, SignedHeaders=host, Signature=0"
+    calls = [
+        ("ec2", b"Action=DescribeImages&Version=2016-11-15&Owner.1=self", "application/x-www-form-urlencoded", None),
+        ("ssm", b'{"Name": "/fakecloud/warm-up"}', "application/x-amz-json-1.1", "AmazonSSM.GetParameter"),
+        ("autoscaling", b"Action=DescribeAutoScalingGroups&Version=2011-01-01", "application/x-www-form-urlencoded", None),
+    ]
+    for svc, body, ctype, target in calls:
+        headers = {"Authorization": auth.format(region=DEFAULT_REGION, svc=svc), "Content-Type": ctype}
+        if target:
+            headers["X-Amz-Target"] = target
+        req = urllib.request.Request(aws_url + "/", data=body, headers=headers, method="POST")
+        try:
+            urllib.request.urlopen(req, timeout=30).read()
+        except Exception:
+            pass  # e.g. ParameterNotFound: the point was the import
+    req = urllib.request.Request(
+        aws_url + "/clusters",
+        headers={"Authorization": auth.format(region=DEFAULT_REGION, svc="eks")},
+        method="GET",
+    )
+    try:
+        urllib.request.urlopen(req, timeout=30).read()
+    except Exception:
+        pass
+
+
+# --------------------------------------------------------------------------
+# control ops
+# --------------------------------------------------------------------------
+
+
+def register(op, ControlError) -> None:  # noqa: N803 - class passed in
+    @op("put_parameter")
+    def put_parameter(args):
+        """Create or overwrite a String/StringList/SecureString parameter, any
+        name including /aws/service/...; bumps Version like PutParameter."""
+        from moto.core.utils import utcnow
+        from moto.ssm.models import Parameter
+
+        name = args["name"]
+        value = args["value"]
+        ptype = args.get("type", "String")
+        if ptype not in ("String", "StringList", "SecureString"):
+            raise ControlError(f"bad parameter type {ptype!r}")
+        if not isinstance(value, str) or not value:
+            raise ControlError("value must be a non-empty string")
+        backend = ssm_backend(_region(args))
+        versions = backend._parameters[name]
+        version = versions[-1].version + 1 if versions else 1
+        versions.append(
+            Parameter(
+                account_id=ACCOUNT_ID,
+                name=name,
+                value=value,
+                parameter_type=ptype,
+                description=args.get("description"),
+                allowed_pattern=None,
+                keyid=None,
+                last_modified_date=utcnow(),
+                version=version,
+                data_type=args.get("data_type", "text"),
+                tier="Standard",
+            )
+        )
+        if len(versions) > 100:
+            versions.pop(0)
+        return {"name": name, "version": version}
+
+    @op("delete_parameter")
+    def delete_parameter(args):
+        name = args["name"]
+        backend = ssm_backend(_region(args))
+        existed = name in backend._parameters and bool(backend._parameters[name])
+        backend._parameters.pop(name, None)
+        return {"deleted": existed}
+
+    @op("register_image")
+    def register_image(args):
+        """An AMI as the real DescribeImages returns it. Returns {"image_id"}."""
+        _import_ec2_fast()
+        apply_patches()
+        from moto.ec2.models.amis import Ami
+
+        region = _region(args)
+        backend = ec2_backend(region)
+        image_id = args.get("id") or ("ami-" + secrets.token_hex(9)[:17])
+        if not image_id.startswith("ami-"):
+            raise ControlError(f"image id must start with ami-: {image_id!r}")
+        name = args["name"]
+        arch = args.get("architecture", "x86_64")
+        if arch not in ("x86_64", "arm64", "i386", "x86_64_mac", "arm64_mac"):
+            raise ControlError(f"bad architecture {arch!r}")
+        owner = str(args.get("owner_id", ACCOUNT_ID))
+        alias = args.get("owner_alias")
+        if owner == "self":
+            owner = ACCOUNT_ID
+        elif owner == "amazon":
+            owner, alias = AMAZON_OWNER_ID, alias or "amazon"
+        elif owner == AMAZON_OWNER_ID and alias is None:
+            alias = "amazon"
+        creation = parse_rfc3339(args["creation_date"]) if args.get("creation_date") else None
+        state = args.get("state", "available")
+        tags = args.get("tags") or {}
+        if not isinstance(tags, dict):
+            raise ControlError("tags must be an object {key: value}")
+        ami = Ami(
+            backend,
+            image_id,
+            name=name,
+            description=args.get("description", name),
+            owner_id=owner,
+            owner_alias=alias,
+            public=bool(args.get("public", owner != ACCOUNT_ID)),
+            virtualization_type="hvm",
+            architecture=arch,
+            state=state,
+            creation_date=creation,
+            platform=None,
+            image_location=f"{alias or owner}/{name}",
+            hypervisor="xen",
+            root_device_type="ebs",
+            root_device_name="/dev/xvda",
+            region_name=region,
+            boot_mode=args.get("boot_mode", "uefi-preferred"),
+            tags={str(k): str(v) for k, v in tags.items()},
+        )
+        ami.platform_details = "Linux/UNIX"
+        ami.usage_operation = "RunInstances"
+        ami.ena_support = True
+        if args.get("deprecation_time"):
+            dep = parse_rfc3339(args["deprecation_time"])
+            ami.deprecation_datetime = dep
+            ami.deprecation_time = ec2_time(dep)
+        backend.amis[image_id] = ami
+        if image_id in backend.deleted_amis:
+            backend.deleted_amis.remove(image_id)
+        return {"image_id": image_id}
+
+    @op("deregister_image")
+    def deregister_image(args):
+        backend = ec2_backend(_region(args))
+        backend.deregister_image(args["id"])
+        return {}
+
+    @op("create_cluster")
+    def create_cluster(args):
+        """An ACTIVE EKS cluster (same as CreateCluster, minus the role check)."""
+        from moto.eks.models import Cluster
+
+        region = _region(args)
+        backend = eks_backend(region)
+        name = args["name"]
+        if name in backend.clusters:
+            raise ControlError(f"cluster {name} already exists")
+        cluster = Cluster(
+            name=name,
+            role_arn=args.get("role_arn", f"arn:aws:iam::{ACCOUNT_ID}:role/eks-cluster"),
+            resources_vpc_config=args.get("resources_vpc_config")
+            or {"subnetIds": [], "securityGroupIds": [], "endpointPublicAccess": True, "endpointPrivateAccess": False},
+            account_id=ACCOUNT_ID,
+            region_name=region,
+            aws_partition="aws",
+            version=args.get("version"),
+            tags=args.get("tags") or {},
+        )
+        backend.clusters[name] = cluster
+        backend.cluster_count += 1
+        _set_cluster(cluster, args)
+        return describe(cluster)
+
+    def describe(cluster):
+        return {
+            "name": cluster.name,
+            "version": cluster.version,
+            "endpoint": cluster.endpoint,
+            "ca_data": cluster.certificate_authority.get("data"),
+            "status": cluster.status,
+            "arn": cluster.arn,
+        }
+
+    def _set_cluster(cluster, args):
+        if args.get("version") is not None:
+            cluster.version = str(args["version"])
+        if args.get("endpoint") is not None:
+            cluster.endpoint = args["endpoint"]
+        if args.get("ca_data") is not None:
+            cluster.certificate_authority = {"data": args["ca_data"]}
+        if args.get("status") is not None:
+            cluster.status = args["status"]
+        if args.get("platform_version") is not None:
+            cluster.platformVersion = args["platform_version"]
+
+    @op("set_cluster")
+    def set_cluster(args):
+        """Change an existing cluster: version (a control-plane upgrade),
+        endpoint, ca_data (base64 PEM), status, platform_version."""
+        backend = eks_backend(_region(args))
+        cluster = backend.clusters.get(args["name"])
+        if cluster is None:
+            raise ControlError(f"no EKS cluster {args['name']!r} in {_region(args)}")
+        _set_cluster(cluster, args)
+        return describe(cluster)
+
+    @op("reset")
+    def reset(args):
+        """Empty every moto backend (like POST /moto-api/reset) and stop all
+        Kubernetes stand-ins."""
+        from moto.moto_api._internal.models import moto_api_backend
+
+        try:
+            import kube
+
+            kube.reset_all()
+        except ImportError:
+            pass
+        moto_api_backend.reset()
+        return {}
+
+    @op("describe_images_raw")
+    def describe_images_raw(args):
+        """Debug aid: what the EC2 backend holds (ids, names, owners)."""
+        backend = ec2_backend(_region(args))
+        return {
+            "images": [
+                {"id": a.id, "name": a.name, "owner_id": a.owner_id, "owner_alias": a.owner_alias}
+                for a in backend.amis.values()
+            ]
+        }
+
+    _ = json  # keep import for debugging convenience

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""nodecycle fake cloud launcher.
+
+Starts, in one process:
+  * moto (``ThreadedMotoServer``) on 127.0.0.1, a real AWS emulator spoken to
+    over HTTP by the real Rust AWS SDK;
+  * a small *control* HTTP server that writes fixtures moto cannot create by
+    itself straight into moto's backends (see ``aws_fixtures.py``) and manages
+    the Kubernetes API server stand-ins (see ``kube.py``).
+
+When ready it prints exactly one JSON line on stdout:
+  {"aws": "http://127.0.0.1:P1", "control": "http://127.0.0.1:P2", ...}
+and then serves until stdin is closed (the parent died or dropped the pipe) or
+SIGTERM/SIGINT arrives.
+
+Control protocol: ``POST /control`` with ``{"op": NAME, "args": {...}}``;
+the answer is JSON, ``400 {"error": MESSAGE}`` on failure.
+See README.md for the list of operations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_T0 = time.monotonic()
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Must be set before moto's EC2 models are imported: start with an empty AMI
+# set so moto's built-in AMIs never pollute DescribeImages answers.
+os.environ.setdefault("MOTO_AMIS_PATH", os.path.join(HERE, "empty_amis.json"))
+os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+# Credentials moto itself never checks, but boto3/botocore (imported by moto)
+# must not go looking for real ones.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-2")
+
+sys.path.insert(0, HERE)
+
+
+class ControlError(Exception):
+    """A control request the caller got wrong: answered with 400."""
+
+
+OPS: dict = {}
+
+
+def op(name):
+    def register(fn):
+        OPS[name] = fn
+        return fn
+
+    return register
+
+
+def _quiet_logging() -> None:
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
+
+class ControlHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fakecloud-control"
+
+    def log_message(self, format, *args):  # noqa: A002 - stdlib signature
+        pass
+
+    def _reply(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def do_GET(self):
+        if self.path == "/healthz":
+            self._reply(200, {"ok": True, "ops": sorted(OPS)})
+        else:
+            self._reply(404, {"error": f"no such path {self.path}"})
+
+    def do_POST(self):
+        if self.path != "/control":
+            self._reply(404, {"error": f"no such path {self.path}"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b"{}"
+            req = json.loads(raw or b"{}")
+            if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+                raise ControlError('body must be {"op": NAME, "args": {...}}')
+            name = req["op"]
+            args = req.get("args") or {}
+            if not isinstance(args, dict):
+                raise ControlError("args must be a JSON object")
+            fn = OPS.get(name)
+            if fn is None:
+                raise ControlError(f"unknown op {name!r}; known: {', '.join(sorted(OPS))}")
+            result = fn(args)
+            self._reply(200, {} if result is None else result)
+        except ControlError as e:
+            self._reply(400, {"error": str(e)})
+        except KeyError as e:
+            self._reply(400, {"error": f"missing argument {e}"})
+        except (ValueError, TypeError) as e:
+            self._reply(400, {"error": f"{type(e).__name__}: {e}"})
+        except Exception as e:  # a bug in the fake: still answer, with the trace
+            self._reply(500, {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
+
+
+PATCHED = threading.Event()
+
+
+def _gate_moto_requests() -> None:
+    """Hold every AWS request until moto is imported and patched.
+
+    The ready line goes out before EC2 is imported (that takes ~1 s); an AWS
+    request arriving in between waits here instead of reaching unpatched moto.
+    """
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    original = DomainDispatcherApplication.__call__
+
+    def gated(self, environ, start_response):
+        PATCHED.wait(120)
+        return original(self, environ, start_response)
+
+    DomainDispatcherApplication.__call__ = gated
+
+
+def _patch_then_warm_up(aws_url: str) -> None:
+    try:
+        import aws_fixtures
+
+        aws_fixtures.import_and_patch()
+    except Exception:
+        traceback.print_exc()
+    finally:
+        PATCHED.set()
+    _warm_up(aws_url)
+
+
+def _warm_up(aws_url: str) -> None:
+    """Import the moto services the tests use, off the critical path.
+
+    moto imports services lazily on their first request; EC2 alone takes ~1 s.
+    Doing it here, after the ready line, overlaps that with the test's own setup.
+    """
+    try:
+        import aws_fixtures
+
+        aws_fixtures.warm_up(aws_url)
+    except Exception:  # warm-up is an optimisation only
+        traceback.print_exc()
+
+
+def main() -> None:
+    _quiet_logging()
+    import aws_fixtures  # registers the AWS control ops
+    from moto.server import ThreadedMotoServer
+
+    aws_fixtures.register(op, ControlError)
+    try:
+        import kube  # registers the Kubernetes stand-in control ops
+
+        kube.register(op, ControlError)
+    except ImportError as e:
+        if getattr(e, "name", None) != "kube":
+            raise
+
+    _gate_moto_requests()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    aws_url = f"http://{host}:{port}"
+
+    control = ThreadingHTTPServer(("127.0.0.1", 0), ControlHandler)
+    control.daemon_threads = True
+    threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
+    control_url = f"http://127.0.0.1:{control.server_address[1]}"
+
+    ready = {
+        "aws": aws_url,
+        "control": control_url,
+        "pid": os.getpid(),
+        "account": aws_fixtures.ACCOUNT_ID,
+        "region": aws_fixtures.DEFAULT_REGION,
+        "startup_ms": round((time.monotonic() - _T0) * 1000),
+    }
+    sys.stdout.write(json.dumps(ready) + "\n")
+    sys.stdout.flush()
+
+    threading.Thread(target=_patch_then_warm_up, args=(aws_url,), name="warm-up", daemon=True).start()
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def watch_stdin():
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        except Exception:
+            pass
+        stop.set()
+
+    threading.Thread(target=watch_stdin, name="stdin", daemon=True).start()
+    while not stop.wait(1.0):
+        pass
+    try:
+        import kube
+
+        kube.shutdown()
+    except Exception:
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Daemon threads (moto, control, stand-ins) die with the process.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+//! The fake cloud process: moto + control endpoint (+ Kubernetes stand-ins).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::http;
+
+/// The account moto serves (its default account).
+pub const ACCOUNT_ID: &str = "123456789012";
+/// The region tests use unless they say otherwise.
+pub const DEFAULT_REGION: &str = "us-east-2";
+/// Static test credentials (moto accepts any; the Kubernetes stand-in checks
+/// token signatures with this secret).
+pub const ACCESS_KEY_ID: &str = "testing";
+/// See [`ACCESS_KEY_ID`].
+pub const SECRET_ACCESS_KEY: &str = "testing";
+
+const DEFAULT_VENV_PYTHON: &str = "/root/.cache/nodecycle/venv/bin/python";
+
+/// One fake cloud: a launcher process private to the test that started it.
+///
+/// The process dies when this value is dropped (killed), and also when the
+/// test process dies (its stdin is a pipe from us; EOF stops it).
+pub struct FakeCloud {
+    child: Child,
+    aws_url: String,
+    control_url: String,
+    startup: Duration,
+}
+
+impl std::fmt::Debug for FakeCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeCloud")
+            .field("aws_url", &self.aws_url)
+            .field("control_url", &self.control_url)
+            .field("pid", &self.child.id())
+            .finish()
+    }
+}
+
+/// The launcher script, `tests/fakecloud/server.py`.
+pub fn launcher_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fakecloud/server.py")
+}
+
+/// The Python that runs the launcher: `$NODECYCLE_PYTHON`, else the project
+/// venv if present, else `python3`.
+pub fn python() -> String {
+    if let Ok(p) = std::env::var("NODECYCLE_PYTHON")
+        && !p.is_empty()
+    {
+        return p;
+    }
+    if Path::new(DEFAULT_VENV_PYTHON).exists() {
+        return DEFAULT_VENV_PYTHON.to_string();
+    }
+    "python3".to_string()
+}
+
+impl FakeCloud {
+    /// Starts a fresh fake cloud and waits until it is ready.
+    pub fn start() -> FakeCloud {
+        let started = Instant::now();
+        let python = python();
+        let script = launcher_path();
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start the fake cloud with `{python} {}`: {e} \
+                     (set NODECYCLE_PYTHON to a Python with `pip install -r tests/requirements.txt`)",
+                    script.display()
+                )
+            });
+        let stdout = child.stdout.take().expect("child stdout is piped");
+        let (tx, rx) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let _ = tx.send(line);
+            // Keep draining so the child never blocks on a full pipe.
+            let mut sink = Vec::new();
+            let _ = reader.read_to_end(&mut sink);
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(line) if !line.trim().is_empty() => line,
+            other => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                panic!(
+                    "fake cloud did not become ready ({other:?}, exit {status:?}); \
+                     is moto installed for {python}? (pip install -r tests/requirements.txt)"
+                );
+            }
+        };
+        let ready: Value = serde_json::from_str(line.trim())
+            .unwrap_or_else(|e| panic!("bad ready line from the fake cloud: {line:?}: {e}"));
+        let field = |k: &str| {
+            ready[k]
+                .as_str()
+                .unwrap_or_else(|| panic!("ready line lacks {k}: {line}"))
+                .to_string()
+        };
+        FakeCloud {
+            aws_url: field("aws"),
+            control_url: field("control"),
+            child,
+            startup: started.elapsed(),
+        }
+    }
+
+    /// How long [`FakeCloud::start`] took (process start to ready line).
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// The AWS endpoint (moto), e.g. `http://127.0.0.1:41234`.
+    pub fn aws_url(&self) -> &str {
+        &self.aws_url
+    }
+
+    /// The control endpoint base URL.
+    pub fn control_url(&self) -> &str {
+        &self.control_url
+    }
+
+    /// The region tests use by default.
+    pub fn region(&self) -> &str {
+        DEFAULT_REGION
+    }
+
+    /// Runs a control operation and returns its JSON answer.
+    ///
+    /// Panics with the server's message when the operation fails: control
+    /// calls are test setup, so a failure is a bug in the test.
+    pub fn control(&self, op: &str, args: Value) -> Value {
+        match self.try_control(op, args) {
+            Ok(v) => v,
+            Err(e) => panic!("fake cloud control op {op} failed: {e}"),
+        }
+    }
+
+    /// Like [`FakeCloud::control`] but returns the server's error message.
+    pub fn try_control(&self, op: &str, args: Value) -> Result<Value, String> {
+        let body =
+            serde_json::to_vec(&json!({ "op": op, "args": args })).expect("control args serialise");
+        let url = format!("{}/control", self.control_url);
+        let resp = http::request("POST", &url, "application/json", &body)
+            .map_err(|e| format!("control endpoint unreachable: {e}"))?;
+        let value: Value = serde_json::from_slice(&resp.body).map_err(|e| {
+            format!(
+                "HTTP {} with a non-JSON body ({e}): {}",
+                resp.status,
+                String::from_utf8_lossy(&resp.body)
+            )
+        })?;
+        if resp.status == 200 {
+            Ok(value)
+        } else {
+            let msg = value["error"].as_str().unwrap_or("(no message)");
+            let trace = value["trace"].as_str().unwrap_or("");
+            Err(format!("HTTP {}: {msg}\n{trace}", resp.status))
+        }
+    }
+
+    /// An SDK config pointed at moto: region us-east-2, static credentials
+    /// `testing`/`testing`. Nothing is read from the environment or profiles
+    /// that would change those.
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        let creds = aws_credential_types::Credentials::new(
+            ACCESS_KEY_ID,
+            SECRET_ACCESS_KEY,
+            None,
+            None,
+            "fakecloud",
+        );
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(DEFAULT_REGION))
+            .endpoint_url(&self.aws_url)
+            .credentials_provider(creds)
+            .load()
+            .await
+    }
+
+    /// Environment for a spawned process (e.g. the CLI) to use this cloud.
+    pub fn env_vars(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT_URL", self.aws_url.as_str()),
+            ("AWS_REGION", DEFAULT_REGION),
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY),
+            // No instance metadata service here: don't wait for it.
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// Creates or overwrites an SSM String parameter (any name, including
+    /// `/aws/service/...`). Returns the new version.
+    pub fn put_parameter(&self, name: &str, value: &str) -> i64 {
+        self.control("put_parameter", json!({ "name": name, "value": value }))["version"]
+            .as_i64()
+            .expect("put_parameter returns a version")
+    }
+
+    /// Deletes an SSM parameter (no error if absent).
+    pub fn delete_parameter(&self, name: &str) {
+        self.control("delete_parameter", json!({ "name": name }));
+    }
+
+    /// Registers an AMI with all of its fields; returns its id.
+    pub fn register_image(&self, image: ImageFixture) -> String {
+        self.control("register_image", image.to_json())["image_id"]
+            .as_str()
+            .expect("register_image returns image_id")
+            .to_string()
+    }
+
+    /// Creates an ACTIVE EKS cluster with the given Kubernetes version.
+    pub fn create_cluster(&self, name: &str, version: &str) -> Value {
+        self.control(
+            "create_cluster",
+            json!({ "name": name, "version": version }),
+        )
+    }
+
+    /// Changes a cluster's Kubernetes version (a control-plane upgrade).
+    pub fn set_cluster_version(&self, name: &str, version: &str) {
+        self.control("set_cluster", json!({ "name": name, "version": version }));
+    }
+
+    /// Empties every moto backend and stops all Kubernetes stand-ins.
+    pub fn reset(&self) {
+        self.control("reset", json!({}));
+    }
+
+    /// The launcher's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for FakeCloud {
+    fn drop(&mut self) {
+        if let Some(mut stdin) = self.child.stdin.take() {
+            let _ = stdin.flush();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An AMI to seed with [`FakeCloud::register_image`].
+///
+/// ```ignore
+/// let id = cloud.register_image(
+///     ImageFixture::new("amazon-eks-node-1.30-v20240601")
+///         .architecture("arm64")
+///         .owner("amazon")
+///         .created("2024-06-01T00:00:00Z")
+///         .deprecated("2026-06-01T00:00:00Z")
+///         .tag("team", "platform"),
+/// );
+/// ```
+#[derive(Debug, Clone)]
+pub struct ImageFixture {
+    /// Image id; generated when `None`.
+    pub id: Option<String>,
+    /// Image name.
+    pub name: String,
+    /// `x86_64` (default) or `arm64`.
+    pub architecture: String,
+    /// `self`/`123456789012` (default), `amazon` (alias; id 137112412989) or
+    /// any account id.
+    pub owner_id: String,
+    /// RFC 3339; moto's "now" when `None`.
+    pub creation_date: Option<String>,
+    /// RFC 3339 DeprecationTime.
+    pub deprecation_time: Option<String>,
+    /// Tags, in order.
+    pub tags: Vec<(String, String)>,
+    /// `available` (default), `pending`, `failed`, ...
+    pub state: Option<String>,
+    /// Region; us-east-2 when `None`.
+    pub region: Option<String>,
+}
+
+impl ImageFixture {
+    /// An available x86_64 image owned by the test account.
+    pub fn new(name: &str) -> ImageFixture {
+        ImageFixture {
+            id: None,
+            name: name.to_string(),
+            architecture: "x86_64".to_string(),
+            owner_id: ACCOUNT_ID.to_string(),
+            creation_date: None,
+            deprecation_time: None,
+            tags: Vec::new(),
+            state: None,
+            region: None,
+        }
+    }
+
+    /// Fixed image id (`ami-...`).
+    pub fn id(mut self, id: &str) -> Self {
+        self.id = Some(id.to_string());
+        self
+    }
+
+    /// `x86_64` or `arm64`.
+    pub fn architecture(mut self, arch: &str) -> Self {
+        self.architecture = arch.to_string();
+        self
+    }
+
+    /// Owner: `self`, `amazon` or an account id.
+    pub fn owner(mut self, owner: &str) -> Self {
+        self.owner_id = owner.to_string();
+        self
+    }
+
+    /// CreationDate, RFC 3339.
+    pub fn created(mut self, rfc3339: &str) -> Self {
+        self.creation_date = Some(rfc3339.to_string());
+        self
+    }
+
+    /// DeprecationTime, RFC 3339.
+    pub fn deprecated(mut self, rfc3339: &str) -> Self {
+        self.deprecation_time = Some(rfc3339.to_string());
+        self
+    }
+
+    /// Adds a tag.
+    pub fn tag(mut self, key: &str, value: &str) -> Self {
+        self.tags.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Image state.
+    pub fn state(mut self, state: &str) -> Self {
+        self.state = Some(state.to_string());
+        self
+    }
+
+    /// Region other than us-east-2.
+    pub fn region(mut self, region: &str) -> Self {
+        self.region = Some(region.to_string());
+        self
+    }
+
+    /// The control-op arguments.
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({
+            "name": self.name,
+            "architecture": self.architecture,
+            "owner_id": self.owner_id,
+            "tags": self
+                .tags
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect::<serde_json::Map<String, Value>>(),
+        });
+        let mut set = |k: &str, val: &Option<String>| {
+            if let Some(x) = val {
+                v[k] = json!(x);
+            }
+        };
+        set("id", &self.id);
+        set("creation_date", &self.creation_date);
+        set("deprecation_time", &self.deprecation_time);
+        set("state", &self.state);
+        set("region", &self.region);
+        v
+    }
+}
