@@ -141,6 +141,15 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
+CAUSE_REASONS = {
+    "Required value": "FieldValueRequired",
+    "Invalid value": "FieldValueInvalid",
+    "Too long": "FieldValueTooLong",
+    "Forbidden": "FieldValueForbidden",
+    "Unsupported value": "FieldValueNotSupported",
+}
+
+
 def invalid(res: "Resource", name: str, causes: list[tuple[str, str, str]]) -> ApiError:
     """422 like field.ErrorList.ToAggregate(): causes are (field, type, detail)."""
     parts = []
@@ -149,7 +158,8 @@ def invalid(res: "Resource", name: str, causes: list[tuple[str, str, str]]) -> A
     msg = f'{res.kind} "{name}" is invalid: ' + (parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]")
     d = details_for(res, name)
     d["causes"] = [
-        {"reason": "FieldValue" + typ.replace(" ", "").replace("value", "Value"), "message": f"{typ}: {detail}", "field": fld}
+        {"reason": CAUSE_REASONS.get(typ, "FieldValueInvalid"), "message": f"{typ}" + (f": {detail}" if detail else ""),
+         "field": fld}
         for fld, typ, detail in causes
     ]
     return ApiError(422, "Invalid", msg, d)
@@ -941,17 +951,44 @@ def scaled_value(v, total: int) -> int:
 # --------------------------------------------------------------------------
 
 
+class Store(dict):
+    """One resource's objects by (namespace, name); logs every write."""
+
+    def __init__(self, cluster: "KubeCluster", plural: str):
+        super().__init__()
+        self.cluster = cluster
+        self.plural = plural
+
+    def __setitem__(self, key, obj):
+        typ = "MODIFIED" if key in self else "ADDED"
+        super().__setitem__(key, obj)
+        self.cluster.record(self.plural, key, typ, obj)
+
+    def pop(self, key, *default):
+        if key in self:
+            obj = super().pop(key)
+            self.cluster.record(self.plural, key, "DELETED", obj)
+            return obj
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+
 class KubeCluster:
     def __init__(self, name: str, region: str):
         self.name = name
         self.region = region
         self.lock = threading.RLock()
         self.rv = 1000
-        self.store: dict[str, dict[tuple[str, str], dict]] = {"nodes": {}, "pods": {}, "poddisruptionbudgets": {}, "events": {}}
+        # Every write goes through Store, which logs it for watches.
+        self.changes: list[tuple[int, str, tuple[str, str], str, dict]] = []  # (rv, plural, key, type, object)
+        self.changed = threading.Condition(self.lock)
+        self.store: dict[str, Store] = {p: Store(self, p) for p in ("nodes", "pods", "poddisruptionbudgets", "events")}
         self.terminating: dict[tuple[str, str], float] = {}  # pod key -> wall-clock deadline
         self.disrupted: dict[tuple[str, str], dict[str, float]] = {}  # pdb key -> {pod: time}
         self.scales: dict[tuple[str, str, str], int] = {}  # (ns, kind, name) -> replicas
         self.requests: list[dict] = []
+        self.created_rv: dict[str, int] = {}  # uid -> resourceVersion at creation (for watch)
         self.sync: dict | None = None
         self.synced_instances: dict[str, str] = {}  # instance id -> node name
         self.server: ThreadingHTTPServer | None = None
@@ -965,6 +1002,19 @@ class KubeCluster:
     def next_rv(self) -> str:
         self.rv += 1
         return str(self.rv)
+
+    def touch(self, plural: str, key, obj: dict):
+        """Record an in-place change: new resourceVersion, logged for watches."""
+        obj["metadata"]["resourceVersion"] = self.next_rv()
+        self.store[plural][key] = obj
+
+    def record(self, plural: str, key, typ: str, obj: dict):
+        with self.lock:
+            snap = copy.deepcopy(obj)
+            if typ == "DELETED":
+                snap["metadata"]["resourceVersion"] = self.next_rv()
+            self.changes.append((int(snap["metadata"].get("resourceVersion") or self.rv), plural, key, typ, snap))
+            self.changed.notify_all()
 
     def eks_version(self) -> str:
         try:
@@ -1018,6 +1068,7 @@ class KubeCluster:
         meta = obj.setdefault("metadata", {})
         meta["uid"] = str(uuid.uuid4())
         meta["resourceVersion"] = self.next_rv()
+        self.created_rv[meta["uid"]] = self.rv
         meta["creationTimestamp"] = rfc3339()
         if res.namespaced:
             meta["namespace"] = ns
@@ -1142,12 +1193,12 @@ class KubeCluster:
                 self.terminating[key] = now + grace
                 meta["deletionTimestamp"] = rfc3339(now + grace)
                 meta["deletionGracePeriodSeconds"] = grace
-                meta["resourceVersion"] = self.next_rv()
+                self.touch("pods", key, pod)
             return copy.deepcopy(pod)
         self.terminating[key] = now + grace
         meta["deletionTimestamp"] = rfc3339(now + grace)
         meta["deletionGracePeriodSeconds"] = grace
-        meta["resourceVersion"] = self.next_rv()
+        self.touch("pods", key, pod)
         return copy.deepcopy(pod)
 
     # -- PDBs ----------------------------------------------------------
@@ -1336,7 +1387,7 @@ class KubeCluster:
                 node = self.store["nodes"].get(node_key) if node_key else None
                 if node is not None and _get(node, "status", "conditions", default=[{}])[-1].get("status") != "Unknown":
                     node["status"]["conditions"] = node_conditions(None, rfc3339())
-                    node["metadata"]["resourceVersion"] = self.next_rv()
+                    self.touch("nodes", node_key, node)
                 continue
             if node_name is None:
                 launched = getattr(inst, "launch_time", None)
@@ -1386,7 +1437,7 @@ class KubeCluster:
                 want = bool(cfg.get("ready", True)) and inst.image_id not in never
                 if node_ready(node) != want:
                     node["status"]["conditions"] = node_conditions(want, rfc3339())
-                    node["metadata"]["resourceVersion"] = self.next_rv()
+                    self.touch("nodes", node_key, node)
 
     def add_node(self, name, provider_id, ready=True, labels=None, ip=None, arch="amd64", image=None, taints=None, unschedulable=False):
         ts = rfc3339()
@@ -1515,36 +1566,61 @@ def event_to_v1(ev: dict) -> dict:
     return out
 
 
-CLUSTER_SCOPED_KINDS = {"Node", "Namespace", "PersistentVolume", "StorageClass", "ClusterRole", "ClusterRoleBinding",
-                        "CustomResourceDefinition", "PriorityClass"}
+
+QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 def validate_event(res: Resource, ev: dict, ns: str):
-    """pkg/apis/core/validation/events.go, the parts that matter here."""
+    """pkg/apis/core/validation/events.go ValidateEventCreate: legacy checks
+    always, strict ones for events.k8s.io/v1. `ev` is in core/v1 form."""
     name = _get(ev, "metadata", "name") or ""
     causes = []
     inv = ev.get("involvedObject") or {}
     inv_ns = inv.get("namespace") or ""
+    bad_ns = ("involvedObject.namespace", "Invalid value", f'"{inv_ns}": does not match event.namespace')
+    if not ev.get("eventTime"):
+        if inv_ns == "":
+            if ns not in ("", "default"):
+                causes.append(bad_ns)
+        elif ns != inv_ns:
+            causes.append(bad_ns)
+    else:
+        if inv_ns == "" and ns not in ("default", "kube-system"):
+            causes.append(bad_ns)
+        rc = ev.get("reportingComponent") or ""
+        if not rc:
+            causes.append(("reportingController", "Required value", ""))
+        elif len(rc) > 316 or not QUALIFIED_NAME.match(rc):
+            causes.append(("reportingController", "Invalid value", f'"{rc}": must be a qualified name'))
+        ri = ev.get("reportingInstance") or ""
+        if not ri:
+            causes.append(("reportingInstance", "Required value", ""))
+        elif len(ri) > 128:
+            causes.append(("reportingInstance", "Invalid value", '"": can have at most 128 characters'))
+        for fld in ("action", "reason"):
+            v = ev.get(fld) or ""
+            if not v:
+                causes.append((fld, "Required value", ""))
+            elif len(v) > 128:
+                causes.append((fld, "Invalid value", '"": can have at most 128 characters'))
+        if len(ev.get("message") or "") > 1024:
+            causes.append(("message", "Invalid value", '"": can have at most 1024 characters'))
     if res is EVENTS_V1:
         if not ev.get("eventTime"):
             causes.append(("eventTime", "Required value", ""))
-        if not ev.get("reportingComponent"):
-            causes.append(("reportingController", "Required value", ""))
-        if not ev.get("reportingInstance"):
-            causes.append(("reportingInstance", "Required value", ""))
-        if not ev.get("action"):
-            causes.append(("action", "Required value", ""))
-        if not ev.get("reason"):
-            causes.append(("reason", "Required value", ""))
-        if len(ev.get("message") or "") > 1024:
-            causes.append(("note", "Too long", "must have at most 1024 bytes"))
-    if inv_ns == "":
-        if ns not in ("", "default"):
-            causes.append(("involvedObject.namespace", "Invalid value", f'"{inv_ns}": does not match event.namespace'))
-    elif inv_ns != ns:
-        causes.append(("involvedObject.namespace", "Invalid value", f'"{inv_ns}": does not match event.namespace'))
-    if inv.get("kind") in CLUSTER_SCOPED_KINDS and inv_ns:
-        causes.append(("involvedObject.namespace", "Invalid value", f'"{inv_ns}": not allowed for {inv.get("kind")}'))
+        if ev.get("type") not in ("Normal", "Warning"):
+            causes.append(("type", "Invalid value", f'"": has invalid value: {ev.get("type") or ""}'))
+        for fld in ("firstTimestamp", "lastTimestamp", "count"):
+            if ev.get(fld):
+                causes.append((fld, "Invalid value", '"": needs to be unset'))
+        if (ev.get("source") or {}).get("component") or (ev.get("source") or {}).get("host"):
+            causes.append(("source", "Invalid value", '"": needs to be unset'))
+        series = ev.get("series")
+        if series is not None:
+            if int(series.get("count") or 0) < 2:
+                causes.append(("series.count", "Invalid value", '"": should be at least 2'))
+            if not series.get("lastObservedTime"):
+                causes.append(("series.lastObservedTime", "Required value", ""))
     if causes:
         raise invalid(res, name, causes)
 
@@ -1673,7 +1749,93 @@ class KubeHandler(BaseHTTPRequestHandler):
                 status, body = 500, ApiError(500, "InternalError", f"Internal error occurred: {e}").body()
         entry["status"] = status
         cluster.log(entry)
-        self.send_json(status, body)
+        if isinstance(body, WatchRequest):
+            self.stream_watch(body)
+        else:
+            self.send_json(status, body)
+
+    def stream_watch(self, w: "WatchRequest"):
+        """A watch as the apiserver streams it: chunked JSON lines of
+        {"type": ADDED|MODIFIED|DELETED, "object": ...}, from the stand-in's
+        log of every write. Objects that start/stop matching the selectors
+        are ADDED/DELETED, as with the real watch cache. A resourceVersion
+        replays the writes after it (no 410 Gone: the log is never
+        compacted); none or "0" starts with ADDED for every current object."""
+        cluster = self.cluster
+        try:
+            timeout = float(w.query.get("timeoutSeconds") or 1800)
+        except ValueError:
+            timeout = 1800.0
+        deadline = time.time() + min(timeout, 3600)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+
+        def send(typ, obj):
+            line = json.dumps({"type": typ, "object": obj}).encode() + b"\n"
+            self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            self.wfile.flush()
+
+        def selected(key, obj) -> bool:
+            if w.res.namespaced and w.ns is not None and key[0] != w.ns:
+                return False
+            return label_match(w.lsel, _get(obj, "metadata", "labels")) and field_match(w.fsel, w.res, obj)
+
+        since = w.query.get("resourceVersion") or ""
+        try:
+            with cluster.lock:
+                out = []
+                if since.isdigit() and since != "0":
+                    start_rv = int(since)
+                    # What matched as of `since`: replay the log up to it.
+                    matched = set()
+                    pos = 0
+                    for pos, (rv, plural, key, typ, obj) in enumerate(cluster.changes):
+                        if rv > start_rv:
+                            break
+                        if plural == w.res.plural:
+                            if typ != "DELETED" and selected(key, obj):
+                                matched.add(key)
+                            else:
+                                matched.discard(key)
+                    else:
+                        pos = len(cluster.changes)
+                else:
+                    matched = set()
+                    for key, obj in sorted(cluster.store[w.res.plural].items()):
+                        if selected(key, obj):
+                            matched.add(key)
+                            out.append(("ADDED", cluster.present(w.res, obj)))
+                    pos = len(cluster.changes)
+            for typ, obj in out:
+                send(typ, obj)
+            while time.time() < deadline and not cluster.stopped:
+                out = []
+                with cluster.lock:
+                    if pos >= len(cluster.changes):
+                        cluster.changed.wait(timeout=min(0.5, max(0.0, deadline - time.time())))
+                    new = cluster.changes[pos:]
+                    pos = len(cluster.changes)
+                    for rv, plural, key, typ, obj in new:
+                        if plural != w.res.plural:
+                            continue
+                        was = key in matched
+                        now = typ != "DELETED" and selected(key, obj)
+                        if now:
+                            matched.add(key)
+                            out.append(("MODIFIED" if was else "ADDED", cluster.present(w.res, obj)))
+                        elif was:
+                            matched.discard(key)
+                            out.append(("DELETED", cluster.present(w.res, obj)))
+                for typ, obj in out:
+                    send(typ, obj)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            pass
 
 
 # What system:anonymous may GET (the system:public-info-viewer role).
@@ -1771,11 +1933,26 @@ def route(cluster: KubeCluster, method: str, path: str, query: dict, ctype: str,
     raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
 
+class WatchRequest:
+    def __init__(self, res, ns, fsel, lsel, query):
+        self.res, self.ns, self.fsel, self.lsel, self.query = res, ns, fsel, lsel, query
+
+
+def matching(cluster, res, ns, fsel, lsel) -> dict:
+    out = {}
+    for key, obj in cluster.store[res.plural].items():
+        if res.namespaced and ns is not None and key[0] != ns:
+            continue
+        if label_match(lsel, _get(obj, "metadata", "labels")) and field_match(fsel, res, obj):
+            out[key] = obj
+    return out
+
+
 def list_objects(cluster, res, ns, query):
-    if query.get("watch") in ("true", "1"):
-        raise bad_request("watch is not supported by the fakecloud Kubernetes stand-in")
     fsel = parse_field_selector(query.get("fieldSelector", ""), res)
     lsel = parse_label_selector(query.get("labelSelector", ""))
+    if query.get("watch") in ("true", "1"):
+        return 200, WatchRequest(res, ns, fsel, lsel, query)
     items = []
     for (ons, oname), obj in sorted(cluster.store[res.plural].items()):
         if res.namespaced and ns is not None and ons != ns:
@@ -1916,8 +2093,8 @@ def commit_update(cluster, res, key, old, new, sub, query, rv_required: bool):
         {k: v for k, v in old["metadata"].items() if k != "resourceVersion"}
     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
     if changed and not dry_run_of(query):
+        # A no-op update keeps the resourceVersion and makes no watch event.
         new["metadata"]["resourceVersion"] = cluster.next_rv()
-    if not dry_run_of(query):
         cluster.store[res.plural][key] = new
     return 200, cluster.present(res, new)
 
@@ -2142,7 +2319,7 @@ def register(op, ControlError):  # noqa: N803
                 raise ControlError(f"no node {args['name']!r}")
             ready = args.get("ready", True)
             node["status"]["conditions"] = node_conditions(None if ready is None else bool(ready), rfc3339())
-            node["metadata"]["resourceVersion"] = c.next_rv()
+            c.touch("nodes", ("", args["name"]), node)
             return c.present(NODES, node)
 
     @op("delete_node")
@@ -2229,7 +2406,7 @@ def register(op, ControlError):  # noqa: N803
                 st["phase"] = "Running"
             st["conditions"] = pod_conditions(ready, rfc3339())
             st.setdefault("startTime", rfc3339())
-            pod["metadata"]["resourceVersion"] = c.next_rv()
+            c.touch("pods", key, pod)
             return c.present(PODS, pod)
 
     @op("add_pdb")

@@ -721,3 +721,132 @@ async fn nodes_follow_ec2_instances() {
         find(s, &i_good).is_none().then_some(())
     });
 }
+
+#[test]
+fn watch_streams_every_change() {
+    let (_cloud, kube, client) = stand_in();
+    kube.add_node("n1", "aws:///us-east-2a/i-1");
+    let list = client.get("/api/v1/nodes");
+    let rv = list.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let watcher = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            client.get(&format!(
+                "/api/v1/nodes?watch=true&resourceVersion={rv}&timeoutSeconds=3"
+            ))
+        })
+    };
+    // Changes after the list's resourceVersion are replayed even if they
+    // happen before the watch request arrives.
+    client.patch(
+        "/api/v1/nodes/n1",
+        "application/merge-patch+json",
+        &json!({"spec": {"unschedulable": true}}),
+    );
+    kube.add_node("n2", "aws:///us-east-2b/i-2");
+    kube.delete_node("n1");
+    let resp = watcher.join().expect("watch thread");
+    assert_eq!(resp.status, 200);
+    let events: Vec<(String, String)> = resp
+        .raw
+        .lines()
+        .map(|l| {
+            let e: Value = serde_json::from_str(l).expect("watch event JSON");
+            (
+                e["type"].as_str().unwrap().to_string(),
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [("MODIFIED", "n1"), ("ADDED", "n2"), ("DELETED", "n1")]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(events, expected);
+}
+
+#[test]
+fn python_made_tokens_verify_too() {
+    // Two independent signers (aws-sigv4 here, hashlib in the stand-in's
+    // own kube_token helper) both produce tokens the stand-in accepts.
+    let (cloud, kube, _client) = stand_in();
+    let token = cloud.control("kube_token", json!({"cluster": "prod"}))["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        kube.client_with_token(Some(token))
+            .get("/api/v1/pods")
+            .status,
+        200
+    );
+}
+
+#[test]
+fn pods_on_a_not_ready_node_stay_terminating_until_the_node_goes() {
+    let (_cloud, kube, client) = stand_in();
+    kube.add_node("n1", "aws:///us-east-2a/i-1");
+    kube.add_pod(
+        PodFixture::new("default", "stuck")
+            .node("n1")
+            .grace_seconds(1),
+    );
+    kube.set_node_ready("n1", None);
+    let r = client.post(
+        &evict_path("default", "stuck"),
+        &eviction("default", "stuck"),
+    );
+    assert_eq!(r.status, 201, "{}", r.raw);
+    // No kubelet to finish the termination: it stays, terminating.
+    std::thread::sleep(Duration::from_millis(1500));
+    let g = client.get("/api/v1/namespaces/default/pods/stuck");
+    assert_eq!(g.status, 200);
+    assert!(g.body["metadata"]["deletionTimestamp"].is_string());
+    // Deleting the node lets the pod garbage collector remove it.
+    assert_eq!(client.delete("/api/v1/nodes/n1", None).status, 200);
+    kube.wait_for("pod GC", WAIT, |s| {
+        s.pod("default", "stuck").is_none().then_some(())
+    });
+}
+
+#[test]
+fn pods_created_through_the_api_start_on_ready_nodes() {
+    let (_cloud, kube, client) = stand_in();
+    kube.add_node("n1", "aws:///us-east-2a/i-1");
+    let r = client.post(
+        "/api/v1/namespaces/default/pods",
+        &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "job-", "labels": {"app": "job"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]},
+                "status": {"phase": "Succeeded"}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.raw);
+    let name = r.body["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(name.starts_with("job-") && name.len() == 9, "{name}");
+    assert_eq!(
+        r.body["status"]["phase"], "Running",
+        "status in a create is ignored"
+    );
+    assert!(r.body["metadata"]["uid"].is_string());
+    let r = client.post(
+        "/api/v1/namespaces/default/pods",
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pending"},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    assert_eq!(r.body["status"]["phase"], "Pending");
+    let again = client.post(
+        "/api/v1/namespaces/default/pods",
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pending"},
+                "spec": {"containers": []}}),
+    );
+    assert_eq!(again.status, 409);
+    assert_eq!(again.body["reason"], "AlreadyExists");
+    let l = client.get("/api/v1/namespaces/default/pods?labelSelector=app%3Djob");
+    assert_eq!(names(&l.body), vec![name]);
+}
