@@ -1399,7 +1399,10 @@ class KubeCluster:
                     first = self.sync.setdefault("_first_seen", {}).setdefault(inst.id, now)
                     if now < max(lt, first) + delay:
                         continue
-                node_name = getattr(inst, "private_dns_name", None) or f"ip-{inst.id}.{self.region}.compute.internal"
+                ip = getattr(inst, "private_ip", None)
+                # EC2's private DNS name, which EKS nodes use as their name.
+                domain = "ec2.internal" if self.region == "us-east-1" else f"{self.region}.compute.internal"
+                node_name = f"ip-{ip.replace('.', '-')}.{domain}" if ip else f"{inst.id}.{domain}"
                 self.synced_instances[inst.id] = node_name
                 ready = bool(cfg.get("ready", True)) and inst.image_id not in never
                 arch = "arm64" if getattr(inst, "architecture", "x86_64") == "arm64" else "amd64"
