@@ -1671,6 +1671,7 @@ class KubeHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fakecloud-kube-apiserver"
     cluster: KubeCluster = None  # set per cluster
+    timeout = 600  # idle keep-alive connections are dropped after this
 
     def log_message(self, format, *args):  # noqa: A002
         pass

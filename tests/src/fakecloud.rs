@@ -280,6 +280,7 @@ impl FakeCloud {
     /// Starts the Kubernetes API server stand-in for `cluster` (creating the
     /// EKS cluster in moto if needed) and points the cluster's endpoint and
     /// certificate authority at it, so `eks:DescribeCluster` leads to it.
+    /// Idempotent: a second call returns the same stand-in.
     pub fn create_kube(&self, cluster: &str) -> KubeStandIn {
         KubeStandIn::create(self.control.clone(), cluster, DEFAULT_REGION)
     }
