@@ -19,5 +19,7 @@ pub mod state;
 pub mod aws;
 #[cfg(feature = "aws")]
 pub mod handlers;
+#[cfg(feature = "kube")]
+pub mod kube;
 #[cfg(feature = "aws")]
 pub mod logging;

@@ -170,13 +170,9 @@ def main() -> None:
     from moto.server import ThreadedMotoServer
 
     aws_fixtures.register(op, ControlError)
-    try:
-        import kube  # registers the Kubernetes stand-in control ops
+    import kube  # the Kubernetes API server stand-ins
 
-        kube.register(op, ControlError)
-    except ImportError as e:
-        if getattr(e, "name", None) != "kube":
-            raise
+    kube.register(op, ControlError)
 
     _gate_moto_requests()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

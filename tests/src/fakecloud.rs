@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::http;
+use crate::kube::KubeStandIn;
 
 /// The account moto serves (its default account).
 pub const ACCOUNT_ID: &str = "123456789012";
@@ -29,15 +30,59 @@ const DEFAULT_VENV_PYTHON: &str = "/root/.cache/nodecycle/venv/bin/python";
 pub struct FakeCloud {
     child: Child,
     aws_url: String,
-    control_url: String,
+    control: Control,
     startup: Duration,
+}
+
+/// A handle on the control endpoint (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Control {
+    url: String,
+}
+
+impl Control {
+    /// The control endpoint base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Runs a control operation; panics with the server's message on failure.
+    pub fn call(&self, op: &str, args: Value) -> Value {
+        match self.try_call(op, args) {
+            Ok(v) => v,
+            Err(e) => panic!("fake cloud control op {op} failed: {e}"),
+        }
+    }
+
+    /// Runs a control operation; the server's message on failure.
+    pub fn try_call(&self, op: &str, args: Value) -> Result<Value, String> {
+        let body =
+            serde_json::to_vec(&json!({ "op": op, "args": args })).expect("control args serialise");
+        let url = format!("{}/control", self.url);
+        let resp = http::request("POST", &url, "application/json", &body)
+            .map_err(|e| format!("control endpoint unreachable: {e}"))?;
+        let value: Value = serde_json::from_slice(&resp.body).map_err(|e| {
+            format!(
+                "HTTP {} with a non-JSON body ({e}): {}",
+                resp.status,
+                String::from_utf8_lossy(&resp.body)
+            )
+        })?;
+        if resp.status == 200 {
+            Ok(value)
+        } else {
+            let msg = value["error"].as_str().unwrap_or("(no message)");
+            let trace = value["trace"].as_str().unwrap_or("");
+            Err(format!("HTTP {}: {msg}\n{trace}", resp.status))
+        }
+    }
 }
 
 impl std::fmt::Debug for FakeCloud {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FakeCloud")
             .field("aws_url", &self.aws_url)
-            .field("control_url", &self.control_url)
+            .field("control_url", &self.control.url)
             .field("pid", &self.child.id())
             .finish()
     }
@@ -113,7 +158,9 @@ impl FakeCloud {
         };
         FakeCloud {
             aws_url: field("aws"),
-            control_url: field("control"),
+            control: Control {
+                url: field("control"),
+            },
             child,
             startup: started.elapsed(),
         }
@@ -131,7 +178,12 @@ impl FakeCloud {
 
     /// The control endpoint base URL.
     pub fn control_url(&self) -> &str {
-        &self.control_url
+        &self.control.url
+    }
+
+    /// A handle on the control endpoint.
+    pub fn control_handle(&self) -> Control {
+        self.control.clone()
     }
 
     /// The region tests use by default.
@@ -144,33 +196,12 @@ impl FakeCloud {
     /// Panics with the server's message when the operation fails: control
     /// calls are test setup, so a failure is a bug in the test.
     pub fn control(&self, op: &str, args: Value) -> Value {
-        match self.try_control(op, args) {
-            Ok(v) => v,
-            Err(e) => panic!("fake cloud control op {op} failed: {e}"),
-        }
+        self.control.call(op, args)
     }
 
     /// Like [`FakeCloud::control`] but returns the server's error message.
     pub fn try_control(&self, op: &str, args: Value) -> Result<Value, String> {
-        let body =
-            serde_json::to_vec(&json!({ "op": op, "args": args })).expect("control args serialise");
-        let url = format!("{}/control", self.control_url);
-        let resp = http::request("POST", &url, "application/json", &body)
-            .map_err(|e| format!("control endpoint unreachable: {e}"))?;
-        let value: Value = serde_json::from_slice(&resp.body).map_err(|e| {
-            format!(
-                "HTTP {} with a non-JSON body ({e}): {}",
-                resp.status,
-                String::from_utf8_lossy(&resp.body)
-            )
-        })?;
-        if resp.status == 200 {
-            Ok(value)
-        } else {
-            let msg = value["error"].as_str().unwrap_or("(no message)");
-            let trace = value["trace"].as_str().unwrap_or("");
-            Err(format!("HTTP {}: {msg}\n{trace}", resp.status))
-        }
+        self.control.try_call(op, args)
     }
 
     /// An SDK config pointed at moto: region us-east-2, static credentials
@@ -244,6 +275,14 @@ impl FakeCloud {
     /// Empties every moto backend and stops all Kubernetes stand-ins.
     pub fn reset(&self) {
         self.control("reset", json!({}));
+    }
+
+    /// Starts the Kubernetes API server stand-in for `cluster` (creating the
+    /// EKS cluster in moto if needed) and points the cluster's endpoint and
+    /// certificate authority at it, so `eks:DescribeCluster` leads to it.
+    /// Idempotent: a second call returns the same stand-in.
+    pub fn create_kube(&self, cluster: &str) -> KubeStandIn {
+        KubeStandIn::create(self.control.clone(), cluster, DEFAULT_REGION)
     }
 
     /// The launcher's process id.

@@ -3,9 +3,10 @@
 //! [`FakeCloud`] starts `tests/fakecloud/server.py`: moto (a real AWS emulator)
 //! spoken to over HTTP by the real AWS SDK, plus a control endpoint that seeds
 //! fixtures moto cannot create by itself (SSM parameters under `/aws/service`,
-//! AMIs with owner/architecture/deprecation, EKS cluster versions). Each
-//! `FakeCloud` is its own server process, so tests run in parallel without
-//! sharing state. See `tests/fakecloud/README.md` for the control API.
+//! AMIs with owner/architecture/deprecation, EKS cluster versions) and runs
+//! Kubernetes API server stand-ins ([`KubeStandIn`]) for fake EKS clusters.
+//! Each `FakeCloud` is its own server process, so tests run in parallel
+//! without sharing state. See `tests/fakecloud/README.md` for the control API.
 
 // This crate is test support: a failure here is a broken test setup, and a
 // panic with a clear message is the right way to report it.
@@ -13,5 +14,15 @@
 
 mod fakecloud;
 mod http;
+mod kube;
+mod kube_client;
+mod token;
 
-pub use fakecloud::{ACCOUNT_ID, DEFAULT_REGION, FakeCloud, ImageFixture};
+pub use fakecloud::{
+    ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, ImageFixture, SECRET_ACCESS_KEY,
+};
+pub use kube::{
+    KubeRequest, KubeStandIn, KubeState, NodeFixture, PdbFixture, PodFixture, SyncNodes,
+};
+pub use kube_client::{KubeClient, KubeResponse};
+pub use token::{TokenParams, eks_token, presigned_url};

@@ -1,0 +1,1074 @@
+//! [`EksKube`]: the [`NodeOps`] implementation over the Kubernetes API of an EKS cluster, from
+//! outside the cluster. Endpoint and CA come from eks:DescribeCluster (or the `NODECYCLE_KUBE_*`
+//! overrides); requests carry an EKS token signed from the SDK's credentials, cached and
+//! replaced before it gets 14 minutes old.
+
+use super::DISRUPTED_TAINT_KEY;
+use super::EVENT_COMPONENT;
+use super::ops::{EvictOutcome, KubeError, NodeEvent, NodeOps};
+use super::pods::{MIRROR_POD_ANNOTATION, NodeInfo, PodInfo, PodRef, taint_value};
+use super::token::{self, EksToken};
+use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use async_trait::async_trait;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use http_body_util::BodyExt as _;
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
+use serde_json::json;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+/// Replaces the endpoint from eks:DescribeCluster (local use, API proxies).
+pub const ENV_ENDPOINT: &str = "NODECYCLE_KUBE_ENDPOINT";
+/// PEM file replacing the CA from eks:DescribeCluster.
+pub const ENV_CA_FILE: &str = "NODECYCLE_KUBE_CA_FILE";
+/// `true` skips TLS verification; refused unless the endpoint host is loopback.
+pub const ENV_INSECURE: &str = "NODECYCLE_KUBE_INSECURE";
+
+/// Page size of list requests.
+const PAGE: u32 = 500;
+/// Attempts of a read-modify-write on a node before giving up on conflicts.
+const CONFLICT_ATTEMPTS: usize = 5;
+
+/// Overrides of how the API server is reached, normally from the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubeOverrides {
+    /// [`ENV_ENDPOINT`].
+    pub endpoint: Option<String>,
+    /// [`ENV_CA_FILE`].
+    pub ca_file: Option<PathBuf>,
+    /// [`ENV_INSECURE`].
+    pub insecure: bool,
+}
+
+impl KubeOverrides {
+    /// Reads [`ENV_ENDPOINT`], [`ENV_CA_FILE`] and [`ENV_INSECURE`] (empty = unset).
+    pub fn from_env() -> Result<Self, KubeError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`KubeOverrides::from_env`] with another variable source.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, KubeError> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let insecure = match get(ENV_INSECURE)
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("false" | "0" | "no") => false,
+            Some("true" | "1" | "yes") => true,
+            Some(other) => {
+                return Err(KubeError::Config(format!(
+                    "{ENV_INSECURE}={other:?} is not a boolean; use true or false"
+                )));
+            }
+        };
+        Ok(KubeOverrides {
+            endpoint: get(ENV_ENDPOINT),
+            ca_file: get(ENV_CA_FILE).map(PathBuf::from),
+            insecure,
+        })
+    }
+
+    /// Whether eks:DescribeCluster is needed (for the endpoint or the CA).
+    pub fn needs_describe(&self) -> bool {
+        match &self.endpoint {
+            None => true,
+            Some(endpoint) => {
+                !(self.insecure || self.ca_file.is_some() || endpoint.starts_with("http://"))
+            }
+        }
+    }
+}
+
+/// Where and how to reach one cluster's API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterAccess {
+    /// EKS cluster name (signed into the token).
+    pub cluster: String,
+    /// API server URL.
+    pub endpoint: http::Uri,
+    /// DER certificates to trust (the cluster CA); empty with `insecure` or plain http.
+    pub ca: Vec<Vec<u8>>,
+    /// Skip TLS verification (loopback endpoints only).
+    pub insecure: bool,
+}
+
+impl ClusterAccess {
+    /// Combines what eks:DescribeCluster returned (`endpoint`, base64 PEM `ca_data`) with the
+    /// overrides (`ca_pem` is the content of the override CA file). Refuses: no endpoint, a URL
+    /// that is not http(s) with a host, plain http or skipped verification for a host that is
+    /// not loopback, https without any CA.
+    pub fn resolve(
+        cluster: &str,
+        described_endpoint: Option<&str>,
+        described_ca_data: Option<&str>,
+        overrides: &KubeOverrides,
+        override_ca_pem: Option<&[u8]>,
+    ) -> Result<Self, KubeError> {
+        let endpoint = overrides
+            .endpoint
+            .as_deref()
+            .or(described_endpoint)
+            .filter(|e| !e.is_empty())
+            .ok_or_else(|| {
+                KubeError::Config(format!(
+                    "cluster {cluster:?} has no API endpoint yet (is it still creating?); or set \
+                     {ENV_ENDPOINT}"
+                ))
+            })?;
+        let uri: http::Uri = endpoint.parse().map_err(|e| {
+            KubeError::Config(format!("API endpoint {endpoint:?} is not a URL: {e}"))
+        })?;
+        let host = uri.host().unwrap_or_default().to_owned();
+        let scheme = uri.scheme_str().unwrap_or_default().to_owned();
+        if host.is_empty() || !matches!(scheme.as_str(), "http" | "https") {
+            return Err(KubeError::Config(format!(
+                "API endpoint {endpoint:?} must be an http(s) URL with a host, e.g. \
+                 https://127.0.0.1:6443"
+            )));
+        }
+        let loopback = is_loopback(&host);
+        if overrides.insecure && !loopback {
+            return Err(KubeError::Config(format!(
+                "{ENV_INSECURE}=true is refused for endpoint host {host:?}: TLS verification may \
+                 only be skipped for a loopback host (localhost, 127.0.0.0/8, ::1); set \
+                 {ENV_CA_FILE} instead"
+            )));
+        }
+        if scheme == "http" && !loopback {
+            return Err(KubeError::Config(format!(
+                "plain http to {host:?} would send the EKS token unencrypted; use https (plain http \
+                 is accepted for loopback proxies only)"
+            )));
+        }
+        let pem: Option<Vec<u8>> = match (override_ca_pem, described_ca_data) {
+            (Some(pem), _) => Some(pem.to_vec()),
+            (None, Some(data)) if !data.trim().is_empty() => Some(
+                base64::engine::general_purpose::STANDARD
+                    .decode(data.trim())
+                    .map_err(|e| {
+                        KubeError::Config(format!(
+                            "certificateAuthority.data of cluster {cluster:?} is not base64: {e}"
+                        ))
+                    })?,
+            ),
+            _ => None,
+        };
+        let ca = match pem {
+            Some(pem) => parse_pem_certificates(&pem)?,
+            None => Vec::new(),
+        };
+        if scheme == "https" && ca.is_empty() && !overrides.insecure {
+            return Err(KubeError::Config(format!(
+                "no certificate authority for {endpoint}: eks:DescribeCluster returned none; set \
+                 {ENV_CA_FILE} to a PEM file"
+            )));
+        }
+        Ok(ClusterAccess {
+            cluster: cluster.to_owned(),
+            endpoint: uri,
+            ca,
+            insecure: overrides.insecure,
+        })
+    }
+}
+
+/// Whether `host` (as in a URL, IPv6 possibly bracketed) is a loopback name or address.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// DER certificates of a PEM bundle; errors when it holds none.
+pub fn parse_pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, KubeError> {
+    let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(pem)
+        .map(|c| c.map(|c| c.as_ref().to_vec()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| KubeError::Config(format!("CA is not a valid PEM certificate bundle: {e}")))?;
+    if certs.is_empty() {
+        return Err(KubeError::Config(
+            "CA holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned(),
+        ));
+    }
+    Ok(certs)
+}
+
+/// Kubernetes access to one EKS cluster. Cheap to share by reference; the HTTP client and its
+/// token are cached and rebuilt when the token ages past [`token::REFRESH_AFTER`].
+pub struct EksKube {
+    access: ClusterAccess,
+    region: String,
+    credentials: SharedCredentialsProvider,
+    cached: tokio::sync::Mutex<Option<(::kube::Client, EksToken)>>,
+}
+
+impl std::fmt::Debug for EksKube {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EksKube")
+            .field("cluster", &self.access.cluster)
+            .field("endpoint", &self.access.endpoint)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EksKube {
+    /// Resolves endpoint and CA (eks:DescribeCluster unless the overrides from the environment
+    /// make it unnecessary) and prepares the client. No Kubernetes request is made yet.
+    pub async fn connect(sdk: &aws_config::SdkConfig, cluster: &str) -> Result<Self, KubeError> {
+        let overrides = KubeOverrides::from_env()?;
+        let override_ca = match &overrides.ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                KubeError::Config(format!("cannot read {ENV_CA_FILE}={}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+        let (endpoint, ca_data) = if overrides.needs_describe() {
+            describe_cluster(sdk, cluster).await?
+        } else {
+            (None, None)
+        };
+        let access = ClusterAccess::resolve(
+            cluster,
+            endpoint.as_deref(),
+            ca_data.as_deref(),
+            &overrides,
+            override_ca.as_deref(),
+        )?;
+        tracing::info!(
+            cluster,
+            endpoint = %access.endpoint,
+            endpoint_override = overrides.endpoint.is_some(),
+            ca_override = overrides.ca_file.is_some(),
+            insecure = access.insecure,
+            "kubernetes access resolved"
+        );
+        Self::new(sdk, access)
+    }
+
+    /// Uses `access` as given, signing tokens with the SDK's credentials and region.
+    pub fn new(sdk: &aws_config::SdkConfig, access: ClusterAccess) -> Result<Self, KubeError> {
+        let region = sdk.region().map(|r| r.as_ref().to_owned()).ok_or_else(|| {
+            KubeError::Config("no AWS region configured; set AWS_REGION".to_owned())
+        })?;
+        let credentials = sdk
+            .credentials_provider()
+            .ok_or_else(|| KubeError::Aws("no AWS credentials provider configured".to_owned()))?;
+        Ok(EksKube {
+            access,
+            region,
+            credentials,
+            cached: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The resolved access (endpoint, CA).
+    pub fn access(&self) -> &ClusterAccess {
+        &self.access
+    }
+
+    /// A client whose token is fresh, rebuilding it when needed.
+    async fn client(&self) -> Result<::kube::Client, KubeError> {
+        let mut cached = self.cached.lock().await;
+        let now = SystemTime::now();
+        if let Some((client, token)) = cached.as_ref()
+            && token.is_fresh(now)
+        {
+            return Ok(client.clone());
+        }
+        let credentials =
+            self.credentials.provide_credentials().await.map_err(|e| {
+                KubeError::Aws(format!("no AWS credentials for the EKS token: {e}"))
+            })?;
+        let token = token::token(&credentials, &self.region, &self.access.cluster, now)?;
+        let client = build_client(&self.access, &token)?;
+        tracing::debug!(cluster = %self.access.cluster, "signed a new EKS token");
+        *cached = Some((client.clone(), token));
+        Ok(client)
+    }
+
+    async fn nodes(&self) -> Result<Api<Node>, KubeError> {
+        Ok(Api::all(self.client().await?))
+    }
+
+    /// Sends a request and returns the HTTP status and body, whatever the status.
+    async fn raw(
+        &self,
+        operation: &str,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<(u16, Vec<u8>), KubeError> {
+        let client = self.client().await?;
+        let response = client
+            .send(request.map(::kube::client::Body::from))
+            .await
+            .map_err(|e| transport(operation, &e))?;
+        let code = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| KubeError::Transport {
+                operation: operation.to_owned(),
+                message: e.to_string(),
+            })?
+            .to_bytes()
+            .to_vec();
+        if code == 401 {
+            return Err(api_error(operation, code, &body));
+        }
+        Ok((code, body))
+    }
+
+    /// Read-modify-write of a node's `spec` (taints, unschedulable) with the resourceVersion as
+    /// precondition, retried on conflicts. `change` returns the new spec fields, or `None` when
+    /// nothing needs to change. Returns whether a patch was written.
+    async fn modify_node(
+        &self,
+        name: &str,
+        operation: &str,
+        change: impl Fn(&Node) -> Option<serde_json::Value> + Send + Sync,
+    ) -> Result<bool, KubeError> {
+        let nodes = self.nodes().await?;
+        for attempt in 1..=CONFLICT_ATTEMPTS {
+            let Some(node) = nodes
+                .get_opt(name)
+                .await
+                .map_err(|e| map_error(operation, e))?
+            else {
+                return Err(KubeError::NotFound {
+                    operation: operation.to_owned(),
+                });
+            };
+            let Some(spec) = change(&node) else {
+                return Ok(false);
+            };
+            let patch = json!({
+                "metadata": { "resourceVersion": node.metadata.resource_version },
+                "spec": spec,
+            });
+            match nodes
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(::kube::Error::Api(status)) if status.code == 409 => {
+                    tracing::debug!(node = name, attempt, "node changed meanwhile; retrying");
+                }
+                Err(e) => return Err(map_error(operation, e)),
+            }
+        }
+        Err(KubeError::Api {
+            operation: operation.to_owned(),
+            code: 409,
+            reason: "Conflict".to_owned(),
+            message: format!("node kept changing during {CONFLICT_ATTEMPTS} attempts; retry later"),
+        })
+    }
+}
+
+fn build_client(access: &ClusterAccess, token: &EksToken) -> Result<::kube::Client, KubeError> {
+    let config_error = |e: &dyn std::fmt::Display| {
+        KubeError::Config(format!("Kubernetes client for {}: {e}", access.endpoint))
+    };
+    let mut config = ::kube::Config::new(access.endpoint.clone());
+    config.root_cert = (!access.ca.is_empty()).then(|| access.ca.clone());
+    config.accept_invalid_certs = access.insecure;
+    // 429 is an answer (a PodDisruptionBudget blocks), never retried behind our back.
+    config.default_retry = false;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(30));
+    config.reset_reader_on_write = true;
+    config.write_timeout = Some(Duration::from_secs(30));
+    let mut bearer = http::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+        .map_err(|e| config_error(&e))?;
+    bearer.set_sensitive(true);
+    config.headers.push((http::header::AUTHORIZATION, bearer));
+    // One crypto provider for the process: aws-lc-rs, shared with the AWS SDK (no ring).
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
+    ::kube::Client::try_from(config).map_err(|e| config_error(&e))
+}
+
+async fn describe_cluster(
+    sdk: &aws_config::SdkConfig,
+    cluster: &str,
+) -> Result<(Option<String>, Option<String>), KubeError> {
+    let eks = aws_sdk_eks::Client::new(sdk);
+    let out = eks
+        .describe_cluster()
+        .name(cluster)
+        .send()
+        .await
+        .map_err(|e| {
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception())
+            {
+                KubeError::ClusterNotFound(cluster.to_owned())
+            } else {
+                KubeError::Aws(format!(
+                    "eks:DescribeCluster {cluster}: {}",
+                    aws_sdk_eks::error::DisplayErrorContext(&e)
+                ))
+            }
+        })?;
+    let Some(described) = out.cluster else {
+        return Err(KubeError::ClusterNotFound(cluster.to_owned()));
+    };
+    let ca = described.certificate_authority.and_then(|c| c.data);
+    Ok((described.endpoint, ca))
+}
+
+fn transport(operation: &str, e: &::kube::Error) -> KubeError {
+    KubeError::Transport {
+        operation: operation.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+fn map_error(operation: &str, e: ::kube::Error) -> KubeError {
+    match e {
+        ::kube::Error::Api(status) if status.code == 404 => KubeError::NotFound {
+            operation: operation.to_owned(),
+        },
+        ::kube::Error::Api(status) => KubeError::Api {
+            operation: operation.to_owned(),
+            code: status.code,
+            reason: status.reason.clone(),
+            message: status.message.clone(),
+        },
+        other => transport(operation, &other),
+    }
+}
+
+/// A Status body (or whatever the server sent) as a [`KubeError::Api`].
+fn api_error(operation: &str, code: u16, body: &[u8]) -> KubeError {
+    let status = parse_status(body);
+    KubeError::Api {
+        operation: operation.to_owned(),
+        code,
+        reason: status.reason,
+        message: status.message,
+    }
+}
+
+/// The parts of a `metav1.Status` body a drain needs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StatusBody {
+    /// `reason`, e.g. `TooManyRequests`.
+    pub reason: String,
+    /// `message` (or the raw body when it is not a Status).
+    pub message: String,
+    /// Name of the PodDisruptionBudget from a `DisruptionBudget` cause.
+    pub pdb: Option<String>,
+}
+
+/// Parses a Status body; a non-JSON body becomes the message (trimmed, at most 300 chars).
+pub fn parse_status(body: &[u8]) -> StatusBody {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        let text = String::from_utf8_lossy(body);
+        return StatusBody {
+            message: text.trim().chars().take(300).collect(),
+            ..StatusBody::default()
+        };
+    };
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    let causes = value["details"]["causes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let pdb = causes
+        .iter()
+        .filter(|c| c["reason"] == "DisruptionBudget" || c["type"] == "DisruptionBudget")
+        .find_map(|c| pdb_name_from_cause(c["message"].as_str().unwrap_or_default()));
+    StatusBody {
+        reason: text(&value["reason"]),
+        message: text(&value["message"]),
+        pdb,
+    }
+}
+
+/// `The disruption budget <name> needs 2 healthy pods and has 2 currently` (or `… is still being
+/// processed by the server.`) → `<name>`.
+fn pdb_name_from_cause(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("The disruption budget ")?;
+    let name = rest.split_whitespace().next()?;
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// Classifies the answer of the Eviction API.
+pub fn eviction_outcome(code: u16, body: &[u8]) -> EvictOutcome {
+    match code {
+        200..=299 => EvictOutcome::Evicted,
+        404 | 409 => EvictOutcome::Gone,
+        429 => {
+            let status = parse_status(body);
+            EvictOutcome::Blocked {
+                pdb: status.pdb,
+                message: status.message,
+            }
+        }
+        _ => EvictOutcome::Rejected {
+            code,
+            message: parse_status(body).message,
+        },
+    }
+}
+
+/// The instance id of an AWS providerID `aws:///<az>/<instance-id>`.
+pub fn instance_of_provider_id(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws://")?;
+    let id = rest.rsplit('/').next()?;
+    id.starts_with("i-").then_some(id)
+}
+
+fn to_chrono(time: &Time) -> Option<DateTime<Utc>> {
+    let nanos = u32::try_from(time.0.subsec_nanosecond()).unwrap_or(0);
+    DateTime::from_timestamp(time.0.as_second(), nanos)
+}
+
+/// The drain's view of a Node.
+pub fn node_info(node: &Node) -> NodeInfo {
+    let spec = node.spec.as_ref();
+    NodeInfo {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        uid: node.metadata.uid.clone().unwrap_or_default(),
+        provider_id: spec.and_then(|s| s.provider_id.clone()).unwrap_or_default(),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        disrupted_taint: spec
+            .and_then(|s| s.taints.as_ref())
+            .and_then(|taints| taints.iter().find(|t| t.key == DISRUPTED_TAINT_KEY))
+            .map(|t| t.value.clone().unwrap_or_default()),
+    }
+}
+
+/// The drain's view of a Pod.
+pub fn pod_info(pod: &Pod) -> PodInfo {
+    let meta = &pod.metadata;
+    let owners = meta.owner_references.as_deref().unwrap_or_default();
+    let controller = owners.iter().find(|o| o.controller == Some(true));
+    let mirror = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
+        || controller.is_some_and(|o| o.kind == "Node");
+    PodInfo {
+        pod: PodRef {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+        },
+        phase: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default(),
+        controller_kind: controller.map(|o| o.kind.clone()),
+        mirror,
+        deletion_timestamp: meta.deletion_timestamp.as_ref().and_then(to_chrono),
+        grace_period_seconds: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds),
+        priority_class: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.clone()),
+    }
+}
+
+#[async_trait]
+impl NodeOps for EksKube {
+    async fn find_node(&self, instance_id: &str) -> Result<Option<NodeInfo>, KubeError> {
+        let nodes = self.nodes().await?;
+        let operation = format!("list nodes (looking for instance {instance_id})");
+        let mut params = ListParams::default().limit(PAGE);
+        loop {
+            let page = nodes
+                .list(&params)
+                .await
+                .map_err(|e| map_error(&operation, e))?;
+            let found = page
+                .items
+                .iter()
+                .map(node_info)
+                .find(|n| instance_of_provider_id(&n.provider_id) == Some(instance_id));
+            if found.is_some() {
+                return Ok(found);
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    async fn get_node(&self, name: &str) -> Result<Option<NodeInfo>, KubeError> {
+        let operation = format!("get node {name}");
+        let node = self
+            .nodes()
+            .await?
+            .get_opt(name)
+            .await
+            .map_err(|e| map_error(&operation, e))?;
+        Ok(node.as_ref().map(node_info))
+    }
+
+    async fn cordon(&self, node: &str, reason: &str) -> Result<bool, KubeError> {
+        let value = taint_value(reason);
+        self.modify_node(node, &format!("cordon node {node}"), |current| {
+            let spec = current.spec.clone().unwrap_or_default();
+            let mut taints = spec.taints.unwrap_or_default();
+            let has_taint = taints.iter().any(|t| t.key == DISRUPTED_TAINT_KEY);
+            if spec.unschedulable == Some(true) && has_taint {
+                return None;
+            }
+            if !has_taint {
+                taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: DISRUPTED_TAINT_KEY.to_owned(),
+                    value: Some(value.clone()),
+                    effect: "NoSchedule".to_owned(),
+                    time_added: None,
+                });
+            }
+            Some(json!({ "unschedulable": true, "taints": taints }))
+        })
+        .await
+    }
+
+    async fn undo_cordon(&self, node: &str, uncordon: bool) -> Result<bool, KubeError> {
+        let result = self
+            .modify_node(node, &format!("uncordon node {node}"), |current| {
+                let spec = current.spec.clone().unwrap_or_default();
+                let taints = spec.taints.unwrap_or_default();
+                let kept: Vec<_> = taints
+                    .iter()
+                    .filter(|t| t.key != DISRUPTED_TAINT_KEY)
+                    .cloned()
+                    .collect();
+                let unschedulable = spec.unschedulable == Some(true);
+                if kept.len() == taints.len() && !(uncordon && unschedulable) {
+                    return None;
+                }
+                let mut patch = json!({ "taints": kept });
+                if uncordon {
+                    patch["unschedulable"] = json!(false);
+                }
+                Some(patch)
+            })
+            .await;
+        match result {
+            Err(KubeError::NotFound { .. }) => Ok(false),
+            other => other,
+        }
+    }
+
+    async fn list_pods(&self, node: &str) -> Result<Vec<PodInfo>, KubeError> {
+        let pods: Api<Pod> = Api::all(self.client().await?);
+        let operation = format!("list pods on node {node}");
+        let mut params = ListParams::default()
+            .fields(&format!("spec.nodeName={node}"))
+            .limit(PAGE);
+        let mut out = Vec::new();
+        loop {
+            let page = pods
+                .list(&params)
+                .await
+                .map_err(|e| map_error(&operation, e))?;
+            out.extend(page.items.iter().map(pod_info));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, KubeError> {
+        let operation = format!("evict pod {pod}");
+        let body = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": { "name": pod.name, "namespace": pod.namespace },
+            "deleteOptions": { "preconditions": { "uid": pod.uid } },
+        });
+        let request = http::Request::post(format!(
+            "/api/v1/namespaces/{}/pods/{}/eviction",
+            pod.namespace, pod.name
+        ))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json")
+        .body(body.to_string().into_bytes())
+        .map_err(|e| KubeError::Transport {
+            operation: operation.clone(),
+            message: e.to_string(),
+        })?;
+        let (code, body) = self.raw(&operation, request).await?;
+        Ok(eviction_outcome(code, &body))
+    }
+
+    async fn delete_pod(&self, pod: &PodRef) -> Result<bool, KubeError> {
+        let operation = format!("delete pod {pod}");
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": { "uid": pod.uid },
+        });
+        let request = http::Request::delete(format!(
+            "/api/v1/namespaces/{}/pods/{}",
+            pod.namespace, pod.name
+        ))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json")
+        .body(body.to_string().into_bytes())
+        .map_err(|e| KubeError::Transport {
+            operation: operation.clone(),
+            message: e.to_string(),
+        })?;
+        let (code, body) = self.raw(&operation, request).await?;
+        match code {
+            200..=299 => Ok(true),
+            404 | 409 => Ok(false),
+            _ => Err(api_error(&operation, code, &body)),
+        }
+    }
+
+    async fn delete_node(&self, node: &str) -> Result<bool, KubeError> {
+        let operation = format!("delete node {node}");
+        match self
+            .nodes()
+            .await?
+            .delete(node, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) => match map_error(&operation, e) {
+                KubeError::NotFound { .. } => Ok(false),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn record_event(&self, node: &NodeInfo, event: &NodeEvent) -> Result<(), KubeError> {
+        let events: Api<Event> = Api::namespaced(self.client().await?, "default");
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let name = format!("{}.{:x}", node.name, now.as_nanosecond());
+        let object = Event {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some("default".to_owned()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Node".to_owned()),
+                name: Some(node.name.clone()),
+                uid: Some(node.uid.clone()),
+                ..ObjectReference::default()
+            },
+            reason: Some(event.reason.clone()),
+            message: Some(event.message.chars().take(1024).collect()),
+            type_: Some(event.event_type.as_str().to_owned()),
+            source: Some(EventSource {
+                component: Some(EVENT_COMPONENT.to_owned()),
+                host: None,
+            }),
+            reporting_component: Some(EVENT_COMPONENT.to_owned()),
+            reporting_instance: Some(EVENT_COMPONENT.to_owned()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            count: Some(1),
+            ..Event::default()
+        };
+        let operation = format!("create event {} on node {}", event.reason, node.name);
+        events
+            .create(&PostParams::default(), &object)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error(&operation, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_from_lookup() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            KubeOverrides::from_lookup(env(&[])).unwrap(),
+            KubeOverrides::default()
+        );
+        let o = KubeOverrides::from_lookup(env(&[
+            (ENV_ENDPOINT, "https://127.0.0.1:6443"),
+            (ENV_INSECURE, "TRUE"),
+            (ENV_CA_FILE, ""),
+        ]))
+        .unwrap();
+        assert_eq!(o.endpoint.as_deref(), Some("https://127.0.0.1:6443"));
+        assert!(o.insecure);
+        assert_eq!(o.ca_file, None);
+        assert!(!o.needs_describe());
+        let err = KubeOverrides::from_lookup(env(&[(ENV_INSECURE, "maybe")])).unwrap_err();
+        assert!(err.to_string().contains("NODECYCLE_KUBE_INSECURE"), "{err}");
+        let https_only = KubeOverrides {
+            endpoint: Some("https://x".into()),
+            ..Default::default()
+        };
+        assert!(https_only.needs_describe());
+        let http_proxy = KubeOverrides {
+            endpoint: Some("http://127.0.0.1:8001".into()),
+            ..Default::default()
+        };
+        assert!(!http_proxy.needs_describe());
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        for host in [
+            "localhost",
+            "LOCALHOST",
+            "127.0.0.1",
+            "127.1.2.3",
+            "[::1]",
+            "::1",
+        ] {
+            assert!(is_loopback(host), "{host}");
+        }
+        for host in [
+            "10.0.0.1",
+            "example.com",
+            "localhost.example.com",
+            "[::2]",
+            "0.0.0.0",
+        ] {
+            assert!(!is_loopback(host), "{host}");
+        }
+    }
+
+    const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIBgDCCASWgAwIBAgIUCoSNUspAqcl53aHNUhf8rUSkPBkwCgYIKoZIzj0EAwIw\nFTETMBEGA1UEAwwKa3ViZXJuZXRlczAeFw0yNjExMjkxNTI3NDJaFw0zNjExMjYx\nNTI3NDJaMBUxEzARBgNVBAMMCmt1YmVybmV0ZXMwWTATBgcqhkjOPQIBBggqhkjO\nPQMBBwNCAARJosI0RdmGMCzan8WsUc2E83srMEx458qiT/Hw1MngU0T4uth+lVku\nrd/1nBoFRJvCdosbJUQH7NIDtaOK3eKEo1MwUTAdBgNVHQ4EFgQUao/viLldf+20\nwhs/P0ibDDhqioYwHwYDVR0jBBgwFoAUao/viLldf+20whs/P0ibDDhqioYwDwYD\nVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNJADBGAiEA6d2Ppq21+O01bHh+JvOI\naYuzvozhT3v3oAs90fvFMggCIQDNFjA3aOUtpp2Wrh9KQxQq136b1ATPxcoPkpSJ\nFv7ndA==\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn resolve_access() {
+        let none = KubeOverrides::default();
+        let ca_data = base64::engine::general_purpose::STANDARD.encode(PEM);
+        let a = ClusterAccess::resolve(
+            "prod",
+            Some("https://ABC.gr7.us-east-1.eks.amazonaws.com"),
+            Some(&ca_data),
+            &none,
+            None,
+        )
+        .unwrap();
+        assert_eq!(a.ca.len(), 1);
+        assert!(!a.insecure);
+        assert_eq!(
+            a.endpoint.host(),
+            Some("ABC.gr7.us-east-1.eks.amazonaws.com")
+        );
+
+        // Endpoint override wins; CA from the file wins.
+        let o = KubeOverrides {
+            endpoint: Some("https://127.0.0.1:9443".into()),
+            ..none.clone()
+        };
+        let a = ClusterAccess::resolve("prod", Some("https://x"), None, &o, Some(PEM.as_bytes()))
+            .unwrap();
+        assert_eq!(a.endpoint.port_u16(), Some(9443));
+        assert_eq!(a.ca.len(), 1);
+
+        // Insecure: loopback only.
+        let o = KubeOverrides {
+            endpoint: Some("https://[::1]:6443".into()),
+            insecure: true,
+            ..none.clone()
+        };
+        assert!(
+            ClusterAccess::resolve("prod", None, None, &o, None)
+                .unwrap()
+                .insecure
+        );
+        let o = KubeOverrides {
+            endpoint: Some("https://10.0.0.5:6443".into()),
+            insecure: true,
+            ..none.clone()
+        };
+        let err = ClusterAccess::resolve("prod", None, None, &o, None).unwrap_err();
+        assert!(err.to_string().contains("loopback"), "{err}");
+        let o = KubeOverrides {
+            insecure: true,
+            ..none.clone()
+        };
+        let err = ClusterAccess::resolve(
+            "prod",
+            Some("https://abc.eks.amazonaws.com"),
+            Some(&ca_data),
+            &o,
+            None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+
+        // Plain http: loopback only.
+        let o = KubeOverrides {
+            endpoint: Some("http://127.0.0.1:8001".into()),
+            ..none.clone()
+        };
+        assert!(ClusterAccess::resolve("prod", None, None, &o, None).is_ok());
+        let o = KubeOverrides {
+            endpoint: Some("http://proxy.internal:8001".into()),
+            ..none.clone()
+        };
+        assert!(ClusterAccess::resolve("prod", None, None, &o, None).is_err());
+
+        // Missing pieces and garbage.
+        assert!(ClusterAccess::resolve("prod", None, Some(&ca_data), &none, None).is_err());
+        assert!(ClusterAccess::resolve("prod", Some("https://x"), None, &none, None).is_err());
+        assert!(
+            ClusterAccess::resolve("prod", Some("https://x"), Some("%%%"), &none, None).is_err()
+        );
+        let not_pem = base64::engine::general_purpose::STANDARD.encode("hello");
+        assert!(
+            ClusterAccess::resolve("prod", Some("https://x"), Some(&not_pem), &none, None).is_err()
+        );
+        assert!(
+            ClusterAccess::resolve("prod", Some("ftp://x"), Some(&ca_data), &none, None).is_err()
+        );
+        assert!(
+            ClusterAccess::resolve("prod", Some("not a url"), Some(&ca_data), &none, None).is_err()
+        );
+    }
+
+    #[test]
+    fn eviction_answers() {
+        let pdb_body = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+            "message":"Cannot evict pod as it would violate the pod's disruption budget.",
+            "reason":"TooManyRequests","details":{"causes":[{"reason":"DisruptionBudget",
+            "message":"The disruption budget web-pdb needs 2 healthy pods and has 2 currently"}]},"code":429}"#;
+        assert_eq!(
+            eviction_outcome(429, pdb_body),
+            EvictOutcome::Blocked {
+                pdb: Some("web-pdb".into()),
+                message: "Cannot evict pod as it would violate the pod's disruption budget.".into()
+            }
+        );
+        let processing = br#"{"kind":"Status","status":"Failure","reason":"TooManyRequests","message":"Cannot evict pod as it would violate the pod's disruption budget.","details":{"causes":[{"reason":"DisruptionBudget","message":"The disruption budget db is still being processed by the server."}]},"code":429}"#;
+        assert!(
+            matches!(eviction_outcome(429, processing), EvictOutcome::Blocked { pdb: Some(p), .. } if p == "db")
+        );
+        let throttled = br#"{"kind":"Status","status":"Failure","reason":"TooManyRequests","message":"Too many requests, please try again later.","code":429}"#;
+        assert!(matches!(
+            eviction_outcome(429, throttled),
+            EvictOutcome::Blocked { pdb: None, .. }
+        ));
+        assert_eq!(eviction_outcome(201, b"{}"), EvictOutcome::Evicted);
+        assert_eq!(eviction_outcome(200, b""), EvictOutcome::Evicted);
+        assert_eq!(eviction_outcome(404, b"{}"), EvictOutcome::Gone);
+        assert_eq!(eviction_outcome(409, b"{}"), EvictOutcome::Gone);
+        let multi = br#"{"kind":"Status","status":"Failure","message":"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.","reason":"InternalError","code":500}"#;
+        assert_eq!(
+            eviction_outcome(500, multi),
+            EvictOutcome::Rejected {
+                code: 500,
+                message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into()
+            }
+        );
+        assert_eq!(
+            eviction_outcome(502, b"<html>bad gateway</html>"),
+            EvictOutcome::Rejected {
+                code: 502,
+                message: "<html>bad gateway</html>".into()
+            }
+        );
+    }
+
+    #[test]
+    fn provider_ids() {
+        assert_eq!(
+            instance_of_provider_id("aws:///us-east-1a/i-0abc"),
+            Some("i-0abc")
+        );
+        assert_eq!(instance_of_provider_id("aws:///i-0abc"), Some("i-0abc"));
+        assert_eq!(instance_of_provider_id("gce://p/z/i-0abc"), None);
+        assert_eq!(
+            instance_of_provider_id("aws:///us-east-1a/fargate-ip-10"),
+            None
+        );
+        assert_eq!(instance_of_provider_id(""), None);
+    }
+
+    #[test]
+    fn pod_conversion() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "kube-proxy-x", "namespace": "kube-system", "uid": "u1",
+                "deletionTimestamp": "2024-01-02T03:04:05Z",
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "kube-proxy", "uid": "d", "controller": true}
+                ]
+            },
+            "spec": {"containers": [], "terminationGracePeriodSeconds": 5, "priorityClassName": "system-node-critical"},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let info = pod_info(&pod);
+        assert_eq!(
+            info.pod,
+            PodRef {
+                namespace: "kube-system".into(),
+                name: "kube-proxy-x".into(),
+                uid: "u1".into()
+            }
+        );
+        assert_eq!(info.controller_kind.as_deref(), Some("DaemonSet"));
+        assert!(!info.mirror);
+        assert_eq!(
+            info.deletion_timestamp.map(|t| t.timestamp()),
+            Some(1_704_164_645)
+        );
+        assert_eq!(info.grace_period_seconds, Some(5));
+        assert!(info.is_critical());
+
+        let mirror: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "etcd", "namespace": "kube-system", "uid": "u2",
+                "annotations": {"kubernetes.io/config.mirror": "abc"}},
+            "spec": {"containers": []}
+        }))
+        .unwrap();
+        let info = pod_info(&mirror);
+        assert!(info.mirror);
+        assert_eq!(info.phase, "");
+    }
+
+    #[test]
+    fn node_conversion() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "ip-10-0-0-1.ec2.internal", "uid": "n1"},
+            "spec": {"providerID": "aws:///us-east-1a/i-0abc", "unschedulable": true,
+                "taints": [{"key": "nodecycle.dev/disrupted", "value": "Drifted", "effect": "NoSchedule"}]}
+        }))
+        .unwrap();
+        let info = node_info(&node);
+        assert_eq!(info.provider_id, "aws:///us-east-1a/i-0abc");
+        assert!(info.unschedulable);
+        assert_eq!(info.disrupted_taint.as_deref(), Some("Drifted"));
+    }
+}

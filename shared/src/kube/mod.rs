@@ -1,0 +1,37 @@
+//! Kubernetes access from outside the cluster (feature `kube`).
+//!
+//! Layers, from pure to I/O:
+//! - [`pods`]: plain node/pod values and their classification for a drain (no I/O).
+//! - [`drain`]: the resumable drain: a serializable [`DrainState`], the pure decision
+//!   [`plan_step`] of what to do next from (pods, state, now), and the thin I/O step
+//!   [`drain_step`] generic over [`NodeOps`].
+//! - [`ops`]: the narrow async trait [`NodeOps`] (the only thing the drain and the planner see).
+//! - [`token`]: the EKS bearer token (SigV4 query-presigned STS GetCallerIdentity).
+//! - [`client`]: [`EksKube`], the `kube`-based [`NodeOps`] with endpoint and CA from
+//!   eks:DescribeCluster, local overrides and token refresh.
+//! - [`command`]: [`drain_command`], the library side of `nodecycle drain`.
+//! - [`memory`]: an in-memory [`NodeOps`] for tests of code built on this module.
+
+pub mod client;
+pub mod command;
+pub mod drain;
+pub mod memory;
+pub mod ops;
+pub mod pods;
+pub mod token;
+
+pub use client::{ClusterAccess, EksKube, KubeOverrides};
+pub use command::{DrainCommandError, DrainReport, drain_command};
+pub use drain::{
+    BlockedPod, DrainError, DrainProgress, DrainState, PodFailure, StepPlan, abort_drain,
+    delete_node, drain_step, plan_step, start_drain,
+};
+pub use ops::{EventType, EvictOutcome, KubeError, NodeEvent, NodeOps};
+pub use pods::{NodeInfo, PodClass, PodInfo, PodRef, SkipReason, classify, taint_value};
+pub use token::{EksToken, presigned_url, token};
+
+/// Key of the taint nodecycle puts on a node it disrupts (`<key>=<reason>:NoSchedule`).
+pub const DISRUPTED_TAINT_KEY: &str = "nodecycle.dev/disrupted";
+
+/// `source.component` / `reportingComponent` of the Events nodecycle records.
+pub const EVENT_COMPONENT: &str = "nodecycle";
