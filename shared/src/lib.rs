@@ -1,6 +1,6 @@
 //! nodecycle core library.
 //!
-//! Pure decision modules (`policy`, `ami`, `budget`, `state`, `event`) take plain values and the
+//! Pure decision modules (`policy`, `ami`, `budget`, `plan`, `state`, `event`) take plain values and the
 //! current time and do no I/O. Adapters to AWS live in [`aws`] (feature `aws`, on by default);
 //! the Lambda handlers that wire them together live in [`handlers`].
 
@@ -9,6 +9,7 @@ pub mod budget;
 pub mod duration;
 pub mod event;
 pub mod fleet;
+pub mod plan;
 pub mod policy;
 pub mod port;
 pub mod problem;
