@@ -613,8 +613,15 @@ fn budget_message(
         ),
         None => format!("no active budget applies: all {total} nodes"),
     };
+    // Budgets without schedule always apply: if they alone leave no room, no change lifts it.
+    let steady_cap = budgets
+        .iter()
+        .filter(|b| b.window.is_none() && b.applies_to(reason))
+        .map(|b| b.nodes.value(total))
+        .min()
+        .unwrap_or(total);
     let mut lift = None;
-    let mut at = a.next_change;
+    let mut at = a.next_change.filter(|_| steady_cap > used);
     for _ in 0..LIFT_LOOKAHEAD {
         let Some(t) = at else { break };
         let later = budget::evaluate(budgets, reason, total, used, t);

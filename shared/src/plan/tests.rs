@@ -445,6 +445,33 @@ fn zero_budget_window_blocks_until_it_ends() {
 }
 
 #[test]
+fn until_skips_changes_that_do_not_lift_the_block() {
+    // Frozen Sat 01:00 + 48h; a second freeze Mon 00:00 + 5h overlaps its end. From Saturday
+    // noon the changes are Mon 00:00 (still 0), Mon 01:00 (still 0), Mon 05:00 (lifted).
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 1 * * sat\"\n      duration: 48h\n    - nodes: \"0\"\n      schedule: \"0 0 * * mon\"\n      duration: 5h\nexpireAfter: Never\n",
+    );
+    let p = plan(&snapshot(pol.clone(), drifted(3), vec![]), now());
+    assert!(started(&p).is_empty());
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some(
+            "Drifted budget 0 until 2026-12-07T05:00:00Z (disruption.budgets[1] nodes \"0\" allows 0 of 3; 0 disrupting)"
+        )
+    );
+    // With the steady budget used up by in-flight rotations, no window change lifts it.
+    let rots = vec![
+        rotation("i-00", RotationReason::Drifted, Step::Draining),
+        rotation("i-01", RotationReason::Drifted, Step::Draining),
+    ];
+    let p = plan(&snapshot(pol, drifted(3), rots), now());
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some("Drifted budget 0 (disruption.budgets[1] nodes \"0\" allows 0 of 3; 2 disrupting)")
+    );
+}
+
+#[test]
 fn blocked_by_in_flight_without_schedule_has_no_until() {
     let rots = vec![
         rotation("i-05", RotationReason::Drifted, Step::Cordoned),
