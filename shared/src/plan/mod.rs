@@ -26,7 +26,7 @@
 //!
 //! # Starting
 //! Candidates are `InService` members with a Ready node, no in-flight rotation, not cordoned
-//! or disrupted by someone else, no stale `Done` rotation, and a [`Need`] (see [`assess`]).
+//! or disrupted by someone else, no stale `Done` rotation, and a [`Need`] (see [`assess()`]).
 //! They are ordered: forced first, then nodes with no evictable pods, then oldest launch time,
 //! then instance id. `allowed(R)` is computed once per reason from `total` and `disrupting`;
 //! walking the candidates, a forced one always starts, and a budgeted one of reason `R` starts
