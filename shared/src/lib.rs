@@ -1,14 +1,15 @@
 //! nodecycle core library.
 //!
-//! Pure decision modules (`policy`, `ami`, `budget`, `state`, `event`) take plain values and the
-//! current time and do no I/O. Adapters to AWS live in [`aws`] (feature `aws`, on by default);
-//! the Lambda handlers that wire them together live in [`handlers`].
+//! Pure decision modules (`policy`, `ami`, `budget`, `plan`, `state`, `event`) take plain values
+//! and the current time and do no I/O. Adapters to AWS live in [`aws`] (feature `aws`, on by
+//! default); the Lambda handlers that wire them together live in [`handlers`].
 
 pub mod ami;
 pub mod budget;
 pub mod duration;
 pub mod event;
 pub mod fleet;
+pub mod plan;
 pub mod policy;
 pub mod port;
 pub mod problem;

@@ -1,0 +1,983 @@
+//! Table tests of the planner: classification, ordering, budgets, gates, counting, JSON shape.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::json;
+
+use super::*;
+use crate::fleet::{Gates, Group, Lifecycle, Member, NodeStatus, Snapshot};
+use crate::policy::Policy;
+use crate::rotation::{Rotation, RotationReason, Step, Surge};
+
+pub(super) const OLD: &str = "ami-old";
+pub(super) const NEW: &str = "ami-new";
+
+/// Saturday 2026-12-05 12:00 UTC.
+pub(super) fn now() -> DateTime<Utc> {
+    at("2026-12-05T12:00:00Z")
+}
+
+pub(super) fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn hours(h: u64) -> Duration {
+    Duration::from_secs(h * 3600)
+}
+
+/// A valid policy with `extra` appended (budgets, expireAfter, ...).
+pub(super) fn policy(extra: &str) -> Policy {
+    let doc = format!(
+        "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\n\
+         amiSelectorTerms:\n  - alias: al2023@latest\n{extra}"
+    );
+    let parsed = crate::policy::parse(&doc);
+    parsed
+        .policy
+        .unwrap_or_else(|| panic!("invalid test policy {:?}:\n{doc}", parsed.problems))
+}
+
+fn budgets(nodes: &str) -> Policy {
+    policy(&format!(
+        "disruption:\n  budgets:\n    - nodes: \"{nodes}\"\nexpireAfter: Never\n"
+    ))
+}
+
+/// An in-service Ready member running `image`, launched `age_h` hours before [`now`].
+pub(super) fn member(id: &str, image: &str, age_h: i64) -> Member {
+    Member {
+        instance_id: id.to_string(),
+        availability_zone: "eu-west-1a".to_string(),
+        image_id: Some(image.to_string()),
+        launch_time: now() - TimeDelta::hours(age_h),
+        lifecycle: Lifecycle::InService,
+        node: Some(NodeStatus {
+            name: format!("node-{id}"),
+            ready: true,
+            unschedulable: false,
+            disrupted: None,
+            evictable_pods: 3,
+        }),
+    }
+}
+
+fn pods(mut m: Member, n: u32) -> Member {
+    if let Some(node) = &mut m.node {
+        node.evictable_pods = n;
+    }
+    m
+}
+
+fn not_ready(mut m: Member) -> Member {
+    if let Some(node) = &mut m.node {
+        node.ready = false;
+    }
+    m
+}
+
+pub(super) fn rotation(id: &str, reason: RotationReason, step: Step) -> Rotation {
+    let mut r = Rotation::new(
+        "prod/general",
+        id,
+        reason,
+        false,
+        now() - TimeDelta::minutes(5),
+    );
+    r.step = step;
+    r
+}
+
+pub(super) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rotation>) -> Snapshot {
+    Snapshot {
+        policy,
+        gates: Gates {
+            desired_ami: Some(NEW.to_string()),
+            paused: None,
+            halted: None,
+        },
+        group: Group {
+            name: "prod-general".to_string(),
+            min_size: 1,
+            max_size: 20,
+            desired_capacity: i32::try_from(members.len()).unwrap(),
+            launch_template_image: Some(NEW.to_string()),
+        },
+        members,
+        rotations,
+    }
+}
+
+fn drifted(n: usize) -> Vec<Member> {
+    (0..n)
+        .map(|i| member(&format!("i-{i:02}"), OLD, 10 + i64::try_from(i).unwrap()))
+        .collect()
+}
+
+pub(super) fn started(p: &Plan) -> Vec<(String, RotationReason, bool)> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::StartRotation {
+                instance_id,
+                reason,
+                forced,
+            } => Some((instance_id.clone(), *reason, *forced)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn started_ids(p: &Plan) -> Vec<String> {
+    started(p).into_iter().map(|(id, _, _)| id).collect()
+}
+
+fn advanced(p: &Plan) -> Vec<String> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Advance { instance_id, .. } => Some(instance_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn messages(p: &Plan) -> Vec<String> {
+    p.decisions.iter().map(|d| d.message.clone()).collect()
+}
+
+fn has_message(p: &Plan, needle: &str) -> bool {
+    p.decisions.iter().any(|d| d.message.contains(needle))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classification
+
+/// (image, age hours, desired, expireAfter, terminationGracePeriod, expected need).
+type ClassifyCase = (
+    Option<&'static str>,
+    i64,
+    Option<&'static str>,
+    Option<Duration>,
+    Option<Duration>,
+    Option<Need>,
+);
+
+#[test]
+fn drift_and_expiry_classification() {
+    let e = Some(hours(720));
+    let g = Some(hours(2));
+    let nd = Need {
+        reason: RotationReason::Drifted,
+        forced: false,
+    };
+    let ne = Need {
+        reason: RotationReason::Expired,
+        forced: false,
+    };
+    let nf = Need {
+        reason: RotationReason::Expired,
+        forced: true,
+    };
+    let cases: Vec<ClassifyCase> = vec![
+        (Some(NEW), 10, Some(NEW), e, g, None),
+        (Some(OLD), 10, Some(NEW), e, g, Some(nd)),
+        (None, 10, Some(NEW), e, g, None),
+        (Some(OLD), 10, None, e, g, None),
+        (Some(NEW), 719, Some(NEW), e, g, None),
+        (Some(NEW), 720, Some(NEW), e, g, Some(ne)),
+        (Some(NEW), 721, Some(NEW), e, g, Some(ne)),
+        (Some(NEW), 722, Some(NEW), e, g, Some(nf)),
+        (Some(NEW), 5000, Some(NEW), e, None, Some(ne)),
+        (Some(NEW), 5000, Some(NEW), None, g, None),
+        (Some(OLD), 5000, Some(NEW), None, g, Some(nd)),
+        (Some(OLD), 721, Some(NEW), e, g, Some(nd)),
+        (Some(OLD), 725, Some(NEW), e, g, Some(nf)),
+        (Some(OLD), 725, None, e, g, Some(nf)),
+        (None, 725, Some(NEW), e, g, Some(nf)),
+        (
+            Some(NEW),
+            0,
+            Some(NEW),
+            Some(Duration::ZERO),
+            None,
+            Some(ne),
+        ),
+    ];
+    for (i, (image, age, desired, expire, grace, want)) in cases.into_iter().enumerate() {
+        let mut m = member("i-1", "x", age);
+        m.image_id = image.map(str::to_string);
+        let a = assess(&m, desired, expire, grace, now());
+        assert_eq!(a.need(), want, "case {i}: {a:?}");
+        assert_eq!(a.age, hours(u64::try_from(age).unwrap()), "case {i}");
+    }
+}
+
+#[test]
+fn expiry_states_and_future_launch_time() {
+    let m = member("i-1", NEW, 725);
+    let a = assess(&m, Some(NEW), Some(hours(720)), Some(hours(2)), now());
+    assert_eq!(a.expiry, Expiry::Forced { overdue: hours(3) });
+    let a = assess(&m, Some(NEW), Some(hours(720)), None, now());
+    assert_eq!(a.expiry, Expiry::Expired { overdue: hours(5) });
+    let a = assess(&m, Some(NEW), Some(hours(800)), None, now());
+    assert_eq!(
+        a.expiry,
+        Expiry::Fresh {
+            remaining: hours(75)
+        }
+    );
+    assert_eq!(
+        assess(&m, Some(NEW), None, None, now()).expiry,
+        Expiry::Never
+    );
+    // Clock skew: launched "in the future" is age zero, never expired.
+    let future = member("i-2", NEW, -3);
+    let a = assess(
+        &future,
+        Some(NEW),
+        Some(Duration::from_secs(1)),
+        None,
+        now(),
+    );
+    assert_eq!(a.age, Duration::ZERO);
+    assert_eq!(a.need(), None);
+    // Overflowing expireAfter + grace: never forced.
+    let a = assess(&m, Some(NEW), Some(hours(1)), Some(Duration::MAX), now());
+    assert_eq!(
+        a.expiry,
+        Expiry::Expired {
+            overdue: hours(724)
+        }
+    );
+}
+
+#[test]
+fn drift_wins_over_budgeted_expiry_and_node_is_reported_once() {
+    let p = policy(
+        "disruption:\n  budgets:\n    - nodes: \"5\"\nexpireAfter: 720h\nterminationGracePeriod: 2h\n",
+    );
+    let s = snapshot(
+        p,
+        vec![
+            member("i-a", OLD, 721),
+            member("i-b", OLD, 800),
+            member("i-c", NEW, 721),
+        ],
+        vec![],
+    );
+    let plan = plan(&s, now());
+    let c: Vec<(String, RotationReason, bool)> = plan
+        .candidates
+        .iter()
+        .map(|c| (c.instance_id.clone(), c.reason, c.forced))
+        .collect();
+    assert_eq!(
+        c,
+        vec![
+            ("i-b".to_string(), RotationReason::Expired, true),
+            ("i-a".to_string(), RotationReason::Drifted, false),
+            ("i-c".to_string(), RotationReason::Expired, false),
+        ]
+    );
+    assert_eq!(started(&plan).len(), 3);
+    for id in ["i-a", "i-b", "i-c"] {
+        let about: Vec<_> = plan
+            .decisions
+            .iter()
+            .filter(|d| d.instance_id.as_deref() == Some(id))
+            .collect();
+        assert_eq!(about.len(), 1, "{id}: {about:?}");
+    }
+    assert!(has_message(
+        &plan,
+        "starting i-a: Drifted (runs ami-old, desired ami-new; also expired: age 721h >= 720h), 3 evictable pod(s)"
+    ));
+    assert!(has_message(
+        &plan,
+        "starting i-b: Expired, forced (78h past expireAfter+terminationGracePeriod 720h+2h, age 800h; no budget wait)"
+    ));
+    assert!(has_message(
+        &plan,
+        "starting i-c: Expired (age 721h, 1h past expireAfter 720h)"
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordering
+
+#[test]
+fn candidates_order_no_pods_then_oldest_then_id() {
+    let s = snapshot(
+        budgets("100%"),
+        vec![
+            pods(member("i-e", OLD, 50), 4),
+            pods(member("i-d", OLD, 10), 0),
+            pods(member("i-c", OLD, 90), 1),
+            pods(member("i-b", OLD, 10), 0),
+            pods(member("i-a", OLD, 90), 1),
+            pods(member("i-f", OLD, 5), 0),
+        ],
+        vec![],
+    );
+    let p = plan(&s, now());
+    let order: Vec<&str> = p
+        .candidates
+        .iter()
+        .map(|c| c.instance_id.as_str())
+        .collect();
+    assert_eq!(order, ["i-b", "i-d", "i-f", "i-a", "i-c", "i-e"]);
+    assert_eq!(started_ids(&p), order);
+}
+
+#[test]
+fn forced_candidates_come_first() {
+    let p = policy(
+        "disruption:\n  budgets:\n    - nodes: \"1\"\nexpireAfter: 100h\nterminationGracePeriod: 1h\n",
+    );
+    let s = snapshot(
+        p,
+        vec![
+            pods(member("i-drift", OLD, 10), 0),
+            pods(member("i-forced", NEW, 200), 9),
+        ],
+        vec![],
+    );
+    let p = plan(&s, now());
+    assert_eq!(
+        started(&p),
+        vec![("i-forced".to_string(), RotationReason::Expired, true)]
+    );
+    assert_eq!(p.candidates[1].instance_id, "i-drift");
+    // The forced start consumed the single Drifted slot.
+    assert!(
+        p.blocked
+            .as_deref()
+            .unwrap()
+            .starts_with("Drifted budget 0 (disruption.budgets[0] nodes \"1\" allows 1 of 2; 0 disrupting, 1 started this pass)"),
+        "{:?}",
+        p.blocked
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Budgets
+
+#[test]
+fn budget_two_on_six_starts_two() {
+    let p = plan(&snapshot(budgets("2"), drifted(6), vec![]), now());
+    assert_eq!(p.total, 6);
+    assert_eq!(p.disrupting, 0);
+    assert_eq!(
+        p.allowed,
+        Allowed {
+            drifted: 2,
+            expired: 2
+        }
+    );
+    assert_eq!(started_ids(&p), ["i-05", "i-04"]); // oldest first
+    assert_eq!(p.candidates.len(), 6);
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some(
+            "Drifted budget 0 (disruption.budgets[0] nodes \"2\" allows 2 of 6; 0 disrupting, 2 started this pass)"
+        )
+    );
+}
+
+#[test]
+fn budget_two_with_one_in_flight_starts_one_more() {
+    let rot = rotation("i-05", RotationReason::Drifted, Step::Draining);
+    let p = plan(&snapshot(budgets("2"), drifted(6), vec![rot]), now());
+    assert_eq!(p.total, 6);
+    assert_eq!(p.disrupting, 1);
+    assert_eq!(p.allowed.drifted, 1);
+    assert_eq!(started_ids(&p), ["i-04"]);
+    assert_eq!(advanced(&p), ["i-05"]);
+    assert_eq!(
+        p.actions[0],
+        Action::Advance {
+            instance_id: "i-05".to_string(),
+            step: Step::Draining
+        }
+    );
+    assert!(!p.candidates.iter().any(|c| c.instance_id == "i-05"));
+}
+
+#[test]
+fn percent_budget_rounds_up() {
+    // 19 nodes x 20% = 4.
+    let p = plan(&snapshot(budgets("20%"), drifted(19), vec![]), now());
+    assert_eq!(p.allowed.drifted, 4);
+    assert_eq!(started(&p).len(), 4);
+}
+
+#[test]
+fn zero_budget_window_blocks_until_it_ends() {
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 1 * * sat\"\n      duration: 48h\n      reasons: [Drifted]\nexpireAfter: Never\n",
+    );
+    let p = plan(&snapshot(pol.clone(), drifted(6), vec![]), now());
+    assert!(started(&p).is_empty());
+    assert_eq!(
+        p.allowed,
+        Allowed {
+            drifted: 0,
+            expired: 2
+        }
+    );
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some(
+            "Drifted budget 0 until 2026-12-07T01:00:00Z (disruption.budgets[1] nodes \"0\" allows 0 of 6; 0 disrupting)"
+        )
+    );
+    assert!(has_message(
+        &p,
+        "not starting: Drifted budget 0 until 2026-12-07T01:00:00Z (disruption.budgets[1] nodes \"0\" allows 0 of 6; 0 disrupting); 6 Drifted candidate(s) wait"
+    ));
+    // Monday after the window: 2 start.
+    let p = plan(
+        &snapshot(pol, drifted(6), vec![]),
+        at("2026-12-07T01:00:00Z"),
+    );
+    assert_eq!(started(&p).len(), 2);
+}
+
+#[test]
+fn until_skips_changes_that_do_not_lift_the_block() {
+    // Frozen Sat 01:00 + 48h; a second freeze Mon 00:00 + 5h overlaps its end. From Saturday
+    // noon the changes are Mon 00:00 (still 0), Mon 01:00 (still 0), Mon 05:00 (lifted).
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 1 * * sat\"\n      duration: 48h\n    - nodes: \"0\"\n      schedule: \"0 0 * * mon\"\n      duration: 5h\nexpireAfter: Never\n",
+    );
+    let p = plan(&snapshot(pol.clone(), drifted(3), vec![]), now());
+    assert!(started(&p).is_empty());
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some(
+            "Drifted budget 0 until 2026-12-07T05:00:00Z (disruption.budgets[1] nodes \"0\" allows 0 of 3; 0 disrupting)"
+        )
+    );
+    // With the steady budget used up by in-flight rotations, no window change lifts it.
+    let rots = vec![
+        rotation("i-00", RotationReason::Drifted, Step::Draining),
+        rotation("i-01", RotationReason::Drifted, Step::Draining),
+    ];
+    let p = plan(&snapshot(pol, drifted(3), rots), now());
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some("Drifted budget 0 (disruption.budgets[1] nodes \"0\" allows 0 of 3; 2 disrupting)")
+    );
+}
+
+#[test]
+fn blocked_by_in_flight_without_schedule_has_no_until() {
+    let rots = vec![
+        rotation("i-05", RotationReason::Drifted, Step::Cordoned),
+        rotation("i-04", RotationReason::Expired, Step::Surging),
+    ];
+    let p = plan(&snapshot(budgets("2"), drifted(6), rots), now());
+    assert!(started(&p).is_empty());
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some("Drifted budget 0 (disruption.budgets[0] nodes \"2\" allows 2 of 6; 2 disrupting)")
+    );
+    assert_eq!(advanced(&p), ["i-04", "i-05"]);
+}
+
+#[test]
+fn budget_for_one_reason_only() {
+    // Expired is unrestricted (no budget applies), Drifted is frozen.
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"0\"\n      reasons: [Drifted]\nexpireAfter: 100h\n",
+    );
+    let s = snapshot(
+        pol,
+        vec![
+            member("i-d", OLD, 10),
+            member("i-e1", NEW, 150),
+            member("i-e2", NEW, 120),
+        ],
+        vec![],
+    );
+    let p = plan(&s, now());
+    assert_eq!(
+        p.allowed,
+        Allowed {
+            drifted: 0,
+            expired: 3
+        }
+    );
+    assert_eq!(started_ids(&p), ["i-e1", "i-e2"]);
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some(
+            "Drifted budget 0 (disruption.budgets[0] nodes \"0\" allows 0 of 3; 0 disrupting, 2 started this pass)"
+        )
+    );
+}
+
+#[test]
+fn starts_of_any_reason_consume_every_reason() {
+    // Drifted 3, Expired 1: Expired candidate first (no pods) uses 1 of everyone's budget.
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"3\"\n    - nodes: \"1\"\n      reasons: [Expired]\nexpireAfter: 100h\n",
+    );
+    let s = snapshot(
+        pol,
+        vec![
+            pods(member("i-e1", NEW, 300), 0),
+            pods(member("i-e2", NEW, 200), 0),
+            member("i-d1", OLD, 50),
+            member("i-d2", OLD, 40),
+            member("i-d3", OLD, 30),
+        ],
+        vec![],
+    );
+    let p = plan(&s, now());
+    assert_eq!(
+        p.allowed,
+        Allowed {
+            drifted: 3,
+            expired: 1
+        }
+    );
+    assert_eq!(started_ids(&p), ["i-e1", "i-d1", "i-d2"]);
+    let blocked = p.blocked.unwrap();
+    assert!(blocked.starts_with("Drifted budget 0"), "{blocked}");
+    assert!(blocked.contains("; Expired budget 0"), "{blocked}");
+}
+
+#[test]
+fn forced_starts_with_zero_budget_and_counts_for_others() {
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"0\"\nexpireAfter: 100h\nterminationGracePeriod: 1h\n",
+    );
+    let s = snapshot(
+        pol,
+        vec![
+            member("i-f1", NEW, 300),
+            member("i-f2", NEW, 102),
+            member("i-d", OLD, 1),
+        ],
+        vec![],
+    );
+    let p = plan(&s, now());
+    assert_eq!(p.allowed, Allowed::default());
+    assert_eq!(
+        started(&p),
+        vec![
+            ("i-f1".to_string(), RotationReason::Expired, true),
+            ("i-f2".to_string(), RotationReason::Expired, true),
+        ]
+    );
+    assert!(
+        p.blocked
+            .as_deref()
+            .unwrap()
+            .starts_with("Drifted budget 0")
+    );
+    let rs = p.rotations_to_start(now());
+    assert_eq!(rs.len(), 2);
+    assert!(
+        rs.iter()
+            .all(|r| r.forced && r.step == Step::Pending && r.pool == "prod/general")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counting
+
+#[test]
+fn not_ready_nodes_count_as_disrupting_and_not_in_total() {
+    let mut members = drifted(6);
+    members.push(not_ready(member("i-nr", NEW, 5)));
+    let p = plan(&snapshot(budgets("2"), members, vec![]), now());
+    assert_eq!((p.total, p.disrupting), (6, 1));
+    assert_eq!(started(&p).len(), 1);
+}
+
+#[test]
+fn not_ready_drifted_node_is_not_a_candidate() {
+    let members = vec![not_ready(member("i-nr", OLD, 5)), member("i-ok", OLD, 1)];
+    let p = plan(&snapshot(budgets("5"), members, vec![]), now());
+    assert_eq!(started_ids(&p), ["i-ok"]);
+    assert!(has_message(
+        &p,
+        "i-nr: Drifted (runs ami-old, desired ami-new), but its node is not Ready: counted as disrupting, not a candidate"
+    ));
+}
+
+#[test]
+fn node_disrupted_by_another_component_counts() {
+    let mut members = drifted(6);
+    if let Some(n) = &mut members[0].node {
+        n.disrupted = Some("spot-interruption".to_string());
+        n.unschedulable = true;
+    }
+    let p = plan(&snapshot(budgets("2"), members, vec![]), now());
+    assert_eq!((p.total, p.disrupting), (6, 1));
+    assert_eq!(started_ids(&p), ["i-05"]);
+    assert!(!p.candidates.iter().any(|c| c.instance_id == "i-00"));
+    assert!(has_message(
+        &p,
+        "another component is disrupting it (taint nodecycle.dev/disrupted=spot-interruption)"
+    ));
+}
+
+#[test]
+fn externally_cordoned_node_counts_and_is_left_alone() {
+    let mut members = drifted(4);
+    if let Some(n) = &mut members[3].node {
+        n.unschedulable = true;
+    }
+    let p = plan(&snapshot(budgets("2"), members, vec![]), now());
+    assert_eq!(p.disrupting, 1);
+    assert_eq!(started_ids(&p), ["i-02"]);
+    assert!(has_message(&p, "cordoned outside nodecycle"));
+}
+
+#[test]
+fn each_instance_counts_once() {
+    // In flight, NotReady, cordoned and tainted all at once: one disrupting node.
+    let mut members = drifted(4);
+    if let Some(n) = &mut members[0].node {
+        n.ready = false;
+        n.unschedulable = true;
+        n.disrupted = Some("nodecycle".to_string());
+    }
+    let rot = rotation("i-00", RotationReason::Drifted, Step::Draining);
+    let p = plan(&snapshot(budgets("2"), members, vec![rot]), now());
+    assert_eq!((p.total, p.disrupting), (3, 1));
+    assert_eq!(started(&p).len(), 1);
+}
+
+#[test]
+fn leaving_and_gone_instances() {
+    let mut leaving = member("i-leaving", OLD, 5);
+    leaving.lifecycle = Lifecycle::Leaving;
+    let mut gone_node = member("i-gone", OLD, 5);
+    gone_node.lifecycle = Lifecycle::Leaving;
+    gone_node.node = None;
+    let mut members = drifted(4);
+    members.push(leaving);
+    members.push(gone_node);
+    // A rotation whose instance already left the group still counts until Done.
+    let rot = rotation("i-terminated", RotationReason::Drifted, Step::Terminating);
+    let p = plan(&snapshot(budgets("3"), members, vec![rot]), now());
+    assert_eq!((p.total, p.disrupting), (4, 2));
+    assert_eq!(started(&p).len(), 1);
+    assert_eq!(advanced(&p), ["i-terminated"]);
+    assert!(
+        !p.candidates
+            .iter()
+            .any(|c| c.instance_id.starts_with("i-l"))
+    );
+}
+
+#[test]
+fn launching_replacements_count_nowhere() {
+    let mut launching = member("i-new1", NEW, 0);
+    launching.lifecycle = Lifecycle::Pending;
+    launching.node = None;
+    // In service, registered, not yet Ready: the recorded replacement of an in-flight rotation.
+    let replacement = not_ready(member("i-new2", NEW, 0));
+    // In service, not registered yet.
+    let mut unregistered = member("i-new3", NEW, 0);
+    unregistered.node = None;
+    let mut members = drifted(6);
+    members.extend([launching, replacement, unregistered]);
+    let mut rot = rotation("i-05", RotationReason::Drifted, Step::Surging);
+    rot.replacement = Some("i-new2".to_string());
+    let p = plan(&snapshot(budgets("2"), members, vec![rot]), now());
+    assert_eq!((p.total, p.disrupting), (6, 1));
+    assert_eq!(started_ids(&p), ["i-04"]);
+}
+
+#[test]
+fn surge_baseline_identifies_unrecorded_replacement() {
+    let mut members = drifted(6);
+    let replacement = not_ready(member("i-new", NEW, 0));
+    members.push(replacement);
+    let mut rot = rotation("i-05", RotationReason::Drifted, Step::Surging);
+    rot.surge = Some(Surge {
+        target_desired: 7,
+        baseline: (0..6).map(|i| format!("i-{i:02}")).collect(),
+    });
+    let p = plan(&snapshot(budgets("3"), members.clone(), vec![rot]), now());
+    assert_eq!((p.total, p.disrupting), (6, 1));
+    // Without the rotation the same NotReady node is lost capacity.
+    let p = plan(&snapshot(budgets("3"), members, vec![]), now());
+    assert_eq!((p.total, p.disrupting), (6, 1));
+    assert_eq!(started(&p).len(), 2);
+}
+
+#[test]
+fn unregistered_drifted_instance_is_reported() {
+    let mut m = member("i-x", OLD, 5);
+    m.node = None;
+    let p = plan(&snapshot(budgets("2"), vec![m], vec![]), now());
+    assert!(started(&p).is_empty());
+    assert_eq!((p.total, p.disrupting), (0, 0));
+    assert!(has_message(&p, "not registered as a Kubernetes node"));
+    assert_eq!(p.blocked, None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gates
+
+#[test]
+fn paused_halted_unresolved_start_nothing_but_advance() {
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"5\"\nexpireAfter: 100h\nterminationGracePeriod: 1h\n",
+    );
+    let mut members = drifted(4);
+    members.push(member("i-forced", NEW, 500));
+    let rot = rotation("i-00", RotationReason::Drifted, Step::Draining);
+    let base = snapshot(pol, members, vec![rot]);
+
+    let mut paused = base.clone();
+    paused.gates.paused = Some("ops: incident 42".to_string());
+    let mut policy_paused = base.clone();
+    policy_paused.policy.paused = true;
+    let mut halted = base.clone();
+    halted.gates.halted = Some("rotation of i-09 failed: drain timed out".to_string());
+    let mut unresolved = base.clone();
+    unresolved.gates.desired_ami = None;
+
+    let cases = [
+        (paused, "pool paused: ops: incident 42"),
+        (policy_paused, "pool paused: policy sets paused: true"),
+        (
+            halted,
+            "pool halted: rotation of i-09 failed: drain timed out",
+        ),
+        (
+            unresolved,
+            "desired AMI unresolved: drift cannot be checked, nothing starts",
+        ),
+    ];
+    for (s, why) in cases {
+        let p = plan(&s, now());
+        assert!(started(&p).is_empty(), "{why}");
+        assert_eq!(advanced(&p), ["i-00"], "{why}");
+        assert_eq!(p.blocked.as_deref(), Some(why));
+        assert!(
+            p.candidates
+                .iter()
+                .any(|c| c.instance_id == "i-forced" && c.forced),
+            "{why}: forced candidate still listed"
+        );
+        assert!(has_message(&p, &format!("not starting: {why}")), "{why}");
+    }
+    // Unresolved: no drift is seen, only expiry.
+    let mut unresolved = base;
+    unresolved.gates.desired_ami = None;
+    let p = plan(&unresolved, now());
+    assert_eq!(p.candidates.len(), 1);
+}
+
+#[test]
+fn gate_without_candidates_is_not_blocked_except_unresolved() {
+    let mut s = snapshot(budgets("2"), vec![member("i-a", NEW, 1)], vec![]);
+    s.gates.paused = Some("weekend".to_string());
+    let p = plan(&s, now());
+    assert_eq!(p.blocked, None);
+    assert!(has_message(&p, "not starting: pool paused: weekend"));
+    s.gates.paused = None;
+    s.gates.desired_ami = None;
+    let p = plan(&s, now());
+    assert!(p.blocked.is_some());
+}
+
+#[test]
+fn duplicate_instances_fail_closed() {
+    let mut members = drifted(3);
+    members.push(member("i-00", OLD, 10));
+    let p = plan(&snapshot(budgets("5"), members, vec![]), now());
+    assert!(started(&p).is_empty());
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some("snapshot lists instance(s) i-00 more than once: not trusting it")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launch template
+
+/// (template image, desired AMI, paused, halted, expected update).
+type TemplateCase = (
+    Option<&'static str>,
+    Option<&'static str>,
+    bool,
+    bool,
+    Option<&'static str>,
+);
+
+#[test]
+fn launch_template_update_planned_exactly_when_needed() {
+    let cases: [TemplateCase; 8] = [
+        (Some(NEW), Some(NEW), false, false, None),
+        (Some(OLD), Some(NEW), false, false, Some(NEW)),
+        (None, Some(NEW), false, false, Some(NEW)),
+        (Some(OLD), None, false, false, None),
+        (None, None, false, false, None),
+        (Some(OLD), Some(NEW), true, false, None),
+        (Some(OLD), Some(NEW), false, true, None),
+        (Some(OLD), Some(NEW), true, true, None),
+    ];
+    for (i, (template, desired, paused, halted, want)) in cases.into_iter().enumerate() {
+        let rot = rotation("i-00", RotationReason::Drifted, Step::Pending);
+        let mut s = snapshot(budgets("2"), drifted(4), vec![rot]);
+        s.group.launch_template_image = template.map(str::to_string);
+        s.gates.desired_ami = desired.map(str::to_string);
+        s.gates.paused = paused.then(|| "p".to_string());
+        s.gates.halted = halted.then(|| "h".to_string());
+        let p = plan(&s, now());
+        let updates: Vec<&Action> = p
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::UpdateLaunchTemplate { .. }))
+            .collect();
+        match want {
+            Some(image) => {
+                assert_eq!(updates.len(), 1, "case {i}");
+                assert_eq!(
+                    p.actions[0],
+                    Action::UpdateLaunchTemplate {
+                        image: image.to_string()
+                    },
+                    "case {i}: the update comes first"
+                );
+                assert_eq!(started(&p).len(), 1, "case {i}: starts follow the update");
+                assert!(matches!(
+                    p.actions.last(),
+                    Some(Action::StartRotation { .. })
+                ));
+            }
+            None => assert!(updates.is_empty(), "case {i}"),
+        }
+    }
+}
+
+#[test]
+fn template_update_without_candidates() {
+    let mut s = snapshot(budgets("2"), vec![member("i-a", NEW, 1)], vec![]);
+    s.group.launch_template_image = Some(OLD.to_string());
+    let p = plan(&s, now());
+    assert_eq!(
+        p.actions,
+        vec![Action::UpdateLaunchTemplate {
+            image: NEW.to_string()
+        }]
+    );
+    assert_eq!(
+        messages(&p),
+        ["updating the launch template of prod-general: it launches ami-old, desired ami-new"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotation records
+
+#[test]
+fn stale_done_rotation_blocks_restart_failed_does_not() {
+    let mut done = rotation("i-00", RotationReason::Drifted, Step::Done);
+    done.step_at = at("2026-12-05T11:00:00Z");
+    let failed = rotation("i-01", RotationReason::Drifted, Step::Failed);
+    let p = plan(
+        &snapshot(budgets("5"), drifted(2), vec![done, failed]),
+        now(),
+    );
+    assert_eq!(started_ids(&p), ["i-01"]);
+    assert!(advanced(&p).is_empty());
+    assert!(has_message(
+        &p,
+        "i-00: Drifted (runs ami-old, desired ami-new), but its Drifted rotation finished (Done) at 2026-12-05T11:00:00Z and it is still in service: not starting it again (check the executor)"
+    ));
+}
+
+#[test]
+fn in_flight_rotation_of_a_current_node_still_advances() {
+    let rot = rotation("i-a", RotationReason::Manual, Step::Pending);
+    let p = plan(
+        &snapshot(budgets("2"), vec![member("i-a", NEW, 1)], vec![rot]),
+        now(),
+    );
+    assert_eq!(advanced(&p), ["i-a"]);
+    assert_eq!(p.disrupting, 1);
+    assert!(has_message(
+        &p,
+        "advancing i-a: Manual rotation at step Pending"
+    ));
+}
+
+#[test]
+fn foreign_rotation_counts_but_is_not_advanced() {
+    let mut rot = rotation("i-00", RotationReason::Drifted, Step::Draining);
+    rot.pool = "prod/other".to_string();
+    let p = plan(&snapshot(budgets("2"), drifted(4), vec![rot]), now());
+    assert!(advanced(&p).is_empty());
+    assert_eq!(p.disrupting, 1);
+    assert_eq!(started(&p).len(), 1);
+    assert!(!started_ids(&p).contains(&"i-00".to_string()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON
+
+#[test]
+fn serializes_to_the_cli_shape() {
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"1\"\nexpireAfter: 720h\nterminationGracePeriod: 2h\n",
+    );
+    let mut members = vec![
+        pods(member("i-0abc", OLD, 30), 0),
+        member("i-0def", NEW, 725),
+    ];
+    members[1].launch_time -= TimeDelta::minutes(30);
+    let rot = rotation("i-0fly", RotationReason::Drifted, Step::Draining);
+    let mut s = snapshot(pol, members, vec![rot]);
+    s.group.launch_template_image = Some(OLD.to_string());
+    let p = plan(&s, now());
+    let v = serde_json::to_value(&p).unwrap();
+    let expected = json!({
+        "pool": "prod/general",
+        "allowed": {"Drifted": 0, "Expired": 0},
+        "total": 2,
+        "disrupting": 1,
+        "candidates": [
+            {"instance": "i-0def", "reason": "Expired", "forced": true, "image": "ami-new", "age": "725h30m", "evictablePods": 3},
+            {"instance": "i-0abc", "reason": "Drifted", "forced": false, "image": "ami-old", "age": "30h", "evictablePods": 0}
+        ],
+        "actions": [
+            {"action": "updateLaunchTemplate", "image": "ami-new"},
+            {"action": "advance", "instance": "i-0fly", "step": "Draining"},
+            {"action": "startRotation", "instance": "i-0def", "reason": "Expired", "forced": true}
+        ],
+        "blocked": "Drifted budget 0 (disruption.budgets[0] nodes \"1\" allows 1 of 2; 1 disrupting, 1 started this pass)",
+        "decisions": [
+            {"instance": null, "message": "updating the launch template of prod-general: it launches ami-old, desired ami-new"},
+            {"instance": "i-0fly", "message": "advancing i-0fly: Drifted rotation at step Draining"},
+            {"instance": "i-0def", "message": "starting i-0def: Expired, forced (3h30m past expireAfter+terminationGracePeriod 720h+2h, age 725h30m; no budget wait), 3 evictable pod(s)"},
+            {"instance": null, "message": "not starting: Drifted budget 0 (disruption.budgets[0] nodes \"1\" allows 1 of 2; 1 disrupting, 1 started this pass); 1 Drifted candidate(s) wait"}
+        ]
+    });
+    assert_eq!(v, expected, "{}", serde_json::to_string_pretty(&v).unwrap());
+}
+
+#[test]
+fn empty_pool() {
+    let p = plan(&snapshot(budgets("2"), vec![], vec![]), now());
+    assert_eq!((p.total, p.disrupting), (0, 0));
+    assert_eq!(
+        p.allowed,
+        Allowed {
+            drifted: 2,
+            expired: 2
+        }
+    ); // a count is not capped by total
+    assert!(p.actions.is_empty() && p.candidates.is_empty() && p.decisions.is_empty());
+    assert_eq!(p.blocked, None);
+}
