@@ -275,3 +275,85 @@ async fn run_ami_watcher_uses_the_lambda_handler() {
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["errorType"], "InvalidEvent");
 }
+
+#[test]
+fn drain_cordons_and_drains_through_the_binary() {
+    use nodecycle_tests::PodFixture;
+    let cloud = FakeCloud::start();
+    let kube = cloud.create_kube("prod");
+    kube.add_node(
+        "ip-10-0-1-10.us-east-2.compute.internal",
+        "aws:///us-east-2a/i-0123456789abcdef0",
+    );
+    kube.add_pod(
+        PodFixture::new("default", "web-1")
+            .node("ip-10-0-1-10.us-east-2.compute.internal")
+            .owner("ReplicaSet", "web-5d8f")
+            .grace_seconds(1),
+    );
+    kube.add_pod(
+        PodFixture::new("kube-system", "aws-node-x")
+            .node("ip-10-0-1-10.us-east-2.compute.internal")
+            .owner("DaemonSet", "aws-node"),
+    );
+    let out = run(
+        &[
+            "drain",
+            "--cluster",
+            "prod",
+            "i-0123456789abcdef0",
+            "--timeout",
+            "2m",
+        ],
+        Some(&cloud),
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(v["node"], "ip-10-0-1-10.us-east-2.compute.internal");
+    assert_eq!(v["evicted"], 1);
+    assert_eq!(v["skipped"], 1);
+    assert_eq!(v["done"], true);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).is_empty(),
+        "progress lines go to stderr"
+    );
+    let node = kube.state();
+    assert_eq!(
+        node.node("ip-10-0-1-10.us-east-2.compute.internal")
+            .unwrap()["spec"]["unschedulable"],
+        true
+    );
+
+    let out = run(
+        &["drain", "--cluster", "prod", "i-0aaaaaaaaaaaaaaaa"],
+        Some(&cloud),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "unknown instance");
+    let out = run(
+        &["drain", "--cluster", "prod", "not-an-instance"],
+        Some(&cloud),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "bad argument");
+    let out = run(
+        &[
+            "drain",
+            "--cluster",
+            "prod",
+            "i-0123456789abcdef0",
+            "--grace",
+            "soon",
+        ],
+        Some(&cloud),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "bad duration");
+}

@@ -2,6 +2,7 @@
 //! 2 bad input (invalid policy, bad arguments).
 
 mod budget;
+mod drain;
 mod resolve;
 mod run;
 mod validate;
@@ -26,6 +27,8 @@ enum Command {
     Budget(budget::Args),
     /// Run one function's handler once, in-process, exactly as the Lambda would.
     Run(run::Args),
+    /// Cordon and drain one instance's node from outside the cluster.
+    Drain(drain::Args),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -35,6 +38,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Resolve(a) => resolve::run(a).await,
         Command::Budget(a) => budget::run(a),
         Command::Run(a) => run::run(a).await,
+        Command::Drain(a) => drain::run(a).await,
     }
 }
 
