@@ -116,6 +116,10 @@ pub struct PoolRecord {
     pub history: Vec<HistoryEntry>,
     /// The latest failure not yet superseded by a later success.
     pub last_error: Option<RecordedError>,
+    /// Set when a rotation failed (e.g. a replacement never became Ready): no new rotation
+    /// starts until an operator resumes the pool.
+    #[serde(default)]
+    pub halted: Option<RecordedError>,
 }
 
 /// One watcher observation of a pool.
@@ -199,6 +203,162 @@ impl PoolRecord {
         }
         next
     }
+}
+
+/// How many times a conditional write is retried after losing a race.
+pub const WRITE_ATTEMPTS: usize = 8;
+
+/// Reads the pool record, applies `change`, and writes it back conditionally, re-reading on a
+/// lost race. Returns the record before and after. A record that `change` leaves equal is not
+/// written.
+pub async fn update_pool(
+    store: &dyn Store,
+    pool: &str,
+    change: impl Fn(&PoolRecord) -> PoolRecord + Send + Sync,
+) -> Result<(PoolRecord, PoolRecord), PortError> {
+    use crate::port::ErrorKind;
+    let pk = pool_pk(pool);
+    let mut last = None;
+    for _ in 0..WRITE_ATTEMPTS {
+        let current = store.get(&pk, POOL_STATE_SK).await?;
+        let (before, expected) = match current {
+            Some(v) => {
+                let rec: PoolRecord = serde_json::from_value(v.value).map_err(|e| {
+                    PortError::new(
+                        "state:decode",
+                        ErrorKind::Other,
+                        format!("pool record {pool}: {e}"),
+                    )
+                })?;
+                (rec, Some(v.version))
+            }
+            None => (
+                PoolRecord {
+                    pool: pool.to_string(),
+                    ..PoolRecord::default()
+                },
+                None,
+            ),
+        };
+        let after = change(&before);
+        if expected.is_some() && after == before {
+            return Ok((before, after));
+        }
+        let doc = serde_json::to_value(&after)
+            .map_err(|e| PortError::new("state:encode", ErrorKind::Other, e.to_string()))?;
+        match store.put(&pk, POOL_STATE_SK, &doc, expected, None).await {
+            Ok(_) => return Ok((before, after)),
+            Err(e) if e.kind == ErrorKind::Conflict => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        PortError::new("state:write", ErrorKind::Conflict, "too many conflicts")
+    }))
+}
+
+/// Reads the pool record (`None` if the pool was never resolved).
+pub async fn load_pool(store: &dyn Store, pool: &str) -> Result<Option<PoolRecord>, PortError> {
+    match store.get(&pool_pk(pool), POOL_STATE_SK).await? {
+        None => Ok(None),
+        Some(v) => serde_json::from_value(v.value).map(Some).map_err(|e| {
+            PortError::new(
+                "state:decode",
+                crate::port::ErrorKind::Other,
+                format!("pool record {pool}: {e}"),
+            )
+        }),
+    }
+}
+
+/// A lease: one holder at a time until it expires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// Who holds it (invocation id).
+    pub holder: String,
+    /// When it lapses if not released.
+    pub expires: DateTime<Utc>,
+}
+
+/// Takes the lease `name` for `holder` until `now + ttl` if it is free, expired or already
+/// ours. Returns the current holder when someone else has it.
+pub async fn acquire_lease(
+    store: &dyn Store,
+    name: &str,
+    holder: &str,
+    now: DateTime<Utc>,
+    ttl: chrono::Duration,
+) -> Result<Result<(), Lease>, PortError> {
+    let pk = format!("LEASE#{name}");
+    let current = store.get(&pk, "LEASE").await?;
+    let expected = match &current {
+        Some(v) => {
+            let lease: Option<Lease> = serde_json::from_value(v.value.clone()).ok();
+            if let Some(l) = lease.filter(|l| l.holder != holder && l.expires > now) {
+                return Ok(Err(l));
+            }
+            Some(v.version)
+        }
+        None => None,
+    };
+    let lease = Lease {
+        holder: holder.to_string(),
+        expires: now + ttl,
+    };
+    let doc = serde_json::to_value(&lease).map_err(|e| {
+        PortError::new("state:encode", crate::port::ErrorKind::Other, e.to_string())
+    })?;
+    match store
+        .put(
+            &pk,
+            "LEASE",
+            &doc,
+            expected,
+            Some(now + ttl + chrono::Duration::days(1)),
+        )
+        .await
+    {
+        Ok(_) => Ok(Ok(())),
+        Err(e) if e.kind == crate::port::ErrorKind::Conflict => Ok(Err(Lease {
+            holder: "another invocation".into(),
+            expires: now + ttl,
+        })),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the lease back (expires it now) if `holder` still has it.
+pub async fn release_lease(
+    store: &dyn Store,
+    name: &str,
+    holder: &str,
+    now: DateTime<Utc>,
+) -> Result<(), PortError> {
+    let pk = format!("LEASE#{name}");
+    if let Some(v) = store.get(&pk, "LEASE").await? {
+        let ours = serde_json::from_value::<Lease>(v.value).is_ok_and(|l| l.holder == holder);
+        if ours {
+            let doc = serde_json::to_value(Lease {
+                holder: holder.to_string(),
+                expires: now,
+            })
+            .map_err(|e| {
+                PortError::new("state:encode", crate::port::ErrorKind::Other, e.to_string())
+            })?;
+            // Losing this race only means someone else took an expired lease: fine.
+            let _ = store
+                .put(
+                    &pk,
+                    "LEASE",
+                    &doc,
+                    Some(v.version),
+                    Some(now + chrono::Duration::days(1)),
+                )
+                .await;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -19,11 +19,8 @@ use crate::ami::resolve::{
 use crate::event::{WatcherTrigger, watcher_trigger};
 use crate::policy::source::{PolicyDocument, PolicySource};
 use crate::policy::{self, Policy};
-use crate::port::{ErrorKind, PortError};
+use crate::port::PortError;
 use crate::state::{self, Observation, PoolRecord, Store};
-
-/// How many times a conditional write is retried after losing a race.
-const WRITE_ATTEMPTS: usize = 8;
 
 /// The handler and its ports.
 #[derive(Clone)]
@@ -316,48 +313,7 @@ impl AmiWatcher {
         pool: &str,
         obs: &Observation,
     ) -> Result<(PoolRecord, PoolRecord), PortError> {
-        let pk = state::pool_pk(pool);
-        let mut last = None;
-        for _ in 0..WRITE_ATTEMPTS {
-            let current = self.store.get(&pk, state::POOL_STATE_SK).await?;
-            let (before, expected) = match current {
-                Some(v) => {
-                    let rec: PoolRecord = serde_json::from_value(v.value).map_err(|e| {
-                        PortError::new(
-                            "state:decode",
-                            ErrorKind::Other,
-                            format!("pool record {pool}: {e}"),
-                        )
-                    })?;
-                    (rec, Some(v.version))
-                }
-                None => (
-                    PoolRecord {
-                        pool: pool.to_string(),
-                        ..PoolRecord::default()
-                    },
-                    None,
-                ),
-            };
-            let after = before.apply(obs);
-            let doc = serde_json::to_value(&after)
-                .map_err(|e| PortError::new("state:encode", ErrorKind::Other, e.to_string()))?;
-            match self
-                .store
-                .put(&pk, state::POOL_STATE_SK, &doc, expected, None)
-                .await
-            {
-                Ok(_) => return Ok((before, after)),
-                Err(e) if e.kind == ErrorKind::Conflict => {
-                    tracing::debug!(pool = %pool, "pool record changed underneath; re-reading");
-                    last = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| {
-            PortError::new("state:write", ErrorKind::Conflict, "too many conflicts")
-        }))
+        state::update_pool(self.store.as_ref(), pool, |rec| rec.apply(obs)).await
     }
 }
 

@@ -2,6 +2,8 @@
 //! Handlers take the payload as JSON and `now`, and return a JSON response.
 
 pub mod ami_watcher;
+#[cfg(feature = "kube")]
+pub mod rotator;
 
 use crate::event::InvalidEvent;
 
@@ -35,4 +37,4 @@ impl From<InvalidEvent> for HandlerError {
 }
 
 /// Names of the functions `nodecycle run` can invoke.
-pub const FUNCTIONS: &[&str] = &["ami-watcher"];
+pub const FUNCTIONS: &[&str] = &["ami-watcher", "rotator"];

@@ -550,6 +550,11 @@ pub fn node_info(node: &Node) -> NodeInfo {
             .and_then(|s| s.taints.as_ref())
             .and_then(|taints| taints.iter().find(|t| t.key == DISRUPTED_TAINT_KEY))
             .map(|t| t.value.clone().unwrap_or_default()),
+        ready: node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
     }
 }
 
@@ -610,6 +615,23 @@ impl NodeOps for EksKube {
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(None),
+            }
+        }
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<NodeInfo>, KubeError> {
+        let nodes = self.nodes().await?;
+        let mut params = ListParams::default().limit(PAGE);
+        let mut out = Vec::new();
+        loop {
+            let page = nodes
+                .list(&params)
+                .await
+                .map_err(|e| map_error("list nodes", e))?;
+            out.extend(page.items.iter().map(node_info));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
             }
         }
     }

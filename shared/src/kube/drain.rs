@@ -636,6 +636,7 @@ mod tests {
             provider_id: "aws:///us-east-1a/i-0123456789abcdef0".into(),
             unschedulable: false,
             disrupted_taint: None,
+            ready: true,
         }
     }
 

@@ -49,6 +49,7 @@ impl MemoryCluster {
             provider_id: format!("aws:///us-east-1a/{instance_id}"),
             unschedulable: false,
             disrupted_taint: None,
+            ready: true,
         });
     }
 
@@ -134,6 +135,10 @@ impl NodeOps for MemoryCluster {
             .iter()
             .find(|n| n.provider_id.starts_with("aws:///") && n.provider_id.ends_with(&suffix))
             .cloned())
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<NodeInfo>, KubeError> {
+        Ok(self.lock().nodes.clone())
     }
 
     async fn get_node(&self, name: &str) -> Result<Option<NodeInfo>, KubeError> {

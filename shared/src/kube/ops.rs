@@ -14,6 +14,9 @@ pub trait NodeOps: Send + Sync {
     /// `Ok(None)` when no node has that instance.
     async fn find_node(&self, instance_id: &str) -> Result<Option<NodeInfo>, KubeError>;
 
+    /// Every node of the cluster (all pages).
+    async fn list_nodes(&self) -> Result<Vec<NodeInfo>, KubeError>;
+
     /// The node named `name`, `Ok(None)` when it does not exist (any more).
     async fn get_node(&self, name: &str) -> Result<Option<NodeInfo>, KubeError>;
 

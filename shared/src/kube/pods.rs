@@ -53,6 +53,8 @@ pub struct NodeInfo {
     pub unschedulable: bool,
     /// Value of the `nodecycle.dev/disrupted` taint, if the node carries it.
     pub disrupted_taint: Option<String>,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
 }
 
 /// Identity of one pod: namespace, name and uid (the uid guards against acting on a pod that was
