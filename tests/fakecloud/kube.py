@@ -2218,8 +2218,8 @@ def reset_all():
 
 
 def shutdown():
+    """Process exit: remove the certificates; the servers die with us."""
     _STOP.set()
-    reset_all()
     if _TMPDIR:
         shutil.rmtree(_TMPDIR, ignore_errors=True)
 
