@@ -1432,6 +1432,7 @@ class KubeCluster:
                     ip=getattr(inst, "private_ip", None),
                     arch=arch,
                     image=inst.image_id,
+                    kubelet_version=self.kubelet_version_for(inst.image_id, cfg),
                 )
             else:
                 node = self.store["nodes"].get(node_key)
@@ -1442,9 +1443,29 @@ class KubeCluster:
                     node["status"]["conditions"] = node_conditions(want, rfc3339())
                     self.touch("nodes", node_key, node)
 
-    def add_node(self, name, provider_id, ready=True, labels=None, ip=None, arch="amd64", image=None, taints=None, unschedulable=False):
+    def kubelet_version_for(self, image_id: str, cfg: dict) -> str:
+        """The kubelet on a node comes with its AMI: `kubelet_versions`
+        {ami: "1.30"} in sync_nodes, else the Kubernetes minor in the AMI's
+        name (amazon-eks-node-1.30-v2024..., amazon-eks-node-al2023-x86_64-standard-1.30-v...),
+        else the cluster's version."""
+        mapping = cfg.get("kubelet_versions") or {}
+        if image_id in mapping:
+            return str(mapping[image_id])
+        try:
+            from moto.ec2.models import ec2_backends
+
+            ami = ec2_backends[ACCOUNT_ID][self.region].amis.get(image_id)
+            m = re.search(r"-(1\.\d+)-v\d", (ami.name or "") if ami else "")
+            if m:
+                return m.group(1)
+        except Exception:
+            pass
+        return self.eks_version()
+
+    def add_node(self, name, provider_id, ready=True, labels=None, ip=None, arch="amd64", image=None, taints=None,
+                 unschedulable=False, kubelet_version=None):
         ts = rfc3339()
-        ver = self.eks_version()
+        ver = str(kubelet_version or self.eks_version()).lstrip("v")
         node = {
             "metadata": {
                 "name": name,
@@ -2311,6 +2332,7 @@ def register(op, ControlError):  # noqa: N803
             node = api_call(lambda: c.add_node(
                 name, provider_id, ready=args.get("ready", True), labels=args.get("labels"), ip=args.get("ip"),
                 arch=args.get("arch", "amd64"), taints=args.get("taints"), unschedulable=args.get("unschedulable", False),
+                kubelet_version=args.get("kubelet_version"),
             ))
             return c.present(NODES, node)
 
@@ -2472,7 +2494,8 @@ def register(op, ControlError):  # noqa: N803
             if args.get("enabled") is False:
                 c.sync = None
                 return {}
-            c.sync = {k: args.get(k) for k in ("asg", "ready", "never_ready_images", "labels", "register_delay_seconds")}
+            c.sync = {k: args.get(k) for k in ("asg", "ready", "never_ready_images", "labels", "register_delay_seconds",
+                                               "kubelet_versions")}
             if c.sync["ready"] is None:
                 c.sync["ready"] = True
         c.tick()

@@ -266,6 +266,7 @@ pub struct NodeFixture {
     labels: Vec<(String, String)>,
     unschedulable: bool,
     ip: Option<String>,
+    kubelet_version: Option<String>,
 }
 
 impl NodeFixture {
@@ -278,7 +279,14 @@ impl NodeFixture {
             labels: Vec::new(),
             unschedulable: false,
             ip: None,
+            kubelet_version: None,
         }
+    }
+    /// `status.nodeInfo.kubeletVersion` minor, e.g. `1.30` (default: the
+    /// cluster's version).
+    pub fn kubelet_version(mut self, v: &str) -> Self {
+        self.kubelet_version = Some(v.to_string());
+        self
     }
     /// `aws:///<az>/<instance-id>`.
     pub fn provider_id(mut self, id: &str) -> Self {
@@ -313,6 +321,7 @@ impl NodeFixture {
             "labels": pairs(&self.labels),
             "unschedulable": self.unschedulable,
             "ip": self.ip,
+            "kubelet_version": self.kubelet_version,
         })
     }
 }
@@ -482,6 +491,9 @@ pub struct SyncNodes {
     pub labels: Vec<(String, String)>,
     /// Register a node only this long after its instance is first seen.
     pub register_delay_seconds: Option<f64>,
+    /// Kubelet version per AMI id (`"1.30"`); default: the minor in the
+    /// AMI's name (`amazon-eks-node-1.30-v...`), else the cluster version.
+    pub kubelet_versions: Vec<(String, String)>,
 }
 
 impl Default for SyncNodes {
@@ -492,6 +504,7 @@ impl Default for SyncNodes {
             never_ready_images: Vec::new(),
             labels: Vec::new(),
             register_delay_seconds: None,
+            kubelet_versions: Vec::new(),
         }
     }
 }
@@ -504,6 +517,7 @@ impl SyncNodes {
             "never_ready_images": self.never_ready_images,
             "labels": pairs(&self.labels),
             "register_delay_seconds": self.register_delay_seconds,
+            "kubelet_versions": pairs(&self.kubelet_versions),
         })
     }
 }
