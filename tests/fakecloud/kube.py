@@ -1326,7 +1326,10 @@ class KubeCluster:
         if pdbs:
             pdb = pdbs[0]
             st = self.pdb_status(pdb)
-            unready_ok = not pod_ready(pod) and st["currentHealthy"] >= st["desiredHealthy"] and st["desiredHealthy"] > 0
+            always = _get(pdb, "spec", "unhealthyPodEvictionPolicy") == "AlwaysAllow"
+            unready_ok = not pod_ready(pod) and (
+                always or (st["currentHealthy"] >= st["desiredHealthy"] and st["desiredHealthy"] > 0)
+            )
             if not unready_ok:
                 if st["disruptionsAllowed"] <= 0:
                     raise ApiError(
@@ -1346,6 +1349,14 @@ class KubeCluster:
                 if not dry_run:
                     pkey = (ns, pdb["metadata"]["name"])
                     self.disrupted.setdefault(pkey, {})[name] = time.time()
+        if not dry_run:
+            # PodDisruptionConditions: the pod learns why it goes.
+            conds = [c for c in _get(pod, "status", "conditions", default=[]) or [] if c.get("type") != "DisruptionTarget"]
+            conds.append({"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                          "lastTransitionTime": rfc3339(), "reason": "EvictionByEvictionAPI",
+                          "message": "Eviction API: evicting"})
+            pod.setdefault("status", {})["conditions"] = conds
+            self.touch("pods", key, pod)
         self.delete_pod(key, grace, opts.get("preconditions"), dry_run)
         return 201, success
 
@@ -2448,6 +2459,8 @@ def register(op, ControlError):  # noqa: N803
             spec["minAvailable"] = args["min_available"]
         if args.get("max_unavailable") is not None:
             spec["maxUnavailable"] = args["max_unavailable"]
+        if args.get("unhealthy_pod_eviction_policy") is not None:
+            spec["unhealthyPodEvictionPolicy"] = args["unhealthy_pod_eviction_policy"]
         obj = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                "metadata": {"name": args["name"], "namespace": ns}, "spec": spec}
         with c.lock:

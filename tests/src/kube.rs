@@ -429,6 +429,7 @@ pub struct PdbFixture {
     selector: Value,
     min_available: Option<Value>,
     max_unavailable: Option<Value>,
+    unhealthy_pod_eviction_policy: Option<String>,
 }
 
 impl PdbFixture {
@@ -440,6 +441,7 @@ impl PdbFixture {
             selector: json!({}),
             min_available: None,
             max_unavailable: None,
+            unhealthy_pod_eviction_policy: None,
         }
     }
     /// `selector.matchLabels[k] = v`.
@@ -466,10 +468,16 @@ impl PdbFixture {
         self.max_unavailable = Some(v.into());
         self
     }
+    /// `IfHealthyBudget` (the default) or `AlwaysAllow`.
+    pub fn unhealthy_pod_eviction_policy(mut self, policy: &str) -> Self {
+        self.unhealthy_pod_eviction_policy = Some(policy.to_string());
+        self
+    }
     fn to_json(&self) -> Value {
         json!({
             "namespace": self.namespace,
             "name": self.name,
+            "unhealthy_pod_eviction_policy": self.unhealthy_pod_eviction_policy,
             "selector": self.selector,
             "min_available": self.min_available,
             "max_unavailable": self.max_unavailable,
