@@ -1778,6 +1778,8 @@ class KubeHandler(BaseHTTPRequestHandler):
                     status, body = route(cluster, method, raw_path, parse_query(raw_query), ctype, body_bytes)
             except ApiError as e:
                 status, body = e.code, e.body()
+                if getattr(e, "debug", None):
+                    entry["error_detail"] = e.debug
             except Exception as e:  # a bug in the stand-in: answer like the apiserver would
                 import traceback
 
@@ -2174,7 +2176,11 @@ def patch_object(cluster, res, key, ctype, body_bytes, sub, query):
         else:
             new = json_patch(current, patch)
     except JsonPatchError as e:
-        raise ApiError(422, "Invalid", str(e))
+        # NewGenericServerResponse(422, ...): the jsonpatch error text is not
+        # sent; it is kept in the request log as `error_detail`.
+        err = ApiError(422, "Invalid", "the server rejected our request due to an error in our request", {})
+        err.debug = str(e)
+        raise err
     except ValueError as e:
         raise bad_request(str(e))
     if not isinstance(new, dict):

@@ -255,6 +255,9 @@ pub struct KubeRequest {
     /// Why authentication failed, when it did.
     #[serde(default)]
     pub auth_error: Option<String>,
+    /// Detail the real API server does not send (e.g. a JSON patch error).
+    #[serde(default)]
+    pub error_detail: Option<String>,
 }
 
 /// A node for [`KubeStandIn::add_node_with`].

@@ -516,6 +516,13 @@ fn cordon_by_merge_patch_and_concurrency_checks() {
                 {"op": "replace", "path": "/spec/unschedulable", "value": false}]),
     );
     assert_eq!(r.status, 422, "{}", r.raw);
+    assert_eq!(r.body["reason"], "Invalid");
+    assert_eq!(
+        r.body["message"],
+        "the server rejected our request due to an error in our request"
+    );
+    let logged = kube.requests().last().and_then(|q| q.error_detail.clone());
+    assert!(logged.is_some_and(|d| d.contains("test failed")));
     let r = client.patch(
         "/api/v1/nodes/n1",
         "application/json-patch+json",
