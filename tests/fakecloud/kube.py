@@ -1326,7 +1326,10 @@ class KubeCluster:
         if pdbs:
             pdb = pdbs[0]
             st = self.pdb_status(pdb)
-            unready_ok = not pod_ready(pod) and st["currentHealthy"] >= st["desiredHealthy"] and st["desiredHealthy"] > 0
+            always = _get(pdb, "spec", "unhealthyPodEvictionPolicy") == "AlwaysAllow"
+            unready_ok = not pod_ready(pod) and (
+                always or (st["currentHealthy"] >= st["desiredHealthy"] and st["desiredHealthy"] > 0)
+            )
             if not unready_ok:
                 if st["disruptionsAllowed"] <= 0:
                     raise ApiError(
@@ -1346,6 +1349,14 @@ class KubeCluster:
                 if not dry_run:
                     pkey = (ns, pdb["metadata"]["name"])
                     self.disrupted.setdefault(pkey, {})[name] = time.time()
+        if not dry_run:
+            # PodDisruptionConditions: the pod learns why it goes.
+            conds = [c for c in _get(pod, "status", "conditions", default=[]) or [] if c.get("type") != "DisruptionTarget"]
+            conds.append({"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                          "lastTransitionTime": rfc3339(), "reason": "EvictionByEvictionAPI",
+                          "message": "Eviction API: evicting"})
+            pod.setdefault("status", {})["conditions"] = conds
+            self.touch("pods", key, pod)
         self.delete_pod(key, grace, opts.get("preconditions"), dry_run)
         return 201, success
 
@@ -1432,6 +1443,7 @@ class KubeCluster:
                     ip=getattr(inst, "private_ip", None),
                     arch=arch,
                     image=inst.image_id,
+                    kubelet_version=self.kubelet_version_for(inst.image_id, cfg),
                 )
             else:
                 node = self.store["nodes"].get(node_key)
@@ -1442,9 +1454,29 @@ class KubeCluster:
                     node["status"]["conditions"] = node_conditions(want, rfc3339())
                     self.touch("nodes", node_key, node)
 
-    def add_node(self, name, provider_id, ready=True, labels=None, ip=None, arch="amd64", image=None, taints=None, unschedulable=False):
+    def kubelet_version_for(self, image_id: str, cfg: dict) -> str:
+        """The kubelet on a node comes with its AMI: `kubelet_versions`
+        {ami: "1.30"} in sync_nodes, else the Kubernetes minor in the AMI's
+        name (amazon-eks-node-1.30-v2024..., amazon-eks-node-al2023-x86_64-standard-1.30-v...),
+        else the cluster's version."""
+        mapping = cfg.get("kubelet_versions") or {}
+        if image_id in mapping:
+            return str(mapping[image_id])
+        try:
+            from moto.ec2.models import ec2_backends
+
+            ami = ec2_backends[ACCOUNT_ID][self.region].amis.get(image_id)
+            m = re.search(r"-(1\.\d+)-v\d", (ami.name or "") if ami else "")
+            if m:
+                return m.group(1)
+        except Exception:
+            pass
+        return self.eks_version()
+
+    def add_node(self, name, provider_id, ready=True, labels=None, ip=None, arch="amd64", image=None, taints=None,
+                 unschedulable=False, kubelet_version=None):
         ts = rfc3339()
-        ver = self.eks_version()
+        ver = str(kubelet_version or self.eks_version()).lstrip("v")
         node = {
             "metadata": {
                 "name": name,
@@ -1746,6 +1778,8 @@ class KubeHandler(BaseHTTPRequestHandler):
                     status, body = route(cluster, method, raw_path, parse_query(raw_query), ctype, body_bytes)
             except ApiError as e:
                 status, body = e.code, e.body()
+                if getattr(e, "debug", None):
+                    entry["error_detail"] = e.debug
             except Exception as e:  # a bug in the stand-in: answer like the apiserver would
                 import traceback
 
@@ -2142,7 +2176,11 @@ def patch_object(cluster, res, key, ctype, body_bytes, sub, query):
         else:
             new = json_patch(current, patch)
     except JsonPatchError as e:
-        raise ApiError(422, "Invalid", str(e))
+        # NewGenericServerResponse(422, ...): the jsonpatch error text is not
+        # sent; it is kept in the request log as `error_detail`.
+        err = ApiError(422, "Invalid", "the server rejected our request due to an error in our request", {})
+        err.debug = str(e)
+        raise err
     except ValueError as e:
         raise bad_request(str(e))
     if not isinstance(new, dict):
@@ -2218,8 +2256,8 @@ def reset_all():
 
 
 def shutdown():
+    """Process exit: remove the certificates; the servers die with us."""
     _STOP.set()
-    reset_all()
     if _TMPDIR:
         shutil.rmtree(_TMPDIR, ignore_errors=True)
 
@@ -2311,6 +2349,7 @@ def register(op, ControlError):  # noqa: N803
             node = api_call(lambda: c.add_node(
                 name, provider_id, ready=args.get("ready", True), labels=args.get("labels"), ip=args.get("ip"),
                 arch=args.get("arch", "amd64"), taints=args.get("taints"), unschedulable=args.get("unschedulable", False),
+                kubelet_version=args.get("kubelet_version"),
             ))
             return c.present(NODES, node)
 
@@ -2426,6 +2465,8 @@ def register(op, ControlError):  # noqa: N803
             spec["minAvailable"] = args["min_available"]
         if args.get("max_unavailable") is not None:
             spec["maxUnavailable"] = args["max_unavailable"]
+        if args.get("unhealthy_pod_eviction_policy") is not None:
+            spec["unhealthyPodEvictionPolicy"] = args["unhealthy_pod_eviction_policy"]
         obj = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                "metadata": {"name": args["name"], "namespace": ns}, "spec": spec}
         with c.lock:
@@ -2472,7 +2513,8 @@ def register(op, ControlError):  # noqa: N803
             if args.get("enabled") is False:
                 c.sync = None
                 return {}
-            c.sync = {k: args.get(k) for k in ("asg", "ready", "never_ready_images", "labels", "register_delay_seconds")}
+            c.sync = {k: args.get(k) for k in ("asg", "ready", "never_ready_images", "labels", "register_delay_seconds",
+                                               "kubelet_versions")}
             if c.sync["ready"] is None:
                 c.sync["ready"] = True
         c.tick()

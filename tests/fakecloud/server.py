@@ -215,7 +215,7 @@ def main() -> None:
         stop.set()
 
     threading.Thread(target=watch_stdin, name="stdin", daemon=True).start()
-    while not stop.wait(1.0):
+    while not stop.wait(0.2):
         pass
     try:
         import kube

@@ -1,6 +1,6 @@
 //! The fake cloud process: moto + control endpoint (+ Kubernetes stand-ins).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -293,8 +293,15 @@ impl FakeCloud {
 
 impl Drop for FakeCloud {
     fn drop(&mut self) {
-        if let Some(mut stdin) = self.child.stdin.take() {
-            let _ = stdin.flush();
+        // Closing stdin asks the launcher to stop and clean up its temporary
+        // files (stand-in certificates); kill it if it does not within 2 s.
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

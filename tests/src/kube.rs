@@ -255,6 +255,9 @@ pub struct KubeRequest {
     /// Why authentication failed, when it did.
     #[serde(default)]
     pub auth_error: Option<String>,
+    /// Detail the real API server does not send (e.g. a JSON patch error).
+    #[serde(default)]
+    pub error_detail: Option<String>,
 }
 
 /// A node for [`KubeStandIn::add_node_with`].
@@ -266,6 +269,7 @@ pub struct NodeFixture {
     labels: Vec<(String, String)>,
     unschedulable: bool,
     ip: Option<String>,
+    kubelet_version: Option<String>,
 }
 
 impl NodeFixture {
@@ -278,7 +282,14 @@ impl NodeFixture {
             labels: Vec::new(),
             unschedulable: false,
             ip: None,
+            kubelet_version: None,
         }
+    }
+    /// `status.nodeInfo.kubeletVersion` minor, e.g. `1.30` (default: the
+    /// cluster's version).
+    pub fn kubelet_version(mut self, v: &str) -> Self {
+        self.kubelet_version = Some(v.to_string());
+        self
     }
     /// `aws:///<az>/<instance-id>`.
     pub fn provider_id(mut self, id: &str) -> Self {
@@ -313,6 +324,7 @@ impl NodeFixture {
             "labels": pairs(&self.labels),
             "unschedulable": self.unschedulable,
             "ip": self.ip,
+            "kubelet_version": self.kubelet_version,
         })
     }
 }
@@ -420,6 +432,7 @@ pub struct PdbFixture {
     selector: Value,
     min_available: Option<Value>,
     max_unavailable: Option<Value>,
+    unhealthy_pod_eviction_policy: Option<String>,
 }
 
 impl PdbFixture {
@@ -431,6 +444,7 @@ impl PdbFixture {
             selector: json!({}),
             min_available: None,
             max_unavailable: None,
+            unhealthy_pod_eviction_policy: None,
         }
     }
     /// `selector.matchLabels[k] = v`.
@@ -457,10 +471,16 @@ impl PdbFixture {
         self.max_unavailable = Some(v.into());
         self
     }
+    /// `IfHealthyBudget` (the default) or `AlwaysAllow`.
+    pub fn unhealthy_pod_eviction_policy(mut self, policy: &str) -> Self {
+        self.unhealthy_pod_eviction_policy = Some(policy.to_string());
+        self
+    }
     fn to_json(&self) -> Value {
         json!({
             "namespace": self.namespace,
             "name": self.name,
+            "unhealthy_pod_eviction_policy": self.unhealthy_pod_eviction_policy,
             "selector": self.selector,
             "min_available": self.min_available,
             "max_unavailable": self.max_unavailable,
@@ -482,6 +502,9 @@ pub struct SyncNodes {
     pub labels: Vec<(String, String)>,
     /// Register a node only this long after its instance is first seen.
     pub register_delay_seconds: Option<f64>,
+    /// Kubelet version per AMI id (`"1.30"`); default: the minor in the
+    /// AMI's name (`amazon-eks-node-1.30-v...`), else the cluster version.
+    pub kubelet_versions: Vec<(String, String)>,
 }
 
 impl Default for SyncNodes {
@@ -492,6 +515,7 @@ impl Default for SyncNodes {
             never_ready_images: Vec::new(),
             labels: Vec::new(),
             register_delay_seconds: None,
+            kubelet_versions: Vec::new(),
         }
     }
 }
@@ -504,6 +528,7 @@ impl SyncNodes {
             "never_ready_images": self.never_ready_images,
             "labels": pairs(&self.labels),
             "register_delay_seconds": self.register_delay_seconds,
+            "kubelet_versions": pairs(&self.kubelet_versions),
         })
     }
 }

@@ -516,6 +516,13 @@ fn cordon_by_merge_patch_and_concurrency_checks() {
                 {"op": "replace", "path": "/spec/unschedulable", "value": false}]),
     );
     assert_eq!(r.status, 422, "{}", r.raw);
+    assert_eq!(r.body["reason"], "Invalid");
+    assert_eq!(
+        r.body["message"],
+        "the server rejected our request due to an error in our request"
+    );
+    let logged = kube.requests().last().and_then(|q| q.error_detail.clone());
+    assert!(logged.is_some_and(|d| d.contains("test failed")));
     let r = client.patch(
         "/api/v1/nodes/n1",
         "application/json-patch+json",
@@ -849,4 +856,55 @@ fn pods_created_through_the_api_start_on_ready_nodes() {
     assert_eq!(again.body["reason"], "AlreadyExists");
     let l = client.get("/api/v1/namespaces/default/pods?labelSelector=app%3Djob");
     assert_eq!(names(&l.body), vec![name]);
+}
+
+#[test]
+fn unready_pods_and_the_unhealthy_pod_eviction_policy() {
+    let (_cloud, kube, client) = stand_in();
+    kube.add_node("n1", "aws:///us-east-2a/i-1");
+    for (ns, policy) in [("a", None), ("b", Some("AlwaysAllow"))] {
+        kube.add_pod(
+            PodFixture::new(ns, "ok")
+                .node("n1")
+                .label("app", "x")
+                .owner("ReplicaSet", "x"),
+        );
+        kube.add_pod(
+            PodFixture::new(ns, "crashing")
+                .node("n1")
+                .label("app", "x")
+                .owner("ReplicaSet", "x")
+                .ready(false),
+        );
+        let mut pdb = PdbFixture::new(ns, "x")
+            .match_label("app", "x")
+            .min_available(2);
+        if let Some(p) = policy {
+            pdb = pdb.unhealthy_pod_eviction_policy(p);
+        }
+        kube.add_pdb(pdb);
+    }
+    // IfHealthyBudget (default): the app is below budget (1 of 2 healthy), so
+    // even the unready pod is protected.
+    let r = client.post(&evict_path("a", "crashing"), &eviction("a", "crashing"));
+    assert_eq!(r.status, 429, "{}", r.raw);
+    assert_eq!(
+        r.body["details"]["causes"][0]["message"],
+        "The disruption budget x needs 2 healthy pods and has 1 currently"
+    );
+    // AlwaysAllow: unready pods may always go.
+    let r = client.post(&evict_path("b", "crashing"), &eviction("b", "crashing"));
+    assert_eq!(r.status, 201, "{}", r.raw);
+    let pod = client.get("/api/v1/namespaces/b/pods/crashing").body;
+    let cond = pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "DisruptionTarget")
+        .cloned()
+        .expect("DisruptionTarget condition");
+    assert_eq!(cond["reason"], "EvictionByEvictionAPI");
+    // The ready pod is still guarded.
+    let r = client.post(&evict_path("b", "ok"), &eviction("b", "ok"));
+    assert_eq!(r.status, 429, "{}", r.raw);
 }
