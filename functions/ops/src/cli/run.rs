@@ -34,6 +34,14 @@ pub async fn run(args: Args) -> u8 {
             Ok(w) => w.handle(&payload, now).await,
             Err(e) => Err(e),
         },
+        "rotator" => match nodecycle::handlers::rotator::from_env(&config) {
+            Ok(r) => {
+                let budget = std::time::Duration::from_secs(300);
+                r.handle(&payload, now, std::time::Instant::now() + budget)
+                    .await
+            }
+            Err(e) => Err(e),
+        },
         other => Err(HandlerError::internal(format!("unknown function {other}"))),
     };
     match result {

@@ -1,0 +1,306 @@
+//! End to end: a new AMI ends with every node of the pool on it, never more disrupted at once
+//! than the budgets allow. moto runs the Auto Scaling group (replacements come from the group),
+//! the Kubernetes stand-in registers a Ready node for each new instance; the real ami-watcher
+//! and rotator handlers run pass after pass with an injected clock.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use nodecycle::aws::{
+    autoscaling::AutoScaling,
+    dynamodb::Table,
+    ec2::Ec2,
+    eks::Eks,
+    nodegroup::NodeGroups,
+    ssm::{Ssm, SsmPolicies},
+};
+use nodecycle::handlers::ami_watcher::AmiWatcher;
+use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
+use nodecycle::rotation::{Rotation, Step};
+use nodecycle::state::Store;
+use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn, SyncNodes};
+use serde_json::json;
+use support::*;
+
+struct Pool {
+    cloud: FakeCloud,
+    kube: KubeStandIn,
+    adapters: Adapters,
+    table: Arc<Table>,
+    watcher: AmiWatcher,
+    rotator: RotatorHandler,
+    old: String,
+    new: String,
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+async fn pool(nodes: i32, budgets: &str, never_ready_new: bool) -> Pool {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    let kube = cloud.create_kube("prod");
+    let old = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let new = cloud.register_image(
+        ImageFixture::new("golden-2")
+            .owner("self")
+            .created("2024-06-01T00:00:00Z"),
+    );
+    let a = Adapters::new(&cloud).await;
+    let lt = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+        .image_id(&old)
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .build();
+    a.clients
+        .ec2
+        .create_launch_template()
+        .launch_template_name("prod-general")
+        .launch_template_data(lt)
+        .send()
+        .await
+        .unwrap();
+    a.clients
+        .autoscaling
+        .create_auto_scaling_group()
+        .auto_scaling_group_name("prod-general")
+        .launch_template(
+            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                .launch_template_name("prod-general")
+                .version("$Latest")
+                .build(),
+        )
+        .min_size(0)
+        .max_size(nodes + 4)
+        .desired_capacity(nodes)
+        .availability_zones("us-east-2a")
+        .send()
+        .await
+        .unwrap();
+    kube.sync_nodes(SyncNodes {
+        asg: Some("prod-general".into()),
+        never_ready_images: if never_ready_new {
+            vec![new.clone()]
+        } else {
+            vec![]
+        },
+        ..SyncNodes::default()
+    });
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n{budgets}terminationGracePeriod: 1m\n"
+        ),
+    );
+    let table = a.table("nodecycle").await;
+    let ssm = Ssm::new(a.clients.ssm.clone());
+    let policies = Arc::new(SsmPolicies::new(ssm.clone(), "/nodecycle/pools/"));
+    let watcher = AmiWatcher {
+        policies: policies.clone(),
+        parameters: Arc::new(ssm),
+        images: Arc::new(Ec2::new(a.clients.ec2.clone())),
+        clusters: Arc::new(Eks::new(a.clients.eks.clone())),
+        groups: Arc::new(NodeGroups::new(
+            a.clients.autoscaling.clone(),
+            a.clients.ec2.clone(),
+            a.clients.eks.clone(),
+        )),
+        store: table.clone(),
+    };
+    let rotator = RotatorHandler {
+        policies,
+        groups: Arc::new(AutoScaling::new(
+            a.clients.autoscaling.clone(),
+            a.clients.ec2.clone(),
+        )),
+        store: table.clone(),
+        kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
+        settings: Settings {
+            drain_step: Duration::from_secs(5),
+            ..Settings::default()
+        },
+    };
+    // Wait until every instance has a Ready node.
+    kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
+        (s.nodes.len() == nodes as usize).then_some(())
+    });
+    Pool {
+        cloud,
+        kube,
+        adapters: a,
+        table,
+        watcher,
+        rotator,
+        old,
+        new,
+    }
+}
+
+impl Pool {
+    async fn rotations(&self) -> Vec<Rotation> {
+        self.table
+            .query("POOL#prod/general", "ROT#")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| serde_json::from_value(v.value).unwrap())
+            .collect()
+    }
+
+    async fn images(&self) -> Vec<String> {
+        let out = self
+            .adapters
+            .clients
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names("prod-general")
+            .send()
+            .await
+            .unwrap();
+        let ids: Vec<String> = out.auto_scaling_groups()[0]
+            .instances()
+            .iter()
+            .map(|i| i.instance_id().unwrap().to_string())
+            .collect();
+        let out = self
+            .adapters
+            .clients
+            .ec2
+            .describe_instances()
+            .set_instance_ids(Some(ids))
+            .send()
+            .await
+            .unwrap();
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .map(|i| i.image_id().unwrap().to_string())
+            .collect()
+    }
+
+    async fn pass(&self, now: DateTime<Utc>) -> serde_json::Value {
+        let report = self
+            .rotator
+            .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
+            .await
+            .unwrap();
+        // Let the stand-in register nodes for instances the pass launched.
+        std::thread::sleep(Duration::from_millis(400));
+        report
+    }
+}
+
+#[tokio::test]
+async fn a_new_ami_rolls_through_the_pool_within_budget() {
+    let p = pool(6, "    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 0 * * *\"\n      duration: 1h\n", false).await;
+    let t0 = at("2026-12-01T00:10:00Z");
+    let report = p.watcher.handle(&json!({}), t0).await.unwrap();
+    assert_eq!(report["pools"][0]["desired"], p.new.as_str());
+
+    // Inside the nightly "0" window: the launch template moves, no node is touched.
+    let report = p.pass(t0).await;
+    assert!(p.rotations().await.is_empty(), "{report}");
+    let blocked = report["pools"][0]["blocked"].as_str().unwrap();
+    assert!(blocked.contains("until 2026-12-01T01:00:00Z"), "{blocked}");
+    assert_eq!(report["pools"][0]["launchTemplate"], p.new.as_str());
+
+    let mut now = at("2026-12-01T01:05:00Z");
+    let mut max_in_flight = 0;
+    for _ in 0..60 {
+        p.pass(now).await;
+        let in_flight = p.rotations().await.iter().filter(|r| r.in_flight()).count();
+        max_in_flight = max_in_flight.max(in_flight);
+        assert!(in_flight <= 2, "budget 2 exceeded: {in_flight} in flight");
+        let images = p.images().await;
+        if in_flight == 0 && images.len() == 6 && images.iter().all(|i| *i == p.new) {
+            break;
+        }
+        now += chrono::Duration::minutes(1);
+    }
+    let images = p.images().await;
+    assert_eq!(images.len(), 6, "group back at its size: {images:?}");
+    assert!(
+        images.iter().all(|i| *i == p.new),
+        "every node on the new AMI: {images:?}"
+    );
+    assert_eq!(max_in_flight, 2, "the budget was used");
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 6);
+    assert!(
+        rotations
+            .iter()
+            .all(|r| r.step == Step::Done && r.replacement.is_some()),
+        "{rotations:?}"
+    );
+    // Old nodes were cordoned and their Node objects removed; no node is left cordoned.
+    let state = p.kube.state();
+    assert_eq!(state.nodes.len(), 6);
+    assert!(
+        state
+            .nodes
+            .iter()
+            .all(|n| n["spec"]["unschedulable"] != true),
+        "a node was left cordoned"
+    );
+    let _ = &p.old;
+    let _ = &p.cloud;
+}
+
+#[tokio::test]
+async fn a_replacement_that_never_becomes_ready_halts_the_pool() {
+    let p = pool(3, "    - nodes: \"1\"\n", true).await;
+    let t0 = at("2026-12-01T10:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let mut now = t0;
+    for _ in 0..5 {
+        p.pass(now).await;
+        now += chrono::Duration::minutes(5);
+    }
+    // 20 minutes later: the one rotation failed after the 15 minute timeout, the pool halted.
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 1, "only one node was tried: {rotations:?}");
+    assert_eq!(rotations[0].step, Step::Failed);
+    assert!(
+        rotations[0]
+            .error
+            .as_ref()
+            .unwrap()
+            .contains("not Ready within 15m")
+    );
+    let record = nodecycle::state::load_pool(p.table.as_ref(), "prod/general")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(record.halted.is_some());
+    // More passes start nothing; the surge was undone; nothing is cordoned.
+    let report = p.pass(now).await;
+    assert!(
+        report["pools"][0]["blocked"]
+            .as_str()
+            .unwrap()
+            .contains("halted"),
+        "{report}"
+    );
+    assert_eq!(p.rotations().await.len(), 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let images = p.images().await;
+    assert_eq!(images.len(), 3, "surge undone: {images:?}");
+    assert!(images.iter().all(|i| *i == p.old));
+    let state = p.kube.state();
+    assert!(
+        state
+            .nodes
+            .iter()
+            .all(|n| n["spec"]["unschedulable"] != true),
+        "a node was left cordoned"
+    );
+}
