@@ -5,6 +5,8 @@
 
 use serde_json::Value;
 
+pub mod interruption;
+
 /// An EventBridge envelope with an untyped `detail`.
 pub type Envelope = aws_lambda_events::eventbridge::EventBridgeEvent<Value>;
 
