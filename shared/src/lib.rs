@@ -9,6 +9,7 @@ pub mod budget;
 pub mod duration;
 pub mod event;
 pub mod fleet;
+pub mod interruption;
 pub mod plan;
 pub mod policy;
 pub mod port;

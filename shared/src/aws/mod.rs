@@ -5,6 +5,7 @@ pub mod autoscaling;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;
+pub mod interruption;
 pub mod nodegroup;
 pub mod ssm;
 

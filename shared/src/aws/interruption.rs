@@ -1,0 +1,136 @@
+//! Adapters for the interruption handler's ports: EC2 DescribeInstances ([`InstanceLookup`])
+//! and Auto Scaling lifecycle actions ([`LifecycleOps`]).
+
+use async_trait::async_trait;
+
+use super::port_error;
+use crate::interruption::{InstanceInfo, InstanceLookup, LifecycleOps};
+use crate::port::PortError;
+
+/// EC2 instances through the SDK.
+#[derive(Clone, Debug)]
+pub struct Ec2Instances {
+    client: aws_sdk_ec2::Client,
+}
+
+impl Ec2Instances {
+    /// Wraps a client.
+    pub fn new(client: aws_sdk_ec2::Client) -> Self {
+        Self { client }
+    }
+}
+
+#[async_trait]
+impl InstanceLookup for Ec2Instances {
+    async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, PortError> {
+        let out = match self
+            .client
+            .describe_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => {
+                let e = port_error("ec2:DescribeInstances", e);
+                return if e.is_not_found() { Ok(None) } else { Err(e) };
+            }
+        };
+        let found = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .find(|i| i.instance_id() == Some(instance_id));
+        Ok(found.map(|i| InstanceInfo {
+            instance_id: instance_id.to_string(),
+            state: i
+                .state()
+                .and_then(|s| s.name())
+                .map(|n| n.as_str().to_string())
+                .unwrap_or_default(),
+            availability_zone: i
+                .placement()
+                .and_then(|p| p.availability_zone())
+                .unwrap_or_default()
+                .to_string(),
+            tags: i
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+                .collect(),
+        }))
+    }
+}
+
+/// Auto Scaling lifecycle actions through the SDK.
+#[derive(Clone, Debug)]
+pub struct LifecycleActions {
+    client: aws_sdk_autoscaling::Client,
+}
+
+impl LifecycleActions {
+    /// Wraps a client.
+    pub fn new(client: aws_sdk_autoscaling::Client) -> Self {
+        Self { client }
+    }
+}
+
+/// Auto Scaling answers `ValidationError: No active Lifecycle Action found with instance ID ...`
+/// (or `... with token ...`) once the action was completed or timed out: not an error for us.
+fn inactive(e: &PortError) -> bool {
+    e.message.contains("No active Lifecycle Action")
+}
+
+#[async_trait]
+impl LifecycleOps for LifecycleActions {
+    async fn heartbeat(
+        &self,
+        group: &str,
+        hook: &str,
+        token: Option<&str>,
+        instance_id: &str,
+    ) -> Result<bool, PortError> {
+        let mut req = self
+            .client
+            .record_lifecycle_action_heartbeat()
+            .auto_scaling_group_name(group)
+            .lifecycle_hook_name(hook)
+            .instance_id(instance_id);
+        if let Some(t) = token {
+            req = req.lifecycle_action_token(t);
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let e = port_error("autoscaling:RecordLifecycleActionHeartbeat", e);
+                if inactive(&e) { Ok(false) } else { Err(e) }
+            }
+        }
+    }
+
+    async fn complete_continue(
+        &self,
+        group: &str,
+        hook: &str,
+        token: Option<&str>,
+        instance_id: &str,
+    ) -> Result<bool, PortError> {
+        let mut req = self
+            .client
+            .complete_lifecycle_action()
+            .auto_scaling_group_name(group)
+            .lifecycle_hook_name(hook)
+            .lifecycle_action_result("CONTINUE")
+            .instance_id(instance_id);
+        if let Some(t) = token {
+            req = req.lifecycle_action_token(t);
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let e = port_error("autoscaling:CompleteLifecycleAction", e);
+                if inactive(&e) { Ok(false) } else { Err(e) }
+            }
+        }
+    }
+}

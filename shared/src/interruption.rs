@@ -1,0 +1,227 @@
+//! Interruption handling, the pure part: what an instance is (from its EC2 tags), which pool it
+//! belongs to, and the narrow ports the handler uses for EC2 instance lookup and Auto Scaling
+//! lifecycle actions. The handler is [`crate::handlers::interruption`].
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::policy::{NodeGroup, Policy};
+use crate::port::PortError;
+
+/// Tag naming the Auto Scaling group of an instance.
+pub const ASG_TAG: &str = "aws:autoscaling:groupName";
+/// Tag naming the EKS cluster (EKS managed node groups, eksctl, Karpenter).
+pub const CLUSTER_TAG: &str = "eks:cluster-name";
+/// Prefix of the `kubernetes.io/cluster/<name>` tag (`owned` or `shared`).
+pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+/// Tag naming the EKS managed node group.
+pub const NODEGROUP_TAG: &str = "eks:nodegroup-name";
+
+/// An EC2 instance as the interruption handler needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceInfo {
+    /// `i-...`.
+    pub instance_id: String,
+    /// EC2 state name (`running`, `shutting-down`, ...).
+    pub state: String,
+    /// Availability zone.
+    pub availability_zone: String,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl InstanceInfo {
+    /// The EKS cluster from `eks:cluster-name`, else from a `kubernetes.io/cluster/<name>` tag.
+    pub fn cluster(&self) -> Option<&str> {
+        if let Some(c) = self.tags.get(CLUSTER_TAG).filter(|c| !c.is_empty()) {
+            return Some(c);
+        }
+        self.tags
+            .iter()
+            .filter(|(_, v)| matches!(v.as_str(), "owned" | "shared"))
+            .find_map(|(k, _)| k.strip_prefix(CLUSTER_TAG_PREFIX))
+            .filter(|c| !c.is_empty())
+    }
+
+    /// The Auto Scaling group (`aws:autoscaling:groupName`).
+    pub fn group(&self) -> Option<&str> {
+        self.tags.get(ASG_TAG).map(String::as_str)
+    }
+
+    /// The EKS managed node group (`eks:nodegroup-name`).
+    pub fn nodegroup(&self) -> Option<&str> {
+        self.tags.get(NODEGROUP_TAG).map(String::as_str)
+    }
+}
+
+/// Looks up EC2 instances.
+#[async_trait]
+pub trait InstanceLookup: Send + Sync {
+    /// The instance, `Ok(None)` when EC2 does not know it (any more).
+    async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, PortError>;
+}
+
+/// Answers Auto Scaling lifecycle actions.
+#[async_trait]
+pub trait LifecycleOps: Send + Sync {
+    /// RecordLifecycleActionHeartbeat. `Ok(false)` when the action is not active any more.
+    async fn heartbeat(
+        &self,
+        group: &str,
+        hook: &str,
+        token: Option<&str>,
+        instance_id: &str,
+    ) -> Result<bool, PortError>;
+    /// CompleteLifecycleAction with result CONTINUE. `Ok(false)` when the action is not active
+    /// any more (already completed, or timed out).
+    async fn complete_continue(
+        &self,
+        group: &str,
+        hook: &str,
+        token: Option<&str>,
+        instance_id: &str,
+    ) -> Result<bool, PortError>;
+}
+
+/// Why an instance is not handled (quietly: one debug line, never an error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotOurs(pub String);
+
+/// The pool of an instance: the policy whose cluster matches the instance's cluster tag and whose
+/// node group matches its Auto Scaling group (self-managed) or `eks:nodegroup-name` (managed).
+pub fn pool_of<'a>(info: &InstanceInfo, policies: &'a [Policy]) -> Result<&'a Policy, NotOurs> {
+    let id = &info.instance_id;
+    let cluster = info.cluster();
+    let mut candidates = policies
+        .iter()
+        .filter(|p| cluster.is_none_or(|c| c == p.cluster));
+    let found = candidates.find(|p| match &p.node_group {
+        NodeGroup::AutoScalingGroup(g) => info.group() == Some(g.as_str()),
+        NodeGroup::ManagedNodeGroup(g) => info.nodegroup() == Some(g.as_str()),
+    });
+    match (found, cluster) {
+        (Some(p), _) => Ok(p),
+        (None, None) => Err(NotOurs(format!(
+            "{id} has no cluster tag ({CLUSTER_TAG} or {CLUSTER_TAG_PREFIX}<name>) and no managed group"
+        ))),
+        (None, Some(c)) if !policies.iter().any(|p| p.cluster == c) => Err(NotOurs(format!(
+            "{id} belongs to cluster {c}, which no pool policy manages"
+        ))),
+        (None, Some(c)) => Err(NotOurs(format!(
+            "{id} of cluster {c} is in group {}, which no pool policy manages",
+            info.group().or(info.nodegroup()).unwrap_or("(none)")
+        ))),
+    }
+}
+
+/// The pool whose self-managed group is `group` (lifecycle actions name the group).
+pub fn pool_of_group<'a>(group: &str, policies: &'a [Policy]) -> Option<&'a Policy> {
+    policies
+        .iter()
+        .find(|p| matches!(&p.node_group, NodeGroup::AutoScalingGroup(g) if g == group))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(cluster: &str, group: &str) -> Policy {
+        let node_group = match group.strip_prefix("mng:") {
+            Some(g) => format!("{{ managedNodeGroup: {g} }}"),
+            None => format!("{{ autoScalingGroup: {group} }}"),
+        };
+        crate::policy::parse(&format!(
+            "cluster: {cluster}\nname: {}\nnodeGroup: {node_group}\namiSelectorTerms:\n  - alias: al2023@latest\n",
+            group.replace(':', "-")
+        ))
+        .policy
+        .unwrap()
+    }
+
+    fn info(tags: &[(&str, &str)]) -> InstanceInfo {
+        InstanceInfo {
+            instance_id: "i-0123456789abcdef0".into(),
+            state: "running".into(),
+            availability_zone: "us-east-2a".into(),
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn pools_by_cluster_and_group() {
+        let policies = vec![
+            policy("prod", "prod-general"),
+            policy("prod", "mng:spot"),
+            policy("staging", "staging-general"),
+        ];
+        let cases: Vec<(&str, Vec<(&str, &str)>, Result<&str, &str>)> = vec![
+            (
+                "asg + eks tag",
+                vec![(ASG_TAG, "prod-general"), (CLUSTER_TAG, "prod")],
+                Ok("prod/prod-general"),
+            ),
+            (
+                "asg + kubernetes.io tag",
+                vec![
+                    (ASG_TAG, "prod-general"),
+                    ("kubernetes.io/cluster/prod", "owned"),
+                ],
+                Ok("prod/prod-general"),
+            ),
+            (
+                "managed node group",
+                vec![
+                    (ASG_TAG, "eks-spot-1234"),
+                    (CLUSTER_TAG, "prod"),
+                    (NODEGROUP_TAG, "spot"),
+                ],
+                Ok("prod/mng-spot"),
+            ),
+            (
+                "asg without cluster tag still matches its group",
+                vec![(ASG_TAG, "staging-general")],
+                Ok("staging/staging-general"),
+            ),
+            (
+                "other cluster",
+                vec![(ASG_TAG, "prod-general"), (CLUSTER_TAG, "dev")],
+                Err("cluster dev"),
+            ),
+            (
+                "cluster tag disagrees with the group's pool",
+                vec![(ASG_TAG, "prod-general"), (CLUSTER_TAG, "staging")],
+                Err("group prod-general"),
+            ),
+            (
+                "unmanaged group",
+                vec![(ASG_TAG, "prod-gpu"), (CLUSTER_TAG, "prod")],
+                Err("group prod-gpu"),
+            ),
+            ("no tags", vec![], Err("no cluster tag")),
+            (
+                "kubernetes.io tag with another value is not a cluster",
+                vec![("kubernetes.io/cluster/prod", "x")],
+                Err("no cluster tag"),
+            ),
+        ];
+        for (name, tags, want) in cases {
+            let got = pool_of(&info(&tags), &policies);
+            match (got, want) {
+                (Ok(p), Ok(w)) => assert_eq!(p.pool_id(), w, "{name}"),
+                (Err(NotOurs(m)), Err(w)) => assert!(m.contains(w), "{name}: {m}"),
+                (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+        assert_eq!(
+            pool_of_group("prod-general", &policies).map(Policy::pool_id),
+            Some("prod/prod-general".into())
+        );
+        assert!(pool_of_group("spot", &policies).is_none());
+    }
+}
