@@ -160,7 +160,8 @@ mod tests {
             policy("prod", "mng:spot"),
             policy("staging", "staging-general"),
         ];
-        let cases: Vec<(&str, Vec<(&str, &str)>, Result<&str, &str>)> = vec![
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Result<&'a str, &'a str>);
+        let cases: Vec<Case<'_>> = vec![
             (
                 "asg + eks tag",
                 vec![(ASG_TAG, "prod-general"), (CLUSTER_TAG, "prod")],

@@ -7,7 +7,7 @@
 //! [`InvalidEvent`] naming the field.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Input, InvalidEvent, parse_input};
@@ -61,7 +61,7 @@ impl InstanceState {
 }
 
 /// An Auto Scaling lifecycle action to answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LifecycleAction {
     /// Auto Scaling group.
