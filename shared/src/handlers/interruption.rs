@@ -485,9 +485,10 @@ impl InterruptionHandler {
         let sk = event_sk(time, &o.instance);
         let result = match self.store.put(&pk, &sk, &doc, None, ttl).await {
             Err(e) if e.kind == ErrorKind::Conflict => {
-                // Another kind of event for the instance in the same second.
+                // Another event for the instance in the same second.
+                let tail = c.id.as_deref().unwrap_or(c.event.kind());
                 self.store
-                    .put(&pk, &format!("{sk}#{}", c.event.kind()), &doc, None, ttl)
+                    .put(&pk, &format!("{sk}#{tail}"), &doc, None, ttl)
                     .await
             }
             other => other,

@@ -42,6 +42,15 @@ pub async fn run(args: Args) -> u8 {
             }
             Err(e) => Err(e),
         },
+        "interruption-handler" => match nodecycle::handlers::interruption::from_env(&config) {
+            Ok(h) => {
+                // The Lambda's timeout (template.yaml): long enough to see a Spot drain through.
+                let budget = std::time::Duration::from_secs(180);
+                h.handle(&payload, now, std::time::Instant::now() + budget)
+                    .await
+            }
+            Err(e) => Err(e),
+        },
         other => Err(HandlerError::internal(format!("unknown function {other}"))),
     };
     match result {

@@ -1,0 +1,935 @@
+//! The interruption handler end to end: the sample events in `events/` (instance ids rewritten
+//! to the moto instances of the test) against moto (EC2 tags, Auto Scaling group, SSM policy,
+//! DynamoDB) and the Kubernetes API stand-in. moto does not implement
+//! CompleteLifecycleAction / RecordLifecycleActionHeartbeat, so lifecycle calls go to a
+//! recording fake of the narrow [`LifecycleOps`] port (the SDK adapter is a thin pass-through).
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use nodecycle::aws::{
+    dynamodb::Table,
+    interruption::Ec2Instances,
+    ssm::{Ssm, SsmPolicies},
+};
+use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
+use nodecycle::handlers::rotator::EksConnector;
+use nodecycle::interruption::LifecycleOps;
+use nodecycle::port::PortError;
+use nodecycle::rotation::{Rotation, RotationReason, Step};
+use nodecycle::state::Store;
+use nodecycle_tests::{FakeCloud, KubeStandIn, KubeState, PdbFixture, PodFixture};
+use serde_json::{Value, json};
+use support::*;
+
+const POLICY: &str = "/nodecycle/pools/prod/general";
+
+/// A lifecycle call seen by the fake, with the pods still on the node at that moment.
+#[derive(Debug, Clone)]
+struct Call {
+    op: &'static str,
+    instance: String,
+    pods_left: usize,
+}
+
+/// Records lifecycle calls; asks the stand-in how many pods the node still has at each call.
+struct RecordingLifecycle {
+    calls: Mutex<Vec<Call>>,
+    kube: KubeStandIn,
+    node: Mutex<Option<String>>,
+}
+
+impl RecordingLifecycle {
+    fn record(&self, op: &'static str, instance: &str) {
+        let node = self.node.lock().unwrap().clone();
+        let pods_left = node.map_or(0, |n| {
+            self.kube
+                .state()
+                .pods_on(&n)
+                .iter()
+                .filter(|p| p["metadata"]["ownerReferences"][0]["kind"] != "DaemonSet")
+                .count()
+        });
+        self.calls.lock().unwrap().push(Call {
+            op,
+            instance: instance.to_string(),
+            pods_left,
+        });
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl LifecycleOps for RecordingLifecycle {
+    async fn heartbeat(
+        &self,
+        group: &str,
+        hook: &str,
+        _token: Option<&str>,
+        instance_id: &str,
+    ) -> Result<bool, PortError> {
+        assert_eq!((group, hook), ("prod-general", "nodecycle-drain"));
+        self.record("heartbeat", instance_id);
+        Ok(true)
+    }
+
+    async fn complete_continue(
+        &self,
+        group: &str,
+        hook: &str,
+        _token: Option<&str>,
+        instance_id: &str,
+    ) -> Result<bool, PortError> {
+        assert_eq!((group, hook), ("prod-general", "nodecycle-drain"));
+        self.record("complete", instance_id);
+        Ok(true)
+    }
+}
+
+struct Env {
+    cloud: FakeCloud,
+    kube: KubeStandIn,
+    adapters: Adapters,
+    table: Arc<Table>,
+    handler: InterruptionHandler,
+    lifecycle: Arc<RecordingLifecycle>,
+    /// Instances of the pool's group, with their node names.
+    nodes: Vec<(String, String)>,
+    image: String,
+}
+
+fn policy_text(rebalance: &str) -> String {
+    format!(
+        "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\namiSelectorTerms:\n  - name: golden-*\n    owner: self\nterminationGracePeriod: 1h\ninterruption: {{ rebalance: {rebalance} }}\n"
+    )
+}
+
+async fn env(size: i32) -> Env {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    let kube = cloud.create_kube("prod");
+    let image = cloud.register_image(
+        nodecycle_tests::ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let a = Adapters::new(&cloud).await;
+    let lt = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+        .image_id(&image)
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .build();
+    a.clients
+        .ec2
+        .create_launch_template()
+        .launch_template_name("prod-general")
+        .launch_template_data(lt)
+        .send()
+        .await
+        .unwrap();
+    a.clients
+        .autoscaling
+        .create_auto_scaling_group()
+        .auto_scaling_group_name("prod-general")
+        .launch_template(
+            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                .launch_template_name("prod-general")
+                .version("$Latest")
+                .build(),
+        )
+        .min_size(0)
+        .max_size(size + 2)
+        .desired_capacity(size)
+        .availability_zones("us-east-2a")
+        .tags(
+            aws_sdk_autoscaling::types::Tag::builder()
+                .key("eks:cluster-name")
+                .value("prod")
+                .propagate_at_launch(true)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let out = a
+        .clients
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names("prod-general")
+        .send()
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = out.auto_scaling_groups()[0]
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
+    ids.sort();
+    let nodes: Vec<(String, String)> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| {
+            let name = format!("ip-10-0-1-{}.us-east-2.compute.internal", 10 + n);
+            kube.add_node(&name, &format!("aws:///us-east-2a/{id}"));
+            (id.clone(), name)
+        })
+        .collect();
+    cloud.put_parameter(POLICY, &policy_text("ignore"));
+    let table = a.table("nodecycle").await;
+    let lifecycle = Arc::new(RecordingLifecycle {
+        calls: Mutex::new(Vec::new()),
+        kube: kube.clone(),
+        node: Mutex::new(None),
+    });
+    let handler = InterruptionHandler {
+        policies: Arc::new(SsmPolicies::new(
+            Ssm::new(a.clients.ssm.clone()),
+            "/nodecycle/pools/",
+        )),
+        instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
+        lifecycle: lifecycle.clone(),
+        store: table.clone(),
+        kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
+        settings: Settings {
+            poll: Duration::from_millis(200),
+            heartbeat_every: Duration::from_millis(400),
+            ..Settings::default()
+        },
+    };
+    Env {
+        cloud,
+        kube,
+        adapters: a,
+        table,
+        handler,
+        lifecycle,
+        nodes,
+        image,
+    }
+}
+
+/// A sample event from `events/` with its instance ids replaced by `instance`, its time set and,
+/// when given, its id.
+fn event(file: &str, instance: &str, time: DateTime<Utc>, id: Option<&str>) -> Value {
+    let path = format!("{}/../events/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let sample_id = v["detail"]["instance-id"]
+        .as_str()
+        .or(v["detail"]["EC2InstanceId"].as_str())
+        .or(v["detail"]["affectedEntities"][0]["entityValue"].as_str())
+        .map(str::to_string);
+    if let Some(sample_id) = sample_id {
+        let text = serde_json::to_string(&v)
+            .unwrap()
+            .replace(&sample_id, instance);
+        v = serde_json::from_str(&text).unwrap();
+    }
+    v["time"] = json!(time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    // Each event its own id unless the test redelivers one on purpose.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let fresh = format!(
+        "evt-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    v["id"] = json!(id.map_or(fresh, str::to_string));
+    v
+}
+
+impl Env {
+    async fn handle(&self, payload: &Value) -> Value {
+        self.try_handle(payload).await.unwrap()
+    }
+
+    async fn try_handle(
+        &self,
+        payload: &Value,
+    ) -> Result<Value, nodecycle::handlers::HandlerError> {
+        self.handler
+            .handle(
+                payload,
+                Utc::now(),
+                Instant::now() + Duration::from_secs(170),
+            )
+            .await
+    }
+
+    async fn items(&self, prefix: &str) -> Vec<(String, Value)> {
+        if prefix.is_empty() {
+            let mut all = Vec::new();
+            for p in ["CLAIM#", "EVT#", "ROT#", "LCA#", "STATE"] {
+                all.extend(Box::pin(self.items(p)).await);
+            }
+            return all;
+        }
+        self.table
+            .query("POOL#prod/general", prefix)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(sk, v)| (sk, v.value))
+            .collect()
+    }
+
+    async fn rotation(&self, instance: &str) -> Option<Rotation> {
+        self.table
+            .get("POOL#prod/general", &format!("ROT#{instance}"))
+            .await
+            .unwrap()
+            .map(|v| serde_json::from_value(v.value).unwrap())
+    }
+
+    fn web_pods(&self, node: &str, names: &[&str], grace: u32) {
+        for n in names {
+            self.kube.add_pod(
+                PodFixture::new("default", n)
+                    .node(node)
+                    .owner("ReplicaSet", "web-5d8f")
+                    .label("app", "web")
+                    .grace_seconds(grace),
+            );
+        }
+    }
+}
+
+fn node_patches(state: &KubeState, node: &str) -> usize {
+    state
+        .requests_to("PATCH", &format!("/api/v1/nodes/{node}"))
+        .len()
+}
+
+fn evictions(state: &KubeState, name: &str) -> usize {
+    state
+        .requests_to(
+            "POST",
+            &format!("/api/v1/namespaces/default/pods/{name}/eviction"),
+        )
+        .len()
+}
+
+fn pod_deletions(state: &KubeState, name: &str) -> usize {
+    state
+        .requests_to("DELETE", &format!("/api/v1/namespaces/default/pods/{name}"))
+        .len()
+}
+
+fn taint(state: &KubeState, node: &str) -> Option<String> {
+    let n = state.node(node)?;
+    n["spec"]["taints"]
+        .as_array()?
+        .iter()
+        .find(|t| t["key"] == "nodecycle.dev/disrupted")
+        .and_then(|t| t["value"].as_str().map(str::to_string))
+}
+
+#[tokio::test]
+async fn spot_warning_cordons_evicts_then_deletes_what_pdbs_hold_after_90s() {
+    let e = env(2).await;
+    let (instance, node) = e.nodes[0].clone();
+    e.web_pods(&node, &["web-a", "web-b"], 1);
+    e.kube.add_pod(
+        PodFixture::new("default", "db-0")
+            .node(&node)
+            .owner("StatefulSet", "db")
+            .label("app", "db")
+            .grace_seconds(1),
+    );
+    e.kube.add_pdb(
+        PdbFixture::new("default", "db")
+            .match_label("app", "db")
+            .min_available(1),
+    );
+    // The warning is 86 s old: PDBs are honoured for 4 more seconds, then db-0 is deleted.
+    let sent = Utc::now() - chrono::Duration::seconds(86);
+    let started = Instant::now();
+    let out = e
+        .handle(&event(
+            "spot-interruption-warning.json",
+            &instance,
+            sent,
+            None,
+        ))
+        .await;
+    assert_eq!(out["kind"], "SpotInterruptionWarning", "{out}");
+    assert_eq!(out["outcomes"][0]["action"], "drained", "{out}");
+    assert_eq!(out["outcomes"][0]["pool"], "prod/general", "{out}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "PDB honoured until 90 s"
+    );
+
+    let s = e.kube.state();
+    let node_obj = s.node(&node).unwrap();
+    assert_eq!(node_obj["spec"]["unschedulable"], true);
+    assert_eq!(taint(&s, &node).as_deref(), Some("SpotInterruption"));
+    // Cordon first, then evictions of every pod, the PDB-held one deleted after 90 s.
+    let first_patch = s
+        .requests
+        .iter()
+        .position(|r| r.method == "PATCH" && r.path.ends_with(&node))
+        .unwrap();
+    let first_evict = s
+        .requests
+        .iter()
+        .position(|r| r.path.ends_with("/eviction"))
+        .unwrap();
+    assert!(first_patch < first_evict);
+    assert_eq!(evictions(&s, "web-a"), 1);
+    assert_eq!(evictions(&s, "web-b"), 1);
+    assert!(evictions(&s, "db-0") >= 1, "PDB-blocked evictions retried");
+    assert_eq!(pod_deletions(&s, "db-0"), 1, "deleted once after 90 s");
+    assert_eq!(pod_deletions(&s, "web-a"), 0);
+    assert!(s.pods_on(&node).is_empty());
+    // The other node is untouched.
+    assert_eq!(node_patches(&s, &e.nodes[1].1), 0);
+
+    // Recorded for status: event record and the drain claim.
+    let records = e.items("EVT#").await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].1["instance"], instance.as_str());
+    assert_eq!(records[0].1["action"], "drained");
+    assert_eq!(records[0].1["kind"], "SpotInterruptionWarning");
+    let claims = e.items(&format!("CLAIM#{instance}#drain")).await;
+    assert_eq!(claims[0].1["status"], "done");
+}
+
+#[tokio::test]
+async fn duplicates_never_drain_twice() {
+    let e = env(1).await;
+    let (instance, node) = e.nodes[0].clone();
+    e.web_pods(&node, &["web-a"], 1);
+    let ev = event(
+        "spot-interruption-warning.json",
+        &instance,
+        Utc::now(),
+        Some("dup-1"),
+    );
+    // Three deliveries of the same event at once.
+    let (a, b, c) = tokio::join!(e.handle(&ev), e.handle(&ev), e.handle(&ev));
+    let outs = [a, b, c];
+    let drained = outs
+        .iter()
+        .filter(|o| o["outcomes"][0]["action"] == "drained")
+        .count();
+    let dups = outs.iter().filter(|o| o["decision"] == "duplicate").count();
+    assert_eq!((drained, dups), (1, 2), "{outs:?}");
+    // Three more, one after the other, including a redelivery under a new id.
+    for id in ["dup-1", "dup-1", "dup-2"] {
+        let ev = event(
+            "spot-interruption-warning.json",
+            &instance,
+            Utc::now(),
+            Some(id),
+        );
+        let out = e.handle(&ev).await;
+        if id == "dup-2" {
+            assert_eq!(out["outcomes"][0]["action"], "skipped", "{out}");
+        } else {
+            assert_eq!(out["decision"], "duplicate", "{out}");
+        }
+    }
+    let s = e.kube.state();
+    assert_eq!(node_patches(&s, &node), 1, "cordoned once");
+    assert_eq!(evictions(&s, "web-a"), 1, "evicted once");
+    assert_eq!(e.items("EVT#").await.len(), 2, "drained + skipped");
+}
+
+#[tokio::test]
+async fn warning_then_state_changes_drain_once_then_remove_the_node_and_close_the_rotation() {
+    let e = env(2).await;
+    let (instance, node) = e.nodes[0].clone();
+    e.web_pods(&node, &["web-a"], 1);
+    // A rotation of this instance is in flight (the rotator was replacing it).
+    let rot = Rotation {
+        step: Step::Draining,
+        ..Rotation::new(
+            "prod/general",
+            &instance,
+            RotationReason::Drifted,
+            false,
+            Utc::now(),
+        )
+    };
+    e.table
+        .put(
+            "POOL#prod/general",
+            &format!("ROT#{instance}"),
+            &serde_json::to_value(&rot).unwrap(),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+
+    let out = e
+        .handle(&event(
+            "spot-interruption-warning.json",
+            &instance,
+            Utc::now(),
+            None,
+        ))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "drained", "{out}");
+    // The instance stops (instance-action stop) then shuts down: no second drain.
+    let mut stopping = event(
+        "instance-state-change.json",
+        &instance,
+        Utc::now(),
+        Some("sc-1"),
+    );
+    stopping["detail"]["state"] = json!("stopping");
+    let out = e.handle(&stopping).await;
+    assert_eq!(out["outcomes"][0]["action"], "skipped", "{out}");
+    let s = e.kube.state();
+    assert_eq!(node_patches(&s, &node), 1);
+    assert_eq!(evictions(&s, "web-a"), 1);
+
+    let out = e
+        .handle(&event(
+            "instance-state-change.json",
+            &instance,
+            Utc::now(),
+            Some("sc-2"),
+        ))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "nodeDeleted", "{out}");
+    assert!(e.kube.state().node(&node).is_none());
+    assert!(e.kube.state().node(&e.nodes[1].1).is_some());
+    assert_eq!(e.rotation(&instance).await.unwrap().step, Step::Done);
+    // terminated follows: nothing left to do.
+    let mut terminated = event(
+        "instance-state-change.json",
+        &instance,
+        Utc::now(),
+        Some("sc-3"),
+    );
+    terminated["detail"]["state"] = json!("terminated");
+    let out = e.handle(&terminated).await;
+    assert_eq!(out["outcomes"][0]["action"], "skipped", "{out}");
+    // running / pending are no-ops without any lookup.
+    let mut running = event(
+        "instance-state-change.json",
+        &instance,
+        Utc::now(),
+        Some("sc-4"),
+    );
+    running["detail"]["state"] = json!("running");
+    assert_eq!(e.handle(&running).await["decision"], "ignored");
+    let s = e.kube.state();
+    assert_eq!(
+        s.requests_to("DELETE", &format!("/api/v1/nodes/{node}"))
+            .len(),
+        1
+    );
+    assert_eq!(e.items("EVT#").await.len(), 4);
+}
+
+#[tokio::test]
+async fn instances_of_other_clusters_and_unknown_instances_are_ignored_quietly() {
+    let e = env(1).await;
+    let run = e
+        .adapters
+        .clients
+        .ec2
+        .run_instances()
+        .image_id(&e.image)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("eks:cluster-name")
+                        .value("dev")
+                        .build(),
+                )
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("aws:autoscaling:groupName")
+                        .value("prod-general")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let other = run.instances()[0].instance_id().unwrap().to_string();
+    // The committed variant: a warning for an instance of cluster dev.
+    let path = format!(
+        "{}/../events/spot-interruption-warning-other-cluster.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let sample: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let sample_id = sample["detail"]["instance-id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ev: Value = serde_json::from_str(
+        &serde_json::to_string(&sample)
+            .unwrap()
+            .replace(&sample_id, &other),
+    )
+    .unwrap();
+    let out = e.handle(&ev).await;
+    assert_eq!(out["outcomes"][0]["action"], "ignored", "{out}");
+    assert!(
+        out["outcomes"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cluster dev")
+    );
+    // An instance EC2 does not know (another account's or long gone), every kind.
+    for file in [
+        "spot-interruption-warning.json",
+        "rebalance-recommendation.json",
+        "instance-state-change.json",
+        "health-scheduled-change.json",
+    ] {
+        let out = e
+            .handle(&event(file, "i-0aaaaaaaaaaaaaaaa", Utc::now(), None))
+            .await;
+        assert_eq!(out["outcomes"][0]["action"], "ignored", "{file}: {out}");
+    }
+    // An unmanaged group's lifecycle action.
+    let mut lca = event(
+        "asg-terminate-lifecycle-action.json",
+        &other,
+        Utc::now(),
+        None,
+    );
+    lca["detail"]["AutoScalingGroupName"] = json!("dev-general");
+    let out = e.handle(&lca).await;
+    assert_eq!(out["outcomes"][0]["action"], "ignored", "{out}");
+    assert!(e.lifecycle.calls().is_empty());
+    // Nothing touched, nothing recorded under the pool.
+    let s = e.kube.state();
+    assert!(
+        s.requests.iter().all(|r| r.method == "GET"),
+        "{:?}",
+        s.requests
+    );
+    assert!(e.items("").await.is_empty());
+}
+
+#[tokio::test]
+async fn unknown_events_are_no_ops_and_malformed_ones_are_rejected_without_state() {
+    let e = env(1).await;
+    let (instance, _) = e.nodes[0].clone();
+    let mut unknown = event(
+        "spot-interruption-warning.json",
+        &instance,
+        Utc::now(),
+        Some("u-1"),
+    );
+    unknown["detail-type"] = json!("EC2 Fleet Spot Instance Request Change");
+    let out = e.handle(&unknown).await;
+    assert_eq!(out["decision"], "ignored", "{out}");
+    let param = event(
+        "parameter-store-change.json",
+        "i-0aaaaaaaaaaaaaaaa",
+        Utc::now(),
+        None,
+    );
+    assert_eq!(e.handle(&param).await["decision"], "ignored");
+
+    let mut bad = event(
+        "spot-interruption-warning.json",
+        &instance,
+        Utc::now(),
+        Some("bad-1"),
+    );
+    bad["detail"].as_object_mut().unwrap().remove("instance-id");
+    let err = e.try_handle(&bad).await.unwrap_err();
+    assert_eq!(err.error_type, "InvalidEvent");
+    assert!(
+        err.message.contains("detail.instance-id"),
+        "{}",
+        err.message
+    );
+    let mut bad_time = event(
+        "health-scheduled-change.json",
+        &instance,
+        Utc::now(),
+        Some("bad-2"),
+    );
+    bad_time["detail"]["startTime"] = json!("soon");
+    let err = e.try_handle(&bad_time).await.unwrap_err();
+    assert_eq!(err.error_type, "InvalidEvent");
+    assert!(err.message.contains("detail.startTime"), "{}", err.message);
+
+    for id in ["u-1", "bad-1", "bad-2"] {
+        assert!(
+            e.table
+                .get(&format!("EVENT#{id}"), "EVENT")
+                .await
+                .unwrap()
+                .is_none(),
+            "{id}"
+        );
+    }
+    assert!(e.items("").await.is_empty());
+    assert!(e.kube.state().requests.is_empty());
+}
+
+#[tokio::test]
+async fn rebalance_follows_the_pool_policy() {
+    let e = env(3).await;
+    let now = Utc::now();
+    // ignore (default): recorded only.
+    let (i0, n0) = e.nodes[0].clone();
+    let out = e
+        .handle(&event("rebalance-recommendation.json", &i0, now, None))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "recorded", "{out}");
+    assert_eq!(node_patches(&e.kube.state(), &n0), 0);
+
+    // cordon.
+    e.cloud.put_parameter(POLICY, &policy_text("cordon"));
+    let (i1, n1) = e.nodes[1].clone();
+    let out = e
+        .handle(&event("rebalance-recommendation.json", &i1, now, None))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "cordoned", "{out}");
+    let s = e.kube.state();
+    assert_eq!(s.node(&n1).unwrap()["spec"]["unschedulable"], true);
+    assert_eq!(taint(&s, &n1).as_deref(), Some("RebalanceRecommendation"));
+    assert!(s.requests.iter().all(|r| !r.path.ends_with("/eviction")));
+
+    // replace: a forced Interrupted rotation, Pending, for the rotator.
+    e.cloud.put_parameter(POLICY, &policy_text("replace"));
+    let (i2, n2) = e.nodes[2].clone();
+    let out = e
+        .handle(&event("rebalance-recommendation.json", &i2, now, None))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "rotationRecorded", "{out}");
+    let r = e.rotation(&i2).await.unwrap();
+    assert_eq!(
+        (r.reason, r.step, r.forced, r.pool.as_str()),
+        (
+            RotationReason::Interrupted,
+            Step::Pending,
+            true,
+            "prod/general"
+        )
+    );
+    assert_eq!(
+        node_patches(&e.kube.state(), &n2),
+        0,
+        "the rotator surges first"
+    );
+    // A second recommendation (new event id) changes nothing.
+    let out = e
+        .handle(&event("rebalance-recommendation.json", &i2, now, None))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "skipped", "{out}");
+    assert_eq!(e.items("ROT#").await.len(), 1);
+    assert_eq!(e.items("EVT#").await.len(), 4);
+}
+
+#[tokio::test]
+async fn health_scheduled_change_records_a_maintenance_rotation_with_the_deadline() {
+    let e = env(2).await;
+    let (instance, node) = e.nodes[1].clone();
+    let ev = event(
+        "health-scheduled-change.json",
+        &instance,
+        Utc::now(),
+        Some("h-1"),
+    );
+    let out = e.handle(&ev).await;
+    assert_eq!(out["kind"], "ScheduledMaintenance");
+    assert_eq!(out["outcomes"][0]["action"], "rotationRecorded", "{out}");
+    let r = e.rotation(&instance).await.unwrap();
+    assert_eq!(r.reason, RotationReason::Maintenance);
+    assert_eq!(r.step, Step::Pending);
+    assert!(
+        !r.forced,
+        "within budgets until 30 minutes before the deadline"
+    );
+    assert_eq!(
+        r.deadline.unwrap().to_rfc3339(),
+        "2026-12-05T15:10:09+00:00"
+    );
+    // Redelivery: duplicate; the same change under another id: the rotation is already there.
+    assert_eq!(e.handle(&ev).await["decision"], "duplicate");
+    let mut again = ev.clone();
+    again["id"] = json!("h-2");
+    let out = e.handle(&again).await;
+    assert_eq!(out["outcomes"][0]["action"], "skipped", "{out}");
+    assert_eq!(node_patches(&e.kube.state(), &node), 0);
+}
+
+#[tokio::test]
+async fn lifecycle_hook_completes_only_after_the_pods_are_gone_with_heartbeats_meanwhile() {
+    let e = env(3).await;
+    let (instance, node) = e.nodes[0].clone();
+    *e.lifecycle.node.lock().unwrap() = Some(node.clone());
+    e.web_pods(&node, &["web-a", "web-b"], 2);
+    let ev = event(
+        "asg-terminate-lifecycle-action.json",
+        &instance,
+        Utc::now(),
+        Some("l-1"),
+    );
+    let out = e.handle(&ev).await;
+    assert_eq!(out["kind"], "TerminateLifecycleAction");
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+    let calls = e.lifecycle.calls();
+    let ops: Vec<&str> = calls.iter().map(|c| c.op).collect();
+    assert!(ops.len() >= 2, "{calls:?}");
+    assert_eq!(ops.last(), Some(&"complete"), "{calls:?}");
+    assert_eq!(ops.iter().filter(|o| **o == "complete").count(), 1);
+    assert!(ops[..ops.len() - 1].iter().all(|o| *o == "heartbeat"));
+    let heartbeats: Vec<&Call> = calls.iter().filter(|c| c.op == "heartbeat").collect();
+    assert!(
+        heartbeats.iter().all(|c| c.pods_left > 0),
+        "heartbeats while draining: {calls:?}"
+    );
+    assert_eq!(
+        calls.last().unwrap().pods_left,
+        0,
+        "completed once pods were gone"
+    );
+    assert!(calls.iter().all(|c| c.instance == instance));
+    let s = e.kube.state();
+    assert_eq!(taint(&s, &node).as_deref(), Some("Terminating"));
+    assert_eq!(evictions(&s, "web-a"), 1);
+
+    // Redelivered: nothing more.
+    assert_eq!(e.handle(&ev).await["decision"], "duplicate");
+    assert_eq!(e.lifecycle.calls().len(), calls.len());
+
+    // No node for the instance: CONTINUE at once.
+    let (i1, n1) = e.nodes[1].clone();
+    e.kube.delete_node(&n1);
+    let out = e
+        .handle(&event(
+            "asg-terminate-lifecycle-action.json",
+            &i1,
+            Utc::now(),
+            None,
+        ))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+    assert!(
+        out["outcomes"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no Kubernetes node")
+    );
+
+    // Drained by a Spot warning before: CONTINUE at once, no second drain.
+    let (i2, n2) = e.nodes[2].clone();
+    e.web_pods(&n2, &["web-c"], 1);
+    e.handle(&event(
+        "spot-interruption-warning.json",
+        &i2,
+        Utc::now(),
+        None,
+    ))
+    .await;
+    let before = e.kube.state().requests.len();
+    let out = e
+        .handle(&event(
+            "asg-terminate-lifecycle-action.json",
+            &i2,
+            Utc::now(),
+            None,
+        ))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+    assert!(
+        out["outcomes"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("already drained")
+    );
+    assert_eq!(e.kube.state().requests.len(), before, "no Kubernetes call");
+    let completes: Vec<String> = e
+        .lifecycle
+        .calls()
+        .iter()
+        .filter(|c| c.op == "complete")
+        .map(|c| c.instance.clone())
+        .collect();
+    assert_eq!(completes, vec![instance, i1, i2]);
+}
+
+#[tokio::test]
+async fn lifecycle_drain_longer_than_the_invocation_is_handed_to_the_rotator() {
+    let e = env(1).await;
+    let (instance, node) = e.nodes[0].clone();
+    e.web_pods(&node, &["web-a"], 1);
+    e.kube.add_pdb(
+        PdbFixture::new("default", "web")
+            .match_label("app", "web")
+            .min_available(1),
+    );
+    let ev = event(
+        "asg-terminate-lifecycle-action.json",
+        &instance,
+        Utc::now(),
+        None,
+    );
+    // 12 s left: the drain (blocked by the PDB, grace period 1h) cannot finish.
+    let out = e
+        .handler
+        .handle(&ev, Utc::now(), Instant::now() + Duration::from_secs(12))
+        .await
+        .unwrap();
+    assert_eq!(out["outcomes"][0]["action"], "handedOver", "{out}");
+    let r = e.rotation(&instance).await.unwrap();
+    assert_eq!((r.step, r.forced), (Step::Draining, true));
+    assert!(r.drain.is_some());
+    assert!(e.lifecycle.calls().iter().all(|c| c.op == "heartbeat"));
+    // A tick while the rotator drains: heartbeat only.
+    let out = e.handle(&json!({})).await;
+    assert_eq!(out["outcomes"][0]["action"], "heartbeat", "{out}");
+    // The rotator finished the drain and terminated it: the tick completes the action.
+    let done = Rotation {
+        step: Step::Done,
+        ..r
+    };
+    let v = e
+        .table
+        .get("POOL#prod/general", &format!("ROT#{instance}"))
+        .await
+        .unwrap()
+        .unwrap();
+    e.table
+        .put(
+            "POOL#prod/general",
+            &format!("ROT#{instance}"),
+            &serde_json::to_value(&done).unwrap(),
+            Some(v.version),
+            None,
+        )
+        .await
+        .unwrap();
+    let out = e.handle(&json!({})).await;
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+    let out = e.handle(&json!({})).await;
+    assert_eq!(
+        out["outcomes"].as_array().unwrap().len(),
+        0,
+        "closed: {out}"
+    );
+    assert_eq!(
+        e.lifecycle
+            .calls()
+            .iter()
+            .filter(|c| c.op == "complete")
+            .count(),
+        1
+    );
+}
