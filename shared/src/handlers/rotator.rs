@@ -250,6 +250,12 @@ impl RotatorHandler {
                         ));
                         tracing::error!(pool = %report.pool, decision = "blocked", reason = ?report.blocked);
                     }
+                    Ok(_) if matches!(policy.node_group, NodeGroup::ManagedNodeGroup(_)) => {
+                        report.blocked = Some(
+                            "managed node group: resolved by the ami-watcher, not rotated by this version (UpdateNodegroupVersion support is pending)".into(),
+                        );
+                        tracing::info!(pool = %report.pool, decision = "skipped", reason = ?report.blocked);
+                    }
                     Ok(kube) => {
                         if let Err(e) = self
                             .pool_pass(policy, kube.clone(), now, deadline, &mut report)
