@@ -34,11 +34,12 @@ pub async fn run(args: Args) -> u8 {
         Ok(k) => k,
         Err(e) => return fail(format!("cluster {} unreachable: {e}", policy.cluster)),
     };
-    let snapshot = match rotator.snapshot(&policy, kube.as_ref()).await {
+    let at = args.at.unwrap_or_else(Utc::now);
+    let snapshot = match rotator.snapshot(&policy, kube.as_ref(), at).await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let plan = nodecycle::plan::plan(&snapshot, args.at.unwrap_or_else(Utc::now));
+    let plan = nodecycle::plan::plan(&snapshot, at);
     match serde_json::to_value(&plan) {
         Ok(v) => {
             super::print_json(&v);
