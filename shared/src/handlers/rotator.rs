@@ -250,6 +250,12 @@ impl RotatorHandler {
                         ));
                         tracing::error!(pool = %report.pool, decision = "blocked", reason = ?report.blocked);
                     }
+                    Ok(_) if matches!(policy.node_group, NodeGroup::ManagedNodeGroup(_)) => {
+                        report.blocked = Some(
+                            "managed node group: resolved by the ami-watcher, not rotated by this version (UpdateNodegroupVersion support is pending)".into(),
+                        );
+                        tracing::info!(pool = %report.pool, decision = "skipped", reason = ?report.blocked);
+                    }
                     Ok(kube) => {
                         if let Err(e) = self
                             .pool_pass(policy, kube.clone(), now, deadline, &mut report)
@@ -275,7 +281,12 @@ impl RotatorHandler {
     }
 
     /// Builds the snapshot of one pool (also used by `nodecycle plan`).
-    pub async fn snapshot(&self, policy: &Policy, kube: &dyn NodeOps) -> Result<Snapshot, String> {
+    pub async fn snapshot(
+        &self,
+        policy: &Policy,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> Result<Snapshot, String> {
         let group_name = match &policy.node_group {
             NodeGroup::AutoScalingGroup(g) => g.clone(),
             NodeGroup::ManagedNodeGroup(g) => {
@@ -303,7 +314,7 @@ impl RotatorHandler {
                 k::client::instance_of_provider_id(&n.provider_id).map(|i| (i.to_string(), n))
             })
             .collect();
-        let members = instances
+        let mut members: Vec<crate::fleet::Member> = instances
             .into_iter()
             .map(|i| {
                 let node = by_instance.get(&i.instance_id).map(|n| NodeStatus {
@@ -316,6 +327,37 @@ impl RotatorHandler {
                 i.with_node(node)
             })
             .collect();
+        let desired = record
+            .as_ref()
+            .and_then(|r| r.desired.as_ref())
+            .map(|a| a.id.clone());
+        // Evictable pod counts order the candidates (empty nodes first); only candidates need them.
+        for m in members.iter_mut() {
+            let need = plan::assess(
+                m,
+                desired.as_deref(),
+                policy.expire_after,
+                policy.termination_grace_period,
+                now,
+            )
+            .need();
+            let Some(node) = m.node.as_mut() else {
+                continue;
+            };
+            if need.is_none() {
+                continue;
+            }
+            let pods = kube
+                .list_pods(&node.name)
+                .await
+                .map_err(|e| format!("cannot list pods of {}: {e}", node.name))?;
+            node.evictable_pods = u32::try_from(
+                pods.iter()
+                    .filter(|p| matches!(k::classify(p, now), k::PodClass::Evict { .. }))
+                    .count(),
+            )
+            .unwrap_or(u32::MAX);
+        }
         let rotations = self
             .rotations(&pool)
             .await
@@ -368,7 +410,7 @@ impl RotatorHandler {
         deadline: Instant,
         report: &mut PoolReport,
     ) -> Result<(), String> {
-        let snapshot = self.snapshot(policy, kube.as_ref()).await?;
+        let snapshot = self.snapshot(policy, kube.as_ref(), now).await?;
         let plan = plan::plan(&snapshot, now);
         for d in &plan.decisions {
             tracing::info!(pool = %plan.pool, instance = ?d.instance_id, decision = %d.message);

@@ -3,6 +3,7 @@
 
 mod budget;
 mod drain;
+mod plan;
 mod resolve;
 mod run;
 mod validate;
@@ -29,6 +30,8 @@ enum Command {
     Run(run::Args),
     /// Cordon and drain one instance's node from outside the cluster.
     Drain(drain::Args),
+    /// Show what the rotator would do for a pool now (or at --at), changing nothing.
+    Plan(plan::Args),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -39,6 +42,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Budget(a) => budget::run(a),
         Command::Run(a) => run::run(a).await,
         Command::Drain(a) => drain::run(a).await,
+        Command::Plan(a) => plan::run(a).await,
     }
 }
 
