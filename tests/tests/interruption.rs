@@ -933,3 +933,153 @@ async fn lifecycle_drain_longer_than_the_invocation_is_handed_to_the_rotator() {
         1
     );
 }
+
+/// The `nodecycle` binary next to this test (debug or, with `NODECYCLE_BIN`, any build).
+fn nodecycle_bin() -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("NODECYCLE_BIN") {
+        return Some(p.into());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let path = exe.parent()?.parent()?.join("nodecycle");
+    path.exists().then_some(path)
+}
+
+fn write_event(dir: &std::path::Path, name: &str, v: &Value) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(v).unwrap()).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn run_cli(e: &Env, event_file: &str) -> std::process::Output {
+    std::process::Command::new(nodecycle_bin().unwrap())
+        .args(["run", "interruption-handler", "--event", event_file])
+        .env_remove("AWS_PROFILE")
+        .envs(e.cloud.env_vars())
+        .env("NODECYCLE_TABLE", "nodecycle")
+        .env("NODECYCLE_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// Held-out events go through `nodecycle run interruption-handler --event <FILE>`: the same
+/// handler as the Lambda, real adapters (lifecycle actions excepted: moto lacks them).
+#[tokio::test]
+async fn nodecycle_run_interruption_handler_acts_on_event_files() {
+    let Some(_) = nodecycle_bin() else {
+        eprintln!("nodecycle binary not built (cargo build -p ops); skipping");
+        return;
+    };
+    let e = env(2).await;
+    let (instance, node) = e.nodes[0].clone();
+    e.web_pods(&node, &["web-a"], 1);
+    let dir = std::env::temp_dir().join(format!("nodecycle-interruption-{}", std::process::id()));
+    let warning = write_event(
+        &dir,
+        "warning.json",
+        &event(
+            "spot-interruption-warning.json",
+            &instance,
+            Utc::now(),
+            None,
+        ),
+    );
+    let out = run_cli(&e, &warning);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["outcomes"][0]["action"], "drained", "{v}");
+    let s = e.kube.state();
+    assert_eq!(taint(&s, &node).as_deref(), Some("SpotInterruption"));
+    assert!(s.pods_on(&node).is_empty());
+    // Redelivered: a duplicate, exit 0.
+    let out = run_cli(&e, &warning);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "duplicate", "{v}");
+    // Malformed: InvalidEvent, exit 1.
+    let mut bad = event(
+        "spot-interruption-warning.json",
+        &instance,
+        Utc::now(),
+        None,
+    );
+    bad["detail"]["instance-id"] = json!(42);
+    let out = run_cli(&e, &write_event(&dir, "bad.json", &bad));
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["errorType"], "InvalidEvent", "{v}");
+    // Health scheduled change through the CLI.
+    let (other, _) = e.nodes[1].clone();
+    let health = write_event(
+        &dir,
+        "health.json",
+        &event("health-scheduled-change.json", &other, Utc::now(), None),
+    );
+    let out = run_cli(&e, &health);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["outcomes"][0]["action"], "rotationRecorded", "{v}");
+    assert_eq!(
+        e.rotation(&other).await.unwrap().reason,
+        RotationReason::Maintenance
+    );
+}
+
+fn first_cordon_ts(e: &Env, node: &str) -> Option<f64> {
+    let v = e.cloud.control(
+        "kube_requests",
+        json!({"cluster": "prod", "region": "us-east-2"}),
+    );
+    v["requests"]
+        .as_array()?
+        .iter()
+        .find(|r| r["method"] == "PATCH" && r["path"] == format!("/api/v1/nodes/{node}").as_str())
+        .and_then(|r| r["ts"].as_f64())
+}
+
+fn epoch(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Benchmark, not an assertion: process start of `nodecycle run interruption-handler --event
+/// <spot warning>` to the cordon request reaching the stand-in (cold: a new process each time),
+/// and handler call to cordon in a process that already handled one event (warm: clients and
+/// connections reused, as in a warm Lambda). Run with
+/// `cargo test -p nodecycle-tests --test interruption -- --ignored --nocapture bench`
+/// (`NODECYCLE_BIN=target/release/nodecycle` for the release build).
+#[tokio::test]
+#[ignore = "benchmark"]
+async fn bench_spot_warning_to_cordon() {
+    let e = env(8).await;
+    let dir = std::env::temp_dir().join(format!("nodecycle-bench-{}", std::process::id()));
+    let mut cold = Vec::new();
+    for (i, (instance, node)) in e.nodes[..4].iter().enumerate() {
+        let file = write_event(
+            &dir,
+            &format!("w{i}.json"),
+            &event("spot-interruption-warning.json", instance, Utc::now(), None),
+        );
+        let start = epoch(std::time::SystemTime::now());
+        let out = run_cli(&e, &file);
+        assert_eq!(out.status.code(), Some(0));
+        let ts = first_cordon_ts(&e, node).unwrap();
+        cold.push((ts - start) * 1000.0);
+    }
+    // Warm: one handler object; the first event warms it, the others are measured.
+    let mut warm = Vec::new();
+    for (instance, node) in &e.nodes[4..] {
+        let ev = event("spot-interruption-warning.json", instance, Utc::now(), None);
+        let start = epoch(std::time::SystemTime::now());
+        e.handle(&ev).await;
+        let ts = first_cordon_ts(&e, node).unwrap();
+        warm.push((ts - start) * 1000.0);
+    }
+    eprintln!(
+        "BENCH spot warning -> cordon: cold (process start) ms {cold:.1?}; warm (in-process, first one warms) ms {warm:.1?}"
+    );
+}
