@@ -466,6 +466,14 @@ impl RotatorHandler {
             if !versioned.value.in_flight() {
                 continue;
             }
+            // A maintenance rotation waiting for budget moves only when the plan releases it.
+            if plan::maintenance::waits(&versioned.value, now)
+                && !plan.actions.iter().any(|a| {
+                    matches!(a, Action::Advance { instance_id, .. } if *instance_id == versioned.value.instance_id)
+                })
+            {
+                continue;
+            }
             if deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
                 report.errors.push(
                     "invocation time nearly used up; remaining steps continue next pass".into(),

@@ -45,6 +45,7 @@
 //! next pass plans again.
 
 pub mod assess;
+pub mod maintenance;
 
 #[cfg(test)]
 mod props;
@@ -315,6 +316,13 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
 
     let mut total: u32 = 0;
     let mut disrupting: BTreeSet<&str> = in_flight.keys().copied().collect();
+    // Maintenance rotations waiting for budget are not disrupting yet (see `maintenance`).
+    let maintenance_waiting: BTreeMap<&str, &Rotation> = in_flight
+        .iter()
+        .filter(|(_, r)| maintenance::waits(r, now))
+        .map(|(id, r)| (*id, *r))
+        .collect();
+    disrupting.retain(|id| !maintenance_waiting.contains_key(id));
     disrupting.extend(foreign.iter().copied());
     let mut pending: Vec<Eligible<'_>> = Vec::new();
 
@@ -472,6 +480,9 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
 
     // 2. Advance every in-flight rotation.
     for (id, r) in &in_flight {
+        if maintenance_waiting.contains_key(id) {
+            continue;
+        }
         let forced = if r.forced { ", forced" } else { "" };
         decisions.push(Decision::instance(
             id,
@@ -489,6 +500,13 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
     // 3. Start.
     let mut blocked = None;
     if let Some(gate) = gate {
+        maintenance::release(
+            &maintenance_waiting,
+            Some(&gate),
+            allowed,
+            &mut actions,
+            &mut decisions,
+        );
         let forced = pending.iter().filter(|p| p.need.forced).count();
         let waiting = if pending.is_empty() {
             String::new()
@@ -500,7 +518,13 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
             blocked = Some(gate);
         }
     } else {
-        let mut started: u32 = 0;
+        let mut started: u32 = maintenance::release(
+            &maintenance_waiting,
+            None,
+            allowed,
+            &mut actions,
+            &mut decisions,
+        );
         let mut waiting: BTreeMap<RotationReason, usize> = BTreeMap::new();
         for p in &pending {
             let id = p.member.instance_id.as_str();
