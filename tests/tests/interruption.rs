@@ -1,8 +1,9 @@
 //! The interruption handler end to end: the sample events in `events/` (instance ids rewritten
 //! to the moto instances of the test) against moto (EC2 tags, Auto Scaling group, SSM policy,
-//! DynamoDB) and the Kubernetes API stand-in. moto does not implement
-//! CompleteLifecycleAction / RecordLifecycleActionHeartbeat, so lifecycle calls go to a
-//! recording fake of the narrow [`LifecycleOps`] port (the SDK adapter is a thin pass-through).
+//! DynamoDB) and the Kubernetes API stand-in. moto does not implement CompleteLifecycleAction /
+//! RecordLifecycleActionHeartbeat: tests/fakecloud patches it to answer and log them like AWS
+//! (used through `nodecycle run`); the ordering tests use a recording fake of the narrow
+//! [`LifecycleOps`] port that also looks at the node's pods at the moment of each call.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -969,7 +970,7 @@ async fn nodecycle_run_interruption_handler_acts_on_event_files() {
         eprintln!("nodecycle binary not built (cargo build -p ops); skipping");
         return;
     };
-    let e = env(2).await;
+    let e = env(3).await;
     let (instance, node) = e.nodes[0].clone();
     e.web_pods(&node, &["web-a"], 1);
     let dir = std::env::temp_dir().join(format!("nodecycle-interruption-{}", std::process::id()));
@@ -1024,6 +1025,51 @@ async fn nodecycle_run_interruption_handler_acts_on_event_files() {
     assert_eq!(
         e.rotation(&other).await.unwrap().reason,
         RotationReason::Maintenance
+    );
+    // Terminate lifecycle action through the real Auto Scaling adapter (moto, patched).
+    let (third, third_node) = e.nodes[2].clone();
+    e.web_pods(&third_node, &["web-z"], 1);
+    let lca = write_event(
+        &dir,
+        "lca.json",
+        &event(
+            "asg-terminate-lifecycle-action.json",
+            &third,
+            Utc::now(),
+            None,
+        ),
+    );
+    let out = run_cli(&e, &lca);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["outcomes"][0]["action"], "completed", "{v}");
+    assert!(e.kube.state().pods_on(&third_node).is_empty());
+    let calls = e.cloud.control("lifecycle_actions", json!({}))["calls"].clone();
+    let completes: Vec<&Value> = calls
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["action"] == "CompleteLifecycleAction")
+        .collect();
+    assert_eq!(completes.len(), 1, "{calls}");
+    assert_eq!(completes[0]["instance"], third.as_str());
+    assert_eq!(completes[0]["result"], "CONTINUE");
+    assert_eq!(
+        completes[0]["token"],
+        "87654321-4321-4321-4321-210987654321"
+    );
+    // The adapter treats an action that is no longer active as done, not as an error.
+    let adapter =
+        nodecycle::aws::interruption::LifecycleActions::new(e.adapters.clients.autoscaling.clone());
+    let again = adapter
+        .complete_continue("prod-general", "nodecycle-drain", None, &third)
+        .await
+        .unwrap();
+    assert!(!again, "no active lifecycle action any more");
+    assert!(
+        adapter
+            .heartbeat("prod-general", "nodecycle-drain", None, &third)
+            .await
+            .is_ok_and(|active| !active)
     );
 }
 
