@@ -205,6 +205,10 @@ pub fn event_sk(time: DateTime<Utc>, instance: &str) -> String {
 }
 
 fn log_outcome(c: &ClassifiedEvent, o: &Outcome) {
+    if o.action == "ignored" {
+        // Not ours: already one debug line where it was decided.
+        return;
+    }
     tracing::info!(
         event_id = c.id.as_deref().unwrap_or(""),
         kind = c.event.kind(),
