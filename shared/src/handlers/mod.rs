@@ -3,6 +3,8 @@
 
 pub mod ami_watcher;
 #[cfg(feature = "kube")]
+pub mod ops;
+#[cfg(feature = "kube")]
 pub mod rotator;
 
 use crate::event::InvalidEvent;
@@ -37,4 +39,4 @@ impl From<InvalidEvent> for HandlerError {
 }
 
 /// Names of the functions `nodecycle run` can invoke.
-pub const FUNCTIONS: &[&str] = &["ami-watcher", "rotator"];
+pub const FUNCTIONS: &[&str] = &["ami-watcher", "rotator", "ops"];

@@ -324,11 +324,23 @@ impl RotatorHandler {
             .map(|r| r.value)
             .collect();
         let gates = Gates {
+            // An operator's pin wins over what the terms resolve to.
             desired_ami: record
                 .as_ref()
-                .and_then(|r| r.desired.as_ref())
-                .map(|a| a.id.clone()),
-            paused: policy.paused.then(|| "policy has paused: true".to_string()),
+                .and_then(|r| r.effective_desired())
+                .map(str::to_string),
+            paused: record
+                .as_ref()
+                .and_then(|r| r.paused.as_ref())
+                .map(|p| {
+                    format!(
+                        "by {} at {}: {}",
+                        p.by.as_deref().unwrap_or("an operator"),
+                        p.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        p.reason
+                    )
+                })
+                .or_else(|| policy.paused.then(|| "policy has paused: true".to_string())),
             halted: record
                 .as_ref()
                 .and_then(|r| r.halted.as_ref())
@@ -418,13 +430,25 @@ impl RotatorHandler {
                 )),
             }
         }
+        // Queued operator rotations move only when this plan releases them.
+        let released: std::collections::HashSet<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Advance { instance_id, .. } => Some(instance_id.as_str()),
+                _ => None,
+            })
+            .collect();
         // Advance every in-flight rotation of this pool (including those just started).
         for versioned in self
             .rotations(&plan.pool)
             .await
             .map_err(|e| e.to_string())?
         {
-            if !versioned.value.in_flight() {
+            if !versioned.value.in_flight()
+                || (versioned.value.waiting()
+                    && !released.contains(versioned.value.instance_id.as_str()))
+            {
                 continue;
             }
             if deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
