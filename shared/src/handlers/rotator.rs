@@ -412,11 +412,30 @@ impl RotatorHandler {
             }
         }
         let pk = state::pool_pk(&plan.pool);
+        // A finished (Failed, cancelled) record of the same instance is replaced, conditionally.
+        let finished: HashMap<String, u64> = if plan.rotations_to_start(now).is_empty() {
+            HashMap::new()
+        } else {
+            self.rotations(&plan.pool)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|v| !v.value.in_flight())
+                .map(|v| (v.value.instance_id, v.version))
+                .collect()
+        };
         for rotation in plan.rotations_to_start(now) {
             let doc = serde_json::to_value(&rotation).map_err(|e| e.to_string())?;
+            let expected = finished.get(&rotation.instance_id).copied();
             match self
                 .store
-                .put(&pk, &rotation_sk(&rotation.instance_id), &doc, None, None)
+                .put(
+                    &pk,
+                    &rotation_sk(&rotation.instance_id),
+                    &doc,
+                    expected,
+                    None,
+                )
                 .await
             {
                 Ok(_) => {

@@ -660,7 +660,9 @@ fn release_queued(
             release(
                 decisions,
                 actions,
-                format!("{id}: queued manual rotation, but the instance left the group: finishing it"),
+                format!(
+                    "{id}: queued manual rotation, but the instance left the group: finishing it"
+                ),
             );
             continue;
         }
@@ -710,9 +712,8 @@ fn release_queued(
         blocked.push(why);
     }
     for ((request, max), count) in over_limit {
-        let why = format!(
-            "{count} Manual rotation(s) of request {request} wait for maxConcurrent {max}"
-        );
+        let why =
+            format!("{count} Manual rotation(s) of request {request} wait for maxConcurrent {max}");
         decisions.push(Decision::pool(format!("not starting: {why}")));
         blocked.push(why);
     }

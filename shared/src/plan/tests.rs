@@ -1221,7 +1221,13 @@ fn a_queued_rotation_is_not_a_drift_candidate_and_not_advanced_while_waiting() {
 
 #[test]
 fn a_queued_rotation_serializes_without_queue_fields_when_absent() {
-    let r = Rotation::new("prod/general", "i-00", RotationReason::Drifted, false, now());
+    let r = Rotation::new(
+        "prod/general",
+        "i-00",
+        RotationReason::Drifted,
+        false,
+        now(),
+    );
     let v = serde_json::to_value(&r).unwrap();
     assert!(v.get("queued").is_none());
     let q = queued("i-00", "req-1", true, 2, 0);

@@ -42,6 +42,13 @@ pub async fn run(args: Args) -> u8 {
             }
             Err(e) => Err(e),
         },
+        "ops" => match nodecycle::handlers::ops::from_env(&config) {
+            Ok(o) => {
+                o.handle(&payload, &super::ops::local_invocation(), now)
+                    .await
+            }
+            Err(e) => Err(e),
+        },
         other => Err(HandlerError::internal(format!("unknown function {other}"))),
     };
     match result {

@@ -120,7 +120,13 @@ impl OpsHandler {
             Request::Pin { ami, reason, .. } => self.pin(policy, ami, reason, inv, now).await,
             Request::Unpin { reason, .. } => {
                 self.update(policy, inv, now, "unpin", reason, |r, _| {
-                    (PoolRecord { pin: None, ..r.clone() }, json!({"unpinned": r.pin}))
+                    (
+                        PoolRecord {
+                            pin: None,
+                            ..r.clone()
+                        },
+                        json!({"unpinned": r.pin}),
+                    )
                 })
                 .await
             }
@@ -334,7 +340,10 @@ impl OpsHandler {
         .await
     }
 
-    async fn rotations(&self, pool: &str) -> Result<BTreeMap<String, Versioned<Rotation>>, HandlerError> {
+    async fn rotations(
+        &self,
+        pool: &str,
+    ) -> Result<BTreeMap<String, Versioned<Rotation>>, HandlerError> {
         let items = self
             .rotator
             .store
@@ -353,7 +362,9 @@ impl OpsHandler {
                         },
                     );
                 }
-                Err(e) => tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored"),
+                Err(e) => {
+                    tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored")
+                }
             }
         }
         Ok(out)
@@ -438,9 +449,9 @@ impl OpsHandler {
                 let leaving: Vec<&str> = ids
                     .iter()
                     .filter(|id| {
-                        instances.iter().any(|i| {
-                            &i.instance_id == *id && i.lifecycle == Lifecycle::Leaving
-                        })
+                        instances
+                            .iter()
+                            .any(|i| &i.instance_id == *id && i.lifecycle == Lifecycle::Leaving)
                     })
                     .map(String::as_str)
                     .collect();
@@ -502,7 +513,8 @@ impl OpsHandler {
             },
         });
         let doc = json!({"at": instant(now), "requestId": inv.request_id, "response": response});
-        let ttl = now + chrono::Duration::minutes(REPEAT_WINDOW_MINUTES) + chrono::Duration::days(1);
+        let ttl =
+            now + chrono::Duration::minutes(REPEAT_WINDOW_MINUTES) + chrono::Duration::days(1);
         if let Err(e) = self
             .rotator
             .store
@@ -582,7 +594,13 @@ impl OpsHandler {
             match self
                 .rotator
                 .store
-                .put(&pk, &rotation_sk(instance), &doc, Some(v.version), Some(ttl))
+                .put(
+                    &pk,
+                    &rotation_sk(instance),
+                    &doc,
+                    Some(v.version),
+                    Some(ttl),
+                )
                 .await
             {
                 Ok(_) => {
@@ -613,9 +631,9 @@ impl OpsHandler {
                         .clone()
                         .and_then(|d| serde_json::from_value(d).ok());
                     let result = match drain {
-                        Some(state) => k::abort_drain(kube.as_ref(), &state)
-                            .await
-                            .map(|()| format!("drain of node {} aborted, node uncordoned", state.node)),
+                        Some(state) => k::abort_drain(kube.as_ref(), &state).await.map(|()| {
+                            format!("drain of node {} aborted, node uncordoned", state.node)
+                        }),
                         None => match kube.find_node(instance).await {
                             Ok(Some(n)) if n.disrupted_taint.is_some() => kube
                                 .undo_cordon(&n.name, true)
@@ -689,7 +707,9 @@ impl OpsHandler {
                     .terminate_instance(&r, true)
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok(format!("replacement {r} terminated, desired capacity decremented"))
+                Ok(format!(
+                    "replacement {r} terminated, desired capacity decremented"
+                ))
             }
             None if g.desired_capacity >= surge.target_desired => {
                 let back = (g.desired_capacity - 1).max(g.min_size);
@@ -705,12 +725,19 @@ impl OpsHandler {
     }
 }
 
-fn find<'a>(policies: &'a BTreeMap<String, Policy>, pool: &str) -> Result<&'a Policy, HandlerError> {
+fn find<'a>(
+    policies: &'a BTreeMap<String, Policy>,
+    pool: &str,
+) -> Result<&'a Policy, HandlerError> {
     policies.get(pool).ok_or_else(|| {
         let known: Vec<&str> = policies.keys().map(String::as_str).collect();
         invalid1(format!(
             "pool: unknown {pool:?} (known: {})",
-            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
         ))
     })
 }

@@ -180,7 +180,8 @@ impl Fields<'_> {
             None | Some(Value::Null) => None,
             Some(Value::Bool(b)) => Some(*b),
             Some(_) => {
-                self.problems.push(format!("{name}: expected true or false"));
+                self.problems
+                    .push(format!("{name}: expected true or false"));
                 None
             }
         }
@@ -210,16 +211,14 @@ impl Fields<'_> {
         match self.string("reason") {
             Some(r) if !r.trim().is_empty() => Some(r.trim().to_string()),
             Some(_) => {
-                self.problems.push(
-                    "reason: empty; say why (it is written to the audit record)".to_string(),
-                );
+                self.problems
+                    .push("reason: empty; say why (it is written to the audit record)".to_string());
                 None
             }
             None => {
                 if !present {
                     self.problems.push(
-                        "reason: required; say why (it is written to the audit record)"
-                            .to_string(),
+                        "reason: required; say why (it is written to the audit record)".to_string(),
                     );
                 }
                 None
@@ -250,9 +249,8 @@ impl Fields<'_> {
         let instances = match self.obj.get("instances") {
             None | Some(Value::Null) => None,
             Some(Value::Array(items)) if items.is_empty() => {
-                self.problems.push(
-                    "instances: empty; list instance ids or use \"all\": true".to_string(),
-                );
+                self.problems
+                    .push("instances: empty; list instance ids or use \"all\": true".to_string());
                 Some(None)
             }
             Some(Value::Array(items)) => {
@@ -372,9 +370,11 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
         return Err(f.problems);
     };
     let request = match action {
-        "status" => f.pool(false).map(|p| Request::Status { pool: Some(p) }).or(
-            (!obj.get("pool").is_some_and(|v| !v.is_null())).then_some(Request::Status { pool: None }),
-        ),
+        "status" => f
+            .pool(false)
+            .map(|p| Request::Status { pool: Some(p) })
+            .or((!obj.get("pool").is_some_and(|v| !v.is_null()))
+                .then_some(Request::Status { pool: None })),
         "rotate" => {
             let pool = f.pool(true);
             let target = f.target();
@@ -554,7 +554,9 @@ mod tests {
             ),
             (
                 json!({"action": 3}),
-                vec!["action: expected a string (status, rotate, pin, unpin, pause, resume, cancel)"],
+                vec![
+                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel)",
+                ],
             ),
             (
                 json!({"action": "reboot", "pool": "prod/general"}),

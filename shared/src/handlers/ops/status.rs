@@ -174,7 +174,11 @@ async fn pool_status(
         }
         v
     };
-    let in_flight: Vec<Value> = rotations.iter().filter(|r| r.in_flight()).map(summarize).collect();
+    let in_flight: Vec<Value> = rotations
+        .iter()
+        .filter(|r| r.in_flight())
+        .map(summarize)
+        .collect();
     let finished: Vec<Value> = rotations
         .iter()
         .filter(|r| {
@@ -190,15 +194,16 @@ async fn pool_status(
         .map_err(internal)?
         .into_iter()
         .filter(|(_, v)| {
-            event_time(&v.value).is_none_or(|t| {
-                now - t < chrono::Duration::hours(INTERRUPTION_WINDOW_HOURS)
-            })
+            event_time(&v.value)
+                .is_none_or(|t| now - t < chrono::Duration::hours(INTERRUPTION_WINDOW_HOURS))
         })
         .map(|(sk, v)| json!({"id": sk, "event": v.value}))
         .collect();
 
     let paused = match record.as_ref().and_then(|r| r.paused.clone()) {
-        Some(p) => json!({"by": "operator", "reason": p.reason, "at": instant(p.at), "caller": p.by}),
+        Some(p) => {
+            json!({"by": "operator", "reason": p.reason, "at": instant(p.at), "caller": p.by})
+        }
         None if policy.paused => json!({"by": "policy", "reason": "policy sets paused: true"}),
         None => Value::Null,
     };
