@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs nodecycle locally, no AWS account: starts the fake cloud (moto server + fixtures), seeds
-# two clusters, public AL2023 AMIs, a golden image and three example pools, then runs the real
-# ami-watcher handler (the same code as the Lambda) through `nodecycle run`:
-#   pass 1 resolves every pool; a new AL2023 release and a new golden image are published;
-#   pass 2 moves the @latest test pool, the Parameter Store Change event moves the golden pool,
-#   and the pinned prod pool stays where it is.
+# Runs nodecycle locally, no AWS account: starts the fake cloud (moto server + fixtures + a
+# Kubernetes API stand-in per cluster), seeds two clusters with a 6-node Auto Scaling group each
+# on AL2023 v20240807, a golden image and three example pools, then runs the real ami-watcher and
+# rotator handlers (the same code as the Lambdas) through `nodecycle run`:
+#   AWS publishes AL2023 v20241109; the watcher moves the @latest test pool (and the golden pool)
+#   while the pinned prod pool stays; the rotator then replaces the test pool's nodes pass after
+#   pass, never more than its budget ("2") at once, until every node runs the new AMI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -59,4 +60,19 @@ echo "==> pass 2: scheduled ami-watcher (public parameters emit no events: polli
 echo "==> Parameter Store Change for /golden/eks/al2023/x86_64 (already applied by the pass: no change)"
 "$NODECYCLE" run ami-watcher --event events/parameter-store-change.json | summary
 
-echo "==> done: prod/general stayed pinned to v20240807; test/general moved to v20241109; prod/golden moved to the new golden image"
+echo "==> what the rotator will do for test/general (nodecycle plan changes nothing)"
+"$NODECYCLE" plan examples/test-general.yaml 2>/dev/null | "$NODECYCLE_PYTHON" -c 'import json,sys; p=json.load(sys.stdin); print("   allowed:", p["allowed"], "| candidates:", len(p["candidates"]), "| blocked:", p["blocked"])'
+
+echo "==> rotator passes (every minute in AWS; back to back here)"
+for pass in $(seq 1 40); do
+  echo "-- pass $pass"
+  "$NODECYCLE" run rotator --event events/scheduled-tick.json | summary
+  sleep 0.5
+  if "$NODECYCLE_PYTHON" scripts/demo_seed.py converged test-general 6 >/dev/null; then
+    break
+  fi
+done
+echo "==> summary"
+"$NODECYCLE_PYTHON" scripts/demo_seed.py converged test-general 6 || { echo "did not converge" >&2; exit 1; }
+echo "   prod/general stays pinned to v20240807 (its nodes are current: nothing to rotate)"
+echo "   prod/golden is a managed node group: resolved, not rotated by this version"

@@ -2,7 +2,7 @@
 the way AWS publishes them (image + /aws/service/... parameter), a golden image parameter, the
 example policies, and the state table created from template.yaml's own definition.
 
-Usage: demo_seed.py seed | publish <release> <created> | golden <name> <created> | summary | explain
+Usage: demo_seed.py seed | converged <group> <size> | publish <release> <created> | golden <name> <created> | summary | explain
 Environment: AWS_ENDPOINT_URL (moto), NODECYCLE_CONTROL (fake cloud control URL), NODECYCLE_TABLE.
 """
 
@@ -63,12 +63,60 @@ def table_from_template():
     ddb.update_time_to_live(TableName=os.environ["NODECYCLE_TABLE"], TimeToLiveSpecification=props["TimeToLiveSpecification"])
 
 
+def group(name, cluster, image, size):
+    """A self-managed node group: launch template on `image`, Auto Scaling group of `size`, and the
+    Kubernetes stand-in registering a Ready node for each of its instances."""
+    ec2 = boto3.client("ec2")
+    ec2.create_launch_template(
+        LaunchTemplateName=name,
+        LaunchTemplateData={"ImageId": image, "InstanceType": "m7i.large"},
+        TagSpecifications=[{"ResourceType": "launch-template", "Tags": [{"Key": "eks:cluster-name", "Value": cluster}]}],
+    )
+    boto3.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        LaunchTemplate={"LaunchTemplateName": name, "Version": "$Latest"},
+        MinSize=0,
+        MaxSize=size + 4,
+        DesiredCapacity=size,
+        AvailabilityZones=["us-east-2a", "us-east-2b"],
+        Tags=[{"Key": "eks:cluster-name", "Value": cluster, "PropagateAtLaunch": True}],
+    )
+    control("sync_nodes", cluster=cluster, asg=name, ready=True)
+    print(f"  group {name}: {size} nodes on {image}, registered in cluster {cluster}")
+
+
+def images(name):
+    asg = boto3.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+    ids = [i["InstanceId"] for i in asg["Instances"]]
+    if not ids:
+        return []
+    res = boto3.client("ec2").describe_instances(InstanceIds=ids)["Reservations"]
+    return sorted(i["ImageId"] for r in res for i in r["Instances"])
+
+
+def converged(name, size):
+    """Exit 0 when the group has `size` instances, all on the x86_64 standard recommended AMI."""
+    want = boto3.client("ssm").get_parameter(
+        Name="/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard/recommended/image_id"
+    )["Parameter"]["Value"]
+    got = images(name)
+    on_new = sum(1 for i in got if i == want)
+    print(f"   {name}: {on_new}/{len(got)} nodes on {want}")
+    sys.exit(0 if len(got) == int(size) and on_new == len(got) else 1)
+
+
 def seed():
     for cluster in ("prod", "test"):
         control("create_cluster", name=cluster, version="1.30")
-    print("  clusters prod and test on Kubernetes 1.30")
+        control("create_kube", cluster=cluster)
+    print("  clusters prod and test on Kubernetes 1.30, each with a Kubernetes API stand-in")
     publish("1.30", "v20240807", "2024-08-07T12:00:00Z")
     golden("golden-eks-al2023-2024.08.01", "2024-08-01T09:00:00Z")
+    old = boto3.client("ssm").get_parameter(
+        Name="/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard/recommended/image_id"
+    )["Parameter"]["Value"]
+    group("prod-general", "prod", old, 6)
+    group("test-general", "test", old, 6)
     ssm = boto3.client("ssm")
     for example in ("prod-general", "test-general", "prod-golden"):
         with open(os.path.join(ROOT, "examples", f"{example}.yaml")) as f:
@@ -85,6 +133,22 @@ def summary():
     r = json.load(sys.stdin)
     if "errorType" in r:
         sys.exit(f"   handler error {r['errorType']}: {r['errorMessage']}")
+    if "clusters" in r:
+        for p in r["pools"]:
+            allowed = p.get("allowed") or {}
+            head = f"   {p['pool']:<14} allowed Drifted={allowed.get('Drifted')}"
+            if p.get("launchTemplate"):
+                head += f"  launch template -> {p['launchTemplate']}"
+            print(head)
+            for i in p["started"]:
+                print(f"     start rotation of {i}")
+            for step in p["steps"]:
+                print(f"     {step}")
+            if p.get("blocked") and not p["steps"] and not p["started"] and p.get("allowed") is None:
+                print(f"     waiting: {p['blocked']}")
+            for e in p["errors"]:
+                print(f"     error: {e}")
+        return
     print(f"   trigger: {r['trigger']}")
     for p in r["pools"]:
         why = p.get("error") or ""
@@ -108,6 +172,8 @@ if __name__ == "__main__":
         seed()
     elif cmd == "publish":
         publish("1.30", sys.argv[2], sys.argv[3])
+    elif cmd == "converged":
+        converged(sys.argv[2], sys.argv[3])
     elif cmd == "summary":
         summary()
     elif cmd == "explain":

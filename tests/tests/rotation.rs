@@ -304,3 +304,75 @@ async fn a_replacement_that_never_becomes_ready_halts_the_pool() {
         "a node was left cordoned"
     );
 }
+
+#[tokio::test]
+async fn plan_shows_what_the_rotator_would_do_without_doing_it() {
+    let p = pool(3, "    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 0 * * *\"\n      duration: 1h\n", false).await;
+    p.watcher.handle(&json!({}), Utc::now()).await.unwrap();
+    let policy = std::env::temp_dir().join(format!("nodecycle-plan-{}.yaml", std::process::id()));
+    let param = aws_sdk_ssm::Client::new(&p.cloud.sdk_config().await)
+        .get_parameter()
+        .name("/nodecycle/pools/prod/general")
+        .send()
+        .await
+        .unwrap();
+    std::fs::write(&policy, param.parameter().unwrap().value().unwrap()).unwrap();
+    let bin = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("nodecycle");
+    let run = |at: &str| {
+        let out = std::process::Command::new(&bin)
+            .args(["plan", policy.to_str().unwrap(), "--at", at])
+            .envs(p.cloud.env_vars())
+            .env("NODECYCLE_TABLE", "nodecycle")
+            .env("NODECYCLE_LOG", "warn")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let v = run("2026-12-01T12:00:00Z");
+    assert_eq!(v["pool"], "prod/general");
+    assert_eq!(v["allowed"]["Drifted"], 2);
+    assert_eq!(v["candidates"].as_array().unwrap().len(), 3);
+    assert_eq!(v["candidates"][0]["reason"], "Drifted");
+    assert_eq!(v["candidates"][0]["image"], p.old.as_str());
+    let actions = v["actions"].as_array().unwrap();
+    assert_eq!(
+        actions[0],
+        json!({"action": "updateLaunchTemplate", "image": p.new})
+    );
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| a["action"] == "startRotation")
+            .count(),
+        2
+    );
+    assert!(
+        v["blocked"].as_str().unwrap().contains("budget"),
+        "third candidate waits: {v}"
+    );
+    let v = run("2026-12-01T00:30:00Z");
+    assert_eq!(v["allowed"]["Drifted"], 0);
+    assert!(
+        v["blocked"]
+            .as_str()
+            .unwrap()
+            .contains("until 2026-12-01T01:00:00Z"),
+        "{v}"
+    );
+    // Nothing was done.
+    assert!(p.rotations().await.is_empty());
+    assert!(p.images().await.iter().all(|i| *i == p.old));
+}

@@ -215,7 +215,7 @@ impl RotatorHandler {
         for (cluster, policies) in by_cluster {
             let ttl = chrono::Duration::from_std(self.settings.lease)
                 .unwrap_or(chrono::Duration::minutes(5));
-            match state::acquire_lease(
+            if let Err(lease) = state::acquire_lease(
                 self.store.as_ref(),
                 &format!("cluster/{cluster}"),
                 &holder,
@@ -225,17 +225,14 @@ impl RotatorHandler {
             .await
             .map_err(internal)?
             {
-                Err(lease) => {
-                    let why = format!(
-                        "lease held by {} until {}",
-                        lease.holder,
-                        lease.expires.to_rfc3339()
-                    );
-                    tracing::info!(cluster = %cluster, decision = "skipped", reason = %why, "another rotator is working on this cluster");
-                    clusters.insert(cluster, why);
-                    continue;
-                }
-                Ok(()) => {}
+                let why = format!(
+                    "lease held by {} until {}",
+                    lease.holder,
+                    lease.expires.to_rfc3339()
+                );
+                tracing::info!(cluster = %cluster, decision = "skipped", reason = %why, "another rotator is working on this cluster");
+                clusters.insert(cluster, why);
+                continue;
             }
             let kube = self.kube.connect(&cluster).await;
             for policy in &policies {
@@ -249,6 +246,12 @@ impl RotatorHandler {
                             "cluster {cluster} unreachable: {e}; rotating nothing"
                         ));
                         tracing::error!(pool = %report.pool, decision = "blocked", reason = ?report.blocked);
+                    }
+                    Ok(_) if matches!(policy.node_group, NodeGroup::ManagedNodeGroup(_)) => {
+                        report.blocked = Some(
+                            "managed node group: resolved by the ami-watcher, not rotated by this version (UpdateNodegroupVersion support is pending)".into(),
+                        );
+                        tracing::info!(pool = %report.pool, decision = "skipped", reason = ?report.blocked);
                     }
                     Ok(kube) => {
                         if let Err(e) = self
@@ -275,7 +278,12 @@ impl RotatorHandler {
     }
 
     /// Builds the snapshot of one pool (also used by `nodecycle plan`).
-    pub async fn snapshot(&self, policy: &Policy, kube: &dyn NodeOps) -> Result<Snapshot, String> {
+    pub async fn snapshot(
+        &self,
+        policy: &Policy,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> Result<Snapshot, String> {
         let group_name = match &policy.node_group {
             NodeGroup::AutoScalingGroup(g) => g.clone(),
             NodeGroup::ManagedNodeGroup(g) => {
@@ -303,7 +311,7 @@ impl RotatorHandler {
                 k::client::instance_of_provider_id(&n.provider_id).map(|i| (i.to_string(), n))
             })
             .collect();
-        let members = instances
+        let mut members: Vec<crate::fleet::Member> = instances
             .into_iter()
             .map(|i| {
                 let node = by_instance.get(&i.instance_id).map(|n| NodeStatus {
@@ -316,6 +324,37 @@ impl RotatorHandler {
                 i.with_node(node)
             })
             .collect();
+        let desired = record
+            .as_ref()
+            .and_then(|r| r.desired.as_ref())
+            .map(|a| a.id.clone());
+        // Evictable pod counts order the candidates (empty nodes first); only candidates need them.
+        for m in members.iter_mut() {
+            let need = plan::assess(
+                m,
+                desired.as_deref(),
+                policy.expire_after,
+                policy.termination_grace_period,
+                now,
+            )
+            .need();
+            let Some(node) = m.node.as_mut() else {
+                continue;
+            };
+            if need.is_none() {
+                continue;
+            }
+            let pods = kube
+                .list_pods(&node.name)
+                .await
+                .map_err(|e| format!("cannot list pods of {}: {e}", node.name))?;
+            node.evictable_pods = u32::try_from(
+                pods.iter()
+                    .filter(|p| matches!(k::classify(p, now), k::PodClass::Evict { .. }))
+                    .count(),
+            )
+            .unwrap_or(u32::MAX);
+        }
         let rotations = self
             .rotations(&pool)
             .await
@@ -380,7 +419,7 @@ impl RotatorHandler {
         deadline: Instant,
         report: &mut PoolReport,
     ) -> Result<(), String> {
-        let snapshot = self.snapshot(policy, kube.as_ref()).await?;
+        let snapshot = self.snapshot(policy, kube.as_ref(), now).await?;
         let plan = plan::plan(&snapshot, now);
         for d in &plan.decisions {
             tracing::info!(pool = %plan.pool, instance = ?d.instance_id, decision = %d.message);

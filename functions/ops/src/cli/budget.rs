@@ -23,7 +23,7 @@ pub struct Args {
     reason: Reason,
 }
 
-fn parse_instant(s: &str) -> Result<DateTime<Utc>, String> {
+pub fn parse_instant(s: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|e| format!("{e}; expected RFC 3339 such as 2026-12-05T10:00:00Z"))

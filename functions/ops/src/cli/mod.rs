@@ -4,6 +4,7 @@
 mod budget;
 mod drain;
 mod ops;
+mod plan;
 mod resolve;
 mod run;
 mod validate;
@@ -44,6 +45,8 @@ enum Command {
     Resume(ops::PoolArgs),
     /// Abort a rotation that has not reached Terminating; audited.
     Cancel(ops::CancelArgs),
+    /// Show what the rotator would do for a pool now (or at --at), changing nothing.
+    Plan(plan::Args),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -61,6 +64,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Pause(a) => ops::run(ops::pool_request("pause", a)).await,
         Command::Resume(a) => ops::run(ops::pool_request("resume", a)).await,
         Command::Cancel(a) => ops::run(ops::cancel_request(a)).await,
+        Command::Plan(a) => plan::run(a).await,
     }
 }
 

@@ -373,7 +373,9 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
         "status" => f
             .pool(false)
             .map(|p| Request::Status { pool: Some(p) })
-            .or((!obj.get("pool").is_some_and(|v| !v.is_null()))
+            .or(obj
+                .get("pool")
+                .is_none_or(|v| v.is_null())
                 .then_some(Request::Status { pool: None })),
         "rotate" => {
             let pool = f.pool(true);

@@ -85,7 +85,7 @@ async fn pool_status(
     let mut rotations: Vec<Rotation> = Vec::new();
     let snapshot = match ops.rotator.kube.connect(&policy.cluster).await {
         Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
-        Ok(kube) => ops.rotator.snapshot(policy, kube.as_ref()).await,
+        Ok(kube) => ops.rotator.snapshot(policy, kube.as_ref(), now).await,
     };
     match snapshot {
         Err(e) => problems.push(e),

@@ -1,0 +1,50 @@
+//! `nodecycle plan <POLICY_FILE> [--at <RFC3339>]`
+
+use chrono::{DateTime, Utc};
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Policy file (YAML or JSON) of the pool.
+    #[arg(value_name = "POLICY_FILE")]
+    file: String,
+    /// Plan as if it were this instant (RFC 3339); default now. Observed state is today's.
+    #[arg(long, value_parser = super::budget::parse_instant)]
+    at: Option<DateTime<Utc>>,
+}
+
+/// Prints the planner's decisions for the pool's current state:
+/// `{"pool", "allowed", "candidates", "actions", "blocked", ...}`. Exit 1 with `{"error"}` when the
+/// state cannot be read, 2 on an invalid policy. Changes nothing.
+pub async fn run(args: Args) -> u8 {
+    let policy = match super::load_policy(&args.file) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let config = nodecycle::aws::load_config().await;
+    let fail = |e: String| {
+        super::print_json(&serde_json::json!({"error": e}));
+        1
+    };
+    let rotator = match nodecycle::handlers::rotator::from_env(&config) {
+        Ok(r) => r,
+        Err(e) => return fail(e.message),
+    };
+    let kube = match rotator.kube.connect(&policy.cluster).await {
+        Ok(k) => k,
+        Err(e) => return fail(format!("cluster {} unreachable: {e}", policy.cluster)),
+    };
+    let at = args.at.unwrap_or_else(Utc::now);
+    let snapshot = match rotator.snapshot(&policy, kube.as_ref(), at).await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let plan = nodecycle::plan::plan(&snapshot, at);
+    match serde_json::to_value(&plan) {
+        Ok(v) => {
+            super::print_json(&v);
+            0
+        }
+        Err(e) => fail(e.to_string()),
+    }
+}
