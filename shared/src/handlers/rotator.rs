@@ -215,7 +215,7 @@ impl RotatorHandler {
         for (cluster, policies) in by_cluster {
             let ttl = chrono::Duration::from_std(self.settings.lease)
                 .unwrap_or(chrono::Duration::minutes(5));
-            match state::acquire_lease(
+            if let Err(lease) = state::acquire_lease(
                 self.store.as_ref(),
                 &format!("cluster/{cluster}"),
                 &holder,
@@ -225,17 +225,14 @@ impl RotatorHandler {
             .await
             .map_err(internal)?
             {
-                Err(lease) => {
-                    let why = format!(
-                        "lease held by {} until {}",
-                        lease.holder,
-                        lease.expires.to_rfc3339()
-                    );
-                    tracing::info!(cluster = %cluster, decision = "skipped", reason = %why, "another rotator is working on this cluster");
-                    clusters.insert(cluster, why);
-                    continue;
-                }
-                Ok(()) => {}
+                let why = format!(
+                    "lease held by {} until {}",
+                    lease.holder,
+                    lease.expires.to_rfc3339()
+                );
+                tracing::info!(cluster = %cluster, decision = "skipped", reason = %why, "another rotator is working on this cluster");
+                clusters.insert(cluster, why);
+                continue;
             }
             let kube = self.kube.connect(&cluster).await;
             for policy in &policies {
