@@ -66,6 +66,11 @@ pub struct Surge {
     pub target_desired: i32,
     /// Instance ids in the group when the surge started.
     pub baseline: Vec<String>,
+    /// The group's desired capacity without any surge (shared by concurrent surges): the
+    /// rotator keeps desired capacity at `base + active surges`, which repairs a crash or a
+    /// failed call between recording a surge and raising capacity.
+    #[serde(default)]
+    pub base: Option<i32>,
 }
 
 /// One node's rotation.

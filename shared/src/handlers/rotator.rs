@@ -163,6 +163,12 @@ struct PoolCtx<'a> {
     snapshot: Snapshot,
     desired_capacity: i32,
     now: DateTime<Utc>,
+    /// Replacement instances already taken by a rotation.
+    claimed: std::collections::HashSet<String>,
+    /// Rotations whose surge is in effect (desired capacity includes them).
+    active_surges: i32,
+    /// Desired capacity without surges, once any surge is active.
+    base: Option<i32>,
 }
 
 fn internal(e: impl std::fmt::Display) -> HandlerError {
@@ -431,8 +437,16 @@ impl RotatorHandler {
             group_name: snapshot.group.name.clone(),
             desired_capacity: snapshot.group.desired_capacity,
             kube,
+            claimed: snapshot
+                .rotations
+                .iter()
+                .filter(|r| r.in_flight())
+                .filter_map(|r| r.replacement.clone())
+                .collect(),
             snapshot,
             now,
+            active_surges: 0,
+            base: None,
         };
         for action in &plan.actions {
             if let Action::UpdateLaunchTemplate { image } = action {
@@ -497,12 +511,13 @@ impl RotatorHandler {
                 _ => None,
             })
             .collect();
-        // Advance every in-flight rotation of this pool (including those just started).
-        for versioned in self
+        let current = self
             .rotations(&plan.pool)
             .await
-            .map_err(|e| e.to_string())?
-        {
+            .map_err(|e| e.to_string())?;
+        self.reconcile_capacity(&mut ctx, &current).await?;
+        // Advance every in-flight rotation of this pool (including those just started).
+        for versioned in current {
             if !versioned.value.in_flight()
                 || (versioned.value.waiting()
                     && !released.contains(versioned.value.instance_id.as_str()))
@@ -526,6 +541,48 @@ impl RotatorHandler {
                     tracing::warn!(pool = %plan.pool, instance = %instance, step = ?from, error = %e, "step failed; retried next pass");
                     report.errors.push(format!("{instance} ({from:?}): {e}"));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps desired capacity at `base + active surges`: repairs a surge that was recorded but
+    /// whose capacity call failed or never ran (crash), without ever surging twice.
+    async fn reconcile_capacity(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        rotations: &[Versioned<Rotation>],
+    ) -> Result<(), String> {
+        let mut base = None;
+        let mut active = 0;
+        for r in rotations.iter().map(|v| &v.value).filter(|r| r.in_flight()) {
+            let Some(surge) = &r.surge else { continue };
+            let in_group = ctx
+                .snapshot
+                .members
+                .iter()
+                .any(|m| m.instance_id == r.instance_id && m.lifecycle != Lifecycle::Leaving);
+            let counts = match r.step {
+                Step::Surging | Step::Cordoned | Step::Draining => true,
+                Step::Terminating => in_group,
+                _ => false,
+            };
+            if counts {
+                active += 1;
+                base = base.or(surge.base);
+            }
+        }
+        ctx.active_surges = active;
+        ctx.base = base;
+        if let Some(base) = base {
+            let want = (base + active).min(ctx.snapshot.group.max_size);
+            if ctx.desired_capacity < want {
+                tracing::warn!(group = %ctx.group_name, desired = ctx.desired_capacity, want, active_surges = active, decision = "capacity repaired", "desired capacity below base + active surges (a surge call failed or was interrupted)");
+                self.groups
+                    .set_desired_capacity(&ctx.group_name, want)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                ctx.desired_capacity = want;
             }
         }
         Ok(())
@@ -586,8 +643,11 @@ impl RotatorHandler {
                     .is_none_or(|m| m.lifecycle == Lifecycle::Leaving);
                 if gone {
                     Self::enter(&rot, Step::Done, now)
-                } else if ctx.desired_capacity < ctx.snapshot.group.max_size {
-                    let target = ctx.desired_capacity + 1;
+                } else if ctx.base.unwrap_or(ctx.desired_capacity) + ctx.active_surges
+                    < ctx.snapshot.group.max_size
+                {
+                    let base = ctx.base.unwrap_or(ctx.desired_capacity);
+                    let target = base + ctx.active_surges + 1;
                     let baseline = ctx
                         .snapshot
                         .members
@@ -598,13 +658,17 @@ impl RotatorHandler {
                         surge: Some(Surge {
                             target_desired: target,
                             baseline,
+                            base: Some(base),
                         }),
                         ..Self::enter(&rot, Step::Surging, now)
                     };
-                    // Record the intent first: a crash after the call is repaired next pass.
+                    // Record the intent first: if the call below fails or the process dies, the
+                    // next pass raises capacity to base + active surges.
                     if !self.save(&next, v.version).await? {
                         return Ok(None);
                     }
+                    ctx.base = Some(base);
+                    ctx.active_surges += 1;
                     self.groups
                         .set_desired_capacity(&ctx.group_name, target)
                         .await
@@ -620,13 +684,7 @@ impl RotatorHandler {
             Step::Surging => {
                 let surge = rot.surge.clone().ok_or("Surging without a surge record")?;
                 let desired_ami = ctx.snapshot.gates.desired_ami.clone();
-                let claimed: Vec<String> = ctx
-                    .snapshot
-                    .rotations
-                    .iter()
-                    .filter(|r| r.instance_id != rot.instance_id)
-                    .filter_map(|r| r.replacement.clone())
-                    .collect();
+                let claimed = &ctx.claimed;
                 let fresh: Vec<&crate::fleet::Member> = ctx
                     .snapshot
                     .members
@@ -641,6 +699,7 @@ impl RotatorHandler {
                     .find(|m| m.is_ready() && m.image_id == desired_ami);
                 if let Some(r) = ready {
                     tracing::info!(pool = %rot.pool, instance = %rot.instance_id, replacement = %r.instance_id, decision = "replacement ready");
+                    ctx.claimed.insert(r.instance_id.clone());
                     Rotation {
                         replacement: Some(r.instance_id.clone()),
                         ..Self::enter(&rot, Step::Cordoned, now)
@@ -670,12 +729,16 @@ impl RotatorHandler {
                     if !self.save(&failed, v.version).await? {
                         return Ok(None);
                     }
-                    match fresh.first() {
-                        Some(m) => self
-                            .groups
-                            .terminate_instance(&m.instance_id, true)
-                            .await
-                            .map_err(|e| e.to_string())?,
+                    let first_fresh = fresh.first().map(|m| m.instance_id.clone());
+                    ctx.active_surges -= 1;
+                    match first_fresh {
+                        Some(id) => {
+                            self.groups
+                                .terminate_instance(&id, true)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            ctx.desired_capacity -= 1;
+                        }
                         None => {
                             let back = (ctx.desired_capacity - 1).max(ctx.snapshot.group.min_size);
                             self.groups
@@ -698,14 +761,6 @@ impl RotatorHandler {
                     tracing::error!(pool = %rot.pool, instance = %rot.instance_id, decision = "halted", reason = %why);
                     return Ok(Some(Step::Failed));
                 } else {
-                    // Repair a crash between recording the surge and raising capacity.
-                    if fresh.is_empty() && ctx.desired_capacity < surge.target_desired {
-                        self.groups
-                            .set_desired_capacity(&ctx.group_name, surge.target_desired)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        ctx.desired_capacity = surge.target_desired;
-                    }
                     return Ok(Some(Step::Surging));
                 }
             }
@@ -773,6 +828,7 @@ impl RotatorHandler {
                         .map_err(|e| e.to_string())?;
                     if rot.surge.is_some() {
                         ctx.desired_capacity -= 1;
+                        ctx.active_surges -= 1;
                     }
                 }
                 if let Some(node) = member.as_ref().and_then(|m| m.node.as_ref()) {

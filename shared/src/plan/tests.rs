@@ -704,6 +704,7 @@ fn surge_baseline_identifies_unrecorded_replacement() {
     rot.surge = Some(Surge {
         target_desired: 7,
         baseline: (0..6).map(|i| format!("i-{i:02}")).collect(),
+        base: Some(6),
     });
     let p = plan(&snapshot(budgets("3"), members.clone(), vec![rot]), now());
     assert_eq!((p.total, p.disrupting), (6, 1));
