@@ -66,6 +66,11 @@ pub struct Surge {
     pub target_desired: i32,
     /// Instance ids in the group when the surge started.
     pub baseline: Vec<String>,
+    /// The group's desired capacity without any surge (shared by concurrent surges): the
+    /// rotator keeps desired capacity at `base + active surges`, which repairs a crash or a
+    /// failed call between recording a surge and raising capacity.
+    #[serde(default)]
+    pub base: Option<i32>,
 }
 
 /// One node's rotation.
@@ -102,6 +107,25 @@ pub struct Rotation {
     /// Why it failed, or the last transient error.
     #[serde(default)]
     pub error: Option<String>,
+    /// Set for an operator's rotation (`ops rotate`): while the rotation is `Pending` it waits
+    /// for the planner to release it (see [`Rotation::waiting`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<Queue>,
+}
+
+/// How a queued (operator) rotation is released by the planner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Queue {
+    /// The `ops rotate` request that queued it.
+    pub request_id: String,
+    /// Starts without waiting for budgets (still counted as disrupting once started).
+    pub ignore_budgets: bool,
+    /// With `ignore_budgets`: at most this many rotations of the request are past `Pending`.
+    pub max_concurrent: u32,
+    /// The operator's reason.
+    #[serde(default)]
+    pub reason: String,
 }
 
 impl Rotation {
@@ -126,12 +150,29 @@ impl Rotation {
             drain: None,
             deadline: None,
             error: None,
+            queued: None,
         }
     }
 
-    /// In flight: recorded and not finished. In-flight rotations count as disrupting.
+    /// A `Pending` operator rotation waiting for the planner to release it.
+    pub fn manual(pool: &str, instance_id: &str, queue: Queue, now: DateTime<Utc>) -> Self {
+        Rotation {
+            forced: queue.ignore_budgets,
+            queued: Some(queue),
+            ..Rotation::new(pool, instance_id, RotationReason::Manual, false, now)
+        }
+    }
+
+    /// In flight: recorded and not finished. In-flight rotations count as disrupting, except
+    /// [waiting](Rotation::waiting) ones.
     pub fn in_flight(&self) -> bool {
         !self.step.is_finished()
+    }
+
+    /// A queued operator rotation the planner has not released yet (still `Pending`): not
+    /// disrupting, not advanced until released.
+    pub fn waiting(&self) -> bool {
+        self.queued.is_some() && self.step == Step::Pending
     }
 }
 

@@ -120,6 +120,50 @@ pub struct PoolRecord {
     /// starts until an operator resumes the pool.
     #[serde(default)]
     pub halted: Option<RecordedError>,
+    /// Operator override of the desired AMI (`ops pin`) until unpinned; the watcher keeps
+    /// recording what the terms resolve to in `desired`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<Pin>,
+    /// Operator pause (`ops pause`): no voluntary rotation starts until `ops resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<OperatorAction>,
+}
+
+impl PoolRecord {
+    /// The AMI id nodes should run: the pin, else what the terms resolved to.
+    pub fn effective_desired(&self) -> Option<&str> {
+        self.pin
+            .as_ref()
+            .map(|p| p.ami.as_str())
+            .or(self.desired.as_ref().map(|a| a.id.as_str()))
+    }
+}
+
+/// Who did something to a pool, when and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorAction {
+    /// The operator's reason.
+    pub reason: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Caller identity, when known.
+    #[serde(default)]
+    pub by: Option<String>,
+}
+
+/// A pinned AMI.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pin {
+    /// `ami-...`.
+    pub ami: String,
+    /// Its name (from DescribeImages at pin time).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Who, when, why.
+    #[serde(flatten)]
+    pub by: OperatorAction,
 }
 
 /// One watcher observation of a pool.

@@ -376,3 +376,187 @@ async fn plan_shows_what_the_rotator_would_do_without_doing_it() {
     assert!(p.rotations().await.is_empty());
     assert!(p.images().await.iter().all(|i| *i == p.old));
 }
+
+/// Auto Scaling calls that fail once, at the first call of `op`: either before reaching AWS
+/// (a crash just before the call) or after AWS performed it (a crash just after).
+struct Faulty {
+    inner: AutoScaling,
+    op: &'static str,
+    after: bool,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+impl Faulty {
+    fn trip(&self, op: &str) -> bool {
+        op == self.op && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+    fn crash(&self) -> nodecycle::port::PortError {
+        nodecycle::port::PortError::new(
+            self.op,
+            nodecycle::port::ErrorKind::Transient,
+            "injected crash",
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl nodecycle::fleet::GroupOps for Faulty {
+    async fn describe(
+        &self,
+        g: &str,
+    ) -> Result<
+        (
+            nodecycle::fleet::Group,
+            Vec<nodecycle::fleet::GroupInstance>,
+        ),
+        nodecycle::port::PortError,
+    > {
+        self.inner.describe(g).await
+    }
+    async fn set_desired_capacity(
+        &self,
+        g: &str,
+        d: i32,
+    ) -> Result<(), nodecycle::port::PortError> {
+        let trip = self.trip("set_desired_capacity");
+        if trip && !self.after {
+            return Err(self.crash());
+        }
+        self.inner.set_desired_capacity(g, d).await?;
+        if trip { Err(self.crash()) } else { Ok(()) }
+    }
+    async fn terminate_instance(
+        &self,
+        i: &str,
+        dec: bool,
+    ) -> Result<(), nodecycle::port::PortError> {
+        let trip = self.trip("terminate_instance");
+        if trip && !self.after {
+            return Err(self.crash());
+        }
+        self.inner.terminate_instance(i, dec).await?;
+        if trip { Err(self.crash()) } else { Ok(()) }
+    }
+    async fn set_image(&self, g: &str, image: &str) -> Result<String, nodecycle::port::PortError> {
+        let trip = self.trip("set_image");
+        if trip && !self.after {
+            return Err(self.crash());
+        }
+        let v = self.inner.set_image(g, image).await?;
+        if trip { Err(self.crash()) } else { Ok(v) }
+    }
+}
+
+async fn converges_despite_a_crash(op: &'static str, after: bool) {
+    let mut p = pool(4, "    - nodes: \"2\"\n", false).await;
+    p.rotator.groups = Arc::new(Faulty {
+        inner: AutoScaling::new(
+            p.adapters.clients.autoscaling.clone(),
+            p.adapters.clients.ec2.clone(),
+        ),
+        op,
+        after,
+        fired: std::sync::atomic::AtomicBool::new(false),
+    });
+    let mut now = at("2026-12-01T12:00:00Z");
+    p.watcher.handle(&json!({}), now).await.unwrap();
+    for _ in 0..40 {
+        p.pass(now).await;
+        let in_flight = p.rotations().await.iter().filter(|r| r.in_flight()).count();
+        assert!(in_flight <= 2, "budget exceeded after a crash in {op}");
+        let images = p.images().await;
+        if in_flight == 0 && images.len() == 4 && images.iter().all(|i| *i == p.new) {
+            break;
+        }
+        now += chrono::Duration::minutes(1);
+    }
+    let images = p.images().await;
+    assert_eq!(
+        images.len(),
+        4,
+        "crash in {op} (after={after}): group size restored: {images:?}"
+    );
+    assert!(
+        images.iter().all(|i| *i == p.new),
+        "crash in {op} (after={after}): {images:?}"
+    );
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 4, "no node rotated twice: {rotations:?}");
+    assert!(rotations.iter().all(|r| r.step == Step::Done));
+    let out = p
+        .adapters
+        .clients
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names("prod-general")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.auto_scaling_groups()[0].desired_capacity(),
+        Some(4),
+        "surges all undone"
+    );
+}
+
+#[tokio::test]
+async fn crash_before_raising_capacity_resumes() {
+    converges_despite_a_crash("set_desired_capacity", false).await;
+}
+
+#[tokio::test]
+async fn crash_after_raising_capacity_resumes() {
+    converges_despite_a_crash("set_desired_capacity", true).await;
+}
+
+#[tokio::test]
+async fn crash_before_terminating_resumes() {
+    converges_despite_a_crash("terminate_instance", false).await;
+}
+
+#[tokio::test]
+async fn crash_after_terminating_resumes() {
+    converges_despite_a_crash("terminate_instance", true).await;
+}
+
+#[tokio::test]
+async fn crash_around_the_launch_template_update_resumes() {
+    converges_despite_a_crash("set_image", false).await;
+    converges_despite_a_crash("set_image", true).await;
+}
+
+#[tokio::test]
+async fn two_rotators_at_once_never_exceed_the_budget() {
+    let p = pool(6, "    - nodes: \"2\"\n", false).await;
+    let mut now = at("2026-12-01T12:00:00Z");
+    p.watcher.handle(&json!({}), now).await.unwrap();
+    let other = p.rotator.clone();
+    for _ in 0..40 {
+        let tick = json!({});
+        let (a, b) = tokio::join!(
+            p.rotator
+                .handle(&tick, now, Instant::now() + Duration::from_secs(120)),
+            other.handle(&tick, now, Instant::now() + Duration::from_secs(120)),
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        // Each either worked on the cluster or saw the other's lease; they may also run one
+        // after the other within the same instant.
+        for r in [&a, &b] {
+            let c = r["clusters"]["prod"].as_str().unwrap();
+            assert!(c == "done" || c.starts_with("lease held"), "{r}");
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        let in_flight = p.rotations().await.iter().filter(|r| r.in_flight()).count();
+        assert!(in_flight <= 2, "budget exceeded: {in_flight}");
+        let images = p.images().await;
+        if in_flight == 0 && images.len() == 6 && images.iter().all(|i| *i == p.new) {
+            break;
+        }
+        now += chrono::Duration::minutes(1);
+    }
+    let images = p.images().await;
+    assert!(
+        images.len() == 6 && images.iter().all(|i| *i == p.new),
+        "{images:?}"
+    );
+}

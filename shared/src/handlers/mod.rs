@@ -5,6 +5,8 @@ pub mod ami_watcher;
 #[cfg(feature = "kube")]
 pub mod interruption;
 #[cfg(feature = "kube")]
+pub mod ops;
+#[cfg(feature = "kube")]
 pub mod rotator;
 
 use crate::event::InvalidEvent;
@@ -39,4 +41,4 @@ impl From<InvalidEvent> for HandlerError {
 }
 
 /// Names of the functions `nodecycle run` can invoke.
-pub const FUNCTIONS: &[&str] = &["ami-watcher", "rotator", "interruption-handler"];
+pub const FUNCTIONS: &[&str] = &["ami-watcher", "rotator", "ops", "interruption-handler"];

@@ -163,6 +163,12 @@ struct PoolCtx<'a> {
     snapshot: Snapshot,
     desired_capacity: i32,
     now: DateTime<Utc>,
+    /// Replacement instances already taken by a rotation.
+    claimed: std::collections::HashSet<String>,
+    /// Rotations whose surge is in effect (desired capacity includes them).
+    active_surges: i32,
+    /// Desired capacity without surges, once any surge is active.
+    base: Option<i32>,
 }
 
 fn internal(e: impl std::fmt::Display) -> HandlerError {
@@ -363,11 +369,23 @@ impl RotatorHandler {
             .map(|r| r.value)
             .collect();
         let gates = Gates {
+            // An operator's pin wins over what the terms resolve to.
             desired_ami: record
                 .as_ref()
-                .and_then(|r| r.desired.as_ref())
-                .map(|a| a.id.clone()),
-            paused: policy.paused.then(|| "policy has paused: true".to_string()),
+                .and_then(|r| r.effective_desired())
+                .map(str::to_string),
+            paused: record
+                .as_ref()
+                .and_then(|r| r.paused.as_ref())
+                .map(|p| {
+                    format!(
+                        "by {} at {}: {}",
+                        p.by.as_deref().unwrap_or("an operator"),
+                        p.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        p.reason
+                    )
+                })
+                .or_else(|| policy.paused.then(|| "policy has paused: true".to_string())),
             halted: record
                 .as_ref()
                 .and_then(|r| r.halted.as_ref())
@@ -419,8 +437,16 @@ impl RotatorHandler {
             group_name: snapshot.group.name.clone(),
             desired_capacity: snapshot.group.desired_capacity,
             kube,
+            claimed: snapshot
+                .rotations
+                .iter()
+                .filter(|r| r.in_flight())
+                .filter_map(|r| r.replacement.clone())
+                .collect(),
             snapshot,
             now,
+            active_surges: 0,
+            base: None,
         };
         for action in &plan.actions {
             if let Action::UpdateLaunchTemplate { image } = action {
@@ -439,11 +465,30 @@ impl RotatorHandler {
             }
         }
         let pk = state::pool_pk(&plan.pool);
+        // A finished (Failed, cancelled) record of the same instance is replaced, conditionally.
+        let finished: HashMap<String, u64> = if plan.rotations_to_start(now).is_empty() {
+            HashMap::new()
+        } else {
+            self.rotations(&plan.pool)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|v| !v.value.in_flight())
+                .map(|v| (v.value.instance_id, v.version))
+                .collect()
+        };
         for rotation in plan.rotations_to_start(now) {
             let doc = serde_json::to_value(&rotation).map_err(|e| e.to_string())?;
+            let expected = finished.get(&rotation.instance_id).copied();
             match self
                 .store
-                .put(&pk, &rotation_sk(&rotation.instance_id), &doc, None, None)
+                .put(
+                    &pk,
+                    &rotation_sk(&rotation.instance_id),
+                    &doc,
+                    expected,
+                    None,
+                )
                 .await
             {
                 Ok(_) => {
@@ -457,20 +502,27 @@ impl RotatorHandler {
                 )),
             }
         }
-        // Advance every in-flight rotation of this pool (including those just started).
-        for versioned in self
+        // Queued operator rotations move only when this plan releases them.
+        let released: std::collections::HashSet<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Advance { instance_id, .. } => Some(instance_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let current = self
             .rotations(&plan.pool)
             .await
-            .map_err(|e| e.to_string())?
-        {
-            if !versioned.value.in_flight() {
-                continue;
-            }
-            // A maintenance rotation waiting for budget moves only when the plan releases it.
-            if plan::maintenance::waits(&versioned.value, now)
-                && !plan.actions.iter().any(|a| {
-                    matches!(a, Action::Advance { instance_id, .. } if *instance_id == versioned.value.instance_id)
-                })
+            .map_err(|e| e.to_string())?;
+        self.reconcile_capacity(&mut ctx, &current).await?;
+        // Advance every in-flight rotation of this pool (including those just started).
+        for versioned in current {
+            // Maintenance rotations waiting for budget, too, move only when released.
+            let waiting =
+                versioned.value.waiting() || plan::maintenance::waits(&versioned.value, now);
+            if !versioned.value.in_flight()
+                || (waiting && !released.contains(versioned.value.instance_id.as_str()))
             {
                 continue;
             }
@@ -491,6 +543,48 @@ impl RotatorHandler {
                     tracing::warn!(pool = %plan.pool, instance = %instance, step = ?from, error = %e, "step failed; retried next pass");
                     report.errors.push(format!("{instance} ({from:?}): {e}"));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps desired capacity at `base + active surges`: repairs a surge that was recorded but
+    /// whose capacity call failed or never ran (crash), without ever surging twice.
+    async fn reconcile_capacity(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        rotations: &[Versioned<Rotation>],
+    ) -> Result<(), String> {
+        let mut base = None;
+        let mut active = 0;
+        for r in rotations.iter().map(|v| &v.value).filter(|r| r.in_flight()) {
+            let Some(surge) = &r.surge else { continue };
+            let in_group = ctx
+                .snapshot
+                .members
+                .iter()
+                .any(|m| m.instance_id == r.instance_id && m.lifecycle != Lifecycle::Leaving);
+            let counts = match r.step {
+                Step::Surging | Step::Cordoned | Step::Draining => true,
+                Step::Terminating => in_group,
+                _ => false,
+            };
+            if counts {
+                active += 1;
+                base = base.or(surge.base);
+            }
+        }
+        ctx.active_surges = active;
+        ctx.base = base;
+        if let Some(base) = base {
+            let want = (base + active).min(ctx.snapshot.group.max_size);
+            if ctx.desired_capacity < want {
+                tracing::warn!(group = %ctx.group_name, desired = ctx.desired_capacity, want, active_surges = active, decision = "capacity repaired", "desired capacity below base + active surges (a surge call failed or was interrupted)");
+                self.groups
+                    .set_desired_capacity(&ctx.group_name, want)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                ctx.desired_capacity = want;
             }
         }
         Ok(())
@@ -551,8 +645,11 @@ impl RotatorHandler {
                     .is_none_or(|m| m.lifecycle == Lifecycle::Leaving);
                 if gone {
                     Self::enter(&rot, Step::Done, now)
-                } else if ctx.desired_capacity < ctx.snapshot.group.max_size {
-                    let target = ctx.desired_capacity + 1;
+                } else if ctx.base.unwrap_or(ctx.desired_capacity) + ctx.active_surges
+                    < ctx.snapshot.group.max_size
+                {
+                    let base = ctx.base.unwrap_or(ctx.desired_capacity);
+                    let target = base + ctx.active_surges + 1;
                     let baseline = ctx
                         .snapshot
                         .members
@@ -563,13 +660,17 @@ impl RotatorHandler {
                         surge: Some(Surge {
                             target_desired: target,
                             baseline,
+                            base: Some(base),
                         }),
                         ..Self::enter(&rot, Step::Surging, now)
                     };
-                    // Record the intent first: a crash after the call is repaired next pass.
+                    // Record the intent first: if the call below fails or the process dies, the
+                    // next pass raises capacity to base + active surges.
                     if !self.save(&next, v.version).await? {
                         return Ok(None);
                     }
+                    ctx.base = Some(base);
+                    ctx.active_surges += 1;
                     self.groups
                         .set_desired_capacity(&ctx.group_name, target)
                         .await
@@ -585,13 +686,7 @@ impl RotatorHandler {
             Step::Surging => {
                 let surge = rot.surge.clone().ok_or("Surging without a surge record")?;
                 let desired_ami = ctx.snapshot.gates.desired_ami.clone();
-                let claimed: Vec<String> = ctx
-                    .snapshot
-                    .rotations
-                    .iter()
-                    .filter(|r| r.instance_id != rot.instance_id)
-                    .filter_map(|r| r.replacement.clone())
-                    .collect();
+                let claimed = &ctx.claimed;
                 let fresh: Vec<&crate::fleet::Member> = ctx
                     .snapshot
                     .members
@@ -606,6 +701,7 @@ impl RotatorHandler {
                     .find(|m| m.is_ready() && m.image_id == desired_ami);
                 if let Some(r) = ready {
                     tracing::info!(pool = %rot.pool, instance = %rot.instance_id, replacement = %r.instance_id, decision = "replacement ready");
+                    ctx.claimed.insert(r.instance_id.clone());
                     Rotation {
                         replacement: Some(r.instance_id.clone()),
                         ..Self::enter(&rot, Step::Cordoned, now)
@@ -635,12 +731,16 @@ impl RotatorHandler {
                     if !self.save(&failed, v.version).await? {
                         return Ok(None);
                     }
-                    match fresh.first() {
-                        Some(m) => self
-                            .groups
-                            .terminate_instance(&m.instance_id, true)
-                            .await
-                            .map_err(|e| e.to_string())?,
+                    let first_fresh = fresh.first().map(|m| m.instance_id.clone());
+                    ctx.active_surges -= 1;
+                    match first_fresh {
+                        Some(id) => {
+                            self.groups
+                                .terminate_instance(&id, true)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            ctx.desired_capacity -= 1;
+                        }
                         None => {
                             let back = (ctx.desired_capacity - 1).max(ctx.snapshot.group.min_size);
                             self.groups
@@ -663,14 +763,6 @@ impl RotatorHandler {
                     tracing::error!(pool = %rot.pool, instance = %rot.instance_id, decision = "halted", reason = %why);
                     return Ok(Some(Step::Failed));
                 } else {
-                    // Repair a crash between recording the surge and raising capacity.
-                    if fresh.is_empty() && ctx.desired_capacity < surge.target_desired {
-                        self.groups
-                            .set_desired_capacity(&ctx.group_name, surge.target_desired)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        ctx.desired_capacity = surge.target_desired;
-                    }
                     return Ok(Some(Step::Surging));
                 }
             }
@@ -738,6 +830,7 @@ impl RotatorHandler {
                         .map_err(|e| e.to_string())?;
                     if rot.surge.is_some() {
                         ctx.desired_capacity -= 1;
+                        ctx.active_surges -= 1;
                     }
                 }
                 if let Some(node) = member.as_ref().and_then(|m| m.node.as_ref()) {

@@ -34,13 +34,22 @@
 //! (forced ones included). So after this pass, for every reason with a budgeted start,
 //! `disrupting + started <= cap(R)`.
 //!
+//! # Queued operator rotations
+//! `ops rotate` records `Manual` rotations with a [`crate::rotation::Queue`]. While `Pending`
+//! they are [waiting](crate::rotation::Rotation::waiting): not disrupting, never candidates,
+//! not advanced. Before the candidates, they are released (see `release_queued`): with
+//! `ignoreBudgets` up to `maxConcurrent` in flight per request, otherwise within the `Drifted`
+//! allowance. Gates apply to them like to any start.
+//!
 //! Nothing starts, not even forced expiry, when the pool is halted, paused (operator or
 //! policy), the desired AMI is unresolved (fail closed: design principle "unknown AMI: rotate
 //! nothing"), or the snapshot lists an instance twice. Forced expiry bypasses budgets only.
 //!
 //! # Executor contract
 //! Actions are ordered `UpdateLaunchTemplate` (at most one), then `Advance` (by instance id),
-//! then `StartRotation` (in start order). If the template update fails, the executor must not
+//! then `Advance` at `Pending` releasing queued operator rotations (in release order), then
+//! `StartRotation` (in start order). The executor must advance a
+//! [waiting](crate::rotation::Rotation::waiting) rotation only when the plan releases it. If the template update fails, the executor must not
 //! perform any other action of the plan (a replacement must never come up on the old AMI); the
 //! next pass plans again.
 
@@ -266,8 +275,16 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
     let mut in_flight: BTreeMap<&str, &Rotation> = BTreeMap::new();
     let mut foreign: BTreeSet<&str> = BTreeSet::new();
     let mut finished: BTreeMap<&str, &Rotation> = BTreeMap::new();
+    let mut queued: BTreeMap<&str, &Rotation> = BTreeMap::new();
     for r in rotations {
         let id = r.instance_id.as_str();
+        if r.waiting() {
+            // Queued operator rotations are not disrupting until released (below).
+            if r.pool == pool {
+                queued.insert(id, r);
+            }
+            continue;
+        }
         if r.pool != pool {
             if r.in_flight() && foreign.insert(id) {
                 decisions.push(Decision::instance(
@@ -328,7 +345,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
 
     for m in &members {
         let id = m.instance_id.as_str();
-        let busy = in_flight.contains_key(id) || foreign.contains(id);
+        let busy = in_flight.contains_key(id) || foreign.contains(id) || queued.contains_key(id);
         if m.is_ready() {
             total += 1;
         }
@@ -513,8 +530,15 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
         } else {
             format!("; {} candidate(s) wait ({forced} forced)", pending.len())
         };
-        decisions.push(Decision::pool(format!("not starting: {gate}{waiting}")));
-        if !pending.is_empty() || desired.is_none() {
+        let manual = if queued.is_empty() {
+            String::new()
+        } else {
+            format!("; {} queued manual rotation(s) wait", queued.len())
+        };
+        decisions.push(Decision::pool(format!(
+            "not starting: {gate}{waiting}{manual}"
+        )));
+        if !pending.is_empty() || !queued.is_empty() || desired.is_none() {
             blocked = Some(gate);
         }
     } else {
@@ -524,6 +548,23 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
             allowed,
             &mut actions,
             &mut decisions,
+        );
+        let mut parts = Vec::new();
+        release_queued(
+            &QueueCtx {
+                queued: &queued,
+                in_flight: &in_flight,
+                members: &members,
+                budgets,
+                total,
+                disrupting: disrupting_count,
+                allowed,
+                now,
+            },
+            &mut started,
+            &mut actions,
+            &mut decisions,
+            &mut parts,
         );
         let mut waiting: BTreeMap<RotationReason, usize> = BTreeMap::new();
         for p in &pending {
@@ -549,7 +590,6 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
                 forced: p.need.forced,
             });
         }
-        let mut parts = Vec::new();
         for (reason, count) in waiting {
             let Some(r) = reason.budget_reason() else {
                 continue;
@@ -584,6 +624,122 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
         actions,
         blocked,
         decisions,
+    }
+}
+
+/// What [`release_queued`] needs from the pass.
+struct QueueCtx<'a> {
+    queued: &'a BTreeMap<&'a str, &'a Rotation>,
+    in_flight: &'a BTreeMap<&'a str, &'a Rotation>,
+    members: &'a [&'a Member],
+    budgets: &'a [Budget],
+    total: u32,
+    disrupting: u32,
+    allowed: Allowed,
+    now: DateTime<Utc>,
+}
+
+/// Releases queued operator rotations (oldest request first, then by instance id) by planning
+/// their first step (`Advance` at `Pending`):
+/// - a rotation whose instance left the group is released at once (the executor finishes it);
+/// - with `ignoreBudgets`, while fewer than `maxConcurrent` rotations of its request are in
+///   flight past the queue (budgets are not consulted, but the start counts as disrupting);
+/// - otherwise like a budgeted `Drifted` start: while `started < allowed(Drifted)`.
+///
+/// Every release increments `started`, so later budgeted starts of the pass see less room.
+fn release_queued(
+    ctx: &QueueCtx<'_>,
+    started: &mut u32,
+    actions: &mut Vec<Action>,
+    decisions: &mut Vec<Decision>,
+    blocked: &mut Vec<String>,
+) {
+    let mut active: BTreeMap<&str, u32> = BTreeMap::new();
+    for r in ctx.in_flight.values() {
+        if let Some(q) = &r.queued {
+            *active.entry(q.request_id.as_str()).or_default() += 1;
+        }
+    }
+    let mut order: Vec<&Rotation> = ctx.queued.values().copied().collect();
+    order.sort_by(|a, b| {
+        (a.created_at, a.instance_id.as_str()).cmp(&(b.created_at, b.instance_id.as_str()))
+    });
+    let mut over_budget = 0usize;
+    let mut over_limit: BTreeMap<(&str, u32), usize> = BTreeMap::new();
+    for r in order {
+        let Some(q) = &r.queued else { continue };
+        let id = r.instance_id.as_str();
+        let release = |decisions: &mut Vec<Decision>, actions: &mut Vec<Action>, why: String| {
+            decisions.push(Decision::instance(id, why));
+            actions.push(Action::Advance {
+                instance_id: id.to_string(),
+                step: r.step,
+            });
+        };
+        let present = ctx
+            .members
+            .iter()
+            .any(|m| m.instance_id == id && m.lifecycle != Lifecycle::Leaving);
+        if !present {
+            release(
+                decisions,
+                actions,
+                format!(
+                    "{id}: queued manual rotation, but the instance left the group: finishing it"
+                ),
+            );
+            continue;
+        }
+        if q.ignore_budgets {
+            let n = active.entry(q.request_id.as_str()).or_default();
+            if *n >= q.max_concurrent {
+                *over_limit
+                    .entry((q.request_id.as_str(), q.max_concurrent))
+                    .or_default() += 1;
+                continue;
+            }
+            *n += 1;
+            *started += 1;
+            release(
+                decisions,
+                actions,
+                format!(
+                    "starting {id}: Manual ({}), ignoring budgets, {} of maxConcurrent {} of request {}",
+                    q.reason, n, q.max_concurrent, q.request_id
+                ),
+            );
+        } else if *started < ctx.allowed.drifted {
+            *started += 1;
+            release(
+                decisions,
+                actions,
+                format!(
+                    "starting {id}: Manual ({}), within the Drifted budget (request {})",
+                    q.reason, q.request_id
+                ),
+            );
+        } else {
+            over_budget += 1;
+        }
+    }
+    if over_budget > 0 {
+        let why = budget_message(
+            ctx.budgets,
+            budget::Reason::Drifted,
+            ctx.total,
+            ctx.disrupting,
+            *started,
+            ctx.now,
+        );
+        let why = format!("{why}; {over_budget} queued Manual rotation(s) wait");
+        decisions.push(Decision::pool(format!("not starting: {why}")));
+        blocked.push(why);
+    }
+    for ((request, max), count) in over_limit {
+        let why =
+            format!("{count} Manual rotation(s) of request {request} wait for maxConcurrent {max}");
+        decisions.push(Decision::pool(format!("not starting: {why}")));
+        blocked.push(why);
     }
 }
 

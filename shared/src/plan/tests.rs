@@ -704,6 +704,7 @@ fn surge_baseline_identifies_unrecorded_replacement() {
     rot.surge = Some(Surge {
         target_desired: 7,
         baseline: (0..6).map(|i| format!("i-{i:02}")).collect(),
+        base: Some(6),
     });
     let p = plan(&snapshot(budgets("3"), members.clone(), vec![rot]), now());
     assert_eq!((p.total, p.disrupting), (6, 1));
@@ -980,4 +981,262 @@ fn empty_pool() {
     ); // a count is not capped by total
     assert!(p.actions.is_empty() && p.candidates.is_empty() && p.decisions.is_empty());
     assert_eq!(p.blocked, None);
+}
+
+// ---- Queued operator rotations (`ops rotate`) ----
+
+fn queued(id: &str, request: &str, ignore_budgets: bool, max: u32, age_min: i64) -> Rotation {
+    let queue = crate::rotation::Queue {
+        request_id: request.to_string(),
+        ignore_budgets,
+        max_concurrent: max,
+        reason: "CVE-2026-0001".to_string(),
+    };
+    Rotation::manual(
+        "prod/general",
+        id,
+        queue,
+        now() - TimeDelta::minutes(age_min),
+    )
+}
+
+fn released(p: &Plan) -> Vec<String> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Advance {
+                instance_id,
+                step: Step::Pending,
+            } => Some(instance_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn current(n: usize) -> Vec<Member> {
+    (0..n)
+        .map(|i| member(&format!("i-{i:02}"), NEW, 10))
+        .collect()
+}
+
+#[test]
+fn queued_manual_rotations_table() {
+    struct Case {
+        name: &'static str,
+        budget: &'static str,
+        members: Vec<Member>,
+        rotations: Vec<Rotation>,
+        gates: fn(&mut Gates),
+        released: &'static [&'static str],
+        started: &'static [&'static str],
+        disrupting: u32,
+        blocked: Option<&'static str>,
+    }
+    fn open(_: &mut Gates) {}
+    fn paused(g: &mut Gates) {
+        g.paused = Some("operator: CVE triage".into());
+    }
+    fn halted(g: &mut Gates) {
+        g.halted = Some("replacement never Ready".into());
+    }
+    fn unresolved(g: &mut Gates) {
+        g.desired_ami = None;
+    }
+    let five_queued = |ignore: bool, max: u32| -> Vec<Rotation> {
+        (0..5)
+            .map(|i| queued(&format!("i-{i:02}"), "req-1", ignore, max, 5))
+            .collect()
+    };
+    let mut surging = queued("i-00", "req-1", true, 2, 5);
+    surging.step = Step::Surging;
+    let cases = vec![
+        Case {
+            name: "ignoreBudgets in a 0 window: maxConcurrent bounds the releases",
+            budget: "0",
+            members: current(5),
+            rotations: five_queued(true, 2),
+            gates: open,
+            released: &["i-00", "i-01"],
+            started: &[],
+            disrupting: 0,
+            blocked: Some("3 Manual rotation(s) of request req-1 wait for maxConcurrent 2"),
+        },
+        Case {
+            name: "rotations of the request already past Pending count toward maxConcurrent",
+            budget: "0",
+            members: current(5),
+            rotations: {
+                let mut r = five_queued(true, 2);
+                r[0] = surging.clone();
+                r
+            },
+            gates: open,
+            released: &["i-01"],
+            started: &[],
+            disrupting: 1,
+            blocked: Some("3 Manual rotation(s) of request req-1 wait for maxConcurrent 2"),
+        },
+        Case {
+            name: "without ignoreBudgets they start like Drifted within the budget",
+            budget: "2",
+            members: current(5),
+            rotations: five_queued(false, 1),
+            gates: open,
+            released: &["i-00", "i-01"],
+            started: &[],
+            disrupting: 0,
+            blocked: Some("Drifted budget 0"),
+        },
+        Case {
+            name: "without ignoreBudgets nothing starts in a 0 window",
+            budget: "0",
+            members: current(5),
+            rotations: five_queued(false, 1),
+            gates: open,
+            released: &[],
+            started: &[],
+            disrupting: 0,
+            blocked: Some("5 queued Manual rotation(s) wait"),
+        },
+        Case {
+            name: "manual releases use the budget before drift candidates",
+            budget: "2",
+            members: drifted(4),
+            rotations: vec![queued("i-03", "req-1", false, 1, 5)],
+            gates: open,
+            released: &["i-03"],
+            started: &["i-02"],
+            disrupting: 0,
+            blocked: Some("Drifted budget 0"),
+        },
+        Case {
+            name: "ignoreBudgets releases count as disrupting for later budgeted starts",
+            budget: "2",
+            members: drifted(4),
+            rotations: vec![
+                queued("i-02", "req-1", true, 5, 5),
+                queued("i-03", "req-1", true, 5, 5),
+            ],
+            gates: open,
+            released: &["i-02", "i-03"],
+            started: &[],
+            disrupting: 0,
+            blocked: Some("Drifted budget 0"),
+        },
+        Case {
+            name: "paused: nothing is released",
+            budget: "10",
+            members: current(3),
+            rotations: vec![queued("i-00", "req-1", true, 2, 5)],
+            gates: paused,
+            released: &[],
+            started: &[],
+            disrupting: 0,
+            blocked: Some("pool paused: operator: CVE triage"),
+        },
+        Case {
+            name: "halted: nothing is released",
+            budget: "10",
+            members: current(3),
+            rotations: vec![queued("i-00", "req-1", true, 2, 5)],
+            gates: halted,
+            released: &[],
+            started: &[],
+            disrupting: 0,
+            blocked: Some("pool halted"),
+        },
+        Case {
+            name: "desired AMI unresolved: nothing is released",
+            budget: "10",
+            members: current(3),
+            rotations: vec![queued("i-00", "req-1", true, 2, 5)],
+            gates: unresolved,
+            released: &[],
+            started: &[],
+            disrupting: 0,
+            blocked: Some("desired AMI unresolved"),
+        },
+        Case {
+            name: "an instance that left the group is released to be finished, even at 0",
+            budget: "0",
+            members: current(2),
+            rotations: vec![queued("i-09", "req-1", false, 1, 5)],
+            gates: open,
+            released: &["i-09"],
+            started: &[],
+            disrupting: 0,
+            blocked: None,
+        },
+        Case {
+            name: "oldest request first",
+            budget: "0",
+            members: current(3),
+            rotations: vec![
+                queued("i-00", "req-new", true, 1, 1),
+                queued("i-02", "req-old", true, 1, 9),
+                queued("i-01", "req-old", true, 1, 9),
+            ],
+            gates: open,
+            released: &["i-01", "i-00"],
+            started: &[],
+            disrupting: 0,
+            blocked: Some("1 Manual rotation(s) of request req-old wait for maxConcurrent 1"),
+        },
+    ];
+    for c in cases {
+        let mut s = snapshot(budgets(c.budget), c.members, c.rotations);
+        (c.gates)(&mut s.gates);
+        let p = plan(&s, now());
+        assert_eq!(released(&p), c.released, "{}: {:#?}", c.name, p.decisions);
+        assert_eq!(started_ids(&p), c.started, "{}: {:#?}", c.name, p.decisions);
+        assert_eq!(p.disrupting, c.disrupting, "{}", c.name);
+        match c.blocked {
+            Some(b) => assert!(
+                p.blocked.as_deref().is_some_and(|x| x.contains(b)),
+                "{}: blocked {:?}, expected it to contain {b:?}",
+                c.name,
+                p.blocked
+            ),
+            None => assert_eq!(p.blocked, None, "{}", c.name),
+        }
+    }
+}
+
+#[test]
+fn a_queued_rotation_is_not_a_drift_candidate_and_not_advanced_while_waiting() {
+    let s = snapshot(
+        budgets("0"),
+        drifted(2),
+        vec![queued("i-00", "req-1", false, 1, 5)],
+    );
+    let p = plan(&s, now());
+    assert!(advanced(&p).is_empty(), "{:?}", p.actions);
+    assert_eq!(
+        p.candidates
+            .iter()
+            .map(|c| c.instance_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["i-01"]
+    );
+}
+
+#[test]
+fn a_queued_rotation_serializes_without_queue_fields_when_absent() {
+    let r = Rotation::new(
+        "prod/general",
+        "i-00",
+        RotationReason::Drifted,
+        false,
+        now(),
+    );
+    let v = serde_json::to_value(&r).unwrap();
+    assert!(v.get("queued").is_none());
+    let q = queued("i-00", "req-1", true, 2, 0);
+    let v = serde_json::to_value(&q).unwrap();
+    assert_eq!(
+        v["queued"],
+        json!({"requestId": "req-1", "ignoreBudgets": true, "maxConcurrent": 2, "reason": "CVE-2026-0001"})
+    );
+    assert_eq!(v["reason"], "Manual");
+    assert_eq!(v["forced"], true);
 }

@@ -3,6 +3,7 @@
 
 mod budget;
 mod drain;
+mod ops;
 mod plan;
 mod resolve;
 mod run;
@@ -30,6 +31,20 @@ enum Command {
     Run(run::Args),
     /// Cordon and drain one instance's node from outside the cluster.
     Drain(drain::Args),
+    /// What is happening to a pool's nodes and why (the ops function's `status`).
+    Status(ops::StatusArgs),
+    /// Queue manual rotations of instances (or --all) of a pool; audited.
+    Rotate(ops::RotateArgs),
+    /// Pin a pool's desired AMI until unpinned; audited.
+    Pin(ops::PinArgs),
+    /// Remove a pool's pin; audited.
+    Unpin(ops::PoolArgs),
+    /// Pause a pool: no voluntary rotation starts; audited.
+    Pause(ops::PoolArgs),
+    /// Resume a paused or halted pool; audited.
+    Resume(ops::PoolArgs),
+    /// Abort a rotation that has not reached Terminating; audited.
+    Cancel(ops::CancelArgs),
     /// Show what the rotator would do for a pool now (or at --at), changing nothing.
     Plan(plan::Args),
 }
@@ -42,6 +57,13 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Budget(a) => budget::run(a),
         Command::Run(a) => run::run(a).await,
         Command::Drain(a) => drain::run(a).await,
+        Command::Status(a) => ops::run(ops::status_request(a)).await,
+        Command::Rotate(a) => ops::run(ops::rotate_request(a)).await,
+        Command::Pin(a) => ops::run(ops::pin_request(a)).await,
+        Command::Unpin(a) => ops::run(ops::pool_request("unpin", a)).await,
+        Command::Pause(a) => ops::run(ops::pool_request("pause", a)).await,
+        Command::Resume(a) => ops::run(ops::pool_request("resume", a)).await,
+        Command::Cancel(a) => ops::run(ops::cancel_request(a)).await,
         Command::Plan(a) => plan::run(a).await,
     }
 }

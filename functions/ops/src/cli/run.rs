@@ -42,10 +42,17 @@ pub async fn run(args: Args) -> u8 {
             }
             Err(e) => Err(e),
         },
+        "ops" => match nodecycle::handlers::ops::from_env(&config) {
+            Ok(o) => {
+                o.handle(&payload, &super::ops::local_invocation(), now)
+                    .await
+            }
+            Err(e) => Err(e),
+        },
         "interruption-handler" => match nodecycle::handlers::interruption::from_env(&config) {
             Ok(h) => {
-                // The Lambda's timeout (template.yaml): long enough to see a Spot drain through.
-                let budget = std::time::Duration::from_secs(180);
+                // The Lambda's timeout (template.yaml).
+                let budget = std::time::Duration::from_secs(300);
                 h.handle(&payload, now, std::time::Instant::now() + budget)
                     .await
             }

@@ -1,0 +1,171 @@
+//! Operator subcommands: `nodecycle status|rotate|pin|unpin|pause|resume|cancel`. Each builds
+//! the ops function's JSON request and runs the same handler in-process (AWS configuration of
+//! the environment, `NODECYCLE_TABLE`). Validation is the handler's: every problem is listed.
+
+use serde_json::{Value, json};
+
+/// `nodecycle status [POOL]`
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// `<cluster>/<name>`; every pool when omitted.
+    #[arg(value_name = "POOL")]
+    pool: Option<String>,
+}
+
+/// `nodecycle rotate POOL (--instance I... | --all) --reason R`
+#[derive(Debug, clap::Args)]
+pub struct RotateArgs {
+    /// `<cluster>/<name>`.
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// Instance to rotate (repeat for several).
+    #[arg(long = "instance", value_name = "INSTANCE_ID")]
+    instances: Vec<String>,
+    /// Every in-service instance of the pool.
+    #[arg(long)]
+    all: bool,
+    /// Why (required; written to the audit record).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Do not wait for disruption budgets (still counted as disrupting).
+    #[arg(long)]
+    ignore_budgets: bool,
+    /// With --ignore-budgets: at most this many rotations at once (default 1).
+    #[arg(long, value_name = "N")]
+    max_concurrent: Option<u32>,
+}
+
+/// `nodecycle pin POOL AMI --reason R`
+#[derive(Debug, clap::Args)]
+pub struct PinArgs {
+    /// `<cluster>/<name>`.
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// `ami-...` (must exist, be available and match the pool's architecture).
+    #[arg(value_name = "AMI")]
+    ami: String,
+    /// Why (required).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+/// `nodecycle unpin|pause|resume POOL --reason R`
+#[derive(Debug, clap::Args)]
+pub struct PoolArgs {
+    /// `<cluster>/<name>`.
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// Why (required).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+/// `nodecycle cancel POOL INSTANCE --reason R`
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// `<cluster>/<name>`.
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// The instance whose rotation to abort.
+    #[arg(value_name = "INSTANCE_ID")]
+    instance: String,
+    /// Why (required).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+fn with_reason(mut v: Value, reason: Option<String>) -> Value {
+    if let (Some(o), Some(r)) = (v.as_object_mut(), reason) {
+        o.insert("reason".into(), json!(r));
+    }
+    v
+}
+
+/// The request of `nodecycle status`.
+pub fn status_request(a: StatusArgs) -> Value {
+    match a.pool {
+        Some(p) => json!({"action": "status", "pool": p}),
+        None => json!({"action": "status"}),
+    }
+}
+
+/// The request of `nodecycle rotate`.
+pub fn rotate_request(a: RotateArgs) -> Value {
+    let mut v = json!({"action": "rotate", "pool": a.pool});
+    if let Some(o) = v.as_object_mut() {
+        if !a.instances.is_empty() {
+            o.insert("instances".into(), json!(a.instances));
+        }
+        if a.all {
+            o.insert("all".into(), json!(true));
+        }
+        if a.ignore_budgets {
+            o.insert("ignoreBudgets".into(), json!(true));
+        }
+        if let Some(n) = a.max_concurrent {
+            o.insert("maxConcurrent".into(), json!(n));
+        }
+    }
+    with_reason(v, a.reason)
+}
+
+/// The request of `nodecycle pin`.
+pub fn pin_request(a: PinArgs) -> Value {
+    with_reason(
+        json!({"action": "pin", "pool": a.pool, "ami": a.ami}),
+        a.reason,
+    )
+}
+
+/// The request of `nodecycle unpin|pause|resume`.
+pub fn pool_request(action: &str, a: PoolArgs) -> Value {
+    with_reason(json!({"action": action, "pool": a.pool}), a.reason)
+}
+
+/// The request of `nodecycle cancel`.
+pub fn cancel_request(a: CancelArgs) -> Value {
+    with_reason(
+        json!({"action": "cancel", "pool": a.pool, "instance": a.instance}),
+        a.reason,
+    )
+}
+
+/// Who runs the CLI, for the audit record.
+pub fn local_invocation() -> nodecycle::handlers::ops::Invocation {
+    let now = chrono::Utc::now();
+    nodecycle::handlers::ops::Invocation {
+        request_id: format!("cli-{}-{}", now.format("%Y%m%dT%H%M%S"), std::process::id()),
+        caller: Some(format!(
+            "local:{}",
+            std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+        )),
+    }
+}
+
+/// Runs one request through the ops handler: prints the response (exit 0), or
+/// `{"errorType", "errorMessage"}` (exit 2 for `InvalidRequest`, 1 otherwise).
+pub async fn run(request: Value) -> u8 {
+    nodecycle::logging::init();
+    let config = nodecycle::aws::load_config().await;
+    let result = match nodecycle::handlers::ops::from_env(&config) {
+        Ok(h) => {
+            h.handle(&request, &local_invocation(), chrono::Utc::now())
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(v) => {
+            super::print_json(&v);
+            0
+        }
+        Err(e) => {
+            super::print_json(&json!({"errorType": e.error_type, "errorMessage": e.message}));
+            if e.error_type == "InvalidRequest" {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}

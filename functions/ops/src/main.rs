@@ -1,0 +1,42 @@
+//! ops Lambda: wiring only. The handler is `nodecycle::handlers::ops`.
+//!
+//! Lambda does not tell a function which IAM principal invoked it (CloudTrail data events do).
+//! The audit record takes the caller from the invocation context when the client sets it:
+//! `--client-context` with `{"custom": {"caller": "..."}}`, or a Cognito identity; the request
+//! id is recorded too, to correlate with CloudTrail.
+
+use lambda_runtime::{Context, Diagnostic, Error, LambdaEvent, service_fn};
+use nodecycle::handlers::ops::Invocation;
+use serde_json::Value;
+
+fn caller_of(ctx: &Context) -> Option<String> {
+    ctx.client_context
+        .as_ref()
+        .and_then(|c| c.custom.get("caller").cloned())
+        .or_else(|| {
+            ctx.identity
+                .as_ref()
+                .map(|i| format!("cognito:{}", i.identity_id))
+        })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    nodecycle::logging::init();
+    let config = nodecycle::aws::load_config().await;
+    let ops = nodecycle::handlers::ops::from_env(&config)?;
+    let ops = &ops;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let inv = Invocation {
+            request_id: event.context.request_id.clone(),
+            caller: caller_of(&event.context),
+        };
+        ops.handle(&event.payload, &inv, chrono::Utc::now())
+            .await
+            .map_err(|e| Diagnostic {
+                error_type: e.error_type,
+                error_message: e.message,
+            })
+    }))
+    .await
+}

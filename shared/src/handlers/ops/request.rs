@@ -1,0 +1,697 @@
+//! Operator requests (pure): parsing and validation of the JSON the `ops` function takes.
+//! Field names are a stable interface. Every problem of a request is reported at once, one
+//! per field, in document order of the checks (action, pool, then the action's fields, then
+//! unknown fields).
+
+use serde_json::{Map, Value};
+
+/// Actions, in the order error messages list them.
+pub const ACTIONS: &[&str] = &[
+    "status", "rotate", "pin", "unpin", "pause", "resume", "cancel",
+];
+
+/// Default `maxConcurrent` of an `ignoreBudgets` rotation.
+pub const DEFAULT_MAX_CONCURRENT: u32 = 1;
+/// Largest `maxConcurrent` accepted.
+pub const MAX_CONCURRENT_LIMIT: u32 = 100;
+
+/// Which nodes a `rotate` targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// These instances (unique, in request order).
+    Instances(Vec<String>),
+    /// Every in-service instance of the pool at request time.
+    All,
+}
+
+/// A valid request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// What is happening to one pool's nodes (or every pool's) and why.
+    Status {
+        /// `<cluster>/<name>`; `None` = every pool.
+        pool: Option<String>,
+    },
+    /// Queue manual rotations.
+    Rotate {
+        /// `<cluster>/<name>`.
+        pool: String,
+        /// Which nodes.
+        target: Target,
+        /// Why (audited).
+        reason: String,
+        /// Start without waiting for budgets.
+        ignore_budgets: bool,
+        /// With `ignore_budgets`: at most this many in flight.
+        max_concurrent: u32,
+    },
+    /// Override the desired AMI.
+    Pin {
+        /// `<cluster>/<name>`.
+        pool: String,
+        /// `ami-...`.
+        ami: String,
+        /// Why.
+        reason: String,
+    },
+    /// Remove the override.
+    Unpin {
+        /// `<cluster>/<name>`.
+        pool: String,
+        /// Why.
+        reason: String,
+    },
+    /// Start no voluntary rotation.
+    Pause {
+        /// `<cluster>/<name>`.
+        pool: String,
+        /// Why.
+        reason: String,
+    },
+    /// Clear a pause and a halt.
+    Resume {
+        /// `<cluster>/<name>`.
+        pool: String,
+        /// Why.
+        reason: String,
+    },
+    /// Abort one rotation that has not reached `Terminating`.
+    Cancel {
+        /// `<cluster>/<name>`.
+        pool: String,
+        /// `i-...`.
+        instance: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Request {
+    /// The action name.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Request::Status { .. } => "status",
+            Request::Rotate { .. } => "rotate",
+            Request::Pin { .. } => "pin",
+            Request::Unpin { .. } => "unpin",
+            Request::Pause { .. } => "pause",
+            Request::Resume { .. } => "resume",
+            Request::Cancel { .. } => "cancel",
+        }
+    }
+
+    /// The pool a mutating request is about (`None` for `status`).
+    pub fn pool(&self) -> Option<&str> {
+        match self {
+            Request::Status { .. } => None,
+            Request::Rotate { pool, .. }
+            | Request::Pin { pool, .. }
+            | Request::Unpin { pool, .. }
+            | Request::Pause { pool, .. }
+            | Request::Resume { pool, .. }
+            | Request::Cancel { pool, .. } => Some(pool),
+        }
+    }
+}
+
+fn fields_of(action: &str) -> &'static [&'static str] {
+    match action {
+        "status" => &["action", "pool"],
+        "rotate" => &[
+            "action",
+            "pool",
+            "instances",
+            "all",
+            "reason",
+            "ignoreBudgets",
+            "maxConcurrent",
+        ],
+        "pin" => &["action", "pool", "ami", "reason"],
+        "cancel" => &["action", "pool", "instance", "reason"],
+        _ => &["action", "pool", "reason"],
+    }
+}
+
+/// `i-` and 8 or 17 lowercase hex digits.
+pub fn is_instance_id(s: &str) -> bool {
+    id_with(s, "i-")
+}
+
+/// `ami-` and 8 or 17 lowercase hex digits.
+pub fn is_ami_id(s: &str) -> bool {
+    id_with(s, "ami-")
+}
+
+fn id_with(s: &str, prefix: &str) -> bool {
+    s.strip_prefix(prefix).is_some_and(|hex| {
+        (hex.len() == 8 || hex.len() == 17)
+            && hex
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
+}
+
+/// `<cluster>/<name>`: two non-empty parts without spaces.
+fn is_pool_id(s: &str) -> bool {
+    let mut parts = s.split('/');
+    let ok = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && !p.contains(char::is_whitespace));
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
+}
+
+struct Fields<'a> {
+    obj: &'a Map<String, Value>,
+    problems: Vec<String>,
+}
+
+impl Fields<'_> {
+    fn string(&mut self, name: &str) -> Option<String> {
+        match self.obj.get(name) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                self.problems.push(format!("{name}: expected a string"));
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, name: &str) -> Option<bool> {
+        match self.obj.get(name) {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => {
+                self.problems
+                    .push(format!("{name}: expected true or false"));
+                None
+            }
+        }
+    }
+
+    fn pool(&mut self, required: bool) -> Option<String> {
+        let present = self.obj.get("pool").is_some_and(|v| !v.is_null());
+        match self.string("pool") {
+            Some(p) if is_pool_id(&p) => Some(p),
+            Some(p) => {
+                self.problems
+                    .push(format!("pool: expected \"<cluster>/<name>\", got {p:?}"));
+                None
+            }
+            None => {
+                if required && !present {
+                    self.problems
+                        .push("pool: required (\"<cluster>/<name>\")".to_string());
+                }
+                None
+            }
+        }
+    }
+
+    fn reason(&mut self) -> Option<String> {
+        let present = self.obj.get("reason").is_some_and(|v| !v.is_null());
+        match self.string("reason") {
+            Some(r) if !r.trim().is_empty() => Some(r.trim().to_string()),
+            Some(_) => {
+                self.problems
+                    .push("reason: empty; say why (it is written to the audit record)".to_string());
+                None
+            }
+            None => {
+                if !present {
+                    self.problems.push(
+                        "reason: required; say why (it is written to the audit record)".to_string(),
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    fn instance(&mut self, name: &str) -> Option<String> {
+        let present = self.obj.get(name).is_some_and(|v| !v.is_null());
+        match self.string(name) {
+            Some(i) if is_instance_id(&i) => Some(i),
+            Some(i) => {
+                self.problems
+                    .push(format!("{name}: {i:?} is not an instance id (i-...)"));
+                None
+            }
+            None => {
+                if !present {
+                    self.problems.push(format!("{name}: required (i-...)"));
+                }
+                None
+            }
+        }
+    }
+
+    fn target(&mut self) -> Option<Target> {
+        let all = self.boolean("all");
+        let instances = match self.obj.get("instances") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(items)) if items.is_empty() => {
+                self.problems
+                    .push("instances: empty; list instance ids or use \"all\": true".to_string());
+                Some(None)
+            }
+            Some(Value::Array(items)) => {
+                let mut ids: Vec<String> = Vec::new();
+                let mut ok = true;
+                for (i, item) in items.iter().enumerate() {
+                    match item.as_str() {
+                        Some(id) if !is_instance_id(id) => {
+                            self.problems.push(format!(
+                                "instances[{i}]: {id:?} is not an instance id (i-...)"
+                            ));
+                            ok = false;
+                        }
+                        Some(id) if ids.iter().any(|x| x == id) => {
+                            self.problems
+                                .push(format!("instances[{i}]: {id} is listed twice"));
+                            ok = false;
+                        }
+                        Some(id) => ids.push(id.to_string()),
+                        None => {
+                            self.problems
+                                .push(format!("instances[{i}]: expected a string (i-...)"));
+                            ok = false;
+                        }
+                    }
+                }
+                Some(ok.then_some(ids))
+            }
+            Some(_) => {
+                self.problems
+                    .push("instances: expected a list of instance ids".to_string());
+                Some(None)
+            }
+        };
+        match (instances, all) {
+            (Some(_), Some(true)) => {
+                self.problems
+                    .push("instances, all: give one of them, not both".to_string());
+                None
+            }
+            (Some(ids), _) => ids.map(Target::Instances),
+            (None, Some(true)) => Some(Target::All),
+            (None, _) => {
+                self.problems.push(
+                    "instances: required (a list of instance ids), or \"all\": true".to_string(),
+                );
+                None
+            }
+        }
+    }
+
+    fn max_concurrent(&mut self, ignore_budgets: bool) -> Option<u32> {
+        match self.obj.get("maxConcurrent") {
+            None | Some(Value::Null) => Some(DEFAULT_MAX_CONCURRENT),
+            Some(v) => {
+                let n = v
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| (1..=MAX_CONCURRENT_LIMIT).contains(n));
+                match n {
+                    None => {
+                        self.problems.push(format!(
+                            "maxConcurrent: expected a whole number from 1 to {MAX_CONCURRENT_LIMIT}, got {v}"
+                        ));
+                        None
+                    }
+                    Some(_) if !ignore_budgets => {
+                        self.problems.push(
+                            "maxConcurrent: only applies with \"ignoreBudgets\": true (budgets bound the others)"
+                                .to_string(),
+                        );
+                        None
+                    }
+                    n => n,
+                }
+            }
+        }
+    }
+}
+
+/// Parses and validates one request. `Err` lists every problem (one sentence each, starting
+/// with the field it is about).
+pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
+    let Some(obj) = payload.as_object() else {
+        return Err(vec![format!(
+            "request: expected a JSON object with an \"action\" ({})",
+            ACTIONS.join(", ")
+        )]);
+    };
+    let mut f = Fields {
+        obj,
+        problems: Vec::new(),
+    };
+    let action = match obj.get("action") {
+        None | Some(Value::Null) => {
+            f.problems
+                .push(format!("action: required ({})", ACTIONS.join(", ")));
+            None
+        }
+        Some(Value::String(a)) if ACTIONS.contains(&a.as_str()) => Some(a.as_str()),
+        Some(Value::String(a)) => {
+            f.problems.push(format!(
+                "action: unknown {a:?} (expected one of {})",
+                ACTIONS.join(", ")
+            ));
+            None
+        }
+        Some(_) => {
+            f.problems.push(format!(
+                "action: expected a string ({})",
+                ACTIONS.join(", ")
+            ));
+            None
+        }
+    };
+    let Some(action) = action else {
+        return Err(f.problems);
+    };
+    let request = match action {
+        "status" => f
+            .pool(false)
+            .map(|p| Request::Status { pool: Some(p) })
+            .or(obj
+                .get("pool")
+                .is_none_or(|v| v.is_null())
+                .then_some(Request::Status { pool: None })),
+        "rotate" => {
+            let pool = f.pool(true);
+            let target = f.target();
+            let reason = f.reason();
+            let ignore_budgets = f.boolean("ignoreBudgets");
+            let max_concurrent = f.max_concurrent(ignore_budgets.unwrap_or(false));
+            match (pool, target, reason, max_concurrent) {
+                (Some(pool), Some(target), Some(reason), Some(max_concurrent)) => {
+                    Some(Request::Rotate {
+                        pool,
+                        target,
+                        reason,
+                        ignore_budgets: ignore_budgets.unwrap_or(false),
+                        max_concurrent,
+                    })
+                }
+                _ => None,
+            }
+        }
+        "pin" => {
+            let pool = f.pool(true);
+            let present = obj.get("ami").is_some_and(|v| !v.is_null());
+            let ami = match f.string("ami") {
+                Some(a) if is_ami_id(&a) => Some(a),
+                Some(a) => {
+                    f.problems
+                        .push(format!("ami: {a:?} is not an AMI id (ami-...)"));
+                    None
+                }
+                None => {
+                    if !present {
+                        f.problems.push("ami: required (ami-...)".to_string());
+                    }
+                    None
+                }
+            };
+            let reason = f.reason();
+            match (pool, ami, reason) {
+                (Some(pool), Some(ami), Some(reason)) => Some(Request::Pin { pool, ami, reason }),
+                _ => None,
+            }
+        }
+        "cancel" => {
+            let pool = f.pool(true);
+            let instance = f.instance("instance");
+            let reason = f.reason();
+            match (pool, instance, reason) {
+                (Some(pool), Some(instance), Some(reason)) => Some(Request::Cancel {
+                    pool,
+                    instance,
+                    reason,
+                }),
+                _ => None,
+            }
+        }
+        other => {
+            let pool = f.pool(true);
+            let reason = f.reason();
+            match (pool, reason) {
+                (Some(pool), Some(reason)) => match other {
+                    "unpin" => Some(Request::Unpin { pool, reason }),
+                    "pause" => Some(Request::Pause { pool, reason }),
+                    _ => Some(Request::Resume { pool, reason }),
+                },
+                _ => None,
+            }
+        }
+    };
+    let allowed = fields_of(action);
+    for key in obj.keys() {
+        if !allowed.contains(&key.as_str()) {
+            f.problems.push(format!(
+                "{key}: not a field of {action} (fields: {})",
+                allowed.join(", ")
+            ));
+        }
+    }
+    match request {
+        Some(r) if f.problems.is_empty() => Ok(r),
+        _ => Err(f.problems),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const I1: &str = "i-0123456789abcdef0";
+    const I2: &str = "i-0fedcba9876543210";
+
+    #[test]
+    fn valid_requests() {
+        let cases: Vec<(Value, Request)> = vec![
+            (json!({"action": "status"}), Request::Status { pool: None }),
+            (
+                json!({"action": "status", "pool": "prod/general"}),
+                Request::Status {
+                    pool: Some("prod/general".into()),
+                },
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "instances": [I1, I2], "reason": " CVE "}),
+                Request::Rotate {
+                    pool: "prod/general".into(),
+                    target: Target::Instances(vec![I1.into(), I2.into()]),
+                    reason: "CVE".into(),
+                    ignore_budgets: false,
+                    max_concurrent: 1,
+                },
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "all": true, "reason": "CVE", "ignoreBudgets": true, "maxConcurrent": 2}),
+                Request::Rotate {
+                    pool: "prod/general".into(),
+                    target: Target::All,
+                    reason: "CVE".into(),
+                    ignore_budgets: true,
+                    max_concurrent: 2,
+                },
+            ),
+            (
+                json!({"action": "pin", "pool": "prod/general", "ami": "ami-0123456789abcdef0", "reason": "r"}),
+                Request::Pin {
+                    pool: "prod/general".into(),
+                    ami: "ami-0123456789abcdef0".into(),
+                    reason: "r".into(),
+                },
+            ),
+            (
+                json!({"action": "unpin", "pool": "prod/general", "reason": "r"}),
+                Request::Unpin {
+                    pool: "prod/general".into(),
+                    reason: "r".into(),
+                },
+            ),
+            (
+                json!({"action": "pause", "pool": "prod/general", "reason": "r"}),
+                Request::Pause {
+                    pool: "prod/general".into(),
+                    reason: "r".into(),
+                },
+            ),
+            (
+                json!({"action": "resume", "pool": "prod/general", "reason": "r"}),
+                Request::Resume {
+                    pool: "prod/general".into(),
+                    reason: "r".into(),
+                },
+            ),
+            (
+                json!({"action": "cancel", "pool": "prod/general", "instance": "i-01234567", "reason": "r"}),
+                Request::Cancel {
+                    pool: "prod/general".into(),
+                    instance: "i-01234567".into(),
+                    reason: "r".into(),
+                },
+            ),
+        ];
+        for (payload, want) in cases {
+            assert_eq!(parse(&payload), Ok(want), "{payload}");
+        }
+    }
+
+    #[test]
+    fn every_invalid_shape_lists_every_problem() {
+        let cases: Vec<(Value, Vec<&str>)> = vec![
+            (
+                json!([]),
+                vec![
+                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel)",
+                ],
+            ),
+            (
+                json!({}),
+                vec!["action: required (status, rotate, pin, unpin, pause, resume, cancel)"],
+            ),
+            (
+                json!({"action": 3}),
+                vec![
+                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel)",
+                ],
+            ),
+            (
+                json!({"action": "reboot", "pool": "prod/general"}),
+                vec![
+                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel)",
+                ],
+            ),
+            (
+                json!({"action": "status", "pool": "general"}),
+                vec!["pool: expected \"<cluster>/<name>\", got \"general\""],
+            ),
+            (
+                json!({"action": "status", "pool": "a/b/c", "verbose": true}),
+                vec![
+                    "pool: expected \"<cluster>/<name>\", got \"a/b/c\"",
+                    "verbose: not a field of status (fields: action, pool)",
+                ],
+            ),
+            (
+                json!({"action": "rotate"}),
+                vec![
+                    "pool: required (\"<cluster>/<name>\")",
+                    "instances: required (a list of instance ids), or \"all\": true",
+                    "reason: required; say why (it is written to the audit record)",
+                ],
+            ),
+            (
+                json!({"action": "rotate", "pool": 7, "instances": [], "reason": "  "}),
+                vec![
+                    "pool: expected a string",
+                    "instances: empty; list instance ids or use \"all\": true",
+                    "reason: empty; say why (it is written to the audit record)",
+                ],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "instances": ["node-1", I1, I1, 5], "reason": "r"}),
+                vec![
+                    "instances[0]: \"node-1\" is not an instance id (i-...)",
+                    "instances[2]: i-0123456789abcdef0 is listed twice",
+                    "instances[3]: expected a string (i-...)",
+                ],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "instances": I1, "reason": "r"}),
+                vec!["instances: expected a list of instance ids"],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "instances": [I1], "all": true, "reason": "r"}),
+                vec!["instances, all: give one of them, not both"],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "all": false, "reason": "r"}),
+                vec!["instances: required (a list of instance ids), or \"all\": true"],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "all": "yes", "reason": "r", "ignoreBudgets": "true"}),
+                vec![
+                    "all: expected true or false",
+                    "instances: required (a list of instance ids), or \"all\": true",
+                    "ignoreBudgets: expected true or false",
+                ],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "all": true, "reason": "r", "maxConcurrent": 2}),
+                vec![
+                    "maxConcurrent: only applies with \"ignoreBudgets\": true (budgets bound the others)",
+                ],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "all": true, "reason": "r", "ignoreBudgets": true, "maxConcurrent": 0}),
+                vec!["maxConcurrent: expected a whole number from 1 to 100, got 0"],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "all": true, "reason": "r", "ignoreBudgets": true, "maxConcurrent": 1.5}),
+                vec!["maxConcurrent: expected a whole number from 1 to 100, got 1.5"],
+            ),
+            (
+                json!({"action": "rotate", "pool": "prod/general", "all": true, "reason": "r", "ignoreBudget": true}),
+                vec![
+                    "ignoreBudget: not a field of rotate (fields: action, pool, instances, all, reason, ignoreBudgets, maxConcurrent)",
+                ],
+            ),
+            (
+                json!({"action": "pin", "pool": "prod/general"}),
+                vec![
+                    "ami: required (ami-...)",
+                    "reason: required; say why (it is written to the audit record)",
+                ],
+            ),
+            (
+                json!({"action": "pin", "pool": "prod/general", "ami": "ami-XYZ", "reason": "r"}),
+                vec!["ami: \"ami-XYZ\" is not an AMI id (ami-...)"],
+            ),
+            (
+                json!({"action": "unpin", "pool": "prod/general", "ami": "ami-0123456789abcdef0", "reason": "r"}),
+                vec!["ami: not a field of unpin (fields: action, pool, reason)"],
+            ),
+            (
+                json!({"action": "pause"}),
+                vec![
+                    "pool: required (\"<cluster>/<name>\")",
+                    "reason: required; say why (it is written to the audit record)",
+                ],
+            ),
+            (
+                json!({"action": "resume", "pool": "prod/general", "reason": 1}),
+                vec!["reason: expected a string"],
+            ),
+            (
+                json!({"action": "cancel", "pool": "prod/general", "reason": "r"}),
+                vec!["instance: required (i-...)"],
+            ),
+            (
+                json!({"action": "cancel", "pool": "prod/general", "instance": "i-123", "instances": [I1], "reason": "r"}),
+                vec![
+                    "instance: \"i-123\" is not an instance id (i-...)",
+                    "instances: not a field of cancel (fields: action, pool, instance, reason)",
+                ],
+            ),
+        ];
+        for (payload, want) in cases {
+            let got = parse(&payload).expect_err(&payload.to_string());
+            assert_eq!(got, want, "{payload}");
+        }
+    }
+
+    #[test]
+    fn ids() {
+        assert!(is_instance_id("i-01234567"));
+        assert!(is_instance_id("i-0123456789abcdef0"));
+        assert!(!is_instance_id("i-0123456789ABCDEF0"));
+        assert!(!is_instance_id("i-012345678"));
+        assert!(is_ami_id("ami-0123456789abcdef0"));
+        assert!(!is_ami_id("i-0123456789abcdef0"));
+    }
+}

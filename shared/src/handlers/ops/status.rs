@@ -1,0 +1,224 @@
+//! `status`: what is happening to a pool's nodes and why, from the same snapshot and plan the
+//! rotator uses, plus the pool record, rotation records and handled interruptions.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::{OpsHandler, instant, rotation_summary};
+use crate::budget;
+use crate::fleet::Lifecycle;
+use crate::handlers::HandlerError;
+use crate::plan::{self, Drift, Expiry};
+use crate::policy::Policy;
+use crate::rotation::Rotation;
+use crate::state;
+
+/// Interruptions handled within this window are shown.
+const INTERRUPTION_WINDOW_HOURS: i64 = 24;
+/// Finished rotations within this window are shown.
+const FINISHED_WINDOW_HOURS: i64 = 24;
+
+fn age(now: DateTime<Utc>, t: DateTime<Utc>) -> String {
+    crate::duration::format((now - t).to_std().unwrap_or_default())
+}
+
+/// The time an `EVT#` item is about: its first RFC 3339 field among the usual names.
+fn event_time(doc: &Value) -> Option<DateTime<Utc>> {
+    ["handledAt", "at", "receivedAt", "time"]
+        .iter()
+        .filter_map(|k| doc.get(*k).and_then(Value::as_str))
+        .find_map(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+pub(super) async fn status(
+    ops: &OpsHandler,
+    policies: &[&Policy],
+    now: DateTime<Utc>,
+) -> Result<Value, HandlerError> {
+    let mut pools = Vec::new();
+    for policy in policies {
+        pools.push(pool_status(ops, policy, now).await?);
+    }
+    Ok(json!({"at": instant(now), "pools": pools}))
+}
+
+async fn pool_status(
+    ops: &OpsHandler,
+    policy: &Policy,
+    now: DateTime<Utc>,
+) -> Result<Value, HandlerError> {
+    let pool = policy.pool_id();
+    let store = ops.rotator.store.as_ref();
+    let internal = |e: crate::port::PortError| HandlerError::internal(e.to_string());
+    let record = state::load_pool(store, &pool).await.map_err(internal)?;
+    let mut problems = Vec::new();
+
+    // Desired AMI and where it came from.
+    let resolved = record.as_ref().and_then(|r| r.desired.as_ref()).map(|a| {
+        json!({
+            "ami": a.id,
+            "name": a.name,
+            "term": a.source.term,
+            "field": a.source.field,
+            "value": a.source.value,
+            "parameter": a.source.parameter,
+            "resolvedAt": record.as_ref().and_then(|r| r.resolved_at).map(instant),
+        })
+    });
+    let pin = record.as_ref().and_then(|r| r.pin.clone());
+    let desired = json!({
+        "ami": record.as_ref().and_then(|r| r.effective_desired()),
+        "source": if pin.is_some() { "pin" } else if resolved.is_some() { "amiSelectorTerms" } else { "unresolved" },
+        "pin": pin,
+        "resolved": resolved,
+        "previous": record.as_ref().and_then(|r| r.previous_desired.as_ref()).map(|a| a.id.clone()),
+        "changedAt": record.as_ref().and_then(|r| r.desired_changed_at).map(instant),
+    });
+
+    // Nodes, budgets, plan: the rotator's own view.
+    let mut nodes = Value::Null;
+    let mut budgets = Value::Null;
+    let mut blocked = Value::Null;
+    let mut rotations: Vec<Rotation> = Vec::new();
+    let snapshot = match ops.rotator.kube.connect(&policy.cluster).await {
+        Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
+        Ok(kube) => ops.rotator.snapshot(policy, kube.as_ref(), now).await,
+    };
+    match snapshot {
+        Err(e) => problems.push(e),
+        Ok(s) => {
+            let p = plan::plan(&s, now);
+            let desired_ami = s.gates.desired_ami.as_deref();
+            let mut by_ami: BTreeMap<String, u32> = BTreeMap::new();
+            let (mut drifted, mut expired, mut not_ready, mut launching) = (0u32, 0u32, 0u32, 0u32);
+            for m in &s.members {
+                *by_ami
+                    .entry(m.image_id.clone().unwrap_or_else(|| "unknown".into()))
+                    .or_default() += 1;
+                match m.lifecycle {
+                    Lifecycle::Pending => launching += 1,
+                    Lifecycle::InService if !m.is_ready() => not_ready += 1,
+                    _ => {}
+                }
+                if m.lifecycle != Lifecycle::InService {
+                    continue;
+                }
+                let a = plan::assess(
+                    m,
+                    desired_ami,
+                    policy.expire_after,
+                    policy.termination_grace_period,
+                    now,
+                );
+                if matches!(a.drift, Drift::Drifted { .. }) {
+                    drifted += 1;
+                }
+                if matches!(a.expiry, Expiry::Expired { .. } | Expiry::Forced { .. }) {
+                    expired += 1;
+                }
+            }
+            nodes = json!({
+                "instances": s.members.len(),
+                "ready": p.total,
+                "byAmi": by_ami,
+                "drifted": drifted,
+                "expired": expired,
+                "notReady": not_ready,
+                "launching": launching,
+                "disrupting": p.disrupting,
+                "group": {
+                    "name": s.group.name,
+                    "min": s.group.min_size,
+                    "max": s.group.max_size,
+                    "desired": s.group.desired_capacity,
+                    "launchTemplateImage": s.group.launch_template_image,
+                },
+            });
+            let mut b = serde_json::Map::new();
+            for reason in [budget::Reason::Drifted, budget::Reason::Expired] {
+                let a = budget::evaluate(&policy.budgets, reason, p.total, p.disrupting, now);
+                b.insert(
+                    reason.to_string(),
+                    json!({
+                        "allowed": a.allowed,
+                        "limitedBy": a.limited_by.map(|i| format!("disruption.budgets[{i}]")),
+                        "nextChange": a.next_change.map(instant),
+                    }),
+                );
+            }
+            budgets = Value::Object(b);
+            blocked = json!(p.blocked);
+            rotations = s.rotations;
+        }
+    }
+    if rotations.is_empty() {
+        // Without a snapshot, still show the records.
+        rotations = store
+            .query(&state::pool_pk(&pool), "ROT#")
+            .await
+            .map_err(internal)?
+            .into_iter()
+            .filter_map(|(_, v)| serde_json::from_value(v.value).ok())
+            .collect();
+    }
+    rotations.sort_by(|a, b| (a.created_at, &a.instance_id).cmp(&(b.created_at, &b.instance_id)));
+    let summarize = |r: &Rotation| {
+        let mut v = rotation_summary(r);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("age".into(), json!(age(now, r.created_at)));
+            o.insert("inStepFor".into(), json!(age(now, r.step_at)));
+            o.insert("waiting".into(), json!(r.waiting()));
+        }
+        v
+    };
+    let in_flight: Vec<Value> = rotations
+        .iter()
+        .filter(|r| r.in_flight())
+        .map(summarize)
+        .collect();
+    let finished: Vec<Value> = rotations
+        .iter()
+        .filter(|r| {
+            !r.in_flight() && now - r.step_at < chrono::Duration::hours(FINISHED_WINDOW_HOURS)
+        })
+        .map(summarize)
+        .collect();
+
+    // Interruptions handled by the interruption handler (EVT# items) in the last 24h.
+    let interruptions: Vec<Value> = store
+        .query(&state::pool_pk(&pool), "EVT#")
+        .await
+        .map_err(internal)?
+        .into_iter()
+        .filter(|(_, v)| {
+            event_time(&v.value)
+                .is_none_or(|t| now - t < chrono::Duration::hours(INTERRUPTION_WINDOW_HOURS))
+        })
+        .map(|(sk, v)| json!({"id": sk, "event": v.value}))
+        .collect();
+
+    let paused = match record.as_ref().and_then(|r| r.paused.clone()) {
+        Some(p) => {
+            json!({"by": "operator", "reason": p.reason, "at": instant(p.at), "caller": p.by})
+        }
+        None if policy.paused => json!({"by": "policy", "reason": "policy sets paused: true"}),
+        None => Value::Null,
+    };
+    Ok(json!({
+        "pool": pool,
+        "desired": desired,
+        "nodes": nodes,
+        "budgets": budgets,
+        "blocked": blocked,
+        "paused": paused,
+        "halted": record.as_ref().and_then(|r| r.halted.clone()),
+        "rotations": in_flight,
+        "finished24h": finished,
+        "interruptions24h": interruptions,
+        "lastError": record.as_ref().and_then(|r| r.last_error.clone()),
+        "problems": problems,
+    }))
+}
