@@ -320,8 +320,10 @@ mod tests {
             &c,
             "i-0123456789abcdef0",
             None,
+            // Long enough that the first step always has time to try the eviction, however
+            // loaded the machine is; the loop then ends on the timeout, not on completion.
+            Duration::from_secs(1),
             Duration::from_millis(50),
-            Duration::from_millis(10),
             &mut |_: &str| {},
         )
         .await
