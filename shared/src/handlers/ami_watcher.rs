@@ -328,15 +328,7 @@ pub fn from_env(config: &aws_config::SdkConfig) -> Result<AmiWatcher, HandlerErr
         nodegroup::NodeGroups,
         ssm::{Ssm, SsmPolicies},
     };
-    let table = std::env::var(state::TABLE_ENV).map_err(|_| HandlerError {
-        error_type: "Configuration".into(),
-        message: format!(
-            "{} is not set; expected the DynamoDB table name",
-            state::TABLE_ENV
-        ),
-    })?;
-    let prefix = std::env::var(crate::policy::source::PREFIX_ENV)
-        .unwrap_or_else(|_| crate::policy::source::DEFAULT_PREFIX.to_string());
+    let (table, prefix) = super::table_and_prefix_from_env()?;
     let c = Clients::new(config);
     let ssm = Ssm::new(c.ssm.clone());
     Ok(AmiWatcher {

@@ -31,6 +31,21 @@ impl HandlerError {
     }
 }
 
+/// The state table from `NODECYCLE_TABLE` (required) and the policy prefix from
+/// `NODECYCLE_POLICY_PREFIX` (default `/nodecycle/pools/`).
+pub fn table_and_prefix_from_env() -> Result<(String, String), HandlerError> {
+    let table = std::env::var(crate::state::TABLE_ENV).map_err(|_| HandlerError {
+        error_type: "Configuration".into(),
+        message: format!(
+            "{} is not set; expected the DynamoDB table name",
+            crate::state::TABLE_ENV
+        ),
+    })?;
+    let prefix = std::env::var(crate::policy::source::PREFIX_ENV)
+        .unwrap_or_else(|_| crate::policy::source::DEFAULT_PREFIX.to_string());
+    Ok((table, prefix))
+}
+
 impl From<InvalidEvent> for HandlerError {
     fn from(e: InvalidEvent) -> Self {
         Self {

@@ -150,8 +150,12 @@ fn report(state: &DrainState, last: &DrainProgress) -> DrainReport {
         evicted: state.evicted.len(),
         skipped: last.skipped,
         deleted: state.deleted.len(),
+        // A last step cut short by the timeout may not have retried the blocked evictions:
+        // then the blockers of the previous step (kept in the state) still stand.
         blocked_by: if last.done {
             Vec::new()
+        } else if last.blocked_by.is_empty() {
+            state.blocked_by.clone()
         } else {
             last.blocked_by.clone()
         },
@@ -320,8 +324,10 @@ mod tests {
             &c,
             "i-0123456789abcdef0",
             None,
+            // Long enough that the first step always has time to try the eviction, however
+            // loaded the machine is; the loop then ends on the timeout, not on completion.
+            Duration::from_secs(1),
             Duration::from_millis(50),
-            Duration::from_millis(10),
             &mut |_: &str| {},
         )
         .await
