@@ -1258,15 +1258,7 @@ pub fn from_env(config: &aws_config::SdkConfig) -> Result<InterruptionHandler, H
         interruption::{Ec2Instances, LifecycleActions},
         ssm::{Ssm, SsmPolicies},
     };
-    let table = std::env::var(state::TABLE_ENV).map_err(|_| HandlerError {
-        error_type: "Configuration".into(),
-        message: format!(
-            "{} is not set; expected the DynamoDB table name",
-            state::TABLE_ENV
-        ),
-    })?;
-    let prefix = std::env::var(crate::policy::source::PREFIX_ENV)
-        .unwrap_or_else(|_| crate::policy::source::DEFAULT_PREFIX.to_string());
+    let (table, prefix) = super::table_and_prefix_from_env()?;
     Ok(InterruptionHandler {
         policies: Arc::new(SsmPolicies::new(
             Ssm::new(aws_sdk_ssm::Client::new(config)),
