@@ -560,3 +560,82 @@ async fn two_rotators_at_once_never_exceed_the_budget() {
         "{images:?}"
     );
 }
+
+#[tokio::test]
+async fn pdb_blocked_drain_waits_then_honours_termination_grace_period() {
+    use nodecycle_tests::{PdbFixture, PodFixture};
+    let p = pool(2, "    - nodes: \"1\"\n", false).await;
+    // One database pod per node; the PDB never allows an eviction (2 of 2 must stay available).
+    let names: Vec<String> = p
+        .kube
+        .state()
+        .nodes
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    for (i, node) in names.iter().enumerate() {
+        p.kube.add_pod(
+            PodFixture::new("default", &format!("db-{i}"))
+                .node(node)
+                .owner("StatefulSet", "db")
+                .label("app", "db")
+                .grace_seconds(1),
+        );
+    }
+    p.kube.add_pdb(
+        PdbFixture::new("default", "db")
+            .match_label("app", "db")
+            .min_available(2),
+    );
+    let t0 = at("2026-12-01T12:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let mut now = t0;
+    let mut draining_since = None;
+    let mut blocked_passes = 0;
+    for _ in 0..30 {
+        p.pass(now).await;
+        let rotations = p.rotations().await;
+        let draining: Vec<&Rotation> = rotations
+            .iter()
+            .filter(|r| r.step == Step::Draining)
+            .collect();
+        if let Some(r) = draining.first() {
+            let since = *draining_since.get_or_insert(r.step_at);
+            if now < since + chrono::Duration::minutes(1) {
+                // Before terminationGracePeriod: evictions refused (429), nothing deleted.
+                let state = p.kube.state();
+                let deletes = state
+                    .requests
+                    .iter()
+                    .filter(|q| q.method == "DELETE" && q.path.contains("/pods/db-"))
+                    .count();
+                assert_eq!(
+                    deletes, 0,
+                    "a PDB-protected pod was deleted before the deadline"
+                );
+                blocked_passes += 1;
+            }
+        }
+        if rotations.len() == 2 && rotations.iter().all(|r| r.step == Step::Done) {
+            break;
+        }
+        now += chrono::Duration::seconds(20);
+    }
+    assert!(
+        blocked_passes >= 2,
+        "the drain waited on the PDB for several passes ({blocked_passes})"
+    );
+    let state = p.kube.state();
+    let refused = state
+        .requests
+        .iter()
+        .filter(|q| q.method == "POST" && q.path.ends_with("/eviction") && q.status == 429)
+        .count();
+    assert!(refused >= 2, "evictions were refused by the PDB: {refused}");
+    let rotations = p.rotations().await;
+    assert!(
+        rotations.len() == 2 && rotations.iter().all(|r| r.step == Step::Done),
+        "{rotations:?}"
+    );
+    assert!(p.images().await.iter().all(|i| *i == p.new));
+}
