@@ -695,6 +695,14 @@ async fn architecture_comes_from_the_groups_launch_template() {
             .starts_with("architecture: not set in the policy"),
         "{err}"
     );
+
+    // Without a group to ask, terms that only match one architecture settle it.
+    let only_x86 = support::policy(
+        "cluster: prod\nname: other\nnodeGroup: { autoScalingGroup: missing }\namiSelectorTerms:\n  - name: amazon-eks-node-al2023-x86_64-standard-*\n",
+    );
+    let r = a.resolver().resolve(&only_x86, now()).await.unwrap();
+    assert_eq!(r.desired.id, id_of(&published, "x86_64", "standard"));
+    assert_eq!(r.desired.architecture, nodecycle::ami::Architecture::X86_64);
 }
 
 #[tokio::test]

@@ -564,7 +564,26 @@ impl<'a> Resolver<'a> {
         now: DateTime<Utc>,
     ) -> Result<Resolution, ResolveError> {
         let (kubernetes_version, candidates) = self.candidates(policy, now).await?;
-        let architecture = self.architecture(policy).await?;
+        let architecture = match self.architecture(policy).await {
+            Ok(a) => a,
+            Err(e) => {
+                // The group cannot tell (missing, no image). If every image the terms match has
+                // the same architecture, that is the only one this pool could run: use it.
+                let mut archs: Vec<Architecture> = candidates
+                    .iter()
+                    .filter_map(|c| c.image.architecture)
+                    .collect();
+                archs.sort();
+                archs.dedup();
+                match archs.as_slice() {
+                    [only] => {
+                        tracing::warn!(pool = %policy.pool_id(), architecture = %only, reason = %e, "architecture not derivable from the node group; every matched image is {only}, using it");
+                        *only
+                    }
+                    _ => return Err(e),
+                }
+            }
+        };
         let Some(best) = select::choose(&candidates, architecture, policy.variant, now) else {
             let mut archs: Vec<String> = candidates
                 .iter()
