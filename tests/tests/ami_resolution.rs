@@ -650,35 +650,8 @@ async fn architecture_comes_from_the_groups_launch_template() {
     let published = publish_al2023(&cloud, "1.30", "v20240807", CREATED);
     let a = Adapters::new(&cloud).await;
     let arm = id_of(&published, "arm64", "standard");
-    let lt = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
-        .image_id(&arm)
-        .instance_type(aws_sdk_ec2::types::InstanceType::M7gLarge)
-        .build();
-    a.clients
-        .ec2
-        .create_launch_template()
-        .launch_template_name("prod-general")
-        .launch_template_data(lt)
-        .send()
-        .await
-        .unwrap();
-    a.clients
-        .autoscaling
-        .create_auto_scaling_group()
-        .auto_scaling_group_name("prod-general")
-        .launch_template(
-            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
-                .launch_template_name("prod-general")
-                .version("$Latest")
-                .build(),
-        )
-        .min_size(0)
-        .max_size(3)
-        .desired_capacity(0)
-        .availability_zones("us-east-2a")
-        .send()
-        .await
-        .unwrap();
+    a.create_group("prod-general", &arm, "m7g.large", 0, 3, None)
+        .await;
     let r = a
         .resolver()
         .resolve(&pool(None, "standard", "  - alias: al2023@latest\n"), now())

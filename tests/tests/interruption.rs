@@ -124,42 +124,15 @@ async fn env(size: i32) -> Env {
             .created("2024-01-01T00:00:00Z"),
     );
     let a = Adapters::new(&cloud).await;
-    let lt = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
-        .image_id(&image)
-        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
-        .build();
-    a.clients
-        .ec2
-        .create_launch_template()
-        .launch_template_name("prod-general")
-        .launch_template_data(lt)
-        .send()
-        .await
-        .unwrap();
-    a.clients
-        .autoscaling
-        .create_auto_scaling_group()
-        .auto_scaling_group_name("prod-general")
-        .launch_template(
-            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
-                .launch_template_name("prod-general")
-                .version("$Latest")
-                .build(),
-        )
-        .min_size(0)
-        .max_size(size + 2)
-        .desired_capacity(size)
-        .availability_zones("us-east-2a")
-        .tags(
-            aws_sdk_autoscaling::types::Tag::builder()
-                .key("eks:cluster-name")
-                .value("prod")
-                .propagate_at_launch(true)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    a.create_group(
+        "prod-general",
+        &image,
+        "m5.large",
+        size,
+        size + 2,
+        Some("prod"),
+    )
+    .await;
     let out = a
         .clients
         .autoscaling

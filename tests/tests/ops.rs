@@ -70,35 +70,8 @@ async fn pool(nodes: i32, budgets: &str, never_ready_new: bool, grace: &str) -> 
             .created("2024-06-01T00:00:00Z"),
     );
     let a = Adapters::new(&cloud).await;
-    let lt = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
-        .image_id(&old)
-        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
-        .build();
-    a.clients
-        .ec2
-        .create_launch_template()
-        .launch_template_name("prod-general")
-        .launch_template_data(lt)
-        .send()
-        .await
-        .unwrap();
-    a.clients
-        .autoscaling
-        .create_auto_scaling_group()
-        .auto_scaling_group_name("prod-general")
-        .launch_template(
-            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
-                .launch_template_name("prod-general")
-                .version("$Latest")
-                .build(),
-        )
-        .min_size(0)
-        .max_size(nodes + 4)
-        .desired_capacity(nodes)
-        .availability_zones("us-east-2a")
-        .send()
-        .await
-        .unwrap();
+    a.create_group("prod-general", &old, "m5.large", nodes, nodes + 4, None)
+        .await;
     kube.sync_nodes(SyncNodes {
         asg: Some("prod-general".into()),
         never_ready_images: if never_ready_new {

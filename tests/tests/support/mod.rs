@@ -112,6 +112,57 @@ impl Adapters {
         Resolver::new(&self.ssm, &self.ec2, &self.eks, &self.groups)
     }
 
+    /// A self-managed node group: launch template `name` launching `image` as `instance_type`,
+    /// and an Auto Scaling group `name` of `desired` instances (at most `max`) in us-east-2a,
+    /// tagged `eks:cluster-name=<cluster>` when given.
+    pub async fn create_group(
+        &self,
+        name: &str,
+        image: &str,
+        instance_type: &str,
+        desired: i32,
+        max: i32,
+        cluster: Option<&str>,
+    ) {
+        let lt = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+            .image_id(image)
+            .instance_type(aws_sdk_ec2::types::InstanceType::from(instance_type))
+            .build();
+        self.clients
+            .ec2
+            .create_launch_template()
+            .launch_template_name(name)
+            .launch_template_data(lt)
+            .send()
+            .await
+            .expect("CreateLaunchTemplate");
+        let mut group = self
+            .clients
+            .autoscaling
+            .create_auto_scaling_group()
+            .auto_scaling_group_name(name)
+            .launch_template(
+                aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                    .launch_template_name(name)
+                    .version("$Latest")
+                    .build(),
+            )
+            .min_size(0)
+            .max_size(max)
+            .desired_capacity(desired)
+            .availability_zones("us-east-2a");
+        if let Some(cluster) = cluster {
+            group = group.tags(
+                aws_sdk_autoscaling::types::Tag::builder()
+                    .key("eks:cluster-name")
+                    .value(cluster)
+                    .propagate_at_launch(true)
+                    .build(),
+            );
+        }
+        group.send().await.expect("CreateAutoScalingGroup");
+    }
+
     /// A fresh state table.
     pub async fn table(&self, name: &str) -> Arc<Table> {
         let t = Table::new(self.clients.dynamodb.clone(), name);
