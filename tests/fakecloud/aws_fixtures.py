@@ -15,6 +15,8 @@ Patches applied to moto (``apply_patches``), each to match real EC2 on the wire:
   * DescribeImages applies ``Filters`` and ``Owners`` also when ``ImageIds`` is
     given (moto ignores them then; EC2 combines all of them).
   * Images carry ``DeprecationTime`` and ``ImageOwnerAlias`` in the response.
+  * EKS managed node group updates (UpdateNodegroupVersion, DescribeUpdate,
+    node groups backed by a real Auto Scaling group): see ``eks_updates.py``.
 """
 
 from __future__ import annotations
@@ -115,6 +117,9 @@ def apply_patches() -> None:
 
     AmisResponse.describe_images = describe_images
     _patch_lifecycle_actions()
+    import eks_updates  # UpdateNodegroupVersion, DescribeUpdate, backed node groups
+
+    eks_updates.apply_patches()
 
 
 # Auto Scaling lifecycle actions: moto has lifecycle hooks but never holds an instance in
@@ -255,6 +260,10 @@ def warm_up(aws_url: str) -> None:
 
 
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in
+    import eks_updates
+
+    eks_updates.register(op, ControlError)
+
     @op("put_parameter")
     def put_parameter(args):
         """Create or overwrite a String/StringList/SecureString parameter, any
@@ -441,6 +450,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         moto_api_backend.reset()
         LIFECYCLE_CALLS.clear()
         _LIFECYCLE_DONE.clear()
+        eks_updates.reset()
         return {}
 
     @op("lifecycle_actions")
