@@ -10,6 +10,7 @@ pub mod duration;
 pub mod event;
 pub mod fleet;
 pub mod interruption;
+pub mod managed;
 pub mod plan;
 pub mod policy;
 pub mod port;

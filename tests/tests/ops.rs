@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::{
-    autoscaling::AutoScaling,
     dynamodb::Table,
     ec2::Ec2,
     eks::Eks,
@@ -22,7 +21,7 @@ use nodecycle::aws::{
 use nodecycle::handlers::HandlerError;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::ops::{Invocation, OpsHandler};
-use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
+use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::rotation::{Rotation, Step};
 use nodecycle::state::Store;
 use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn, PdbFixture, PodFixture, SyncNodes};
@@ -102,19 +101,7 @@ async fn pool(nodes: i32, budgets: &str, never_ready_new: bool, grace: &str) -> 
         )),
         store: table.clone(),
     };
-    let rotator = RotatorHandler {
-        policies,
-        groups: Arc::new(AutoScaling::new(
-            a.clients.autoscaling.clone(),
-            a.clients.ec2.clone(),
-        )),
-        store: table.clone(),
-        kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
-        settings: Settings {
-            drain_step: Duration::from_secs(5),
-            ..Settings::default()
-        },
-    };
+    let rotator = a.rotator(&cloud, policies, table.clone()).await;
     let ops = OpsHandler {
         rotator: rotator.clone(),
         images: Arc::new(Ec2::new(a.clients.ec2.clone())),

@@ -20,7 +20,7 @@ use nodecycle::aws::{
     ssm::{Ssm, SsmPolicies},
 };
 use nodecycle::handlers::ami_watcher::AmiWatcher;
-use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
+use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::rotation::{Rotation, Step};
 use nodecycle::state::Store;
 use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn, SyncNodes};
@@ -89,19 +89,7 @@ async fn pool(nodes: i32, budgets: &str, never_ready_new: bool) -> Pool {
         )),
         store: table.clone(),
     };
-    let rotator = RotatorHandler {
-        policies,
-        groups: Arc::new(AutoScaling::new(
-            a.clients.autoscaling.clone(),
-            a.clients.ec2.clone(),
-        )),
-        store: table.clone(),
-        kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
-        settings: Settings {
-            drain_step: Duration::from_secs(5),
-            ..Settings::default()
-        },
-    };
+    let rotator = a.rotator(&cloud, policies, table.clone()).await;
     // Wait until every instance has a Ready node.
     kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
         (s.nodes.len() == nodes as usize).then_some(())

@@ -2,10 +2,10 @@
 
 use async_trait::async_trait;
 use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
-use aws_sdk_ec2::types::RequestLaunchTemplateData;
 use chrono::{DateTime, Utc};
 
 use super::port_error;
+use super::template::{self, TemplateSpec};
 use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle};
 use crate::port::{ErrorKind, PortError};
 
@@ -14,14 +14,6 @@ use crate::port::{ErrorKind, PortError};
 pub struct AutoScaling {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
-}
-
-/// The launch template a group uses: id or name, and version as written on the group.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct TemplateRef {
-    id: Option<String>,
-    name: Option<String>,
-    version: String,
 }
 
 fn lifecycle(state: &str) -> Lifecycle {
@@ -61,48 +53,18 @@ impl AutoScaling {
         })
     }
 
-    fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateRef> {
+    fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateSpec> {
         let spec = group.launch_template().or_else(|| {
             group
                 .mixed_instances_policy()
                 .and_then(|m| m.launch_template())
                 .and_then(|t| t.launch_template_specification())
         })?;
-        Some(TemplateRef {
+        Some(TemplateSpec {
             id: spec.launch_template_id().map(str::to_string),
             name: spec.launch_template_name().map(str::to_string),
             version: spec.version().unwrap_or("$Default").to_string(),
         })
-    }
-
-    /// (version number, image) of the template version the group launches.
-    async fn template_version(
-        &self,
-        t: &TemplateRef,
-    ) -> Result<(i64, Option<String>, String), PortError> {
-        let out = self
-            .ec2
-            .describe_launch_template_versions()
-            .set_launch_template_id(t.id.clone())
-            .set_launch_template_name(if t.id.is_some() { None } else { t.name.clone() })
-            .versions(&t.version)
-            .send()
-            .await
-            .map_err(|e| port_error("ec2:DescribeLaunchTemplateVersions", e))?;
-        let v = out.launch_template_versions().first().ok_or_else(|| {
-            PortError::new(
-                "ec2:DescribeLaunchTemplateVersions",
-                ErrorKind::NotFound,
-                format!("launch template version {} not found", t.version),
-            )
-        })?;
-        Ok((
-            v.version_number().unwrap_or_default(),
-            v.launch_template_data()
-                .and_then(|d| d.image_id())
-                .map(str::to_string),
-            v.launch_template_id().unwrap_or_default().to_string(),
-        ))
     }
 }
 
@@ -111,7 +73,7 @@ impl GroupOps for AutoScaling {
     async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
         let g = self.group(name).await?;
         let launch_template_image = match Self::template_of(&g) {
-            Some(t) => self.template_version(&t).await?.1,
+            Some(t) => template::describe(&self.ec2, &t).await?.image,
             None => None,
         };
         let group = Group {
@@ -218,31 +180,12 @@ impl GroupOps for AutoScaling {
                 format!("group {group} uses no launch template; nodecycle rotates only groups with launch templates"),
             )
         })?;
-        let (number, current_image, template_id) = self.template_version(&t).await?;
-        if current_image.as_deref() == Some(image) {
-            return Ok(number.to_string());
+        let (version, created) = template::with_image(&self.ec2, &t, image).await?;
+        let template_id = version.template_id;
+        let version = version.number.to_string();
+        if !created {
+            return Ok(version);
         }
-        let out = self
-            .ec2
-            .create_launch_template_version()
-            .launch_template_id(&template_id)
-            .source_version(number.to_string())
-            .version_description(format!("nodecycle: image {image}"))
-            .launch_template_data(RequestLaunchTemplateData::builder().image_id(image).build())
-            .send()
-            .await
-            .map_err(|e| port_error("ec2:CreateLaunchTemplateVersion", e))?;
-        let version = out
-            .launch_template_version()
-            .and_then(|v| v.version_number())
-            .map(|n| n.to_string())
-            .ok_or_else(|| {
-                PortError::new(
-                    "ec2:CreateLaunchTemplateVersion",
-                    ErrorKind::Other,
-                    "no version number in the response",
-                )
-            })?;
         self.autoscaling
             .update_auto_scaling_group()
             .auto_scaling_group_name(group)

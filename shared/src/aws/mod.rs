@@ -6,8 +6,10 @@ pub mod dynamodb;
 pub mod ec2;
 pub mod eks;
 pub mod interruption;
+pub mod managed;
 pub mod nodegroup;
 pub mod ssm;
+mod template;
 
 use aws_sdk_ssm::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
@@ -59,7 +61,9 @@ pub(crate) fn kind_of_code(code: &str) -> ErrorKind {
         | "InvalidLaunchTemplateName.NotFoundException"
         | "InvalidInstanceID.NotFound"
         | "NotFoundException" => ErrorKind::NotFound,
-        "ConditionalCheckFailedException" | "TransactionConflictException" => ErrorKind::Conflict,
+        "ConditionalCheckFailedException"
+        | "TransactionConflictException"
+        | "ResourceInUseException" => ErrorKind::Conflict,
         "ThrottlingException"
         | "Throttling"
         | "RequestLimitExceeded"

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 
 use super::port_error;
+use super::template::{self, TemplateSpec};
 use crate::ami::Architecture;
 use crate::ami::resolve::{GroupImage, NodeGroupCatalog};
 use crate::policy::NodeGroup;
@@ -36,29 +37,19 @@ impl NodeGroups {
         name: Option<&str>,
         version: Option<&str>,
     ) -> Result<GroupImage, PortError> {
-        let version = version.unwrap_or("$Default").to_string();
-        let out = self
-            .ec2
-            .describe_launch_template_versions()
-            .set_launch_template_id(id.map(str::to_string))
-            .set_launch_template_name(if id.is_some() {
-                None
-            } else {
-                name.map(str::to_string)
-            })
-            .versions(version)
-            .send()
-            .await
-            .map_err(|e| port_error("ec2:DescribeLaunchTemplateVersions", e))?;
-        let image = out
-            .launch_template_versions()
-            .first()
-            .and_then(|v| v.launch_template_data())
-            .and_then(|d| d.image_id());
-        Ok(match image {
-            Some(id) if id.starts_with("ami-") => GroupImage::Image(id.to_string()),
-            _ => GroupImage::Unknown,
-        })
+        let spec = TemplateSpec {
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            version: version.unwrap_or("$Default").to_string(),
+        };
+        match template::describe(&self.ec2, &spec).await {
+            Ok(v) => Ok(match v.image {
+                Some(id) if id.starts_with("ami-") => GroupImage::Image(id),
+                _ => GroupImage::Unknown,
+            }),
+            Err(e) if e.is_not_found() => Ok(GroupImage::Unknown),
+            Err(e) => Err(e),
+        }
     }
 
     async fn asg_image(&self, name: &str) -> Result<GroupImage, PortError> {

@@ -55,6 +55,7 @@
 
 pub mod assess;
 pub mod maintenance;
+pub mod managed;
 
 #[cfg(test)]
 mod props;

@@ -163,6 +163,36 @@ impl Adapters {
         group.send().await.expect("CreateAutoScalingGroup");
     }
 
+    /// The rotator over these adapters: policies from `policies`, state in `table`, Kubernetes
+    /// through EKS (DescribeCluster + token) as in the Lambda, drain steps of 5 s.
+    pub async fn rotator(
+        &self,
+        cloud: &FakeCloud,
+        policies: Arc<dyn nodecycle::policy::source::PolicySource>,
+        table: Arc<Table>,
+    ) -> nodecycle::handlers::rotator::RotatorHandler {
+        use nodecycle::aws::{autoscaling::AutoScaling, managed::ManagedNodeGroups};
+        use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
+        RotatorHandler {
+            policies,
+            groups: Arc::new(AutoScaling::new(
+                self.clients.autoscaling.clone(),
+                self.clients.ec2.clone(),
+            )),
+            managed: Arc::new(ManagedNodeGroups::new(
+                self.clients.eks.clone(),
+                self.clients.ec2.clone(),
+            )),
+            parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
+            store: table,
+            kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
+            settings: Settings {
+                drain_step: std::time::Duration::from_secs(5),
+                ..Settings::default()
+            },
+        }
+    }
+
     /// A fresh state table.
     pub async fn table(&self, name: &str) -> Arc<Table> {
         let t = Table::new(self.clients.dynamodb.clone(), name);

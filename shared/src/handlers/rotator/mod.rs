@@ -15,15 +15,19 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::HandlerError;
+use crate::ami::resolve::ParameterStore;
 use crate::event::{Input, parse_input};
 use crate::fleet::{Gates, GroupOps, Lifecycle, NodeStatus, Snapshot};
 use crate::kube::{self as k, DrainState, NodeOps};
+use crate::managed::ManagedGroupOps;
 use crate::plan::{self, Action};
 use crate::policy::source::PolicySource;
 use crate::policy::{self, NodeGroup, Policy};
 use crate::port::{ErrorKind, PortError};
 use crate::rotation::{Rotation, Step, Surge, rotation_sk};
 use crate::state::{self, RecordedError, Store, Versioned};
+
+mod managed;
 
 /// Finished rotation records are kept this long (for `status`), then expire.
 const DONE_RETENTION_DAYS: i64 = 7;
@@ -124,8 +128,12 @@ impl Settings {
 pub struct RotatorHandler {
     /// Policy documents.
     pub policies: Arc<dyn PolicySource>,
-    /// Auto Scaling groups.
+    /// Auto Scaling groups (self-managed pools, and the groups behind managed node groups).
     pub groups: Arc<dyn GroupOps>,
+    /// EKS managed node groups.
+    pub managed: Arc<dyn ManagedGroupOps>,
+    /// SSM parameters (release versions of EKS-published AMIs).
+    pub parameters: Arc<dyn ParameterStore>,
     /// The state table.
     pub store: Arc<dyn Store>,
     /// Kubernetes access per cluster.
@@ -169,6 +177,38 @@ struct PoolCtx<'a> {
     active_surges: i32,
     /// Desired capacity without surges, once any surge is active.
     base: Option<i32>,
+}
+
+impl<'a> PoolCtx<'a> {
+    fn new(
+        policy: &'a Policy,
+        kube: Arc<dyn NodeOps>,
+        snapshot: Snapshot,
+        now: DateTime<Utc>,
+    ) -> Self {
+        PoolCtx {
+            policy,
+            group_name: snapshot.group.name.clone(),
+            desired_capacity: snapshot.group.desired_capacity,
+            kube,
+            claimed: snapshot
+                .rotations
+                .iter()
+                .filter(|r| r.in_flight())
+                .filter_map(|r| r.replacement.clone())
+                .collect(),
+            snapshot,
+            now,
+            active_surges: 0,
+            base: None,
+        }
+    }
+}
+
+fn log_decisions(plan: &plan::Plan) {
+    for d in &plan.decisions {
+        tracing::info!(pool = %plan.pool, instance = ?d.instance_id, decision = %d.message);
+    }
 }
 
 fn internal(e: impl std::fmt::Display) -> HandlerError {
@@ -253,12 +293,6 @@ impl RotatorHandler {
                         ));
                         tracing::error!(pool = %report.pool, decision = "blocked", reason = ?report.blocked);
                     }
-                    Ok(_) if matches!(policy.node_group, NodeGroup::ManagedNodeGroup(_)) => {
-                        report.blocked = Some(
-                            "managed node group: resolved by the ami-watcher, not rotated by this version (UpdateNodegroupVersion support is pending)".into(),
-                        );
-                        tracing::info!(pool = %report.pool, decision = "skipped", reason = ?report.blocked);
-                    }
                     Ok(kube) => {
                         if let Err(e) = self
                             .pool_pass(policy, kube.clone(), now, deadline, &mut report)
@@ -292,11 +326,7 @@ impl RotatorHandler {
     ) -> Result<Snapshot, String> {
         let group_name = match &policy.node_group {
             NodeGroup::AutoScalingGroup(g) => g.clone(),
-            NodeGroup::ManagedNodeGroup(g) => {
-                return Err(format!(
-                    "managed node group {g}: the rotator drives self-managed Auto Scaling groups only for now"
-                ));
-            }
+            NodeGroup::ManagedNodeGroup(name) => self.managed_asg(&policy.cluster, name).await?,
         };
         let pool = policy.pool_id();
         let record = state::load_pool(self.store.as_ref(), &pool)
@@ -426,28 +456,16 @@ impl RotatorHandler {
         report: &mut PoolReport,
     ) -> Result<(), String> {
         let snapshot = self.snapshot(policy, kube.as_ref(), now).await?;
-        let plan = plan::plan(&snapshot, now);
-        for d in &plan.decisions {
-            tracing::info!(pool = %plan.pool, instance = ?d.instance_id, decision = %d.message);
+        if let NodeGroup::ManagedNodeGroup(name) = &policy.node_group {
+            return self
+                .managed_pass(policy, name, kube, snapshot, now, deadline, report)
+                .await;
         }
+        let plan = plan::plan(&snapshot, now);
+        log_decisions(&plan);
         report.allowed = Some(plan.allowed);
         report.blocked = plan.blocked.clone();
-        let mut ctx = PoolCtx {
-            policy,
-            group_name: snapshot.group.name.clone(),
-            desired_capacity: snapshot.group.desired_capacity,
-            kube,
-            claimed: snapshot
-                .rotations
-                .iter()
-                .filter(|r| r.in_flight())
-                .filter_map(|r| r.replacement.clone())
-                .collect(),
-            snapshot,
-            now,
-            active_surges: 0,
-            base: None,
-        };
+        let mut ctx = PoolCtx::new(policy, kube, snapshot, now);
         for action in &plan.actions {
             if let Action::UpdateLaunchTemplate { image } = action {
                 match self.groups.set_image(&ctx.group_name, image).await {
@@ -464,6 +482,19 @@ impl RotatorHandler {
                 }
             }
         }
+        self.execute(&plan, &mut ctx, deadline, report).await
+    }
+
+    /// Carries out a node-level plan's rotation actions (starts, releases, one step of every
+    /// in-flight rotation); the launch template action is the caller's.
+    async fn execute(
+        &self,
+        plan: &plan::Plan,
+        ctx: &mut PoolCtx<'_>,
+        deadline: Instant,
+        report: &mut PoolReport,
+    ) -> Result<(), String> {
+        let now = ctx.now;
         let pk = state::pool_pk(&plan.pool);
         // A finished (Failed, cancelled) record of the same instance is replaced, conditionally.
         let finished: HashMap<String, u64> = if plan.rotations_to_start(now).is_empty() {
@@ -515,7 +546,7 @@ impl RotatorHandler {
             .rotations(&plan.pool)
             .await
             .map_err(|e| e.to_string())?;
-        self.reconcile_capacity(&mut ctx, &current).await?;
+        self.reconcile_capacity(ctx, &current).await?;
         // Advance every in-flight rotation of this pool (including those just started).
         for versioned in current {
             // Maintenance rotations waiting for budget, too, move only when released.
@@ -534,7 +565,7 @@ impl RotatorHandler {
             }
             let from = versioned.value.step;
             let instance = versioned.value.instance_id.clone();
-            match self.advance(&mut ctx, versioned).await {
+            match self.advance(ctx, versioned).await {
                 Ok(Some(to)) if to != from => {
                     report.steps.push(format!("{instance}: {from:?} -> {to:?}"))
                 }
@@ -858,6 +889,7 @@ pub fn from_env(config: &aws_config::SdkConfig) -> Result<RotatorHandler, Handle
         Clients,
         autoscaling::AutoScaling,
         dynamodb::Table,
+        managed::ManagedNodeGroups,
         ssm::{Ssm, SsmPolicies},
     };
     let (table, prefix) = super::table_and_prefix_from_env()?;
@@ -865,6 +897,8 @@ pub fn from_env(config: &aws_config::SdkConfig) -> Result<RotatorHandler, Handle
     Ok(RotatorHandler {
         policies: Arc::new(SsmPolicies::new(Ssm::new(c.ssm.clone()), &prefix)),
         groups: Arc::new(AutoScaling::new(c.autoscaling.clone(), c.ec2.clone())),
+        managed: Arc::new(ManagedNodeGroups::new(c.eks.clone(), c.ec2.clone())),
+        parameters: Arc::new(Ssm::new(c.ssm.clone())),
         store: Arc::new(Table::new(c.dynamodb.clone(), table)),
         kube: Arc::new(EksConnector::new(config.clone())),
         settings: Settings::from_env()?,

@@ -1,0 +1,98 @@
+//! EC2 launch templates: which image a template version launches, and a new version that
+//! launches another image (shared by the Auto Scaling and managed node group adapters).
+
+use aws_sdk_ec2::types::RequestLaunchTemplateData;
+
+use super::port_error;
+use crate::port::{ErrorKind, PortError};
+
+/// A launch template version as a group names it: id or name, and the version as written
+/// (`$Default`, `$Latest` or a number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TemplateSpec {
+    pub(crate) id: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) version: String,
+}
+
+/// One resolved launch template version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TemplateVersion {
+    pub(crate) template_id: String,
+    pub(crate) number: i64,
+    pub(crate) image: Option<String>,
+}
+
+/// Describes the version `t` names (the id wins over the name).
+pub(crate) async fn describe(
+    ec2: &aws_sdk_ec2::Client,
+    t: &TemplateSpec,
+) -> Result<TemplateVersion, PortError> {
+    let out = ec2
+        .describe_launch_template_versions()
+        .set_launch_template_id(t.id.clone())
+        .set_launch_template_name(if t.id.is_some() { None } else { t.name.clone() })
+        .versions(&t.version)
+        .send()
+        .await
+        .map_err(|e| port_error("ec2:DescribeLaunchTemplateVersions", e))?;
+    let v = out.launch_template_versions().first().ok_or_else(|| {
+        PortError::new(
+            "ec2:DescribeLaunchTemplateVersions",
+            ErrorKind::NotFound,
+            format!(
+                "launch template {} version {} not found",
+                t.id.as_deref().or(t.name.as_deref()).unwrap_or("?"),
+                t.version
+            ),
+        )
+    })?;
+    Ok(TemplateVersion {
+        template_id: v.launch_template_id().unwrap_or_default().to_string(),
+        number: v.version_number().unwrap_or_default(),
+        image: v
+            .launch_template_data()
+            .and_then(|d| d.image_id())
+            .map(str::to_string),
+    })
+}
+
+/// The version of `t`'s template that launches `image`: `t`'s own version when it already does
+/// (`created = false`), else a new version from it with only the image changed.
+pub(crate) async fn with_image(
+    ec2: &aws_sdk_ec2::Client,
+    t: &TemplateSpec,
+    image: &str,
+) -> Result<(TemplateVersion, bool), PortError> {
+    let current = describe(ec2, t).await?;
+    if current.image.as_deref() == Some(image) {
+        return Ok((current, false));
+    }
+    let out = ec2
+        .create_launch_template_version()
+        .launch_template_id(&current.template_id)
+        .source_version(current.number.to_string())
+        .version_description(format!("nodecycle: image {image}"))
+        .launch_template_data(RequestLaunchTemplateData::builder().image_id(image).build())
+        .send()
+        .await
+        .map_err(|e| port_error("ec2:CreateLaunchTemplateVersion", e))?;
+    let number = out
+        .launch_template_version()
+        .and_then(|v| v.version_number())
+        .ok_or_else(|| {
+            PortError::new(
+                "ec2:CreateLaunchTemplateVersion",
+                ErrorKind::Other,
+                "no version number in the response",
+            )
+        })?;
+    Ok((
+        TemplateVersion {
+            template_id: current.template_id,
+            number,
+            image: Some(image.to_string()),
+        },
+        true,
+    ))
+}

@@ -1,0 +1,339 @@
+//! The rotator's pass over an EKS managed node group pool: follow the recorded node group update
+//! (`DescribeUpdate`), plan ([`plan_managed`]), start an update when the plan says so (record the
+//! intent with a client request token first, then `UpdateNodegroupConfig` + `UpdateNodegroupVersion`),
+//! and carry out the node-level part of the plan on the group's Auto Scaling group.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+
+use super::{PoolCtx, PoolReport, RotatorHandler, log_decisions};
+use crate::fleet::Snapshot;
+use crate::kube::NodeOps;
+use crate::managed::{self, ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
+use crate::plan::managed::{ManagedPlan, UpdateAction, plan_managed};
+use crate::policy::Policy;
+use crate::port::ErrorKind;
+use crate::state::{self, RecordedError, Versioned};
+
+impl RotatorHandler {
+    /// The Auto Scaling group behind managed node group `name`.
+    pub(super) async fn managed_asg(&self, cluster: &str, name: &str) -> Result<String, String> {
+        let group = self
+            .managed
+            .describe(cluster, name)
+            .await
+            .map_err(|e| e.to_string())?;
+        group.auto_scaling_group.ok_or_else(|| {
+            format!(
+                "managed node group {name} reports no Auto Scaling group (status {}): nothing to rotate yet",
+                group.status
+            )
+        })
+    }
+
+    /// The pool's update record.
+    async fn load_update(&self, pool: &str) -> Result<Option<Versioned<ManagedUpdate>>, String> {
+        let Some(v) = self
+            .store
+            .get(&state::pool_pk(pool), UPDATE_SK)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        let value = serde_json::from_value(v.value)
+            .map_err(|e| format!("unreadable node group update record of {pool}: {e}"))?;
+        Ok(Some(Versioned {
+            value,
+            version: v.version,
+        }))
+    }
+
+    /// Writes `update` over `expected`; `Ok(None)` when another writer won.
+    async fn save_update(
+        &self,
+        update: &ManagedUpdate,
+        expected: Option<u64>,
+    ) -> Result<Option<u64>, String> {
+        let doc = serde_json::to_value(update).map_err(|e| e.to_string())?;
+        match self
+            .store
+            .put(
+                &state::pool_pk(&update.pool),
+                UPDATE_SK,
+                &doc,
+                expected,
+                None,
+            )
+            .await
+        {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    async fn halt(&self, pool: &str, why: &str, now: DateTime<Utc>) -> Result<(), String> {
+        let halt = RecordedError {
+            message: why.to_string(),
+            at: now,
+        };
+        state::update_pool(self.store.as_ref(), pool, |r| state::PoolRecord {
+            halted: Some(halt.clone()),
+            ..r.clone()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        tracing::error!(pool, decision = "halted", reason = %why);
+        Ok(())
+    }
+
+    /// Follows the recorded update with `DescribeUpdate`; a failed or cancelled one halts the
+    /// pool (also recorded in `snapshot.gates`).
+    async fn follow_update(
+        &self,
+        cluster: &str,
+        name: &str,
+        snapshot: &mut Snapshot,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Versioned<ManagedUpdate>>, String> {
+        let pool = snapshot.policy.pool_id();
+        let Some(mut v) = self.load_update(&pool).await? else {
+            return Ok(None);
+        };
+        let (Phase::InProgress, Some(id)) = (v.value.phase, v.value.update_id.clone()) else {
+            return Ok(Some(v));
+        };
+        let status = self
+            .managed
+            .describe_update(cluster, name, &id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let next = v.value.observe(&status, now);
+        if next == v.value {
+            return Ok(Some(v));
+        }
+        let Some(version) = self.save_update(&next, Some(v.version)).await? else {
+            // Another rotator recorded it first; its view wins this pass.
+            return self.load_update(&pool).await;
+        };
+        tracing::info!(pool = %pool, update = %id, phase = ?next.phase, errors = ?next.errors, decision = "node group update observed");
+        if let Some(why) = next.halt_reason() {
+            self.halt(&pool, &why, now).await?;
+            snapshot.gates.halted = Some(why);
+        }
+        v = Versioned {
+            value: next,
+            version,
+        };
+        Ok(Some(v))
+    }
+
+    /// The plan for a managed node group pool (also used by `nodecycle plan`).
+    pub(super) async fn plan_managed_pool(
+        &self,
+        name: &str,
+        snapshot: &mut Snapshot,
+        now: DateTime<Utc>,
+    ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), String> {
+        let cluster = snapshot.policy.cluster.clone();
+        let update = self.follow_update(&cluster, name, snapshot, now).await?;
+        let plan = plan_managed(snapshot, update.as_ref().map(|v| &v.value), now);
+        Ok((plan, update))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn managed_pass(
+        &self,
+        policy: &Policy,
+        name: &str,
+        kube: Arc<dyn NodeOps>,
+        mut snapshot: Snapshot,
+        now: DateTime<Utc>,
+        deadline: Instant,
+        report: &mut PoolReport,
+    ) -> Result<(), String> {
+        let (mplan, update) = self.plan_managed_pool(name, &mut snapshot, now).await?;
+        log_decisions(&mplan.plan);
+        report.allowed = Some(mplan.plan.allowed);
+        report.blocked = mplan.plan.blocked.clone();
+        match &mplan.update {
+            UpdateAction::None => {}
+            UpdateAction::Continue => {
+                if let Some(v) = update.filter(|v| v.value.phase == Phase::Starting) {
+                    self.issue_update(policy, name, v, now, report).await?;
+                }
+            }
+            UpdateAction::Start {
+                image,
+                max_unavailable,
+            } => {
+                let pool = policy.pool_id();
+                let fresh = ManagedUpdate::starting(&pool, image, *max_unavailable, now);
+                // Replaces a finished record, or creates the first: conditional, so two rotators
+                // never start two updates.
+                let expected = update.as_ref().map(|v| v.version);
+                if let Some(version) = self.save_update(&fresh, expected).await? {
+                    tracing::info!(pool = %pool, image = %image, max_unavailable, decision = "node group update recorded", "starting the node group update");
+                    let v = Versioned {
+                        value: fresh,
+                        version,
+                    };
+                    self.issue_update(policy, name, v, now, report).await?;
+                }
+            }
+        }
+        let mut ctx = PoolCtx::new(policy, kube, snapshot, now);
+        self.execute(&mplan.plan, &mut ctx, deadline, report).await
+    }
+
+    /// Moves a `Starting` record on: decide the target (once), set `maxUnavailable`, call
+    /// `UpdateNodegroupVersion` with the record's token, record the update id. A rejected start
+    /// fails the record and halts the pool; another update in progress or a transient error
+    /// leaves it `Starting` for the next pass.
+    async fn issue_update(
+        &self,
+        policy: &Policy,
+        name: &str,
+        v: Versioned<ManagedUpdate>,
+        now: DateTime<Utc>,
+        report: &mut PoolReport,
+    ) -> Result<(), String> {
+        let cluster = policy.cluster.as_str();
+        let pool = policy.pool_id();
+        let (mut u, mut version) = (v.value, v.version);
+        let target = match &u.target {
+            Some(t) => t.clone(),
+            None => {
+                let target = match self.update_target(cluster, name, &pool, &u.image).await {
+                    Ok(t) => t,
+                    Err(Rejected(why)) => return self.reject(u, version, why, now, report).await,
+                    Err(Retry(why)) => {
+                        report.blocked = Some(why);
+                        return Ok(());
+                    }
+                };
+                u.target = Some(target.clone());
+                let Some(next) = self.save_update(&u, Some(version)).await? else {
+                    return Ok(());
+                };
+                version = next;
+                target
+            }
+        };
+        let started = async {
+            self.managed
+                .set_max_unavailable(cluster, name, u.max_unavailable)
+                .await?;
+            self.managed
+                .start_update(cluster, name, &target, &u.token)
+                .await
+        }
+        .await;
+        match started {
+            Ok(id) => {
+                tracing::info!(pool = %pool, update = %id, target = %target, max_unavailable = u.max_unavailable, decision = "node group update started");
+                report
+                    .started
+                    .push(format!("node group update {id} ({target})"));
+                u.update_id = Some(id);
+                u.phase = Phase::InProgress;
+                u.phase_at = now;
+                self.save_update(&u, Some(version)).await?;
+                Ok(())
+            }
+            Err(e) if matches!(e.kind, ErrorKind::Conflict | ErrorKind::Transient) => {
+                let why = format!(
+                    "node group update to {} not started yet: {e}; retried next pass",
+                    u.image
+                );
+                tracing::warn!(pool = %pool, decision = "waiting", reason = %why);
+                report.blocked = Some(why);
+                Ok(())
+            }
+            Err(e) => self.reject(u, version, e.to_string(), now, report).await,
+        }
+    }
+
+    async fn reject(
+        &self,
+        mut u: ManagedUpdate,
+        version: u64,
+        why: String,
+        now: DateTime<Utc>,
+        report: &mut PoolReport,
+    ) -> Result<(), String> {
+        u.phase = Phase::Failed;
+        u.phase_at = now;
+        u.errors = vec![why];
+        if self.save_update(&u, Some(version)).await?.is_some()
+            && let Some(halt) = u.halt_reason()
+        {
+            self.halt(&u.pool, &halt, now).await?;
+            report.errors.push(halt);
+        }
+        Ok(())
+    }
+
+    /// What `UpdateNodegroupVersion` asks for to roll out `image`: a launch template version
+    /// when the group's template names an image, else the EKS release `image` belongs to.
+    async fn update_target(
+        &self,
+        cluster: &str,
+        name: &str,
+        pool: &str,
+        image: &str,
+    ) -> Result<UpdateTarget, TargetError> {
+        let retry = |e: crate::port::PortError| {
+            if matches!(e.kind, ErrorKind::Transient | ErrorKind::Conflict) {
+                Retry(e.to_string())
+            } else {
+                Rejected(e.to_string())
+            }
+        };
+        let group = self.managed.describe(cluster, name).await.map_err(retry)?;
+        if let Some(t) = &group.launch_template
+            && self
+                .managed
+                .template_image(t)
+                .await
+                .map_err(retry)?
+                .is_some()
+        {
+            let (id, version) = self
+                .managed
+                .template_with_image(t, image)
+                .await
+                .map_err(retry)?;
+            return Ok(UpdateTarget::LaunchTemplate { id, version });
+        }
+        let record = state::load_pool(self.store.as_ref(), pool)
+            .await
+            .map_err(|e| Retry(e.to_string()))?
+            .unwrap_or_default();
+        let params = managed::release_parameters(&record, image).map_err(Rejected)?;
+        let values = self
+            .parameters
+            .get_parameters(&[params.0.clone(), params.1.clone()])
+            .await
+            .map_err(retry)?;
+        // A parameter that moved on is the watcher's to record: wait, do not fail.
+        let version = managed::release_version(&values, &params, image).map_err(|e| {
+            if e.contains("waiting for the ami-watcher") {
+                Retry(e)
+            } else {
+                Rejected(e)
+            }
+        })?;
+        Ok(UpdateTarget::ReleaseVersion { version })
+    }
+}
+
+/// Why no target: worth retrying, or a configuration problem that fails the update.
+enum TargetError {
+    Retry(String),
+    Rejected(String),
+}
+use TargetError::{Rejected, Retry};

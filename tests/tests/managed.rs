@@ -1,0 +1,542 @@
+//! Managed node groups end to end: the real ami-watcher and rotator handlers over the real SDK,
+//! against moto with `tests/fakecloud/eks_updates.py` (UpdateNodegroupVersion, DescribeUpdate,
+//! UpdateNodegroupConfig, and a real Auto Scaling group behind each node group that EKS-style
+//! waves replace) and the Kubernetes stand-in (nodes follow the group). The clock is injected.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use nodecycle::aws::{
+    dynamodb::Table,
+    ec2::Ec2,
+    eks::Eks,
+    nodegroup::NodeGroups,
+    ssm::{Ssm, SsmPolicies},
+};
+use nodecycle::handlers::ami_watcher::AmiWatcher;
+use nodecycle::handlers::rotator::RotatorHandler;
+use nodecycle::managed::{ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
+use nodecycle::state::Store;
+use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn};
+use serde_json::{Value, json};
+use support::*;
+
+const BASE: &str = "/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard";
+const OLD_RELEASE: &str = "1.30.4-20241001";
+const NEW_RELEASE: &str = "1.30.6-20241101";
+
+struct Mng {
+    cloud: FakeCloud,
+    kube: KubeStandIn,
+    adapters: Adapters,
+    table: Arc<Table>,
+    watcher: AmiWatcher,
+    rotator: RotatorHandler,
+    asg: String,
+    old: String,
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+/// Publishes an AL2023 release the way EKS does: the image, `recommended/image_id`, and the
+/// `recommended` JSON carrying image_id, image_name and release_version together; tells the
+/// fake EKS which AMI the release launches.
+fn publish_release(cloud: &FakeCloud, release: &str, date: &str, created: &str) -> String {
+    let name = format!("amazon-eks-node-al2023-x86_64-standard-1.30-v{date}");
+    let id = cloud.register_image(
+        ImageFixture::new(&name)
+            .architecture("x86_64")
+            .owner("amazon")
+            .created(created),
+    );
+    cloud.put_parameter(&format!("{BASE}/{name}/image_id"), &id);
+    cloud.put_parameter(&format!("{BASE}/recommended/image_id"), &id);
+    cloud.put_parameter(
+        &format!("{BASE}/recommended"),
+        &json!({"schema_version": "3.0.0", "image_id": id, "image_name": name, "release_version": release})
+            .to_string(),
+    );
+    cloud.control(
+        "map_release",
+        json!({"releaseVersion": release, "image": id}),
+    );
+    id
+}
+
+const BUDGET_2_NIGHTLY_0: &str =
+    "    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 0 * * *\"\n      duration: 1h\n";
+
+/// A 1.30 cluster with managed node group `general` of `size` nodes on the old AL2023 release
+/// and a pool policy with `terms` and `budgets`.
+async fn mng(size: u32, budgets: &str, terms: &str) -> Mng {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    let kube = cloud.create_kube("prod");
+    let a = Adapters::new(&cloud).await;
+    let old = publish_release(&cloud, OLD_RELEASE, "20241001", "2024-10-01T00:00:00Z");
+    let mut args =
+        json!({"cluster": "prod", "nodegroup": "general", "size": size, "max": size + 4});
+    args["image"] = json!(old);
+    args["releaseVersion"] = json!(OLD_RELEASE);
+    let created = cloud.control("create_nodegroup", args);
+    let asg = created["asg"].as_str().unwrap().to_string();
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: prod\nname: general\nnodeGroup: {{ managedNodeGroup: general }}\narchitecture: x86_64\namiSelectorTerms:\n{terms}disruption:\n  budgets:\n{budgets}terminationGracePeriod: 1m\n"
+        ),
+    );
+    let table = a.table("nodecycle").await;
+    let ssm = Ssm::new(a.clients.ssm.clone());
+    let policies = Arc::new(SsmPolicies::new(ssm.clone(), "/nodecycle/pools/"));
+    let watcher = AmiWatcher {
+        policies: policies.clone(),
+        parameters: Arc::new(ssm),
+        images: Arc::new(Ec2::new(a.clients.ec2.clone())),
+        clusters: Arc::new(Eks::new(a.clients.eks.clone())),
+        groups: Arc::new(NodeGroups::new(
+            a.clients.autoscaling.clone(),
+            a.clients.ec2.clone(),
+            a.clients.eks.clone(),
+        )),
+        store: table.clone(),
+    };
+    let rotator = a.rotator(&cloud, policies, table.clone()).await;
+    kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
+        (s.nodes.len() == size as usize).then_some(())
+    });
+    Mng {
+        cloud,
+        kube,
+        adapters: a,
+        table,
+        watcher,
+        rotator,
+        asg,
+        old,
+    }
+}
+
+impl Mng {
+    async fn pass(&self, now: DateTime<Utc>) -> Value {
+        self.rotator
+            .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
+            .await
+            .unwrap()
+    }
+
+    fn calls(&self) -> Value {
+        self.cloud.control(
+            "nodegroup_calls",
+            json!({"cluster": "prod", "nodegroup": "general"}),
+        )
+    }
+
+    /// Successful calls of `op`, in order, with their request bodies.
+    fn bodies(&self, op: &str) -> Vec<Value> {
+        self.calls()["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["op"] == op && c["status"] == 200)
+            .map(|c| c["body"].clone())
+            .collect()
+    }
+
+    async fn update(&self) -> Option<ManagedUpdate> {
+        self.table
+            .get("POOL#prod/general", UPDATE_SK)
+            .await
+            .unwrap()
+            .map(|v| serde_json::from_value(v.value).unwrap())
+    }
+
+    async fn images(&self) -> Vec<String> {
+        let out = self
+            .adapters
+            .clients
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(&self.asg)
+            .send()
+            .await
+            .unwrap();
+        let ids: Vec<String> = out.auto_scaling_groups()[0]
+            .instances()
+            .iter()
+            .map(|i| i.instance_id().unwrap().to_string())
+            .collect();
+        let out = self
+            .adapters
+            .clients
+            .ec2
+            .describe_instances()
+            .set_instance_ids(Some(ids))
+            .send()
+            .await
+            .unwrap();
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .map(|i| i.image_id().unwrap().to_string())
+            .collect()
+    }
+
+    async fn halted(&self) -> Option<String> {
+        nodecycle::state::load_pool(self.table.as_ref(), "prod/general")
+            .await
+            .unwrap()
+            .and_then(|r| r.halted)
+            .map(|h| h.message)
+    }
+}
+
+const ALIAS: &str = "  - alias: al2023@latest\n";
+
+#[tokio::test]
+async fn a_new_release_rolls_through_the_node_group_within_budget() {
+    let p = mng(5, BUDGET_2_NIGHTLY_0, ALIAS).await;
+    let t0 = at("2026-12-01T00:10:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    let report = p.watcher.handle(&json!({}), t0).await.unwrap();
+    assert_eq!(report["pools"][0]["desired"], new.as_str(), "{report}");
+
+    // Inside the nightly "0" window: no update starts, and the plan says until when.
+    let report = p.pass(t0).await;
+    let blocked = report["pools"][0]["blocked"].as_str().unwrap_or_default();
+    assert!(blocked.contains("until 2026-12-01T01:00:00Z"), "{report}");
+    assert!(p.bodies("UpdateNodegroupVersion").is_empty());
+    assert!(p.update().await.is_none());
+
+    // After the window: one update, maxUnavailable = the Drifted allowance (2), then followed.
+    let mut now = at("2026-12-01T01:05:00Z");
+    for _ in 0..20 {
+        let report = p.pass(now).await;
+        assert!(
+            report["pools"][0]["errors"]
+                .as_array()
+                .is_none_or(|e| e.is_empty()),
+            "{report}"
+        );
+        if p.update()
+            .await
+            .is_some_and(|u| u.phase == Phase::Successful)
+        {
+            break;
+        }
+        now += chrono::Duration::minutes(1);
+    }
+    let update = p.update().await.unwrap();
+    assert_eq!(update.phase, Phase::Successful, "{update:?}");
+    assert_eq!(update.max_unavailable, 2);
+    assert_eq!(
+        update.target,
+        Some(UpdateTarget::ReleaseVersion {
+            version: NEW_RELEASE.into()
+        })
+    );
+    let images = p.images().await;
+    assert_eq!(images.len(), 5, "{images:?}");
+    assert!(images.iter().all(|i| *i == new), "{images:?}");
+
+    // The calls, in order: the config (maxUnavailable 2) before the one version update.
+    let calls = p.calls();
+    let ops: Vec<&str> = calls["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["op"] != "DescribeUpdate")
+        .map(|c| c["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ops,
+        ["UpdateNodegroupConfig", "UpdateNodegroupVersion"],
+        "{calls}"
+    );
+    assert_eq!(
+        p.bodies("UpdateNodegroupConfig")[0]["updateConfig"]["maxUnavailable"],
+        2
+    );
+    let version = &p.bodies("UpdateNodegroupVersion")[0];
+    assert_eq!(version["releaseVersion"], NEW_RELEASE);
+    assert_ne!(version["force"], true, "PDBs must be respected: {version}");
+    let waves = calls["waves"].as_array().unwrap();
+    assert!(waves.len() >= 3, "5 nodes, 2 at a time: {calls}");
+    assert!(
+        waves
+            .iter()
+            .all(|w| w["terminated"].as_array().unwrap().len() <= 2),
+        "{calls}"
+    );
+
+    // Converged: later passes change nothing.
+    let before = p.calls()["calls"].as_array().unwrap().len();
+    p.pass(now + chrono::Duration::minutes(1)).await;
+    p.pass(now + chrono::Duration::minutes(2)).await;
+    assert_eq!(p.calls()["calls"].as_array().unwrap().len(), before);
+    assert_eq!(p.kube.state().nodes.len(), 5);
+    let _ = &p.old;
+}
+
+#[tokio::test]
+async fn a_failed_update_halts_the_pool() {
+    let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    let t0 = at("2026-12-01T10:00:00Z");
+    publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    p.pass(t0).await;
+    let started = p.update().await.unwrap();
+    assert_eq!(started.phase, Phase::InProgress);
+    assert_eq!(started.max_unavailable, 1);
+    p.cloud.control(
+        "fail_update",
+        json!({"cluster": "prod", "nodegroup": "general"}),
+    );
+    p.pass(t0 + chrono::Duration::minutes(1)).await;
+    let failed = p.update().await.unwrap();
+    assert_eq!(failed.phase, Phase::Failed);
+    let halted = p.halted().await.expect("pool halted");
+    assert!(
+        halted.contains("PodEvictionFailure")
+            && halted.contains(failed.update_id.as_deref().unwrap()),
+        "{halted}"
+    );
+    // Halted: no further update, whatever the budget says.
+    for i in 2..5 {
+        let report = p.pass(t0 + chrono::Duration::minutes(i)).await;
+        assert!(
+            report["pools"][0]["blocked"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("halted"),
+            "{report}"
+        );
+    }
+    assert_eq!(p.bodies("UpdateNodegroupVersion").len(), 1);
+}
+
+#[tokio::test]
+async fn a_custom_launch_template_group_moves_to_a_new_template_version() {
+    let cloud_images = |cloud: &FakeCloud, name: &str, created: &str| {
+        cloud.register_image(ImageFixture::new(name).owner("self").created(created))
+    };
+    let p = mng_custom().await;
+    let t0 = at("2026-12-01T10:00:00Z");
+    let new = cloud_images(&p.cloud, "golden-2", "2024-06-01T00:00:00Z");
+    let report = p.watcher.handle(&json!({}), t0).await.unwrap();
+    assert_eq!(report["pools"][0]["desired"], new.as_str(), "{report}");
+    let mut now = t0;
+    for _ in 0..10 {
+        p.pass(now).await;
+        if p.update()
+            .await
+            .is_some_and(|u| u.phase == Phase::Successful)
+        {
+            break;
+        }
+        now += chrono::Duration::minutes(1);
+    }
+    let update = p.update().await.unwrap();
+    assert_eq!(update.phase, Phase::Successful, "{update:?}");
+    let Some(UpdateTarget::LaunchTemplate { id, version }) = update.target else {
+        panic!("expected a launch template target: {update:?}");
+    };
+    assert_eq!(version, "2");
+    // Version 2 of the customer's template launches the new AMI; version 1 is untouched.
+    let out = p
+        .adapters
+        .clients
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(&id)
+        .versions("1")
+        .versions("2")
+        .send()
+        .await
+        .unwrap();
+    let images: Vec<(i64, String)> = out
+        .launch_template_versions()
+        .iter()
+        .map(|v| {
+            (
+                v.version_number().unwrap(),
+                v.launch_template_data()
+                    .and_then(|d| d.image_id())
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert!(images.contains(&(1, p.old.clone())), "{images:?}");
+    assert!(images.contains(&(2, new.clone())), "{images:?}");
+    let body = &p.bodies("UpdateNodegroupVersion")[0];
+    assert_eq!(body["launchTemplate"]["version"], "2", "{body}");
+    assert!(
+        body.get("releaseVersion").is_none_or(Value::is_null),
+        "{body}"
+    );
+    let images = p.images().await;
+    assert!(images.iter().all(|i| *i == new), "{images:?}");
+}
+
+/// A group on customer template `custom-general` (golden-1), terms `name: golden-*`.
+async fn mng_custom() -> Mng {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    let kube = cloud.create_kube("prod");
+    let a = Adapters::new(&cloud).await;
+    let old = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let lt = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+        .image_id(&old)
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .build();
+    a.clients
+        .ec2
+        .create_launch_template()
+        .launch_template_name("custom-general")
+        .launch_template_data(lt)
+        .send()
+        .await
+        .unwrap();
+    let created = cloud.control(
+        "create_nodegroup",
+        json!({"cluster": "prod", "nodegroup": "general", "size": 3, "max": 6,
+               "launchTemplate": {"name": "custom-general", "version": "1"}}),
+    );
+    let asg = created["asg"].as_str().unwrap().to_string();
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        "cluster: prod\nname: general\nnodeGroup: { managedNodeGroup: general }\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n    - nodes: \"1\"\n",
+    );
+    let table = a.table("nodecycle").await;
+    let ssm = Ssm::new(a.clients.ssm.clone());
+    let policies = Arc::new(SsmPolicies::new(ssm.clone(), "/nodecycle/pools/"));
+    let watcher = AmiWatcher {
+        policies: policies.clone(),
+        parameters: Arc::new(ssm),
+        images: Arc::new(Ec2::new(a.clients.ec2.clone())),
+        clusters: Arc::new(Eks::new(a.clients.eks.clone())),
+        groups: Arc::new(NodeGroups::new(
+            a.clients.autoscaling.clone(),
+            a.clients.ec2.clone(),
+            a.clients.eks.clone(),
+        )),
+        store: table.clone(),
+    };
+    let rotator = a.rotator(&cloud, policies, table.clone()).await;
+    kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
+        (s.nodes.len() == 3).then_some(())
+    });
+    Mng {
+        cloud,
+        kube,
+        adapters: a,
+        table,
+        watcher,
+        rotator,
+        asg,
+        old,
+    }
+}
+
+#[tokio::test]
+async fn an_ami_that_is_not_an_eks_release_fails_closed_on_an_ami_type_group() {
+    // Terms select a private image: an AMI-type group cannot run it (no release version).
+    let p = mng(
+        2,
+        "    - nodes: \"1\"\n",
+        "  - name: golden-*\n    owner: self\n",
+    )
+    .await;
+    let golden = p.cloud.register_image(
+        ImageFixture::new("golden-9")
+            .owner("self")
+            .created("2024-06-01T00:00:00Z"),
+    );
+    let t0 = at("2026-12-01T10:00:00Z");
+    let report = p.watcher.handle(&json!({}), t0).await.unwrap();
+    assert_eq!(report["pools"][0]["desired"], golden.as_str(), "{report}");
+    p.pass(t0).await;
+    let update = p.update().await.unwrap();
+    assert_eq!(update.phase, Phase::Failed);
+    let halted = p.halted().await.expect("halted");
+    assert!(
+        halted.contains("not from an EKS-published parameter")
+            && halted.contains("launch template"),
+        "{halted}"
+    );
+    assert!(p.bodies("UpdateNodegroupVersion").is_empty());
+    assert!(p.images().await.iter().all(|i| *i == p.old));
+}
+
+#[tokio::test]
+async fn a_start_repeated_after_a_crash_reuses_the_same_update() {
+    let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    let t0 = at("2026-12-01T10:00:00Z");
+    let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    // A rotator recorded its intent and called UpdateNodegroupVersion, then died before
+    // recording the update id.
+    let mut intent = ManagedUpdate::starting("prod/general", &new, 1, t0);
+    intent.target = Some(UpdateTarget::ReleaseVersion {
+        version: NEW_RELEASE.into(),
+    });
+    p.table
+        .put(
+            "POOL#prod/general",
+            UPDATE_SK,
+            &serde_json::to_value(&intent).unwrap(),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    let first = p
+        .adapters
+        .clients
+        .eks
+        .update_nodegroup_version()
+        .cluster_name("prod")
+        .nodegroup_name("general")
+        .release_version(NEW_RELEASE)
+        .client_request_token(&intent.token)
+        .send()
+        .await
+        .unwrap();
+    let first_id = first.update().unwrap().id().unwrap().to_string();
+    // Two rotators now run at once; the pass picks the update up with the same token.
+    let (a, b) = tokio::join!(
+        p.pass(t0 + chrono::Duration::minutes(1)),
+        p.pass(t0 + chrono::Duration::minutes(1))
+    );
+    let update = p.update().await.unwrap();
+    assert_eq!(
+        update.update_id.as_deref(),
+        Some(first_id.as_str()),
+        "{a}\n{b}"
+    );
+    assert_eq!(update.phase, Phase::InProgress);
+    let calls = p.calls();
+    assert_eq!(
+        calls["updates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|u| u["type"] == "VersionUpdate")
+            .count(),
+        1,
+        "{calls}"
+    );
+}
