@@ -101,3 +101,25 @@ fn mutating_actions_never_use_a_wildcard_resource() {
         }
     }
 }
+
+#[test]
+fn node_group_updates_are_scoped_to_the_named_clusters() {
+    let t = template();
+    let statements = t["Resources"]["RotatorFunction"]["Properties"]["Policies"][0]["Statement"]
+        .as_sequence()
+        .unwrap();
+    let st = statements
+        .iter()
+        .find(|s| {
+            s["Action"]
+                .as_sequence()
+                .is_some_and(|a| a.iter().any(|x| x == "eks:UpdateNodegroupVersion"))
+        })
+        .expect("the rotator may update node groups");
+    // One `nodegroup/<cluster>/*/*` ARN per entry of ClusterNames, never `nodegroup/*`.
+    let resource = format!("{:?}", st["Resource"]);
+    assert!(resource.contains("Split"), "{resource}");
+    assert!(resource.contains("ClusterNames"), "{resource}");
+    assert!(resource.contains("nodegroup/${Clusters}/*/*"), "{resource}");
+    assert!(!resource.contains("nodegroup/*\""), "{resource}");
+}
