@@ -395,4 +395,76 @@ mod tests {
         assert!(a != b && a != c);
         assert!(a.len() <= 64, "EKS clientRequestToken is at most 64 chars");
     }
+
+    fn ami(id: &str, field: &str, parameter: Option<&str>) -> crate::ami::resolve::Ami {
+        crate::ami::resolve::Ami {
+            id: id.into(),
+            name: format!("name-{id}"),
+            architecture: crate::ami::Architecture::X86_64,
+            variant: None,
+            creation_date: "2024-11-01T00:00:00.000Z".into(),
+            deprecated: false,
+            source: crate::ami::select::Provenance {
+                term: 0,
+                field: field.into(),
+                value: "v".into(),
+                parameter: parameter.map(str::to_string),
+            },
+        }
+    }
+
+    const REC: &str =
+        "/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard/recommended";
+
+    #[test]
+    fn release_of_an_alias_ami_comes_from_the_recommended_json() {
+        let record = PoolRecord {
+            desired: Some(ami("ami-new", "alias", Some(&format!("{REC}/image_id")))),
+            previous_desired: Some(ami("ami-old", "id", None)),
+            ..PoolRecord::default()
+        };
+        let params = release_parameters(&record, "ami-new").unwrap_or_default();
+        assert_eq!(params, (REC.to_string(), format!("{REC}/image_version")));
+        let mut values = std::collections::HashMap::new();
+        values.insert(
+            REC.to_string(),
+            r#"{"image_id":"ami-new","image_name":"n","release_version":"1.30.6-20241101"}"#
+                .to_string(),
+        );
+        assert_eq!(
+            release_version(&values, &params, "ami-new"),
+            Ok("1.30.6-20241101".into())
+        );
+        // The parameter moved on: wait for the watcher.
+        let moved = release_version(&values, &params, "ami-other").unwrap_err();
+        assert!(moved.contains("waiting for the ami-watcher"), "{moved}");
+        // Bottlerocket: no JSON parent, an image_version sibling.
+        let mut br = std::collections::HashMap::new();
+        br.insert(
+            format!("{REC}/image_version"),
+            "1.20.3-5d9ac849".to_string(),
+        );
+        assert_eq!(
+            release_version(&br, &params, "ami-new"),
+            Ok("1.20.3-5d9ac849".into())
+        );
+        let none =
+            release_version(&std::collections::HashMap::new(), &params, "ami-new").unwrap_err();
+        assert!(none.contains("unknown"), "{none}");
+    }
+
+    #[test]
+    fn an_ami_from_an_id_term_or_unknown_has_no_release() {
+        let record = PoolRecord {
+            desired: Some(ami("ami-x", "id", None)),
+            ..PoolRecord::default()
+        };
+        let e = release_parameters(&record, "ami-x").unwrap_err();
+        assert!(
+            e.contains("not from an EKS-published parameter") && e.contains("launch template"),
+            "{e}"
+        );
+        let e = release_parameters(&record, "ami-never").unwrap_err();
+        assert!(e.contains("not an AMI this pool ever resolved to"), "{e}");
+    }
 }

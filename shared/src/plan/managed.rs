@@ -214,3 +214,321 @@ fn drop_starts(plan: &mut Plan, snapshot: &Snapshot) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+
+    use super::super::tests::{NEW, OLD, at, member, now, policy, rotation, snapshot};
+    use super::*;
+    use crate::managed::Phase;
+    use crate::rotation::Queue;
+
+    fn budgets(extra: &str) -> crate::policy::Policy {
+        policy(&format!(
+            "disruption:\n  budgets:\n{extra}expireAfter: 720h\n"
+        ))
+    }
+
+    fn fleet(old: usize, new: usize) -> Vec<crate::fleet::Member> {
+        (0..old)
+            .map(|i| member(&format!("i-o{i}"), OLD, 10))
+            .chain((0..new).map(|i| member(&format!("i-n{i}"), NEW, 1)))
+            .collect()
+    }
+
+    fn update(phase: Phase) -> ManagedUpdate {
+        let mut u = ManagedUpdate::starting("prod/general", NEW, 2, now() - TimeDelta::minutes(3));
+        u.phase = phase;
+        u.update_id = (phase != Phase::Starting).then(|| "u-1".to_string());
+        u
+    }
+
+    fn starts(p: &ManagedPlan) -> usize {
+        p.plan
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::StartRotation { .. }))
+            .count()
+    }
+
+    struct Case {
+        name: &'static str,
+        budgets: &'static str,
+        old: usize,
+        new: usize,
+        launches: &'static str,
+        update: Option<Phase>,
+        rotations: Vec<crate::rotation::Rotation>,
+        gate: Option<&'static str>,
+        want: UpdateAction,
+        blocked: Option<&'static str>,
+    }
+
+    fn start(n: u32) -> UpdateAction {
+        UpdateAction::Start {
+            image: NEW.into(),
+            max_unavailable: n,
+        }
+    }
+
+    #[test]
+    fn update_decisions() {
+        let b2 = "    - nodes: \"2\"\n";
+        let window0 = "    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 12 * * *\"\n      duration: 1h\n";
+        let cases = vec![
+            Case {
+                name: "drift within budget starts with the allowance",
+                budgets: b2,
+                old: 5,
+                new: 0,
+                launches: OLD,
+                update: None,
+                rotations: vec![],
+                gate: None,
+                want: start(2),
+                blocked: None,
+            },
+            Case {
+                name: "percentages: 50% of 6",
+                budgets: "    - nodes: \"50%\"\n",
+                old: 6,
+                new: 0,
+                launches: OLD,
+                update: None,
+                rotations: vec![],
+                gate: None,
+                want: start(3),
+                blocked: None,
+            },
+            Case {
+                name: "budget above 100 is capped at EKS's limit",
+                budgets: "    - nodes: \"100%\"\n",
+                old: 150,
+                new: 0,
+                launches: OLD,
+                update: None,
+                rotations: vec![],
+                gate: None,
+                want: start(100),
+                blocked: None,
+            },
+            Case {
+                name: "closed window waits until it opens",
+                budgets: window0,
+                old: 3,
+                new: 0,
+                launches: OLD,
+                update: None,
+                rotations: vec![],
+                gate: None,
+                want: UpdateAction::None,
+                blocked: Some("until 2026-12-05T13:00:00Z"),
+            },
+            Case {
+                name: "no drift, group launches desired: nothing",
+                budgets: b2,
+                old: 0,
+                new: 4,
+                launches: NEW,
+                update: None,
+                rotations: vec![],
+                gate: None,
+                want: UpdateAction::None,
+                blocked: None,
+            },
+            Case {
+                name: "no node drifted but the group launches the old AMI (scale-outs would)",
+                budgets: b2,
+                old: 0,
+                new: 2,
+                launches: OLD,
+                update: None,
+                rotations: vec![],
+                gate: None,
+                want: start(2),
+                blocked: None,
+            },
+            Case {
+                name: "update in progress continues, even in a closed window",
+                budgets: window0,
+                old: 3,
+                new: 1,
+                launches: NEW,
+                update: Some(Phase::InProgress),
+                rotations: vec![],
+                gate: None,
+                want: UpdateAction::Continue,
+                blocked: Some("u-1"),
+            },
+            Case {
+                name: "a Starting record continues (same token)",
+                budgets: b2,
+                old: 3,
+                new: 0,
+                launches: OLD,
+                update: Some(Phase::Starting),
+                rotations: vec![],
+                gate: None,
+                want: UpdateAction::Continue,
+                blocked: Some("in progress"),
+            },
+            Case {
+                name: "a finished update and new drift: start again",
+                budgets: b2,
+                old: 3,
+                new: 0,
+                launches: OLD,
+                update: Some(Phase::Successful),
+                rotations: vec![],
+                gate: None,
+                want: start(2),
+                blocked: None,
+            },
+            Case {
+                name: "halted: nothing",
+                budgets: b2,
+                old: 3,
+                new: 0,
+                launches: OLD,
+                update: Some(Phase::Failed),
+                rotations: vec![],
+                gate: Some("halted"),
+                want: UpdateAction::None,
+                blocked: Some("halted"),
+            },
+            Case {
+                name: "paused: nothing",
+                budgets: b2,
+                old: 3,
+                new: 0,
+                launches: OLD,
+                update: None,
+                rotations: vec![],
+                gate: Some("paused"),
+                want: UpdateAction::None,
+                blocked: Some("paused"),
+            },
+            Case {
+                name: "unresolved AMI: nothing",
+                budgets: b2,
+                old: 3,
+                new: 0,
+                launches: OLD,
+                update: None,
+                rotations: vec![],
+                gate: Some("unresolved"),
+                want: UpdateAction::None,
+                blocked: Some("unresolved"),
+            },
+            Case {
+                name: "node-level rotation in flight: the update waits",
+                budgets: b2,
+                old: 3,
+                new: 0,
+                launches: OLD,
+                update: None,
+                rotations: vec![rotation("i-o0", RotationReason::Expired, Step::Draining)],
+                gate: None,
+                want: UpdateAction::None,
+                blocked: Some("waits for 1 node-level rotation"),
+            },
+        ];
+        for c in cases {
+            let mut s = snapshot(budgets(c.budgets), fleet(c.old, c.new), c.rotations);
+            s.group.launch_template_image = Some(c.launches.to_string());
+            match c.gate {
+                Some("halted") => s.gates.halted = Some("update u-1 failed".into()),
+                Some("paused") => s.gates.paused = Some("by ops: freeze".into()),
+                Some("unresolved") => s.gates.desired_ami = None,
+                _ => {}
+            }
+            let u = c.update.map(update);
+            let p = plan_managed(&s, u.as_ref(), now());
+            assert_eq!(p.update, c.want, "{}: {:?}", c.name, p.plan.decisions);
+            match c.blocked {
+                Some(want) => {
+                    let got = p.plan.blocked.clone().unwrap_or_default();
+                    assert!(got.contains(want), "{}: blocked {got:?}", c.name);
+                }
+                None => assert_eq!(p.plan.blocked, None, "{}", c.name),
+            }
+            // Never a drift start node by node, never a launch template change.
+            assert!(
+                p.plan.actions.iter().all(|a| !matches!(
+                    a,
+                    Action::UpdateLaunchTemplate { .. }
+                        | Action::StartRotation {
+                            reason: RotationReason::Drifted,
+                            ..
+                        }
+                )),
+                "{}: {:?}",
+                c.name,
+                p.plan.actions
+            );
+            if matches!(
+                p.update,
+                UpdateAction::Start { .. } | UpdateAction::Continue
+            ) {
+                assert_eq!(
+                    starts(&p),
+                    0,
+                    "{}: no node-level start beside an update",
+                    c.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn expired_nodes_rotate_node_by_node_when_nothing_drifted() {
+        let mut members = fleet(0, 3);
+        members[0].launch_time = now() - TimeDelta::hours(800);
+        let s = snapshot(budgets("    - nodes: \"1\"\n"), members, vec![]);
+        let p = plan_managed(&s, None, now());
+        assert_eq!(p.update, UpdateAction::None);
+        assert_eq!(starts(&p), 1, "{:?}", p.plan.decisions);
+    }
+
+    #[test]
+    fn in_flight_rotations_keep_advancing_and_queued_ones_wait_during_an_update() {
+        let draining = rotation("i-o0", RotationReason::Expired, Step::Draining);
+        let mut queued = rotation("i-o1", RotationReason::Manual, Step::Pending);
+        queued.queued = Some(Queue {
+            request_id: "r1".into(),
+            ignore_budgets: true,
+            max_concurrent: 5,
+            reason: "test".into(),
+        });
+        let s = snapshot(
+            budgets("    - nodes: \"3\"\n"),
+            fleet(3, 0),
+            vec![draining, queued],
+        );
+        let u = update(Phase::InProgress);
+        let p = plan_managed(&s, Some(&u), now());
+        let advanced: Vec<&str> = p
+            .plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Advance { instance_id, .. } => Some(instance_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(advanced, ["i-o0"]);
+    }
+
+    #[test]
+    fn serializes_the_update_beside_the_plan() {
+        let mut s = snapshot(budgets("    - nodes: \"2\"\n"), fleet(2, 0), vec![]);
+        s.group.launch_template_image = Some(OLD.into());
+        let v = serde_json::to_value(plan_managed(&s, None, at("2026-12-05T12:00:00Z")))
+            .unwrap_or_default();
+        assert_eq!(v["update"], "start", "{v}");
+        assert_eq!(v["maxUnavailable"], 2, "{v}");
+        assert_eq!(v["drifted"], 2, "{v}");
+        assert_eq!(v["allowed"]["Drifted"], 2, "{v}");
+    }
+}
