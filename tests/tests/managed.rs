@@ -540,3 +540,127 @@ async fn a_start_repeated_after_a_crash_reuses_the_same_update() {
         "{calls}"
     );
 }
+
+#[tokio::test]
+async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
+    use nodecycle::handlers::ops::{Invocation, OpsHandler};
+    let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    // Surges on the group behind the node group must get nodes too.
+    p.kube.sync_nodes(nodecycle_tests::SyncNodes {
+        asg: Some(p.asg.clone()),
+        ..Default::default()
+    });
+    let t0 = at("2026-12-01T10:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let ops = OpsHandler {
+        rotator: p.rotator.clone(),
+        images: Arc::new(Ec2::new(p.adapters.clients.ec2.clone())),
+    };
+    let inv = Invocation {
+        request_id: "req-1".into(),
+        caller: Some("arn:aws:iam::123456789012:user/alice".into()),
+    };
+    let status = ops
+        .handle(
+            &json!({"action": "status", "pool": "prod/general"}),
+            &inv,
+            t0,
+        )
+        .await
+        .unwrap();
+    let pool = &status["pools"][0];
+    assert_eq!(pool["nodes"]["instances"], 3, "{status}");
+    assert_eq!(pool["nodes"]["drifted"], 0, "{status}");
+    assert_eq!(pool["nodes"]["group"]["name"], p.asg.as_str(), "{status}");
+    assert!(pool["nodeGroupUpdate"].is_null(), "{status}");
+
+    // A new release: the preview (nodecycle plan) says it would start, and records nothing.
+    publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let policy = support::policy(
+        "cluster: prod\nname: general\nnodeGroup: { managedNodeGroup: general }\narchitecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\ndisruption:\n  budgets:\n    - nodes: \"1\"\n",
+    );
+    let kube = p.rotator.kube.connect("prod").await.unwrap();
+    let (_, preview) = p.rotator.preview(&policy, kube.as_ref(), t0).await.unwrap();
+    let v = serde_json::to_value(&preview).unwrap();
+    assert_eq!(v["update"], "start", "{v}");
+    assert_eq!(v["maxUnavailable"], 1, "{v}");
+    assert_eq!(v["drifted"], 3, "{v}");
+    assert!(p.update().await.is_none());
+    assert!(p.bodies("UpdateNodegroupVersion").is_empty());
+
+    // Hold the release with a pin to the old AMI, then an operator replaces one node by hand
+    // (node by node, through the node group's Auto Scaling group).
+    let inv2 = Invocation {
+        request_id: "req-2".into(),
+        ..inv.clone()
+    };
+    ops.handle(
+        &json!({"action": "pin", "pool": "prod/general", "ami": p.old, "reason": "hold the release"}),
+        &inv2,
+        t0,
+    )
+    .await
+    .unwrap();
+    let before = p.images().await;
+    assert_eq!(before.len(), 3);
+    let ids: Vec<String> = p
+        .adapters
+        .clients
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(&p.asg)
+        .send()
+        .await
+        .unwrap()
+        .auto_scaling_groups()[0]
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
+    let inv3 = Invocation {
+        request_id: "req-3".into(),
+        ..inv.clone()
+    };
+    let r = ops
+        .handle(
+            &json!({"action": "rotate", "pool": "prod/general", "instances": [ids[0]], "reason": "bad disk", "ignoreBudgets": true, "maxConcurrent": 1}),
+            &inv3,
+            t0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["queued"].as_array().unwrap().len(), 1, "{r}");
+    let mut now = t0;
+    let mut done = false;
+    for _ in 0..30 {
+        now += chrono::Duration::minutes(1);
+        p.pass(now).await;
+        std::thread::sleep(Duration::from_millis(300));
+        let rotations = p.table.query("POOL#prod/general", "ROT#").await.unwrap();
+        if rotations.iter().all(|(_, v)| v.value["step"] == "Done") {
+            done = true;
+            break;
+        }
+    }
+    assert!(done, "the operator rotation finished");
+    let after: Vec<String> = p
+        .adapters
+        .clients
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(&p.asg)
+        .send()
+        .await
+        .unwrap()
+        .auto_scaling_groups()[0]
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
+    assert_eq!(after.len(), 3, "group back at its size: {after:?}");
+    assert!(!after.contains(&ids[0]), "{after:?}");
+    // Pinned: the release did not start meanwhile, and the replacement runs the pinned AMI.
+    assert!(p.bodies("UpdateNodegroupVersion").is_empty());
+    assert!(p.images().await.iter().all(|i| *i == p.old));
+}

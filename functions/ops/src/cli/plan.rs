@@ -14,7 +14,8 @@ pub struct Args {
 }
 
 /// Prints the planner's decisions for the pool's current state:
-/// `{"pool", "allowed", "candidates", "actions", "blocked", ...}`. Exit 1 with `{"error"}` when the
+/// `{"pool", "allowed", "candidates", "actions", "blocked", ...}`, plus for a managed node group
+/// `drifted`, `update` and `nodeGroupUpdate`. Exit 1 with `{"error"}` when the
 /// state cannot be read, 2 on an invalid policy. Changes nothing.
 pub async fn run(args: Args) -> u8 {
     let policy = match super::load_policy(&args.file) {
@@ -35,11 +36,10 @@ pub async fn run(args: Args) -> u8 {
         Err(e) => return fail(format!("cluster {} unreachable: {e}", policy.cluster)),
     };
     let at = args.at.unwrap_or_else(Utc::now);
-    let snapshot = match rotator.snapshot(&policy, kube.as_ref(), at).await {
-        Ok(s) => s,
+    let plan = match rotator.preview(&policy, kube.as_ref(), at).await {
+        Ok((_, plan)) => plan,
         Err(e) => return fail(e),
     };
-    let plan = nodecycle::plan::plan(&snapshot, at);
     match serde_json::to_value(&plan) {
         Ok(v) => {
             super::print_json(&v);

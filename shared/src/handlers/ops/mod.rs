@@ -370,13 +370,16 @@ impl OpsHandler {
         Ok(out)
     }
 
-    fn group_name(policy: &Policy) -> Result<String, HandlerError> {
+    /// The Auto Scaling group whose instances the pool's rotations replace (for a managed node
+    /// group, the group EKS created for it).
+    async fn group_name(&self, policy: &Policy) -> Result<String, HandlerError> {
         match &policy.node_group {
             NodeGroup::AutoScalingGroup(g) => Ok(g.clone()),
-            NodeGroup::ManagedNodeGroup(g) => Err(invalid1(format!(
-                "pool: {} is managed node group {g}; operator rotations drive self-managed Auto Scaling groups only for now",
-                policy.pool_id()
-            ))),
+            NodeGroup::ManagedNodeGroup(name) => self
+                .rotator
+                .managed_asg(&policy.cluster, name)
+                .await
+                .map_err(internal),
         }
     }
 
@@ -420,7 +423,7 @@ impl OpsHandler {
                 return Ok(response);
             }
         }
-        let group = Self::group_name(policy)?;
+        let group = self.group_name(policy).await?;
         let (_, instances) = self
             .rotator
             .groups
@@ -536,7 +539,7 @@ impl OpsHandler {
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
         let pk = state::pool_pk(&pool);
-        let group = Self::group_name(policy)?;
+        let group = self.group_name(policy).await?;
         let why = format!(
             "cancelled by {}: {reason}",
             inv.caller.as_deref().unwrap_or("an operator")

@@ -85,12 +85,16 @@ async fn pool_status(
     let mut rotations: Vec<Rotation> = Vec::new();
     let snapshot = match ops.rotator.kube.connect(&policy.cluster).await {
         Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
-        Ok(kube) => ops.rotator.snapshot(policy, kube.as_ref(), now).await,
+        Ok(kube) => ops.rotator.preview(policy, kube.as_ref(), now).await,
     };
+    let mut node_group_update = Value::Null;
     match snapshot {
         Err(e) => problems.push(e),
-        Ok(s) => {
-            let p = plan::plan(&s, now);
+        Ok((s, preview)) => {
+            if let crate::handlers::rotator::Preview::Managed { record, .. } = &preview {
+                node_group_update = json!(record);
+            }
+            let p = preview.plan();
             let desired_ami = s.gates.desired_ami.as_deref();
             let mut by_ami: BTreeMap<String, u32> = BTreeMap::new();
             let (mut drifted, mut expired, mut not_ready, mut launching) = (0u32, 0u32, 0u32, 0u32);
@@ -216,6 +220,7 @@ async fn pool_status(
         "paused": paused,
         "halted": record.as_ref().and_then(|r| r.halted.clone()),
         "rotations": in_flight,
+        "nodeGroupUpdate": node_group_update,
         "finished24h": finished,
         "interruptions24h": interruptions,
         "lastError": record.as_ref().and_then(|r| r.last_error.clone()),

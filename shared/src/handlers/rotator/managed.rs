@@ -19,7 +19,7 @@ use crate::state::{self, RecordedError, Versioned};
 
 impl RotatorHandler {
     /// The Auto Scaling group behind managed node group `name`.
-    pub(super) async fn managed_asg(&self, cluster: &str, name: &str) -> Result<String, String> {
+    pub(crate) async fn managed_asg(&self, cluster: &str, name: &str) -> Result<String, String> {
         let group = self
             .managed
             .describe(cluster, name)
@@ -91,13 +91,15 @@ impl RotatorHandler {
     }
 
     /// Follows the recorded update with `DescribeUpdate`; a failed or cancelled one halts the
-    /// pool (also recorded in `snapshot.gates`).
+    /// pool (also set in `snapshot.gates`). With `persist` false nothing is written: the
+    /// observation only shapes the returned record and the snapshot (`plan`, `status`).
     async fn follow_update(
         &self,
         cluster: &str,
         name: &str,
         snapshot: &mut Snapshot,
         now: DateTime<Utc>,
+        persist: bool,
     ) -> Result<Option<Versioned<ManagedUpdate>>, String> {
         let pool = snapshot.policy.pool_id();
         let Some(mut v) = self.load_update(&pool).await? else {
@@ -115,6 +117,15 @@ impl RotatorHandler {
         if next == v.value {
             return Ok(Some(v));
         }
+        if !persist {
+            if let Some(why) = next.halt_reason() {
+                snapshot.gates.halted = Some(why);
+            }
+            return Ok(Some(Versioned {
+                value: next,
+                version: v.version,
+            }));
+        }
         let Some(version) = self.save_update(&next, Some(v.version)).await? else {
             // Another rotator recorded it first; its view wins this pass.
             return self.load_update(&pool).await;
@@ -131,15 +142,18 @@ impl RotatorHandler {
         Ok(Some(v))
     }
 
-    /// The plan for a managed node group pool (also used by `nodecycle plan`).
+    /// The plan for a managed node group pool; with `persist` false it changes nothing.
     pub(super) async fn plan_managed_pool(
         &self,
         name: &str,
         snapshot: &mut Snapshot,
         now: DateTime<Utc>,
+        persist: bool,
     ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), String> {
         let cluster = snapshot.policy.cluster.clone();
-        let update = self.follow_update(&cluster, name, snapshot, now).await?;
+        let update = self
+            .follow_update(&cluster, name, snapshot, now, persist)
+            .await?;
         let plan = plan_managed(snapshot, update.as_ref().map(|v| &v.value), now);
         Ok((plan, update))
     }
@@ -155,7 +169,9 @@ impl RotatorHandler {
         deadline: Instant,
         report: &mut PoolReport,
     ) -> Result<(), String> {
-        let (mplan, update) = self.plan_managed_pool(name, &mut snapshot, now).await?;
+        let (mplan, update) = self
+            .plan_managed_pool(name, &mut snapshot, now, true)
+            .await?;
         log_decisions(&mplan.plan);
         report.allowed = Some(mplan.plan.allowed);
         report.blocked = mplan.plan.blocked.clone();

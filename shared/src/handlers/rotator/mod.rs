@@ -163,6 +163,35 @@ pub struct PoolReport {
     pub errors: Vec<String>,
 }
 
+/// A pool's plan as [`RotatorHandler::preview`] gives it. Serializes as the plan's JSON; a
+/// managed node group's adds `drifted`, `update` (`none`, `continue`, `start` with `image` and
+/// `maxUnavailable`) and `nodeGroupUpdate` (the recorded update, or null).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Preview {
+    /// A self-managed Auto Scaling group.
+    Group(plan::Plan),
+    /// A managed node group.
+    Managed {
+        /// The plan.
+        #[serde(flatten)]
+        plan: Box<plan::managed::ManagedPlan>,
+        /// The pool's update record (as `DescribeUpdate` reports it now).
+        #[serde(rename = "nodeGroupUpdate")]
+        record: Option<crate::managed::ManagedUpdate>,
+    },
+}
+
+impl Preview {
+    /// The node-level plan.
+    pub fn plan(&self) -> &plan::Plan {
+        match self {
+            Preview::Group(p) => p,
+            Preview::Managed { plan, .. } => &plan.plan,
+        }
+    }
+}
+
 /// Everything one pool's pass needs.
 struct PoolCtx<'a> {
     policy: &'a Policy,
@@ -317,7 +346,31 @@ impl RotatorHandler {
         Ok(json!({"trigger": "schedule", "clusters": clusters, "pools": reports}))
     }
 
-    /// Builds the snapshot of one pool (also used by `nodecycle plan`).
+    /// What a pass would decide for one pool now, without acting or recording anything
+    /// (`nodecycle plan`, `status`): the snapshot and its plan.
+    pub async fn preview(
+        &self,
+        policy: &Policy,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> Result<(Snapshot, Preview), String> {
+        let mut snapshot = self.snapshot(policy, kube, now).await?;
+        let preview = match &policy.node_group {
+            NodeGroup::AutoScalingGroup(_) => Preview::Group(plan::plan(&snapshot, now)),
+            NodeGroup::ManagedNodeGroup(name) => {
+                let (plan, update) = self
+                    .plan_managed_pool(name, &mut snapshot, now, false)
+                    .await?;
+                Preview::Managed {
+                    plan: Box::new(plan),
+                    record: update.map(|v| v.value),
+                }
+            }
+        };
+        Ok((snapshot, preview))
+    }
+
+    /// Builds the snapshot of one pool.
     pub async fn snapshot(
         &self,
         policy: &Policy,
