@@ -158,6 +158,17 @@ fn bench(c: &mut Criterion) {
                 }
             })
         });
+        // The same pools as managed node groups (no update recorded).
+        c.bench_function(
+            &format!("plan_managed 100 pools x 100 nodes ({label})"),
+            |b| {
+                b.iter(|| {
+                    for s in black_box(&pools) {
+                        black_box(nodecycle::plan::managed::plan_managed(s, None, now));
+                    }
+                })
+            },
+        );
     }
 }
 
