@@ -241,13 +241,51 @@ impl ManagedUpdate {
     }
 }
 
-/// The SSM parameters that tell which EKS release `ami` is: the JSON parent of the `image_id`
-/// parameter it was resolved from (EKS-optimized and Windows AMIs: `release_version`), and its
-/// `image_version` sibling (Bottlerocket). The parameter comes from the provenance recorded for
-/// `ami` in `record` (desired, previous, or history). An AMI that did not come from such a
-/// parameter (an `id`/`name`/`tags` term, a pin outside the history) has no known release:
-/// the error says what to do.
-pub fn release_parameters(record: &PoolRecord, ami: &str) -> Result<(String, String), String> {
+/// Where the EKS release of an AMI can be read (see [`release_parameters`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseLookup {
+    /// The AMI.
+    pub ami: String,
+    /// Its EC2 name.
+    pub name: String,
+    /// The directory of the parameter it was resolved from (`.../recommended`, `.../latest`,
+    /// `.../<release name>`).
+    pub parent: String,
+    /// The same release's own directory when `parent` is a moving one (`recommended`/`latest`):
+    /// `<base>/<image name>` (EKS publishes one per release).
+    pub release_dir: Option<String>,
+    /// The AMI is what the pool's terms resolve to now (not a pin or an older AMI).
+    pub current: bool,
+}
+
+impl ReleaseLookup {
+    /// Every parameter to read (one `GetParameters` call).
+    pub fn parameters(&self) -> Vec<String> {
+        let p = &self.parent;
+        let mut out = vec![
+            p.clone(),
+            format!("{p}/image_id"),
+            format!("{p}/image_version"),
+        ];
+        out.extend(self.release_dir.clone());
+        out
+    }
+}
+
+/// Why a release is unknown: worth waiting for (the watcher has not caught up), or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseError {
+    /// What and what to do.
+    pub message: String,
+    /// The next pass may succeed.
+    pub retry: bool,
+}
+
+/// Where to read which EKS release `ami` is, from the provenance recorded for it in `record`
+/// (desired, previous or history). An AMI that did not come from an EKS-published parameter
+/// (an `id`/`name`/`tags` term, a pin outside the history) has no known release: the error says
+/// what to do.
+pub fn release_parameters(record: &PoolRecord, ami: &str) -> Result<ReleaseLookup, String> {
     let known = record
         .desired
         .iter()
@@ -266,7 +304,17 @@ pub fn release_parameters(record: &PoolRecord, ami: &str) -> Result<(String, Str
         .and_then(|p| p.strip_suffix("/image_id"))
     {
         Some(parent) if parent.starts_with("/aws/service/") => {
-            Ok((parent.to_string(), format!("{parent}/image_version")))
+            let release_dir = parent
+                .rsplit_once('/')
+                .filter(|(_, leaf)| matches!(*leaf, "recommended" | "latest"))
+                .map(|(base, _)| format!("{base}/{}", found.name));
+            Ok(ReleaseLookup {
+                ami: ami.to_string(),
+                name: found.name.clone(),
+                parent: parent.to_string(),
+                release_dir,
+                current: record.desired.as_ref().is_some_and(|d| d.id == ami),
+            })
         }
         _ => Err(format!(
             "{ami} came from amiSelectorTerms[{}] {} {:?}, not from an EKS-published parameter, so it has no EKS release; a managed node group without an image in its launch template can only move to EKS releases: use an alias term or give the node group a launch template",
@@ -275,32 +323,69 @@ pub fn release_parameters(record: &PoolRecord, ami: &str) -> Result<(String, Str
     }
 }
 
-/// The release version from the values of [`release_parameters`]: the parent's JSON
-/// `release_version` when its `image_id` is `ami` (a parameter that moved on since the watcher
-/// resolved is an error: the next watcher pass catches up), else the `image_version` sibling.
+/// The release version from the values of [`ReleaseLookup::parameters`], first match wins:
+/// 1. a JSON value (`recommended`, or the release's own directory) whose `image_id` is the AMI:
+///    its `release_version`;
+/// 2. `image_version` beside an `image_id` that is the AMI (Bottlerocket);
+/// 3. a Bottlerocket image name `bottlerocket-...-v<version>`: that version.
+///
+/// Otherwise, when the AMI is the pool's current one and its parameter names another image,
+/// the watcher has not caught up yet (retry); anything else is a configuration problem.
 pub fn release_version(
     values: &std::collections::HashMap<String, String>,
-    (parent, sibling): &(String, String),
-    ami: &str,
-) -> Result<String, String> {
-    if let Some(text) = values.get(parent)
-        && let Ok(doc) = serde_json::from_str::<serde_json::Value>(text)
-    {
-        let image = doc.get("image_id").and_then(|v| v.as_str());
-        let release = doc.get("release_version").and_then(|v| v.as_str());
-        return match (image, release) {
-            (Some(i), Some(r)) if i == ami => Ok(r.to_string()),
-            (Some(i), Some(_)) => Err(format!(
-                "parameter {parent} now names {i}, not {ami}: waiting for the ami-watcher to record the new AMI"
-            )),
-            _ => Err(format!(
-                "parameter {parent} has no image_id/release_version fields; expected EKS's JSON {{\"image_id\", \"release_version\", ...}}"
-            )),
-        };
+    lookup: &ReleaseLookup,
+) -> Result<String, ReleaseError> {
+    let ami = lookup.ami.as_str();
+    let json_image = |name: &str| -> Option<(String, Option<String>)> {
+        let doc = serde_json::from_str::<serde_json::Value>(values.get(name)?).ok()?;
+        let image = doc.get("image_id")?.as_str()?.to_string();
+        let release = doc
+            .get("release_version")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        Some((image, release))
+    };
+    for name in std::iter::once(&lookup.parent).chain(lookup.release_dir.iter()) {
+        if let Some((image, Some(release))) = json_image(name)
+            && image == ami
+        {
+            return Ok(release);
+        }
     }
-    values.get(sibling).cloned().ok_or_else(|| {
-        format!("neither {parent} (JSON with release_version) nor {sibling} exists: the release of {ami} is unknown")
-    })
+    let parent = &lookup.parent;
+    let named = values
+        .get(&format!("{parent}/image_id"))
+        .cloned()
+        .or_else(|| json_image(parent).map(|(i, _)| i));
+    if named.as_deref() == Some(ami)
+        && let Some(v) = values.get(&format!("{parent}/image_version"))
+    {
+        return Ok(v.clone());
+    }
+    if let Some((_, v)) = lookup
+        .name
+        .strip_prefix("bottlerocket-")
+        .and_then(|rest| rest.rsplit_once("-v"))
+        .filter(|(_, v)| v.starts_with(|c: char| c.is_ascii_digit()))
+    {
+        return Ok(v.to_string());
+    }
+    match named {
+        Some(other) if other != ami && lookup.current => Err(ReleaseError {
+            message: format!(
+                "parameter {parent} now names {other}, not {ami}: waiting for the ami-watcher to record the new AMI"
+            ),
+            retry: true,
+        }),
+        _ => Err(ReleaseError {
+            message: format!(
+                "the EKS release of {ami} ({}) is not published any more under {}: a managed node group without an image in its launch template can only move to releases EKS still lists; pin a newer AMI or give the node group a launch template",
+                lookup.name,
+                lookup.parameters().join(", ")
+            ),
+            retry: false,
+        }),
+    }
 }
 
 /// EKS managed node group operations.
@@ -416,41 +501,81 @@ mod tests {
     const REC: &str =
         "/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard/recommended";
 
+    fn values(pairs: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn json(image: &str, release: &str) -> String {
+        format!(r#"{{"image_id":"{image}","image_name":"n","release_version":"{release}"}}"#)
+    }
+
     #[test]
     fn release_of_an_alias_ami_comes_from_the_recommended_json() {
         let record = PoolRecord {
             desired: Some(ami("ami-new", "alias", Some(&format!("{REC}/image_id")))),
-            previous_desired: Some(ami("ami-old", "id", None)),
+            previous_desired: Some(ami("ami-old", "alias", Some(&format!("{REC}/image_id")))),
             ..PoolRecord::default()
         };
-        let params = release_parameters(&record, "ami-new").unwrap_or_default();
-        assert_eq!(params, (REC.to_string(), format!("{REC}/image_version")));
-        let mut values = std::collections::HashMap::new();
-        values.insert(
-            REC.to_string(),
-            r#"{"image_id":"ami-new","image_name":"n","release_version":"1.30.6-20241101"}"#
-                .to_string(),
+        let new = release_parameters(&record, "ami-new").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(new.parent, REC);
+        assert!(new.current);
+        let base = REC.trim_end_matches("/recommended");
+        assert_eq!(new.release_dir, Some(format!("{base}/name-ami-new")));
+        let v = values(&[(REC, &json("ami-new", "1.30.6-20241101"))]);
+        assert_eq!(release_version(&v, &new), Ok("1.30.6-20241101".into()));
+
+        // Rollback to the previous AMI: `recommended` moved on; its own release directory has it.
+        let old = release_parameters(&record, "ami-old").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!old.current);
+        let v = values(&[
+            (REC, &json("ami-new", "1.30.6-20241101")),
+            (
+                &format!("{base}/name-ami-old"),
+                &json("ami-old", "1.30.4-20241001"),
+            ),
+        ]);
+        assert_eq!(release_version(&v, &old), Ok("1.30.4-20241001".into()));
+        // ... and without it, a clear refusal rather than a wrong release.
+        let v = values(&[(REC, &json("ami-new", "1.30.6-20241101"))]);
+        let e = release_version(&v, &old).unwrap_err();
+        assert!(
+            !e.retry && e.message.contains("not published any more"),
+            "{e:?}"
         );
-        assert_eq!(
-            release_version(&values, &params, "ami-new"),
-            Ok("1.30.6-20241101".into())
+
+        // The current AMI while the parameter already moved on: wait for the watcher.
+        let v = values(&[(REC, &json("ami-newer", "1.30.7-20241201"))]);
+        let e = release_version(&v, &new).unwrap_err();
+        assert!(
+            e.retry && e.message.contains("waiting for the ami-watcher"),
+            "{e:?}"
         );
-        // The parameter moved on: wait for the watcher.
-        let moved = release_version(&values, &params, "ami-other").unwrap_err();
-        assert!(moved.contains("waiting for the ami-watcher"), "{moved}");
-        // Bottlerocket: no JSON parent, an image_version sibling.
-        let mut br = std::collections::HashMap::new();
-        br.insert(
-            format!("{REC}/image_version"),
-            "1.20.3-5d9ac849".to_string(),
-        );
-        assert_eq!(
-            release_version(&br, &params, "ami-new"),
-            Ok("1.20.3-5d9ac849".into())
-        );
-        let none =
-            release_version(&std::collections::HashMap::new(), &params, "ami-new").unwrap_err();
-        assert!(none.contains("unknown"), "{none}");
+    }
+
+    #[test]
+    fn bottlerocket_release_comes_from_image_version_or_the_name() {
+        let latest = "/aws/service/bottlerocket/aws-k8s-1.30/x86_64/latest";
+        let mut a = ami("ami-br", "alias", Some(&format!("{latest}/image_id")));
+        a.name = "bottlerocket-aws-k8s-1.30-x86_64-v1.20.3-5d9ac849".into();
+        let record = PoolRecord {
+            desired: Some(a),
+            ..PoolRecord::default()
+        };
+        let l = release_parameters(&record, "ami-br").unwrap_or_else(|e| panic!("{e}"));
+        let v = values(&[
+            (&format!("{latest}/image_id"), "ami-br"),
+            (&format!("{latest}/image_version"), "1.20.3-5d9ac849"),
+        ]);
+        assert_eq!(release_version(&v, &l), Ok("1.20.3-5d9ac849".into()));
+        // `latest` moved on: the version in the image name still tells.
+        let v = values(&[
+            (&format!("{latest}/image_id"), "ami-other"),
+            (&format!("{latest}/image_version"), "1.21.0-abc"),
+        ]);
+        assert_eq!(release_version(&v, &l), Ok("1.20.3-5d9ac849".into()));
     }
 
     #[test]

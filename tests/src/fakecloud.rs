@@ -90,7 +90,7 @@ impl std::fmt::Debug for FakeCloud {
 
 /// The launcher script, `tests/fakecloud/server.py`.
 pub fn launcher_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fakecloud/server.py")
+    crate::repo_path("tests/fakecloud/server.py")
 }
 
 /// The Python that runs the launcher: `$NODECYCLE_PYTHON`, else the project

@@ -25,4 +25,16 @@ pub use kube::{
     KubeRequest, KubeStandIn, KubeState, NodeFixture, PdbFixture, PodFixture, SyncNodes,
 };
 pub use kube_client::{KubeClient, KubeResponse};
+
+/// `rel` inside the repository checkout, located at run time: `cargo test` sets
+/// `CARGO_MANIFEST_DIR` (this crate's directory) for every test binary. The
+/// compile-time value is only a fallback: a build cache shared between checkouts
+/// can hand out binaries compiled in another checkout, whose baked-in path no
+/// longer exists.
+pub fn repo_path(rel: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    dir.join("..").join(rel)
+}
 pub use token::{TokenParams, eks_token, presigned_url};

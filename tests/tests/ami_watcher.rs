@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use support::*;
 
 fn event(name: &str) -> Value {
-    let path = format!("{}/../events/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = nodecycle_tests::repo_path(&format!("events/{name}"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 

@@ -25,7 +25,7 @@ fn bin() -> PathBuf {
 }
 
 fn repo(path: &str) -> String {
-    format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"))
+    nodecycle_tests::repo_path(path).display().to_string()
 }
 
 fn run(args: &[&str], cloud: Option<&FakeCloud>, extra_env: &[(&str, &str)]) -> Output {

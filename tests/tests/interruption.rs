@@ -193,7 +193,7 @@ async fn env(size: i32) -> Env {
 /// A sample event from `events/` with its instance ids replaced by `instance`, its time set and,
 /// when given, its id.
 fn event(file: &str, instance: &str, time: DateTime<Utc>, id: Option<&str>) -> Value {
-    let path = format!("{}/../events/{file}", env!("CARGO_MANIFEST_DIR"));
+    let path = nodecycle_tests::repo_path(&format!("events/{file}"));
     let text = std::fs::read_to_string(&path).unwrap();
     let mut v: Value = serde_json::from_str(&text).unwrap();
     let sample_id = v["detail"]["instance-id"]
@@ -539,10 +539,7 @@ async fn instances_of_other_clusters_and_unknown_instances_are_ignored_quietly()
         .unwrap();
     let other = run.instances()[0].instance_id().unwrap().to_string();
     // The committed variant: a warning for an instance of cluster dev.
-    let path = format!(
-        "{}/../events/spot-interruption-warning-other-cluster.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = nodecycle_tests::repo_path("events/spot-interruption-warning-other-cluster.json");
     let sample: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let sample_id = sample["detail"]["instance-id"]
         .as_str()

@@ -664,3 +664,29 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
     assert!(p.bodies("UpdateNodegroupVersion").is_empty());
     assert!(p.images().await.iter().all(|i| *i == p.old));
 }
+
+#[tokio::test]
+async fn an_update_eks_no_longer_knows_halts_instead_of_waiting_forever() {
+    let p = mng(2, "    - nodes: \"1\"\n", ALIAS).await;
+    let t0 = at("2026-12-01T10:00:00Z");
+    let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let mut lost = ManagedUpdate::starting("prod/general", &new, 1, t0);
+    lost.update_id = Some("00000000-0000-0000-0000-000000000000".into());
+    lost.phase = Phase::InProgress;
+    p.table
+        .put(
+            "POOL#prod/general",
+            UPDATE_SK,
+            &serde_json::to_value(&lost).unwrap(),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    p.pass(t0).await;
+    assert_eq!(p.update().await.unwrap().phase, Phase::Cancelled);
+    let halted = p.halted().await.expect("halted");
+    assert!(halted.contains("no longer reports"), "{halted}");
+    assert!(p.bodies("UpdateNodegroupVersion").is_empty());
+}

@@ -6,8 +6,7 @@
 use serde_norway::Value;
 
 fn template() -> Value {
-    let text = std::fs::read_to_string(format!("{}/../template.yaml", env!("CARGO_MANIFEST_DIR")))
-        .unwrap();
+    let text = std::fs::read_to_string(nodecycle_tests::repo_path("template.yaml")).unwrap();
     serde_norway::from_str(&text).unwrap()
 }
 
@@ -60,12 +59,9 @@ fn functions_are_built_from_workspace_binaries_for_arm64() {
         let binary = res["Metadata"]["BuildProperties"]["Binary"]
             .as_str()
             .unwrap();
-        let manifest = format!(
-            "{}/../functions/{binary}/Cargo.toml",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let manifest = nodecycle_tests::repo_path(&format!("functions/{binary}/Cargo.toml"));
         assert!(
-            std::path::Path::new(&manifest).exists(),
+            manifest.exists(),
             "{name:?} builds {binary}, which has no crate"
         );
     }

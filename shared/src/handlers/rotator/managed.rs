@@ -108,11 +108,16 @@ impl RotatorHandler {
         let (Phase::InProgress, Some(id)) = (v.value.phase, v.value.update_id.clone()) else {
             return Ok(Some(v));
         };
-        let status = self
-            .managed
-            .describe_update(cluster, name, &id)
-            .await
-            .map_err(|e| e.to_string())?;
+        let status = match self.managed.describe_update(cluster, name, &id).await {
+            Ok(s) => s,
+            // EKS no longer knows it: never wait forever on it; halt and let an operator look.
+            Err(e) if e.is_not_found() => managed::UpdateStatus {
+                id: id.clone(),
+                state: managed::UpdateState::Cancelled,
+                errors: vec![format!("EKS no longer reports update {id}: {e}")],
+            },
+            Err(e) => return Err(e.to_string()),
+        };
         let next = v.value.observe(&status, now);
         if next == v.value {
             return Ok(Some(v));
@@ -329,18 +334,17 @@ impl RotatorHandler {
             .await
             .map_err(|e| Retry(e.to_string()))?
             .unwrap_or_default();
-        let params = managed::release_parameters(&record, image).map_err(Rejected)?;
+        let lookup = managed::release_parameters(&record, image).map_err(Rejected)?;
         let values = self
             .parameters
-            .get_parameters(&[params.0.clone(), params.1.clone()])
+            .get_parameters(&lookup.parameters())
             .await
             .map_err(retry)?;
-        // A parameter that moved on is the watcher's to record: wait, do not fail.
-        let version = managed::release_version(&values, &params, image).map_err(|e| {
-            if e.contains("waiting for the ami-watcher") {
-                Retry(e)
+        let version = managed::release_version(&values, &lookup).map_err(|e| {
+            if e.retry {
+                Retry(e.message)
             } else {
-                Rejected(e)
+                Rejected(e.message)
             }
         })?;
         Ok(UpdateTarget::ReleaseVersion { version })
