@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs nodecycle locally, no AWS account: starts the fake cloud (moto server + fixtures + a
 # Kubernetes API stand-in per cluster), seeds two clusters with a 6-node Auto Scaling group each
-# on AL2023 v20240807, a golden image and three example pools, then runs the real ami-watcher and
-# rotator handlers (the same code as the Lambdas) through `nodecycle run`:
-#   AWS publishes AL2023 v20241109; the watcher moves the @latest test pool (and the golden pool)
-#   while the pinned prod pool stays; the rotator then replaces the test pool's nodes pass after
-#   pass, never more than its budget ("2") at once, until every node runs the new AMI.
+# on AL2023 v20240807, a golden image, a 3-node managed node group (prod/golden) on a launch
+# template naming that image, and three example pools, then runs the real ami-watcher and rotator
+# handlers (the same code as the Lambdas) through `nodecycle run`:
+#   AWS publishes AL2023 v20241109 and the image pipeline a new golden image; the watcher moves
+#   the @latest test pool and the golden pool while the pinned prod pool stays; the rotator then
+#   replaces the test pool's nodes pass after pass, never more than its budget ("2") at once, and
+#   rolls the golden node group with UpdateNodegroupConfig (maxUnavailable = its budget, 1) and
+#   UpdateNodegroupVersion (a new launch template version), followed with DescribeUpdate, until
+#   every node of both runs its new AMI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -34,6 +38,7 @@ control=$(printf '%s' "$ready" | "$NODECYCLE_PYTHON" -c 'import json,sys; print(
 export AWS_ENDPOINT_URL="$aws" AWS_REGION=us-east-2 AWS_DEFAULT_REGION=us-east-2 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
 unset AWS_PROFILE AWS_SESSION_TOKEN
 export NODECYCLE_CONTROL="$control" NODECYCLE_TABLE=nodecycle-demo NODECYCLE_LOG=warn
+export NODECYCLE_DEMO_STATE="$workdir/summary-state.json"
 echo "==> fake cloud at $aws" >&2
 
 summary() { "$NODECYCLE_PYTHON" scripts/demo_seed.py summary; }
@@ -63,16 +68,24 @@ echo "==> Parameter Store Change for /golden/eks/al2023/x86_64 (already applied 
 echo "==> what the rotator will do for test/general (nodecycle plan changes nothing)"
 "$NODECYCLE" plan examples/test-general.yaml 2>/dev/null | "$NODECYCLE_PYTHON" -c 'import json,sys; p=json.load(sys.stdin); print("   allowed:", p["allowed"], "| candidates:", len(p["candidates"]), "| blocked:", p["blocked"])'
 
+echo "==> what the rotator will do for prod/golden, a managed node group"
+"$NODECYCLE" plan examples/prod-golden.yaml 2>/dev/null | "$NODECYCLE_PYTHON" -c 'import json,sys; p=json.load(sys.stdin); print("   allowed:", p["allowed"], "| drifted:", p["drifted"], "| update:", p["update"], p.get("image", ""), "maxUnavailable", p.get("maxUnavailable"))'
+
+converged() {
+  "$NODECYCLE_PYTHON" scripts/demo_seed.py converged test-general 6 &&
+    "$NODECYCLE_PYTHON" scripts/demo_seed.py converged-nodegroup prod golden 3
+}
 echo "==> rotator passes (every minute in AWS; back to back here)"
+passes=0
 for pass in $(seq 1 40); do
   echo "-- pass $pass"
+  passes=$pass
   "$NODECYCLE" run rotator --event events/scheduled-tick.json | summary
   sleep 0.5
-  if "$NODECYCLE_PYTHON" scripts/demo_seed.py converged test-general 6 >/dev/null; then
+  if converged >/dev/null; then
     break
   fi
 done
-echo "==> summary"
-"$NODECYCLE_PYTHON" scripts/demo_seed.py converged test-general 6 || { echo "did not converge" >&2; exit 1; }
+echo "==> summary after $passes rotator passes"
+converged || { echo "did not converge" >&2; exit 1; }
 echo "   prod/general stays pinned to v20240807 (its nodes are current: nothing to rotate)"
-echo "   prod/golden is a managed node group: resolved, not rotated by this version"

@@ -1,9 +1,12 @@
 """Seeds the local fake cloud for `scripts/demo.sh`: EKS clusters, public AL2023 AMIs published
-the way AWS publishes them (image + /aws/service/... parameter), a golden image parameter, the
-example policies, and the state table created from template.yaml's own definition.
+the way AWS publishes them (image + /aws/service/... parameter), a golden image parameter, a
+self-managed Auto Scaling group per cluster, a managed node group on a customer launch template
+(prod/golden), the example policies, and the state table created from template.yaml's own definition.
 
-Usage: demo_seed.py seed | converged <group> <size> | publish <release> <created> | golden <name> <created> | summary | explain
-Environment: AWS_ENDPOINT_URL (moto), NODECYCLE_CONTROL (fake cloud control URL), NODECYCLE_TABLE.
+Usage: demo_seed.py seed | converged <group> <size> | converged-nodegroup <cluster> <nodegroup> <size>
+       | publish <release> <created> | golden <name> <created> | summary | explain
+Environment: AWS_ENDPOINT_URL (moto), NODECYCLE_CONTROL (fake cloud control URL), NODECYCLE_TABLE,
+NODECYCLE_DEMO_STATE (optional: file where `summary` remembers which EKS calls it already showed).
 """
 
 import json
@@ -44,6 +47,7 @@ def golden(name, created):
     image = control("register_image", name=name, architecture="x86_64", owner_id="self", creation_date=created)["image_id"]
     control("put_parameter", name="/golden/eks/al2023/x86_64", value=image)
     print(f"  golden image {name} = {image} -> /golden/eks/al2023/x86_64")
+    return image
 
 
 def table_from_template():
@@ -85,6 +89,38 @@ def group(name, cluster, image, size):
     print(f"  group {name}: {size} nodes on {image}, registered in cluster {cluster}")
 
 
+def managed_group(name, cluster, template, image, size):
+    """A managed node group on a customer launch template `template` (version 1 names `image`):
+    EKS copies it into its own template and runs the group's Auto Scaling group on it. The cluster's
+    Kubernetes stand-in follows every instance tagged for the cluster, so the node group's nodes
+    register now and its replacements as EKS's waves launch them. The group was created with
+    updateConfig maxUnavailablePercentage 50 (2 of 3 nodes at once): nodecycle narrows it to the
+    pool's budget before it starts an update."""
+    boto3.client("ec2").create_launch_template(
+        LaunchTemplateName=template,
+        LaunchTemplateData={"ImageId": image, "InstanceType": "m5.large"},
+        TagSpecifications=[{"ResourceType": "launch-template", "Tags": [{"Key": "eks:cluster-name", "Value": cluster}]}],
+    )
+    control("sync_nodes", cluster=cluster, ready=True)
+    created = control(
+        "create_nodegroup",
+        cluster=cluster,
+        nodegroup=name,
+        size=size,
+        max=size + 3,
+        launchTemplate={"name": template, "version": "1"},
+        maxUnavailablePercentage=50,
+    )
+    print(
+        f"  managed node group {name}: {size} nodes on launch template {template} version 1 ({image}),"
+        f" amiType {created['amiType']}, updateConfig maxUnavailablePercentage 50, registered in cluster {cluster}"
+    )
+
+
+def describe_nodegroup(cluster, name):
+    return boto3.client("eks").describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
+
+
 def images(name):
     asg = boto3.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
     ids = [i["InstanceId"] for i in asg["Instances"]]
@@ -105,18 +141,63 @@ def converged(name, size):
     sys.exit(0 if len(got) == int(size) and on_new == len(got) else 1)
 
 
+def version_update(cluster, name):
+    """The node group's last version update (fake EKS's record) and its waves."""
+    calls = control("nodegroup_calls", cluster=cluster, nodegroup=name)
+    updates = [u for u in calls["updates"] if u["type"] == "VersionUpdate"]
+    if not updates:
+        return None, []
+    u = updates[-1]
+    return u, [w for w in calls["waves"] if w["updateId"] == u["id"]]
+
+
+def target(update):
+    """What the update moved the group to; for a launch template version, the image it names."""
+    p = {x["type"]: x["value"] for x in update["params"]}
+    if "LaunchTemplateVersion" not in p:
+        return f"releaseVersion {p.get('ReleaseVersion')}"
+    name, new = p.get("LaunchTemplateName"), int(p["LaunchTemplateVersion"])
+    versions = boto3.client("ec2").describe_launch_template_versions(
+        LaunchTemplateName=name, Versions=[str(new - 1), str(new)]
+    )["LaunchTemplateVersions"]
+    image = {v["VersionNumber"]: v["LaunchTemplateData"].get("ImageId") for v in versions}
+    return f"launch template {name} version {new} (ImageId {image.get(new - 1)} -> {image.get(new)})"
+
+
+def converged_nodegroup(cluster, name, size):
+    """Exit 0 when managed node group `name` has `size` instances, all on the golden image, and its
+    version update finished (Successful, node group ACTIVE)."""
+    want = boto3.client("ssm").get_parameter(Name="/golden/eks/al2023/x86_64")["Parameter"]["Value"]
+    ng = describe_nodegroup(cluster, name)
+    got = images(ng["resources"]["autoScalingGroups"][0]["name"])
+    on_new = sum(1 for i in got if i == want)
+    update, waves = version_update(cluster, name)
+    lt = ng.get("launchTemplate") or {}
+    print(f"   {cluster}/{name}: {on_new}/{len(got)} nodes on {want}, node group {ng['status']} on launch template {lt.get('name')} version {lt.get('version')}")
+    if update is not None:
+        config = json.dumps(ng.get("updateConfig"), separators=(",", ":"))
+        widest = max((len(w["terminated"]) for w in waves), default=0)
+        print(
+            f"   {cluster}/{name}: node group update {update['id'][:8]} {update['status']}: {target(update)},"
+            f" updateConfig {config}, {len(waves)} wave(s) of at most {widest} node(s)"
+        )
+    done = update is not None and update["status"] == "Successful" and ng["status"] == "ACTIVE"
+    sys.exit(0 if done and len(got) == int(size) and on_new == len(got) else 1)
+
+
 def seed():
     for cluster in ("prod", "test"):
         control("create_cluster", name=cluster, version="1.30")
         control("create_kube", cluster=cluster)
     print("  clusters prod and test on Kubernetes 1.30, each with a Kubernetes API stand-in")
     publish("1.30", "v20240807", "2024-08-07T12:00:00Z")
-    golden("golden-eks-al2023-2024.08.01", "2024-08-01T09:00:00Z")
+    first_golden = golden("golden-eks-al2023-2024.08.01", "2024-08-01T09:00:00Z")
     old = boto3.client("ssm").get_parameter(
         Name="/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard/recommended/image_id"
     )["Parameter"]["Value"]
     group("prod-general", "prod", old, 6)
     group("test-general", "test", old, 6)
+    managed_group("golden", "prod", "prod-golden", first_golden, 3)
     ssm = boto3.client("ssm")
     for example in ("prod-general", "test-general", "prod-golden"):
         with open(os.path.join(ROOT, "examples", f"{example}.yaml")) as f:
@@ -127,6 +208,76 @@ def seed():
         print(f"  policy examples/{example}.yaml -> {name}")
     table_from_template()
     print(f"  state table {os.environ['NODECYCLE_TABLE']} (definition read from template.yaml)")
+
+
+def managed_node_group(pool):
+    """The managed node group of pool `<cluster>/<name>`, from its policy; None for an Auto
+    Scaling group pool."""
+    try:
+        text = boto3.client("ssm").get_parameter(Name=f"/nodecycle/pools/{pool}")["Parameter"]["Value"]
+    except Exception:  # noqa: BLE001 - no policy: not shown as a node group
+        return None
+    return ((yaml.safe_load(text) or {}).get("nodeGroup") or {}).get("managedNodeGroup")
+
+
+def eks_calls(cluster, name):
+    """One line per EKS call the rotator made on managed node group `name` since the last summary
+    (remembered in NODECYCLE_DEMO_STATE), from the fake EKS's call log and waves."""
+    state_file = os.environ.get("NODECYCLE_DEMO_STATE")
+    state = {}
+    if state_file and os.path.exists(state_file):
+        with open(state_file) as f:
+            state = json.load(f)
+    key = f"{cluster}/{name}"
+    log = control("nodegroup_calls", cluster=cluster, nodegroup=name)
+    updates = [u for u in log["updates"] if u["type"] == "VersionUpdate"]
+    lines, started, described = [], 0, {}
+    for n, call in enumerate(log["calls"]):
+        op, body, status = call["op"], call["body"] or {}, call["status"]
+        if status != 200:
+            line = f"EKS {op}: HTTP {status}"
+        elif op == "UpdateNodegroupConfig":
+            line = f"EKS UpdateNodegroupConfig: updateConfig {json.dumps(body.get('updateConfig'), separators=(',', ':'))}"
+        elif op == "UpdateNodegroupVersion":
+            u = updates[min(started, len(updates) - 1)]
+            started += 1
+            if body.get("launchTemplate"):
+                lt = body["launchTemplate"]
+                what = f"launch template {lt.get('name') or lt.get('id')} version {lt.get('version')}"
+            else:
+                what = f"releaseVersion {body.get('releaseVersion')}"
+            line = f"EKS UpdateNodegroupVersion: {what} -> update {u['id'][:8]}"
+        elif op == "DescribeUpdate":
+            u = next((u for u in updates if u["id"] == body.get("updateId")), None)
+            if u is None:
+                line = f"EKS DescribeUpdate {body.get('updateId')}"
+            else:
+                k = described[u["id"]] = described.get(u["id"], -1) + 1
+                waves = [w for w in log["waves"] if w["updateId"] == u["id"]]
+                if k < len(waves):
+                    w = waves[k]
+                    line = (
+                        f"EKS DescribeUpdate {u['id'][:8]}: InProgress, wave {k + 1} replaced "
+                        f"{', '.join(w['terminated'])} by {', '.join(w['launched'])} on {w['image']}"
+                    )
+                else:
+                    errors = "; ".join(e.get("errorMessage", "") for e in u["errors"])
+                    line = f"EKS DescribeUpdate {u['id'][:8]}: {u['status']}" + (f" ({errors})" if errors else "")
+        else:
+            line = f"EKS {op}"
+        if n >= state.get(key, 0):
+            lines.append(line)
+    state[key] = len(log["calls"])
+    if state_file:
+        with open(state_file, "w") as f:
+            json.dump(state, f)
+    # The last line tells how far the group is: nodes on the image the last update rolls out.
+    want = next((w["image"] for w in reversed(log["waves"]) if updates and w["updateId"] == updates[-1]["id"]), None)
+    if lines and want:
+        ng = describe_nodegroup(cluster, name)
+        got = images(ng["resources"]["autoScalingGroups"][0]["name"])
+        lines[-1] += f"; {sum(1 for i in got if i == want)}/{len(got)} nodes on {want}"
+    return lines
 
 
 def summary():
@@ -141,10 +292,14 @@ def summary():
                 head += f"  launch template -> {p['launchTemplate']}"
             print(head)
             for i in p["started"]:
-                print(f"     start rotation of {i}")
+                print(f"     start {i}" if i.startswith("node group update") else f"     start rotation of {i}")
+            ng = managed_node_group(p["pool"])
+            calls = eks_calls(p["pool"].split("/")[0], ng) if ng else []
+            for line in calls:
+                print(f"     {line}")
             for step in p["steps"]:
                 print(f"     {step}")
-            if p.get("blocked") and not p["steps"] and not p["started"] and p.get("allowed") is None:
+            if p.get("blocked") and not p["steps"] and not p["started"] and (p.get("allowed") is None or (ng and not calls)):
                 print(f"     waiting: {p['blocked']}")
             for e in p["errors"]:
                 print(f"     error: {e}")
@@ -174,6 +329,8 @@ if __name__ == "__main__":
         publish("1.30", sys.argv[2], sys.argv[3])
     elif cmd == "converged":
         converged(sys.argv[2], sys.argv[3])
+    elif cmd == "converged-nodegroup":
+        converged_nodegroup(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "summary":
         summary()
     elif cmd == "explain":
