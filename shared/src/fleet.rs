@@ -155,7 +155,9 @@ pub trait GroupOps: Send + Sync {
         decrement: bool,
     ) -> Result<(), crate::port::PortError>;
     /// Makes every new instance of the group launch `image`: a new launch template version from
-    /// the current one with only the image changed, and the group pointed at it. Returns the
-    /// new version number.
+    /// the one the group uses, with only the image changed (none when it already launches
+    /// `image`). A group on `$Latest` needs nothing more; on `$Default` the new version becomes
+    /// the template's default; on a pinned version the group (or its mixed instances policy,
+    /// overrides kept) is pointed at it. Returns the version number now in use.
     async fn set_image(&self, group: &str, image: &str) -> Result<String, crate::port::PortError>;
 }

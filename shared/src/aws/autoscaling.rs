@@ -1,7 +1,9 @@
 //! Auto Scaling adapter for [`GroupOps`]: self-managed node groups.
 
 use async_trait::async_trait;
-use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
+use aws_sdk_autoscaling::types::{
+    LaunchTemplate, LaunchTemplateSpecification, MixedInstancesPolicy,
+};
 use chrono::{DateTime, Utc};
 
 use super::port_error;
@@ -181,23 +183,66 @@ impl GroupOps for AutoScaling {
             )
         })?;
         let (version, created) = template::with_image(&self.ec2, &t, image).await?;
-        let template_id = version.template_id;
-        let version = version.number.to_string();
-        if !created {
-            return Ok(version);
+        let number = version.number.to_string();
+        match t.version.as_str() {
+            // The group launches the newest version: the new one is already in use.
+            "$Latest" => {}
+            // The group follows the default version: move the default, leave the group alone.
+            "$Default" if created => {
+                template::make_default(&self.ec2, &version.template_id, &number).await?;
+            }
+            "$Default" => {}
+            // A pinned version: point the group (or its mixed instances policy) at the new one.
+            pinned if pinned != number => {
+                self.point_group_at(&g, &version.template_id, &number)
+                    .await?;
+            }
+            _ => {}
         }
-        self.autoscaling
+        Ok(number)
+    }
+}
+
+impl AutoScaling {
+    /// Points `g` at version `number` of template `template_id`, keeping a mixed instances
+    /// policy's overrides and instances distribution as they are.
+    async fn point_group_at(
+        &self,
+        g: &aws_sdk_autoscaling::types::AutoScalingGroup,
+        template_id: &str,
+        number: &str,
+    ) -> Result<(), PortError> {
+        let spec = LaunchTemplateSpecification::builder()
+            .launch_template_id(template_id)
+            .version(number)
+            .build();
+        let mut call = self
+            .autoscaling
             .update_auto_scaling_group()
-            .auto_scaling_group_name(group)
-            .launch_template(
-                LaunchTemplateSpecification::builder()
-                    .launch_template_id(&template_id)
-                    .version(&version)
-                    .build(),
-            )
-            .send()
+            .auto_scaling_group_name(g.auto_scaling_group_name().unwrap_or_default());
+        call = match g.mixed_instances_policy() {
+            Some(mip) if g.launch_template().is_none() => {
+                let overrides = mip
+                    .launch_template()
+                    .map(|lt| lt.overrides().to_vec())
+                    .filter(|o| !o.is_empty());
+                call.mixed_instances_policy(
+                    MixedInstancesPolicy::builder()
+                        .launch_template(
+                            LaunchTemplate::builder()
+                                .launch_template_specification(spec)
+                                .set_overrides(overrides)
+                                .build(),
+                        )
+                        .set_instances_distribution(mip.instances_distribution().cloned())
+                        .build(),
+                )
+            }
+            _ => call.launch_template(spec),
+        };
+        call.send()
             .await
             .map_err(|e| port_error("autoscaling:UpdateAutoScalingGroup", e))?;
-        Ok(version)
+        Ok(())
     }
 }

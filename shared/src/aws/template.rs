@@ -96,3 +96,18 @@ pub(crate) async fn with_image(
         true,
     ))
 }
+
+/// Makes version `number` the default version of template `template_id` (ModifyLaunchTemplate).
+pub(crate) async fn make_default(
+    ec2: &aws_sdk_ec2::Client,
+    template_id: &str,
+    number: &str,
+) -> Result<(), PortError> {
+    ec2.modify_launch_template()
+        .launch_template_id(template_id)
+        .default_version(number)
+        .send()
+        .await
+        .map_err(|e| port_error("ec2:ModifyLaunchTemplate", e))?;
+    Ok(())
+}
