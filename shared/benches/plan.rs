@@ -164,7 +164,9 @@ fn bench(c: &mut Criterion) {
             |b| {
                 b.iter(|| {
                     for s in black_box(&pools) {
-                        black_box(nodecycle::plan::managed::plan_managed(s, None, now));
+                        black_box(nodecycle::plan::managed::plan_managed(
+                            s, None, "ACTIVE", now,
+                        ));
                     }
                 })
             },

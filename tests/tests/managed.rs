@@ -690,3 +690,31 @@ async fn an_update_eks_no_longer_knows_halts_instead_of_waiting_forever() {
     assert!(halted.contains("no longer reports"), "{halted}");
     assert!(p.bodies("UpdateNodegroupVersion").is_empty());
 }
+
+#[tokio::test]
+async fn an_update_started_outside_nodecycle_blocks_every_start() {
+    let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    let t0 = at("2026-12-01T10:00:00Z");
+    publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    // Someone clicks "Update now" in the console.
+    p.adapters
+        .clients
+        .eks
+        .update_nodegroup_version()
+        .cluster_name("prod")
+        .nodegroup_name("general")
+        .release_version(NEW_RELEASE)
+        .send()
+        .await
+        .unwrap();
+    let report = p.pass(t0).await;
+    let blocked = report["pools"][0]["blocked"].as_str().unwrap_or_default();
+    assert!(blocked.contains("UPDATING, not ACTIVE"), "{report}");
+    assert!(
+        p.update().await.is_none(),
+        "nodecycle recorded no update of its own"
+    );
+    assert_eq!(p.bodies("UpdateNodegroupVersion").len(), 1);
+    assert!(p.bodies("UpdateNodegroupConfig").is_empty());
+}

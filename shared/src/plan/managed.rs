@@ -7,6 +7,9 @@
 //! launch template action (EKS owns that template) and without drift starts.
 //!
 //! Rules, in order:
+//! 0. A node group that is not `ACTIVE` while nodecycle runs no update of its own (someone
+//!    started an update in the console, EKS is creating or repairing it, it is `DEGRADED`):
+//!    nothing starts, in-flight rotations still advance.
 //! 1. An update that is not finished (`Starting` or `InProgress`) continues; no node-level
 //!    rotation starts meanwhile (both would replace nodes of the same group), in-flight ones
 //!    still advance. EKS cannot pause an update: if the Drifted budget closes meanwhile the
@@ -63,10 +66,12 @@ pub struct ManagedPlan {
 
 /// Plans one pass for a managed node group pool. `snapshot.group` is its Auto Scaling group,
 /// with `launch_template_image` = the AMI the node group launches now (`None` = unknown);
-/// `update` is the pool's update record as last observed (after `DescribeUpdate`).
+/// `update` is the pool's update record as last observed (after `DescribeUpdate`);
+/// `status` is the node group's `DescribeNodegroup` status.
 pub fn plan_managed(
     snapshot: &Snapshot,
     update: Option<&ManagedUpdate>,
+    status: &str,
     now: DateTime<Utc>,
 ) -> ManagedPlan {
     let mut base = plan(snapshot, now);
@@ -114,7 +119,16 @@ pub fn plan_managed(
             .any(|d| d.message.starts_with("not starting: snapshot lists"));
 
     let running = update.filter(|u| !u.phase.is_finished());
-    let action = if let Some(u) = running {
+    let action = if running.is_none() && status != "ACTIVE" {
+        drop_starts(&mut base, snapshot);
+        let why = format!(
+            "node group is {status}, not ACTIVE, and no update of nodecycle's is running: nothing starts until it is ACTIVE"
+        );
+        base.decisions
+            .push(Decision::pool(format!("not starting: {why}")));
+        base.blocked = Some(why);
+        UpdateAction::None
+    } else if let Some(u) = running {
         drop_starts(&mut base, snapshot);
         let id = u.update_id.as_deref().unwrap_or("(starting)");
         let why = format!(
@@ -261,6 +275,7 @@ mod tests {
         update: Option<Phase>,
         rotations: Vec<crate::rotation::Rotation>,
         gate: Option<&'static str>,
+        status: &'static str,
         want: UpdateAction,
         blocked: Option<&'static str>,
     }
@@ -286,6 +301,7 @@ mod tests {
                 update: None,
                 rotations: vec![],
                 gate: None,
+                status: "ACTIVE",
                 want: start(2),
                 blocked: None,
             },
@@ -298,6 +314,7 @@ mod tests {
                 update: None,
                 rotations: vec![],
                 gate: None,
+                status: "ACTIVE",
                 want: start(3),
                 blocked: None,
             },
@@ -310,6 +327,7 @@ mod tests {
                 update: None,
                 rotations: vec![],
                 gate: None,
+                status: "ACTIVE",
                 want: start(100),
                 blocked: None,
             },
@@ -322,6 +340,7 @@ mod tests {
                 update: None,
                 rotations: vec![],
                 gate: None,
+                status: "ACTIVE",
                 want: UpdateAction::None,
                 blocked: Some("until 2026-12-05T13:00:00Z"),
             },
@@ -334,6 +353,7 @@ mod tests {
                 update: None,
                 rotations: vec![],
                 gate: None,
+                status: "ACTIVE",
                 want: UpdateAction::None,
                 blocked: None,
             },
@@ -346,6 +366,7 @@ mod tests {
                 update: None,
                 rotations: vec![],
                 gate: None,
+                status: "ACTIVE",
                 want: start(2),
                 blocked: None,
             },
@@ -358,6 +379,7 @@ mod tests {
                 update: Some(Phase::InProgress),
                 rotations: vec![],
                 gate: None,
+                status: "UPDATING",
                 want: UpdateAction::Continue,
                 blocked: Some("u-1"),
             },
@@ -370,6 +392,7 @@ mod tests {
                 update: Some(Phase::Starting),
                 rotations: vec![],
                 gate: None,
+                status: "UPDATING",
                 want: UpdateAction::Continue,
                 blocked: Some("in progress"),
             },
@@ -382,6 +405,7 @@ mod tests {
                 update: Some(Phase::Successful),
                 rotations: vec![],
                 gate: None,
+                status: "ACTIVE",
                 want: start(2),
                 blocked: None,
             },
@@ -394,6 +418,7 @@ mod tests {
                 update: Some(Phase::Failed),
                 rotations: vec![],
                 gate: Some("halted"),
+                status: "ACTIVE",
                 want: UpdateAction::None,
                 blocked: Some("halted"),
             },
@@ -406,6 +431,7 @@ mod tests {
                 update: None,
                 rotations: vec![],
                 gate: Some("paused"),
+                status: "ACTIVE",
                 want: UpdateAction::None,
                 blocked: Some("paused"),
             },
@@ -418,6 +444,7 @@ mod tests {
                 update: None,
                 rotations: vec![],
                 gate: Some("unresolved"),
+                status: "ACTIVE",
                 want: UpdateAction::None,
                 blocked: Some("unresolved"),
             },
@@ -430,8 +457,35 @@ mod tests {
                 update: None,
                 rotations: vec![rotation("i-o0", RotationReason::Expired, Step::Draining)],
                 gate: None,
+                status: "ACTIVE",
                 want: UpdateAction::None,
                 blocked: Some("waits for 1 node-level rotation"),
+            },
+            Case {
+                name: "someone else's update (UPDATING, no record): nothing starts",
+                budgets: b2,
+                old: 3,
+                new: 0,
+                launches: OLD,
+                update: None,
+                rotations: vec![],
+                gate: None,
+                status: "UPDATING",
+                want: UpdateAction::None,
+                blocked: Some("UPDATING, not ACTIVE"),
+            },
+            Case {
+                name: "DEGRADED: nothing starts",
+                budgets: b2,
+                old: 0,
+                new: 3,
+                launches: NEW,
+                update: None,
+                rotations: vec![],
+                gate: None,
+                status: "DEGRADED",
+                want: UpdateAction::None,
+                blocked: Some("DEGRADED"),
             },
         ];
         for c in cases {
@@ -444,7 +498,7 @@ mod tests {
                 _ => {}
             }
             let u = c.update.map(update);
-            let p = plan_managed(&s, u.as_ref(), now());
+            let p = plan_managed(&s, u.as_ref(), c.status, now());
             assert_eq!(p.update, c.want, "{}: {:?}", c.name, p.plan.decisions);
             match c.blocked {
                 Some(want) => {
@@ -486,7 +540,7 @@ mod tests {
         let mut members = fleet(0, 3);
         members[0].launch_time = now() - TimeDelta::hours(800);
         let s = snapshot(budgets("    - nodes: \"1\"\n"), members, vec![]);
-        let p = plan_managed(&s, None, now());
+        let p = plan_managed(&s, None, "ACTIVE", now());
         assert_eq!(p.update, UpdateAction::None);
         assert_eq!(starts(&p), 1, "{:?}", p.plan.decisions);
     }
@@ -507,7 +561,7 @@ mod tests {
             vec![draining, queued],
         );
         let u = update(Phase::InProgress);
-        let p = plan_managed(&s, Some(&u), now());
+        let p = plan_managed(&s, Some(&u), "UPDATING", now());
         let advanced: Vec<&str> = p
             .plan
             .actions
@@ -524,7 +578,7 @@ mod tests {
     fn serializes_the_update_beside_the_plan() {
         let mut s = snapshot(budgets("    - nodes: \"2\"\n"), fleet(2, 0), vec![]);
         s.group.launch_template_image = Some(OLD.into());
-        let v = serde_json::to_value(plan_managed(&s, None, at("2026-12-05T12:00:00Z")))
+        let v = serde_json::to_value(plan_managed(&s, None, "ACTIVE", at("2026-12-05T12:00:00Z")))
             .unwrap_or_default();
         assert_eq!(v["update"], "start", "{v}");
         assert_eq!(v["maxUnavailable"], 2, "{v}");

@@ -159,7 +159,14 @@ impl RotatorHandler {
         let update = self
             .follow_update(&cluster, name, snapshot, now, persist)
             .await?;
-        let plan = plan_managed(snapshot, update.as_ref().map(|v| &v.value), now);
+        // After following the update: a finished one has moved the group back to ACTIVE.
+        let status = self
+            .managed
+            .describe(&cluster, name)
+            .await
+            .map_err(|e| e.to_string())?
+            .status;
+        let plan = plan_managed(snapshot, update.as_ref().map(|v| &v.value), &status, now);
         Ok((plan, update))
     }
 
