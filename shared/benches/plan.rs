@@ -165,7 +165,13 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     for s in black_box(&pools) {
                         black_box(nodecycle::plan::managed::plan_managed(
-                            s, None, "ACTIVE", now,
+                            s,
+                            &nodecycle::plan::managed::NodeGroupState {
+                                update: None,
+                                status: "ACTIVE",
+                                wave: std::time::Duration::from_secs(600),
+                            },
+                            now,
                         ));
                     }
                 })

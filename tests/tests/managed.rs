@@ -209,6 +209,17 @@ async fn a_new_release_rolls_through_the_node_group_within_budget() {
     let report = p.watcher.handle(&json!({}), t0).await.unwrap();
     assert_eq!(report["pools"][0]["desired"], new.as_str(), "{report}");
 
+    // Ten minutes before the window: 5 nodes at 2 = 3 waves of 10m would run into it, and EKS
+    // cannot pause an update: wait for the window after it.
+    let report = p.pass(at("2026-11-30T23:50:00Z")).await;
+    let blocked = report["pools"][0]["blocked"].as_str().unwrap_or_default();
+    assert!(
+        blocked.contains("EKS cannot pause")
+            && blocked.contains("waiting for the window opening at 2026-12-01T01:00:00Z"),
+        "{report}"
+    );
+    assert!(p.update().await.is_none());
+
     // Inside the nightly "0" window: no update starts, and the plan says until when.
     let report = p.pass(t0).await;
     let blocked = report["pools"][0]["blocked"].as_str().unwrap_or_default();

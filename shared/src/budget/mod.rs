@@ -156,6 +156,62 @@ pub fn next_change(budget: &Budget, now: DateTime<Utc>) -> Option<DateTime<Utc>>
         .and_then(|w| w.next_change(now, horizon))
 }
 
+/// A stretch of time in which a reason may disrupt at least one node of an undisturbed pool.
+/// A span that starts before the end of the period asked about is followed to its end, even
+/// past the period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// When it opens (or the `from` it was asked from, if already open then).
+    pub start: DateTime<Utc>,
+    /// When it closes; `None` = never (no budget change ahead closes it).
+    pub end: Option<DateTime<Utc>>,
+}
+
+impl Span {
+    /// Its length; `None` = unbounded.
+    pub fn length(&self) -> Option<TimeDelta> {
+        self.end.map(|e| e - self.start)
+    }
+}
+
+/// The spans in `[from, until]` during which `reason` allows at least one disruption in a pool
+/// of `total` nodes with nothing disrupted (the budgets' cap is above 0), in order. Walks the
+/// budgets' changes (at most 512), so cost grows with the number of window edges in the period.
+pub fn open_spans(
+    budgets: &[Budget],
+    reason: Reason,
+    total: u32,
+    from: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Vec<Span> {
+    let mut spans = Vec::new();
+    let mut open: Option<DateTime<Utc>> = None;
+    let mut t = from;
+    for _ in 0..512 {
+        let a = evaluate(budgets, reason, total, 0, t);
+        match (a.allowed > 0, open) {
+            (true, None) => open = Some(t),
+            (false, Some(start)) => {
+                spans.push(Span {
+                    start,
+                    end: Some(t),
+                });
+                open = None;
+            }
+            _ => {}
+        }
+        match a.next_change {
+            // Past `until`, follow an open span to its end only.
+            Some(next) if next <= until || open.is_some() => t = next,
+            _ => break,
+        }
+    }
+    if let Some(start) = open {
+        spans.push(Span { start, end: None });
+    }
+    spans
+}
+
 /// The allowance for one reason. Serializes as
 /// `{"reason","total","disrupting","allowed","limitedBy","nextChange"}` with `nextChange` in
 /// RFC 3339 UTC, seconds precision, `Z` suffix (or null).

@@ -1598,3 +1598,79 @@ mod properties {
         }
     }
 }
+
+mod spans {
+    use super::*;
+
+    #[test]
+    fn open_spans_follow_the_window_edges() {
+        // Always 2, but 0 from 09:00 for 9 hours (UTC): open 18:00 -> 09:00 the next day.
+        let budgets =
+            valid("- nodes: \"2\"\n- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 9h\n");
+        let from = at("2026-12-05T08:30:00Z");
+        let spans = open_spans(
+            &budgets,
+            Reason::Drifted,
+            10,
+            from,
+            from + TimeDelta::days(2),
+        );
+        assert_eq!(
+            spans,
+            vec![
+                Span {
+                    start: from,
+                    end: Some(at("2026-12-05T09:00:00Z"))
+                },
+                Span {
+                    start: at("2026-12-05T18:00:00Z"),
+                    end: Some(at("2026-12-06T09:00:00Z"))
+                },
+                Span {
+                    start: at("2026-12-06T18:00:00Z"),
+                    end: Some(at("2026-12-07T09:00:00Z")), // followed past the period
+                },
+            ]
+        );
+        assert_eq!(spans[1].length(), Some(TimeDelta::hours(15)));
+        // Inside the freeze: the first span opens at 18:00.
+        let spans = open_spans(
+            &budgets,
+            Reason::Drifted,
+            10,
+            at("2026-12-05T12:00:00Z"),
+            at("2026-12-05T20:00:00Z"),
+        );
+        assert_eq!(
+            spans,
+            vec![Span {
+                start: at("2026-12-05T18:00:00Z"),
+                end: Some(at("2026-12-06T09:00:00Z"))
+            }]
+        );
+        // Without windows: one span, open throughout; a "0" budget: none.
+        assert_eq!(
+            open_spans(
+                &valid("- nodes: \"1\"\n"),
+                Reason::Drifted,
+                3,
+                from,
+                from + TimeDelta::days(1)
+            ),
+            vec![Span {
+                start: from,
+                end: None
+            }]
+        );
+        assert!(
+            open_spans(
+                &valid("- nodes: \"0\"\n"),
+                Reason::Drifted,
+                3,
+                from,
+                from + TimeDelta::days(1)
+            )
+            .is_empty()
+        );
+    }
+}

@@ -18,11 +18,16 @@
 //! 3. When nodes run another image than the desired AMI, or the group launches another image:
 //!    - node-level rotations still in flight: wait for them;
 //!    - `allowed(Drifted) == 0`: wait (the budget message says until when);
+//!    - the update would outlast the open Drifted window (estimate: waves of `maxUnavailable`
+//!      nodes × [`NodeGroupState::wave`]) and a later window within [`FIT_LOOKAHEAD_DAYS`] is
+//!      long enough, or longer than what is left of this one by more than a wave: wait for it
+//!      (EKS cannot pause an update, so starting now would run into the closed window). When no
+//!      window fits, the update starts at the opening of the longest one;
 //!    - otherwise start an update to the desired AMI with `maxUnavailable = allowed(Drifted)`
 //!      (at most [`MAX_UNAVAILABLE_LIMIT`]); no node-level rotation starts in the same pass.
 //! 4. Otherwise the node-level plan stands (minus drift starts, which cannot happen here).
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
 use super::{Action, Decision, Plan, budget_message, plan};
@@ -64,16 +69,28 @@ pub struct ManagedPlan {
     pub update: UpdateAction,
 }
 
+/// Days ahead searched for a Drifted window long enough for an update.
+pub const FIT_LOOKAHEAD_DAYS: i64 = 8;
+
+/// What the planner knows about the node group besides the snapshot.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeGroupState<'a> {
+    /// The pool's update record as last observed (after `DescribeUpdate`).
+    pub update: Option<&'a ManagedUpdate>,
+    /// `DescribeNodegroup` status.
+    pub status: &'a str,
+    /// Expected time for one wave of `maxUnavailable` replacements (surge, drain, terminate).
+    pub wave: std::time::Duration,
+}
+
 /// Plans one pass for a managed node group pool. `snapshot.group` is its Auto Scaling group,
-/// with `launch_template_image` = the AMI the node group launches now (`None` = unknown);
-/// `update` is the pool's update record as last observed (after `DescribeUpdate`);
-/// `status` is the node group's `DescribeNodegroup` status.
+/// with `launch_template_image` = the AMI the node group launches now (`None` = unknown).
 pub fn plan_managed(
     snapshot: &Snapshot,
-    update: Option<&ManagedUpdate>,
-    status: &str,
+    group: &NodeGroupState<'_>,
     now: DateTime<Utc>,
 ) -> ManagedPlan {
+    let (update, status) = (group.update, group.status);
     let mut base = plan(snapshot, now);
     let desired = snapshot.gates.desired_ami.as_deref();
     let drifted = desired.map_or(0, |d| {
@@ -191,15 +208,26 @@ pub fn plan_managed(
             UpdateAction::None
         } else {
             let max_unavailable = base.allowed.drifted.min(MAX_UNAVAILABLE_LIMIT);
-            drop_starts(&mut base, snapshot);
-            base.decisions.push(Decision::pool(format!(
-                "starting the node group update to {d}: {what}; maxUnavailable {max_unavailable} (Drifted budget allows {})",
-                base.allowed.drifted
-            )));
-            base.blocked = None;
-            UpdateAction::Start {
-                image: d.to_string(),
-                max_unavailable,
+            match window_fit(snapshot, &base, drifted, max_unavailable, group.wave, now) {
+                Err(why) => {
+                    base.decisions.push(Decision::pool(format!(
+                        "not starting the node group update: {why}; {what}"
+                    )));
+                    base.blocked = Some(why);
+                    UpdateAction::None
+                }
+                Ok(fit) => {
+                    drop_starts(&mut base, snapshot);
+                    base.decisions.push(Decision::pool(format!(
+                        "starting the node group update to {d}: {what}; maxUnavailable {max_unavailable} (Drifted budget allows {}); {fit}",
+                        base.allowed.drifted
+                    )));
+                    base.blocked = None;
+                    UpdateAction::Start {
+                        image: d.to_string(),
+                        max_unavailable,
+                    }
+                }
             }
         }
     } else {
@@ -210,6 +238,72 @@ pub fn plan_managed(
         drifted,
         update: action,
     }
+}
+
+/// Whether an update of `drifted` nodes, `max_unavailable` at a time, should start now given the
+/// Drifted windows: `Ok(how it fits)` or `Err(why wait)`.
+fn window_fit(
+    snapshot: &Snapshot,
+    base: &Plan,
+    drifted: u32,
+    max_unavailable: u32,
+    wave: std::time::Duration,
+    now: DateTime<Utc>,
+) -> Result<String, String> {
+    let wave = TimeDelta::from_std(wave).unwrap_or(TimeDelta::minutes(10));
+    let waves = drifted.max(1).div_ceil(max_unavailable.max(1));
+    let estimate = wave * i32::try_from(waves).unwrap_or(i32::MAX);
+    let spans = crate::budget::open_spans(
+        &snapshot.policy.budgets,
+        crate::budget::Reason::Drifted,
+        base.total,
+        now,
+        now + TimeDelta::days(FIT_LOOKAHEAD_DAYS),
+    );
+    let needs = format!(
+        "the update needs about {} ({waves} wave(s) of {max_unavailable} x {})",
+        fmt(estimate),
+        fmt(wave)
+    );
+    let Some(close) = spans.first().filter(|s| s.start <= now).and_then(|s| s.end) else {
+        return Ok(format!("{needs}; the Drifted window stays open"));
+    };
+    let remaining = close - now;
+    if remaining >= estimate {
+        return Ok(format!(
+            "{needs}; the Drifted window closes at {}",
+            super::instant(close)
+        ));
+    }
+    // The first later window long enough, else the longest (the earliest of equals).
+    let length = |s: &crate::budget::Span| s.length().unwrap_or(TimeDelta::MAX);
+    let later = || spans.iter().skip(1);
+    let best = later()
+        .find(|s| length(s) >= estimate)
+        .or_else(|| later().reduce(|best, s| if length(s) > length(best) { s } else { best }));
+    match best {
+        Some(b)
+            if b.length()
+                .is_none_or(|l| l >= estimate || l > remaining + wave) =>
+        {
+            Err(format!(
+                "{needs} but the Drifted window closes at {} and EKS cannot pause an update: waiting for the window opening at {}{}",
+                super::instant(close),
+                super::instant(b.start),
+                b.length()
+                    .map(|l| format!(" ({})", fmt(l)))
+                    .unwrap_or_default()
+            ))
+        }
+        _ => Ok(format!(
+            "{needs}, more than any Drifted window in the next {FIT_LOOKAHEAD_DAYS} days: starting at the opening of the longest (it closes at {})",
+            super::instant(close)
+        )),
+    }
+}
+
+fn fmt(d: TimeDelta) -> String {
+    crate::duration::format(d.to_std().unwrap_or_default())
 }
 
 /// Removes every start of the node-level plan: new rotations and releases of queued operator
@@ -256,6 +350,14 @@ mod tests {
         u.phase = phase;
         u.update_id = (phase != Phase::Starting).then(|| "u-1".to_string());
         u
+    }
+
+    fn group<'a>(update: Option<&'a ManagedUpdate>, status: &'a str) -> NodeGroupState<'a> {
+        NodeGroupState {
+            update,
+            status,
+            wave: std::time::Duration::from_secs(600),
+        }
     }
 
     fn starts(p: &ManagedPlan) -> usize {
@@ -498,7 +600,7 @@ mod tests {
                 _ => {}
             }
             let u = c.update.map(update);
-            let p = plan_managed(&s, u.as_ref(), c.status, now());
+            let p = plan_managed(&s, &group(u.as_ref(), c.status), now());
             assert_eq!(p.update, c.want, "{}: {:?}", c.name, p.plan.decisions);
             match c.blocked {
                 Some(want) => {
@@ -540,7 +642,7 @@ mod tests {
         let mut members = fleet(0, 3);
         members[0].launch_time = now() - TimeDelta::hours(800);
         let s = snapshot(budgets("    - nodes: \"1\"\n"), members, vec![]);
-        let p = plan_managed(&s, None, "ACTIVE", now());
+        let p = plan_managed(&s, &group(None, "ACTIVE"), now());
         assert_eq!(p.update, UpdateAction::None);
         assert_eq!(starts(&p), 1, "{:?}", p.plan.decisions);
     }
@@ -561,7 +663,7 @@ mod tests {
             vec![draining, queued],
         );
         let u = update(Phase::InProgress);
-        let p = plan_managed(&s, Some(&u), "UPDATING", now());
+        let p = plan_managed(&s, &group(Some(&u), "UPDATING"), now());
         let advanced: Vec<&str> = p
             .plan
             .actions
@@ -578,11 +680,77 @@ mod tests {
     fn serializes_the_update_beside_the_plan() {
         let mut s = snapshot(budgets("    - nodes: \"2\"\n"), fleet(2, 0), vec![]);
         s.group.launch_template_image = Some(OLD.into());
-        let v = serde_json::to_value(plan_managed(&s, None, "ACTIVE", at("2026-12-05T12:00:00Z")))
-            .unwrap_or_default();
+        let v = serde_json::to_value(plan_managed(
+            &s,
+            &group(None, "ACTIVE"),
+            at("2026-12-05T12:00:00Z"),
+        ))
+        .unwrap_or_default();
         assert_eq!(v["update"], "start", "{v}");
         assert_eq!(v["maxUnavailable"], 2, "{v}");
         assert_eq!(v["drifted"], 2, "{v}");
         assert_eq!(v["allowed"]["Drifted"], 2, "{v}");
+    }
+
+    #[test]
+    fn an_update_starts_only_when_it_fits_the_open_window() {
+        // Business-hours freeze: 0 from 09:00 for 9h UTC, else 2 (open 18:00 -> 09:00).
+        let freeze = "    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 9 * * *\"\n      duration: 9h\n";
+        // Open only 01:00 -> 02:00 (a "0" budget 23h a day from 02:00).
+        let hour = "    - nodes: \"1\"\n    - nodes: \"0\"\n      schedule: \"0 2 * * *\"\n      duration: 23h\n";
+        let cases: Vec<(&str, &str, usize, &str, Option<&str>)> = vec![
+            // 6 drifted / 2 = 3 waves x 10m = 30m, 30m left: starts.
+            ("fits exactly", freeze, 6, "2026-12-05T08:30:00Z", None),
+            // 8 drifted = 40m > 30m left, the evening window is 15h: wait for it.
+            (
+                "waits for the evening",
+                freeze,
+                8,
+                "2026-12-05T08:30:00Z",
+                Some("waiting for the window opening at 2026-12-05T18:00:00Z (15h)"),
+            ),
+            // 10 drifted at 1 = 100m; no window is longer than 1h: start at the opening.
+            (
+                "no window fits: starts at the opening",
+                hour,
+                10,
+                "2026-12-05T01:00:00Z",
+                None,
+            ),
+            // Half an hour in, tomorrow's whole hour is better by more than a wave: wait.
+            (
+                "no window fits: waits for a whole one",
+                hour,
+                10,
+                "2026-12-05T01:30:00Z",
+                Some("waiting for the window opening at 2026-12-06T01:00:00Z (1h)"),
+            ),
+            // Five minutes in (less than a wave lost): start.
+            (
+                "no window fits: a late pass still starts",
+                hour,
+                10,
+                "2026-12-05T01:05:00Z",
+                None,
+            ),
+        ];
+        for (name, b, old, at_, wait) in cases {
+            let mut s = snapshot(budgets(b), fleet(old, 0), vec![]);
+            s.group.launch_template_image = Some(OLD.into());
+            let p = plan_managed(&s, &group(None, "ACTIVE"), at(at_));
+            match wait {
+                None => assert!(
+                    matches!(p.update, UpdateAction::Start { .. }),
+                    "{name}: {:?}",
+                    p.plan.decisions
+                ),
+                Some(why) => {
+                    assert_eq!(p.update, UpdateAction::None, "{name}");
+                    let blocked = p.plan.blocked.unwrap_or_default();
+                    assert!(blocked.contains(why), "{name}: {blocked}");
+                    assert!(blocked.contains("EKS cannot pause"), "{name}: {blocked}");
+                }
+            }
+        }
     }
 }

@@ -12,7 +12,7 @@ use super::{PoolCtx, PoolReport, RotatorHandler, log_decisions};
 use crate::fleet::Snapshot;
 use crate::kube::NodeOps;
 use crate::managed::{self, ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
-use crate::plan::managed::{ManagedPlan, UpdateAction, plan_managed};
+use crate::plan::managed::{ManagedPlan, NodeGroupState, UpdateAction, plan_managed};
 use crate::policy::Policy;
 use crate::port::ErrorKind;
 use crate::state::{self, RecordedError, Versioned};
@@ -166,7 +166,12 @@ impl RotatorHandler {
             .await
             .map_err(|e| e.to_string())?
             .status;
-        let plan = plan_managed(snapshot, update.as_ref().map(|v| &v.value), &status, now);
+        let group = NodeGroupState {
+            update: update.as_ref().map(|v| &v.value),
+            status: &status,
+            wave: self.settings.node_group_wave,
+        };
+        let plan = plan_managed(snapshot, &group, now);
         Ok((plan, update))
     }
 

@@ -90,6 +90,10 @@ pub struct Settings {
     pub lease: Duration,
     /// Stop starting steps when less than this is left of the invocation (default 20s).
     pub reserve: Duration,
+    /// Expected time of one wave of a managed node group update (`NODECYCLE_NODEGROUP_WAVE`,
+    /// default 10m): an update starts only if its waves fit the open Drifted window (or no
+    /// window in the next days is longer).
+    pub node_group_wave: Duration,
 }
 
 impl Default for Settings {
@@ -99,6 +103,7 @@ impl Default for Settings {
             drain_step: Duration::from_secs(20),
             lease: Duration::from_secs(5 * 60),
             reserve: Duration::from_secs(20),
+            node_group_wave: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -111,6 +116,7 @@ impl Settings {
             ("NODECYCLE_REPLACEMENT_TIMEOUT", &mut s.replacement_timeout),
             ("NODECYCLE_DRAIN_STEP", &mut s.drain_step),
             ("NODECYCLE_LEASE", &mut s.lease),
+            ("NODECYCLE_NODEGROUP_WAVE", &mut s.node_group_wave),
         ] {
             if let Ok(text) = std::env::var(var) {
                 *field = crate::duration::parse(&text).map_err(|e| HandlerError {
