@@ -179,7 +179,7 @@ def converged_nodegroup(cluster, name, size):
         widest = max((len(w["terminated"]) for w in waves), default=0)
         print(
             f"   {cluster}/{name}: node group update {update['id'][:8]} {update['status']}: {target(update)},"
-            f" updateConfig {config}, {len(waves)} wave(s) of at most {widest} node(s)"
+            f" {len(waves)} wave(s) of at most {widest} node(s); the group's updateConfig is back to {config}"
         )
     done = update is not None and update["status"] == "Successful" and ng["status"] == "ACTIVE"
     sys.exit(0 if done and len(got) == int(size) and on_new == len(got) else 1)

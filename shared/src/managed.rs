@@ -52,6 +52,26 @@ pub struct ManagedGroup {
     pub auto_scaling_group: Option<String>,
 }
 
+/// A node group's `updateConfig`: one of the two is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateConfig {
+    /// `maxUnavailable`.
+    pub max_unavailable: Option<u32>,
+    /// `maxUnavailablePercentage`.
+    pub max_unavailable_percentage: Option<u32>,
+}
+
+impl ManagedGroup {
+    /// Its `updateConfig`.
+    pub fn update_config(&self) -> UpdateConfig {
+        UpdateConfig {
+            max_unavailable: self.max_unavailable,
+            max_unavailable_percentage: self.max_unavailable_percentage,
+        }
+    }
+}
+
 /// What an `UpdateNodegroupVersion` moves the group to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
@@ -173,6 +193,12 @@ pub struct ManagedUpdate {
     /// Errors EKS reported, or why the start failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// The group's `updateConfig` before nodecycle changed it, restored once the update ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_config: Option<UpdateConfig>,
+    /// `original_config` was put back.
+    #[serde(default)]
+    pub config_restored: bool,
 }
 
 impl ManagedUpdate {
@@ -194,7 +220,17 @@ impl ManagedUpdate {
             started_at: now,
             phase_at: now,
             errors: Vec::new(),
+            original_config: None,
+            config_restored: false,
         }
+    }
+
+    /// The `updateConfig` to put back now: the update has ended and the original is not
+    /// restored yet.
+    pub fn config_to_restore(&self) -> Option<UpdateConfig> {
+        (self.phase.is_finished() && !self.config_restored)
+            .then_some(self.original_config)
+            .flatten()
     }
 
     /// The record after `DescribeUpdate` said `status` (unchanged while in progress).
@@ -394,12 +430,12 @@ pub trait ManagedGroupOps: Send + Sync {
     /// `DescribeNodegroup`.
     async fn describe(&self, cluster: &str, name: &str) -> Result<ManagedGroup, PortError>;
 
-    /// Sets `updateConfig.maxUnavailable` (`UpdateNodegroupConfig`). A no-op when it already is.
-    async fn set_max_unavailable(
+    /// Sets `updateConfig` (`UpdateNodegroupConfig`). A no-op when it already is that.
+    async fn set_update_config(
         &self,
         cluster: &str,
         name: &str,
-        max_unavailable: u32,
+        config: UpdateConfig,
     ) -> Result<(), PortError>;
 
     /// `UpdateNodegroupVersion` without `force` (PodDisruptionBudgets are respected); returns
@@ -469,6 +505,29 @@ mod tests {
             "{why}"
         );
         assert_eq!(u.halt_reason(), None);
+    }
+
+    #[test]
+    fn the_original_config_is_restored_once_after_the_update_ends() {
+        let t0 = at("2026-12-01T00:00:00Z");
+        let mut u = ManagedUpdate::starting("c/p", "ami-1", 2, t0);
+        let original = UpdateConfig {
+            max_unavailable: None,
+            max_unavailable_percentage: Some(33),
+        };
+        u.original_config = Some(original);
+        for (phase, restore) in [
+            (Phase::Starting, false),
+            (Phase::InProgress, false),
+            (Phase::Successful, true),
+            (Phase::Failed, true),
+            (Phase::Cancelled, true),
+        ] {
+            u.phase = phase;
+            assert_eq!(u.config_to_restore().is_some(), restore, "{phase:?}");
+        }
+        u.config_restored = true;
+        assert_eq!(u.config_to_restore(), None);
     }
 
     #[test]

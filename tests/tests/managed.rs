@@ -258,7 +258,7 @@ async fn a_new_release_rolls_through_the_node_group_within_budget() {
     assert_eq!(images.len(), 5, "{images:?}");
     assert!(images.iter().all(|i| *i == new), "{images:?}");
 
-    // The calls, in order: the config (maxUnavailable 2) before the one version update.
+    // The calls, in order: the config (maxUnavailable 2) before the one version update ...
     let calls = p.calls();
     let ops: Vec<&str> = calls["calls"]
         .as_array()
@@ -267,15 +267,32 @@ async fn a_new_release_rolls_through_the_node_group_within_budget() {
         .filter(|c| c["op"] != "DescribeUpdate")
         .map(|c| c["op"].as_str().unwrap())
         .collect();
+    // ... and, once it ended, the group's own updateConfig (maxUnavailable 1) put back.
     assert_eq!(
         ops,
-        ["UpdateNodegroupConfig", "UpdateNodegroupVersion"],
+        [
+            "UpdateNodegroupConfig",
+            "UpdateNodegroupVersion",
+            "UpdateNodegroupConfig"
+        ],
         "{calls}"
     );
-    assert_eq!(
-        p.bodies("UpdateNodegroupConfig")[0]["updateConfig"]["maxUnavailable"],
-        2
-    );
+    let configs = p.bodies("UpdateNodegroupConfig");
+    assert_eq!(configs[0]["updateConfig"]["maxUnavailable"], 2);
+    assert_eq!(configs[1]["updateConfig"]["maxUnavailable"], 1);
+    let group = p
+        .adapters
+        .clients
+        .eks
+        .describe_nodegroup()
+        .cluster_name("prod")
+        .nodegroup_name("general")
+        .send()
+        .await
+        .unwrap();
+    let config = group.nodegroup().unwrap().update_config().unwrap();
+    assert_eq!(config.max_unavailable(), Some(1));
+    assert!(p.update().await.unwrap().config_restored);
     let version = &p.bodies("UpdateNodegroupVersion")[0];
     assert_eq!(version["releaseVersion"], NEW_RELEASE);
     assert_ne!(version["force"], true, "PDBs must be respected: {version}");

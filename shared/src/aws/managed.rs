@@ -6,7 +6,8 @@ use aws_sdk_eks::types::{LaunchTemplateSpecification, NodegroupUpdateConfig};
 use super::port_error;
 use super::template::{self, TemplateSpec};
 use crate::managed::{
-    ManagedGroup, ManagedGroupOps, TemplateRef, UpdateState, UpdateStatus, UpdateTarget,
+    ManagedGroup, ManagedGroupOps, TemplateRef, UpdateConfig, UpdateState, UpdateStatus,
+    UpdateTarget,
 };
 use crate::port::{ErrorKind, PortError};
 
@@ -80,30 +81,37 @@ impl ManagedGroupOps for ManagedNodeGroups {
         })
     }
 
-    async fn set_max_unavailable(
+    async fn set_update_config(
         &self,
         cluster: &str,
         name: &str,
-        max_unavailable: u32,
+        config: UpdateConfig,
     ) -> Result<(), PortError> {
-        let current = self.describe(cluster, name).await?;
-        if current.max_unavailable == Some(max_unavailable)
-            && current.max_unavailable_percentage.is_none()
-        {
+        if self.describe(cluster, name).await?.update_config() == config {
             return Ok(());
         }
-        let n = i32::try_from(max_unavailable).map_err(|_| {
-            PortError::new(
-                "eks:UpdateNodegroupConfig",
-                ErrorKind::Other,
-                format!("maxUnavailable {max_unavailable} out of range"),
-            )
-        })?;
+        let signed = |v: Option<u32>| {
+            v.map(|n| {
+                i32::try_from(n).map_err(|_| {
+                    PortError::new(
+                        "eks:UpdateNodegroupConfig",
+                        ErrorKind::Other,
+                        format!("updateConfig value {n} out of range"),
+                    )
+                })
+            })
+            .transpose()
+        };
         self.eks
             .update_nodegroup_config()
             .cluster_name(cluster)
             .nodegroup_name(name)
-            .update_config(NodegroupUpdateConfig::builder().max_unavailable(n).build())
+            .update_config(
+                NodegroupUpdateConfig::builder()
+                    .set_max_unavailable(signed(config.max_unavailable)?)
+                    .set_max_unavailable_percentage(signed(config.max_unavailable_percentage)?)
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| port_error("eks:UpdateNodegroupConfig", e))?;

@@ -105,6 +105,12 @@ impl RotatorHandler {
         let Some(mut v) = self.load_update(&pool).await? else {
             return Ok(None);
         };
+        if persist && let Some(config) = v.value.config_to_restore() {
+            return self
+                .restore_config(cluster, name, v, config)
+                .await
+                .map(Some);
+        }
         let (Phase::InProgress, Some(id)) = (v.value.phase, v.value.update_id.clone()) else {
             return Ok(Some(v));
         };
@@ -144,7 +150,40 @@ impl RotatorHandler {
             value: next,
             version,
         };
+        if let Some(config) = v.value.config_to_restore() {
+            return self
+                .restore_config(cluster, name, v, config)
+                .await
+                .map(Some);
+        }
         Ok(Some(v))
+    }
+
+    /// Puts the group's `updateConfig` back as it was before the update (level-triggered: a
+    /// failure is retried next pass; the record says when it is done).
+    async fn restore_config(
+        &self,
+        cluster: &str,
+        name: &str,
+        v: Versioned<ManagedUpdate>,
+        config: managed::UpdateConfig,
+    ) -> Result<Versioned<ManagedUpdate>, String> {
+        if let Err(e) = self.managed.set_update_config(cluster, name, config).await {
+            tracing::warn!(pool = %v.value.pool, error = %e, decision = "retry", "cannot restore the node group's updateConfig yet");
+            return Ok(v);
+        }
+        let restored = ManagedUpdate {
+            config_restored: true,
+            ..v.value.clone()
+        };
+        tracing::info!(pool = %v.value.pool, config = ?config, decision = "updateConfig restored", "the node group's updateConfig is back as before the update");
+        match self.save_update(&restored, Some(v.version)).await? {
+            Some(version) => Ok(Versioned {
+                value: restored,
+                version,
+            }),
+            None => Ok(v),
+        }
     }
 
     /// The plan for a managed node group pool; with `persist` false it changes nothing.
@@ -204,7 +243,9 @@ impl RotatorHandler {
                 max_unavailable,
             } => {
                 let pool = policy.pool_id();
-                let fresh = ManagedUpdate::starting(&pool, image, *max_unavailable, now);
+                let mut fresh = ManagedUpdate::starting(&pool, image, *max_unavailable, now);
+                // The previous update's config was never restored: it is still the original.
+                fresh.original_config = update.as_ref().and_then(|v| v.value.config_to_restore());
                 // Replaces a finished record, or creates the first: conditional, so two rotators
                 // never start two updates.
                 let expected = update.as_ref().map(|v| v.version);
@@ -249,6 +290,15 @@ impl RotatorHandler {
                     }
                 };
                 u.target = Some(target.clone());
+                if u.original_config.is_none() {
+                    u.original_config = Some(
+                        self.managed
+                            .describe(cluster, name)
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .update_config(),
+                    );
+                }
                 let Some(next) = self.save_update(&u, Some(version)).await? else {
                     return Ok(());
                 };
@@ -256,10 +306,12 @@ impl RotatorHandler {
                 target
             }
         };
+        let ours = managed::UpdateConfig {
+            max_unavailable: Some(u.max_unavailable),
+            max_unavailable_percentage: None,
+        };
         let started = async {
-            self.managed
-                .set_max_unavailable(cluster, name, u.max_unavailable)
-                .await?;
+            self.managed.set_update_config(cluster, name, ours).await?;
             self.managed
                 .start_update(cluster, name, &target, &u.token)
                 .await
