@@ -9,12 +9,6 @@ mod support;
 use std::sync::Arc;
 
 use chrono::{Duration, Utc};
-use nodecycle::aws::{
-    ec2::Ec2,
-    eks::Eks,
-    nodegroup::NodeGroups,
-    ssm::{Ssm, SsmPolicies},
-};
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::state::{self, PoolRecord, Store};
 use nodecycle_tests::{FakeCloud, ImageFixture};
@@ -41,19 +35,7 @@ async fn world() -> World {
     cloud.create_cluster("prod", "1.30");
     let a = Adapters::new(&cloud).await;
     let table = a.table("nodecycle").await;
-    let ssm = Ssm::new(a.clients.ssm.clone());
-    let watcher = AmiWatcher {
-        policies: Arc::new(SsmPolicies::new(ssm.clone(), "/nodecycle/pools/")),
-        parameters: Arc::new(ssm),
-        images: Arc::new(Ec2::new(a.clients.ec2.clone())),
-        clusters: Arc::new(Eks::new(a.clients.eks.clone())),
-        groups: Arc::new(NodeGroups::new(
-            a.clients.autoscaling.clone(),
-            a.clients.ec2.clone(),
-            a.clients.eks.clone(),
-        )),
-        store: table.clone(),
-    };
+    let watcher = a.watcher(a.policies(), table.clone());
     World {
         cloud,
         watcher,

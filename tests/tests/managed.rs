@@ -11,13 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use nodecycle::aws::{
-    dynamodb::Table,
-    ec2::Ec2,
-    eks::Eks,
-    nodegroup::NodeGroups,
-    ssm::{Ssm, SsmPolicies},
-};
+use nodecycle::aws::{dynamodb::Table, ec2::Ec2};
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::managed::{ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
@@ -94,20 +88,8 @@ async fn mng(size: u32, budgets: &str, terms: &str) -> Mng {
         ),
     );
     let table = a.table("nodecycle").await;
-    let ssm = Ssm::new(a.clients.ssm.clone());
-    let policies = Arc::new(SsmPolicies::new(ssm.clone(), "/nodecycle/pools/"));
-    let watcher = AmiWatcher {
-        policies: policies.clone(),
-        parameters: Arc::new(ssm),
-        images: Arc::new(Ec2::new(a.clients.ec2.clone())),
-        clusters: Arc::new(Eks::new(a.clients.eks.clone())),
-        groups: Arc::new(NodeGroups::new(
-            a.clients.autoscaling.clone(),
-            a.clients.ec2.clone(),
-            a.clients.eks.clone(),
-        )),
-        store: table.clone(),
-    };
+    let policies = a.policies();
+    let watcher = a.watcher(policies.clone(), table.clone());
     let rotator = a.rotator(&cloud, policies, table.clone()).await;
     kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
         (s.nodes.len() == size as usize).then_some(())
@@ -449,20 +431,8 @@ async fn mng_custom() -> Mng {
         "cluster: prod\nname: general\nnodeGroup: { managedNodeGroup: general }\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n    - nodes: \"1\"\n",
     );
     let table = a.table("nodecycle").await;
-    let ssm = Ssm::new(a.clients.ssm.clone());
-    let policies = Arc::new(SsmPolicies::new(ssm.clone(), "/nodecycle/pools/"));
-    let watcher = AmiWatcher {
-        policies: policies.clone(),
-        parameters: Arc::new(ssm),
-        images: Arc::new(Ec2::new(a.clients.ec2.clone())),
-        clusters: Arc::new(Eks::new(a.clients.eks.clone())),
-        groups: Arc::new(NodeGroups::new(
-            a.clients.autoscaling.clone(),
-            a.clients.ec2.clone(),
-            a.clients.eks.clone(),
-        )),
-        store: table.clone(),
-    };
+    let policies = a.policies();
+    let watcher = a.watcher(policies.clone(), table.clone());
     let rotator = a.rotator(&cloud, policies, table.clone()).await;
     kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
         (s.nodes.len() == 3).then_some(())

@@ -11,14 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use nodecycle::aws::{
-    autoscaling::AutoScaling,
-    dynamodb::Table,
-    ec2::Ec2,
-    eks::Eks,
-    nodegroup::NodeGroups,
-    ssm::{Ssm, SsmPolicies},
-};
+use nodecycle::aws::{autoscaling::AutoScaling, dynamodb::Table};
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::rotation::{Rotation, Step};
@@ -75,20 +68,8 @@ async fn pool(nodes: i32, budgets: &str, never_ready_new: bool) -> Pool {
         ),
     );
     let table = a.table("nodecycle").await;
-    let ssm = Ssm::new(a.clients.ssm.clone());
-    let policies = Arc::new(SsmPolicies::new(ssm.clone(), "/nodecycle/pools/"));
-    let watcher = AmiWatcher {
-        policies: policies.clone(),
-        parameters: Arc::new(ssm),
-        images: Arc::new(Ec2::new(a.clients.ec2.clone())),
-        clusters: Arc::new(Eks::new(a.clients.eks.clone())),
-        groups: Arc::new(NodeGroups::new(
-            a.clients.autoscaling.clone(),
-            a.clients.ec2.clone(),
-            a.clients.eks.clone(),
-        )),
-        store: table.clone(),
-    };
+    let policies = a.policies();
+    let watcher = a.watcher(policies.clone(), table.clone());
     let rotator = a.rotator(&cloud, policies, table.clone()).await;
     // Wait until every instance has a Ready node.
     kube.wait_for("initial nodes", Duration::from_secs(30), |s| {

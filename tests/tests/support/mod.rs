@@ -163,6 +163,30 @@ impl Adapters {
         group.send().await.expect("CreateAutoScalingGroup");
     }
 
+    /// Pool policies from SSM under `/nodecycle/pools/`.
+    pub fn policies(&self) -> Arc<nodecycle::aws::ssm::SsmPolicies> {
+        Arc::new(nodecycle::aws::ssm::SsmPolicies::new(
+            self.ssm.clone(),
+            "/nodecycle/pools/",
+        ))
+    }
+
+    /// The ami-watcher over these adapters: policies from `policies`, state in `table`.
+    pub fn watcher(
+        &self,
+        policies: Arc<dyn nodecycle::policy::source::PolicySource>,
+        table: Arc<Table>,
+    ) -> nodecycle::handlers::ami_watcher::AmiWatcher {
+        nodecycle::handlers::ami_watcher::AmiWatcher {
+            policies,
+            parameters: Arc::new(self.ssm.clone()),
+            images: Arc::new(self.ec2.clone()),
+            clusters: Arc::new(self.eks.clone()),
+            groups: Arc::new(self.groups.clone()),
+            store: table,
+        }
+    }
+
     /// The rotator over these adapters: policies from `policies`, state in `table`, Kubernetes
     /// through EKS (DescribeCluster + token) as in the Lambda, drain steps of 5 s.
     pub async fn rotator(
