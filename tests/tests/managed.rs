@@ -716,3 +716,31 @@ async fn an_update_started_outside_nodecycle_blocks_every_start() {
     assert_eq!(p.bodies("UpdateNodegroupVersion").len(), 1);
     assert!(p.bodies("UpdateNodegroupConfig").is_empty());
 }
+
+#[tokio::test]
+async fn a_start_that_never_reached_eks_is_replaced_when_a_newer_ami_arrives() {
+    let p = mng(2, "    - nodes: \"1\"\n", ALIAS).await;
+    let t0 = at("2026-12-01T10:00:00Z");
+    // A start recorded for an intermediate AMI that EKS never got (no update id).
+    let stale = ManagedUpdate::starting("prod/general", "ami-0123456789abcdef0", 1, t0);
+    p.table
+        .put(
+            "POOL#prod/general",
+            UPDATE_SK,
+            &serde_json::to_value(&stale).unwrap(),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    p.pass(t0 + chrono::Duration::minutes(1)).await;
+    let update = p.update().await.unwrap();
+    assert_eq!(update.image, new, "{update:?}");
+    assert_eq!(update.phase, Phase::InProgress);
+    let bodies = p.bodies("UpdateNodegroupVersion");
+    assert_eq!(bodies.len(), 1);
+    assert_eq!(bodies[0]["releaseVersion"], NEW_RELEASE);
+    assert_ne!(bodies[0]["clientRequestToken"], stale.token.as_str());
+}

@@ -32,7 +32,7 @@ use serde::Serialize;
 
 use super::{Action, Decision, Plan, budget_message, plan};
 use crate::fleet::{Lifecycle, Snapshot};
-use crate::managed::{MAX_UNAVAILABLE_LIMIT, ManagedUpdate};
+use crate::managed::{MAX_UNAVAILABLE_LIMIT, ManagedUpdate, Phase};
 use crate::rotation::{RotationReason, Step};
 
 /// What happens to the node group this pass.
@@ -135,7 +135,19 @@ pub fn plan_managed(
             .iter()
             .any(|d| d.message.starts_with("not starting: snapshot lists"));
 
-    let running = update.filter(|u| !u.phase.is_finished());
+    // A recorded start that never reached EKS (no update id) for an AMI that is no longer the
+    // desired one is superseded: planned as if absent, so a start replaces it.
+    let superseded = update.filter(|u| {
+        u.phase == Phase::Starting && u.update_id.is_none() && desired.is_some_and(|d| d != u.image)
+    });
+    if let Some(u) = superseded {
+        base.decisions.push(Decision::pool(format!(
+            "the recorded start of an update to {} never reached EKS and the desired AMI is now {}: a new start replaces it",
+            u.image,
+            desired.unwrap_or_default()
+        )));
+    }
+    let running = update.filter(|u| !u.phase.is_finished() && superseded.is_none());
     let action = if running.is_none() && status != "ACTIVE" {
         drop_starts(&mut base, snapshot);
         let why = format!(
@@ -752,5 +764,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_start_that_never_reached_eks_is_superseded_by_a_newer_ami() {
+        let mut s = snapshot(budgets("    - nodes: \"2\"\n"), fleet(3, 0), vec![]);
+        s.group.launch_template_image = Some(OLD.into());
+        let mut stale = update(Phase::Starting);
+        stale.image = "ami-older".into();
+        let p = plan_managed(&s, &group(Some(&stale), "ACTIVE"), now());
+        assert_eq!(p.update, start(2), "{:?}", p.plan.decisions);
+        // Once EKS accepted it (an update id), it runs to completion instead.
+        stale.update_id = Some("u-9".into());
+        stale.phase = Phase::InProgress;
+        let p = plan_managed(&s, &group(Some(&stale), "UPDATING"), now());
+        assert_eq!(p.update, UpdateAction::Continue);
+        // A start for the desired AMI itself is continued, not replaced.
+        let own = update(Phase::Starting);
+        let p = plan_managed(&s, &group(Some(&own), "ACTIVE"), now());
+        assert_eq!(p.update, UpdateAction::Continue);
     }
 }

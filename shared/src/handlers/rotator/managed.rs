@@ -245,7 +245,14 @@ impl RotatorHandler {
                 let pool = policy.pool_id();
                 let mut fresh = ManagedUpdate::starting(&pool, image, *max_unavailable, now);
                 // The previous update's config was never restored: it is still the original.
-                fresh.original_config = update.as_ref().and_then(|v| v.value.config_to_restore());
+                fresh.original_config = update.as_ref().and_then(|v| {
+                    if v.value.phase.is_finished() {
+                        v.value.config_to_restore()
+                    } else {
+                        // A superseded start: what it recorded is still the original.
+                        v.value.original_config
+                    }
+                });
                 // Replaces a finished record, or creates the first: conditional, so two rotators
                 // never start two updates.
                 let expected = update.as_ref().map(|v| v.version);
