@@ -26,6 +26,10 @@
 //!    - otherwise start an update to the desired AMI with `maxUnavailable = allowed(Drifted)`
 //!      (at most [`MAX_UNAVAILABLE_LIMIT`]); no node-level rotation starts in the same pass.
 //! 4. Otherwise the node-level plan stands (minus drift starts, which cannot happen here).
+//!
+//! Whenever the group launches another AMI than the desired one, no node-level rotation starts
+//! (forced expiry and operator rotations included): its replacement would come up on the old AMI
+//! and never count as done. Only the update moves the group.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
@@ -245,6 +249,20 @@ pub fn plan_managed(
     } else {
         UpdateAction::None
     };
+    // A replacement launched now would come up on what the group launches, not on the desired
+    // AMI (only the update changes that): such a rotation could never finish. Node-level starts
+    // (expiry, forced expiry, operator rotations) wait for the update.
+    if launches_other && !gated {
+        let before = base.actions.len();
+        drop_starts(&mut base, snapshot);
+        if base.actions.len() < before {
+            base.decisions.push(Decision::pool(format!(
+                "node-level rotations wait: the node group launches {}, not the desired {}, until its update",
+                snapshot.group.launch_template_image.as_deref().unwrap_or("?"),
+                desired.unwrap_or_default()
+            )));
+        }
+    }
     ManagedPlan {
         plan: base,
         drifted,
@@ -783,5 +801,41 @@ mod tests {
         let own = update(Phase::Starting);
         let p = plan_managed(&s, &group(Some(&own), "ACTIVE"), now());
         assert_eq!(p.update, UpdateAction::Continue);
+    }
+
+    #[test]
+    fn no_node_level_start_while_the_group_launches_another_ami() {
+        // A forced-expired node and a queued emergency rotation, in a closed window, while the
+        // group still launches the old AMI: both wait for the update.
+        let freeze = "    - nodes: \"0\"\n";
+        let mut members = fleet(2, 0);
+        members[0].launch_time = now() - TimeDelta::hours(2000);
+        let mut queued = rotation("i-o1", RotationReason::Manual, Step::Pending);
+        queued.queued = Some(Queue {
+            request_id: "r1".into(),
+            ignore_budgets: true,
+            max_concurrent: 5,
+            reason: "CVE".into(),
+        });
+        let mut s = snapshot(budgets(freeze), members, vec![queued]);
+        s.group.launch_template_image = Some(OLD.into());
+        let p = plan_managed(&s, &group(None, "ACTIVE"), now());
+        assert_eq!(p.update, UpdateAction::None);
+        assert!(p.plan.actions.is_empty(), "{:?}", p.plan.actions);
+        assert!(
+            p.plan
+                .decisions
+                .iter()
+                .any(|d| d.message.starts_with("node-level rotations wait")),
+            "{:?}",
+            p.plan.decisions
+        );
+        // Once the group launches the desired AMI, they go.
+        s.group.launch_template_image = Some(NEW.into());
+        for m in &mut s.members {
+            m.image_id = Some(NEW.into());
+        }
+        let p = plan_managed(&s, &group(None, "ACTIVE"), now());
+        assert!(!p.plan.actions.is_empty(), "{:?}", p.plan.decisions);
     }
 }
