@@ -377,8 +377,9 @@ impl OpsHandler {
             NodeGroup::AutoScalingGroup(g) => Ok(g.clone()),
             NodeGroup::ManagedNodeGroup(name) => self
                 .rotator
-                .managed_asg(&policy.cluster, name)
+                .managed_group(&policy.cluster, name)
                 .await
+                .map(|(asg, _)| asg)
                 .map_err(internal),
         }
     }

@@ -11,26 +11,31 @@ use chrono::{DateTime, Utc};
 use super::{PoolCtx, PoolReport, RotatorHandler, log_decisions};
 use crate::fleet::Snapshot;
 use crate::kube::NodeOps;
-use crate::managed::{self, ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
+use crate::managed::{self, ManagedGroup, ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
 use crate::plan::managed::{ManagedPlan, NodeGroupState, UpdateAction, plan_managed};
 use crate::policy::Policy;
 use crate::port::ErrorKind;
 use crate::state::{self, RecordedError, Versioned};
 
 impl RotatorHandler {
-    /// The Auto Scaling group behind managed node group `name`.
-    pub(crate) async fn managed_asg(&self, cluster: &str, name: &str) -> Result<String, String> {
+    /// Managed node group `name` and the Auto Scaling group behind it.
+    pub(crate) async fn managed_group(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<(String, ManagedGroup), String> {
         let group = self
             .managed
             .describe(cluster, name)
             .await
             .map_err(|e| e.to_string())?;
-        group.auto_scaling_group.ok_or_else(|| {
-            format!(
+        match &group.auto_scaling_group {
+            Some(asg) => Ok((asg.clone(), group)),
+            None => Err(format!(
                 "managed node group {name} reports no Auto Scaling group (status {}): nothing to rotate yet",
                 group.status
-            )
-        })
+            )),
+        }
     }
 
     /// The pool's update record.
@@ -186,28 +191,24 @@ impl RotatorHandler {
         }
     }
 
-    /// The plan for a managed node group pool; with `persist` false it changes nothing.
+    /// The plan for a managed node group pool (`group` as the snapshot described it); with
+    /// `persist` false it changes nothing.
     pub(super) async fn plan_managed_pool(
         &self,
-        name: &str,
+        group: &ManagedGroup,
         snapshot: &mut Snapshot,
         now: DateTime<Utc>,
         persist: bool,
     ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), String> {
         let cluster = snapshot.policy.cluster.clone();
         let update = self
-            .follow_update(&cluster, name, snapshot, now, persist)
+            .follow_update(&cluster, &group.name, snapshot, now, persist)
             .await?;
-        // After following the update: a finished one has moved the group back to ACTIVE.
-        let status = self
-            .managed
-            .describe(&cluster, name)
-            .await
-            .map_err(|e| e.to_string())?
-            .status;
+        // Described before the update was followed: an update that just ended may still show
+        // UPDATING, which only delays the next start by a pass.
         let group = NodeGroupState {
             update: update.as_ref().map(|v| &v.value),
-            status: &status,
+            status: &group.status,
             wave: self.settings.node_group_wave,
         };
         let plan = plan_managed(snapshot, &group, now);
@@ -218,7 +219,7 @@ impl RotatorHandler {
     pub(super) async fn managed_pass(
         &self,
         policy: &Policy,
-        name: &str,
+        group: &ManagedGroup,
         kube: Arc<dyn NodeOps>,
         mut snapshot: Snapshot,
         now: DateTime<Utc>,
@@ -226,7 +227,7 @@ impl RotatorHandler {
         report: &mut PoolReport,
     ) -> Result<(), String> {
         let (mplan, update) = self
-            .plan_managed_pool(name, &mut snapshot, now, true)
+            .plan_managed_pool(group, &mut snapshot, now, true)
             .await?;
         log_decisions(&mplan.plan);
         report.allowed = Some(mplan.plan.allowed);
@@ -235,7 +236,7 @@ impl RotatorHandler {
             UpdateAction::None => {}
             UpdateAction::Continue => {
                 if let Some(v) = update.filter(|v| v.value.phase == Phase::Starting) {
-                    self.issue_update(policy, name, v, now, report).await?;
+                    self.issue_update(policy, group, v, now, report).await?;
                 }
             }
             UpdateAction::Start {
@@ -262,7 +263,7 @@ impl RotatorHandler {
                         value: fresh,
                         version,
                     };
-                    self.issue_update(policy, name, v, now, report).await?;
+                    self.issue_update(policy, group, v, now, report).await?;
                 }
             }
         }
@@ -277,18 +278,19 @@ impl RotatorHandler {
     async fn issue_update(
         &self,
         policy: &Policy,
-        name: &str,
+        group: &ManagedGroup,
         v: Versioned<ManagedUpdate>,
         now: DateTime<Utc>,
         report: &mut PoolReport,
     ) -> Result<(), String> {
         let cluster = policy.cluster.as_str();
+        let name = group.name.as_str();
         let pool = policy.pool_id();
         let (mut u, mut version) = (v.value, v.version);
         let target = match &u.target {
             Some(t) => t.clone(),
             None => {
-                let target = match self.update_target(cluster, name, &pool, &u.image).await {
+                let target = match self.update_target(group, &pool, &u.image).await {
                     Ok(t) => t,
                     Err(Rejected(why)) => return self.reject(u, version, why, now, report).await,
                     Err(Retry(why)) => {
@@ -298,13 +300,7 @@ impl RotatorHandler {
                 };
                 u.target = Some(target.clone());
                 if u.original_config.is_none() {
-                    u.original_config = Some(
-                        self.managed
-                            .describe(cluster, name)
-                            .await
-                            .map_err(|e| e.to_string())?
-                            .update_config(),
-                    );
+                    u.original_config = Some(group.update_config());
                 }
                 let Some(next) = self.save_update(&u, Some(version)).await? else {
                     return Ok(());
@@ -373,8 +369,7 @@ impl RotatorHandler {
     /// when the group's template names an image, else the EKS release `image` belongs to.
     async fn update_target(
         &self,
-        cluster: &str,
-        name: &str,
+        group: &ManagedGroup,
         pool: &str,
         image: &str,
     ) -> Result<UpdateTarget, TargetError> {
@@ -385,7 +380,6 @@ impl RotatorHandler {
                 Rejected(e.to_string())
             }
         };
-        let group = self.managed.describe(cluster, name).await.map_err(retry)?;
         if let Some(t) = &group.launch_template
             && self
                 .managed

@@ -19,7 +19,7 @@ use crate::ami::resolve::ParameterStore;
 use crate::event::{Input, parse_input};
 use crate::fleet::{Gates, GroupOps, Lifecycle, NodeStatus, Snapshot};
 use crate::kube::{self as k, DrainState, NodeOps};
-use crate::managed::ManagedGroupOps;
+use crate::managed::{ManagedGroup, ManagedGroupOps};
 use crate::plan::{self, Action};
 use crate::policy::source::PolicySource;
 use crate::policy::{self, NodeGroup, Policy};
@@ -360,12 +360,12 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<(Snapshot, Preview), String> {
-        let mut snapshot = self.snapshot(policy, kube, now).await?;
-        let preview = match &policy.node_group {
-            NodeGroup::AutoScalingGroup(_) => Preview::Group(plan::plan(&snapshot, now)),
-            NodeGroup::ManagedNodeGroup(name) => {
+        let (mut snapshot, managed) = self.snapshot(policy, kube, now).await?;
+        let preview = match &managed {
+            None => Preview::Group(plan::plan(&snapshot, now)),
+            Some(group) => {
                 let (plan, update) = self
-                    .plan_managed_pool(name, &mut snapshot, now, false)
+                    .plan_managed_pool(group, &mut snapshot, now, false)
                     .await?;
                 Preview::Managed {
                     plan: Box::new(plan),
@@ -376,16 +376,20 @@ impl RotatorHandler {
         Ok((snapshot, preview))
     }
 
-    /// Builds the snapshot of one pool.
+    /// Builds the snapshot of one pool, and for a managed node group the node group as
+    /// `DescribeNodegroup` reported it.
     pub async fn snapshot(
         &self,
         policy: &Policy,
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
-    ) -> Result<Snapshot, String> {
-        let group_name = match &policy.node_group {
-            NodeGroup::AutoScalingGroup(g) => g.clone(),
-            NodeGroup::ManagedNodeGroup(name) => self.managed_asg(&policy.cluster, name).await?,
+    ) -> Result<(Snapshot, Option<ManagedGroup>), String> {
+        let (group_name, managed) = match &policy.node_group {
+            NodeGroup::AutoScalingGroup(g) => (g.clone(), None),
+            NodeGroup::ManagedNodeGroup(name) => {
+                let (asg, group) = self.managed_group(&policy.cluster, name).await?;
+                (asg, Some(group))
+            }
         };
         let pool = policy.pool_id();
         let record = state::load_pool(self.store.as_ref(), &pool)
@@ -480,13 +484,14 @@ impl RotatorHandler {
                 .and_then(|r| r.halted.as_ref())
                 .map(|h| h.message.clone()),
         };
-        Ok(Snapshot {
+        let snapshot = Snapshot {
             policy: policy.clone(),
             gates,
             group,
             members,
             rotations,
-        })
+        };
+        Ok((snapshot, managed))
     }
 
     async fn rotations(&self, pool: &str) -> Result<Vec<Versioned<Rotation>>, PortError> {
@@ -514,10 +519,10 @@ impl RotatorHandler {
         deadline: Instant,
         report: &mut PoolReport,
     ) -> Result<(), String> {
-        let snapshot = self.snapshot(policy, kube.as_ref(), now).await?;
-        if let NodeGroup::ManagedNodeGroup(name) = &policy.node_group {
+        let (snapshot, managed) = self.snapshot(policy, kube.as_ref(), now).await?;
+        if let Some(group) = &managed {
             return self
-                .managed_pass(policy, name, kube, snapshot, now, deadline, report)
+                .managed_pass(policy, group, kube, snapshot, now, deadline, report)
                 .await;
         }
         let plan = plan::plan(&snapshot, now);
