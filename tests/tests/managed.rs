@@ -141,34 +141,7 @@ impl Mng {
     }
 
     async fn images(&self) -> Vec<String> {
-        let out = self
-            .adapters
-            .clients
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(&self.asg)
-            .send()
-            .await
-            .unwrap();
-        let ids: Vec<String> = out.auto_scaling_groups()[0]
-            .instances()
-            .iter()
-            .map(|i| i.instance_id().unwrap().to_string())
-            .collect();
-        let out = self
-            .adapters
-            .clients
-            .ec2
-            .describe_instances()
-            .set_instance_ids(Some(ids))
-            .send()
-            .await
-            .unwrap();
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .map(|i| i.image_id().unwrap().to_string())
-            .collect()
+        self.adapters.group_images(&self.asg).await
     }
 
     async fn halted(&self) -> Option<String> {
@@ -604,17 +577,10 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
     assert_eq!(before.len(), 3);
     let ids: Vec<String> = p
         .adapters
-        .clients
-        .autoscaling
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names(&p.asg)
-        .send()
+        .group_instances(&p.asg)
         .await
-        .unwrap()
-        .auto_scaling_groups()[0]
-        .instances()
-        .iter()
-        .map(|i| i.instance_id().unwrap().to_string())
+        .into_iter()
+        .map(|(id, _)| id)
         .collect();
     let inv3 = Invocation {
         request_id: "req-3".into(),
@@ -644,17 +610,10 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
     assert!(done, "the operator rotation finished");
     let after: Vec<String> = p
         .adapters
-        .clients
-        .autoscaling
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names(&p.asg)
-        .send()
+        .group_instances(&p.asg)
         .await
-        .unwrap()
-        .auto_scaling_groups()[0]
-        .instances()
-        .iter()
-        .map(|i| i.instance_id().unwrap().to_string())
+        .into_iter()
+        .map(|(id, _)| id)
         .collect();
     assert_eq!(after.len(), 3, "group back at its size: {after:?}");
     assert!(!after.contains(&ids[0]), "{after:?}");

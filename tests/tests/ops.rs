@@ -119,42 +119,7 @@ impl Pool {
 
     /// `(instance, image)` of the group's instances.
     async fn instances(&self) -> Vec<(String, String)> {
-        let out = self
-            .adapters
-            .clients
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names("prod-general")
-            .send()
-            .await
-            .unwrap();
-        let ids: Vec<String> = out.auto_scaling_groups()[0]
-            .instances()
-            .iter()
-            .map(|i| i.instance_id().unwrap().to_string())
-            .collect();
-        let out = self
-            .adapters
-            .clients
-            .ec2
-            .describe_instances()
-            .set_instance_ids(Some(ids))
-            .send()
-            .await
-            .unwrap();
-        let mut v: Vec<(String, String)> = out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .map(|i| {
-                (
-                    i.instance_id().unwrap().to_string(),
-                    i.image_id().unwrap().to_string(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
+        self.adapters.group_instances("prod-general").await
     }
 
     async fn images(&self) -> Vec<String> {

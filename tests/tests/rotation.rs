@@ -99,34 +99,7 @@ impl Pool {
     }
 
     async fn images(&self) -> Vec<String> {
-        let out = self
-            .adapters
-            .clients
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names("prod-general")
-            .send()
-            .await
-            .unwrap();
-        let ids: Vec<String> = out.auto_scaling_groups()[0]
-            .instances()
-            .iter()
-            .map(|i| i.instance_id().unwrap().to_string())
-            .collect();
-        let out = self
-            .adapters
-            .clients
-            .ec2
-            .describe_instances()
-            .set_instance_ids(Some(ids))
-            .send()
-            .await
-            .unwrap();
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .map(|i| i.image_id().unwrap().to_string())
-            .collect()
+        self.adapters.group_images("prod-general").await
     }
 
     async fn pass(&self, now: DateTime<Utc>) -> serde_json::Value {

@@ -217,6 +217,53 @@ impl Adapters {
         }
     }
 
+    /// The instances of Auto Scaling group `asg` with the image each runs, by instance id.
+    pub async fn group_instances(&self, asg: &str) -> Vec<(String, String)> {
+        let out = self
+            .clients
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(asg)
+            .send()
+            .await
+            .unwrap();
+        let ids: Vec<String> = out.auto_scaling_groups()[0]
+            .instances()
+            .iter()
+            .map(|i| i.instance_id().unwrap().to_string())
+            .collect();
+        let out = self
+            .clients
+            .ec2
+            .describe_instances()
+            .set_instance_ids(Some(ids))
+            .send()
+            .await
+            .unwrap();
+        let mut v: Vec<(String, String)> = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .map(|i| {
+                (
+                    i.instance_id().unwrap().to_string(),
+                    i.image_id().unwrap().to_string(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The images the instances of `asg` run, by instance id.
+    pub async fn group_images(&self, asg: &str) -> Vec<String> {
+        self.group_instances(asg)
+            .await
+            .into_iter()
+            .map(|(_, image)| image)
+            .collect()
+    }
+
     /// A fresh state table.
     pub async fn table(&self, name: &str) -> Arc<Table> {
         let t = Table::new(self.clients.dynamodb.clone(), name);
