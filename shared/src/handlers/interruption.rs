@@ -398,6 +398,27 @@ impl InterruptionHandler {
 
     /// Claims `pk`/`sk` for this invocation: a new item, or one left `failed` or stale by an
     /// earlier invocation.
+    /// [`Self::claim`] for one instance: the version when ours, else the `skipped` outcome saying
+    /// `handled` (another delivery holds or finished it).
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_or_skip(
+        &self,
+        pk: &str,
+        sk: &str,
+        what: &str,
+        instance_id: &str,
+        pool: &str,
+        handled: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Result<u64, Outcome>, HandlerError> {
+        Ok(
+            match self.claim(pk, sk, what, now).await.map_err(internal)? {
+                Claim::Ours(v) => Ok(v),
+                Claim::Taken(_) => Err(Outcome::new(instance_id, Some(pool), "skipped", handled)),
+            },
+        )
+    }
+
     async fn claim(
         &self,
         pk: &str,
@@ -648,19 +669,19 @@ impl InterruptionHandler {
         let pk = state::pool_pk(&pool);
         let sk = claim_sk(instance_id, "rebalance");
         let version = match self
-            .claim(&pk, &sk, "RebalanceRecommendation", clock.now())
-            .await
-            .map_err(internal)?
+            .claim_or_skip(
+                &pk,
+                &sk,
+                "RebalanceRecommendation",
+                instance_id,
+                &pool,
+                "rebalance recommendation for this instance already handled",
+                clock.now(),
+            )
+            .await?
         {
-            Claim::Ours(v) => v,
-            Claim::Taken(_) => {
-                return Ok(Outcome::new(
-                    instance_id,
-                    Some(&pool),
-                    "skipped",
-                    "rebalance recommendation for this instance already handled",
-                ));
-            }
+            Ok(v) => v,
+            Err(skipped) => return Ok(skipped),
         };
         let result = match policy.rebalance {
             RebalanceAction::Ignore => Ok(Outcome::new(
@@ -828,19 +849,19 @@ impl InterruptionHandler {
         let pk = state::pool_pk(&pool);
         let sk = claim_sk(instance_id, "gone");
         let version = match self
-            .claim(&pk, &sk, "StateChange", clock.now())
-            .await
-            .map_err(internal)?
+            .claim_or_skip(
+                &pk,
+                &sk,
+                "StateChange",
+                instance_id,
+                &pool,
+                "instance already handled as gone",
+                clock.now(),
+            )
+            .await?
         {
-            Claim::Ours(v) => v,
-            Claim::Taken(_) => {
-                return Ok(Outcome::new(
-                    instance_id,
-                    Some(&pool),
-                    "skipped",
-                    "instance already handled as gone",
-                ));
-            }
+            Ok(v) => v,
+            Err(skipped) => return Ok(skipped),
         };
         let result = async {
             let kube = self.connect(policy).await?;
@@ -983,19 +1004,19 @@ impl InterruptionHandler {
         let sk = claim_sk(&a.instance_id, "lifecycle");
         let id = a.instance_id.as_str();
         let version = match self
-            .claim(&pk, &sk, "TerminateLifecycleAction", clock.now())
-            .await
-            .map_err(internal)?
+            .claim_or_skip(
+                &pk,
+                &sk,
+                "TerminateLifecycleAction",
+                id,
+                &pool,
+                "this lifecycle action is already being handled",
+                clock.now(),
+            )
+            .await?
         {
-            Claim::Ours(v) => v,
-            Claim::Taken(_) => {
-                return Ok(Outcome::new(
-                    id,
-                    Some(&pool),
-                    "skipped",
-                    "this lifecycle action is already being handled",
-                ));
-            }
+            Ok(v) => v,
+            Err(skipped) => return Ok(skipped),
         };
         let result = self.lifecycle_drain(policy, a, clock, deadline).await;
         let status = if result.is_ok() { "done" } else { "failed" };
