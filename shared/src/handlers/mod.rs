@@ -11,6 +11,17 @@ pub mod rotator;
 
 use crate::event::InvalidEvent;
 
+/// An invocation's deadline as an `Instant`, from Lambda's deadline in epoch milliseconds (an
+/// already passed or unreadable deadline is now).
+pub fn deadline_from_epoch_ms(deadline_ms: u64) -> std::time::Instant {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let left = u128::from(deadline_ms).saturating_sub(now_ms);
+    std::time::Instant::now() + std::time::Duration::from_millis(u64::try_from(left).unwrap_or(0))
+}
+
 /// A handler failure with the Lambda error type to report.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{error_type}: {message}")]
