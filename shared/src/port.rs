@@ -8,14 +8,25 @@ use std::fmt;
 pub enum ErrorKind {
     /// The named thing does not exist.
     NotFound,
-    /// A conditional write lost a race; re-read and retry.
+    /// A conditional write lost a race, or the resource is busy; re-read and retry.
     Conflict,
-    /// Throttling or a transient service/network failure; retry later.
+    /// The service throttled the call (after the SDK's own retries); retry later, slower.
+    Throttled,
+    /// A transient service or network failure (5xx, reset, timeout); retry later.
     Transient,
     /// Credentials or permissions.
     AccessDenied,
-    /// Anything else (bad request, unexpected response).
+    /// The request was refused as invalid (validation errors, bad parameters).
+    Invalid,
+    /// Anything else (unexpected response).
     Other,
+}
+
+impl ErrorKind {
+    /// Throttled or transient: the same call may succeed later.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ErrorKind::Throttled | ErrorKind::Transient)
+    }
 }
 
 /// A failed call through a port: which service and operation, what kind, and the message.
@@ -42,6 +53,12 @@ impl PortError {
     /// True for [`ErrorKind::NotFound`].
     pub fn is_not_found(&self) -> bool {
         self.kind == ErrorKind::NotFound
+    }
+
+    /// An error of kind [`ErrorKind::Other`] for something that is not a service call (e.g. a
+    /// record that cannot be encoded).
+    pub fn other(operation: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Self::new(operation, ErrorKind::Other, message.to_string())
     }
 }
 

@@ -390,8 +390,9 @@ pub async fn release_lease(
             .map_err(|e| {
                 PortError::new("state:encode", crate::port::ErrorKind::Other, e.to_string())
             })?;
-            // Losing this race only means someone else took an expired lease: fine.
-            let _ = store
+            // Losing this race only means someone else took an expired lease: fine. Any other
+            // failure is the caller's to retry: a lease left held stalls the cluster.
+            match store
                 .put(
                     &pk,
                     "LEASE",
@@ -399,7 +400,11 @@ pub async fn release_lease(
                     Some(v.version),
                     Some(now + chrono::Duration::days(1)),
                 )
-                .await;
+                .await
+            {
+                Err(e) if e.kind != crate::port::ErrorKind::Conflict => return Err(e),
+                _ => {}
+            }
         }
     }
     Ok(())

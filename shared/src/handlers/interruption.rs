@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::HandlerError;
-use super::rotator::{EksConnector, KubeConnector};
+use crate::kube::{EksConnector, KubeConnector};
 use crate::event::interruption::{
     ClassifiedEvent, InstanceState, Interruption, LifecycleAction, interruption_event,
 };
@@ -37,7 +37,7 @@ use crate::kube::{self as k, DrainError, DrainState, NodeEvent, NodeOps};
 use crate::policy::source::PolicySource;
 use crate::policy::{self, Policy, RebalanceAction};
 use crate::port::{ErrorKind, PortError};
-use crate::rotation::{Rotation, RotationReason, Step, rotation_sk};
+use crate::rotation::{Release, Rotation, RotationReason, Step, rotation_sk};
 use crate::state::{self, Store, Versioned};
 
 /// Tunables (environment variables in the Lambda).
@@ -924,11 +924,11 @@ impl InterruptionHandler {
                 return Ok(None);
             }
             let now = clock.now();
-            let done = Rotation {
-                step: Step::Done,
-                step_at: now,
-                error: None,
-                ..r.clone()
+            // Its surge's unit is owed: the rotator gives it back (it chooses how).
+            let done = if r.surge_active() {
+                r.enter(Step::Done, now).with_release(Release::Owed)
+            } else {
+                r.enter(Step::Done, now)
             };
             let doc = serde_json::to_value(&done).map_err(internal)?;
             match self
@@ -981,7 +981,10 @@ impl InterruptionHandler {
                 .as_ref()
                 .and_then(|d| serde_json::from_value::<DrainState>(d.clone()).ok())
                 .is_some_and(|d| d.done);
-            if matches!(r.step, Step::Terminating | Step::Done) || drained {
+            // Drained = its drain finished (or it is terminating, which only follows a finished
+            // drain or a node that was not there). A rotation closed as Done because its
+            // instance left before any drain did not drain it.
+            if r.step == Step::Terminating || drained {
                 return Ok(Some(format!(
                     "already drained by its {:?} rotation (step {:?})",
                     r.reason, r.step
@@ -1139,6 +1142,46 @@ impl InterruptionHandler {
         }
     }
 
+    /// Records `ours` (a `Draining` rotation carrying this drain) for its instance, conditionally:
+    /// a rotation already draining or terminating the instance keeps it (it finishes the drain);
+    /// any other record (finished, or in flight before its drain: `Pending`, `Surging`,
+    /// `Cordoned`) is replaced, keeping its surge and replacement so their capacity is
+    /// accounted for. Never swallowed by a stale record.
+    async fn take_over(&self, pk: &str, ours: Rotation) -> Result<(), HandlerError> {
+        let sk = rotation_sk(&ours.instance_id);
+        for _ in 0..state::WRITE_ATTEMPTS {
+            let current = self.store.get(pk, &sk).await.map_err(internal)?;
+            let (expected, next) = match &current {
+                None => (None, ours.clone()),
+                Some(v) => match serde_json::from_value::<Rotation>(v.value.clone()) {
+                    Ok(r)
+                        if r.in_flight()
+                            && matches!(r.step, Step::Draining | Step::Terminating) =>
+                    {
+                        tracing::info!(instance = %r.instance_id, step = ?r.step, decision = "kept", "a rotation already drains this instance; it completes the drain");
+                        return Ok(());
+                    }
+                    Ok(r) if r.in_flight() => (
+                        Some(v.version),
+                        Rotation {
+                            surge: r.surge.clone(),
+                            replacement: r.replacement.clone(),
+                            ..ours.clone()
+                        },
+                    ),
+                    _ => (Some(v.version), ours.clone()),
+                },
+            };
+            let doc = serde_json::to_value(&next).map_err(internal)?;
+            match self.store.put(pk, &sk, &doc, expected, None).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind == ErrorKind::Conflict => continue,
+                Err(e) => return Err(internal(e)),
+            }
+        }
+        Err(internal("rotation record: too many conflicting writers"))
+    }
+
     /// The invocation is nearly over and the drain is not: record a forced `Interrupted`
     /// rotation in `Draining` with the drain state (the rotator continues it) and an open
     /// lifecycle record that the schedule tick completes once the rotation is past draining.
@@ -1164,16 +1207,7 @@ impl InterruptionHandler {
             )
         };
         let pk = state::pool_pk(&pool);
-        let doc = serde_json::to_value(&rotation).map_err(internal)?;
-        match self
-            .store
-            .put(&pk, &rotation_sk(&a.instance_id), &doc, None, None)
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.kind == ErrorKind::Conflict => {} // a rotation already owns the node
-            Err(e) => return Err(internal(e)),
-        }
+        self.take_over(&pk, rotation).await?;
         let open = json!({"status": "open", "action": a, "since": now});
         match self
             .store

@@ -20,7 +20,8 @@ use crate::fleet::Lifecycle;
 use crate::kube as k;
 use crate::policy::{self, NodeGroup, Policy};
 use crate::port::ErrorKind;
-use crate::rotation::{Queue, Rotation, Step, rotation_sk};
+use crate::rotation::step;
+use crate::rotation::{Queue, Release, Rotation, Step, Undo, rotation_sk};
 use crate::state::{self, OperatorAction, Pin, PoolRecord, Versioned};
 pub use request::{Request, Target};
 
@@ -28,8 +29,6 @@ pub use request::{Request, Target};
 const AUDIT_RETENTION_DAYS: i64 = 400;
 /// A repeated identical `rotate` within this window returns the first outcome.
 const REPEAT_WINDOW_MINUTES: i64 = 60;
-/// Cancelled rotation records are kept this long (like finished ones).
-const FINISHED_RETENTION_DAYS: i64 = 7;
 
 /// Who invoked and under which id (from the Lambda context, or the CLI).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -344,30 +343,14 @@ impl OpsHandler {
         &self,
         pool: &str,
     ) -> Result<BTreeMap<String, Versioned<Rotation>>, HandlerError> {
-        let items = self
+        Ok(self
             .rotator
-            .store
-            .query(&state::pool_pk(pool), "ROT#")
+            .rotations(pool)
             .await
-            .map_err(internal)?;
-        let mut out = BTreeMap::new();
-        for (sk, v) in items {
-            match serde_json::from_value::<Rotation>(v.value) {
-                Ok(r) => {
-                    out.insert(
-                        r.instance_id.clone(),
-                        Versioned {
-                            value: r,
-                            version: v.version,
-                        },
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored")
-                }
-            }
-        }
-        Ok(out)
+            .map_err(internal)?
+            .into_iter()
+            .map(|v| (v.value.instance_id.clone(), v))
+            .collect())
     }
 
     /// The Auto Scaling group whose instances the pool's rotations replace (for a managed node
@@ -539,83 +522,88 @@ impl OpsHandler {
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
         let group = self.group_name(policy).await?;
         let why = format!(
             "cancelled by {}: {reason}",
             inv.caller.as_deref().unwrap_or("an operator")
         );
-        // Claim the rotation first (conditional write): from then on the rotator leaves it alone.
+        // Record the cancellation first (conditional write): from then on the rotator leaves the
+        // rotation alone, and the surge's undo is recorded before it is performed.
         let mut claimed = None;
         for _ in 0..state::WRITE_ATTEMPTS {
-            let Some(v) = self
+            let records = self
                 .rotator
-                .store
-                .get(&pk, &rotation_sk(instance))
+                .rotations(&pool)
                 .await
-                .map_err(internal)?
+                .map_err(internal)?;
+            let Some(v) = records
+                .iter()
+                .find(|v| v.value.instance_id == instance)
+                .cloned()
             else {
                 return Err(invalid1(format!(
                     "instance: no rotation of {instance} in pool {pool}"
                 )));
             };
-            let rot: Rotation = serde_json::from_value(v.value).map_err(internal)?;
-            match rot.step {
-                Step::Failed
-                    if rot
-                        .error
-                        .as_deref()
-                        .is_some_and(|e| e.starts_with("cancelled by")) =>
-                {
-                    return Ok(json!({
-                        "action": "cancel", "pool": pool, "requestId": inv.request_id,
-                        "instance": instance, "changed": false,
-                        "rotation": rotation_summary(&rot),
-                    }));
-                }
-                Step::Done | Step::Failed => {
-                    return Err(invalid1(format!(
-                        "instance: the rotation of {instance} already finished ({:?} at {}): nothing to cancel",
-                        rot.step,
-                        instant(rot.step_at)
-                    )));
-                }
-                Step::Terminating => {
+            if v.value.step == Step::Cancelled {
+                return Ok(json!({
+                    "action": "cancel", "pool": pool, "requestId": inv.request_id,
+                    "instance": instance, "changed": false,
+                    "rotation": rotation_summary(&v.value),
+                }));
+            }
+            let (g, instances) = self
+                .rotator
+                .groups
+                .describe(&group)
+                .await
+                .map_err(internal)?;
+            let members: Vec<_> = instances.into_iter().map(|i| i.with_node(None)).collect();
+            let rotations: Vec<Rotation> = records.iter().map(|v| v.value.clone()).collect();
+            let view = step::PoolView {
+                group: &g,
+                members: &members,
+                desired_ami: None,
+            };
+            let undo = match step::cancel(&view, &rotations, &v.value) {
+                Ok(undo) => undo,
+                Err(step::CancelRefusal::Terminating) => {
                     return Err(invalid1(format!(
                         "instance: the rotation of {instance} is Terminating: too late to cancel"
                     )));
                 }
-                _ => {}
-            }
-            let cancelled = Rotation {
-                step: Step::Failed,
-                step_at: now,
-                error: Some(why.clone()),
-                ..rot.clone()
-            };
-            let doc = serde_json::to_value(&cancelled).map_err(internal)?;
-            let ttl = now + chrono::Duration::days(FINISHED_RETENTION_DAYS);
-            match self
-                .rotator
-                .store
-                .put(
-                    &pk,
-                    &rotation_sk(instance),
-                    &doc,
-                    Some(v.version),
-                    Some(ttl),
-                )
-                .await
-            {
-                Ok(_) => {
-                    claimed = Some(rot);
-                    break;
+                Err(step::CancelRefusal::Finished(step)) => {
+                    return Err(invalid1(format!(
+                        "instance: the rotation of {instance} already finished ({step:?} at {}): nothing to cancel",
+                        instant(v.value.step_at)
+                    )));
                 }
-                Err(e) if e.kind == ErrorKind::Conflict => continue,
-                Err(e) => return Err(internal(e)),
+            };
+            let mut cancelled = Rotation {
+                error: Some(why.clone()),
+                ..v.value.enter(Step::Cancelled, now)
+            };
+            if let Some(u) = &undo {
+                cancelled = cancelled.with_release(Release::Undoing(u.clone()));
+            }
+            if let Some(version) = self
+                .rotator
+                .put_rotation(&cancelled, Some(v.version))
+                .await
+                .map_err(internal)?
+            {
+                claimed = Some((
+                    v.value,
+                    Versioned {
+                        value: cancelled,
+                        version,
+                    },
+                    undo,
+                ));
+                break;
             }
         }
-        let Some(rot) = claimed else {
+        let Some((rot, cancelled, undo)) = claimed else {
             return Err(internal(format!(
                 "the rotation of {instance} kept changing; try again"
             )));
@@ -656,11 +644,19 @@ impl OpsHandler {
                 }
             }
         }
-        // Auto Scaling: undo the surge.
-        if let Some(surge) = &rot.surge {
-            match self.undo_surge(&group, &rot, surge).await {
-                Ok(s) => undone.push(s),
-                Err(e) => problems.push(format!("cannot undo the surge of group {group}: {e}")),
+        // Auto Scaling: give the surge back (the rotator finishes it if this fails).
+        if let Some(undo) = &undo {
+            match self.rotator.give_back(&group, cancelled, undo).await {
+                Ok(_) => undone.push(match undo {
+                    Undo::Terminate { instance_id } => {
+                        format!("replacement {instance_id} terminated, desired capacity decremented")
+                    }
+                    Undo::LowerTo { desired } => format!("desired capacity lowered to {desired}"),
+                    Undo::Nothing => "no surge left to undo".to_string(),
+                }),
+                Err(e) => problems.push(format!(
+                    "cannot undo the surge of group {group} yet ({e}); the rotator retries it"
+                )),
             }
         }
         Ok(json!({
@@ -674,58 +670,6 @@ impl OpsHandler {
             "problems": problems,
             "note": "the pool is not halted; if the node is still drifted or expired the rotator may pick it again: pause the pool to prevent that",
         }))
-    }
-
-    async fn undo_surge(
-        &self,
-        group: &str,
-        rot: &Rotation,
-        surge: &crate::rotation::Surge,
-    ) -> Result<String, String> {
-        let (g, instances) = self
-            .rotator
-            .groups
-            .describe(group)
-            .await
-            .map_err(|e| e.to_string())?;
-        let others = self.rotations(&rot.pool).await.map_err(|e| e.message)?;
-        let claimed: Vec<&str> = others
-            .values()
-            .filter(|o| o.value.instance_id != rot.instance_id && o.value.in_flight())
-            .filter_map(|o| o.value.replacement.as_deref())
-            .collect();
-        let replacement = rot.replacement.clone().or_else(|| {
-            instances
-                .iter()
-                .find(|i| {
-                    !surge.baseline.contains(&i.instance_id)
-                        && !claimed.contains(&i.instance_id.as_str())
-                        && i.lifecycle != Lifecycle::Leaving
-                })
-                .map(|i| i.instance_id.clone())
-        });
-        match replacement {
-            Some(r) => {
-                self.rotator
-                    .groups
-                    .terminate_instance(&r, true)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(format!(
-                    "replacement {r} terminated, desired capacity decremented"
-                ))
-            }
-            None if g.desired_capacity >= surge.target_desired => {
-                let back = (g.desired_capacity - 1).max(g.min_size);
-                self.rotator
-                    .groups
-                    .set_desired_capacity(group, back)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(format!("desired capacity lowered to {back}"))
-            }
-            None => Ok("no surge left to undo".to_string()),
-        }
     }
 }
 
