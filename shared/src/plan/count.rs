@@ -163,9 +163,8 @@ pub(super) fn count<'a>(
     });
 
     let disrupting = u32::try_from(disrupting.len()).unwrap_or(u32::MAX);
-    let allowed_for = |reason| {
-        budget::evaluate(&policy.budgets, reason, total, disrupting, now).allowed
-    };
+    let allowed_for =
+        |reason| budget::evaluate(&policy.budgets, reason, total, disrupting, now).allowed;
     Counts {
         total,
         disrupting,

@@ -150,8 +150,10 @@ pub fn plan_managed(
             "node group is {status}, not ACTIVE, and no update of nodecycle's is running: nothing starts until it is ACTIVE"
         );
         drop_starts(&mut base, &why);
-        base.decisions
-            .push(Decision::pool(DecisionKind::Gate, format!("not starting: {why}")));
+        base.decisions.push(Decision::pool(
+            DecisionKind::Gate,
+            format!("not starting: {why}"),
+        ));
         base.blocked = Some(why);
         UpdateAction::None
     } else if let Some(u) = running {
@@ -166,7 +168,8 @@ pub fn plan_managed(
                 "Drifted budget is now 0, but EKS cannot pause update {id}: it runs to completion"
             )));
         }
-        base.decisions.push(Decision::pool(DecisionKind::NodeGroupUpdate, why.clone()));
+        base.decisions
+            .push(Decision::pool(DecisionKind::NodeGroupUpdate, why.clone()));
         base.blocked = Some(why);
         UpdateAction::Continue
     } else if gated || (drifted == 0 && !launches_other) {
@@ -200,8 +203,10 @@ pub fn plan_managed(
                 "{what}: the node group update waits for {in_flight} node-level rotation(s) in flight"
             );
             drop_starts(&mut base, &why);
-            base.decisions
-                .push(Decision::pool(DecisionKind::Wait, format!("not starting: {why}")));
+            base.decisions.push(Decision::pool(
+                DecisionKind::Wait,
+                format!("not starting: {why}"),
+            ));
             base.blocked = Some(why);
             UpdateAction::None
         } else if base.allowed.drifted == 0 {
@@ -213,18 +218,20 @@ pub fn plan_managed(
                 0,
                 now,
             );
-            base.decisions.push(Decision::pool(DecisionKind::Wait, format!(
-                "not starting the node group update: {why}; {what}"
-            )));
+            base.decisions.push(Decision::pool(
+                DecisionKind::Wait,
+                format!("not starting the node group update: {why}; {what}"),
+            ));
             base.blocked = Some(why);
             UpdateAction::None
         } else {
             let max_unavailable = base.allowed.drifted.min(MAX_UNAVAILABLE_LIMIT);
             match window_fit(snapshot, &base, drifted, max_unavailable, group.wave, now) {
                 Err(why) => {
-                    base.decisions.push(Decision::pool(DecisionKind::Wait, format!(
-                        "not starting the node group update: {why}; {what}"
-                    )));
+                    base.decisions.push(Decision::pool(
+                        DecisionKind::Wait,
+                        format!("not starting the node group update: {why}; {what}"),
+                    ));
                     base.blocked = Some(why);
                     UpdateAction::None
                 }
@@ -251,7 +258,11 @@ pub fn plan_managed(
     if launches_other && !gated {
         let why = format!(
             "the node group launches {}, not the desired {}, until its update",
-            snapshot.group.launch_template_image.as_deref().unwrap_or("?"),
+            snapshot
+                .group
+                .launch_template_image
+                .as_deref()
+                .unwrap_or("?"),
             desired.unwrap_or_default()
         );
         drop_starts(&mut base, &why);

@@ -238,6 +238,9 @@ pub fn step_pool(
     order.sort_by(|a, b| {
         (a.created_at, a.instance_id.as_str()).cmp(&(b.created_at, b.instance_id.as_str()))
     });
+    // Rotations still at `Pending` come last: their surges are counted from the capacity the
+    // pass leaves once every give-back of the pass is decided.
+    order.sort_by_key(|r| r.step == Step::Pending);
     let mut give_backs = Vec::new();
     let mut middle = Vec::new();
     let mut surges = Vec::new();
@@ -374,6 +377,18 @@ impl<'a> Ctx<'a> {
     /// `own_first`, the rotation's own replacement is the first choice (cancel, failure).
     fn choose_undo(&mut self, r: &Rotation, surge: &Surge, own_first: bool) -> Undo {
         if let Some(Release::Undoing(u)) = &surge.release {
+            match u {
+                Undo::Terminate { instance_id } => {
+                    if self
+                        .member(instance_id)
+                        .is_some_and(|m| m.lifecycle != Lifecycle::Leaving)
+                    {
+                        self.desired -= 1;
+                    }
+                }
+                Undo::LowerTo { desired } => self.desired = self.desired.min(*desired),
+                Undo::Nothing => {}
+            }
             return u.clone();
         }
         if own_first
@@ -399,11 +414,16 @@ impl<'a> Ctx<'a> {
             })
             .collect();
         fresh.sort_by(|a, b| {
-            (a.is_ready(), std::cmp::Reverse(a.launch_time), &a.instance_id).cmp(&(
-                b.is_ready(),
-                std::cmp::Reverse(b.launch_time),
-                &b.instance_id,
-            ))
+            (
+                a.is_ready(),
+                std::cmp::Reverse(a.launch_time),
+                &a.instance_id,
+            )
+                .cmp(&(
+                    b.is_ready(),
+                    std::cmp::Reverse(b.launch_time),
+                    &b.instance_id,
+                ))
         });
         if let Some(m) = fresh.first() {
             self.taken.insert(m.instance_id.clone());
@@ -493,7 +513,9 @@ fn step_one(
             let ready = fresh
                 .iter()
                 .filter(|m| m.is_ready() && desired.is_some() && m.image_id.as_deref() == desired)
-                .min_by(|a, b| (a.launch_time, &a.instance_id).cmp(&(b.launch_time, &b.instance_id)));
+                .min_by(|a, b| {
+                    (a.launch_time, &a.instance_id).cmp(&(b.launch_time, &b.instance_id))
+                });
             let fresh_ids: Vec<String> = fresh.iter().map(|m| m.instance_id.clone()).collect();
             if let Some(rep) = ready {
                 ctx.taken.insert(rep.instance_id.clone());
@@ -530,8 +552,8 @@ fn step_one(
                     r.surge.as_ref().and_then(|s| s.release.as_ref()),
                     Some(Release::Undoing(Undo::Terminate { instance_id })) if *instance_id == r.instance_id
                 );
-            if r.surge_active() {
-                ctx.release(r);
+            ctx.release(r);
+            if decrement {
                 ctx.desired -= 1;
             }
             Command::Terminate { decrement }

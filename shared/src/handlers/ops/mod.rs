@@ -531,11 +531,7 @@ impl OpsHandler {
         // rotation alone, and the surge's undo is recorded before it is performed.
         let mut claimed = None;
         for _ in 0..state::WRITE_ATTEMPTS {
-            let records = self
-                .rotator
-                .rotations(&pool)
-                .await
-                .map_err(internal)?;
+            let records = self.rotator.rotations(&pool).await.map_err(internal)?;
             let Some(v) = records
                 .iter()
                 .find(|v| v.value.instance_id == instance)
@@ -649,7 +645,9 @@ impl OpsHandler {
             match self.rotator.give_back(&group, cancelled, undo).await {
                 Ok(_) => undone.push(match undo {
                     Undo::Terminate { instance_id } => {
-                        format!("replacement {instance_id} terminated, desired capacity decremented")
+                        format!(
+                            "replacement {instance_id} terminated, desired capacity decremented"
+                        )
                     }
                     Undo::LowerTo { desired } => format!("desired capacity lowered to {desired}"),
                     Undo::Nothing => "no surge left to undo".to_string(),

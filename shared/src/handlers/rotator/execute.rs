@@ -118,8 +118,7 @@ impl RotatorHandler {
             {
                 if !stopped {
                     report.errors.push(
-                        "invocation time nearly used up; remaining steps continue next pass"
-                            .into(),
+                        "invocation time nearly used up; remaining steps continue next pass".into(),
                     );
                     stopped = true;
                 }
@@ -160,7 +159,14 @@ impl RotatorHandler {
     async fn ensure_capacity(&self, group: &str, want: i32, pool: &str) -> Result<(), PortError> {
         let (g, _) = self.groups.describe(group).await?;
         if g.desired_capacity < want {
-            tracing::info!(pool, group, desired = g.desired_capacity, want, decision = "capacity raised", "desired capacity set to base + active surges");
+            tracing::info!(
+                pool,
+                group,
+                desired = g.desired_capacity,
+                want,
+                decision = "capacity raised",
+                "desired capacity set to base + active surges"
+            );
             self.groups.set_desired_capacity(group, want).await?;
         }
         Ok(())
@@ -344,16 +350,7 @@ impl RotatorHandler {
                     }
                     Ok(p) => {
                         tracing::info!(pool = %r.pool, instance = %r.instance_id, remaining = p.pods_remaining, blocked_by = ?p.blocked_by, deadline = ?p.deadline, decision = "draining");
-                        moved(
-                            self.save(
-                                &v,
-                                Rotation {
-                                    drain,
-                                    ..r.clone()
-                                },
-                            )
-                            .await?,
-                        )
+                        moved(self.save(&v, Rotation { drain, ..r.clone() }).await?)
                     }
                     Err(e) => {
                         let kept = Rotation {
@@ -384,9 +381,7 @@ impl RotatorHandler {
                     .terminate_instance(&r.instance_id, *decrement)
                     .await?;
                 self.delete_node(ctx, r).await;
-                let done = r
-                    .enter(Step::Done, now)
-                    .with_release(Release::Given);
+                let done = r.enter(Step::Done, now).with_release(Release::Given);
                 log(Step::Done, "terminated");
                 moved(self.save(&v, done).await?)
             }

@@ -26,14 +26,13 @@ use crate::policy::source::PolicySource;
 use crate::policy::{self, Policy};
 use crate::port::PortError;
 use crate::rotation::step::StepSettings;
-use crate::state::{self, Store};
+use crate::state::Store;
 
 mod execute;
 mod lease;
 mod managed;
 mod observe;
 
-pub(crate) use execute::DONE_RETENTION_DAYS;
 use execute::PoolCtx;
 
 /// Tunables (environment variables in the Lambda).
@@ -327,7 +326,9 @@ impl RotatorHandler {
             clock,
         };
         if let Some(group) = &observed.managed {
-            return self.managed_pass(policy, group, &mut ctx, deadline, report).await;
+            return self
+                .managed_pass(policy, group, &mut ctx, deadline, report)
+                .await;
         }
         let plan = plan::plan(&ctx.snapshot, now);
         log_decisions(&plan);

@@ -47,7 +47,10 @@ impl RotatorHandler {
     }
 
     /// Every rotation record of `pool` (unreadable ones are logged and skipped).
-    pub(crate) async fn rotations(&self, pool: &str) -> Result<Vec<Versioned<Rotation>>, PortError> {
+    pub(crate) async fn rotations(
+        &self,
+        pool: &str,
+    ) -> Result<Vec<Versioned<Rotation>>, PortError> {
         let items = self.store.query(&state::pool_pk(pool), "ROT#").await?;
         let mut out = Vec::new();
         for (sk, v) in items {

@@ -78,12 +78,7 @@ fn surging(id: &str, baseline: &[Member], base: i32, target: i32) -> Rotation {
     }
 }
 
-fn run(
-    group: &Group,
-    members: &[Member],
-    rotations: &[Rotation],
-    now: DateTime<Utc>,
-) -> StepPlan {
+fn run(group: &Group, members: &[Member], rotations: &[Rotation], now: DateTime<Utc>) -> StepPlan {
     let view = PoolView {
         group,
         members,
@@ -134,7 +129,11 @@ fn pending_surges_one_unit_each_up_to_max_size_then_replaces_without_surge() {
     );
     assert!(matches!(
         command(&plan, "i-old1"),
-        Command::Surge { target: 8, base: 6, .. }
+        Command::Surge {
+            target: 8,
+            base: 6,
+            ..
+        }
     ));
     assert_eq!(command(&plan, "i-old2"), &Command::Cordon);
     assert_eq!(plan.capacity, Some(8));
@@ -150,15 +149,22 @@ fn surging_claims_distinct_ready_replacements_on_the_desired_ami() {
     members.push(member("i-new2", NEW, 2, true));
     members.push(member("i-other", OLD, 3, true));
     let g = group(8, 0, 10);
-    let rotations = vec![surging("i-old0", &base, 6, 7), surging("i-old1", &base, 6, 8)];
+    let rotations = vec![
+        surging("i-old0", &base, 6, 7),
+        surging("i-old1", &base, 6, 8),
+    ];
     let plan = run(&g, &members, &rotations, t0() + TimeDelta::minutes(5));
     assert_eq!(
         command(&plan, "i-old0"),
-        &Command::ClaimReplacement { id: "i-new1".into() }
+        &Command::ClaimReplacement {
+            id: "i-new1".into()
+        }
     );
     assert_eq!(
         command(&plan, "i-old1"),
-        &Command::ClaimReplacement { id: "i-new2".into() }
+        &Command::ClaimReplacement {
+            id: "i-new2".into()
+        }
     );
     assert_eq!(plan.capacity, Some(8));
 }
@@ -184,11 +190,21 @@ fn two_timeouts_in_one_pass_undo_two_distinct_instances() {
     members.push(member("i-bad1", NEW, 1, false));
     members.push(member("i-bad2", NEW, 1, false));
     let g = group(8, 0, 10);
-    let rotations = vec![surging("i-old0", &base, 6, 7), surging("i-old1", &base, 6, 8)];
+    let rotations = vec![
+        surging("i-old0", &base, 6, 7),
+        surging("i-old1", &base, 6, 8),
+    ];
     let plan = run(&g, &members, &rotations, t0() + TimeDelta::minutes(20));
     for id in ["i-old0", "i-old1"] {
         assert!(
-            matches!(command(&plan, id), Command::Fail { halt: true, undo: Some(Undo::Terminate { .. }), .. }),
+            matches!(
+                command(&plan, id),
+                Command::Fail {
+                    halt: true,
+                    undo: Some(Undo::Terminate { .. }),
+                    ..
+                }
+            ),
             "{plan:?}"
         );
     }
@@ -212,7 +228,10 @@ fn a_timeout_with_no_instance_launched_lowers_capacity_to_the_remaining_surges()
     assert!(
         matches!(
             command(&plan, "i-old0"),
-            Command::Fail { undo: Some(Undo::LowerTo { desired: 7 }), .. }
+            Command::Fail {
+                undo: Some(Undo::LowerTo { desired: 7 }),
+                ..
+            }
         ),
         "{plan:?}"
     );
@@ -366,7 +385,7 @@ fn own_terminate_recorded_then_instance_leaving_finishes_without_undo() {
         .with_release(Release::Undoing(Undo::Terminate {
             instance_id: "i-old0".into(),
         }));
-    let plan = run(&group(6, 0, 10), &members, &[r.clone()], t0());
+    let plan = run(&group(6, 0, 10), &members, std::slice::from_ref(&r), t0());
     assert_eq!(
         command(&plan, "i-old0"),
         &Command::Finish {
@@ -480,4 +499,47 @@ fn cancel_gives_back_its_own_replacement_first() {
         cancel(&view, std::slice::from_ref(&r), &r),
         Err(CancelRefusal::Finished(Step::Cancelled))
     );
+}
+
+/// A terminate recorded as under way (its call failed) is repeated in the same pass as a new
+/// surge: the new surge counts from the capacity after that terminate.
+#[test]
+fn a_new_surge_counts_from_the_capacity_after_this_pass_give_backs() {
+    let base = old_members(4);
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 1, true));
+    // Base 4, A surged to 5 and is terminating (its decrement still to come).
+    let a = Rotation {
+        replacement: Some("i-new1".into()),
+        ..surging("i-old0", &base, 4, 5).enter(Step::Terminating, t0())
+    }
+    .with_release(Release::Undoing(Undo::Terminate {
+        instance_id: "i-old0".into(),
+    }));
+    let c = Rotation {
+        created_at: t0() + TimeDelta::minutes(5),
+        ..rotation("i-old1", Step::Pending)
+    };
+    let plan = run(
+        &group(5, 0, 10),
+        &members,
+        &[c, a],
+        t0() + TimeDelta::minutes(5),
+    );
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Terminate { decrement: true }
+    );
+    assert!(
+        matches!(
+            command(&plan, "i-old1"),
+            Command::Surge {
+                base: 4,
+                target: 5,
+                ..
+            }
+        ),
+        "{plan:?}"
+    );
+    assert_eq!(plan.capacity, Some(5));
 }
