@@ -870,8 +870,11 @@ async fn lifecycle_drain_longer_than_the_invocation_is_handed_to_the_rotator() {
     let out = e.handle(&json!({})).await;
     assert_eq!(out["outcomes"][0]["action"], "heartbeat", "{out}");
     // The rotator finished the drain and terminated it: the tick completes the action.
+    let mut drain = r.drain.clone().unwrap();
+    drain["done"] = json!(true);
     let done = Rotation {
         step: Step::Done,
+        drain: Some(drain),
         ..r
     };
     let v = e
@@ -1101,4 +1104,95 @@ async fn bench_spot_warning_to_cordon() {
     eprintln!(
         "BENCH spot warning -> cordon: cold (process start) ms {cold:.1?}; warm (in-process, first one warms) ms {warm:.1?}"
     );
+}
+
+/// Writes `rotation` as the instance's rotation record (over whatever is there).
+async fn seed_rotation(e: &Env, rotation: &Rotation) {
+    let sk = format!("ROT#{}", rotation.instance_id);
+    let current = e.table.get("POOL#prod/general", &sk).await.unwrap();
+    e.table
+        .put(
+            "POOL#prod/general",
+            &sk,
+            &serde_json::to_value(rotation).unwrap(),
+            current.map(|v| v.version),
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+/// A drain handed over to the rotator is never swallowed by a record already there for the
+/// instance (a stale failed rotation, a maintenance rotation waiting for budget): the record
+/// becomes the draining rotation, and the lifecycle action completes only once it drained.
+#[tokio::test]
+async fn a_hand_over_replaces_a_stale_or_waiting_rotation_of_the_instance() {
+    for seeded in ["failed", "waiting maintenance"] {
+        let e = env(1).await;
+        let (instance, node) = e.nodes[0].clone();
+        e.web_pods(&node, &["web-a"], 1);
+        e.kube.add_pdb(
+            PdbFixture::new("default", "web")
+                .match_label("app", "web")
+                .min_available(1),
+        );
+        let earlier = Utc::now() - chrono::Duration::hours(2);
+        let record = match seeded {
+            "failed" => Rotation::new(
+                "prod/general",
+                &instance,
+                RotationReason::Drifted,
+                false,
+                earlier,
+            )
+            .enter(Step::Failed, earlier),
+            _ => Rotation {
+                deadline: Some(Utc::now() + chrono::Duration::days(5)),
+                ..Rotation::new(
+                    "prod/general",
+                    &instance,
+                    RotationReason::Maintenance,
+                    false,
+                    earlier,
+                )
+            },
+        };
+        seed_rotation(&e, &record).await;
+        let ev = event(
+            "asg-terminate-lifecycle-action.json",
+            &instance,
+            Utc::now(),
+            None,
+        );
+        let out = e
+            .handler
+            .handle(&ev, Utc::now(), Instant::now() + Duration::from_secs(12))
+            .await
+            .unwrap();
+        assert_eq!(
+            out["outcomes"][0]["action"], "handedOver",
+            "{seeded}: {out}"
+        );
+        let r = e.rotation(&instance).await.unwrap();
+        assert_eq!(
+            (r.step, r.reason),
+            (Step::Draining, RotationReason::Interrupted),
+            "{seeded}: the hand-over was swallowed: {r:?}"
+        );
+        assert!(r.drain.is_some(), "{seeded}");
+        // The rotation is closed as Done without having drained (e.g. its instance left):
+        // the pods are still there, so the lifecycle action is not completed.
+        let closed = Rotation {
+            drain: None,
+            ..r.enter(Step::Done, Utc::now())
+        };
+        seed_rotation(&e, &closed).await;
+        let out = e.handle(&json!({})).await;
+        assert_eq!(out["outcomes"][0]["action"], "heartbeat", "{seeded}: {out}");
+        assert!(
+            e.lifecycle.calls().iter().all(|c| c.op != "complete"),
+            "{seeded}: completed with pods on the node: {:?}",
+            e.lifecycle.calls()
+        );
+    }
 }
