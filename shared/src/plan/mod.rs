@@ -64,6 +64,8 @@ mod start;
 #[cfg(test)]
 mod props;
 #[cfg(test)]
+mod props_waiting;
+#[cfg(test)]
 mod tests;
 
 use std::time::Duration;

@@ -30,6 +30,20 @@ pub(super) fn start(
     let budgets = &policy.budgets;
     if let Some(gate) = gate {
         let why = gate.to_string();
+        // Bookkeeping only, no disruption: a queued rotation whose instance left is finished.
+        for (id, r) in &c.queued {
+            if !present(&c.members, id) {
+                decisions.push(Decision::instance(
+                    DecisionKind::Advance,
+                    id,
+                    format!("{id}: queued manual rotation, but the instance left the group: finishing it"),
+                ));
+                actions.push(Action::Advance {
+                    instance_id: (*id).to_string(),
+                    step: r.step,
+                });
+            }
+        }
         maintenance::release(
             &counts.maintenance_waiting,
             Some(&why),
@@ -121,6 +135,13 @@ pub(super) fn start(
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
+/// The instance is in the group and not leaving it.
+fn present(members: &[&Member], id: &str) -> bool {
+    members
+        .iter()
+        .any(|m| m.instance_id == id && m.lifecycle != Lifecycle::Leaving)
+}
+
 /// What [`release_queued`] needs from the pass.
 struct QueueCtx<'a> {
     queued: &'a BTreeMap<&'a str, &'a Rotation>,
@@ -173,11 +194,7 @@ fn release_queued(
                 step: r.step,
             });
         };
-        let present = ctx
-            .members
-            .iter()
-            .any(|m| m.instance_id == id && m.lifecycle != Lifecycle::Leaving);
-        if !present {
+        if !present(ctx.members, id) {
             release(
                 decisions,
                 actions,

@@ -577,4 +577,6 @@ fn step_one(
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;

@@ -31,7 +31,7 @@ use crate::event::interruption::{ClassifiedEvent, Interruption, interruption_eve
 use crate::interruption::{
     InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, pool_of, pool_of_group,
 };
-use crate::kube::{EksConnector, KubeConnector, NodeOps};
+use crate::kube::{KubeConnector, NodeOps};
 use crate::policy::source::PolicySource;
 use crate::policy::{self, Policy};
 use crate::port::{ErrorKind, PortError};
@@ -475,25 +475,24 @@ impl InterruptionHandler {
     }
 }
 
+impl InterruptionHandler {
+    /// The handler over `ports`.
+    pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+        InterruptionHandler {
+            policies: ports.policies.clone(),
+            instances: ports.instances.clone(),
+            lifecycle: ports.lifecycle.clone(),
+            store: ports.store.clone(),
+            kube: ports.kube.clone(),
+            settings,
+        }
+    }
+}
+
 /// Builds the handler from the environment (`NODECYCLE_TABLE`, `NODECYCLE_POLICY_PREFIX`, tunables).
 pub fn from_env(config: &aws_config::SdkConfig) -> Result<InterruptionHandler, HandlerError> {
-    use crate::aws::{
-        dynamodb::Table,
-        interruption::{Ec2Instances, LifecycleActions},
-        ssm::{Ssm, SsmPolicies},
-    };
-    let (table, prefix) = super::table_and_prefix_from_env()?;
-    Ok(InterruptionHandler {
-        policies: Arc::new(SsmPolicies::new(
-            Ssm::new(aws_sdk_ssm::Client::new(config)),
-            &prefix,
-        )),
-        instances: Arc::new(Ec2Instances::new(aws_sdk_ec2::Client::new(config))),
-        lifecycle: Arc::new(LifecycleActions::new(aws_sdk_autoscaling::Client::new(
-            config,
-        ))),
-        store: Arc::new(Table::new(aws_sdk_dynamodb::Client::new(config), table)),
-        kube: Arc::new(EksConnector::new(config.clone())),
-        settings: Settings::from_env()?,
-    })
+    Ok(InterruptionHandler::new(
+        &crate::port::Ports::from_env(config)?,
+        Settings::from_env()?,
+    ))
 }

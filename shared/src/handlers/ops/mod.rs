@@ -703,12 +703,20 @@ pub(crate) fn rotation_summary(r: &Rotation) -> Value {
     })
 }
 
+impl OpsHandler {
+    /// The ops handler over `ports` (its rotator with `settings`).
+    pub fn new(ports: &crate::port::Ports, settings: super::rotator::Settings) -> Self {
+        OpsHandler {
+            rotator: RotatorHandler::new(ports, settings),
+            images: ports.images.clone(),
+        }
+    }
+}
+
 /// Builds the handler from the environment (the rotator's settings plus EC2 for images).
 pub fn from_env(config: &aws_config::SdkConfig) -> Result<OpsHandler, HandlerError> {
-    let rotator = super::rotator::from_env(config)?;
-    let c = crate::aws::Clients::new(config);
-    Ok(OpsHandler {
-        rotator,
-        images: Arc::new(crate::aws::ec2::Ec2::new(c.ec2.clone())),
-    })
+    Ok(OpsHandler::new(
+        &crate::port::Ports::from_env(config)?,
+        super::rotator::Settings::from_env()?,
+    ))
 }

@@ -360,24 +360,25 @@ impl RotatorHandler {
     }
 }
 
+impl RotatorHandler {
+    /// The rotator over `ports`.
+    pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+        RotatorHandler {
+            policies: ports.policies.clone(),
+            groups: ports.groups.clone(),
+            managed: ports.managed.clone(),
+            parameters: ports.parameters.clone(),
+            store: ports.store.clone(),
+            kube: ports.kube.clone(),
+            settings,
+        }
+    }
+}
+
 /// Builds the rotator from the environment (`NODECYCLE_TABLE`, `NODECYCLE_POLICY_PREFIX`, tunables).
 pub fn from_env(config: &aws_config::SdkConfig) -> Result<RotatorHandler, HandlerError> {
-    use crate::aws::{
-        Clients,
-        autoscaling::AutoScaling,
-        dynamodb::Table,
-        managed::ManagedNodeGroups,
-        ssm::{Ssm, SsmPolicies},
-    };
-    let (table, prefix) = super::table_and_prefix_from_env()?;
-    let c = Clients::new(config);
-    Ok(RotatorHandler {
-        policies: Arc::new(SsmPolicies::new(Ssm::new(c.ssm.clone()), &prefix)),
-        groups: Arc::new(AutoScaling::new(c.autoscaling.clone(), c.ec2.clone())),
-        managed: Arc::new(ManagedNodeGroups::new(c.eks.clone(), c.ec2.clone())),
-        parameters: Arc::new(Ssm::new(c.ssm.clone())),
-        store: Arc::new(Table::new(c.dynamodb.clone(), table)),
-        kube: Arc::new(EksConnector::new(config.clone())),
-        settings: Settings::from_env()?,
-    })
+    Ok(RotatorHandler::new(
+        &crate::port::Ports::from_env(config)?,
+        Settings::from_env()?,
+    ))
 }

@@ -9,10 +9,10 @@ use super::*;
 use crate::fleet::{Group, Lifecycle, Member, NodeStatus};
 use crate::rotation::{Release, Rotation, RotationReason, Step, Surge, Undo};
 
-const OLD: &str = "ami-old";
-const NEW: &str = "ami-new";
+pub(super) const OLD: &str = "ami-old";
+pub(super) const NEW: &str = "ami-new";
 
-fn t0() -> DateTime<Utc> {
+pub(super) fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z")
         .map(|t| t.with_timezone(&Utc))
         .unwrap_or_default()
@@ -24,7 +24,7 @@ fn settings() -> StepSettings {
     }
 }
 
-fn group(desired: i32, min: i32, max: i32) -> Group {
+pub(super) fn group(desired: i32, min: i32, max: i32) -> Group {
     Group {
         name: "g".into(),
         min_size: min,
@@ -35,7 +35,7 @@ fn group(desired: i32, min: i32, max: i32) -> Group {
 }
 
 /// An in-service member launched `minutes` after t0 (negative: before), Ready or not.
-fn member(id: &str, image: &str, minutes: i64, ready: bool) -> Member {
+pub(super) fn member(id: &str, image: &str, minutes: i64, ready: bool) -> Member {
     Member {
         instance_id: id.into(),
         availability_zone: "us-east-2a".into(),

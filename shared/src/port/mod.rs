@@ -1,6 +1,39 @@
-//! Errors shared by every port (narrow trait over one AWS or Kubernetes capability).
+//! Ports: one narrow trait per AWS or Kubernetes capability, the errors they share, and the
+//! [`Ports`] value that carries one implementation of each to every handler.
+//!
+//! Each trait is defined beside the values it speaks in (the planner's types for
+//! [`GroupOps`], the resolver's for [`ImageCatalog`], ...) and re-exported here, so this module
+//! is the one place that lists every capability nodecycle uses:
+//!
+//! | port | capability | AWS/Kubernetes calls (adapter) |
+//! |---|---|---|
+//! | [`PolicySource`] | pool policies | ssm:GetParametersByPath (`aws::ssm::SsmPolicies`) |
+//! | [`ParameterStore`] | SSM parameters | ssm:GetParameters/GetParameter (`aws::ssm::Ssm`) |
+//! | [`ImageCatalog`] | AMIs | ec2:DescribeImages (`aws::ec2::Ec2`) |
+//! | [`ClusterCatalog`] | cluster versions | eks:DescribeCluster (`aws::eks::Eks`) |
+//! | [`NodeGroupCatalog`] | what a node group launches | autoscaling/ec2/eks describes (`aws::nodegroup::NodeGroups`) |
+//! | [`GroupOps`] | Auto Scaling groups | describe, set desired capacity, terminate, launch template (`aws::autoscaling::AutoScaling`) |
+//! | [`ManagedGroupOps`] | managed node groups | eks:DescribeNodegroup/UpdateNodegroup* (`aws::managed::ManagedNodeGroups`) |
+//! | [`Store`] | the state table | dynamodb:GetItem/PutItem/Query (`aws::dynamodb::Table`) |
+//! | [`InstanceLookup`] | EC2 instances | ec2:DescribeInstances (`aws::interruption::Ec2Instances`) |
+//! | [`LifecycleOps`] | lifecycle actions | autoscaling:CompleteLifecycleAction/RecordLifecycleActionHeartbeat (`aws::interruption::LifecycleActions`) |
+//! | [`KubeConnector`] / [`NodeOps`] | a cluster's Kubernetes API | nodes, pods, evictions, events (`kube::EksConnector`) |
 
 use std::fmt;
+
+pub use crate::ami::resolve::{ClusterCatalog, ImageCatalog, NodeGroupCatalog, ParameterStore};
+pub use crate::fleet::GroupOps;
+pub use crate::interruption::{InstanceLookup, LifecycleOps};
+#[cfg(feature = "kube")]
+pub use crate::kube::{KubeConnector, NodeOps};
+pub use crate::managed::ManagedGroupOps;
+pub use crate::policy::source::PolicySource;
+pub use crate::state::Store;
+
+#[cfg(feature = "aws")]
+mod ports;
+#[cfg(feature = "aws")]
+pub use ports::Ports;
 
 /// What kind of failure a port call had; decisions depend on the kind, never on SDK types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
