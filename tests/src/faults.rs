@@ -16,11 +16,18 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::fakecloud::{Control, FakeCloud};
+
+/// A kind of fault of one section (AWS or Kubernetes).
+pub trait FaultKind: Copy {
+    /// The name the `faults` op takes.
+    fn name(self) -> &'static str;
+}
 
 /// How an AWS call fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +45,7 @@ pub enum AwsFault {
     ResetAfter,
 }
 
-impl AwsFault {
+impl FaultKind for AwsFault {
     fn name(self) -> &'static str {
         match self {
             AwsFault::Throttle => "throttle",
@@ -65,7 +72,7 @@ pub enum KubeFault {
     ResetAfter,
 }
 
-impl KubeFault {
+impl FaultKind for KubeFault {
     fn name(self) -> &'static str {
         match self {
             KubeFault::TooManyRequests => "429",
@@ -77,111 +84,86 @@ impl KubeFault {
     }
 }
 
-fn strings(items: &[&str]) -> Value {
-    json!(items)
+/// The settings of one section: a fraction `rate` of the calls in scope fail with one of
+/// `kinds`. [`AwsFaults`] and [`KubeFaults`] add their own filters.
+#[derive(Debug, Clone)]
+pub struct FaultSpec<K> {
+    settings: Map<String, Value>,
+    kind: PhantomData<K>,
 }
 
-/// Faults for AWS calls: a fraction `rate` of the calls in scope fail with one of `kinds`.
-#[derive(Debug, Clone)]
-pub struct AwsFaults(Map<String, Value>);
+/// Faults for AWS calls (default kinds: throttle, 500, 503, reset).
+pub type AwsFaults = FaultSpec<AwsFault>;
+/// Faults for the stand-ins' Kubernetes API calls (default kinds: 429, 500, 503, reset).
+pub type KubeFaults = FaultSpec<KubeFault>;
 
-impl AwsFaults {
-    /// `rate` (0..=1) of the calls fail, with the default kinds (throttle, 500, 503, reset).
+impl<K: FaultKind> FaultSpec<K> {
+    /// `rate` (0..=1) of the calls in scope fail, with the section's default kinds.
     pub fn new(rate: f64) -> Self {
-        let mut m = Map::new();
-        m.insert("rate".into(), json!(rate));
-        AwsFaults(m)
+        FaultSpec {
+            settings: Map::new(),
+            kind: PhantomData,
+        }
+        .set("rate", json!(rate))
+    }
+
+    fn set(mut self, key: &str, value: Value) -> Self {
+        self.settings.insert(key.into(), value);
+        self
     }
 
     /// The kinds to pick from (uniformly).
-    pub fn kinds(mut self, kinds: &[AwsFault]) -> Self {
+    pub fn kinds(self, kinds: &[K]) -> Self {
         let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
-        self.0.insert("kinds".into(), json!(names));
-        self
+        self.set("kinds", json!(names))
     }
 
     /// Every call in scope is held this long first (faulted or not).
-    pub fn delay_ms(mut self, ms: u64) -> Self {
-        self.0.insert("delayMs".into(), json!(ms));
-        self
-    }
-
-    /// Only these services (signing names: `dynamodb`, `ec2`, `autoscaling`, `eks`, `ssm`).
-    pub fn services(mut self, services: &[&str]) -> Self {
-        self.0.insert("services".into(), strings(services));
-        self
-    }
-
-    /// Only these operations (`Query`, or `dynamodb:Query`).
-    pub fn operations(mut self, operations: &[&str]) -> Self {
-        self.0.insert("operations".into(), strings(operations));
-        self
+    pub fn delay_ms(self, ms: u64) -> Self {
+        self.set("delayMs", json!(ms))
     }
 
     /// No more faults once this many were injected.
-    pub fn limit(mut self, n: u32) -> Self {
-        self.0.insert("limit".into(), json!(n));
-        self
-    }
-}
-
-/// Faults for Kubernetes API calls of the stand-ins.
-#[derive(Debug, Clone)]
-pub struct KubeFaults(Map<String, Value>);
-
-impl KubeFaults {
-    /// `rate` (0..=1) of the calls fail, with the default kinds (429, 500, 503, reset).
-    pub fn new(rate: f64) -> Self {
-        let mut m = Map::new();
-        m.insert("rate".into(), json!(rate));
-        KubeFaults(m)
-    }
-
-    /// The kinds to pick from (uniformly).
-    pub fn kinds(mut self, kinds: &[KubeFault]) -> Self {
-        let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
-        self.0.insert("kinds".into(), json!(names));
-        self
-    }
-
-    /// Every call in scope is held this long first (faulted or not).
-    pub fn delay_ms(mut self, ms: u64) -> Self {
-        self.0.insert("delayMs".into(), json!(ms));
-        self
-    }
-
-    /// Only the stand-ins of these clusters.
-    pub fn clusters(mut self, clusters: &[&str]) -> Self {
-        self.0.insert("clusters".into(), strings(clusters));
-        self
-    }
-
-    /// Only these verbs (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`).
-    pub fn verbs(mut self, verbs: &[&str]) -> Self {
-        self.0.insert("verbs".into(), strings(verbs));
-        self
-    }
-
-    /// Only these resources (`nodes`, `pods`, `pods/eviction`, `poddisruptionbudgets`, ...).
-    pub fn resources(mut self, resources: &[&str]) -> Self {
-        self.0.insert("resources".into(), strings(resources));
-        self
-    }
-
-    /// No more faults once this many were injected.
-    pub fn limit(mut self, n: u32) -> Self {
-        self.0.insert("limit".into(), json!(n));
-        self
+    pub fn limit(self, n: u32) -> Self {
+        self.set("limit", json!(n))
     }
 
     pub(crate) fn into_json(self) -> Value {
-        Value::Object(self.0)
+        Value::Object(self.settings)
+    }
+}
+
+impl FaultSpec<AwsFault> {
+    /// Only these services (signing names: `dynamodb`, `ec2`, `autoscaling`, `eks`, `ssm`).
+    pub fn services(self, services: &[&str]) -> Self {
+        self.set("services", json!(services))
+    }
+
+    /// Only these operations (`Query`, or `dynamodb:Query`).
+    pub fn operations(self, operations: &[&str]) -> Self {
+        self.set("operations", json!(operations))
+    }
+}
+
+impl FaultSpec<KubeFault> {
+    /// Only the stand-ins of these clusters.
+    pub fn clusters(self, clusters: &[&str]) -> Self {
+        self.set("clusters", json!(clusters))
+    }
+
+    /// Only these verbs (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`).
+    pub fn verbs(self, verbs: &[&str]) -> Self {
+        self.set("verbs", json!(verbs))
+    }
+
+    /// Only these resources (`nodes`, `pods`, `pods/eviction`, `poddisruptionbudgets`, ...).
+    pub fn resources(self, resources: &[&str]) -> Self {
+        self.set("resources", json!(resources))
     }
 
     /// `Retry-After` of the 429 answers (default 1).
-    pub fn retry_after_seconds(mut self, s: u32) -> Self {
-        self.0.insert("retryAfterSeconds".into(), json!(s));
-        self
+    pub fn retry_after_seconds(self, s: u32) -> Self {
+        self.set("retryAfterSeconds", json!(s))
     }
 }
 
@@ -203,7 +185,7 @@ impl Faults {
 
     /// Sets the AWS faults (counters start again).
     pub fn aws(mut self, aws: AwsFaults) -> Self {
-        self.0.insert("aws".into(), Value::Object(aws.0));
+        self.0.insert("aws".into(), aws.into_json());
         self
     }
 
@@ -215,7 +197,7 @@ impl Faults {
 
     /// Sets the Kubernetes faults (counters start again).
     pub fn kube(mut self, kube: KubeFaults) -> Self {
-        self.0.insert("kube".into(), Value::Object(kube.0));
+        self.0.insert("kube".into(), kube.into_json());
         self
     }
 

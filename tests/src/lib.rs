@@ -26,7 +26,8 @@ pub use fakecloud::{
     ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, ImageFixture, SECRET_ACCESS_KEY,
 };
 pub use faults::{
-    AwsFault, AwsFaults, FaultStats, Faults, KubeFault, KubeFaults, OperationStats, SectionStats,
+    AwsFault, AwsFaults, FaultKind, FaultSpec, FaultStats, Faults, KubeFault, KubeFaults,
+    OperationStats, SectionStats,
 };
 pub use kube::{
     KubeRequest, KubeStandIn, KubeState, NodeFixture, PdbFixture, PodFixture, SyncNodes,

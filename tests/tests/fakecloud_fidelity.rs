@@ -5,6 +5,8 @@
 // Test code: helpers outside #[test] fns panic on failure too.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod support;
+
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
@@ -264,44 +266,6 @@ async fn kubernetes_faults_answer_like_the_api_server() {
     assert_eq!(log[1].fault, None);
 }
 
-/// An Auto Scaling group `name` of `size` instances.
-async fn group(cloud: &FakeCloud, c: &Clients, name: &str, size: i32) -> Vec<String> {
-    let image = cloud.register_image(ImageFixture::new("golden-1"));
-    c.ec2
-        .create_launch_template()
-        .launch_template_name(name)
-        .launch_template_data(
-            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
-                .image_id(image)
-                .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    c.asg
-        .create_auto_scaling_group()
-        .auto_scaling_group_name(name)
-        .launch_template(
-            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
-                .launch_template_name(name)
-                .version("$Latest")
-                .build(),
-        )
-        .min_size(0)
-        .max_size(size + 2)
-        .desired_capacity(size)
-        .availability_zones("us-east-2a")
-        .send()
-        .await
-        .unwrap();
-    instances(c, name)
-        .await
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect()
-}
-
 /// (instance, lifecycle state) of the group's instances, and its desired capacity last.
 async fn instances(c: &Clients, name: &str) -> Vec<(String, String)> {
     let out = c
@@ -331,7 +295,16 @@ async fn instances(c: &Clients, name: &str) -> Vec<(String, String)> {
 async fn lifecycle_actions_are_refused_unless_one_is_active() {
     let cloud = FakeCloud::start();
     let c = clients(&cloud).await;
-    let ids = group(&cloud, &c, "workers", 2).await;
+    let image = cloud.register_image(ImageFixture::new("golden-1"));
+    let a = support::Adapters::new(&cloud).await;
+    a.create_group("workers", &image, "m5.large", 2, 4, None)
+        .await;
+    let ids: Vec<String> = a
+        .group_instances("workers")
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     c.asg
         .put_lifecycle_hook()
         .auto_scaling_group_name("workers")

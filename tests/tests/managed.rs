@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use nodecycle::aws::{dynamodb::Table, ec2::Ec2};
 use nodecycle::handlers::ami_watcher::AmiWatcher;
+use nodecycle::handlers::ops::{Invocation, OpsHandler};
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::managed::{ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
 use nodecycle::state::Store;
@@ -182,6 +183,22 @@ impl Mng {
 }
 
 const ALIAS: &str = "  - alias: al2023@latest\n";
+
+/// The operator API over the group's rotator.
+fn ops_handler(p: &Mng) -> OpsHandler {
+    OpsHandler {
+        rotator: p.rotator.clone(),
+        images: Arc::new(Ec2::new(p.adapters.clients.ec2.clone())),
+    }
+}
+
+/// An operator invocation by alice with `request_id`.
+fn invocation(request_id: &str) -> Invocation {
+    Invocation {
+        request_id: request_id.into(),
+        caller: Some("arn:aws:iam::123456789012:user/alice".into()),
+    }
+}
 
 /// Bound on waiting for the fake EKS to finish a rollout: a hang guard, not a timing assertion
 /// (a rollout takes about a second with the fake's default timing).
@@ -536,7 +553,6 @@ async fn a_start_repeated_after_a_crash_reuses_the_same_update() {
 
 #[tokio::test]
 async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
-    use nodecycle::handlers::ops::{Invocation, OpsHandler};
     let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
     // Surges on the group behind the node group must get nodes too.
     p.kube.sync_nodes(nodecycle_tests::SyncNodes {
@@ -545,14 +561,8 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
     });
     let t0 = at("2026-12-01T10:00:00Z");
     p.watcher.handle(&json!({}), t0).await.unwrap();
-    let ops = OpsHandler {
-        rotator: p.rotator.clone(),
-        images: Arc::new(Ec2::new(p.adapters.clients.ec2.clone())),
-    };
-    let inv = Invocation {
-        request_id: "req-1".into(),
-        caller: Some("arn:aws:iam::123456789012:user/alice".into()),
-    };
+    let ops = ops_handler(&p);
+    let inv = invocation("req-1");
     let status = ops
         .handle(
             &json!({"action": "status", "pool": "prod/general"}),
@@ -584,10 +594,7 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
 
     // Hold the release with a pin to the old AMI, then an operator replaces one node by hand
     // (node by node, through the node group's Auto Scaling group).
-    let inv2 = Invocation {
-        request_id: "req-2".into(),
-        ..inv.clone()
-    };
+    let inv2 = invocation("req-2");
     ops.handle(
         &json!({"action": "pin", "pool": "prod/general", "ami": p.old, "reason": "hold the release"}),
         &inv2,
@@ -604,10 +611,7 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
         .into_iter()
         .map(|(id, _)| id)
         .collect();
-    let inv3 = Invocation {
-        request_id: "req-3".into(),
-        ..inv.clone()
-    };
+    let inv3 = invocation("req-3");
     let r = ops
         .handle(
             &json!({"action": "rotate", "pool": "prod/general", "instances": [ids[0]], "reason": "bad disk", "ignoreBudgets": true, "maxConcurrent": 1}),
@@ -665,7 +669,6 @@ fn timeline(calls: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn status_and_plan_read_a_running_update_without_moving_it_while_fake_time_does() {
-    use nodecycle::handlers::ops::{Invocation, OpsHandler};
     let p = mng(5, "    - nodes: \"2\"\n", ALIAS).await;
     p.cloud.pause_eks();
     let t0 = at("2026-12-01T10:00:00Z");
@@ -678,14 +681,8 @@ async fn status_and_plan_read_a_running_update_without_moving_it_while_fake_time
 
     // Read-only views while fake EKS time stands still: `status` and the plan preview (what
     // `nodecycle plan` shows) follow the update with DescribeUpdate, and it stays where it is.
-    let ops = OpsHandler {
-        rotator: p.rotator.clone(),
-        images: Arc::new(Ec2::new(p.adapters.clients.ec2.clone())),
-    };
-    let inv = Invocation {
-        request_id: "req-status".into(),
-        caller: Some("arn:aws:iam::123456789012:user/alice".into()),
-    };
+    let ops = ops_handler(&p);
+    let inv = invocation("req-status");
     let policy = support::policy(&format!(
         "cluster: prod\nname: general\nnodeGroup: {{ managedNodeGroup: general }}\narchitecture: x86_64\namiSelectorTerms:\n{ALIAS}disruption:\n  budgets:\n    - nodes: \"2\"\n"
     ));
