@@ -17,6 +17,8 @@ Patches applied to moto (``apply_patches``), each to match real EC2 on the wire:
   * Images carry ``DeprecationTime`` and ``ImageOwnerAlias`` in the response.
   * EKS managed node group updates (UpdateNodegroupVersion, DescribeUpdate,
     node groups backed by a real Auto Scaling group): see ``eks_updates.py``.
+  * Auto Scaling lifecycle actions (CompleteLifecycleAction,
+    RecordLifecycleActionHeartbeat): see ``lifecycle.py``.
 """
 
 from __future__ import annotations
@@ -116,55 +118,12 @@ def apply_patches() -> None:
         return ActionResult({"Images": images})
 
     AmisResponse.describe_images = describe_images
-    _patch_lifecycle_actions()
+    import lifecycle  # CompleteLifecycleAction / RecordLifecycleActionHeartbeat
+
+    lifecycle.apply_patches()
     import eks_updates  # UpdateNodegroupVersion, DescribeUpdate, backed node groups
 
     eks_updates.apply_patches()
-
-
-# Auto Scaling lifecycle actions: moto has lifecycle hooks but never holds an instance in
-# Terminating:Wait, and answers CompleteLifecycleAction / RecordLifecycleActionHeartbeat with
-# NotImplementedError. These answer like AWS for the cases nodecycle meets: success while the
-# action is open, `ValidationError: No active Lifecycle Action found with instance ID ...` once it
-# was completed. Every call is logged (control op `lifecycle_actions`).
-LIFECYCLE_CALLS: list = []
-_LIFECYCLE_DONE: set = set()
-
-
-def _patch_lifecycle_actions() -> None:
-    import time
-
-    from moto.autoscaling.exceptions import ValidationError
-    from moto.autoscaling.responses import AutoScalingResponse
-    from moto.core.responses import EmptyResult
-
-    def _call(self, action):
-        group = self._get_param("AutoScalingGroupName")
-        hook = self._get_param("LifecycleHookName")
-        instance = self._get_param("InstanceId")
-        token = self._get_param("LifecycleActionToken")
-        if not group or not hook or not (instance or token):
-            raise ValidationError("AutoScalingGroupName, LifecycleHookName and InstanceId or LifecycleActionToken are required")
-        key = (self.region, group, hook, instance or token)
-        entry = {"action": action, "group": group, "hook": hook, "instance": instance,
-                 "token": token, "result": self._get_param("LifecycleActionResult"),
-                 "ts": time.time(), "region": self.region}
-        if key in _LIFECYCLE_DONE:
-            entry["error"] = "inactive"
-            LIFECYCLE_CALLS.append(entry)
-            what = f"instance ID {instance}" if instance else f"token {token}"
-            raise ValidationError(f"No active Lifecycle Action found with {what}")
-        if action == "CompleteLifecycleAction":
-            _LIFECYCLE_DONE.add(key)
-        LIFECYCLE_CALLS.append(entry)
-        return EmptyResult()
-
-    if not hasattr(AutoScalingResponse, "complete_lifecycle_action"):
-        AutoScalingResponse.complete_lifecycle_action = lambda self: _call(self, "CompleteLifecycleAction")
-    if not hasattr(AutoScalingResponse, "record_lifecycle_action_heartbeat"):
-        AutoScalingResponse.record_lifecycle_action_heartbeat = lambda self: _call(
-            self, "RecordLifecycleActionHeartbeat"
-        )
 
 
 # --------------------------------------------------------------------------
@@ -261,8 +220,10 @@ def warm_up(aws_url: str) -> None:
 
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in
     import eks_updates
+    import lifecycle
 
     eks_updates.register(op, ControlError)
+    lifecycle.register(op, ControlError)
 
     @op("put_parameter")
     def put_parameter(args):
@@ -448,15 +409,12 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         except ImportError:
             pass
         moto_api_backend.reset()
-        LIFECYCLE_CALLS.clear()
-        _LIFECYCLE_DONE.clear()
+        lifecycle.reset()
         eks_updates.reset()
-        return {}
+        import faults
 
-    @op("lifecycle_actions")
-    def lifecycle_actions(args):
-        """CompleteLifecycleAction / RecordLifecycleActionHeartbeat calls, in order."""
-        return {"calls": list(LIFECYCLE_CALLS)}
+        faults.reset()
+        return {}
 
     @op("describe_images_raw")
     def describe_images_raw(args):

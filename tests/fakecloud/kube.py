@@ -29,6 +29,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urlsplit
 
+import faults
+
 DEFAULT_REGION = "us-east-2"
 ACCOUNT_ID = "123456789012"
 
@@ -1699,6 +1701,10 @@ def parse_query(q: str) -> dict:
     return out
 
 
+class _Dropped(Exception):
+    """A fault-injected connection reset (faults.py): no answer at all."""
+
+
 class KubeHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fakecloud-kube-apiserver"
@@ -1771,11 +1777,20 @@ class KubeHandler(BaseHTTPRequestHandler):
                 # No credentials: EKS runs with anonymous auth on, so the
                 # request is system:anonymous and RBAC forbids it.
                 status, body = 403, forbidden_anonymous(method, raw_path).body()
+        elif (fault := faults.kube_fault(cluster.name, method, raw_path, raw_query)) and fault[1] is not None:
+            entry["fault"] = fault[0]
+            status, body = fault[1], fault[2]
         else:
             try:
+                if fault:  # reset: drop the connection before carrying the call out
+                    entry["fault"] = fault[0]
+                    if fault[0] == "reset":
+                        raise _Dropped()
                 cluster.tick()
                 with cluster.lock:
                     status, body = route(cluster, method, raw_path, parse_query(raw_query), ctype, body_bytes)
+            except _Dropped:
+                status, body = 0, None
             except ApiError as e:
                 status, body = e.code, e.body()
                 if getattr(e, "debug", None):
@@ -1786,6 +1801,11 @@ class KubeHandler(BaseHTTPRequestHandler):
                 traceback.print_exc()
                 status, body = 500, ApiError(500, "InternalError", f"Internal error occurred: {e}").body()
         entry["status"] = status
+        if entry.get("fault") in ("reset", "reset_after"):
+            cluster.log(entry)
+            self.close_connection = True
+            faults.drop(self.connection)
+            return
         cluster.log(entry)
         if isinstance(body, WatchRequest):
             self.stream_watch(body)

@@ -940,7 +940,7 @@ fn run_cli(e: &Env, event_file: &str) -> std::process::Output {
 }
 
 /// Held-out events go through `nodecycle run interruption-handler --event <FILE>`: the same
-/// handler as the Lambda, real adapters (lifecycle actions excepted: moto lacks them).
+/// handler as the Lambda, real adapters (lifecycle actions: the fake cloud's patched Auto Scaling).
 #[tokio::test]
 async fn nodecycle_run_interruption_handler_acts_on_event_files() {
     let Some(_) = nodecycle_bin() else {
@@ -1003,9 +1003,27 @@ async fn nodecycle_run_interruption_handler_acts_on_event_files() {
         e.rotation(&other).await.unwrap().reason,
         RotationReason::Maintenance
     );
-    // Terminate lifecycle action through the real Auto Scaling adapter (moto, patched).
+    // Terminate lifecycle action through the real Auto Scaling adapter (moto, patched): the
+    // group's terminating hook holds the instance in Terminating:Wait, as a scale-in does.
     let (third, third_node) = e.nodes[2].clone();
     e.web_pods(&third_node, &["web-z"], 1);
+    e.adapters
+        .clients
+        .autoscaling
+        .put_lifecycle_hook()
+        .auto_scaling_group_name("prod-general")
+        .lifecycle_hook_name("nodecycle-drain")
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    e.cloud.lifecycle_wait(
+        "prod-general",
+        "nodecycle-drain",
+        &third,
+        Some("87654321-4321-4321-4321-210987654321"),
+    );
     let lca = write_event(
         &dir,
         "lca.json",
@@ -1028,12 +1046,16 @@ async fn nodecycle_run_interruption_handler_acts_on_event_files() {
         .filter(|c| c["action"] == "CompleteLifecycleAction")
         .collect();
     assert_eq!(completes.len(), 1, "{calls}");
+    assert!(completes[0].get("error").is_none(), "accepted: {calls}");
     assert_eq!(completes[0]["instance"], third.as_str());
     assert_eq!(completes[0]["result"], "CONTINUE");
     assert_eq!(
         completes[0]["token"],
         "87654321-4321-4321-4321-210987654321"
     );
+    // Completed: the termination went on, the instance left the group.
+    let left = e.adapters.group_instances("prod-general").await;
+    assert!(left.iter().all(|(id, _)| *id != third), "{left:?}");
     // The adapter treats an action that is no longer active as done, not as an error.
     let adapter =
         nodecycle::aws::interruption::LifecycleActions::new(e.adapters.clients.autoscaling.clone());
