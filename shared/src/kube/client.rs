@@ -341,10 +341,13 @@ impl EksKube {
     ) -> Result<bool, KubeError> {
         let nodes = self.nodes().await?;
         for attempt in 1..=CONFLICT_ATTEMPTS {
-            let Some(node) = nodes
-                .get_opt(name)
-                .await
-                .map_err(|e| map_error(operation, e))?
+            let Some(node) = retrying(operation, || async {
+                nodes
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| map_error(operation, e))
+            })
+            .await?
             else {
                 return Err(KubeError::NotFound {
                     operation: operation.to_owned(),
@@ -357,16 +360,23 @@ impl EksKube {
                 "metadata": { "resourceVersion": node.metadata.resource_version },
                 "spec": spec,
             });
-            match nodes
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return Ok(true),
-                Err(::kube::Error::Api(status)) if status.code == 409 => {
-                    tracing::debug!(node = name, attempt, "node changed meanwhile; retrying");
+            // The patch carries the resourceVersion read: repeating it is safe (a repeat after
+            // it landed conflicts, and the next read sees nothing left to change).
+            let patched = retrying(operation, || async {
+                match nodes
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    Err(::kube::Error::Api(status)) if status.code == 409 => Ok(false),
+                    Err(e) => Err(map_error(operation, e)),
                 }
-                Err(e) => return Err(map_error(operation, e)),
+            })
+            .await?;
+            if patched {
+                return Ok(true);
             }
+            tracing::debug!(node = name, attempt, "node changed meanwhile; retrying");
         }
         Err(KubeError::Api {
             operation: operation.to_owned(),
@@ -374,6 +384,34 @@ impl EksKube {
             reason: "Conflict".to_owned(),
             message: format!("node kept changing during {CONFLICT_ATTEMPTS} attempts; retry later"),
         })
+    }
+}
+
+/// Attempts of a Kubernetes call that failed transiently (429 from API priority and fairness,
+/// 5xx, connection errors) before its error is returned. Evictions are not retried here: their
+/// 429 is a PodDisruptionBudget's answer, and the next drain step asks again.
+const TRANSIENT_ATTEMPTS: u32 = 3;
+
+/// Runs `call` until it succeeds, fails for a reason that is not transient, or
+/// [`TRANSIENT_ATTEMPTS`] are used (waiting 100 ms, then 200 ms, between attempts). Only for
+/// calls that are safe to repeat (reads, preconditioned patches, deletes).
+async fn retrying<T, F, Fut>(operation: &str, mut call: F) -> Result<T, KubeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, KubeError>>,
+{
+    let mut wait = Duration::from_millis(100);
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(e) if e.kind().is_retryable() && attempt < TRANSIENT_ATTEMPTS => {
+                tracing::debug!(operation, attempt, error = %e, "transient Kubernetes error; retrying");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -600,10 +638,13 @@ impl NodeOps for EksKube {
         let operation = format!("list nodes (looking for instance {instance_id})");
         let mut params = ListParams::default().limit(PAGE);
         loop {
-            let page = nodes
-                .list(&params)
-                .await
-                .map_err(|e| map_error(&operation, e))?;
+            let page = retrying(&operation, || async {
+                nodes
+                    .list(&params)
+                    .await
+                    .map_err(|e| map_error(&operation, e))
+            })
+            .await?;
             let found = page
                 .items
                 .iter()
@@ -624,10 +665,13 @@ impl NodeOps for EksKube {
         let mut params = ListParams::default().limit(PAGE);
         let mut out = Vec::new();
         loop {
-            let page = nodes
-                .list(&params)
-                .await
-                .map_err(|e| map_error("list nodes", e))?;
+            let page = retrying("list nodes", || async {
+                nodes
+                    .list(&params)
+                    .await
+                    .map_err(|e| map_error("list nodes", e))
+            })
+            .await?;
             out.extend(page.items.iter().map(node_info));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -638,12 +682,14 @@ impl NodeOps for EksKube {
 
     async fn get_node(&self, name: &str) -> Result<Option<NodeInfo>, KubeError> {
         let operation = format!("get node {name}");
-        let node = self
-            .nodes()
-            .await?
-            .get_opt(name)
-            .await
-            .map_err(|e| map_error(&operation, e))?;
+        let nodes = self.nodes().await?;
+        let node = retrying(&operation, || async {
+            nodes
+                .get_opt(name)
+                .await
+                .map_err(|e| map_error(&operation, e))
+        })
+        .await?;
         Ok(node.as_ref().map(node_info))
     }
 
@@ -704,10 +750,12 @@ impl NodeOps for EksKube {
             .limit(PAGE);
         let mut out = Vec::new();
         loop {
-            let page = pods
-                .list(&params)
-                .await
-                .map_err(|e| map_error(&operation, e))?;
+            let page = retrying(&operation, || async {
+                pods.list(&params)
+                    .await
+                    .map_err(|e| map_error(&operation, e))
+            })
+            .await?;
             out.extend(page.items.iter().map(pod_info));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -746,39 +794,42 @@ impl NodeOps for EksKube {
             "kind": "DeleteOptions",
             "preconditions": { "uid": pod.uid },
         });
-        let request = http::Request::delete(format!(
-            "/api/v1/namespaces/{}/pods/{}",
-            pod.namespace, pod.name
-        ))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json")
-        .body(body.to_string().into_bytes())
-        .map_err(|e| KubeError::Transport {
-            operation: operation.clone(),
-            message: e.to_string(),
-        })?;
-        let (code, body) = self.raw(&operation, request).await?;
-        match code {
-            200..=299 => Ok(true),
-            404 | 409 => Ok(false),
-            _ => Err(api_error(&operation, code, &body)),
-        }
+        // Preconditioned on the pod's uid: repeating it is safe.
+        retrying(&operation, || async {
+            let request = http::Request::delete(format!(
+                "/api/v1/namespaces/{}/pods/{}",
+                pod.namespace, pod.name
+            ))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json")
+            .body(body.to_string().into_bytes())
+            .map_err(|e| KubeError::Transport {
+                operation: operation.clone(),
+                message: e.to_string(),
+            })?;
+            let (code, body) = self.raw(&operation, request).await?;
+            match code {
+                200..=299 => Ok(true),
+                404 | 409 => Ok(false),
+                _ => Err(api_error(&operation, code, &body)),
+            }
+        })
+        .await
     }
 
     async fn delete_node(&self, node: &str) -> Result<bool, KubeError> {
         let operation = format!("delete node {node}");
-        match self
-            .nodes()
-            .await?
-            .delete(node, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) => match map_error(&operation, e) {
-                KubeError::NotFound { .. } => Ok(false),
-                other => Err(other),
-            },
-        }
+        let nodes = self.nodes().await?;
+        retrying(&operation, || async {
+            match nodes.delete(node, &DeleteParams::default()).await {
+                Ok(_) => Ok(true),
+                Err(e) => match map_error(&operation, e) {
+                    KubeError::NotFound { .. } => Ok(false),
+                    other => Err(other),
+                },
+            }
+        })
+        .await
     }
 
     async fn record_event(&self, node: &NodeInfo, event: &NodeEvent) -> Result<(), KubeError> {

@@ -124,13 +124,20 @@ impl RotatorHandler {
             if need.is_none() {
                 continue;
             }
-            let pods = kube.list_pods(&node.name).await?;
-            node.evictable_pods = u32::try_from(
-                pods.iter()
-                    .filter(|p| matches!(k::classify(p, now), k::PodClass::Evict { .. }))
-                    .count(),
-            )
-            .unwrap_or(u32::MAX);
+            // Only an ordering hint (empty nodes first): when the pods cannot be listed the node
+            // counts as busy rather than failing the pool's pass.
+            node.evictable_pods = match kube.list_pods(&node.name).await {
+                Ok(pods) => u32::try_from(
+                    pods.iter()
+                        .filter(|p| matches!(k::classify(p, now), k::PodClass::Evict { .. }))
+                        .count(),
+                )
+                .unwrap_or(u32::MAX),
+                Err(e) => {
+                    tracing::warn!(node = %node.name, error = %e, "cannot count the node's pods; ordering it as busy");
+                    u32::MAX
+                }
+            };
         }
         let records = self.rotations(&pool).await?;
         let versions = records
