@@ -7,7 +7,7 @@
 //!    halted or with an unresolved AMI: finishing started work is always safe to continue).
 //! 3. **Start**: which drifted/expired nodes start a rotation, within the budgets.
 //!
-//! # Counting (semantics.md section 3)
+//! # Counting (Karpenter's disruption budgets)
 //! - `total` = members that are `InService` with a Ready node ([`Member::is_ready`]). Launching
 //!   replacements (`Pending`) and unregistered instances do not count.
 //! - `disrupting` = distinct instances that are
@@ -31,8 +31,11 @@
 //! then instance id. `allowed(R)` is computed once per reason from `total` and `disrupting`;
 //! walking the candidates, a forced one always starts, and a budgeted one of reason `R` starts
 //! while `started_so_far < allowed(R)`, where `started_so_far` counts every start of this pass
-//! (forced ones included). So after this pass, for every reason with a budgeted start,
-//! `disrupting + started <= cap(R)`.
+//! (forced ones included). So each budgeted start of reason `R` happens while
+//! `disrupting + started_so_far < cap(R)`: as in Karpenter, a budget of one reason limits the
+//! starts of that reason against every disruption, and starts of another reason with a larger
+//! budget may follow it in the same pass (Drifted cap 1 and Expired cap 3 can end a pass with
+//! one Drifted and two Expired starts).
 //!
 //! # Queued operator rotations
 //! `ops rotate` records `Manual` rotations with a [`crate::rotation::Queue`]. While `Pending`
