@@ -87,18 +87,11 @@ impl Settings {
     /// Reads the overrides from the environment; a malformed value is an error naming it.
     pub fn from_env() -> Result<Self, HandlerError> {
         let mut s = Settings::default();
-        for (var, field) in [
+        super::durations_from_env(&mut [
             ("NODECYCLE_FORCE_AFTER", &mut s.force_after),
             ("NODECYCLE_HEARTBEAT", &mut s.heartbeat_every),
             ("NODECYCLE_DRAIN_POLL", &mut s.poll),
-        ] {
-            if let Ok(text) = std::env::var(var) {
-                *field = crate::duration::parse(&text).map_err(|e| HandlerError {
-                    error_type: "Configuration".into(),
-                    message: format!("{var}: {e}"),
-                })?;
-            }
-        }
+        ])?;
         Ok(s)
     }
 }

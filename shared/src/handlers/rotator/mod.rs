@@ -76,19 +76,12 @@ impl Settings {
     /// Reads the overrides from the environment; a malformed value is an error naming it.
     pub fn from_env() -> Result<Self, HandlerError> {
         let mut s = Settings::default();
-        for (var, field) in [
+        super::durations_from_env(&mut [
             ("NODECYCLE_REPLACEMENT_TIMEOUT", &mut s.replacement_timeout),
             ("NODECYCLE_DRAIN_STEP", &mut s.drain_step),
             ("NODECYCLE_LEASE", &mut s.lease),
             ("NODECYCLE_NODEGROUP_WAVE", &mut s.node_group_wave),
-        ] {
-            if let Ok(text) = std::env::var(var) {
-                *field = crate::duration::parse(&text).map_err(|e| HandlerError {
-                    error_type: "Configuration".into(),
-                    message: format!("{var}: {e}"),
-                })?;
-            }
-        }
+        ])?;
         Ok(s)
     }
 }
