@@ -19,7 +19,7 @@ use crate::rotation::RotationReason;
 const LABEL_W: f64 = 210.0;
 const PLOT_W: f64 = 1200.0;
 const RIGHT_PAD: f64 = 20.0;
-const TOP: f64 = 58.0;
+const TOP: f64 = 76.0;
 const LANE_H: f64 = 12.0;
 const BAR_H: f64 = 9.0;
 const ROW_MIN_H: f64 = 38.0;
@@ -64,7 +64,7 @@ pub fn svg(forecast: &Forecast) -> String {
     );
     let _ = writeln!(
         s,
-        "<text class=\"s\" x=\"10\" y=\"36\">days and hours in {}; one row per pool, one bar per rotation</text>",
+        "<text class=\"s\" x=\"10\" y=\"38\">days and hours in {}; one row per pool, one bar per rotation</text>",
         esc(&zone_name(layout.zone))
     );
     for (i, pool) in forecast.pools.iter().enumerate() {
@@ -256,6 +256,14 @@ impl Layout {
         let px_per_day = px_per_hour * 24.0;
         for t in &days {
             let x = self.x(*t);
+            if *t >= self.to {
+                let _ = writeln!(
+                    s,
+                    "<line class=\"day\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\"/>",
+                    top - 14.0
+                );
+                continue;
+            }
             let local = t.with_timezone(&self.zone);
             let label = if px_per_day >= 80.0 {
                 local.format("%a %d %b").to_string()
@@ -398,7 +406,7 @@ impl Layout {
 
     fn bar(&self, s: &mut String, y: f64, lane: usize, r: &RotationSpan) {
         let (x0, x1) = (self.x(r.start), self.x(r.end));
-        let width = (x1 - x0).max(1.5);
+        let width = (x1 - x0).max(2.0);
         let top = y + 8.0 + LANE_H * lane as f64;
         let class = match r.reason {
             _ if r.forced => "forced",
