@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::blocked::{self, Wait};
+use super::windows;
 use super::{
-    Blocked, Closed, ManagedStart, PoolForecast, PoolStart, RotationSpan, Settings, ceil_minute,
+    Blocked, ManagedStart, PoolForecast, PoolStart, RotationSpan, Settings, ceil_minute,
     ready_member,
 };
-use crate::budget::{self, Reason};
 use crate::fleet::{Lifecycle, NodeStatus, Snapshot};
 use crate::managed::{ManagedUpdate, Phase};
 use crate::plan::managed::{NodeGroupState, UpdateAction, plan_managed};
@@ -33,49 +33,47 @@ pub(super) fn instance_id(serial: u64) -> String {
 }
 
 /// A node-level rotation in flight.
-struct Running {
-    instance: String,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
+pub(super) struct Running {
+    pub(super) instance: String,
+    pub(super) start: DateTime<Utc>,
+    pub(super) end: DateTime<Utc>,
     /// The image its replacement comes up on (what the group launched at the start).
-    image: Option<String>,
-    /// A real replacement already in the group (live forecasts): its id, or the surge baseline
-    /// it is missing from.
-    replacement: Option<String>,
-    baseline: Option<Vec<String>>,
+    pub(super) image: Option<String>,
+    /// Its replacement already in the group (live forecasts), made Ready at done.
+    pub(super) replacement: Option<String>,
     /// Its entry in the forecast's rotations.
-    out: usize,
+    pub(super) out: usize,
 }
 
 /// The running wave of a managed node group update.
-struct Wave {
-    nodes: Vec<String>,
+pub(super) struct Wave {
+    pub(super) nodes: Vec<String>,
     /// Their entries in the forecast's rotations.
-    out: Vec<usize>,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
+    pub(super) out: Vec<usize>,
+    pub(super) start: DateTime<Utc>,
+    pub(super) end: DateTime<Utc>,
 }
 
-struct Managed {
-    status: String,
-    update: Option<ManagedUpdate>,
-    wave: Option<Wave>,
-    updates: u32,
+pub(super) struct Managed {
+    pub(super) status: String,
+    pub(super) update: Option<ManagedUpdate>,
+    pub(super) wave: Option<Wave>,
+    pub(super) updates: u32,
 }
 
-struct Pool {
-    snap: Snapshot,
-    managed: Option<Managed>,
-    running: Vec<Running>,
-    desired_change: Option<(DateTime<Utc>, String)>,
-    final_desired: Option<String>,
+pub(super) struct Pool {
+    pub(super) snap: Snapshot,
+    pub(super) managed: Option<Managed>,
+    pub(super) running: Vec<Running>,
+    pub(super) desired_change: Option<(DateTime<Utc>, String)>,
+    pub(super) final_desired: Option<String>,
     /// Instants (on whole minutes) where a budget of Drifted or Expired changes.
-    budget_changes: Vec<DateTime<Utc>>,
-    serial: u64,
-    rotation: TimeDelta,
-    out: PoolForecast,
-    all_desired_since: Option<DateTime<Utc>>,
-    last_block: BTreeMap<RotationReason, usize>,
+    pub(super) budget_changes: Vec<DateTime<Utc>>,
+    pub(super) serial: u64,
+    pub(super) rotation: TimeDelta,
+    pub(super) out: PoolForecast,
+    pub(super) all_desired_since: Option<DateTime<Utc>>,
+    pub(super) last_block: BTreeMap<RotationReason, usize>,
 }
 
 /// Forecasts one pool.
@@ -103,7 +101,7 @@ pub(super) fn run(start: PoolStart, settings: &Settings, stepping: Stepping) -> 
     pool.finish(to);
     pool.track(to);
     pool.out.done = pool.all_desired_since;
-    pool.out.closed = closed_windows(&pool.snap, pool.out.nodes, from, to);
+    pool.out.closed = windows::closed_windows(&pool.snap, pool.out.nodes, from, to);
     pool.out
         .rotations
         .sort_by(|a, b| (a.start, &a.instance).cmp(&(b.start, &b.instance)));
@@ -141,7 +139,7 @@ impl Pool {
             managed: managed.is_some(),
         };
         let mut pool = Pool {
-            budget_changes: budget_changes(&snapshot.policy.budgets, from, to)
+            budget_changes: windows::budget_changes(&snapshot.policy.budgets, from, to)
                 .into_iter()
                 .map(ceil_minute)
                 .collect(),
@@ -180,7 +178,38 @@ impl Pool {
             .filter(|r| !maintenance::waits(r, from))
             .cloned()
             .collect();
+        // Their replacements already in the group: the recorded one, else a member missing from
+        // the surge baseline (oldest first) that no other rotation claims.
+        let subjects: BTreeSet<String> = adopted.iter().map(|r| r.instance_id.clone()).collect();
+        let mut claimed: BTreeSet<String> = adopted
+            .iter()
+            .filter_map(|r| r.replacement.clone())
+            .filter(|id| self.snap.members.iter().any(|m| &m.instance_id == id))
+            .collect();
+        let mut members: Vec<(DateTime<Utc>, String)> = self
+            .snap
+            .members
+            .iter()
+            .map(|m| (m.launch_time, m.instance_id.clone()))
+            .collect();
+        members.sort();
         for r in adopted {
+            let replacement = match (&r.replacement, &r.surge) {
+                (Some(id), _) => claimed.contains(id).then(|| id.clone()),
+                (None, Some(surge)) => members
+                    .iter()
+                    .map(|(_, id)| id)
+                    .find(|id| {
+                        !surge.baseline.contains(id)
+                            && !claimed.contains(*id)
+                            && !subjects.contains(*id)
+                    })
+                    .cloned(),
+                (None, None) => None,
+            };
+            if let Some(id) = &replacement {
+                claimed.insert(id.clone());
+            }
             let end = (r.created_at + self.rotation).max(from + TimeDelta::minutes(1));
             let out = self.push_span(&r.instance_id, r.reason, r.forced, r.created_at, end, false);
             self.running.push(Running {
@@ -189,10 +218,17 @@ impl Pool {
                 start: r.created_at,
                 end,
                 image: self.snap.group.launch_template_image.clone(),
-                replacement: r.replacement.clone(),
-                baseline: r.surge.as_ref().map(|s| s.baseline.clone()),
+                replacement,
             });
         }
+        // The pool's size: members in service, not counting replacements already surged.
+        let nodes = self
+            .snap
+            .members
+            .iter()
+            .filter(|m| m.lifecycle == Lifecycle::InService && !claimed.contains(&m.instance_id))
+            .count();
+        self.out.nodes = u32::try_from(nodes).unwrap_or(u32::MAX);
         let unfinished = self
             .managed
             .as_ref()
@@ -235,20 +271,10 @@ impl Pool {
         let before = self.snap.members.len();
         self.snap.members.retain(|m| m.instance_id != id);
         let was_member = self.snap.members.len() < before;
-        let claimed: BTreeSet<String> = self
-            .running
-            .iter()
-            .filter_map(|o| o.replacement.clone())
-            .collect();
-        let real = match (&r.replacement, &r.baseline) {
-            (Some(rep), _) => self.snap.members.iter().position(|m| &m.instance_id == rep),
-            (None, Some(baseline)) => self.snap.members.iter().position(|m| {
-                !baseline.contains(&m.instance_id)
-                    && !m.is_ready()
-                    && !claimed.contains(&m.instance_id)
-            }),
-            (None, None) => None,
-        };
+        let real = r
+            .replacement
+            .as_ref()
+            .and_then(|rep| self.snap.members.iter().position(|m| &m.instance_id == rep));
         let mut replaced_by = None;
         if let Some(i) = real {
             let m = &mut self.snap.members[i];
@@ -277,7 +303,7 @@ impl Pool {
         }
     }
 
-    fn push_span(
+    pub(super) fn push_span(
         &mut self,
         instance: &str,
         reason: RotationReason,
@@ -298,95 +324,13 @@ impl Pool {
         self.out.rotations.len() - 1
     }
 
-    fn fresh_id(&mut self) -> String {
+    pub(super) fn fresh_id(&mut self) -> String {
         loop {
             let id = instance_id(self.serial);
             self.serial += 1;
             if !self.snap.members.iter().any(|m| m.instance_id == id) {
                 return id;
             }
-        }
-    }
-
-    /// The running wave is done at `t`: its nodes are replaced; the next wave starts, or the
-    /// update is successful.
-    fn complete_wave(&mut self, t: DateTime<Utc>) {
-        let Some(m) = self.managed.as_mut() else {
-            return;
-        };
-        let (Some(wave), Some(update)) = (m.wave.take(), m.update.as_ref()) else {
-            return;
-        };
-        let image = update.image.clone();
-        for (id, out) in wave.nodes.iter().zip(&wave.out) {
-            self.snap.members.retain(|m| &m.instance_id != id);
-            let fresh = self.fresh_id();
-            self.snap
-                .members
-                .push(ready_member(&fresh, &image, wave.start));
-            if let Some(span) = self.out.rotations.get_mut(*out) {
-                span.replacement = Some(fresh);
-            }
-        }
-        if self.wave_nodes(&image).is_empty() {
-            if let Some(u) = self.managed.as_mut().and_then(|m| m.update.as_mut()) {
-                u.phase = Phase::Successful;
-                u.phase_at = t;
-            }
-        } else {
-            self.start_wave(t);
-        }
-    }
-
-    /// In-service nodes an update to `image` still replaces, oldest first.
-    fn wave_nodes(&self, image: &str) -> Vec<String> {
-        let mut nodes: Vec<_> = self
-            .snap
-            .members
-            .iter()
-            .filter(|m| m.lifecycle == Lifecycle::InService)
-            .filter(|m| m.image_id.as_deref() != Some(image))
-            .filter(|m| !self.running.iter().any(|r| r.instance == m.instance_id))
-            .map(|m| (m.launch_time, m.instance_id.clone()))
-            .collect();
-        nodes.sort();
-        nodes.into_iter().map(|(_, id)| id).collect()
-    }
-
-    /// Starts the next wave of the recorded update at `t` (an update with nothing to replace
-    /// still takes one wave).
-    fn start_wave(&mut self, t: DateTime<Utc>) {
-        let Some((image, width)) = self
-            .managed
-            .as_ref()
-            .and_then(|m| m.update.as_ref())
-            .map(|u| (u.image.clone(), u.max_unavailable.max(1)))
-        else {
-            return;
-        };
-        let mut nodes = self.wave_nodes(&image);
-        nodes.truncate(usize::try_from(width).unwrap_or(usize::MAX));
-        let end = t + self.rotation;
-        let mut out = Vec::new();
-        for id in &nodes {
-            if let Some(node) = self
-                .snap
-                .members
-                .iter_mut()
-                .find(|m| &m.instance_id == id)
-                .and_then(|m| m.node.as_mut())
-            {
-                node.unschedulable = true;
-            }
-            out.push(self.push_span(id, RotationReason::Drifted, false, t, end, true));
-        }
-        if let Some(m) = self.managed.as_mut() {
-            m.wave = Some(Wave {
-                nodes,
-                out,
-                start: t,
-                end,
-            });
         }
     }
 
@@ -524,7 +468,6 @@ impl Pool {
             end,
             image: self.snap.group.launch_template_image.clone(),
             replacement: None,
-            baseline: None,
         });
     }
 
@@ -620,77 +563,4 @@ impl Pool {
             });
         }
     }
-}
-
-/// Every instant in `(from, to]` at which a budget applying to Drifted or Expired becomes
-/// active or inactive, in order.
-fn budget_changes(
-    budgets: &[budget::Budget],
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Vec<DateTime<Utc>> {
-    let mut out = Vec::new();
-    for reason in [Reason::Drifted, Reason::Expired] {
-        out.extend(changes(budgets, reason, from, to));
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
-fn changes(
-    budgets: &[budget::Budget],
-    reason: Reason,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Vec<DateTime<Utc>> {
-    let mut out = Vec::new();
-    let mut t = from;
-    while let Some(c) = budget::evaluate(budgets, reason, 0, 0, t).next_change {
-        if c > to {
-            break;
-        }
-        out.push(c);
-        t = c;
-    }
-    out
-}
-
-/// The stretches of `[from, to)` in which Drifted or Expired may disrupt no node of a pool of
-/// `total` nodes, merged per reason and limiting budget.
-fn closed_windows(
-    snap: &Snapshot,
-    total: u32,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Vec<Closed> {
-    let budgets = &snap.policy.budgets;
-    let mut out: Vec<Closed> = Vec::new();
-    for reason in [Reason::Drifted, Reason::Expired] {
-        let mut edges = vec![from];
-        edges.extend(changes(budgets, reason, from, to));
-        edges.push(to);
-        for pair in edges.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            if a >= b {
-                continue;
-            }
-            let e = budget::evaluate(budgets, reason, total, 0, a);
-            if e.allowed > 0 {
-                continue;
-            }
-            match out.last_mut() {
-                Some(c) if c.reason == reason && c.to == a && c.budget == e.limited_by => {
-                    c.to = b;
-                }
-                _ => out.push(Closed {
-                    from: a,
-                    to: b,
-                    reason,
-                    budget: e.limited_by,
-                }),
-            }
-        }
-    }
-    out
 }

@@ -34,6 +34,8 @@
 mod blocked;
 mod engine;
 pub mod picture;
+mod waves;
+mod windows;
 
 #[cfg(test)]
 mod tests;
@@ -204,7 +206,8 @@ pub struct Forecast {
 pub struct PoolForecast {
     /// `<cluster>/<name>`.
     pub pool: String,
-    /// Nodes at the start (members in service).
+    /// Nodes at the start: members in service, not counting replacements already launched for
+    /// rotations in flight (live).
     pub nodes: u32,
     /// Every rotation in flight during the forecast, by start then instance (a managed node
     /// group update's waves: one per replaced node).

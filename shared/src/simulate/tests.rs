@@ -351,6 +351,60 @@ fn the_examples_forecast_is_deterministic_and_serializes_to_the_contract() {
     assert_eq!(a.time_zone, chrono_tz::Tz::Asia__Shanghai);
 }
 
+#[test]
+fn a_live_rotation_in_flight_finishes_with_its_surged_replacement() {
+    use crate::rotation::{Rotation, Step, Surge};
+    // Live state: i-a is being replaced (surged 3 minutes ago, replacement i-r already Ready on
+    // the desired AMI); i-b and i-c still run the old one. Budget 1.
+    let s = settings("2026-11-30T10:00:00Z", 1, 10);
+    let p = pol("a", false, "disruption:\n  budgets:\n    - nodes: \"1\"\n");
+    let mut start = PoolStart::synthetic(p, 0, s.from, TimeDelta::zero(), s.from);
+    let launched = s.from - TimeDelta::hours(5);
+    start.snapshot.members = ["i-a", "i-b", "i-c"]
+        .iter()
+        .map(|id| ready_member(id, CURRENT_AMI, launched))
+        .chain([ready_member("i-r", NEW_AMI, s.from - min(2))])
+        .collect();
+    let mut r = Rotation::new(
+        "prod/a",
+        "i-a",
+        RotationReason::Drifted,
+        false,
+        s.from - min(3),
+    );
+    r.step = Step::Surging;
+    r.surge = Some(Surge {
+        target_desired: 4,
+        baseline: vec!["i-a".into(), "i-b".into(), "i-c".into()],
+        base: Some(3),
+    });
+    start.snapshot.rotations = vec![r];
+    start.snapshot.gates.desired_ami = Some(NEW_AMI.into());
+    start.snapshot.group.launch_template_image = Some(NEW_AMI.into());
+    start.desired_change = None;
+    let f = run(start, &s);
+    assert_eq!(
+        f.nodes, 3,
+        "the surged replacement is not a node of its own"
+    );
+    let spans: Vec<(&str, DateTime<Utc>, DateTime<Utc>)> = f
+        .rotations
+        .iter()
+        .map(|r| (r.instance.as_str(), r.start, r.end))
+        .collect();
+    assert_eq!(
+        spans,
+        vec![
+            ("i-a", s.from - min(3), s.from + min(7)),
+            ("i-b", s.from + min(7), s.from + min(17)),
+            ("i-c", s.from + min(17), s.from + min(27)),
+        ]
+    );
+    assert_eq!(f.rotations[0].replacement.as_deref(), Some("i-r"));
+    assert_eq!(f.done, Some(s.from + min(27)));
+    assert_eq!(f.max_in_flight, 1);
+}
+
 // ---- Properties -------------------------------------------------------------------------
 
 const BUDGETS: [&str; 8] = [
