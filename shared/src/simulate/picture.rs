@@ -38,10 +38,10 @@ pub fn svg(forecast: &Forecast) -> String {
     let layout = Layout::new(forecast);
     let mut s = String::new();
     let (w, h) = (layout.width(), layout.height());
-    let _ = write!(
+    let _ = writeln!(
         s,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w:.0}\" height=\"{h:.0}\" \
-         viewBox=\"0 0 {w:.0} {h:.0}\" font-family=\"Helvetica,Arial,sans-serif\" font-size=\"11\">\n"
+         viewBox=\"0 0 {w:.0} {h:.0}\" font-family=\"Helvetica,Arial,sans-serif\" font-size=\"11\">"
     );
     let _ = writeln!(
         s,
@@ -142,6 +142,9 @@ pub fn html(forecast: &Forecast) -> String {
     s
 }
 
+/// Local midnights, and hour ticks with their local hour.
+type Ticks = (Vec<DateTime<Utc>>, Vec<(DateTime<Utc>, u32)>);
+
 /// Geometry shared by the parts of the picture.
 struct Layout {
     from: DateTime<Utc>,
@@ -204,7 +207,7 @@ impl Layout {
     }
 
     /// Local midnights and hour ticks (every `step` hours) within the forecast.
-    fn ticks(&self, step: u32) -> (Vec<DateTime<Utc>>, Vec<(DateTime<Utc>, u32)>) {
+    fn ticks(&self, step: u32) -> Ticks {
         let mut days = Vec::new();
         let mut hours = Vec::new();
         let first = self.from.with_timezone(&self.zone).date_naive();
@@ -289,7 +292,11 @@ impl Layout {
 
     fn row(&self, s: &mut String, index: usize, pool: &PoolForecast) {
         let (y, h) = self.rows[index];
-        let class = if index % 2 == 0 { "rowa" } else { "rowb" };
+        let class = if index.is_multiple_of(2) {
+            "rowa"
+        } else {
+            "rowb"
+        };
         let _ = writeln!(
             s,
             "<rect class=\"{class}\" x=\"0\" y=\"{y:.1}\" width=\"{:.0}\" height=\"{h:.1}\"/>",
