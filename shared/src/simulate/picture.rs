@@ -134,9 +134,12 @@ pub fn html(forecast: &Forecast) -> String {
     s.push_str(
         "</table>\n<script>\n\
          const detail = document.getElementById('detail');\n\
-         document.getElementById('chart').addEventListener('mouseover', (e) => {\n\
-         \x20 const t = e.target.querySelector(':scope > title');\n\
-         \x20 if (t) detail.textContent = t.textContent;\n\
+         const chart = document.getElementById('chart');\n\
+         chart.addEventListener('mouseover', (e) => {\n\
+         \x20 for (let n = e.target; n && n !== chart; n = n.parentNode) {\n\
+         \x20   const t = n.querySelector(':scope > title');\n\
+         \x20   if (t) { detail.textContent = t.textContent; return; }\n\
+         \x20 }\n\
          });\n</script>\n</body>\n</html>\n",
     );
     s
