@@ -17,6 +17,7 @@ pub mod policy;
 pub mod port;
 pub mod problem;
 pub mod rotation;
+pub mod simulate;
 pub mod state;
 
 #[cfg(feature = "aws")]

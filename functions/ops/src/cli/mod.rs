@@ -7,6 +7,7 @@ mod ops;
 mod plan;
 mod resolve;
 mod run;
+mod simulate;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +48,8 @@ enum Command {
     Cancel(ops::CancelArgs),
     /// Show what the rotator would do for a pool now (or at --at), changing nothing.
     Plan(plan::Args),
+    /// Forecast the rollout over days (policy files or --live), as JSON and an SVG/HTML picture.
+    Simulate(simulate::Args),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -65,6 +68,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Resume(a) => ops::run(ops::pool_request("resume", a)).await,
         Command::Cancel(a) => ops::run(ops::cancel_request(a)).await,
         Command::Plan(a) => plan::run(a).await,
+        Command::Simulate(a) => simulate::run(a).await,
     }
 }
 
