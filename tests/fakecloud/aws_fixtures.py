@@ -117,9 +117,11 @@ def apply_patches() -> None:
 
     AmisResponse.describe_images = describe_images
     _patch_lifecycle_actions()
+    import eks_access  # cluster accessConfig, access entries
     import eks_updates  # UpdateNodegroupVersion, DescribeUpdate, backed node groups
 
     eks_updates.apply_patches()
+    eks_access.apply_patches()
 
 
 # Auto Scaling lifecycle actions: moto has lifecycle hooks but never holds an instance in
@@ -260,6 +262,7 @@ def warm_up(aws_url: str) -> None:
 
 
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in
+    import eks_access
     import eks_updates
 
     eks_updates.register(op, ControlError)
@@ -399,6 +402,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         )
         backend.clusters[name] = cluster
         backend.cluster_count += 1
+        eks_access.set_authentication_mode(cluster, args.get("authentication_mode"))
         _set_cluster(cluster, args)
         return describe(cluster)
 
@@ -410,6 +414,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             "ca_data": cluster.certificate_authority.get("data"),
             "status": cluster.status,
             "arn": cluster.arn,
+            "authentication_mode": (getattr(cluster, "access_config", None) or {}).get("authenticationMode"),
         }
 
     def _set_cluster(cluster, args):
@@ -423,6 +428,8 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             cluster.status = args["status"]
         if args.get("platform_version") is not None:
             cluster.platformVersion = args["platform_version"]
+        if args.get("authentication_mode") is not None:
+            eks_access.set_authentication_mode(cluster, args["authentication_mode"])
 
     @op("set_cluster")
     def set_cluster(args):
@@ -451,7 +458,13 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         LIFECYCLE_CALLS.clear()
         _LIFECYCLE_DONE.clear()
         eks_updates.reset()
+        eks_access.reset()
         return {}
+
+    @op("access_entries")
+    def access_entries(args):
+        """A cluster's EKS access entries as stored (test aid)."""
+        return {"entries": eks_access.entries_json(_region(args), args["cluster"])}
 
     @op("lifecycle_actions")
     def lifecycle_actions(args):
