@@ -78,7 +78,7 @@ pub fn entry(
     mode: Option<&str>,
     entry: Result<Option<AccessEntryFacts>, PortError>,
 ) -> Check {
-    let subject = format!("{cluster}: {role_arn}");
+    let subject = format!("{cluster}/{output}");
     let create = format!(
         "aws eks create-access-entry --cluster-name {cluster} --principal-arn {role_arn} --type \
          STANDARD --kubernetes-groups {KUBERNETES_GROUP}"
@@ -89,7 +89,7 @@ pub fn entry(
             subject,
             format!(
                 "cluster {cluster} authenticates with the aws-auth ConfigMap only (CONFIG_MAP): \
-                 doctor cannot see whether {output} is mapped to group {KUBERNETES_GROUP}"
+                 doctor cannot see whether {role_arn} is mapped to group {KUBERNETES_GROUP}"
             ),
             format!(
                 "aws eks update-cluster-config --name {cluster} --access-config \
@@ -117,7 +117,7 @@ pub fn entry(
             CheckKind::AccessEntry,
             subject,
             format!(
-                "{output}'s access entry is of type {}, which cannot carry Kubernetes groups",
+                "the access entry of {role_arn} is of type {}, which cannot carry Kubernetes groups",
                 e.entry_type
             ),
             format!(
@@ -136,7 +136,7 @@ pub fn entry(
         return Check::fail(
             CheckKind::AccessEntry,
             subject,
-            format!("{output}'s access entry maps it to {groups}, not {KUBERNETES_GROUP}"),
+            format!("the access entry of {role_arn} maps it to {groups}, not {KUBERNETES_GROUP}"),
             format!(
                 "aws eks update-access-entry --cluster-name {cluster} --principal-arn {} \
                  --kubernetes-groups {}",
@@ -153,7 +153,7 @@ pub fn entry(
     Check::ok(
         CheckKind::AccessEntry,
         subject,
-        format!("{output}: STANDARD entry with group {KUBERNETES_GROUP}"),
+        format!("{role_arn}: STANDARD entry with group {KUBERNETES_GROUP}"),
     )
 }
 
@@ -163,6 +163,7 @@ mod tests {
     use crate::doctor::Status;
 
     const ROLE: &str = "arn:aws:iam::123456789012:role/nodecycle-RotatorRole-1";
+    type Read<T> = Result<Option<T>, PortError>;
 
     #[test]
     fn role_matching() {
@@ -186,12 +187,7 @@ mod tests {
             kubernetes_groups: groups.iter().map(|g| (*g).to_owned()).collect(),
             entry_type: t.into(),
         };
-        let cases: Vec<(
-            &str,
-            Option<&str>,
-            Result<Option<AccessEntryFacts>, PortError>,
-            Status,
-        )> = vec![
+        let cases: Vec<(&str, Option<&str>, Read<AccessEntryFacts>, Status)> = vec![
             (
                 "mapped",
                 Some("API"),
@@ -238,7 +234,7 @@ mod tests {
                 (expected, CheckKind::AccessEntry),
                 "{what}: {c}"
             );
-            assert_eq!(c.subject, format!("prod: {ROLE}"));
+            assert_eq!(c.subject, "prod/RotatorRoleArn");
         }
     }
 

@@ -306,8 +306,8 @@ pub fn hooks(
             format!(
                 "rename it: aws autoscaling delete-lifecycle-hook --auto-scaling-group-name \
                  {group} --lifecycle-hook-name {}, then put-lifecycle-hook \
-                 --lifecycle-hook-name {configured} (README: Lifecycle hook); or deploy with \
-                 LifecycleHookName={}",
+                 --lifecycle-hook-name {configured} (README: Lifecycle hook); or, if nodecycle \
+                 should answer {}, deploy the stack with that hook name",
                 foreign[0], foreign[0]
             ),
         ),
@@ -319,6 +319,8 @@ mod tests {
     use super::*;
     use crate::doctor::Status;
     use crate::port::ErrorKind;
+
+    type Read<T> = Result<Option<T>, PortError>;
 
     fn tags(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
         pairs
@@ -346,7 +348,7 @@ mod tests {
 
     #[test]
     fn self_managed_cases() {
-        let cases: Vec<(&str, Result<Option<AsgFacts>, PortError>, Status)> = vec![
+        let cases: Vec<(&str, Read<AsgFacts>, Status)> = vec![
             (
                 "tagged",
                 Ok(Some(asg(&[(CLUSTER_TAG, "prod")]))),
@@ -414,13 +416,14 @@ mod tests {
             launch_template: None,
         };
         let ok_asg = || Some(Ok(Some(asg(&[(CLUSTER_TAG, "prod")]))));
-        let cases: Vec<(
-            &str,
-            Result<Option<ManagedFacts>, PortError>,
-            Option<Result<Option<AsgFacts>, PortError>>,
+        type Case = (
+            &'static str,
+            Read<ManagedFacts>,
+            Option<Read<AsgFacts>>,
             bool,
             Status,
-        )> = vec![
+        );
+        let cases: Vec<Case> = vec![
             ("healthy", Ok(Some(ng())), ok_asg(), false, Status::Ok),
             ("missing", Ok(None), None, false, Status::Fail),
             (

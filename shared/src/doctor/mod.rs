@@ -113,7 +113,7 @@ pub struct Check {
     pub status: Status,
     /// What kind of thing was checked.
     pub check: CheckKind,
-    /// Which one: a stack, table, parameter, pool id, cluster, `<cluster>: <role ARN>`, rule.
+    /// Which one: a stack, table, parameter, pool id, cluster, `<cluster>/<role output>`, rule.
     pub subject: String,
     /// What was found.
     pub detail: String,
