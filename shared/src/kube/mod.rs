@@ -11,6 +11,7 @@
 //!   eks:DescribeCluster, local overrides and token refresh.
 //! - [`command`]: [`drain_command`], the library side of `nodecycle drain`.
 //! - [`memory`]: an in-memory [`NodeOps`] for tests of code built on this module.
+//! - [`rbac`]: `nodecycle doctor`'s read of ClusterRoles and ClusterRoleBindings.
 
 pub mod client;
 pub mod command;
@@ -18,6 +19,7 @@ pub mod drain;
 pub mod memory;
 pub mod ops;
 pub mod pods;
+pub mod rbac;
 pub mod token;
 
 pub use client::{ClusterAccess, EksKube, KubeOverrides};
