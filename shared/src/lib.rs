@@ -7,6 +7,7 @@
 pub mod ami;
 pub mod budget;
 pub mod clock;
+pub mod doctor;
 pub mod duration;
 pub mod event;
 pub mod fleet;

@@ -121,9 +121,11 @@ def apply_patches() -> None:
     import lifecycle  # CompleteLifecycleAction / RecordLifecycleActionHeartbeat
 
     lifecycle.apply_patches()
+    import eks_access  # cluster accessConfig, access entries
     import eks_updates  # UpdateNodegroupVersion, DescribeUpdate, backed node groups
 
     eks_updates.apply_patches()
+    eks_access.apply_patches()
 
 
 # --------------------------------------------------------------------------
@@ -219,6 +221,7 @@ def warm_up(aws_url: str) -> None:
 
 
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in
+    import eks_access
     import eks_updates
     import lifecycle
 
@@ -360,6 +363,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         )
         backend.clusters[name] = cluster
         backend.cluster_count += 1
+        eks_access.set_authentication_mode(cluster, args.get("authentication_mode"))
         _set_cluster(cluster, args)
         return describe(cluster)
 
@@ -371,6 +375,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             "ca_data": cluster.certificate_authority.get("data"),
             "status": cluster.status,
             "arn": cluster.arn,
+            "authentication_mode": (getattr(cluster, "access_config", None) or {}).get("authenticationMode"),
         }
 
     def _set_cluster(cluster, args):
@@ -384,6 +389,8 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             cluster.status = args["status"]
         if args.get("platform_version") is not None:
             cluster.platformVersion = args["platform_version"]
+        if args.get("authentication_mode") is not None:
+            eks_access.set_authentication_mode(cluster, args["authentication_mode"])
 
     @op("set_cluster")
     def set_cluster(args):
@@ -414,7 +421,13 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         import faults
 
         faults.reset()
+        eks_access.reset()
         return {}
+
+    @op("access_entries")
+    def access_entries(args):
+        """A cluster's EKS access entries as stored (test aid)."""
+        return {"entries": eks_access.entries_json(_region(args), args["cluster"])}
 
     @op("describe_images_raw")
     def describe_images_raw(args):

@@ -2,10 +2,15 @@
 //! [`PortError`]s. Nothing outside this module sees SDK types.
 
 pub mod autoscaling;
+#[cfg(feature = "doctor")]
+pub mod cloudformation;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;
+#[cfg(feature = "doctor")]
+pub mod eventbridge;
 pub mod interruption;
+pub mod inventory;
 pub mod managed;
 pub mod nodegroup;
 pub mod ssm;

@@ -13,6 +13,7 @@
 //! - [`command`]: [`drain_command`], the library side of `nodecycle drain`.
 //! - [`memory`]: an in-memory [`NodeOps`] for tests of code built on this module (feature
 //!   `test-support` or unit tests; not linked into the Lambda functions).
+//! - [`rbac`]: `nodecycle doctor`'s read of ClusterRoles and ClusterRoleBindings.
 
 pub mod client;
 pub mod command;
@@ -22,6 +23,7 @@ pub mod drain;
 pub mod memory;
 pub mod ops;
 pub mod pods;
+pub mod rbac;
 pub mod token;
 
 pub use client::{ClusterAccess, EksKube, KubeOverrides};

@@ -2,6 +2,7 @@
 //! 2 bad input (invalid policy, bad arguments).
 
 mod budget;
+mod doctor;
 mod drain;
 mod ops;
 mod plan;
@@ -50,6 +51,8 @@ enum Command {
     Plan(plan::Args),
     /// Forecast the rollout over days (policy files or --live), as JSON and an SVG/HTML picture.
     Simulate(simulate::Args),
+    /// Read-only preflight of a deployment: stack, table, policies, groups, access, RBAC, rules.
+    Doctor(doctor::Args),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -69,6 +72,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Cancel(a) => ops::run(ops::cancel_request(a)).await,
         Command::Plan(a) => plan::run(a).await,
         Command::Simulate(a) => simulate::run(a).await,
+        Command::Doctor(a) => doctor::run(a).await,
     }
 }
 

@@ -109,7 +109,7 @@ impl EksKube {
     }
 
     /// A client whose token is fresh, rebuilding it when needed.
-    async fn client(&self) -> Result<::kube::Client, KubeError> {
+    pub(crate) async fn client(&self) -> Result<::kube::Client, KubeError> {
         let mut cached = self.cached.lock().await;
         let now = SystemTime::now();
         if let Some((client, token)) = cached.as_ref()
