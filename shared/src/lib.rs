@@ -17,6 +17,7 @@ pub mod plan;
 pub mod policy;
 pub mod port;
 pub mod problem;
+pub mod promotion;
 pub mod rotation;
 pub mod simulate;
 pub mod state;

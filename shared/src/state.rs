@@ -127,6 +127,107 @@ pub struct PoolRecord {
     /// Operator pause (`ops pause`): no voluntary rotation starts until `ops resume`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<OperatorAction>,
+    /// The periods this pool ran one release on all its nodes, healthy (the rotator records
+    /// them; downstream pools read them to know what is proven).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ledger: Vec<crate::promotion::SoakPeriod>,
+    /// How the desired AMI moved through promotion and rollback, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub releases: Vec<ReleaseEvent>,
+    /// Why a pool with `promotion` keeps its desired AMI (what it waits for), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion_wait: Option<String>,
+}
+
+/// Release events kept per pool.
+pub const RELEASE_EVENTS_LIMIT: usize = 50;
+
+/// A release reaching a pool, or leaving it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseEvent {
+    /// The release.
+    pub release: crate::promotion::Release,
+    /// The image the pool got.
+    pub image: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// How.
+    #[serde(flatten)]
+    pub how: ReleaseHow,
+}
+
+/// How a release reached (or left) a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "how", rename_all = "camelCase")]
+pub enum ReleaseHow {
+    /// Promoted: proven in the upstream pool.
+    #[serde(rename_all = "camelCase")]
+    Promoted {
+        /// The upstream pool.
+        from: String,
+        /// When its soak completed.
+        proven_at: DateTime<Utc>,
+    },
+    /// Rolled back to it: the desired release was quarantined.
+    #[serde(rename_all = "camelCase")]
+    RolledBack {
+        /// The quarantined release the pool left.
+        from_release: crate::promotion::Release,
+        /// The quarantine's reason.
+        reason: String,
+    },
+}
+
+impl PoolRecord {
+    /// Appends a release event (keeping the last [`RELEASE_EVENTS_LIMIT`]).
+    pub fn push_release(&mut self, event: ReleaseEvent) {
+        self.releases.push(event);
+        if self.releases.len() > RELEASE_EVENTS_LIMIT {
+            let excess = self.releases.len() - RELEASE_EVENTS_LIMIT;
+            self.releases.drain(..excess);
+        }
+    }
+
+    /// Moves the desired AMI back to `target` because the current one is quarantined (`why`):
+    /// the quarantined AMI becomes `previous_desired`, a pin on it is dropped, a halt caused by
+    /// it is lifted (`lift_halt`), and the rollback is recorded.
+    pub fn roll_back(
+        &self,
+        target: &Ami,
+        why: &str,
+        lift_halt: bool,
+        now: DateTime<Utc>,
+    ) -> PoolRecord {
+        let mut next = self.clone();
+        let from = self.desired.clone();
+        if let Some(f) = &from {
+            next.push_release(ReleaseEvent {
+                release: crate::promotion::release_of(target),
+                image: target.id.clone(),
+                at: now,
+                how: ReleaseHow::RolledBack {
+                    from_release: crate::promotion::release_of(f),
+                    reason: why.to_string(),
+                },
+            });
+        }
+        next.previous_desired = from;
+        next.desired = Some(target.clone());
+        next.desired_changed_at = Some(now);
+        next.resolved_at = next.resolved_at.max(Some(now));
+        if next
+            .pin
+            .as_ref()
+            .is_some_and(|p| Some(p.ami.as_str()) != Some(target.id.as_str()))
+        {
+            next.pin = None;
+        }
+        if lift_halt {
+            next.halted = None;
+        }
+        next
+    }
 }
 
 impl PoolRecord {
@@ -420,6 +521,91 @@ pub async fn release_lease(
         }
     }
     Ok(())
+}
+
+/// Every quarantine in force (lifted entries are kept for the audit, not returned).
+pub async fn load_quarantine(
+    store: &dyn Store,
+) -> Result<crate::promotion::Quarantined, PortError> {
+    let items = store
+        .query(crate::promotion::quarantine::QUARANTINE_PK, "Q#")
+        .await?;
+    let mut out = Vec::new();
+    for (sk, v) in items {
+        if v.value.get("liftedAt").is_some_and(|l| !l.is_null()) {
+            continue;
+        }
+        match serde_json::from_value::<crate::promotion::Quarantine>(v.value) {
+            Ok(q) => out.push(q),
+            Err(e) => tracing::error!(sk = %sk, error = %e, "unreadable quarantine item ignored"),
+        }
+    }
+    Ok(crate::promotion::Quarantined(out))
+}
+
+/// Records a quarantine; `Ok(false)` when the target was already quarantined (the first entry,
+/// with its reason, stays).
+pub async fn put_quarantine(
+    store: &dyn Store,
+    q: &crate::promotion::Quarantine,
+) -> Result<bool, PortError> {
+    use crate::port::ErrorKind;
+    let pk = crate::promotion::quarantine::QUARANTINE_PK;
+    let sk = q.target.sk();
+    let doc = serde_json::to_value(q)
+        .map_err(|e| PortError::new("state:encode", ErrorKind::Other, e.to_string()))?;
+    for _ in 0..WRITE_ATTEMPTS {
+        let current = store.get(pk, &sk).await?;
+        let expected = match &current {
+            None => None,
+            Some(v) if v.value.get("liftedAt").is_some_and(|l| !l.is_null()) => Some(v.version),
+            Some(_) => return Ok(false),
+        };
+        match store.put(pk, &sk, &doc, expected, None).await {
+            Ok(_) => return Ok(true),
+            Err(e) if e.kind == ErrorKind::Conflict => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(PortError::new(
+        "state:write",
+        ErrorKind::Conflict,
+        "too many conflicts",
+    ))
+}
+
+/// Lifts the quarantine of `target` (kept as an audit record with who/when/why); `Ok(false)`
+/// when it was not quarantined.
+pub async fn lift_quarantine(
+    store: &dyn Store,
+    target: &crate::promotion::Target,
+    by: &OperatorAction,
+) -> Result<bool, PortError> {
+    use crate::port::ErrorKind;
+    let pk = crate::promotion::quarantine::QUARANTINE_PK;
+    let sk = target.sk();
+    for _ in 0..WRITE_ATTEMPTS {
+        let Some(v) = store.get(pk, &sk).await? else {
+            return Ok(false);
+        };
+        if v.value.get("liftedAt").is_some_and(|l| !l.is_null()) {
+            return Ok(false);
+        }
+        let mut doc = v.value.clone();
+        doc["liftedAt"] = serde_json::json!(by.at);
+        doc["liftedBy"] = serde_json::json!(by.by);
+        doc["liftReason"] = serde_json::json!(by.reason);
+        match store.put(pk, &sk, &doc, Some(v.version), None).await {
+            Ok(_) => return Ok(true),
+            Err(e) if e.kind == ErrorKind::Conflict => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(PortError::new(
+        "state:write",
+        ErrorKind::Conflict,
+        "too many conflicts",
+    ))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 pub mod autoscaling;
 #[cfg(feature = "doctor")]
 pub mod cloudformation;
+pub mod cloudwatch;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;
@@ -34,6 +35,8 @@ pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// Auto Scaling.
     pub autoscaling: aws_sdk_autoscaling::Client,
+    /// CloudWatch (promotion alarms).
+    pub cloudwatch: aws_sdk_cloudwatch::Client,
 }
 
 impl Clients {
@@ -45,6 +48,7 @@ impl Clients {
             eks: aws_sdk_eks::Client::new(config),
             dynamodb: aws_sdk_dynamodb::Client::new(config),
             autoscaling: aws_sdk_autoscaling::Client::new(config),
+            cloudwatch: aws_sdk_cloudwatch::Client::new(config),
         }
     }
 }

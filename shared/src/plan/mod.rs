@@ -109,6 +109,9 @@ pub struct Plan {
     /// The gate that keeps anything from starting, if any (its message is in `blocked`).
     #[serde(skip)]
     pub gate: Option<Gate>,
+    /// The desired AMI the plan was made for (the target of the rotations it starts).
+    #[serde(skip)]
+    pub desired: Option<String>,
 }
 
 /// Allowance per budgeted reason. Serializes as `{"Drifted": n, "Expired": n}`.
@@ -250,13 +253,10 @@ impl Plan {
                     instance_id,
                     reason,
                     forced,
-                } => Some(Rotation::new(
-                    &self.pool,
-                    instance_id,
-                    *reason,
-                    *forced,
-                    now,
-                )),
+                } => Some(Rotation {
+                    target: self.desired.clone(),
+                    ..Rotation::new(&self.pool, instance_id, *reason, *forced, now)
+                }),
                 _ => None,
             })
             .collect()
@@ -361,6 +361,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
         blocked,
         decisions,
         gate,
+        desired: desired.map(str::to_string),
     }
 }
 

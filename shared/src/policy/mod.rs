@@ -112,6 +112,8 @@ pub struct Policy {
     pub rebalance: RebalanceAction,
     /// A paused pool starts no voluntary rotation.
     pub paused: bool,
+    /// Staged promotion (nodecycle extension); `None` = the pool follows its terms directly.
+    pub promotion: Option<Promotion>,
 }
 
 impl Policy {
@@ -132,7 +134,7 @@ pub struct Parsed {
 }
 
 /// The top-level fields of a policy document, in the order error messages list them.
-pub const FIELDS: [&str; 11] = [
+pub const FIELDS: [&str; 12] = [
     "cluster",
     "name",
     "nodeGroup",
@@ -144,6 +146,7 @@ pub const FIELDS: [&str; 11] = [
     "terminationGracePeriod",
     "interruption",
     "paused",
+    "promotion",
 ];
 const NODE_GROUP_FIELDS: [&str; 2] = ["autoScalingGroup", "managedNodeGroup"];
 const DISRUPTION_FIELDS: [&str; 1] = ["budgets"];
@@ -222,6 +225,7 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
     let mut termination_grace_period = None;
     let mut rebalance = RebalanceAction::default();
     let mut paused = false;
+    let mut promotion = None;
     for (key, field) in doc {
         match key.as_str() {
             "cluster" => {
@@ -251,6 +255,7 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
                 Value::Bool(b) => paused = *b,
                 _ => wrong_type("paused", "a boolean (true or false)", field, problems),
             },
+            "promotion" => promotion = validate_promotion(field, problems),
             _ => unknown_field("", key, &FIELDS, problems),
         }
     }
@@ -297,7 +302,148 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
         termination_grace_period,
         rebalance,
         paused,
+        promotion,
     })
+}
+
+/// Staged promotion (`promotion`, a nodecycle extension): which upstream pool proves releases
+/// for this one, for how long, watched by which alarms, and how old an image must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promotion {
+    /// The upstream pool (`cluster/name`, any cluster) whose proven releases this pool takes.
+    pub from: Option<String>,
+    /// How long the upstream must have run a release on all its nodes, healthy (with `from`).
+    pub soak: Option<Duration>,
+    /// CloudWatch alarms (names or ARNs): in ALARM during the soak = not proven; in ALARM while
+    /// this pool rolls to a release = the release is quarantined.
+    pub alarms: Vec<String>,
+    /// Only images created at least this long ago (also without `from`).
+    pub min_age: Option<Duration>,
+}
+
+const PROMOTION_FIELDS: [&str; 4] = ["from", "soak", "alarms", "minAge"];
+
+fn validate_promotion(value: &Value, problems: &mut Problems) -> Option<Promotion> {
+    const PATH: &str = "promotion";
+    let expected = "an object with from (cluster/name) and soak, optional alarms and minAge";
+    let map = fields::object(value, PATH, expected, problems)?;
+    let errors_before = problems.errors().count();
+    let mut promotion = Promotion {
+        from: None,
+        soak: None,
+        alarms: Vec::new(),
+        min_age: None,
+    };
+    let duration_of = |field: &Value, path: &str, problems: &mut Problems| {
+        let text = fields::string(field, path, "a duration such as \"72h\"", problems)?;
+        match duration::parse(text) {
+            Ok(d) if !d.is_zero() => Some(d),
+            _ => {
+                problems.error(
+                    path,
+                    format!(
+                        "invalid duration {}; expected a duration longer than 0s such as \"72h\", \"24h\" or \"30m\"{}",
+                        quote(text),
+                        days_hint(text)
+                    ),
+                );
+                None
+            }
+        }
+    };
+    for (key, field) in map {
+        let path = join(PATH, key);
+        match key.as_str() {
+            "from" => {
+                let Some(text) = fields::string(field, &path, "a pool as cluster/name", problems)
+                else {
+                    continue;
+                };
+                let parts: Vec<&str> = text.split('/').collect();
+                let valid = parts.len() == 2
+                    && parts.iter().all(|p| {
+                        !p.is_empty()
+                            && p.len() <= 100
+                            && p.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                    });
+                if valid {
+                    promotion.from = Some(text.to_string());
+                } else {
+                    problems.error(
+                        &path,
+                        format!(
+                            "invalid pool {}; expected the upstream pool as cluster/name, e.g. test/general",
+                            quote(text)
+                        ),
+                    );
+                }
+            }
+            "soak" => promotion.soak = duration_of(field, &path, problems),
+            "minAge" => promotion.min_age = duration_of(field, &path, problems),
+            "alarms" => {
+                let Value::Array(items) = field else {
+                    wrong_type(
+                        &path,
+                        "a list of CloudWatch alarm names or ARNs",
+                        field,
+                        problems,
+                    );
+                    continue;
+                };
+                for (i, item) in items.iter().enumerate() {
+                    let item_path = format!("{path}[{i}]");
+                    let Some(text) = fields::string(
+                        item,
+                        &item_path,
+                        "a CloudWatch alarm name or ARN",
+                        problems,
+                    ) else {
+                        continue;
+                    };
+                    let name = alarm_name(text);
+                    if name.is_empty() || name.len() > 255 {
+                        problems.error(
+                            &item_path,
+                            format!(
+                                "invalid alarm {}; expected an alarm name (1 to 255 characters) or arn:<partition>:cloudwatch:<region>:<account>:alarm:<name>",
+                                quote(text)
+                            ),
+                        );
+                    } else {
+                        promotion.alarms.push(text.to_string());
+                    }
+                }
+            }
+            _ => unknown_field(PATH, key, &PROMOTION_FIELDS, problems),
+        }
+    }
+    let has = |k: &str| map.contains_key(k);
+    if has("from") && !has("soak") {
+        problems.error(
+            PATH,
+            "from is set without soak; expected how long the upstream must run a release, e.g. soak: 72h",
+        );
+    } else if !has("from") && (has("soak") || has("alarms")) {
+        problems.error(
+            PATH,
+            "soak and alarms need from (the upstream pool that proves releases); expected from: cluster/name",
+        );
+    } else if !has("from") && !has("minAge") {
+        problems.error(
+            PATH,
+            "empty promotion; expected from (cluster/name) with soak, or minAge",
+        );
+    }
+    (problems.errors().count() == errors_before).then_some(promotion)
+}
+
+/// The alarm name of a name or an alarm ARN (`arn:...:alarm:<name>`).
+pub fn alarm_name(text: &str) -> &str {
+    match text.split_once(":alarm:") {
+        Some((prefix, name)) if prefix.starts_with("arn:") => name,
+        _ => text,
+    }
 }
 
 fn validate_node_group(value: &Value, problems: &mut Problems) -> Option<NodeGroup> {

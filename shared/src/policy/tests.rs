@@ -285,7 +285,7 @@ fn thirty_terms_are_accepted() {
 
 #[test]
 fn document_shape_problems() {
-    let all_fields = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused";
+    let all_fields = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion";
     let cases: Vec<(String, Vec<String>)> = vec![
         (
             String::new(),
@@ -338,7 +338,7 @@ fn document_shape_problems() {
 
 #[test]
 fn top_level_field_rules() {
-    let all = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused";
+    let all = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion";
     let unknown =
         |field: &str, hint: &str| format!("{field}: unknown field; expected one of {all}{hint}");
     let cases: Vec<(String, Vec<String>)> = vec![
@@ -843,7 +843,7 @@ colour: blue
             "expireAfter: invalid duration \"30d\"; expected a number and unit such as \"720h\", \"1h30m\" or \"90s\", or \"Never\" (days are not a unit: 30d is \"720h\")",
             "cluster: \"-prod\" starts with '-'; expected a letter or digit first",
             "interruption.rebalance: unknown action \"drain\"; expected one of ignore, cordon, replace",
-            "colour: unknown field; expected one of cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused",
+            "colour: unknown field; expected one of cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion",
         ]
     );
     assert!(parse(text).policy.is_none());
@@ -971,4 +971,64 @@ proptest! {
             prop_assert!(!problem.message.is_empty());
         }
     }
+}
+
+#[test]
+fn promotion_rules() {
+    let p = valid(&format!(
+        "{BASE}promotion:\n  from: test/general\n  soak: 72h\n  alarms: [p99-latency, \"arn:aws:cloudwatch:us-east-1:123456789012:alarm:errors\"]\n  minAge: 24h\n"
+    ));
+    let promo = p.promotion.expect("promotion");
+    assert_eq!(promo.from.as_deref(), Some("test/general"));
+    assert_eq!(promo.soak, Some(Duration::from_secs(72 * 3600)));
+    assert_eq!(promo.alarms.len(), 2);
+    assert_eq!(alarm_name(&promo.alarms[1]), "errors");
+    assert_eq!(promo.min_age, Some(Duration::from_secs(24 * 3600)));
+    assert!(
+        valid(&format!("{BASE}promotion: {{ minAge: 24h }}\n"))
+            .promotion
+            .is_some()
+    );
+    let problems = |extra: &str| -> Vec<String> {
+        parse(&format!("{BASE}promotion:\n{extra}"))
+            .problems
+            .errors()
+            .map(|p| p.path.clone())
+            .collect()
+    };
+    assert_eq!(
+        problems("  from: test/general\n"),
+        vec!["promotion"],
+        "soak is required with from"
+    );
+    assert_eq!(
+        problems("  from: general\n  soak: 1h\n"),
+        vec!["promotion.from"]
+    );
+    assert_eq!(
+        problems("  soak: 1h\n"),
+        vec!["promotion"],
+        "soak needs from"
+    );
+    assert_eq!(
+        problems("  from: t/a\n  soak: 0s\n"),
+        vec!["promotion.soak"]
+    );
+    assert_eq!(
+        problems("  from: t/a\n  soak: 3d\n"),
+        vec!["promotion.soak"]
+    );
+    assert_eq!(
+        problems("  from: t/a\n  soak: 1h\n  alarms: [\"\"]\n"),
+        vec!["promotion.alarms[0]"]
+    );
+    assert_eq!(
+        problems("  from: t/a\n  soak: 1h\n  alarms: p99\n"),
+        vec!["promotion.alarms"]
+    );
+    assert_eq!(
+        problems("  from: t/a\n  soak: 1h\n  soakTime: 2h\n"),
+        vec!["promotion.soakTime"]
+    );
+    assert_eq!(problems("  {}\n"), vec!["promotion"], "empty");
 }

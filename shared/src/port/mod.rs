@@ -17,6 +17,7 @@
 //! | [`Store`] | the state table | dynamodb:GetItem/PutItem/Query (`aws::dynamodb::Table`) |
 //! | [`InstanceLookup`] | EC2 instances | ec2:DescribeInstances (`aws::interruption::Ec2Instances`) |
 //! | [`LifecycleOps`] | lifecycle actions | autoscaling:CompleteLifecycleAction/RecordLifecycleActionHeartbeat (`aws::interruption::LifecycleActions`) |
+//! | [`crate::promotion::AlarmStates`] | promotion alarms | cloudwatch:DescribeAlarms (`aws::cloudwatch::CloudWatch`) |
 //! | [`KubeConnector`] / [`NodeOps`] | a cluster's Kubernetes API | nodes, pods, evictions, events (`kube::EksConnector`) |
 
 use std::fmt;

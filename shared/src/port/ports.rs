@@ -47,6 +47,8 @@ pub struct Ports {
     pub instances: Arc<dyn InstanceLookup>,
     /// Lifecycle actions.
     pub lifecycle: Arc<dyn LifecycleOps>,
+    /// CloudWatch alarm states (promotion alarms).
+    pub alarms: Arc<dyn crate::promotion::AlarmStates>,
     /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
     #[cfg(feature = "kube")]
     pub kube: Arc<dyn KubeConnector>,
@@ -73,6 +75,9 @@ impl Ports {
             store: Arc::new(Table::new(c.dynamodb.clone(), table)),
             instances: Arc::new(Ec2Instances::new(c.ec2.clone())),
             lifecycle: Arc::new(LifecycleActions::new(c.autoscaling.clone())),
+            alarms: Arc::new(crate::aws::cloudwatch::CloudWatch::new(
+                c.cloudwatch.clone(),
+            )),
             #[cfg(feature = "kube")]
             kube: Arc::new(EksConnector::new(config.clone())),
         }

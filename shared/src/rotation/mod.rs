@@ -177,6 +177,10 @@ pub struct Rotation {
     /// for the planner to release it (see [`Rotation::waiting`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<Queue>,
+    /// The pool's desired AMI when the rotation started: what its replacement runs. A rotation
+    /// towards an AMI that is quarantined meanwhile is cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 /// How a queued (operator) rotation is released by the planner.
@@ -217,6 +221,7 @@ impl Rotation {
             deadline: None,
             error: None,
             queued: None,
+            target: None,
         }
     }
 

@@ -56,6 +56,8 @@ pub struct PoolView<'a> {
     pub members: &'a [Member],
     /// The AMI replacements must run; `None` = unresolved.
     pub desired_ami: Option<&'a str>,
+    /// Quarantined image ids: a rotation towards one of them is cancelled.
+    pub quarantined: &'a BTreeSet<String>,
 }
 
 /// Why a rotation finishes without terminating its instance.
@@ -168,12 +170,25 @@ pub enum Command {
         /// The surge's undo, if the rotation holds one.
         undo: Option<Undo>,
     },
-    /// Step `Failed`, halt the pool when `halt`, then give the surge back with `undo`.
+    /// Step `Failed`, halt the pool when `halt`, quarantine the release of the image the
+    /// replacement never became Ready on when `quarantine`, then give the surge back with `undo`.
     Fail {
         /// Why.
         why: Failure,
         /// Halt the pool.
         halt: bool,
+        /// Quarantine the release the rotation was rolling out.
+        quarantine: bool,
+        /// The surge's undo, if the rotation holds one.
+        undo: Option<Undo>,
+    },
+    /// Step `Cancelled` (the AMI it rolls out is quarantined): uncordon the node when
+    /// `uncordon`, then give the surge back with `undo` (its own replacement first).
+    Cancel {
+        /// The quarantined image it was rolling out.
+        image: String,
+        /// The node was cordoned by this rotation.
+        uncordon: bool,
         /// The surge's undo, if the rotation holds one.
         undo: Option<Undo>,
     },
@@ -196,6 +211,7 @@ impl Command {
             Command::UndoSurge { .. } => "undoSurge",
             Command::Finish { .. } => "finish",
             Command::Fail { .. } => "fail",
+            Command::Cancel { .. } => "cancel",
             Command::Wait { .. } => "wait",
         }
     }
@@ -204,7 +220,9 @@ impl Command {
     pub fn undo(&self) -> Option<&Undo> {
         match self {
             Command::UndoSurge { undo } => Some(undo),
-            Command::Finish { undo, .. } | Command::Fail { undo, .. } => undo.as_ref(),
+            Command::Finish { undo, .. }
+            | Command::Fail { undo, .. }
+            | Command::Cancel { undo, .. } => undo.as_ref(),
             _ => None,
         }
     }
@@ -260,6 +278,7 @@ pub fn step_pool(
             Command::UndoSurge { .. }
             | Command::Finish { .. }
             | Command::Fail { .. }
+            | Command::Cancel { .. }
             | Command::Terminate { .. } => give_backs.push(entry),
             _ => middle.push(entry),
         }
@@ -473,6 +492,25 @@ fn step_one(
         why: FinishReason::InstanceLeft,
         undo: undo_on_end(ctx, r, false),
     };
+    // A rotation towards a quarantined AMI stops before it terminates anything.
+    let towards = r.target.as_deref().or_else(|| {
+        r.replacement
+            .as_deref()
+            .and_then(|rep| ctx.member(rep))
+            .and_then(|m| m.image_id.as_deref())
+    });
+    if let Some(image) = towards.filter(|i| ctx.view.quarantined.contains(*i))
+        && matches!(
+            r.step,
+            Step::Pending | Step::Surging | Step::Cordoned | Step::Draining
+        )
+    {
+        return Some(Command::Cancel {
+            image: image.to_string(),
+            uncordon: matches!(r.step, Step::Cordoned | Step::Draining) && member.is_some(),
+            undo: undo_on_end(ctx, r, true),
+        });
+    }
     Some(match r.step {
         Step::Pending if leaving => left(ctx),
         Step::Pending => {
@@ -532,6 +570,7 @@ fn step_one(
                         fresh: fresh_ids,
                     },
                     halt: true,
+                    quarantine: desired.is_some(),
                     undo: undo_on_end(ctx, r, true),
                 }
             } else {

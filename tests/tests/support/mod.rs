@@ -186,6 +186,9 @@ impl Adapters {
             clusters: Arc::new(self.eks.clone()),
             groups: Arc::new(self.groups.clone()),
             store: table,
+            alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
+                self.clients.cloudwatch.clone(),
+            )),
         }
     }
 

@@ -208,10 +208,12 @@ impl OpsHandler {
                 .map_err(internal)?;
             let members: Vec<_> = instances.into_iter().map(|i| i.with_node(None)).collect();
             let rotations: Vec<Rotation> = records.iter().map(|v| v.value.clone()).collect();
+            let none = std::collections::BTreeSet::new();
             let view = step::PoolView {
                 group: &g,
                 members: &members,
                 desired_ami: None,
+                quarantined: &none,
             };
             let undo = match step::cancel(&view, &rotations, &v.value) {
                 Ok(undo) => undo,

@@ -32,6 +32,26 @@ pub(super) struct PoolCtx<'a> {
     /// Versions of the rotation records of the snapshot, by instance.
     pub versions: BTreeMap<String, u64>,
     pub clock: Clock,
+    /// The pool's state record as read (its desired AMI's provenance names the release).
+    pub record: Option<crate::state::PoolRecord>,
+    /// Quarantine in force.
+    pub quarantined: crate::promotion::Quarantined,
+    /// Set when this pass quarantined something (the pool is planned again).
+    pub quarantined_now: bool,
+}
+
+impl PoolCtx<'_> {
+    /// Quarantined image ids among those this pool knows (its desired AMI and history).
+    fn quarantined_images(&self) -> std::collections::BTreeSet<String> {
+        let known: Vec<(String, crate::promotion::Release)> = self
+            .record
+            .iter()
+            .flat_map(|r| r.desired.iter().chain(r.history.iter().map(|h| &h.ami)))
+            .map(|a| (a.id.clone(), crate::promotion::release_of(a)))
+            .collect();
+        self.quarantined
+            .images(known.iter().map(|(id, r)| (id.as_str(), r)))
+    }
 }
 
 /// What performing a command did to its record.
@@ -103,10 +123,12 @@ impl RotatorHandler {
             }
         }
         let rotations: Vec<Rotation> = records.values().map(|v| v.value.clone()).collect();
+        let quarantined = ctx.quarantined_images();
         let view = PoolView {
             group: &ctx.snapshot.group,
             members: &ctx.snapshot.members,
             desired_ami: ctx.snapshot.gates.desired_ami.as_deref(),
+            quarantined: &quarantined,
         };
         let moving: BTreeSet<&str> = moving.iter().map(String::as_str).collect();
         let steps = step::step_pool(&view, &rotations, &moving, now, &self.settings.step());
@@ -128,7 +150,7 @@ impl RotatorHandler {
             let Some(v) = records.get(instance).cloned() else {
                 continue;
             };
-            match self.perform(ctx, v, command).await {
+            match self.perform(&mut *ctx, v, command).await {
                 Ok(Performed::Step(from, to)) if from != to => {
                     report.steps.push(format!("{instance}: {from:?} -> {to:?}"));
                 }
@@ -251,14 +273,14 @@ impl RotatorHandler {
     /// Performs one command for the rotation `v` and records the result.
     async fn perform(
         &self,
-        ctx: &PoolCtx<'_>,
+        ctx: &mut PoolCtx<'_>,
         v: Versioned<Rotation>,
         command: &Command,
     ) -> Result<Performed, PortError> {
         let now = ctx.clock.now();
         let r = &v.value.clone();
         let from = r.step;
-        let group = ctx.snapshot.group.name.as_str();
+        let group = &ctx.snapshot.group.name.clone();
         let moved = |saved: Option<Versioned<Rotation>>| {
             Ok(saved.map_or(Performed::Lost, |s| Performed::Step(from, s.value.step)))
         };
@@ -408,11 +430,58 @@ impl RotatorHandler {
                 }
                 Ok(Performed::Step(from, Step::Done))
             }
-            Command::Fail { why, halt, undo } => {
+            Command::Cancel {
+                image,
+                uncordon,
+                undo,
+            } => {
+                let mut cancelled = Rotation {
+                    error: Some(format!(
+                        "cancelled: {image}, the AMI it rolled out, is quarantined"
+                    )),
+                    ..r.enter(Step::Cancelled, now)
+                };
+                if let Some(u) = undo {
+                    cancelled = cancelled.with_release(Release::Undoing(u.clone()));
+                }
+                let Some(saved) = self.save(&v, cancelled).await? else {
+                    return Ok(Performed::Lost);
+                };
+                log(
+                    Step::Cancelled,
+                    "rotation cancelled: its AMI is quarantined",
+                );
+                if *uncordon {
+                    let drain: Option<DrainState> =
+                        r.drain.clone().and_then(|d| serde_json::from_value(d).ok());
+                    match drain {
+                        Some(state) => k::abort_drain(ctx.kube.as_ref(), &state).await?,
+                        None => {
+                            if let Some(node) = ctx.kube.find_node(&r.instance_id).await? {
+                                ctx.kube.undo_cordon(&node.name, true).await?;
+                            }
+                        }
+                    }
+                }
+                if let Some(u) = undo {
+                    self.give_back(group, saved, u).await?;
+                }
+                Ok(Performed::Step(from, Step::Cancelled))
+            }
+            Command::Fail {
+                why,
+                halt,
+                quarantine,
+                undo,
+            } => {
                 let message = why.to_string();
-                // Halt first: if recording the failure is lost, the next pass fails it again.
+                // Halt and quarantine first: if recording the failure is lost, the next pass
+                // fails it again (both are idempotent).
                 if *halt {
                     self.halt(&r.pool, &message, now).await?;
+                }
+                if *quarantine {
+                    self.quarantine_failed(ctx, r, &message, now).await?;
                 }
                 let mut failed = Rotation {
                     error: Some(message),
@@ -448,6 +517,59 @@ impl RotatorHandler {
         {
             tracing::warn!(pool = %r.pool, node = %node.name, error = %e, "could not delete the node object; the node controller removes it");
         }
+    }
+
+    /// Quarantines the release of the pool's desired AMI after a rotation to it failed (its
+    /// replacement never became Ready): no pool will take it again, and this pool rolls back.
+    async fn quarantine_failed(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        r: &Rotation,
+        why: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), PortError> {
+        let Some(desired) = ctx.record.as_ref().and_then(|rec| rec.desired.clone()) else {
+            return Ok(());
+        };
+        if ctx.snapshot.gates.desired_ami.as_deref() != Some(desired.id.as_str()) {
+            // A pin to another image: quarantine that image only.
+            let Some(id) = ctx.snapshot.gates.desired_ami.clone() else {
+                return Ok(());
+            };
+            return self
+                .record_quarantine(ctx, crate::promotion::Target::Ami(id), r, why, now)
+                .await;
+        }
+        let release = crate::promotion::release_of(&desired);
+        self.record_quarantine(ctx, crate::promotion::Target::Release(release), r, why, now)
+            .await
+    }
+
+    async fn record_quarantine(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        target: crate::promotion::Target,
+        r: &Rotation,
+        why: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), PortError> {
+        let q = crate::promotion::Quarantine {
+            target: target.clone(),
+            reason: why.to_string(),
+            by: "nodecycle".to_string(),
+            at: now,
+            cause: crate::promotion::Cause::ReplacementNotReady {
+                pool: r.pool.clone(),
+                instance: r.instance_id.clone(),
+            },
+        };
+        let new = state::put_quarantine(self.store.as_ref(), &q).await?;
+        if new {
+            tracing::error!(pool = %r.pool, target = %target, decision = "quarantined", reason = %why, "no pool takes it again; this pool rolls back");
+        }
+        ctx.quarantined.0.push(q);
+        ctx.quarantined_now = true;
+        Ok(())
     }
 
     /// Records the pool as halted with `why`.

@@ -26,7 +26,7 @@ use crate::policy::source::PolicySource;
 use crate::policy::{self, Policy};
 use crate::port::PortError;
 use crate::rotation::step::StepSettings;
-use crate::state::Store;
+use crate::state::{self, Store};
 
 mod execute;
 mod lease;
@@ -122,6 +122,9 @@ pub struct PoolReport {
     /// Launch template moved to this image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launch_template: Option<String>,
+    /// The desired AMI went back to this image (the one it rolled out is quarantined).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<String>,
     /// Errors (the pass continues with other pools).
     pub errors: Vec<String>,
 }
@@ -214,6 +217,11 @@ impl RotatorHandler {
                 }
             }
         }
+        // Fail closed: without the quarantine no pool may move (a quarantined AMI could come
+        // back).
+        let quarantined = state::load_quarantine(self.store.as_ref())
+            .await
+            .map_err(|e| internal(format!("cannot read the quarantine: {e}; rotating nothing")))?;
         let holder = lease::holder(request_id);
         let mut reports = Vec::new();
         let mut clusters = BTreeMap::new();
@@ -241,7 +249,14 @@ impl RotatorHandler {
                     }
                     Ok(kube) => {
                         if let Err(e) = self
-                            .pool_pass(policy, kube.clone(), clock, deadline, &mut report)
+                            .pool_pass(
+                                policy,
+                                kube.clone(),
+                                clock,
+                                deadline,
+                                &quarantined,
+                                &mut report,
+                            )
                             .await
                         {
                             tracing::error!(pool = %report.pool, kind = ?e.kind, error = %e, "pool pass failed");
@@ -301,28 +316,156 @@ impl RotatorHandler {
         Ok((observed.snapshot, observed.managed))
     }
 
+    /// One pool's pass; planned again (once) when it quarantined the AMI it rolled out, so the
+    /// rollback (launch template, cancels, replacements) starts in the same pass.
     async fn pool_pass(
         &self,
         policy: &Policy,
         kube: Arc<dyn NodeOps>,
         clock: Clock,
         deadline: Instant,
+        quarantined: &crate::promotion::Quarantined,
         report: &mut PoolReport,
     ) -> Result<(), PortError> {
+        let mut quarantined = quarantined.clone();
+        for _ in 0..2 {
+            match self
+                .pool_round(policy, kube.clone(), clock, deadline, quarantined, report)
+                .await?
+            {
+                Some(now_quarantined) => quarantined = now_quarantined,
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Observe, roll back from a quarantined AMI, plan, perform, record the soak ledger.
+    /// `Some(quarantine)` when the round quarantined something (plan again).
+    async fn pool_round(
+        &self,
+        policy: &Policy,
+        kube: Arc<dyn NodeOps>,
+        clock: Clock,
+        deadline: Instant,
+        quarantined: crate::promotion::Quarantined,
+        report: &mut PoolReport,
+    ) -> Result<Option<crate::promotion::Quarantined>, PortError> {
         let now = clock.start();
-        let observed = self.observe(policy, kube.as_ref(), now).await?;
+        let mut observed = self.observe(policy, kube.as_ref(), now).await?;
+        if let Some(rollback) = observed
+            .record
+            .as_ref()
+            .and_then(|r| crate::promotion::rollback(r, &quarantined))
+        {
+            self.roll_back(policy, rollback, now, report).await?;
+            observed = self.observe(policy, kube.as_ref(), now).await?;
+        }
         let mut ctx = PoolCtx {
             policy,
             kube,
             snapshot: observed.snapshot,
             versions: observed.versions,
             clock,
+            record: observed.record,
+            quarantined,
+            quarantined_now: false,
         };
         if let Some(group) = &observed.managed {
-            return self
-                .managed_pass(policy, group, &mut ctx, deadline, report)
-                .await;
+            self.managed_pass(policy, group, &mut ctx, deadline, report)
+                .await?;
+        } else {
+            self.group_pass(&mut ctx, deadline, report).await?;
         }
+        self.record_ledger(&ctx, now).await;
+        Ok(ctx.quarantined_now.then_some(ctx.quarantined))
+    }
+
+    /// Applies a rollback decision to the pool record.
+    async fn roll_back(
+        &self,
+        policy: &Policy,
+        rollback: crate::promotion::Rollback,
+        now: DateTime<Utc>,
+        report: &mut PoolReport,
+    ) -> Result<(), PortError> {
+        use crate::promotion::Rollback;
+        let pool = policy.pool_id();
+        match rollback {
+            Rollback::To {
+                target,
+                reason,
+                lift_halt,
+            } => {
+                state::update_pool(self.store.as_ref(), &pool, |r| {
+                    r.roll_back(&target, &reason, lift_halt, now)
+                })
+                .await?;
+                tracing::warn!(pool = %pool, target = %target.id, lift_halt, decision = "rolled back", reason = %reason, "desired AMI quarantined: back to the previous one");
+                report.rolled_back = Some(target.id.clone());
+            }
+            Rollback::Unpin { reason } => {
+                state::update_pool(self.store.as_ref(), &pool, |r| state::PoolRecord {
+                    pin: None,
+                    ..r.clone()
+                })
+                .await?;
+                tracing::warn!(pool = %pool, decision = "unpinned", reason = %reason);
+            }
+            Rollback::Nowhere { reason } => {
+                self.halt(&pool, &reason, now).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records whether the pool runs one release on all its nodes (the soak ledger downstream
+    /// pools read); a write only when a period starts or ends. Best effort: a lost write is
+    /// recorded next pass (a soak period then starts a pass late, never early).
+    async fn record_ledger(&self, ctx: &PoolCtx<'_>, now: DateTime<Utc>) {
+        let Some(record) = &ctx.record else { return };
+        let current = crate::promotion::fully_on(&ctx.snapshot).and_then(|image| {
+            let ami = record
+                .desired
+                .iter()
+                .chain(record.history.iter().map(|h| &h.ami))
+                .find(|a| a.id == image)?;
+            Some((crate::promotion::release_of(ami), image.to_string()))
+        });
+        let current = current.as_ref().map(|(r, i)| (r, i.as_str()));
+        if crate::promotion::ledger::observe(&record.ledger, current, now).is_none() {
+            return;
+        }
+        let pool = ctx.policy.pool_id();
+        let result = state::update_pool(self.store.as_ref(), &pool, |r| {
+            match crate::promotion::ledger::observe(&r.ledger, current, now) {
+                Some(ledger) => state::PoolRecord {
+                    ledger,
+                    ..r.clone()
+                },
+                None => r.clone(),
+            }
+        })
+        .await;
+        match result {
+            Ok(_) => {
+                tracing::info!(pool = %pool, fully_on = ?current.map(|(r, _)| r.to_string()), decision = "soak ledger")
+            }
+            Err(e) => {
+                tracing::warn!(pool = %pool, error = %e, "cannot record the soak ledger; next pass")
+            }
+        }
+    }
+
+    /// A self-managed group's plan and its execution.
+    async fn group_pass(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        deadline: Instant,
+        report: &mut PoolReport,
+    ) -> Result<(), PortError> {
+        let now = ctx.clock.start();
+
         let plan = plan::plan(&ctx.snapshot, now);
         log_decisions(&plan);
         report.allowed = Some(plan.allowed);
@@ -349,7 +492,7 @@ impl RotatorHandler {
                 }
             }
         }
-        self.execute(&plan, &mut ctx, deadline, report).await
+        self.execute(&plan, ctx, deadline, report).await
     }
 }
 

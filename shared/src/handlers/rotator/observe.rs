@@ -23,6 +23,8 @@ pub(super) struct Observed {
     pub managed: Option<ManagedGroup>,
     /// The version of each rotation record, by instance id (for conditional writes).
     pub versions: BTreeMap<String, u64>,
+    /// The pool's state record as read.
+    pub record: Option<crate::state::PoolRecord>,
 }
 
 impl RotatorHandler {
@@ -177,6 +179,7 @@ impl RotatorHandler {
             },
             managed,
             versions,
+            record,
         })
     }
 }

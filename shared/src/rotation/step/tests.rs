@@ -83,6 +83,7 @@ fn run(group: &Group, members: &[Member], rotations: &[Rotation], now: DateTime<
         group,
         members,
         desired_ami: Some(NEW),
+        quarantined: &BTreeSet::new(),
     };
     let moving: BTreeSet<&str> = rotations
         .iter()
@@ -448,6 +449,7 @@ fn rotations_the_plan_does_not_move_get_no_command() {
         group: &group(6, 0, 10),
         members: &base,
         desired_ami: Some(NEW),
+        quarantined: &BTreeSet::new(),
     };
     let plan = step_pool(
         &view,
@@ -474,6 +476,7 @@ fn cancel_gives_back_its_own_replacement_first() {
         group: &g,
         members: &members,
         desired_ami: Some(NEW),
+        quarantined: &BTreeSet::new(),
     };
     assert_eq!(
         cancel(&view, std::slice::from_ref(&r), &r),
@@ -542,4 +545,60 @@ fn a_new_surge_counts_from_the_capacity_after_this_pass_give_backs() {
         "{plan:?}"
     );
     assert_eq!(plan.capacity, Some(5));
+}
+
+/// Rotations towards an AMI that is quarantined meanwhile stop: the node is uncordoned, the
+/// surge given back with the rotation's own replacement; terminating ones finish.
+#[test]
+fn rotations_towards_a_quarantined_ami_are_cancelled() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 1, true));
+    members.push(member("i-new2", NEW, 2, false));
+    let g = group(8, 0, 10);
+    let target = |r: Rotation| Rotation {
+        target: Some(NEW.into()),
+        ..r
+    };
+    let draining = target(Rotation {
+        replacement: Some("i-new1".into()),
+        ..surging("i-old0", &base, 6, 7).enter(Step::Draining, t0())
+    });
+    let waiting = target(surging("i-old1", &base, 6, 8));
+    let terminating = target(rotation("i-old2", Step::Terminating));
+    let quarantined: BTreeSet<String> = [NEW.to_string()].into();
+    let view = PoolView {
+        group: &g,
+        members: &members,
+        desired_ami: Some(OLD),
+        quarantined: &quarantined,
+    };
+    let rotations = [draining, waiting, terminating];
+    let moving: BTreeSet<&str> = rotations.iter().map(|r| r.instance_id.as_str()).collect();
+    let plan = step_pool(&view, &rotations, &moving, t0(), &settings());
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Cancel {
+            image: NEW.into(),
+            uncordon: true,
+            undo: Some(Undo::Terminate {
+                instance_id: "i-new1".into()
+            })
+        }
+    );
+    assert_eq!(
+        command(&plan, "i-old1"),
+        &Command::Cancel {
+            image: NEW.into(),
+            uncordon: false,
+            undo: Some(Undo::Terminate {
+                instance_id: "i-new2".into()
+            })
+        }
+    );
+    assert!(matches!(
+        command(&plan, "i-old2"),
+        Command::Terminate { .. }
+    ));
+    assert_eq!(plan.capacity, None);
 }

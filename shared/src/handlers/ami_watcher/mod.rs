@@ -3,7 +3,10 @@
 //! A schedule (or manual invoke) resolves every pool; a change to a policy parameter resolves
 //! that pool; a change to a parameter referenced by an `ssmParameter` term resolves the pools
 //! using it; anything else is a no-op. A pool that fails keeps its desired AMI and records the
-//! error; the other pools proceed.
+//! error; the other pools proceed. What the desired AMI becomes, with promotion, quarantine and
+//! minAge, is decided in [`choose`].
+
+mod choose;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +40,8 @@ pub struct AmiWatcher {
     pub groups: Arc<dyn NodeGroupCatalog>,
     /// The state table.
     pub store: Arc<dyn Store>,
+    /// CloudWatch alarm states (`promotion.alarms`).
+    pub alarms: Arc<dyn crate::promotion::AlarmStates>,
 }
 
 /// What happened to one pool in a pass.
@@ -47,7 +52,8 @@ pub struct PoolOutcome {
     pub pool: Option<String>,
     /// Where the policy came from.
     pub source: String,
-    /// `changed`, `unchanged`, `failed` or `invalid`.
+    /// `changed`, `unchanged`, `waiting` (promotion or minAge holds the desired AMI), `failed`
+    /// or `invalid`.
     pub status: &'static str,
     /// Desired AMI id after the pass.
     pub desired: Option<String>,
@@ -56,6 +62,9 @@ pub struct PoolOutcome {
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What a pool with promotion (or minAge) waits for, when it keeps its desired AMI.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// The handler's response.
@@ -144,6 +153,32 @@ impl AmiWatcher {
             }
         };
 
+        // Fail closed: without the quarantine nothing is resolved (a quarantined AMI could
+        // come back).
+        let quarantined = state::load_quarantine(self.store.as_ref())
+            .await
+            .map_err(|e| {
+                HandlerError::internal(format!(
+                    "cannot read the quarantine: {e}; nothing was resolved"
+                ))
+            })?;
+        // Promotion chains are checked across every policy of the pass.
+        let chains: BTreeMap<String, Option<String>> = docs
+            .iter()
+            .filter_map(|d| policy::parse(&d.text).policy)
+            .map(|p| {
+                let from = p.promotion.as_ref().and_then(|x| x.from.clone());
+                (p.pool_id(), from)
+            })
+            .collect();
+        let chain_problems: BTreeMap<String, String> =
+            if matches!(trigger, WatcherTrigger::Pass { .. }) {
+                crate::promotion::chain_problems(&chains)
+                    .into_iter()
+                    .collect()
+            } else {
+                BTreeMap::new()
+            };
         let resolver = Resolver::new(
             self.parameters.as_ref(),
             self.images.as_ref(),
@@ -178,12 +213,18 @@ impl AmiWatcher {
                     desired: None,
                     previous: None,
                     error: Some(message),
+                    waiting: None,
                 });
                 continue;
             }
             seen.insert(pool.clone(), doc.source.clone());
+            if let Some(problem) = chain_problems.get(&pool) {
+                let message = format!("policy {} is invalid: {problem}", doc.source);
+                outcomes.push(self.record_invalid(&doc, &message, now).await);
+                continue;
+            }
             outcomes.push(
-                self.resolve_pool(&resolver, &policy, &doc.source, now)
+                self.resolve_pool(&resolver, &policy, &doc.source, &quarantined, now)
                     .await,
             );
         }
@@ -207,50 +248,99 @@ impl AmiWatcher {
         resolver: &Resolver<'_>,
         policy: &Policy,
         source: &str,
+        quarantined: &crate::promotion::Quarantined,
         now: DateTime<Utc>,
     ) -> PoolOutcome {
         let pool = policy.pool_id();
-        let observation = match resolver.resolve(policy, now).await {
-            Ok(r) => Observation::Resolved {
-                at: now,
-                kubernetes_version: r.kubernetes_version.clone(),
-                desired: r.desired.clone(),
-            },
-            Err(e) => Observation::Failed {
-                at: now,
-                message: e.to_string(),
-            },
+        let outcome = |status, desired, previous, error, waiting| PoolOutcome {
+            pool: Some(pool.clone()),
+            source: source.to_string(),
+            status,
+            desired,
+            previous,
+            error,
+            waiting,
         };
-        let written = self.record(&pool, &observation).await;
+        let record = match state::load_pool(self.store.as_ref(), &pool).await {
+            Ok(r) => r,
+            Err(e) => {
+                return outcome(
+                    "failed",
+                    None,
+                    None,
+                    Some(format!("cannot read state: {e}")),
+                    None,
+                );
+            }
+        };
+        let choice = self
+            .choose(resolver, policy, record.as_ref(), quarantined, now)
+            .await;
+        let written = state::update_pool(self.store.as_ref(), &pool, |rec| match &choice {
+            choose::Choice::Take {
+                ami,
+                kubernetes_version,
+                promoted,
+            } => {
+                let mut next = rec.apply(&Observation::Resolved {
+                    at: now,
+                    kubernetes_version: kubernetes_version.clone(),
+                    desired: (**ami).clone(),
+                });
+                next.promotion_wait = None;
+                let changed = rec.desired.as_ref().map(|d| &d.id) != Some(&ami.id)
+                    && next.desired.as_ref().map(|d| &d.id) == Some(&ami.id);
+                if let (true, Some(how)) = (changed, promoted) {
+                    next.push_release(state::ReleaseEvent {
+                        release: crate::promotion::release_of(ami),
+                        image: ami.id.clone(),
+                        at: now,
+                        how: how.clone(),
+                    });
+                }
+                next
+            }
+            choose::Choice::Keep { why } => PoolRecord {
+                promotion_wait: (!why.is_empty()).then(|| why.clone()),
+                ..rec.clone()
+            },
+            choose::Choice::Failed { message } => rec.apply(&Observation::Failed {
+                at: now,
+                message: message.clone(),
+            }),
+        })
+        .await;
         let (before, after) = match written {
             Ok(pair) => pair,
             Err(e) => {
                 tracing::error!(pool = %pool, decision = "failed", reason = %e, "cannot record pool state");
-                return PoolOutcome {
-                    pool: Some(pool),
-                    source: source.to_string(),
-                    status: "failed",
-                    desired: None,
-                    previous: None,
-                    error: Some(format!("cannot record state: {e}")),
-                };
+                return outcome(
+                    "failed",
+                    None,
+                    None,
+                    Some(format!("cannot record state: {e}")),
+                    None,
+                );
             }
         };
         let desired = after.desired.as_ref().map(|a| a.id.clone());
         let previous = before.desired.as_ref().map(|a| a.id.clone());
-        match &observation {
-            Observation::Failed { message, .. } => {
+        match &choice {
+            choose::Choice::Failed { message } => {
                 tracing::warn!(pool = %pool, source = %source, decision = "kept", desired = ?desired, reason = %message, "resolution failed; keeping the last desired AMI");
-                PoolOutcome {
-                    pool: Some(pool),
-                    source: source.to_string(),
-                    status: "failed",
-                    desired,
-                    previous,
-                    error: Some(message.clone()),
-                }
+                outcome("failed", desired, previous, Some(message.clone()), None)
             }
-            Observation::Resolved { desired: ami, .. } => {
+            choose::Choice::Keep { why } => {
+                let why = (!why.is_empty()).then(|| why.clone());
+                tracing::info!(pool = %pool, source = %source, decision = "kept", desired = ?desired, reason = ?why, "desired AMI kept");
+                let status = if why.is_some() {
+                    "waiting"
+                } else {
+                    "unchanged"
+                };
+                outcome(status, desired, previous, None, why)
+            }
+            choose::Choice::Take { ami, promoted, .. } => {
                 let changed = desired != previous;
                 let status = if changed { "changed" } else { "unchanged" };
                 tracing::info!(
@@ -260,19 +350,14 @@ impl AmiWatcher {
                     desired = ?desired,
                     previous = ?previous,
                     name = %ami.name,
+                    release = %crate::promotion::release_of(ami),
+                    promoted = promoted.is_some(),
                     term = ami.source.term,
                     via = %ami.source.value,
                     parameter = ?ami.source.parameter,
                     "desired AMI {}", if changed { "changed" } else { "unchanged" }
                 );
-                PoolOutcome {
-                    pool: Some(pool),
-                    source: source.to_string(),
-                    status,
-                    desired,
-                    previous,
-                    error: None,
-                }
+                outcome(status, desired, previous, None, None)
             }
         }
     }
@@ -292,6 +377,7 @@ impl AmiWatcher {
             desired: None,
             previous: None,
             error: Some(message.to_string()),
+            waiting: None,
         };
         if let Some(pool) = pool {
             let obs = Observation::Failed {
@@ -327,6 +413,7 @@ impl AmiWatcher {
             clusters: ports.clusters.clone(),
             groups: ports.node_groups.clone(),
             store: ports.store.clone(),
+            alarms: ports.alarms.clone(),
         }
     }
 }

@@ -1,0 +1,279 @@
+//! The soak ledger of a pool: the periods during which every node of the pool ran one release,
+//! Ready, with nothing in flight and the pool not halted. The rotator records it from each
+//! pass's snapshot (a write only when a period starts or ends); downstream pools read it to
+//! decide whether a release is proven.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Quarantined, Release};
+
+/// Periods kept per pool (oldest dropped first).
+pub const LEDGER_LIMIT: usize = 20;
+
+/// One period of a pool fully on a release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SoakPeriod {
+    /// The release.
+    pub release: Release,
+    /// The image the pool ran it as.
+    pub image: String,
+    /// When the last node became Ready on it (the period's start).
+    pub since: DateTime<Utc>,
+    /// When the period ended (another release, a node not Ready, a rotation, a halt); `None`
+    /// while it lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// The ledger after this pass's observation: `current` is the release (and image) every node
+/// runs healthy now, `None` when the pool is not fully on one. `None` when nothing changes.
+pub fn observe(
+    ledger: &[SoakPeriod],
+    current: Option<(&Release, &str)>,
+    now: DateTime<Utc>,
+) -> Option<Vec<SoakPeriod>> {
+    let open = ledger.iter().rposition(|p| p.until.is_none());
+    match (open, current) {
+        (Some(i), Some((r, image))) if ledger[i].release == *r && ledger[i].image == image => None,
+        (None, None) => None,
+        (open, current) => {
+            let mut next = ledger.to_vec();
+            if let Some(i) = open {
+                next[i].until = Some(now);
+            }
+            if let Some((r, image)) = current {
+                next.push(SoakPeriod {
+                    release: r.clone(),
+                    image: image.to_string(),
+                    since: now,
+                    until: None,
+                });
+            }
+            if next.len() > LEDGER_LIMIT {
+                let excess = next.len() - LEDGER_LIMIT;
+                next.drain(..excess);
+            }
+            Some(next)
+        }
+    }
+}
+
+/// Alarm states for a promotion (the downstream pool's `promotion.alarms`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Alarms {
+    /// Alarms in ALARM now.
+    pub firing: Vec<String>,
+    /// The latest state change among the alarms that are not firing (an alarm that changed
+    /// state during a soak may have been in ALARM then: the soak counts from that change).
+    pub last_change: Option<DateTime<Utc>>,
+}
+
+/// Whether a release is proven upstream, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum Proof {
+    /// Proven: fully on it, healthy, for `soak` from `since` (counting from the last alarm
+    /// change), proven at `at`.
+    Proven {
+        /// The release.
+        release: Release,
+        /// The image the upstream ran.
+        image: String,
+        /// Start of the clean soak.
+        since: DateTime<Utc>,
+        /// When the soak completed.
+        at: DateTime<Utc>,
+    },
+    /// Soaking: fully on it since `since`, proven at `at` if nothing breaks it.
+    Soaking {
+        /// The release.
+        release: Release,
+        /// Start of the clean soak so far.
+        since: DateTime<Utc>,
+        /// When it will be proven.
+        at: DateTime<Utc>,
+    },
+    /// Not proven and not soaking: why (upstream not fully on any release, halted, an alarm
+    /// firing, quarantined).
+    Waiting {
+        /// Why, in words.
+        why: String,
+    },
+}
+
+/// The newest release proven upstream that is not quarantined, else what the newest candidate
+/// waits for. `halted` = the upstream is halted now (its open period proves nothing).
+pub fn best_proven(
+    ledger: &[SoakPeriod],
+    soak: TimeDelta,
+    alarms: &Alarms,
+    quarantined: &Quarantined,
+    halted: bool,
+    now: DateTime<Utc>,
+) -> Proof {
+    let mut waiting: Option<Proof> = None;
+    for p in ledger.iter().rev() {
+        if let Some(q) = quarantined.covers(&p.image, &p.release) {
+            waiting.get_or_insert(Proof::Waiting {
+                why: format!("release {} is quarantined: {}", p.release, q.reason),
+            });
+            continue;
+        }
+        let open = p.until.is_none();
+        if open && halted {
+            waiting.get_or_insert(Proof::Waiting {
+                why: format!("the upstream pool is halted while on {}", p.release),
+            });
+            continue;
+        }
+        if !alarms.firing.is_empty() {
+            return waiting.unwrap_or(Proof::Waiting {
+                why: format!("promotion alarm(s) {} in ALARM", alarms.firing.join(", ")),
+            });
+        }
+        let since = match alarms.last_change {
+            Some(c) if c > p.since => c,
+            _ => p.since,
+        };
+        let end = p.until.unwrap_or(now);
+        if end - since >= soak {
+            return Proof::Proven {
+                release: p.release.clone(),
+                image: p.image.clone(),
+                since,
+                at: since + soak,
+            };
+        }
+        if open {
+            waiting.get_or_insert(Proof::Soaking {
+                release: p.release.clone(),
+                since,
+                at: since + soak,
+            });
+        }
+    }
+    waiting.unwrap_or(Proof::Waiting {
+        why: "the upstream pool has not run any release on all its nodes yet".to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::promotion::quarantine::{Cause, Quarantine, Target};
+
+    fn t(min: i64) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z")
+            .map(|d| d.with_timezone(&Utc))
+            .unwrap_or_default()
+            + TimeDelta::minutes(min)
+    }
+
+    fn rel(s: &str) -> Release {
+        Release(s.to_string())
+    }
+
+    #[test]
+    fn periods_open_and_close_with_the_observations() {
+        let r1 = rel("v1");
+        let r2 = rel("v2");
+        let l = observe(&[], Some((&r1, "ami-1")), t(0)).unwrap_or_default();
+        assert_eq!(l.len(), 1);
+        assert_eq!(observe(&l, Some((&r1, "ami-1")), t(5)), None, "unchanged");
+        let l = observe(&l, None, t(10)).unwrap_or_default();
+        assert_eq!(l[0].until, Some(t(10)));
+        assert_eq!(observe(&l, None, t(11)), None);
+        let l = observe(&l, Some((&r2, "ami-2")), t(20)).unwrap_or_default();
+        let l = observe(&l, Some((&r1, "ami-1")), t(30)).unwrap_or_default();
+        assert_eq!(
+            l.iter()
+                .map(|p| (p.release.0.as_str(), p.until))
+                .collect::<Vec<_>>(),
+            vec![("v1", Some(t(10))), ("v2", Some(t(30))), ("v1", None)]
+        );
+        let mut many = l.clone();
+        for i in 0..30 {
+            many = observe(&many, Some((&rel(&format!("x{i}")), "ami-x")), t(40 + i))
+                .unwrap_or_default();
+        }
+        assert_eq!(many.len(), LEDGER_LIMIT);
+    }
+
+    #[test]
+    fn a_release_is_proven_after_a_clean_soak() {
+        let r1 = rel("v1");
+        let l = observe(&[], Some((&r1, "ami-1")), t(0)).unwrap_or_default();
+        let soak = TimeDelta::minutes(60);
+        let none = Quarantined::default();
+        let clean = Alarms::default();
+        assert!(
+            matches!(best_proven(&l, soak, &clean, &none, false, t(59)), Proof::Soaking { at, .. } if at == t(60))
+        );
+        assert!(
+            matches!(best_proven(&l, soak, &clean, &none, false, t(60)), Proof::Proven { at, .. } if at == t(60))
+        );
+        // An alarm firing now: not proven.
+        let firing = Alarms {
+            firing: vec!["p99".into()],
+            last_change: None,
+        };
+        assert!(matches!(
+            best_proven(&l, soak, &firing, &none, false, t(90)),
+            Proof::Waiting { .. }
+        ));
+        // An alarm that changed state at 30: the soak counts from 30.
+        let changed = Alarms {
+            firing: vec![],
+            last_change: Some(t(30)),
+        };
+        assert!(matches!(
+            best_proven(&l, soak, &changed, &none, false, t(89)),
+            Proof::Soaking { .. }
+        ));
+        assert!(matches!(
+            best_proven(&l, soak, &changed, &none, false, t(90)),
+            Proof::Proven { .. }
+        ));
+        // Halted upstream: its open period proves nothing.
+        assert!(matches!(
+            best_proven(&l, soak, &clean, &none, true, t(90)),
+            Proof::Waiting { .. }
+        ));
+        // Quarantined: skipped; an older proven period still counts.
+        let r0 = rel("v0");
+        let older = vec![
+            SoakPeriod {
+                release: r0.clone(),
+                image: "ami-0".into(),
+                since: t(-500),
+                until: Some(t(-100)),
+            },
+            l[0].clone(),
+        ];
+        let q = Quarantined(vec![Quarantine {
+            target: Target::Release(r1.clone()),
+            reason: "bad".into(),
+            by: "op".into(),
+            at: t(1),
+            cause: Cause::Operator {
+                request_id: "r".into(),
+            },
+        }]);
+        assert!(
+            matches!(best_proven(&older, soak, &clean, &q, false, t(90)), Proof::Proven { ref release, .. } if *release == r0)
+        );
+        // A period that ended before the soak completed is not proof.
+        let short = vec![SoakPeriod {
+            release: r1,
+            image: "ami-1".into(),
+            since: t(0),
+            until: Some(t(30)),
+        }];
+        assert!(matches!(
+            best_proven(&short, soak, &clean, &none, false, t(999)),
+            Proof::Waiting { .. }
+        ));
+    }
+}

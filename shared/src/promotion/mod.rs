@@ -1,0 +1,256 @@
+//! Staged promotion of AMI releases across pools (test -> preprod -> prod): releases, the soak
+//! ledger that proves a release upstream, quarantine of bad images and releases, and rollback
+//! of a pool whose desired AMI is quarantined. Pure: state and time are passed in.
+//!
+//! - A pool with `promotion.from` moves its desired AMI only to a release proven upstream
+//!   ([`ledger::best_proven`]): every node of the upstream pool Ready on it continuously for
+//!   `soak`, the upstream not halted, the release not quarantined, no promotion alarm firing and
+//!   none changing state during the soak.
+//! - `promotion.minAge` (with or without `from`): only images created at least that long ago.
+//! - A quarantined image or release is never a candidate, in any pool; a pool whose desired AMI
+//!   is quarantined rolls back to [`rollback_target`] (normally the previous desired AMI).
+
+pub mod ledger;
+pub mod quarantine;
+pub mod release;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+
+use crate::ami::resolve::Ami;
+use crate::state::PoolRecord;
+pub use ledger::{Alarms, Proof, SoakPeriod};
+pub use quarantine::{Cause, Quarantine, Quarantined, Target};
+pub use release::{Release, release_of};
+
+/// The AMI a pool whose desired AMI is quarantined goes back to: its previous desired AMI when
+/// that is not quarantined, else the newest AMI of its history (by last observation) that is
+/// not quarantined and is not the current one. `None` when there is nothing to go back to.
+pub fn rollback_target(record: &PoolRecord, quarantined: &Quarantined) -> Option<Ami> {
+    let current = record.desired.as_ref().map(|a| a.id.as_str());
+    let ok = |a: &Ami| {
+        Some(a.id.as_str()) != current && quarantined.covers(&a.id, &release_of(a)).is_none()
+    };
+    if let Some(prev) = record.previous_desired.as_ref().filter(|a| ok(a)) {
+        return Some(prev.clone());
+    }
+    let mut history: Vec<_> = record.history.iter().filter(|h| ok(&h.ami)).collect();
+    history.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(b.ami.id.cmp(&a.ami.id)));
+    history.first().map(|h| h.ami.clone())
+}
+
+/// True when `ami` was created at least `min_age` before `now` (an unreadable creation date
+/// counts as too young: fail closed).
+pub fn old_enough(ami: &Ami, min_age: chrono::TimeDelta, now: DateTime<Utc>) -> bool {
+    DateTime::parse_from_rfc3339(&ami.creation_date)
+        .map(|c| now - c.with_timezone(&Utc) >= min_age)
+        .unwrap_or(false)
+}
+
+/// Problems of the promotion chains of a set of pools (`pool id -> promotion.from`): an
+/// upstream that is no pool, a pool promoting from itself, cycles. Each problem names the
+/// pools, for the pool it is reported on.
+pub fn chain_problems(from: &BTreeMap<String, Option<String>>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (pool, upstream) in from {
+        let Some(up) = upstream else { continue };
+        if up == pool {
+            out.push((
+                pool.clone(),
+                format!("promotion.from: {pool} promotes from itself; expected another pool (cluster/name)"),
+            ));
+            continue;
+        }
+        if !from.contains_key(up) {
+            let known: Vec<&str> = from.keys().map(String::as_str).collect();
+            out.push((
+                pool.clone(),
+                format!(
+                    "promotion.from: unknown upstream pool {up:?}; expected one of {}",
+                    known.join(", ")
+                ),
+            ));
+            continue;
+        }
+        // Follow the chain; a pool seen twice is a cycle.
+        let mut seen = BTreeSet::from([pool.as_str()]);
+        let mut path = vec![pool.as_str()];
+        let mut at = up.as_str();
+        loop {
+            path.push(at);
+            if !seen.insert(at) {
+                out.push((
+                    pool.clone(),
+                    format!(
+                        "promotion.from: the promotion chain is a cycle ({}); expected a chain that ends at a pool without promotion.from",
+                        path.join(" -> ")
+                    ),
+                ));
+                break;
+            }
+            match from.get(at).and_then(Option::as_ref) {
+                Some(next) if from.contains_key(next) => at = next,
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_name_unknown_upstreams_and_cycles() {
+        let from: BTreeMap<String, Option<String>> = [
+            ("test/a", None),
+            ("pre/a", Some("test/a")),
+            ("prod/a", Some("pre/a")),
+            ("prod/b", Some("test/zz")),
+            ("x/1", Some("x/2")),
+            ("x/2", Some("x/1")),
+            ("self/s", Some("self/s")),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.map(str::to_string)))
+        .collect();
+        let problems = chain_problems(&from);
+        let pools: Vec<&str> = problems.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            pools,
+            vec!["prod/b", "self/s", "x/1", "x/2"],
+            "{problems:?}"
+        );
+        assert!(problems[0].1.contains("test/zz"));
+        assert!(problems[2].1.contains("x/1 -> x/2 -> x/1"));
+    }
+}
+
+/// The image every node of the pool runs, Ready, when the pool is fully on its desired AMI:
+/// every member in service with a Ready node on the desired AMI, at least as many as the
+/// group's desired capacity, no rotation of the pool in flight, the pool not halted.
+pub fn fully_on(snapshot: &crate::fleet::Snapshot) -> Option<&str> {
+    let desired = snapshot.gates.desired_ami.as_deref()?;
+    if snapshot.gates.halted.is_some() || snapshot.members.is_empty() {
+        return None;
+    }
+    let pool = snapshot.policy.pool_id();
+    if snapshot
+        .rotations
+        .iter()
+        .any(|r| r.pool == pool && r.in_flight() && !r.waiting())
+    {
+        return None;
+    }
+    let all_on = snapshot
+        .members
+        .iter()
+        .all(|m| m.is_ready() && m.image_id.as_deref() == Some(desired));
+    let enough = i32::try_from(snapshot.members.len()).unwrap_or(i32::MAX)
+        >= snapshot.group.desired_capacity;
+    (all_on && enough).then_some(desired)
+}
+
+/// What a pool whose desired AMI (or pin) is quarantined does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rollback {
+    /// Its desired AMI becomes `target`; the halt is lifted when the quarantine came from this
+    /// pool (its failed rotation or its alarm): the rollback is what the halt waited for.
+    To {
+        /// The AMI to go back to.
+        target: Ami,
+        /// The quarantine's reason.
+        reason: String,
+        /// Lift the pool's halt.
+        lift_halt: bool,
+    },
+    /// The pin is quarantined: drop it (the terms' desired AMI applies again).
+    Unpin {
+        /// The quarantine's reason.
+        reason: String,
+    },
+    /// Quarantined, and nothing to go back to: the pool halts and says what to do.
+    Nowhere {
+        /// What to do.
+        reason: String,
+    },
+}
+
+/// The rollback `record` needs under `quarantined`, if any (see [`Rollback`]).
+pub fn rollback(record: &PoolRecord, quarantined: &Quarantined) -> Option<Rollback> {
+    if let Some(pin) = &record.pin {
+        let release = record
+            .history
+            .iter()
+            .find(|h| h.ami.id == pin.ami)
+            .map(|h| release_of(&h.ami))
+            .unwrap_or_else(|| Release(pin.ami.clone()));
+        if let Some(q) = quarantined.covers(&pin.ami, &release) {
+            return Some(Rollback::Unpin {
+                reason: format!("pinned {} is quarantined: {}", pin.ami, q.reason),
+            });
+        }
+        return None;
+    }
+    let desired = record.desired.as_ref()?;
+    let q = quarantined.covers(&desired.id, &release_of(desired))?;
+    let ours = match &q.cause {
+        Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => *pool == record.pool,
+        Cause::Operator { .. } => false,
+    };
+    let reason = format!(
+        "{} ({}) is quarantined: {}",
+        desired.id,
+        release_of(desired),
+        q.reason
+    );
+    Some(match rollback_target(record, quarantined) {
+        Some(target) => Rollback::To {
+            target,
+            reason,
+            lift_halt: ours && record.halted.is_some(),
+        },
+        None => Rollback::Nowhere {
+            reason: format!(
+                "{reason}; the pool has no earlier AMI to go back to: pin one (nodecycle pin) or lift the quarantine"
+            ),
+        },
+    })
+}
+
+/// One CloudWatch alarm's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlarmState {
+    /// Alarm name.
+    pub name: String,
+    /// In ALARM now.
+    pub firing: bool,
+    /// When its state last changed.
+    pub updated: Option<DateTime<Utc>>,
+}
+
+/// CloudWatch alarm reads (the promotion alarms of a pool).
+#[async_trait::async_trait]
+pub trait AlarmStates: Send + Sync {
+    /// The states of the alarms named (names, not ARNs). An alarm that does not exist is
+    /// missing from the answer.
+    async fn states(&self, names: &[String]) -> Result<Vec<AlarmState>, crate::port::PortError>;
+}
+
+/// The [`Alarms`] view of a pool's promotion alarms (`wanted`, names or ARNs) from their
+/// states: an alarm that does not exist counts as firing (fail closed: a typo must not let a
+/// release through).
+pub fn alarms_view(wanted: &[String], states: &[AlarmState]) -> Alarms {
+    let mut view = Alarms::default();
+    for w in wanted {
+        let name = crate::policy::alarm_name(w);
+        match states.iter().find(|s| s.name == name) {
+            Some(s) if s.firing => view.firing.push(name.to_string()),
+            Some(s) => view.last_change = view.last_change.max(s.updated),
+            None => view.firing.push(format!("{name} (no such alarm)")),
+        }
+    }
+    view
+}

@@ -1,0 +1,129 @@
+//! Quarantine: an image or a release excluded from every pool's candidates, with who, why and
+//! when. Stored once for the whole deployment (partition `QUARANTINE`), read by every pass.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::Release;
+
+/// Partition of the quarantine items.
+pub const QUARANTINE_PK: &str = "QUARANTINE";
+
+/// What is quarantined.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Target {
+    /// One image id.
+    Ami(String),
+    /// Every image of a release (alias release version, or image id for other terms).
+    Release(Release),
+}
+
+impl Target {
+    /// Sort key of its item.
+    pub fn sk(&self) -> String {
+        match self {
+            Target::Ami(id) => format!("Q#AMI#{id}"),
+            Target::Release(r) => format!("Q#REL#{r}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Ami(id) => write!(f, "image {id}"),
+            Target::Release(r) => write!(f, "release {r}"),
+        }
+    }
+}
+
+/// Why something was quarantined.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cause", rename_all = "camelCase")]
+pub enum Cause {
+    /// A rotation's replacement on it never became Ready.
+    #[serde(rename_all = "camelCase")]
+    ReplacementNotReady {
+        /// The pool where it failed.
+        pool: String,
+        /// The instance that was being replaced.
+        instance: String,
+    },
+    /// A promotion alarm was in ALARM while a pool rolled to it.
+    #[serde(rename_all = "camelCase")]
+    Alarm {
+        /// The pool rolling to it.
+        pool: String,
+        /// The alarm.
+        alarm: String,
+    },
+    /// An operator (`ops quarantine`).
+    #[serde(rename_all = "camelCase")]
+    Operator {
+        /// The request.
+        request_id: String,
+    },
+}
+
+/// One quarantine entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Quarantine {
+    /// What.
+    pub target: Target,
+    /// Why, in words.
+    pub reason: String,
+    /// Who (caller identity, or `nodecycle` for automatic quarantine).
+    pub by: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// What caused it.
+    #[serde(flatten)]
+    pub cause: Cause,
+}
+
+/// Every quarantine entry in force.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(transparent)]
+pub struct Quarantined(pub Vec<Quarantine>);
+
+impl Quarantined {
+    /// The entry that excludes image `id` of release `release`, if any.
+    pub fn covers(&self, id: &str, release: &Release) -> Option<&Quarantine> {
+        self.0.iter().find(|q| match &q.target {
+            Target::Ami(a) => a == id,
+            Target::Release(r) => r == release,
+        })
+    }
+
+    /// The entry that excludes release `release` (as a release, or as its image id when the
+    /// release is an image id).
+    pub fn covers_release(&self, release: &Release) -> Option<&Quarantine> {
+        self.0.iter().find(|q| match &q.target {
+            Target::Ami(a) => a == release.as_str(),
+            Target::Release(r) => r == release,
+        })
+    }
+
+    /// Quarantined image ids (for releases, only those in `known` images: `(id, release)`).
+    pub fn images<'a>(
+        &self,
+        known: impl IntoIterator<Item = (&'a str, &'a Release)>,
+    ) -> std::collections::BTreeSet<String> {
+        let mut out: std::collections::BTreeSet<String> = self
+            .0
+            .iter()
+            .filter_map(|q| match &q.target {
+                Target::Ami(a) => Some(a.clone()),
+                Target::Release(_) => None,
+            })
+            .collect();
+        for (id, release) in known {
+            if self.covers(id, release).is_some() {
+                out.insert(id.to_string());
+            }
+        }
+        out
+    }
+}
