@@ -130,10 +130,12 @@ def _gate_moto_requests() -> None:
     """
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
+    import cloudwatch_cbor
     import faults
 
-    # Faults (see faults.py) apply at this dispatch layer, so to every AWS operation.
-    original = faults.wrap_aws(DomainDispatcherApplication.__call__)
+    # Faults (see faults.py) apply at this dispatch layer, so to every AWS operation; CloudWatch
+    # over rpc-v2-cbor (which moto does not speak) is served by cloudwatch_cbor.py.
+    original = faults.wrap_aws(cloudwatch_cbor.wrap(DomainDispatcherApplication.__call__))
 
     def gated(self, environ, start_response):
         PATCHED.wait(120)

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod pool;
+pub mod stages;
 
 use std::sync::Arc;
 
