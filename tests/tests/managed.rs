@@ -42,8 +42,9 @@ fn at(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
-/// Publishes an AL2023 release the way EKS does: the image, `recommended/image_id`, and the
-/// `recommended` JSON carrying image_id, image_name and release_version together; tells the
+/// Publishes an AL2023 release the way EKS does: the image, the release's own parameter and
+/// `recommended` (JSON carrying image_id, image_name and release_version together), each with its
+/// `image_id` child; tells the
 /// fake EKS which AMI the release launches.
 fn publish_release(cloud: &FakeCloud, release: &str, date: &str, created: &str) -> String {
     let name = format!("amazon-eks-node-al2023-x86_64-standard-1.30-v{date}");
@@ -53,13 +54,12 @@ fn publish_release(cloud: &FakeCloud, release: &str, date: &str, created: &str) 
             .owner("amazon")
             .created(created),
     );
+    let doc = json!({"schema_version": "3.0.0", "image_id": id, "image_name": name, "release_version": release})
+        .to_string();
     cloud.put_parameter(&format!("{BASE}/{name}/image_id"), &id);
+    cloud.put_parameter(&format!("{BASE}/{name}"), &doc);
     cloud.put_parameter(&format!("{BASE}/recommended/image_id"), &id);
-    cloud.put_parameter(
-        &format!("{BASE}/recommended"),
-        &json!({"schema_version": "3.0.0", "image_id": id, "image_name": name, "release_version": release})
-            .to_string(),
-    );
+    cloud.put_parameter(&format!("{BASE}/recommended"), &doc);
     cloud.control(
         "map_release",
         json!({"releaseVersion": release, "image": id}),
@@ -819,4 +819,65 @@ async fn a_start_that_never_reached_eks_is_replaced_when_a_newer_ami_arrives() {
     assert_eq!(bodies.len(), 1);
     assert_eq!(bodies[0]["releaseVersion"], NEW_RELEASE);
     assert_ne!(bodies[0]["clientRequestToken"], stale.token.as_str());
+}
+
+/// A release quarantined after it reached a managed node group: the rotator rolls the group
+/// back with a node group update to the previous release, and the watcher keeps it there
+/// although `@latest` still points at the quarantined release.
+#[tokio::test]
+async fn a_quarantined_release_is_rolled_back_by_a_node_group_update() {
+    use nodecycle::promotion::{Cause, Quarantine, Release, Target};
+    let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    let t0 = at("2026-12-01T10:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let now = p.pass_until_update_ends(t0, |_| {}).await;
+    assert!(p.images().await.iter().all(|i| *i == new));
+
+    let q = Quarantine {
+        target: Target::Release(Release("v20241101".into())),
+        reason: "CVE in the kernel of this release".into(),
+        by: "alice".into(),
+        at: now,
+        cause: Cause::Operator {
+            request_id: "r-1".into(),
+        },
+    };
+    nodecycle::state::put_quarantine(p.table.as_ref(), &q)
+        .await
+        .unwrap();
+    let now = now + chrono::Duration::minutes(1);
+    p.watcher.handle(&json!({}), now).await.unwrap();
+    let report = p.pass(now).await;
+    let rec = nodecycle::state::load_pool(p.table.as_ref(), "prod/general")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.desired.unwrap().id, p.old, "{report}");
+    let now = p
+        .pass_until_update_ends(now + chrono::Duration::minutes(1), |_| {})
+        .await;
+    let update = p.update().await.unwrap();
+    assert_eq!(update.phase, Phase::Successful, "{update:?}");
+    assert_eq!(
+        update.target,
+        Some(UpdateTarget::ReleaseVersion {
+            version: OLD_RELEASE.into()
+        })
+    );
+    let versions = p.bodies("UpdateNodegroupVersion");
+    assert_eq!(versions.last().unwrap()["releaseVersion"], OLD_RELEASE);
+    let images = p.images().await;
+    assert!(
+        images.len() == 3 && images.iter().all(|i| *i == p.old),
+        "{images:?}"
+    );
+    // Later passes keep it there.
+    p.watcher
+        .handle(&json!({}), now + chrono::Duration::minutes(5))
+        .await
+        .unwrap();
+    p.pass(now + chrono::Duration::minutes(5)).await;
+    assert_eq!(p.bodies("UpdateNodegroupVersion").len(), versions.len());
 }

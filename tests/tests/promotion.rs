@@ -71,7 +71,11 @@ async fn a_bad_release_is_quarantined_and_rolled_back_in_test_and_never_reaches_
     s.pass(t1).await;
     let started = s.rotations("test/general").await;
     assert_eq!(started.len(), 2, "budget 2: {started:?}");
-    assert_eq!(s.group("test-general").await, (8, bad.clone()), "two surges");
+    assert_eq!(
+        s.group("test-general").await,
+        (8, bad.clone()),
+        "two surges"
+    );
 
     // The replacements time out in this pass: quarantine, rollback, launch template back.
     let t2 = t1 + minutes(1);
@@ -112,10 +116,11 @@ async fn a_bad_release_is_quarantined_and_rolled_back_in_test_and_never_reaches_
         s.group("test-general").await,
         s.rotations("test/general").await
     );
-    s.test_kube
-        .wait_for("nodes of the replaced instances leave", Duration::from_secs(30), |k| {
-            (k.nodes.len() == 6).then_some(())
-        });
+    s.test_kube.wait_for(
+        "nodes of the replaced instances leave",
+        Duration::from_secs(30),
+        |k| (k.nodes.len() == 6).then_some(()),
+    );
     assert!(Stages::cordoned(&s.test_kube).is_empty());
     let failed = s
         .rotations("test/general")
@@ -137,7 +142,12 @@ async fn a_bad_release_is_quarantined_and_rolled_back_in_test_and_never_reaches_
             && prod.releases.iter().all(|e| e.release.as_str() != NEW),
         "{prod:?}"
     );
-    assert!(s.images("prod-general").await.iter().all(|i| *i == s.prod_old));
+    assert!(
+        s.images("prod-general")
+            .await
+            .iter()
+            .all(|i| *i == s.prod_old)
+    );
     // The watcher keeps the test pool off the quarantined release although @latest is it.
     assert_eq!(
         s.record("test/general").await.desired.unwrap().id,
@@ -264,7 +274,10 @@ async fn a_promotion_alarm_during_the_soak_holds_the_release_back_for_a_full_cle
     let (new, prod_new) = s.publish_new();
     now += minutes(5);
     let since = roll_test(&s, &mut now, &new).await;
-    assert!(since + TimeDelta::hours(2) < Utc::now(), "soak elapsed by the clock");
+    assert!(
+        since + TimeDelta::hours(2) < Utc::now(),
+        "soak elapsed by the clock"
+    );
 
     let set = |state: aws_sdk_cloudwatch::types::StateValue| {
         cw.set_alarm_state()
@@ -278,9 +291,15 @@ async fn a_promotion_alarm_during_the_soak_holds_the_release_back_for_a_full_cle
         .unwrap();
     s.watch(Utc::now()).await;
     let prod = s.record("prod/general").await;
-    assert_eq!(prod.desired.as_ref().unwrap().id, s.prod_old, "held while in ALARM");
+    assert_eq!(
+        prod.desired.as_ref().unwrap().id,
+        s.prod_old,
+        "held while in ALARM"
+    );
     std::thread::sleep(Duration::from_millis(1100));
-    set(aws_sdk_cloudwatch::types::StateValue::Ok).await.unwrap();
+    set(aws_sdk_cloudwatch::types::StateValue::Ok)
+        .await
+        .unwrap();
     let cleared = Utc::now();
     // The soak had passed by the ledger, but the alarm changed during it: wait a clean soak.
     s.watch(cleared + minutes(1)).await;
@@ -296,5 +315,8 @@ async fn a_promotion_alarm_during_the_soak_holds_the_release_back_for_a_full_cle
     );
     s.watch(cleared + TimeDelta::hours(2) + minutes(1)).await;
     assert_eq!(s.record("prod/general").await.desired.unwrap().id, prod_new);
-    assert!(s.quarantined().await.0.is_empty(), "prod was not rolling: no quarantine");
+    assert!(
+        s.quarantined().await.0.is_empty(),
+        "prod was not rolling: no quarantine"
+    );
 }

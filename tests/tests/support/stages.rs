@@ -131,7 +131,10 @@ impl Stages {
     pub fn publish_new(&self) -> (String, String) {
         let t = publish_al2023(&self.cloud, "1.30", NEW, "2024-06-01T00:00:00Z");
         let p = publish_al2023(&self.cloud, "1.29", NEW, "2024-06-01T00:00:00Z");
-        (id_of(&t, "x86_64", "standard"), id_of(&p, "x86_64", "standard"))
+        (
+            id_of(&t, "x86_64", "standard"),
+            id_of(&p, "x86_64", "standard"),
+        )
     }
 
     /// Instances of `image` never become Ready in cluster `test`.
@@ -224,7 +227,12 @@ impl Stages {
             .nodes
             .iter()
             .filter(|n| n["spec"]["unschedulable"].as_bool() == Some(true))
-            .map(|n| n["metadata"]["name"].as_str().unwrap_or_default().to_string())
+            .map(|n| {
+                n["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
             .collect()
     }
 }
