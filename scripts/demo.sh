@@ -11,6 +11,10 @@
 #   UpdateNodegroupVersion (a new launch template version), which the fake EKS rolls out in its
 #   own time (surge, drain, replace, scale down) while the rotator follows it with DescribeUpdate,
 #   until every node of both runs its new AMI.
+# Then the tiered rollout: prod/apps (promotion from test/general) takes v20241109 after its soak
+# (20 s here); a bad release (v20241201, nodes never Ready) is quarantined in test, test rolls
+# back to v20241109 in the same pass (launch template first, surges given back), and prod/apps
+# never touches it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -40,6 +44,9 @@ export AWS_ENDPOINT_URL="$aws" AWS_REGION=us-east-2 AWS_DEFAULT_REGION=us-east-2
 unset AWS_PROFILE AWS_SESSION_TOKEN
 export NODECYCLE_CONTROL="$control" NODECYCLE_TABLE=nodecycle-demo NODECYCLE_LOG=warn
 export NODECYCLE_DEMO_STATE="$workdir/summary-state.json"
+# Short soak and replacement timeout so the tiered rollout fits in the demo (72h and 15m in
+# production; examples/prod-apps.yaml says 72h).
+export NODECYCLE_DEMO_SOAK=20s NODECYCLE_REPLACEMENT_TIMEOUT=20s
 echo "==> fake cloud at $aws" >&2
 
 summary() { "$NODECYCLE_PYTHON" scripts/demo_seed.py summary; }
@@ -90,3 +97,34 @@ done
 echo "==> summary after $passes rotator passes"
 converged || { echo "did not converge" >&2; exit 1; }
 echo "   prod/general stays pinned to v20240807 (its nodes are current: nothing to rotate)"
+
+seed() { "$NODECYCLE_PYTHON" scripts/demo_seed.py "$@"; }
+tick() {
+  "$NODECYCLE" run ami-watcher --event events/scheduled-tick.json | summary
+  "$NODECYCLE" run rotator --event events/scheduled-tick.json | summary
+  sleep 1
+}
+
+echo "==> tiered rollout: prod/apps takes v20241109 only after test/general ran it on every node,"
+echo "    Ready, for the soak ($NODECYCLE_DEMO_SOAK here); watcher and rotator ticks until prod/apps is on it"
+for pass in $(seq 1 60); do
+  echo "-- tick $pass"
+  tick
+  if seed converged prod-apps 4 v20241109 >/dev/null; then break; fi
+done
+seed converged prod-apps 4 v20241109 || { echo "prod/apps was not promoted" >&2; exit 1; }
+seed pool-state test/general prod/apps
+
+echo "==> AWS publishes AL2023 v20241201: its nodes never become Ready (a bad release)"
+seed publish-bad v20241201 2024-12-01T12:00:00Z
+echo "==> ticks: test/general rotates its budget (2), the replacements time out ($NODECYCLE_REPLACEMENT_TIMEOUT),"
+echo "    the release is quarantined and test/general rolls back to v20241109; prod/apps never takes it"
+for pass in $(seq 1 60); do
+  echo "-- tick $pass"
+  tick
+  if seed quarantined v20241201 && seed converged test-general 6 v20241109 >/dev/null; then break; fi
+done
+seed quarantined v20241201 || { echo "v20241201 was not quarantined" >&2; exit 1; }
+seed converged test-general 6 v20241109 || { echo "test/general did not roll back" >&2; exit 1; }
+seed converged prod-apps 4 v20241109 || { echo "prod/apps left v20241109" >&2; exit 1; }
+seed pool-state test/general prod/apps

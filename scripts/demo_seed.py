@@ -3,10 +3,12 @@ the way AWS publishes them (image + /aws/service/... parameter), a golden image 
 self-managed Auto Scaling group per cluster, a managed node group on a customer launch template
 (prod/golden), the example policies, and the state table created from template.yaml's own definition.
 
-Usage: demo_seed.py seed | converged <group> <size> | converged-nodegroup <cluster> <nodegroup> <size>
-       | publish <release> <created> | golden <name> <created> | summary | explain
+Usage: demo_seed.py seed | converged <group> <size> [<release>] | converged-nodegroup <cluster> <nodegroup> <size>
+       | publish <release> <created> | publish-bad <release> <created> | golden <name> <created>
+       | summary | explain | pool-state <pool>... | quarantined <release>
 Environment: AWS_ENDPOINT_URL (moto), NODECYCLE_CONTROL (fake cloud control URL), NODECYCLE_TABLE,
-NODECYCLE_DEMO_STATE (optional: file where `summary` remembers which EKS calls it already showed).
+NODECYCLE_DEMO_STATE (optional: file where `summary` remembers which EKS calls it already showed),
+NODECYCLE_DEMO_SOAK (optional: the soak the demo gives examples/prod-apps.yaml instead of 72h).
 """
 
 import json
@@ -15,6 +17,7 @@ import sys
 import urllib.request
 
 import boto3
+from boto3.dynamodb.conditions import Key
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +44,15 @@ def publish(k8s, release, created):
         control("put_parameter", name=f"{base}/recommended/image_id", value=image)
         if (arch, variant) == ("x86_64", "standard"):
             print(f"  published {name} = {image}")
+            standard = image
+    return standard
+
+
+def publish_bad(k8s, release, created):
+    """A release whose x86_64 nodes register in the test cluster but never become Ready."""
+    image = publish(k8s, release, created)
+    control("sync_nodes", cluster="test", asg="test-general", never_ready_images=[image])
+    print(f"  (nodes launched from {image} never become Ready in cluster test)")
 
 
 def golden(name, created):
@@ -130,11 +142,12 @@ def images(name):
     return sorted(i["ImageId"] for r in res for i in r["Instances"])
 
 
-def converged(name, size):
-    """Exit 0 when the group has `size` instances, all on the x86_64 standard recommended AMI."""
-    want = boto3.client("ssm").get_parameter(
-        Name="/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard/recommended/image_id"
-    )["Parameter"]["Value"]
+def converged(name, size, release=None):
+    """Exit 0 when the group has `size` instances, all on the x86_64 standard AMI of `release`
+    (default: the recommended one)."""
+    base = "/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard"
+    leaf = f"amazon-eks-node-al2023-x86_64-standard-1.30-{release}" if release else "recommended"
+    want = boto3.client("ssm").get_parameter(Name=f"{base}/{leaf}/image_id")["Parameter"]["Value"]
     got = images(name)
     on_new = sum(1 for i in got if i == want)
     print(f"   {name}: {on_new}/{len(got)} nodes on {want}")
@@ -197,15 +210,21 @@ def seed():
     )["Parameter"]["Value"]
     group("prod-general", "prod", old, 6)
     group("test-general", "test", old, 6)
+    group("prod-apps", "prod", old, 4)
     managed_group("golden", "prod", "prod-golden", first_golden, 3)
     ssm = boto3.client("ssm")
-    for example in ("prod-general", "test-general", "prod-golden"):
+    soak = os.environ.get("NODECYCLE_DEMO_SOAK")
+    for example in ("prod-general", "test-general", "prod-golden", "prod-apps"):
         with open(os.path.join(ROOT, "examples", f"{example}.yaml")) as f:
-            doc = yaml.safe_load(f)
+            text = f.read()
+        doc = yaml.safe_load(text)
         name = f"/nodecycle/pools/{doc['cluster']}/{doc['name']}"
-        with open(os.path.join(ROOT, "examples", f"{example}.yaml")) as f:
-            ssm.put_parameter(Name=name, Value=f.read(), Type="String", Overwrite=True)
-        print(f"  policy examples/{example}.yaml -> {name}")
+        note = ""
+        if soak and "soak: 72h" in text:
+            text = text.replace("soak: 72h", f"soak: {soak}")
+            note = f" (soak {soak} for the demo)"
+        ssm.put_parameter(Name=name, Value=text, Type="String", Overwrite=True)
+        print(f"  policy examples/{example}.yaml -> {name}{note}")
     table_from_template()
     print(f"  state table {os.environ['NODECYCLE_TABLE']} (definition read from template.yaml)")
 
@@ -306,9 +325,42 @@ def summary():
         return
     print(f"   trigger: {r['trigger']}")
     for p in r["pools"]:
-        why = p.get("error") or ""
+        why = p.get("error") or p.get("waiting") or ""
         print(f"   {p['pool'] or p['source']:<14} {p['status']:<9} desired={p['desired']} previous={p['previous']} {why}")
     print(f"   AWS calls for resolution: {r.get('awsCalls', {})}")
+
+
+def pool_state(pools):
+    """Each pool's desired AMI and release history, and the quarantine list, from the state table."""
+    table = boto3.resource("dynamodb").Table(os.environ["NODECYCLE_TABLE"])
+    for pool in pools:
+        item = table.get_item(Key={"pk": f"POOL#{pool}", "sk": "STATE"}, ConsistentRead=True).get("Item") or {}
+        doc = json.loads(item["doc"]) if isinstance(item.get("doc"), str) else item
+        desired = (doc.get("desired") or {}).get("name", "-")
+        print(f"   {pool:<14} desired {desired}")
+        for e in doc.get("releases") or []:
+            if e.get("how") == "promoted":
+                how = f"promoted from {e.get('from')} (proven there at {e.get('provenAt')})"
+            else:
+                how = f"rolled back from {e.get('fromRelease')}: {e.get('reason')}"
+            print(f"     {e['at']}  {e['release']}  {how}")
+        if doc.get("promotionWait"):
+            print(f"     waiting: {doc['promotionWait']}")
+    items = table.query(KeyConditionExpression=Key("pk").eq("QUARANTINE"))["Items"]
+    for q in items:
+        doc = json.loads(q["doc"]) if isinstance(q.get("doc"), str) else q
+        if doc.get("liftedAt"):
+            continue
+        target = " ".join(f"{k} {v}" for k, v in (doc.get("target") or {}).items())
+        print(f"   quarantined: {target} by {doc.get('by')} at {doc.get('at')}: {doc.get('reason')}")
+
+
+def quarantined(release):
+    """Exit 0 when `release` is quarantined (a live entry)."""
+    table = boto3.resource("dynamodb").Table(os.environ["NODECYCLE_TABLE"])
+    item = table.get_item(Key={"pk": "QUARANTINE", "sk": f"Q#REL#{release}"}, ConsistentRead=True).get("Item")
+    doc = json.loads(item["doc"]) if item else {}
+    sys.exit(0 if doc and not doc.get("liftedAt") else 1)
 
 
 def explain():
@@ -328,13 +380,19 @@ if __name__ == "__main__":
     elif cmd == "publish":
         publish("1.30", sys.argv[2], sys.argv[3])
     elif cmd == "converged":
-        converged(sys.argv[2], sys.argv[3])
+        converged(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
     elif cmd == "converged-nodegroup":
         converged_nodegroup(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "summary":
         summary()
     elif cmd == "explain":
         explain()
+    elif cmd == "publish-bad":
+        publish_bad("1.30", sys.argv[2], sys.argv[3])
+    elif cmd == "quarantined":
+        quarantined(sys.argv[2])
+    elif cmd == "pool-state":
+        pool_state(sys.argv[2:])
     elif cmd == "golden":
         golden(sys.argv[2], sys.argv[3])
     else:

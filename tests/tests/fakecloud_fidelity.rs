@@ -400,3 +400,55 @@ async fn lifecycle_actions_are_refused_unless_one_is_active() {
         "{calls:?}"
     );
 }
+
+/// CloudWatch as the SDK speaks it (rpc-v2-cbor): alarms put, read back with their state and
+/// its change time, an unknown alarm refused by name.
+#[tokio::test]
+async fn cloudwatch_alarms_over_cbor_behave_as_the_service() {
+    use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
+    let cloud = FakeCloud::start();
+    let cw = aws_sdk_cloudwatch::Client::new(&config(&cloud).await);
+    cw.put_metric_alarm()
+        .alarm_name("errors")
+        .namespace("app")
+        .metric_name("Errors")
+        .statistic(Statistic::Sum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(1.0)
+        .comparison_operator(ComparisonOperator::GreaterThanThreshold)
+        .send()
+        .await
+        .unwrap();
+    let before = chrono::Utc::now().timestamp();
+    cw.set_alarm_state()
+        .alarm_name("errors")
+        .state_value(StateValue::Alarm)
+        .state_reason("test")
+        .send()
+        .await
+        .unwrap();
+    let out = cw
+        .describe_alarms()
+        .alarm_names("errors")
+        .alarm_names("other")
+        .send()
+        .await
+        .unwrap();
+    let alarms = out.metric_alarms();
+    assert_eq!(alarms.len(), 1);
+    assert_eq!(alarms[0].state_value(), Some(&StateValue::Alarm));
+    assert!(alarms[0].state_updated_timestamp().unwrap().secs() >= before);
+    let err = cw
+        .set_alarm_state()
+        .alarm_name("missing")
+        .state_value(StateValue::Ok)
+        .state_reason("test")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        aws_sdk_cloudwatch::error::ProvideErrorMetadata::code(&err),
+        Some("ResourceNotFound")
+    );
+}

@@ -238,9 +238,10 @@ async fn a_good_release_reaches_prod_after_its_soak_and_rolls_within_budget() {
 }
 
 /// A promotion alarm in ALARM during the soak holds the release back until a full clean soak
-/// after the alarm's last change.
+/// after the alarm's last change; the same alarm firing while prod rolls to the release
+/// quarantines it and rolls prod back.
 #[tokio::test]
-async fn a_promotion_alarm_during_the_soak_holds_the_release_back_for_a_full_clean_soak() {
+async fn promotion_alarms_hold_a_release_back_and_quarantine_it_during_the_rollout() {
     let s = stages(
         Stage {
             nodes: 4,
@@ -318,5 +319,50 @@ async fn a_promotion_alarm_during_the_soak_holds_the_release_back_for_a_full_cle
     assert!(
         s.quarantined().await.0.is_empty(),
         "prod was not rolling: no quarantine"
+    );
+
+    // The alarm fires while prod rolls to the release: the release is quarantined and prod
+    // goes back to its previous AMI, launch template first.
+    let mut now = cleared + TimeDelta::hours(2) + minutes(2);
+    s.pass(now).await;
+    assert!(
+        s.rotations("prod/general")
+            .await
+            .iter()
+            .any(|r| r.in_flight()),
+        "prod is rolling"
+    );
+    set(aws_sdk_cloudwatch::types::StateValue::Alarm)
+        .await
+        .unwrap();
+    now += minutes(1);
+    s.watch(now).await;
+    let q = s.quarantined().await;
+    assert!(
+        q.0.iter().any(|e| e.target == Target::Release(Release(NEW.into()))
+            && matches!(&e.cause, nodecycle::promotion::Cause::Alarm { pool, .. } if pool == "prod/general")),
+        "{q:?}"
+    );
+    s.pass(now).await;
+    assert_eq!(
+        s.record("prod/general").await.desired.unwrap().id,
+        s.prod_old
+    );
+    assert_eq!(s.group("prod-general").await.1, s.prod_old);
+    let back = until(&s, &mut now, 40, async |s: &Stages| {
+        let images = s.images("prod-general").await;
+        images.len() == 2
+            && images.iter().all(|i| *i == s.prod_old)
+            && s.rotations("prod/general")
+                .await
+                .iter()
+                .all(|r| !r.in_flight())
+    })
+    .await;
+    assert!(
+        back,
+        "prod back on {}: {:?}",
+        s.prod_old,
+        s.images("prod-general").await
     );
 }
