@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from typing import Any
 
@@ -34,6 +35,33 @@ PSEUDO = {
     "AWS::NotificationARNs": [],
 }
 NO_VALUE = object()
+
+# Parameter values the checks translate the template with: the least a user gives, and every
+# optional feature on (parity with the CDK app is checked for both).
+PARAMETER_SETS: dict[str, dict[str, str]] = {
+    "minimal": {"Clusters": "prod"},
+    "full": {
+        "Clusters": "prod,test-1",
+        "PolicyPrefix": "/platform/nodecycle/",
+        "AmiParameterPaths": "/golden/eks/,/team/ami/x86_64",
+        "ParameterKmsKeyArn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        "NodeRoleArns": f"arn:aws:iam::{ACCOUNT}:role/prod-nodes,arn:aws:iam::{ACCOUNT}:role/test-nodes",
+        "CreateAccessEntries": "true",
+        "WatchSchedule": "rate(5 minutes)",
+        "ReplacementTimeout": "20m",
+        "NodeGroupWave": "15m",
+        "LifecycleHookName": "drain-first",
+        "InterruptionLifecycleGroup": "prod-general",
+        "InterruptionHeartbeatTimeout": "600",
+        "OpsInvokerArn": f"arn:aws:iam::{ACCOUNT}:role/oncall",
+        "LogLevel": "DEBUG",
+        "SystemLogLevel": "INFO",
+        "LogRetentionDays": "90",
+        "ReservedConcurrency": "2",
+        "AlarmTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:nodecycle-alarms",
+        "PermissionsBoundaryArn": f"arn:aws:iam::{ACCOUNT}:policy/platform-boundary",
+    },
+}
 
 
 class TemplateError(Exception):
@@ -157,12 +185,56 @@ def expand_language_extensions(template: dict[str, Any], values: dict[str, Any])
     return template
 
 
+def _rule_value(v: Any, values: dict[str, Any]) -> Any:
+    if isinstance(v, list):
+        return [_rule_value(x, values) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if len(v) != 1:
+        raise TemplateError(f"Rules: unexpected {v!r}")
+    (k, arg), = v.items()
+    if k == "Ref":
+        if arg in PSEUDO:
+            return PSEUDO[arg]
+        return values[arg]
+    args = _rule_value(arg, values)
+    if k == "Fn::Not":
+        return not args[0]
+    if k == "Fn::And":
+        return all(args)
+    if k == "Fn::Or":
+        return any(args)
+    if k == "Fn::Equals":
+        return args[0] == args[1]
+    if k == "Fn::Contains":
+        return args[1] in args[0]
+    if k == "Fn::EachMemberEquals":
+        return all(x == args[1] for x in args[0])
+    if k == "Fn::EachMemberIn":
+        return all(x in args[1] for x in args[0])
+    raise TemplateError(f"Rules: {k} is not evaluated here")
+
+
+def check_rules(template: dict[str, Any], values: dict[str, Any]) -> None:
+    """The template's Rules, as CloudFormation checks them before any transform."""
+    for name, rule in template.get("Rules", {}).items():
+        cond = rule.get("RuleCondition")
+        if cond is not None and not _rule_value(cond, values):
+            continue
+        for a in rule.get("Assertions", []):
+            if not _rule_value(a["Assert"], values):
+                raise TemplateError(f"rule {name}: {a.get('AssertDescription', 'assertion failed')}")
+
+
 def translate(template: dict[str, Any], given: dict[str, str]) -> dict[str, Any]:
     """The template after its transforms, for the given parameter values (strings)."""
     from samtranslator.parser.parser import Parser
     from samtranslator.translator.translator import Translator
 
+    # The translator fills AWS::Region/AWS::Partition from a boto3 session; never a real one.
+    os.environ["AWS_DEFAULT_REGION"] = REGION
     values = parameter_values(template, given)
+    check_rules(template, values)
     transforms = template.get("Transform", [])
     if isinstance(transforms, str):
         transforms = [transforms]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints template.yaml as CloudFormation deploys it (JSON), for the given parameter values.
 
-    translate.py [--param NAME=VALUE]... [--resolve] [--out FILE] [TEMPLATE]
+    translate.py [--set minimal|full] [--param NAME=VALUE]... [--resolve] [--out FILE] [TEMPLATE]
 
 Without --resolve: the template after AWS::LanguageExtensions and AWS::Serverless (what
 cfn-lint and checkov check). With --resolve: its resources and outputs with every condition and
@@ -25,11 +25,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("template", nargs="?", default=os.path.join(os.path.dirname(__file__), "..", "..", "template.yaml"))
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--set", choices=sorted(cfn.PARAMETER_SETS), help="start from a named parameter set (cfn.PARAMETER_SETS)")
     p.add_argument("--resolve", action="store_true")
     p.add_argument("--out")
     args = p.parse_args()
     try:
-        given = cfn.parse_params(args.param)
+        given = dict(cfn.PARAMETER_SETS[args.set]) if args.set else {}
+        given.update(cfn.parse_params(args.param))
         translated = cfn.translate(cfn.load_yaml(args.template), given)
         result = cfn.resolve(translated, given) if args.resolve else translated
     except cfn.TemplateError as e:
