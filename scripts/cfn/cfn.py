@@ -22,6 +22,9 @@ import os
 import re
 from typing import Any
 
+# SAM CLI's modules (YAML loader) send no telemetry from here.
+os.environ.setdefault("SAM_CLI_TELEMETRY", "0")
+
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 STACK = "nodecycle"
@@ -386,7 +389,7 @@ def resolve(template: dict[str, Any], given: dict[str, str]) -> dict[str, Any]:
         resources[name] = {
             "Type": res["Type"],
             "Properties": r.value(res.get("Properties", {})),
-            **{k: res[k] for k in ("DeletionPolicy", "UpdateReplacePolicy") if k in res},
+            **{k: res[k] for k in ("DeletionPolicy", "UpdateReplacePolicy", "Metadata") if k in res},
         }
         if res.get("DependsOn") is not None:
             resources[name]["DependsOn"] = res["DependsOn"]
