@@ -30,7 +30,7 @@ pub fn filter_from(var: impl Fn(&str) -> Option<String>) -> String {
     }
     ["NODECYCLE_LOG", "RUST_LOG"]
         .into_iter()
-        .filter_map(|name| var(name))
+        .filter_map(&var)
         .find(|v| !v.trim().is_empty())
         .unwrap_or_else(|| "info".to_string())
 }
