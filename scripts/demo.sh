@@ -8,8 +8,9 @@
 #   the @latest test pool and the golden pool while the pinned prod pool stays; the rotator then
 #   replaces the test pool's nodes pass after pass, never more than its budget ("2") at once, and
 #   rolls the golden node group with UpdateNodegroupConfig (maxUnavailable = its budget, 1) and
-#   UpdateNodegroupVersion (a new launch template version), followed with DescribeUpdate, until
-#   every node of both runs its new AMI.
+#   UpdateNodegroupVersion (a new launch template version), which the fake EKS rolls out in its
+#   own time (surge, drain, replace, scale down) while the rotator follows it with DescribeUpdate,
+#   until every node of both runs its new AMI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh

@@ -221,8 +221,9 @@ def managed_node_group(pool):
 
 
 def eks_calls(cluster, name):
-    """One line per EKS call the rotator made on managed node group `name` since the last summary
-    (remembered in NODECYCLE_DEMO_STATE), from the fake EKS's call log and waves."""
+    """One line per EKS call the rotator made on managed node group `name` since the last summary,
+    and one per wave EKS carried out meanwhile (on its own time), from the fake EKS's call log and
+    waves; what was already shown is remembered in NODECYCLE_DEMO_STATE."""
     state_file = os.environ.get("NODECYCLE_DEMO_STATE")
     state = {}
     if state_file and os.path.exists(state_file):
@@ -231,7 +232,12 @@ def eks_calls(cluster, name):
     key = f"{cluster}/{name}"
     log = control("nodegroup_calls", cluster=cluster, nodegroup=name)
     updates = [u for u in log["updates"] if u["type"] == "VersionUpdate"]
-    lines, started, described = [], 0, {}
+    waves = [
+        f"EKS wave {k + 1} of update {w['updateId'][:8]} (EKS's own pace): replaced "
+        f"{', '.join(w['terminated'])} by {', '.join(w['launched'])} on {w['image']}"
+        for k, w in enumerate(log["waves"])
+    ][state.get(f"{key}#waves", 0):]
+    lines, started = [], 0
     for n, call in enumerate(log["calls"]):
         op, body, status = call["op"], call["body"] or {}, call["status"]
         if status != 200:
@@ -249,25 +255,19 @@ def eks_calls(cluster, name):
             line = f"EKS UpdateNodegroupVersion: {what} -> update {u['id'][:8]}"
         elif op == "DescribeUpdate":
             u = next((u for u in updates if u["id"] == body.get("updateId")), None)
-            if u is None:
-                line = f"EKS DescribeUpdate {body.get('updateId')}"
-            else:
-                k = described[u["id"]] = described.get(u["id"], -1) + 1
-                waves = [w for w in log["waves"] if w["updateId"] == u["id"]]
-                if k < len(waves):
-                    w = waves[k]
-                    line = (
-                        f"EKS DescribeUpdate {u['id'][:8]}: InProgress, wave {k + 1} replaced "
-                        f"{', '.join(w['terminated'])} by {', '.join(w['launched'])} on {w['image']}"
-                    )
-                else:
-                    errors = "; ".join(e.get("errorMessage", "") for e in u["errors"])
-                    line = f"EKS DescribeUpdate {u['id'][:8]}: {u['status']}" + (f" ({errors})" if errors else "")
+            answered = call.get("updateStatus") or (u or {}).get("status")
+            errors = "; ".join(e.get("errorMessage", "") for e in (u or {}).get("errors", [])) if answered == "Failed" else ""
+            line = f"EKS DescribeUpdate {str(body.get('updateId'))[:8]}: {answered}" + (f" ({errors})" if errors else "")
         else:
             line = f"EKS {op}"
         if n >= state.get(key, 0):
+            if op == "DescribeUpdate":
+                lines += waves  # what EKS did since the last look comes before the look
+                waves = []
             lines.append(line)
+    lines += waves
     state[key] = len(log["calls"])
+    state[f"{key}#waves"] = len(log["waves"])
     if state_file:
         with open(state_file, "w") as f:
             json.dump(state, f)

@@ -64,6 +64,11 @@ fn parse_units(text: &str, units: &[char]) -> Result<Duration, String> {
     Ok(Duration::from_secs(total))
 }
 
+/// Serializes a duration as [`format`] writes it (serde `serialize_with`).
+pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format(*d))
+}
+
 /// Formats a duration the way Go prints it (`720h0m0s` style is avoided: `720h`, `1h30m`, `45s`).
 pub fn format(d: Duration) -> String {
     let secs = d.as_secs();

@@ -6,6 +6,8 @@
 
 pub mod ami;
 pub mod budget;
+pub mod clock;
+pub mod doctor;
 pub mod duration;
 pub mod event;
 pub mod fleet;
@@ -16,6 +18,7 @@ pub mod policy;
 pub mod port;
 pub mod problem;
 pub mod rotation;
+pub mod simulate;
 pub mod state;
 
 #[cfg(feature = "aws")]

@@ -364,10 +364,22 @@ pub async fn acquire_lease(
         .await
     {
         Ok(_) => Ok(Ok(())),
-        Err(e) if e.kind == crate::port::ErrorKind::Conflict => Ok(Err(Lease {
-            holder: "another invocation".into(),
-            expires: now + ttl,
-        })),
+        Err(e) if e.kind == crate::port::ErrorKind::Conflict => {
+            // Someone wrote it first, or our own write landed and its answer was lost (the
+            // SDK's retry then conflicts with it): the record says which.
+            let now_held = store
+                .get(&pk, "LEASE")
+                .await?
+                .and_then(|v| serde_json::from_value::<Lease>(v.value).ok());
+            match now_held {
+                Some(l) if l.holder == holder => Ok(Ok(())),
+                Some(l) => Ok(Err(l)),
+                None => Ok(Err(Lease {
+                    holder: "another invocation".into(),
+                    expires: now + ttl,
+                })),
+            }
+        }
         Err(e) => Err(e),
     }
 }
@@ -390,8 +402,9 @@ pub async fn release_lease(
             .map_err(|e| {
                 PortError::new("state:encode", crate::port::ErrorKind::Other, e.to_string())
             })?;
-            // Losing this race only means someone else took an expired lease: fine.
-            let _ = store
+            // Losing this race only means someone else took an expired lease: fine. Any other
+            // failure is the caller's to retry: a lease left held stalls the cluster.
+            match store
                 .put(
                     &pk,
                     "LEASE",
@@ -399,7 +412,11 @@ pub async fn release_lease(
                     Some(v.version),
                     Some(now + chrono::Duration::days(1)),
                 )
-                .await;
+                .await
+            {
+                Err(e) if e.kind != crate::port::ErrorKind::Conflict => return Err(e),
+                _ => {}
+            }
         }
     }
     Ok(())

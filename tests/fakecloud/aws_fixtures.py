@@ -17,6 +17,8 @@ Patches applied to moto (``apply_patches``), each to match real EC2 on the wire:
   * Images carry ``DeprecationTime`` and ``ImageOwnerAlias`` in the response.
   * EKS managed node group updates (UpdateNodegroupVersion, DescribeUpdate,
     node groups backed by a real Auto Scaling group): see ``eks_updates.py``.
+  * Auto Scaling lifecycle actions (CompleteLifecycleAction,
+    RecordLifecycleActionHeartbeat): see ``lifecycle.py``.
 """
 
 from __future__ import annotations
@@ -116,55 +118,14 @@ def apply_patches() -> None:
         return ActionResult({"Images": images})
 
     AmisResponse.describe_images = describe_images
-    _patch_lifecycle_actions()
+    import lifecycle  # CompleteLifecycleAction / RecordLifecycleActionHeartbeat
+
+    lifecycle.apply_patches()
+    import eks_access  # cluster accessConfig, access entries
     import eks_updates  # UpdateNodegroupVersion, DescribeUpdate, backed node groups
 
     eks_updates.apply_patches()
-
-
-# Auto Scaling lifecycle actions: moto has lifecycle hooks but never holds an instance in
-# Terminating:Wait, and answers CompleteLifecycleAction / RecordLifecycleActionHeartbeat with
-# NotImplementedError. These answer like AWS for the cases nodecycle meets: success while the
-# action is open, `ValidationError: No active Lifecycle Action found with instance ID ...` once it
-# was completed. Every call is logged (control op `lifecycle_actions`).
-LIFECYCLE_CALLS: list = []
-_LIFECYCLE_DONE: set = set()
-
-
-def _patch_lifecycle_actions() -> None:
-    import time
-
-    from moto.autoscaling.exceptions import ValidationError
-    from moto.autoscaling.responses import AutoScalingResponse
-    from moto.core.responses import EmptyResult
-
-    def _call(self, action):
-        group = self._get_param("AutoScalingGroupName")
-        hook = self._get_param("LifecycleHookName")
-        instance = self._get_param("InstanceId")
-        token = self._get_param("LifecycleActionToken")
-        if not group or not hook or not (instance or token):
-            raise ValidationError("AutoScalingGroupName, LifecycleHookName and InstanceId or LifecycleActionToken are required")
-        key = (self.region, group, hook, instance or token)
-        entry = {"action": action, "group": group, "hook": hook, "instance": instance,
-                 "token": token, "result": self._get_param("LifecycleActionResult"),
-                 "ts": time.time(), "region": self.region}
-        if key in _LIFECYCLE_DONE:
-            entry["error"] = "inactive"
-            LIFECYCLE_CALLS.append(entry)
-            what = f"instance ID {instance}" if instance else f"token {token}"
-            raise ValidationError(f"No active Lifecycle Action found with {what}")
-        if action == "CompleteLifecycleAction":
-            _LIFECYCLE_DONE.add(key)
-        LIFECYCLE_CALLS.append(entry)
-        return EmptyResult()
-
-    if not hasattr(AutoScalingResponse, "complete_lifecycle_action"):
-        AutoScalingResponse.complete_lifecycle_action = lambda self: _call(self, "CompleteLifecycleAction")
-    if not hasattr(AutoScalingResponse, "record_lifecycle_action_heartbeat"):
-        AutoScalingResponse.record_lifecycle_action_heartbeat = lambda self: _call(
-            self, "RecordLifecycleActionHeartbeat"
-        )
+    eks_access.apply_patches()
 
 
 # --------------------------------------------------------------------------
@@ -260,9 +221,12 @@ def warm_up(aws_url: str) -> None:
 
 
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in
+    import eks_access
     import eks_updates
+    import lifecycle
 
     eks_updates.register(op, ControlError)
+    lifecycle.register(op, ControlError)
 
     @op("put_parameter")
     def put_parameter(args):
@@ -399,6 +363,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         )
         backend.clusters[name] = cluster
         backend.cluster_count += 1
+        eks_access.set_authentication_mode(cluster, args.get("authentication_mode"))
         _set_cluster(cluster, args)
         return describe(cluster)
 
@@ -410,6 +375,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             "ca_data": cluster.certificate_authority.get("data"),
             "status": cluster.status,
             "arn": cluster.arn,
+            "authentication_mode": (getattr(cluster, "access_config", None) or {}).get("authenticationMode"),
         }
 
     def _set_cluster(cluster, args):
@@ -423,6 +389,8 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             cluster.status = args["status"]
         if args.get("platform_version") is not None:
             cluster.platformVersion = args["platform_version"]
+        if args.get("authentication_mode") is not None:
+            eks_access.set_authentication_mode(cluster, args["authentication_mode"])
 
     @op("set_cluster")
     def set_cluster(args):
@@ -448,15 +416,18 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         except ImportError:
             pass
         moto_api_backend.reset()
-        LIFECYCLE_CALLS.clear()
-        _LIFECYCLE_DONE.clear()
+        lifecycle.reset()
         eks_updates.reset()
+        import faults
+
+        faults.reset()
+        eks_access.reset()
         return {}
 
-    @op("lifecycle_actions")
-    def lifecycle_actions(args):
-        """CompleteLifecycleAction / RecordLifecycleActionHeartbeat calls, in order."""
-        return {"calls": list(LIFECYCLE_CALLS)}
+    @op("access_entries")
+    def access_entries(args):
+        """A cluster's EKS access entries as stored (test aid)."""
+        return {"entries": eks_access.entries_json(_region(args), args["cluster"])}
 
     @op("describe_images_raw")
     def describe_images_raw(args):

@@ -17,9 +17,9 @@ just ``eks-<uuid>``). This module adds, in-process:
 * UpdateNodegroupConfig (moto has it) made to refuse while a version update runs
   (409), report real ``params`` types, remember the update for DescribeUpdate and
   resize the backing Auto Scaling group;
-* a rolling update driven by DescribeUpdate: each call on an InProgress version
-  update is one wave (see ``_advance``), so tests are deterministic without
-  timers;
+* the rolling update behind a version update, driven by (fake) time: surge first,
+  then drain (Eviction API, PodDisruptionBudgets) and replace old nodes, then scale
+  back (``eks_rollout.py``); DescribeUpdate only reads it;
 * control ops ``fail_update`` (inject a PodEvictionFailure) and ``nodegroup_calls``
   (what the code under test asked, in order).
 
@@ -32,11 +32,11 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import json
-import math
 import re
 import threading
 import uuid
 
+import eks_rollout
 from aws_fixtures import ACCOUNT_ID, DEFAULT_REGION
 
 # One lock for all state here: moto serves requests on several threads and the
@@ -109,6 +109,7 @@ class _Update:
         self.force = False
         self.pointed = False  # backing ASG switched to the target image
         self.previous_eks_lt_version: str | None = None
+        self.rollout = None  # eks_rollout.Rollout: how far the rolling update got
 
     def wire(self) -> dict:
         return {
@@ -136,6 +137,7 @@ class _GroupState:
         self.calls: list[dict] = []
         self.updates: list[_Update] = []
         self.waves: list[dict] = []
+        self.timeline: list[dict] = []  # rollout events (eks_rollout.py)
         self.pending_failure: dict | None = None
 
     def in_progress(self) -> _Update | None:
@@ -172,6 +174,7 @@ def reset() -> None:
     with _LOCK:
         _RELEASES.clear()
         _GROUPS.clear()
+    eks_rollout.reset()
 
 
 # --------------------------------------------------------------------------
@@ -311,8 +314,10 @@ def _follow_kube(region: str, cluster: str, asg_name: str | None) -> None:
     the kubelet registering new nodes and the cloud node-lifecycle controller
     deleting the nodes of terminated instances.
 
-    With `sync_nodes` configured that is one sync pass. Without it, one pass
-    restricted to the backing ASG (plus instances already synced); nodes added
+    With `sync_nodes` configured that is one sync pass (and, when it follows
+    another Auto Scaling group, one more over the backing ASG with the same
+    settings). Without it, one pass restricted to the backing ASG (plus
+    instances already synced); nodes added
     by hand whose providerID names an instance are adopted first, so they are
     removed with their instance instead of being duplicated."""
     try:
@@ -324,20 +329,23 @@ def _follow_kube(region: str, cluster: str, asg_name: str | None) -> None:
     if c is None or c.stopped:
         return
     with c.lock:
-        if c.sync is not None:
+        configured = c.sync
+        if configured is not None:
             c.sync_nodes_once()
-            return
+            if not configured.get("asg") or configured.get("asg") == asg_name:
+                return
         if not asg_name:
             return
         for (_, name), node in list(c.store["nodes"].items()):
             pid = ((node.get("spec") or {}).get("providerID") or "").rsplit("/", 1)[-1]
             if pid.startswith("i-") and pid not in c.synced_instances:
                 c.synced_instances[pid] = name
-        c.sync = {"asg": asg_name, "ready": True}
+        # sync_nodes follows another group: one pass over this one, with its settings.
+        c.sync = dict(configured or {"ready": True}, asg=asg_name)
         try:
             c.sync_nodes_once()
         finally:
-            c.sync = None
+            c.sync = configured
 
 
 def _default_subnet(ec2, region: str, wanted: str | None):
@@ -498,114 +506,6 @@ def _start_version_update(account: str, region: str, cluster_name: str, ng_name:
 
 
 # --------------------------------------------------------------------------
-# the rolling update, one wave per DescribeUpdate
-# --------------------------------------------------------------------------
-
-
-def _limit(ng) -> int:
-    """Instances replaced at once: updateConfig.maxUnavailable, or
-    ceil(maxUnavailablePercentage x desired size); at least 1, at most 100
-    (EKS's cap)."""
-    uc = ng.update_config or {}
-    desired = int((ng.scaling_config or {}).get("desiredSize") or 0)
-    if uc.get("maxUnavailablePercentage"):
-        n = math.ceil(float(uc["maxUnavailablePercentage"]) * desired / 100.0)
-    else:
-        n = int(uc.get("maxUnavailable") or 1)
-    return max(1, min(n, 100))
-
-
-def _point_group(account: str, region: str, st: _GroupState, group, upd: _Update) -> None:
-    """Switch the backing ASG to the target image, as EKS does: a new version
-    of its own launch template eks-<uuid> (for a customer launch template: a copy
-    of that template version's data), which the ASG then uses."""
-    if group is None or not st.eks_lt_id:
-        return
-    ec2 = _ec2(account, region)
-    eks_lt = ec2.launch_templates.get(st.eks_lt_id)
-    if eks_lt is None:
-        return
-    current = eks_lt.get_version(group.launch_template_version)
-    if upd.lt_data is not None:
-        data = copy.copy(upd.lt_data)
-        data.setdefault("InstanceType", current.data.get("InstanceType"))
-    else:
-        data = copy.copy(current.data)
-    if upd.target_image:
-        data["ImageId"] = upd.target_image
-    version = eks_lt.create_version(data, f"update {upd.id}")
-    upd.previous_eks_lt_version = str(group.launch_template_version)
-    eks_lt.default_version_number = version.number
-    group.launch_template_version = str(version.number)
-    group.provided_launch_template_version = str(version.number)
-
-
-def _unpoint_group(account: str, region: str, st: _GroupState, group, upd: _Update) -> None:
-    """After a failed update: the ASG goes back to the launch template version
-    it used before (the node group still reports the old release)."""
-    if group is None or not upd.pointed or not upd.previous_eks_lt_version:
-        return
-    eks_lt = _ec2(account, region).launch_templates.get(st.eks_lt_id)
-    if eks_lt is not None:
-        eks_lt.default_version_number = int(upd.previous_eks_lt_version)
-    group.launch_template_version = upd.previous_eks_lt_version
-    group.provided_launch_template_version = upd.previous_eks_lt_version
-
-
-def _advance(account: str, region: str, cluster_name: str, ng, st: _GroupState, upd: _Update) -> None:
-    """One step of EKS's rolling update of a managed node group.
-
-    Real EKS (setup, scale up, upgrade, scale down phases) launches new nodes
-    first, then cordons and drains (Eviction API, honouring PDBs unless
-    `force`) up to maxUnavailable old nodes at a time and terminates them,
-    asynchronously. The fake does it per DescribeUpdate call:
-      1. once: the backing ASG is pointed at the target image;
-      2. if no InService instance runs another image: Successful (the node
-         group takes the new releaseVersion / version / launch template
-         version, status ACTIVE);
-      3. else terminate up to `_limit` of them, oldest first, without
-         decrementing the desired capacity, so moto's ASG launches replacements
-         from the new launch template version at once (no drain, no surge).
-    An armed `fail_update` turns the call into a Failed update instead.
-    """
-    group = _group_of(account, region, st)
-    if st.pending_failure is not None:
-        failure, st.pending_failure = st.pending_failure, None
-        old = [s.instance.id for s in _in_service(group) if s.instance.image_id != upd.target_image]
-        _unpoint_group(account, region, st, group, upd)
-        upd.status = "Failed"
-        upd.errors = [
-            {"errorCode": failure["errorCode"], "errorMessage": failure["message"], "resourceIds": old}
-        ]
-        ng.status = "ACTIVE"
-        ng.modified_at = _now()
-        return
-    if not upd.pointed:
-        _point_group(account, region, st, group, upd)
-        upd.pointed = True
-    old = [s for s in _in_service(group) if s.instance.image_id != upd.target_image]
-    if not old:
-        upd.status = "Successful"
-        ng.release_version = upd.target_release
-        ng.version = upd.target_version
-        if ng.launch_template and upd.target_lt_version:
-            ng.launch_template["version"] = upd.target_lt_version
-        ng.status = "ACTIVE"
-        ng.modified_at = _now()
-        return
-    limit = _limit(ng)
-    batch = [s.instance.id for s in old[:limit]]
-    before = {s.instance.id for s in group.instance_states}
-    asgs = _asgs(account, region)
-    for iid in batch:
-        asgs.terminate_instance(iid, should_decrement=False)
-    launched = [s.instance.id for s in group.instance_states if s.instance.id not in before]
-    st.waves.append({"updateId": upd.id, "terminated": batch, "launched": launched, "limit": limit,
-                     "image": upd.target_image})
-    _follow_kube(region, cluster_name, st.asg)
-
-
-# --------------------------------------------------------------------------
 # moto response handlers
 # --------------------------------------------------------------------------
 
@@ -646,13 +546,13 @@ def _describe_update(self):
         upd = st.by_id(update_id) if st else None
         if upd is None:
             raise _not_found(cluster_name, ng_name, f"No update found for ID: {update_id}")
-        if upd.type == "VersionUpdate" and upd.status == "InProgress":
-            _advance(account, region, cluster_name, ng, st, upd)
-        return upd
+        return upd  # read only: the rollout moves with time (eks_rollout.py)
 
     with _LOCK:
         if ng_name:
-            upd = _record(_state(region, cluster_name, ng_name), "DescribeUpdate", body, run)
+            st = _state(region, cluster_name, ng_name)
+            upd = _record(st, "DescribeUpdate", body, run)
+            st.calls[-1]["updateStatus"] = upd.status  # what this call answered
         else:
             upd = run()
         return ActionResult({"update": upd.wire()})
@@ -810,6 +710,7 @@ def apply_patches() -> None:
     EKSResponse.update_nodegroup_config = _wrap_update_nodegroup_config(EKSResponse.update_nodegroup_config)
     EKSResponse.create_nodegroup = _wrap_create_nodegroup(EKSResponse.create_nodegroup)
     EKSBackend.delete_nodegroup = _wrap_delete_nodegroup(EKSBackend.delete_nodegroup)
+    eks_rollout.ensure_ticker()
 
 
 # --------------------------------------------------------------------------
@@ -818,6 +719,8 @@ def apply_patches() -> None:
 
 
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in
+    eks_rollout.register(op, ControlError)
+
     def ensure_moto():
         import aws_fixtures
 
@@ -1011,10 +914,10 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
 
     @op("fail_update")
     def fail_update(args):
-        """The next DescribeUpdate of this node group's InProgress version
-        update (running now or started later) answers Failed with `errorCode`
-        (default PodEvictionFailure) and `message`; resourceIds are the
-        instances still on the old image."""
+        """This node group's InProgress version update (running now or started
+        later) fails at its next step (the next tick of fake time) with
+        `errorCode` (default PodEvictionFailure) and `message`; resourceIds are
+        the instances still on the old image."""
         with _LOCK:
             _, _, ng, st = group_state(args)
             st.pending_failure = {
@@ -1028,11 +931,14 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
     @op("nodegroup_calls")
     def nodegroup_calls(args):
         """What was asked of this node group (UpdateNodegroupConfig,
-        UpdateNodegroupVersion, DescribeUpdate), its updates and waves."""
+        UpdateNodegroupVersion, DescribeUpdate), its updates, waves and rollout
+        timeline, and the fake time now."""
         with _LOCK:
             st = _GROUPS.get((_region(args), args["cluster"], args["nodegroup"])) or _GroupState()
             return {
                 "calls": copy.deepcopy(st.calls),
                 "updates": [u.wire_json() for u in st.updates],
                 "waves": copy.deepcopy(st.waves),
+                "timeline": copy.deepcopy(st.timeline),
+                "now": eks_rollout.CLOCK.now(),
             }

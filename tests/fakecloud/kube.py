@@ -29,6 +29,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urlsplit
 
+import faults
+
 DEFAULT_REGION = "us-east-2"
 ACCOUNT_ID = "123456789012"
 
@@ -251,6 +253,10 @@ PODS = Resource("pods", "Pod", "", "v1", True, POD_FIELDS)
 PDBS = Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", True, dict(META_FIELDS))
 EVENTS = Resource("events", "Event", "", "v1", True, EVENT_FIELDS)
 EVENTS_V1 = Resource("events", "Event", "events.k8s.io", "v1", True, EVENT_FIELDS)
+RBAC_GROUP = "rbac.authorization.k8s.io"
+CLUSTERROLES = Resource("clusterroles", "ClusterRole", RBAC_GROUP, "v1", False, dict(META_FIELDS))
+CLUSTERROLEBINDINGS = Resource("clusterrolebindings", "ClusterRoleBinding", RBAC_GROUP, "v1", False, dict(META_FIELDS))
+RBAC_RESOURCES = (CLUSTERROLES, CLUSTERROLEBINDINGS)
 
 
 # --------------------------------------------------------------------------
@@ -983,7 +989,10 @@ class KubeCluster:
         # Every write goes through Store, which logs it for watches.
         self.changes: list[tuple[int, str, tuple[str, str], str, dict]] = []  # (rv, plural, key, type, object)
         self.changed = threading.Condition(self.lock)
-        self.store: dict[str, Store] = {p: Store(self, p) for p in ("nodes", "pods", "poddisruptionbudgets", "events")}
+        self.store: dict[str, Store] = {
+            p: Store(self, p)
+            for p in ("nodes", "pods", "poddisruptionbudgets", "events", "clusterroles", "clusterrolebindings")
+        }
         self.terminating: dict[tuple[str, str], float] = {}  # pod key -> wall-clock deadline
         self.disrupted: dict[tuple[str, str], dict[str, float]] = {}  # pdb key -> {pod: time}
         self.scales: dict[tuple[str, str, str], int] = {}  # (ns, kind, name) -> replicas
@@ -1086,6 +1095,8 @@ class KubeCluster:
         out = copy.deepcopy(obj)
         if res is PDBS:
             out["status"] = self.pdb_status(obj)
+        if res is CLUSTERROLES and isinstance(out.get("aggregationRule"), dict):
+            out["rules"] = self.aggregated_rules(out)
         if res is EVENTS_V1:
             out = event_to_v1(out)
         else:
@@ -1096,6 +1107,24 @@ class KubeCluster:
             out.pop("kind", None)
             out.pop("apiVersion", None)
         return out
+
+    def aggregated_rules(self, role: dict) -> list:
+        """What the clusterrole-aggregation controller writes into `rules` of a
+        ClusterRole with an `aggregationRule`: the rules of every other
+        ClusterRole whose labels match one of `clusterRoleSelectors`, in name
+        order, without duplicates (computed on read: no controller delay)."""
+        selectors = [selector_from_label_selector(s) for s in role["aggregationRule"].get("clusterRoleSelectors") or []]
+        rules: list = []
+        for (_, name), other in sorted(self.store["clusterroles"].items()):
+            if name == _get(role, "metadata", "name"):
+                continue
+            labels = _get(other, "metadata", "labels")
+            if not any(sel is not None and label_match(sel, labels) for sel in selectors):
+                continue
+            for rule in other.get("rules") or []:
+                if rule not in rules:
+                    rules.append(copy.deepcopy(rule))
+        return rules
 
     # -- the kubelet / controllers ----------------------------------------
 
@@ -1660,6 +1689,81 @@ def validate_event(res: Resource, ev: dict, ns: str):
         raise invalid(res, name, causes)
 
 
+def validate_path_segment_name(res: Resource, name: str):
+    """RBAC object names are path segments (`path.ValidatePathSegmentName`), so
+    `system:node-proxier` is a valid ClusterRole name."""
+    if name in (".", ".."):
+        raise invalid(res, name, [("metadata.name", "Invalid value", f'"{name}": may not be \'{name}\'')])
+    for bad in ("/", "%"):
+        if bad in name:
+            raise invalid(res, name, [("metadata.name", "Invalid value", f'"{name}": may not contain \'{bad}\'')])
+
+
+RBAC_SUBJECT_KINDS = ("ServiceAccount", "User", "Group")
+
+
+def validate_rbac(res: Resource, obj: dict, name: str, old: dict | None = None):
+    """`pkg/apis/rbac/validation`: ValidatePolicyRule for each ClusterRole rule
+    (cluster scope: nonResourceURLs allowed, not mixed with resources); for a
+    ClusterRoleBinding the roleRef (ClusterRole of rbac.authorization.k8s.io,
+    named, immutable on update) and each subject."""
+    causes: list[tuple[str, str, str]] = []
+    if res is CLUSTERROLES:
+        rules = obj.get("rules") or []
+        if not isinstance(rules, list):
+            raise bad_request("rules must be a list")
+        for i, rule in enumerate(rules):
+            path = f"rules[{i}]"
+            if not isinstance(rule, dict):
+                raise bad_request(f"{path} must be an object")
+            if not rule.get("verbs"):
+                causes.append((f"{path}.verbs", "Required value", "verbs must contain at least one value"))
+            if rule.get("nonResourceURLs"):
+                if rule.get("apiGroups") or rule.get("resources"):
+                    causes.append((f"{path}.nonResourceURLs", "Invalid value",
+                                   f"{json.dumps(rule['nonResourceURLs'])}: rules cannot apply to both regular "
+                                   "resources and non-resource URLs"))
+                continue
+            if not rule.get("apiGroups"):
+                causes.append((f"{path}.apiGroups", "Required value",
+                               "resource rules must supply at least one api group"))
+            if not rule.get("resources"):
+                causes.append((f"{path}.resources", "Required value",
+                               "resource rules must supply at least one resource"))
+    else:
+        ref = obj.get("roleRef") or {}
+        if ref.get("apiGroup") != RBAC_GROUP:
+            causes.append(("roleRef.apiGroup", "Unsupported value",
+                           f'"{ref.get("apiGroup") or ""}": supported values: "{RBAC_GROUP}"'))
+        if ref.get("kind") != "ClusterRole":
+            causes.append(("roleRef.kind", "Unsupported value",
+                           f'"{ref.get("kind") or ""}": supported values: "ClusterRole"'))
+        if not ref.get("name"):
+            causes.append(("roleRef.name", "Required value", ""))
+        for i, subject in enumerate(obj.get("subjects") or []):
+            path = f"subjects[{i}]"
+            kind = subject.get("kind")
+            if not subject.get("name"):
+                causes.append((f"{path}.name", "Required value", ""))
+            if kind == "ServiceAccount":
+                if subject.get("apiGroup"):
+                    causes.append((f"{path}.apiGroup", "Unsupported value",
+                                   f'"{subject["apiGroup"]}": supported values: ""'))
+                if not subject.get("namespace"):
+                    causes.append((f"{path}.namespace", "Required value", ""))
+            elif kind in ("User", "Group"):
+                if subject.get("apiGroup") != RBAC_GROUP:
+                    causes.append((f"{path}.apiGroup", "Unsupported value",
+                                   f'"{subject.get("apiGroup") or ""}": supported values: "{RBAC_GROUP}"'))
+            else:
+                causes.append((f"{path}.kind", "Unsupported value",
+                               f'"{kind or ""}": supported values: "Group", "ServiceAccount", "User"'))
+        if old is not None and old.get("roleRef") != obj.get("roleRef"):
+            causes.append(("roleRef", "Invalid value", f"{json.dumps(obj.get('roleRef'))}: cannot change roleRef"))
+    if causes:
+        raise invalid(res, name, causes)
+
+
 # --------------------------------------------------------------------------
 # HTTP
 # --------------------------------------------------------------------------
@@ -1682,6 +1786,12 @@ ROUTES = [
     (re.compile(r"^/apis/events\.k8s\.io/v1/events$"), EVENTS_V1, "collection", None),
     (re.compile(r"^/apis/events\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/events$"), EVENTS_V1, "collection", None),
     (re.compile(r"^/apis/events\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/events/(?P<name>[^/]+)$"), EVENTS_V1, "item", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/clusterroles$"), CLUSTERROLES, "collection", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/clusterroles/(?P<name>[^/]+)$"), CLUSTERROLES, "item", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/clusterrolebindings$"), CLUSTERROLEBINDINGS, "collection",
+     None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/clusterrolebindings/(?P<name>[^/]+)$"), CLUSTERROLEBINDINGS,
+     "item", None),
 ]
 
 PATCH_TYPES = {
@@ -1697,6 +1807,10 @@ def parse_query(q: str) -> dict:
         k, _, v = pair.partition("=")
         out[unquote(k.replace("+", " "))] = unquote(v.replace("+", " "))
     return out
+
+
+class _Dropped(Exception):
+    """A fault-injected connection reset (faults.py): no answer at all."""
 
 
 class KubeHandler(BaseHTTPRequestHandler):
@@ -1771,11 +1885,20 @@ class KubeHandler(BaseHTTPRequestHandler):
                 # No credentials: EKS runs with anonymous auth on, so the
                 # request is system:anonymous and RBAC forbids it.
                 status, body = 403, forbidden_anonymous(method, raw_path).body()
+        elif (fault := faults.kube_fault(cluster.name, method, raw_path, raw_query)) and fault[1] is not None:
+            entry["fault"] = fault[0]
+            status, body = fault[1], fault[2]
         else:
             try:
+                if fault:  # reset: drop the connection before carrying the call out
+                    entry["fault"] = fault[0]
+                    if fault[0] == "reset":
+                        raise _Dropped()
                 cluster.tick()
                 with cluster.lock:
                     status, body = route(cluster, method, raw_path, parse_query(raw_query), ctype, body_bytes)
+            except _Dropped:
+                status, body = 0, None
             except ApiError as e:
                 status, body = e.code, e.body()
                 if getattr(e, "debug", None):
@@ -1786,6 +1909,11 @@ class KubeHandler(BaseHTTPRequestHandler):
                 traceback.print_exc()
                 status, body = 500, ApiError(500, "InternalError", f"Internal error occurred: {e}").body()
         entry["status"] = status
+        if entry.get("fault") in ("reset", "reset_after"):
+            cluster.log(entry)
+            self.close_connection = True
+            faults.drop(self.connection)
+            return
         cluster.log(entry)
         if isinstance(body, WatchRequest):
             self.stream_watch(body)
@@ -2046,7 +2174,9 @@ def create_object(cluster, res, ns, obj, query):
         meta["name"] = name
     if not name:
         raise invalid(res, "", [("metadata.name", "Required value", "name or generateName is required")])
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
+    if res in RBAC_RESOURCES:
+        validate_path_segment_name(res, name)
+    elif not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
         raise invalid(res, name, [("metadata.name", "Invalid value", f'"{name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \'-\' or \'.\', and must start and end with an alphanumeric character')])
     if res is EVENTS_V1:
         obj = event_from_v1(obj)
@@ -2055,6 +2185,8 @@ def create_object(cluster, res, ns, obj, query):
         raise already_exists(res, name)
     if res is EVENTS or res is EVENTS_V1:
         validate_event(res, obj, ns)
+    if res in RBAC_RESOURCES:
+        validate_rbac(res, obj, name)
     obj = copy.deepcopy(obj)
     if res is PODS:
         prepare_pod_for_create(cluster, obj)
@@ -2122,6 +2254,8 @@ def commit_update(cluster, res, key, old, new, sub, query, rv_required: bool):
             new = keep
         else:
             new["status"] = copy.deepcopy(old.get("status", {}))
+    if res in RBAC_RESOURCES:
+        validate_rbac(res, new, name, old)
     if res is PDBS and new.get("spec") != old.get("spec"):
         new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
     if res is EVENTS_V1:

@@ -122,14 +122,18 @@ PATCHED = threading.Event()
 
 
 def _gate_moto_requests() -> None:
-    """Hold every AWS request until moto is imported and patched.
+    """Hold every AWS request until moto is imported and patched; inject the faults
+    set with the `faults` op.
 
     The ready line goes out before EC2 is imported (that takes ~1 s); an AWS
     request arriving in between waits here instead of reaching unpatched moto.
     """
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
-    original = DomainDispatcherApplication.__call__
+    import faults
+
+    # Faults (see faults.py) apply at this dispatch layer, so to every AWS operation.
+    original = faults.wrap_aws(DomainDispatcherApplication.__call__)
 
     def gated(self, environ, start_response):
         PATCHED.wait(120)
@@ -173,6 +177,9 @@ def main() -> None:
     import kube  # the Kubernetes API server stand-ins
 
     kube.register(op, ControlError)
+    import faults  # fault injection for AWS and Kubernetes calls
+
+    faults.register(op, ControlError)
 
     _gate_moto_requests()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

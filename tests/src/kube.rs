@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::fakecloud::{ACCESS_KEY_ID, Control, SECRET_ACCESS_KEY};
+use crate::faults::{KubeFaults, SectionStats};
 use crate::kube_client::KubeClient;
 use crate::token::{TokenParams, eks_token};
 
@@ -150,6 +151,24 @@ impl KubeStandIn {
         serde_json::from_value(v["requests"].clone()).expect("kube_requests shape")
     }
 
+    /// Fails or delays this stand-in's API calls (the `kube` section of the `faults` op,
+    /// limited to this cluster; AWS faults are left as they are).
+    pub fn faults(&self, faults: KubeFaults) {
+        let faults = faults.clusters(&[self.cluster.as_str()]);
+        self.control
+            .call("faults", json!({ "kube": faults.into_json() }));
+    }
+
+    /// Turns the Kubernetes faults off.
+    pub fn clear_faults(&self) {
+        self.control.call("faults", json!({ "kube": null }));
+    }
+
+    /// Kubernetes calls seen and failed (operations named `cluster:verb resource`).
+    pub fn fault_stats(&self) -> SectionStats {
+        crate::faults::fault_stats(&self.control).kube
+    }
+
     /// Polls `check` on the state until it returns `Some`, or panics after
     /// `timeout` with `what`. No timing assertions: the bound is generous.
     pub fn wait_for<T>(
@@ -258,6 +277,10 @@ pub struct KubeRequest {
     /// Detail the real API server does not send (e.g. a JSON patch error).
     #[serde(default)]
     pub error_detail: Option<String>,
+    /// The injected fault (`429`, `500`, `503`, `reset`, `reset_after`), if any; a `reset`
+    /// has status 0 (no answer was sent).
+    #[serde(default)]
+    pub fault: Option<String>,
 }
 
 /// A node for [`KubeStandIn::add_node_with`].

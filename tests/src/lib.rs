@@ -12,14 +12,22 @@
 // panic with a clear message is the right way to report it.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod eks;
 mod fakecloud;
+mod faults;
 mod http;
 mod kube;
 mod kube_client;
+mod lifecycle;
 mod token;
 
+pub use eks::EksTiming;
 pub use fakecloud::{
     ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, ImageFixture, SECRET_ACCESS_KEY,
+};
+pub use faults::{
+    AwsFault, AwsFaults, FaultKind, FaultSpec, FaultStats, Faults, KubeFault, KubeFaults,
+    OperationStats, SectionStats,
 };
 pub use kube::{
     KubeRequest, KubeStandIn, KubeState, NodeFixture, PdbFixture, PodFixture, SyncNodes,

@@ -1,5 +1,5 @@
-//! amiSelectorTerms resolution through the real adapters against moto server (semantics.md
-//! sections 1-2): every term type, every alias family and variant, pinned vs latest, a
+//! amiSelectorTerms resolution through the real adapters against moto server (Karpenter's
+//! AMI selection): every term type, every alias family and variant, pinned vs latest, a
 //! control-plane upgrade, the deprecated fallback, no match and SSM errors.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]

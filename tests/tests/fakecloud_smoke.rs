@@ -317,3 +317,109 @@ fn env_vars_point_at_moto() {
     assert_eq!(get("AWS_ACCESS_KEY_ID"), Some("testing"));
     assert_eq!(get("AWS_SECRET_ACCESS_KEY"), Some("testing"));
 }
+
+/// The AWS error code of a failed call.
+fn code(e: &impl aws_sdk_eks::error::ProvideErrorMetadata) -> String {
+    e.code().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn eks_access_entries_answer_like_eks() {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    let eks = aws_sdk_eks::Client::new(&cloud.sdk_config().await);
+    let role = "arn:aws:iam::123456789012:role/service/nodecycle-rotator";
+
+    // The API's default authentication mode is CONFIG_MAP: no access entries there.
+    let described = eks.describe_cluster().name("prod").send().await.unwrap();
+    let mode = described
+        .cluster()
+        .and_then(|c| c.access_config())
+        .and_then(|a| a.authentication_mode())
+        .map(|m| m.as_str().to_owned());
+    assert_eq!(mode.as_deref(), Some("CONFIG_MAP"));
+    let err = eks
+        .list_access_entries()
+        .cluster_name("prod")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InvalidRequestException");
+
+    cloud.control(
+        "set_cluster",
+        serde_json::json!({"name": "prod", "authentication_mode": "API_AND_CONFIG_MAP"}),
+    );
+    let create = || {
+        eks.create_access_entry()
+            .cluster_name("prod")
+            .principal_arn(role)
+            .kubernetes_groups("nodecycle")
+            .send()
+    };
+    let created = create().await.expect("CreateAccessEntry");
+    let entry = created.access_entry().unwrap();
+    assert_eq!(entry.r#type(), Some("STANDARD"));
+    assert_eq!(
+        entry.username(),
+        Some("arn:aws:sts::123456789012:assumed-role/nodecycle-rotator/{{SessionName}}")
+    );
+    assert_eq!(code(&create().await.unwrap_err()), "ResourceInUseException");
+    let err = eks
+        .create_access_entry()
+        .cluster_name("prod")
+        .principal_arn("arn:aws:iam::123456789012:role/admins")
+        .kubernetes_groups("system:masters")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InvalidParameterException");
+
+    let listed = eks
+        .list_access_entries()
+        .cluster_name("prod")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.access_entries(), [role]);
+    // The principal ARN travels percent-encoded in the path, `/` of the role path included.
+    let got = eks
+        .describe_access_entry()
+        .cluster_name("prod")
+        .principal_arn(role)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.access_entry().unwrap().kubernetes_groups(),
+        ["nodecycle"]
+    );
+    let err = eks
+        .describe_access_entry()
+        .cluster_name("prod")
+        .principal_arn("arn:aws:iam::123456789012:role/absent")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "ResourceNotFoundException");
+    let err = eks
+        .list_access_entries()
+        .cluster_name("absent")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "ResourceNotFoundException");
+    eks.delete_access_entry()
+        .cluster_name("prod")
+        .principal_arn(role)
+        .send()
+        .await
+        .expect("DeleteAccessEntry");
+    let listed = eks
+        .list_access_entries()
+        .cluster_name("prod")
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.access_entries().is_empty());
+}

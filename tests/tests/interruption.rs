@@ -870,8 +870,11 @@ async fn lifecycle_drain_longer_than_the_invocation_is_handed_to_the_rotator() {
     let out = e.handle(&json!({})).await;
     assert_eq!(out["outcomes"][0]["action"], "heartbeat", "{out}");
     // The rotator finished the drain and terminated it: the tick completes the action.
+    let mut drain = r.drain.clone().unwrap();
+    drain["done"] = json!(true);
     let done = Rotation {
         step: Step::Done,
+        drain: Some(drain),
         ..r
     };
     let v = e
@@ -937,7 +940,7 @@ fn run_cli(e: &Env, event_file: &str) -> std::process::Output {
 }
 
 /// Held-out events go through `nodecycle run interruption-handler --event <FILE>`: the same
-/// handler as the Lambda, real adapters (lifecycle actions excepted: moto lacks them).
+/// handler as the Lambda, real adapters (lifecycle actions: the fake cloud's patched Auto Scaling).
 #[tokio::test]
 async fn nodecycle_run_interruption_handler_acts_on_event_files() {
     let Some(_) = nodecycle_bin() else {
@@ -1000,9 +1003,27 @@ async fn nodecycle_run_interruption_handler_acts_on_event_files() {
         e.rotation(&other).await.unwrap().reason,
         RotationReason::Maintenance
     );
-    // Terminate lifecycle action through the real Auto Scaling adapter (moto, patched).
+    // Terminate lifecycle action through the real Auto Scaling adapter (moto, patched): the
+    // group's terminating hook holds the instance in Terminating:Wait, as a scale-in does.
     let (third, third_node) = e.nodes[2].clone();
     e.web_pods(&third_node, &["web-z"], 1);
+    e.adapters
+        .clients
+        .autoscaling
+        .put_lifecycle_hook()
+        .auto_scaling_group_name("prod-general")
+        .lifecycle_hook_name("nodecycle-drain")
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    e.cloud.lifecycle_wait(
+        "prod-general",
+        "nodecycle-drain",
+        &third,
+        Some("87654321-4321-4321-4321-210987654321"),
+    );
     let lca = write_event(
         &dir,
         "lca.json",
@@ -1025,12 +1046,16 @@ async fn nodecycle_run_interruption_handler_acts_on_event_files() {
         .filter(|c| c["action"] == "CompleteLifecycleAction")
         .collect();
     assert_eq!(completes.len(), 1, "{calls}");
+    assert!(completes[0].get("error").is_none(), "accepted: {calls}");
     assert_eq!(completes[0]["instance"], third.as_str());
     assert_eq!(completes[0]["result"], "CONTINUE");
     assert_eq!(
         completes[0]["token"],
         "87654321-4321-4321-4321-210987654321"
     );
+    // Completed: the termination went on, the instance left the group.
+    let left = e.adapters.group_instances("prod-general").await;
+    assert!(left.iter().all(|(id, _)| *id != third), "{left:?}");
     // The adapter treats an action that is no longer active as done, not as an error.
     let adapter =
         nodecycle::aws::interruption::LifecycleActions::new(e.adapters.clients.autoscaling.clone());
@@ -1101,4 +1126,95 @@ async fn bench_spot_warning_to_cordon() {
     eprintln!(
         "BENCH spot warning -> cordon: cold (process start) ms {cold:.1?}; warm (in-process, first one warms) ms {warm:.1?}"
     );
+}
+
+/// Writes `rotation` as the instance's rotation record (over whatever is there).
+async fn seed_rotation(e: &Env, rotation: &Rotation) {
+    let sk = format!("ROT#{}", rotation.instance_id);
+    let current = e.table.get("POOL#prod/general", &sk).await.unwrap();
+    e.table
+        .put(
+            "POOL#prod/general",
+            &sk,
+            &serde_json::to_value(rotation).unwrap(),
+            current.map(|v| v.version),
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+/// A drain handed over to the rotator is never swallowed by a record already there for the
+/// instance (a stale failed rotation, a maintenance rotation waiting for budget): the record
+/// becomes the draining rotation, and the lifecycle action completes only once it drained.
+#[tokio::test]
+async fn a_hand_over_replaces_a_stale_or_waiting_rotation_of_the_instance() {
+    for seeded in ["failed", "waiting maintenance"] {
+        let e = env(1).await;
+        let (instance, node) = e.nodes[0].clone();
+        e.web_pods(&node, &["web-a"], 1);
+        e.kube.add_pdb(
+            PdbFixture::new("default", "web")
+                .match_label("app", "web")
+                .min_available(1),
+        );
+        let earlier = Utc::now() - chrono::Duration::hours(2);
+        let record = match seeded {
+            "failed" => Rotation::new(
+                "prod/general",
+                &instance,
+                RotationReason::Drifted,
+                false,
+                earlier,
+            )
+            .enter(Step::Failed, earlier),
+            _ => Rotation {
+                deadline: Some(Utc::now() + chrono::Duration::days(5)),
+                ..Rotation::new(
+                    "prod/general",
+                    &instance,
+                    RotationReason::Maintenance,
+                    false,
+                    earlier,
+                )
+            },
+        };
+        seed_rotation(&e, &record).await;
+        let ev = event(
+            "asg-terminate-lifecycle-action.json",
+            &instance,
+            Utc::now(),
+            None,
+        );
+        let out = e
+            .handler
+            .handle(&ev, Utc::now(), Instant::now() + Duration::from_secs(12))
+            .await
+            .unwrap();
+        assert_eq!(
+            out["outcomes"][0]["action"], "handedOver",
+            "{seeded}: {out}"
+        );
+        let r = e.rotation(&instance).await.unwrap();
+        assert_eq!(
+            (r.step, r.reason),
+            (Step::Draining, RotationReason::Interrupted),
+            "{seeded}: the hand-over was swallowed: {r:?}"
+        );
+        assert!(r.drain.is_some(), "{seeded}");
+        // The rotation is closed as Done without having drained (e.g. its instance left):
+        // the pods are still there, so the lifecycle action is not completed.
+        let closed = Rotation {
+            drain: None,
+            ..r.enter(Step::Done, Utc::now())
+        };
+        seed_rotation(&e, &closed).await;
+        let out = e.handle(&json!({})).await;
+        assert_eq!(out["outcomes"][0]["action"], "heartbeat", "{seeded}: {out}");
+        assert!(
+            e.lifecycle.calls().iter().all(|c| c.op != "complete"),
+            "{seeded}: completed with pods on the node: {:?}",
+            e.lifecycle.calls()
+        );
+    }
 }

@@ -908,3 +908,74 @@ fn unready_pods_and_the_unhealthy_pod_eviction_policy() {
     let r = client.post(&evict_path("b", "ok"), &eviction("b", "ok"));
     assert_eq!(r.status, 429, "{}", r.raw);
 }
+
+#[test]
+fn rbac_objects_are_validated_and_served_like_the_apiserver() {
+    let (_cloud, _kube, client) = stand_in();
+    let roles = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+    let rule = |verbs: Value| json!({"apiGroups": [""], "resources": ["nodes"], "verbs": verbs});
+
+    // Names are path segments (system:... is valid); rules need verbs, groups and resources.
+    let r = client.post(
+        roles,
+        &json!({"metadata": {"name": "system:reader", "labels": {"agg": "yes"}}, "rules": [rule(json!(["get"]))]}),
+    );
+    assert_eq!(r.status, 201, "{}", r.raw);
+    let r = client.post(
+        roles,
+        &json!({"metadata": {"name": "bad"}, "rules": [{"resources": ["nodes"], "verbs": []}]}),
+    );
+    assert_eq!(
+        (r.status, r.body["reason"].as_str()),
+        (422, Some("Invalid"))
+    );
+    let fields: Vec<&str> = r.body["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["rules[0].verbs", "rules[0].apiGroups"]);
+
+    // An aggregated role reads with the rules of the roles its selectors match.
+    let r = client.post(
+        roles,
+        &json!({"metadata": {"name": "aggregate"}, "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg": "yes"}}]}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.raw);
+    let r = client.get(&format!("{roles}/aggregate"));
+    assert_eq!(r.body["rules"], json!([rule(json!(["get"]))]));
+
+    // A binding's roleRef must be a named ClusterRole and never changes; Group subjects need the
+    // RBAC API group.
+    let binding = |role: &str, kind: &str, subject_group: &str| {
+        json!({
+            "metadata": {"name": "b"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+            "subjects": [{"kind": "Group", "name": "nodecycle", "apiGroup": subject_group}],
+        })
+    };
+    let r = client.post(bindings, &binding("system:reader", "Role", ""));
+    assert_eq!(r.status, 422, "{}", r.raw);
+    let r = client.post(
+        bindings,
+        &binding("system:reader", "ClusterRole", "rbac.authorization.k8s.io"),
+    );
+    assert_eq!(r.status, 201, "{}", r.raw);
+    let r = client.patch(
+        &format!("{bindings}/b"),
+        "application/merge-patch+json",
+        &json!({"roleRef": {"name": "aggregate"}}),
+    );
+    assert_eq!(r.status, 422, "roleRef is immutable: {}", r.raw);
+    let r = client.get(bindings);
+    assert_eq!(r.body["kind"], "ClusterRoleBindingList");
+    assert_eq!(names(&r.body), ["b"]);
+    assert!(r.body["items"][0].get("kind").is_none());
+    assert_eq!(
+        client.get(&format!("{roles}/absent")).status,
+        404,
+        "unknown roles are NotFound"
+    );
+}

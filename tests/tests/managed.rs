@@ -1,7 +1,9 @@
 //! Managed node groups end to end: the real ami-watcher and rotator handlers over the real SDK,
 //! against moto with `tests/fakecloud/eks_updates.py` (UpdateNodegroupVersion, DescribeUpdate,
-//! UpdateNodegroupConfig, and a real Auto Scaling group behind each node group that EKS-style
-//! waves replace) and the Kubernetes stand-in (nodes follow the group). The clock is injected.
+//! UpdateNodegroupConfig, and a real Auto Scaling group behind each node group) and
+//! `eks_rollout.py` (the rolling update: surge, drain, replace, scale down, driven by the fake's
+//! own time, never by DescribeUpdate), and the Kubernetes stand-in (nodes follow the group). The
+//! rotator's clock is injected; tests wait for conditions, with a bound that only guards hangs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use nodecycle::aws::{dynamodb::Table, ec2::Ec2};
 use nodecycle::handlers::ami_watcher::AmiWatcher;
+use nodecycle::handlers::ops::{Invocation, OpsHandler};
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::managed::{ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
 use nodecycle::state::Store;
@@ -144,6 +147,32 @@ impl Mng {
         self.adapters.group_images(&self.asg).await
     }
 
+    /// Rotator passes (the injected clock moving a minute each) until the recorded node group
+    /// update has ended, while the fake EKS rolls it out in its own time; answers the clock.
+    /// `check` sees every pass's report. Panics after `HANG_GUARD` (not a timing assertion).
+    async fn pass_until_update_ends(
+        &self,
+        mut now: DateTime<Utc>,
+        check: impl Fn(&Value),
+    ) -> DateTime<Utc> {
+        let deadline = Instant::now() + HANG_GUARD;
+        loop {
+            let report = self.pass(now).await;
+            check(&report);
+            if self.update().await.is_some_and(|u| u.phase.is_finished()) {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the node group update did not end within {HANG_GUARD:?}: {:?}\n{}",
+                self.update().await,
+                self.calls()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            now += chrono::Duration::minutes(1);
+        }
+    }
+
     async fn halted(&self) -> Option<String> {
         nodecycle::state::load_pool(self.table.as_ref(), "prod/general")
             .await
@@ -154,6 +183,26 @@ impl Mng {
 }
 
 const ALIAS: &str = "  - alias: al2023@latest\n";
+
+/// The operator API over the group's rotator.
+fn ops_handler(p: &Mng) -> OpsHandler {
+    OpsHandler {
+        rotator: p.rotator.clone(),
+        images: Arc::new(Ec2::new(p.adapters.clients.ec2.clone())),
+    }
+}
+
+/// An operator invocation by alice with `request_id`.
+fn invocation(request_id: &str) -> Invocation {
+    Invocation {
+        request_id: request_id.into(),
+        caller: Some("arn:aws:iam::123456789012:user/alice".into()),
+    }
+}
+
+/// Bound on waiting for the fake EKS to finish a rollout: a hang guard, not a timing assertion
+/// (a rollout takes about a second with the fake's default timing).
+const HANG_GUARD: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn a_new_release_rolls_through_the_node_group_within_budget() {
@@ -182,24 +231,18 @@ async fn a_new_release_rolls_through_the_node_group_within_budget() {
     assert!(p.bodies("UpdateNodegroupVersion").is_empty());
     assert!(p.update().await.is_none());
 
-    // After the window: one update, maxUnavailable = the Drifted allowance (2), then followed.
-    let mut now = at("2026-12-01T01:05:00Z");
-    for _ in 0..20 {
-        let report = p.pass(now).await;
-        assert!(
-            report["pools"][0]["errors"]
-                .as_array()
-                .is_none_or(|e| e.is_empty()),
-            "{report}"
-        );
-        if p.update()
-            .await
-            .is_some_and(|u| u.phase == Phase::Successful)
-        {
-            break;
-        }
-        now += chrono::Duration::minutes(1);
-    }
+    // After the window: one update, maxUnavailable = the Drifted allowance (2), then followed
+    // until EKS reports it ended.
+    let now = p
+        .pass_until_update_ends(at("2026-12-01T01:05:00Z"), |report| {
+            assert!(
+                report["pools"][0]["errors"]
+                    .as_array()
+                    .is_none_or(|e| e.is_empty()),
+                "{report}"
+            );
+        })
+        .await;
     let update = p.update().await.unwrap();
     assert_eq!(update.phase, Phase::Successful, "{update:?}");
     assert_eq!(update.max_unavailable, 2);
@@ -272,6 +315,8 @@ async fn a_new_release_rolls_through_the_node_group_within_budget() {
 #[tokio::test]
 async fn a_failed_update_halts_the_pool() {
     let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    // Fake EKS time stopped: the update is still running when the failure is armed.
+    p.cloud.pause_eks();
     let t0 = at("2026-12-01T10:00:00Z");
     publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
     p.watcher.handle(&json!({}), t0).await.unwrap();
@@ -283,6 +328,8 @@ async fn a_failed_update_halts_the_pool() {
         "fail_update",
         json!({"cluster": "prod", "nodegroup": "general"}),
     );
+    // The failure lands at the rollout's next step.
+    p.cloud.advance_eks_time(0.1);
     p.pass(t0 + chrono::Duration::minutes(1)).await;
     let failed = p.update().await.unwrap();
     assert_eq!(failed.phase, Phase::Failed);
@@ -316,17 +363,7 @@ async fn a_custom_launch_template_group_moves_to_a_new_template_version() {
     let new = cloud_images(&p.cloud, "golden-2", "2024-06-01T00:00:00Z");
     let report = p.watcher.handle(&json!({}), t0).await.unwrap();
     assert_eq!(report["pools"][0]["desired"], new.as_str(), "{report}");
-    let mut now = t0;
-    for _ in 0..10 {
-        p.pass(now).await;
-        if p.update()
-            .await
-            .is_some_and(|u| u.phase == Phase::Successful)
-        {
-            break;
-        }
-        now += chrono::Duration::minutes(1);
-    }
+    p.pass_until_update_ends(t0, |_| {}).await;
     let update = p.update().await.unwrap();
     assert_eq!(update.phase, Phase::Successful, "{update:?}");
     let Some(UpdateTarget::LaunchTemplate { id, version }) = update.target else {
@@ -455,6 +492,8 @@ async fn an_ami_that_is_not_an_eks_release_fails_closed_on_an_ami_type_group() {
 #[tokio::test]
 async fn a_start_repeated_after_a_crash_reuses_the_same_update() {
     let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    // Fake EKS time stopped: the update is still running when the passes look at it.
+    p.cloud.pause_eks();
     let t0 = at("2026-12-01T10:00:00Z");
     let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
     p.watcher.handle(&json!({}), t0).await.unwrap();
@@ -514,7 +553,6 @@ async fn a_start_repeated_after_a_crash_reuses_the_same_update() {
 
 #[tokio::test]
 async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
-    use nodecycle::handlers::ops::{Invocation, OpsHandler};
     let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
     // Surges on the group behind the node group must get nodes too.
     p.kube.sync_nodes(nodecycle_tests::SyncNodes {
@@ -523,14 +561,8 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
     });
     let t0 = at("2026-12-01T10:00:00Z");
     p.watcher.handle(&json!({}), t0).await.unwrap();
-    let ops = OpsHandler {
-        rotator: p.rotator.clone(),
-        images: Arc::new(Ec2::new(p.adapters.clients.ec2.clone())),
-    };
-    let inv = Invocation {
-        request_id: "req-1".into(),
-        caller: Some("arn:aws:iam::123456789012:user/alice".into()),
-    };
+    let ops = ops_handler(&p);
+    let inv = invocation("req-1");
     let status = ops
         .handle(
             &json!({"action": "status", "pool": "prod/general"}),
@@ -562,10 +594,7 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
 
     // Hold the release with a pin to the old AMI, then an operator replaces one node by hand
     // (node by node, through the node group's Auto Scaling group).
-    let inv2 = Invocation {
-        request_id: "req-2".into(),
-        ..inv.clone()
-    };
+    let inv2 = invocation("req-2");
     ops.handle(
         &json!({"action": "pin", "pool": "prod/general", "ami": p.old, "reason": "hold the release"}),
         &inv2,
@@ -582,10 +611,7 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
         .into_iter()
         .map(|(id, _)| id)
         .collect();
-    let inv3 = Invocation {
-        request_id: "req-3".into(),
-        ..inv.clone()
-    };
+    let inv3 = invocation("req-3");
     let r = ops
         .handle(
             &json!({"action": "rotate", "pool": "prod/general", "instances": [ids[0]], "reason": "bad disk", "ignoreBudgets": true, "maxConcurrent": 1}),
@@ -622,6 +648,93 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
     assert!(p.images().await.iter().all(|i| *i == p.old));
 }
 
+/// Successful DescribeUpdate calls so far.
+fn described(calls: &Value) -> usize {
+    calls["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["op"] == "DescribeUpdate" && c["status"] == 200)
+        .count()
+}
+
+fn timeline(calls: &Value) -> Vec<String> {
+    calls["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn status_and_plan_read_a_running_update_without_moving_it_while_fake_time_does() {
+    let p = mng(5, "    - nodes: \"2\"\n", ALIAS).await;
+    p.cloud.pause_eks();
+    let t0 = at("2026-12-01T10:00:00Z");
+    let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    p.pass(t0).await;
+    assert_eq!(p.update().await.unwrap().phase, Phase::InProgress);
+    let instances = p.adapters.group_instances(&p.asg).await;
+    let before = described(&p.calls());
+
+    // Read-only views while fake EKS time stands still: `status` and the plan preview (what
+    // `nodecycle plan` shows) follow the update with DescribeUpdate, and it stays where it is.
+    let ops = ops_handler(&p);
+    let inv = invocation("req-status");
+    let policy = support::policy(&format!(
+        "cluster: prod\nname: general\nnodeGroup: {{ managedNodeGroup: general }}\narchitecture: x86_64\namiSelectorTerms:\n{ALIAS}disruption:\n  budgets:\n    - nodes: \"2\"\n"
+    ));
+    let kube = p.rotator.kube.connect("prod").await.unwrap();
+    for i in 0..5 {
+        let now = t0 + chrono::Duration::minutes(i);
+        let status = ops
+            .handle(
+                &json!({"action": "status", "pool": "prod/general"}),
+                &inv,
+                now,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            status["pools"][0]["nodeGroupUpdate"]["phase"], "InProgress",
+            "{status}"
+        );
+        let (_, preview) = p
+            .rotator
+            .preview(&policy, kube.as_ref(), now)
+            .await
+            .unwrap();
+        let v = serde_json::to_value(&preview).unwrap();
+        assert_eq!(v["nodeGroupUpdate"]["phase"], "InProgress", "{v}");
+    }
+    let calls = p.calls();
+    assert!(
+        described(&calls) >= before + 10,
+        "status and plan asked EKS: {calls}"
+    );
+    assert!(timeline(&calls).is_empty(), "{calls}");
+    assert!(calls["waves"].as_array().unwrap().is_empty(), "{calls}");
+    assert_eq!(p.adapters.group_instances(&p.asg).await, instances);
+
+    // Fake time moves it without any call: the surge comes first.
+    p.cloud.advance_eks_time(0.05);
+    let calls = p.calls();
+    assert_eq!(timeline(&calls)[..2], ["setup", "scaleUp"], "{calls}");
+    assert!(calls["waves"].as_array().unwrap().is_empty(), "{calls}");
+    assert_eq!(p.adapters.group_instances(&p.asg).await.len(), 7);
+
+    // Time running again, the rotator sees it through.
+    p.cloud.resume_eks();
+    p.pass_until_update_ends(t0 + chrono::Duration::minutes(10), |_| {})
+        .await;
+    assert_eq!(p.update().await.unwrap().phase, Phase::Successful);
+    let images = p.images().await;
+    assert_eq!(images.len(), 5, "{images:?}");
+    assert!(images.iter().all(|i| *i == new), "{images:?}");
+}
+
 #[tokio::test]
 async fn an_update_eks_no_longer_knows_halts_instead_of_waiting_forever() {
     let p = mng(2, "    - nodes: \"1\"\n", ALIAS).await;
@@ -651,6 +764,8 @@ async fn an_update_eks_no_longer_knows_halts_instead_of_waiting_forever() {
 #[tokio::test]
 async fn an_update_started_outside_nodecycle_blocks_every_start() {
     let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    // Fake EKS time stopped: the console's update is still running when the pass looks.
+    p.cloud.pause_eks();
     let t0 = at("2026-12-01T10:00:00Z");
     publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
     p.watcher.handle(&json!({}), t0).await.unwrap();
@@ -679,6 +794,8 @@ async fn an_update_started_outside_nodecycle_blocks_every_start() {
 #[tokio::test]
 async fn a_start_that_never_reached_eks_is_replaced_when_a_newer_ami_arrives() {
     let p = mng(2, "    - nodes: \"1\"\n", ALIAS).await;
+    // Fake EKS time stopped: the new update is still running when the pass records it.
+    p.cloud.pause_eks();
     let t0 = at("2026-12-01T10:00:00Z");
     // A start recorded for an intermediate AMI that EKS never got (no update id).
     let stale = ManagedUpdate::starting("prod/general", "ami-0123456789abcdef0", 1, t0);

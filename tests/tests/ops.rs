@@ -524,11 +524,12 @@ async fn cancel_mid_drain_leaves_the_node_schedulable_and_undoes_the_surge() {
         .into_iter()
         .find(|r| r.instance_id == victim)
         .unwrap();
-    assert_eq!(rot.step, Step::Failed);
+    assert_eq!(rot.step, Step::Cancelled, "a cancel is not a failure");
     assert!(
         rot.error
-            .unwrap()
-            .starts_with("cancelled by arn:aws:iam::123456789012:user/alice: db cannot move")
+            .as_deref()
+            .is_some_and(|e| e.contains("arn:aws:iam::123456789012:user/alice")),
+        "who cancelled is recorded: {rot:?}"
     );
     std::thread::sleep(Duration::from_millis(500));
     let instances = p.instances().await;

@@ -12,7 +12,12 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = nodecycle::handlers::deadline_from_epoch_ms(event.context.deadline);
         rotator
-            .handle(&event.payload, chrono::Utc::now(), deadline)
+            .handle_invocation(
+                &event.payload,
+                chrono::Utc::now(),
+                deadline,
+                Some(&event.context.request_id),
+            )
             .await
             .map_err(|e| Diagnostic {
                 error_type: e.error_type,

@@ -1,5 +1,5 @@
 //! `family@version` aliases and the public SSM parameter each one reads.
-//! Filled in by the AMI-selection work; see `../shared/reference/semantics.md` section 1.
+//! Alias families, versions and the SSM parameters behind them, as Karpenter resolves them.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

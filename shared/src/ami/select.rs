@@ -1,4 +1,4 @@
-//! Choosing one AMI among the images the terms matched (semantics.md section 1, "Choosing among
+//! Choosing one AMI among the images the terms matched (Karpenter's rule, "Choosing among
 //! matches"): non-deprecated beats deprecated, then the newest `CreationDate`, then the greater
 //! `Name`; the image id breaks any remaining tie so the order is total and deterministic.
 

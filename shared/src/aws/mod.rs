@@ -2,15 +2,21 @@
 //! [`PortError`]s. Nothing outside this module sees SDK types.
 
 pub mod autoscaling;
+#[cfg(feature = "doctor")]
+pub mod cloudformation;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;
+#[cfg(feature = "doctor")]
+pub mod eventbridge;
 pub mod interruption;
+pub mod inventory;
 pub mod managed;
 pub mod nodegroup;
 pub mod ssm;
 mod template;
 
+use aws_sdk_ssm::config::http::HttpResponse;
 use aws_sdk_ssm::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 use crate::port::{ErrorKind, PortError};
@@ -69,8 +75,10 @@ pub(crate) fn kind_of_code(code: &str) -> ErrorKind {
         | "RequestLimitExceeded"
         | "ProvisionedThroughputExceededException"
         | "RequestThrottled"
-        | "TooManyUpdates"
-        | "InternalServerError"
+        | "RequestThrottledException"
+        | "TooManyRequestsException"
+        | "TooManyUpdates" => ErrorKind::Throttled,
+        "InternalServerError"
         | "InternalFailure"
         | "InternalError"
         | "ServiceUnavailable"
@@ -82,22 +90,46 @@ pub(crate) fn kind_of_code(code: &str) -> ErrorKind {
         | "InvalidClientTokenId"
         | "ExpiredToken"
         | "ExpiredTokenException" => ErrorKind::AccessDenied,
+        "ValidationError"
+        | "ValidationException"
+        | "InvalidParameterException"
+        | "InvalidParameterValue"
+        | "InvalidParameterCombination"
+        | "InvalidRequestException"
+        | "InvalidParameterValueException" => ErrorKind::Invalid,
         _ => ErrorKind::Other,
     }
 }
 
-/// Translates an SDK error into a [`PortError`] for operation `op` (e.g. `ssm:GetParameters`).
-pub(crate) fn port_error<E, R>(op: &str, err: SdkError<E, R>) -> PortError
+/// Classifies a service error without a recognised code by its HTTP status.
+fn kind_of_status(status: u16) -> ErrorKind {
+    match status {
+        429 => ErrorKind::Throttled,
+        500..=599 => ErrorKind::Transient,
+        403 => ErrorKind::AccessDenied,
+        404 => ErrorKind::NotFound,
+        409 => ErrorKind::Conflict,
+        _ => ErrorKind::Other,
+    }
+}
+
+/// Translates an SDK error into a [`PortError`] for operation `op` (e.g. `ssm:GetParameters`):
+/// by the service's error code, else (no code, e.g. a bare 503) by the HTTP status.
+pub(crate) fn port_error<E>(op: &str, err: SdkError<E, HttpResponse>) -> PortError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
 {
     match &err {
         SdkError::ServiceError(service) => {
             let e = service.err();
+            let status = service.raw().status().as_u16();
             let code = e.code().unwrap_or("Unknown");
             let message = e.message().unwrap_or("no message");
-            PortError::new(op, kind_of_code(code), format!("{code}: {message}"))
+            let kind = match (e.code(), kind_of_code(code)) {
+                (Some(_), k) if k != ErrorKind::Other => k,
+                _ => kind_of_status(status),
+            };
+            PortError::new(op, kind, format!("{code} (HTTP {status}): {message}"))
         }
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             PortError::new(

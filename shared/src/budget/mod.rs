@@ -1,7 +1,7 @@
 //! Disruption budgets: how many more nodes may be disrupted now, which budget limits it, and when
 //! the answer next changes. Pure: time is passed in.
 //!
-//! Semantics (see `reference/semantics.md` section 3): a budget without schedule is always
+//! Semantics (Karpenter's disruption budgets): a budget without schedule is always
 //! active; one with `schedule` + `duration` is active for `now` in `[H, H + duration)` for some
 //! cron hit H read in the budget's `timeZone` (default UTC). For a reason, the allowance is the
 //! minimum `nodes` value over active budgets that apply to it, minus the nodes already

@@ -317,32 +317,23 @@ impl AmiWatcher {
     }
 }
 
-/// Builds the watcher from the environment: `NODECYCLE_TABLE` (required),
-/// `NODECYCLE_POLICY_PREFIX` (default `/nodecycle/pools/`).
+impl AmiWatcher {
+    /// The watcher over `ports`.
+    pub fn new(ports: &crate::port::Ports) -> Self {
+        AmiWatcher {
+            policies: ports.policies.clone(),
+            parameters: ports.parameters.clone(),
+            images: ports.images.clone(),
+            clusters: ports.clusters.clone(),
+            groups: ports.node_groups.clone(),
+            store: ports.store.clone(),
+        }
+    }
+}
+
+/// Builds the watcher from the environment (`NODECYCLE_TABLE`, `NODECYCLE_POLICY_PREFIX`).
 pub fn from_env(config: &aws_config::SdkConfig) -> Result<AmiWatcher, HandlerError> {
-    use crate::aws::{
-        Clients,
-        dynamodb::Table,
-        ec2::Ec2,
-        eks::Eks,
-        nodegroup::NodeGroups,
-        ssm::{Ssm, SsmPolicies},
-    };
-    let (table, prefix) = super::table_and_prefix_from_env()?;
-    let c = Clients::new(config);
-    let ssm = Ssm::new(c.ssm.clone());
-    Ok(AmiWatcher {
-        policies: Arc::new(SsmPolicies::new(ssm.clone(), &prefix)),
-        parameters: Arc::new(ssm),
-        images: Arc::new(Ec2::new(c.ec2.clone())),
-        clusters: Arc::new(Eks::new(c.eks.clone())),
-        groups: Arc::new(NodeGroups::new(
-            c.autoscaling.clone(),
-            c.ec2.clone(),
-            c.eks.clone(),
-        )),
-        store: Arc::new(Table::new(c.dynamodb.clone(), table)),
-    })
+    Ok(AmiWatcher::new(&crate::port::Ports::from_env(config)?))
 }
 
 #[cfg(test)]

@@ -22,6 +22,22 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_millis(u64::try_from(left).unwrap_or(0))
 }
 
+/// Overrides each duration whose environment variable is set (`15m`, `20s`, ...); a malformed
+/// value is a `Configuration` error naming the variable.
+pub fn durations_from_env(
+    fields: &mut [(&str, &mut std::time::Duration)],
+) -> Result<(), HandlerError> {
+    for (var, field) in fields.iter_mut() {
+        if let Ok(text) = std::env::var(*var) {
+            **field = crate::duration::parse(&text).map_err(|e| HandlerError {
+                error_type: "Configuration".into(),
+                message: format!("{var}: {e}"),
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// A handler failure with the Lambda error type to report.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{error_type}: {message}")]

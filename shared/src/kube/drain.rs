@@ -247,6 +247,19 @@ pub enum DrainError {
     Kube(#[from] KubeError),
 }
 
+impl From<DrainError> for crate::port::PortError {
+    fn from(e: DrainError) -> Self {
+        match e {
+            DrainError::NodeNotFound(_) => crate::port::PortError::new(
+                "kubernetes",
+                crate::port::ErrorKind::NotFound,
+                e.to_string(),
+            ),
+            DrainError::Kube(k) => k.into(),
+        }
+    }
+}
+
 /// Starts a drain: finds the node of `instance_id` by providerID, cordons and taints it
 /// (idempotent) and records a `Cordoned` Event. `grace` is the `terminationGracePeriod`
 /// (`None` = wait for PDBs indefinitely).

@@ -9,19 +9,26 @@
 //! - [`token`]: the EKS bearer token (SigV4 query-presigned STS GetCallerIdentity).
 //! - [`client`]: [`EksKube`], the `kube`-based [`NodeOps`] with endpoint and CA from
 //!   eks:DescribeCluster, local overrides and token refresh.
+//! - [`connect`]: [`KubeConnector`], a client per cluster name ([`EksConnector`] over EKS).
 //! - [`command`]: [`drain_command`], the library side of `nodecycle drain`.
-//! - [`memory`]: an in-memory [`NodeOps`] for tests of code built on this module.
+//! - [`memory`]: an in-memory [`NodeOps`] for tests of code built on this module (feature
+//!   `test-support` or unit tests; not linked into the Lambda functions).
+//! - [`rbac`]: `nodecycle doctor`'s read of ClusterRoles and ClusterRoleBindings.
 
 pub mod client;
 pub mod command;
+pub mod connect;
 pub mod drain;
+#[cfg(any(test, feature = "test-support"))]
 pub mod memory;
 pub mod ops;
 pub mod pods;
+pub mod rbac;
 pub mod token;
 
 pub use client::{ClusterAccess, EksKube, KubeOverrides};
 pub use command::{DrainCommandError, DrainReport, drain_command};
+pub use connect::{EksConnector, KubeConnector};
 pub use drain::{
     BlockedPod, DrainError, DrainProgress, DrainState, PodFailure, StepPlan, abort_drain,
     delete_node, drain_step, plan_step, start_drain,

@@ -176,6 +176,26 @@ fn hint(code: u16) -> &'static str {
 }
 
 impl KubeError {
+    /// What kind of failure this is (callers decide on the kind, never on the message).
+    pub fn kind(&self) -> crate::port::ErrorKind {
+        use crate::port::ErrorKind;
+        match self {
+            KubeError::Api { code, .. } => match code {
+                404 | 410 => ErrorKind::NotFound,
+                409 => ErrorKind::Conflict,
+                429 => ErrorKind::Throttled,
+                401 | 403 => ErrorKind::AccessDenied,
+                400 | 422 => ErrorKind::Invalid,
+                500..=599 => ErrorKind::Transient,
+                _ => ErrorKind::Other,
+            },
+            KubeError::NotFound { .. } | KubeError::ClusterNotFound(_) => ErrorKind::NotFound,
+            KubeError::Transport { .. } => ErrorKind::Transient,
+            KubeError::Config(_) => ErrorKind::Invalid,
+            KubeError::Aws(_) => ErrorKind::Other,
+        }
+    }
+
     /// HTTP status code of an API error, if any.
     pub fn code(&self) -> Option<u16> {
         match self {
@@ -201,5 +221,11 @@ pub(crate) fn n_pods(n: usize) -> String {
         "1 pod".to_owned()
     } else {
         format!("{n} pods")
+    }
+}
+
+impl From<KubeError> for crate::port::PortError {
+    fn from(e: KubeError) -> Self {
+        crate::port::PortError::new("kubernetes", e.kind(), e.to_string())
     }
 }

@@ -1,7 +1,7 @@
 //! Drift and expiry of one instance (pure): does it need replacing, why, and is it forced.
 //!
 //! - **Drifted**: the instance's image id is known and differs from the pool's desired AMI
-//!   (semantics.md section 2). An unknown image or an unresolved desired AMI is never drift
+//!   (Karpenter's drift on the AMI). An unknown image or an unresolved desired AMI is never drift
 //!   (fail closed: nothing is rotated on a guess).
 //! - **Expired**: age (from the EC2 launch time) `>= expireAfter`, as Karpenter's expiration
 //!   controller (`!now.Before(launch + expireAfter)`). `expireAfter: Never` never expires.

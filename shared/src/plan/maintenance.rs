@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use super::{Action, Allowed, Decision, instant};
+use super::{Action, Allowed, Decision, DecisionKind, instant};
 use crate::rotation::{Rotation, RotationReason, Step};
 
 /// A maintenance rotation is forced this long before its deadline.
@@ -40,12 +40,14 @@ pub(super) fn release(
         let deadline = r.deadline.map(instant).unwrap_or_default();
         if let Some(gate) = gate {
             decisions.push(Decision::instance(
+                DecisionKind::Wait,
                 id,
                 format!("{id}: Maintenance (deadline {deadline}) waits: {gate}"),
             ));
         } else if released < room {
             released += 1;
             decisions.push(Decision::instance(
+                DecisionKind::Start,
                 id,
                 format!("starting {id}: Maintenance (deadline {deadline}), within budget"),
             ));
@@ -55,6 +57,7 @@ pub(super) fn release(
             });
         } else {
             decisions.push(Decision::instance(
+                DecisionKind::Wait,
                 id,
                 format!(
                     "{id}: Maintenance (deadline {deadline}) waits for budget; forced from {}",

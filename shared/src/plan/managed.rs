@@ -34,7 +34,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
-use super::{Action, Decision, Plan, budget_message, plan};
+use super::{Action, Decision, DecisionKind, Plan, budget_message, plan};
 use crate::fleet::{Lifecycle, Snapshot};
 use crate::managed::{MAX_UNAVAILABLE_LIMIT, ManagedUpdate, Phase};
 use crate::rotation::{RotationReason, Step};
@@ -112,32 +112,25 @@ pub fn plan_managed(
     };
 
     // EKS owns the group's launch template; drift is the update's job.
-    base.actions.retain(|a| match a {
-        Action::UpdateLaunchTemplate { .. } => false,
-        Action::StartRotation { reason, .. } => *reason != RotationReason::Drifted,
-        Action::Advance { .. } => true,
-    });
+    base.actions
+        .retain(|a| !matches!(a, Action::UpdateLaunchTemplate { .. }));
     base.decisions
-        .retain(|d| !d.message.starts_with("updating the launch template"));
-    let drift_starts_dropped = base
-        .candidates
-        .iter()
-        .any(|c| c.reason == RotationReason::Drifted);
-    if drift_starts_dropped {
-        base.decisions.push(Decision::pool(
-            "drifted nodes are replaced by the node group update, not node by node".into(),
-        ));
-    }
+        .retain(|d| d.kind != DecisionKind::LaunchTemplate);
+    drop_actions(
+        &mut base,
+        |a| {
+            matches!(
+                a,
+                Action::StartRotation {
+                    reason: RotationReason::Drifted,
+                    ..
+                }
+            )
+        },
+        "drifted nodes are replaced by the node group update, not node by node",
+    );
 
-    let gate = &snapshot.gates;
-    let gated = gate.halted.is_some()
-        || gate.paused.is_some()
-        || snapshot.policy.paused
-        || desired.is_none()
-        || base
-            .decisions
-            .iter()
-            .any(|d| d.message.starts_with("not starting: snapshot lists"));
+    let gated = base.gate.is_some();
 
     // A recorded start that never reached EKS (no update id) for an AMI that is no longer the
     // desired one is superseded: planned as if absent, so a start replaces it.
@@ -145,7 +138,7 @@ pub fn plan_managed(
         u.phase == Phase::Starting && u.update_id.is_none() && desired.is_some_and(|d| d != u.image)
     });
     if let Some(u) = superseded {
-        base.decisions.push(Decision::pool(format!(
+        base.decisions.push(Decision::pool(DecisionKind::NodeGroupUpdate, format!(
             "the recorded start of an update to {} never reached EKS and the desired AMI is now {}: a new start replaces it",
             u.image,
             desired.unwrap_or_default()
@@ -153,36 +146,42 @@ pub fn plan_managed(
     }
     let running = update.filter(|u| !u.phase.is_finished() && superseded.is_none());
     let action = if running.is_none() && status != "ACTIVE" {
-        drop_starts(&mut base, snapshot);
         let why = format!(
             "node group is {status}, not ACTIVE, and no update of nodecycle's is running: nothing starts until it is ACTIVE"
         );
-        base.decisions
-            .push(Decision::pool(format!("not starting: {why}")));
+        drop_starts(&mut base, &why);
+        base.decisions.push(Decision::pool(
+            DecisionKind::Gate,
+            format!("not starting: {why}"),
+        ));
         base.blocked = Some(why);
         UpdateAction::None
     } else if let Some(u) = running {
-        drop_starts(&mut base, snapshot);
         let id = u.update_id.as_deref().unwrap_or("(starting)");
         let why = format!(
             "managed node group update {id} to {} in progress (maxUnavailable {}); node-level rotations wait",
             u.image, u.max_unavailable
         );
+        drop_starts(&mut base, &why);
         if base.allowed.drifted == 0 && drifted > 0 {
-            base.decisions.push(Decision::pool(format!(
+            base.decisions.push(Decision::pool(DecisionKind::NodeGroupUpdate, format!(
                 "Drifted budget is now 0, but EKS cannot pause update {id}: it runs to completion"
             )));
         }
-        base.decisions.push(Decision::pool(why.clone()));
+        base.decisions
+            .push(Decision::pool(DecisionKind::NodeGroupUpdate, why.clone()));
         base.blocked = Some(why);
         UpdateAction::Continue
     } else if gated || (drifted == 0 && !launches_other) {
         UpdateAction::None
     } else if let Some(d) = desired {
+        // Rotations past `Pending` hold nodes of the group: the update waits for them. Those
+        // still at `Pending` wait for the update instead (their instance may well be replaced by
+        // it), so the two never wait for each other.
         let in_flight = snapshot
             .rotations
             .iter()
-            .filter(|r| r.pool == base.pool && r.in_flight() && !r.waiting())
+            .filter(|r| r.pool == base.pool && r.in_flight() && r.step != Step::Pending)
             .count();
         let what = format!(
             "{drifted} node(s) drifted{}",
@@ -203,9 +202,11 @@ pub fn plan_managed(
             let why = format!(
                 "{what}: the node group update waits for {in_flight} node-level rotation(s) in flight"
             );
-            drop_starts(&mut base, snapshot);
-            base.decisions
-                .push(Decision::pool(format!("not starting: {why}")));
+            drop_starts(&mut base, &why);
+            base.decisions.push(Decision::pool(
+                DecisionKind::Wait,
+                format!("not starting: {why}"),
+            ));
             base.blocked = Some(why);
             UpdateAction::None
         } else if base.allowed.drifted == 0 {
@@ -217,24 +218,26 @@ pub fn plan_managed(
                 0,
                 now,
             );
-            base.decisions.push(Decision::pool(format!(
-                "not starting the node group update: {why}; {what}"
-            )));
+            base.decisions.push(Decision::pool(
+                DecisionKind::Wait,
+                format!("not starting the node group update: {why}; {what}"),
+            ));
             base.blocked = Some(why);
             UpdateAction::None
         } else {
             let max_unavailable = base.allowed.drifted.min(MAX_UNAVAILABLE_LIMIT);
             match window_fit(snapshot, &base, drifted, max_unavailable, group.wave, now) {
                 Err(why) => {
-                    base.decisions.push(Decision::pool(format!(
-                        "not starting the node group update: {why}; {what}"
-                    )));
+                    base.decisions.push(Decision::pool(
+                        DecisionKind::Wait,
+                        format!("not starting the node group update: {why}; {what}"),
+                    ));
                     base.blocked = Some(why);
                     UpdateAction::None
                 }
                 Ok(fit) => {
-                    drop_starts(&mut base, snapshot);
-                    base.decisions.push(Decision::pool(format!(
+                    drop_starts(&mut base, "the node group update replaces nodes this pass");
+                    base.decisions.push(Decision::pool(DecisionKind::NodeGroupUpdate, format!(
                         "starting the node group update to {d}: {what}; maxUnavailable {max_unavailable} (Drifted budget allows {}); {fit}",
                         base.allowed.drifted
                     )));
@@ -253,15 +256,16 @@ pub fn plan_managed(
     // AMI (only the update changes that): such a rotation could never finish. Node-level starts
     // (expiry, forced expiry, operator rotations) wait for the update.
     if launches_other && !gated {
-        let before = base.actions.len();
-        drop_starts(&mut base, snapshot);
-        if base.actions.len() < before {
-            base.decisions.push(Decision::pool(format!(
-                "node-level rotations wait: the node group launches {}, not the desired {}, until its update",
-                snapshot.group.launch_template_image.as_deref().unwrap_or("?"),
-                desired.unwrap_or_default()
-            )));
-        }
+        let why = format!(
+            "the node group launches {}, not the desired {}, until its update",
+            snapshot
+                .group
+                .launch_template_image
+                .as_deref()
+                .unwrap_or("?"),
+            desired.unwrap_or_default()
+        );
+        drop_starts(&mut base, &why);
     }
     ManagedPlan {
         plan: base,
@@ -338,19 +342,49 @@ fn fmt(d: TimeDelta) -> String {
 
 /// Removes every start of the node-level plan: new rotations and releases of queued operator
 /// rotations (in-flight rotations keep advancing).
-fn drop_starts(plan: &mut Plan, snapshot: &Snapshot) {
-    let queued: std::collections::BTreeSet<&str> = snapshot
-        .rotations
-        .iter()
-        .filter(|r| r.waiting())
-        .map(|r| r.instance_id.as_str())
-        .collect();
-    plan.actions.retain(|a| match a {
-        Action::StartRotation { .. } | Action::UpdateLaunchTemplate { .. } => false,
-        Action::Advance { instance_id, step } => {
-            *step != Step::Pending || !queued.contains(instance_id.as_str())
+/// Removes every start of the node-level plan: new rotations, the launch template, and the
+/// first step of every rotation still at `Pending` (queued operator rotations, maintenance
+/// rotations released within budget, forced ones not started yet): their replacement would
+/// come up beside (or instead of) the node group's own. Their decisions go with them, and one
+/// `Wait` decision per instance says why.
+fn drop_starts(plan: &mut Plan, why: &str) {
+    drop_actions(
+        plan,
+        |a| match a {
+            Action::StartRotation { .. } | Action::UpdateLaunchTemplate { .. } => true,
+            Action::Advance { step, .. } => *step == Step::Pending,
+        },
+        why,
+    );
+}
+
+/// Removes the actions matching `drop`, the `Start` decisions of their instances, and says
+/// `why` they wait (once per instance).
+fn drop_actions(plan: &mut Plan, drop: impl Fn(&Action) -> bool, why: &str) {
+    let mut dropped = std::collections::BTreeSet::new();
+    plan.actions.retain(|a| {
+        if !drop(a) {
+            return true;
         }
+        match a {
+            Action::StartRotation { instance_id, .. } | Action::Advance { instance_id, .. } => {
+                dropped.insert(instance_id.clone());
+            }
+            Action::UpdateLaunchTemplate { .. } => {}
+        }
+        false
     });
+    plan.decisions.retain(|d| {
+        !(d.kind == DecisionKind::Start
+            && d.instance_id.as_ref().is_some_and(|i| dropped.contains(i)))
+    });
+    for id in dropped {
+        plan.decisions.push(Decision::instance(
+            DecisionKind::Wait,
+            &id,
+            format!("{id} waits: {why}"),
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -706,6 +740,51 @@ mod tests {
         assert_eq!(advanced, ["i-o0"]);
     }
 
+    /// Defect 4 of the rotation-core issue: a budgeted maintenance rotation was released (its
+    /// first step planned) during a running node group update; its replacement would come up
+    /// beside the update's and never match.
+    #[test]
+    fn maintenance_and_pending_rotations_wait_during_an_update() {
+        let mut maintenance = rotation("i-n1", RotationReason::Maintenance, Step::Pending);
+        maintenance.deadline = Some(now() + TimeDelta::days(3));
+        let forced = rotation("i-n2", RotationReason::Interrupted, Step::Pending);
+        let s = snapshot(
+            budgets("    - nodes: \"3\"\n"),
+            fleet(0, 3),
+            vec![maintenance, forced],
+        );
+        // Without an update both go (released within budget / in flight).
+        let idle = plan_managed(&s, &group(None, "ACTIVE"), now());
+        let moving = |p: &ManagedPlan| -> Vec<String> {
+            p.plan
+                .actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Advance { instance_id, .. } => Some(instance_id.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(moving(&idle), ["i-n2", "i-n1"], "{:?}", idle.plan.decisions);
+        let u = update(Phase::InProgress);
+        let p = plan_managed(&s, &group(Some(&u), "UPDATING"), now());
+        assert!(moving(&p).is_empty(), "{:?}", p.plan.actions);
+        for id in ["i-n1", "i-n2"] {
+            let kinds: Vec<DecisionKind> = p
+                .plan
+                .decisions
+                .iter()
+                .filter(|d| d.instance_id.as_deref() == Some(id))
+                .map(|d| d.kind)
+                .collect();
+            assert!(
+                kinds.contains(&DecisionKind::Wait) && !kinds.contains(&DecisionKind::Start),
+                "{id}: {:?}",
+                p.plan.decisions
+            );
+        }
+    }
+
     #[test]
     fn serializes_the_update_beside_the_plan() {
         let mut s = snapshot(budgets("    - nodes: \"2\"\n"), fleet(2, 0), vec![]);
@@ -822,14 +901,15 @@ mod tests {
         let p = plan_managed(&s, &group(None, "ACTIVE"), now());
         assert_eq!(p.update, UpdateAction::None);
         assert!(p.plan.actions.is_empty(), "{:?}", p.plan.actions);
-        assert!(
-            p.plan
-                .decisions
-                .iter()
-                .any(|d| d.message.starts_with("node-level rotations wait")),
-            "{:?}",
-            p.plan.decisions
-        );
+        let about_o1: Vec<DecisionKind> = p
+            .plan
+            .decisions
+            .iter()
+            .filter(|d| d.instance_id.as_deref() == Some("i-o1"))
+            .map(|d| d.kind)
+            .collect();
+        // The release's "starting" decision went with its action; the wait is said instead.
+        assert_eq!(about_o1, vec![DecisionKind::Wait], "{:?}", p.plan.decisions);
         // Once the group launches the desired AMI, they go.
         s.group.launch_template_image = Some(NEW.into());
         for m in &mut s.members {

@@ -705,6 +705,7 @@ fn surge_baseline_identifies_unrecorded_replacement() {
         target_desired: 7,
         baseline: (0..6).map(|i| format!("i-{i:02}")).collect(),
         base: Some(6),
+        release: None,
     });
     let p = plan(&snapshot(budgets("3"), members.clone(), vec![rot]), now());
     assert_eq!((p.total, p.disrupting), (6, 1));
@@ -959,10 +960,10 @@ fn serializes_to_the_cli_shape() {
         ],
         "blocked": "Drifted budget 0 (disruption.budgets[0] nodes \"1\" allows 1 of 2; 1 disrupting, 1 started this pass)",
         "decisions": [
-            {"instance": null, "message": "updating the launch template of prod-general: it launches ami-old, desired ami-new"},
-            {"instance": "i-0fly", "message": "advancing i-0fly: Drifted rotation at step Draining"},
-            {"instance": "i-0def", "message": "starting i-0def: Expired, forced (3h30m past expireAfter+terminationGracePeriod 720h+2h, age 725h30m; no budget wait), 3 evictable pod(s)"},
-            {"instance": null, "message": "not starting: Drifted budget 0 (disruption.budgets[0] nodes \"1\" allows 1 of 2; 1 disrupting, 1 started this pass); 1 Drifted candidate(s) wait"}
+            {"instance": null, "kind": "launchTemplate", "message": "updating the launch template of prod-general: it launches ami-old, desired ami-new"},
+            {"instance": "i-0fly", "kind": "advance", "message": "advancing i-0fly: Drifted rotation at step Draining"},
+            {"instance": "i-0def", "kind": "start", "message": "starting i-0def: Expired, forced (3h30m past expireAfter+terminationGracePeriod 720h+2h, age 725h30m; no budget wait), 3 evictable pod(s)"},
+            {"instance": null, "kind": "wait", "message": "not starting: Drifted budget 0 (disruption.budgets[0] nodes \"1\" allows 1 of 2; 1 disrupting, 1 started this pass); 1 Drifted candidate(s) wait"}
         ]
     });
     assert_eq!(v, expected, "{}", serde_json::to_string_pretty(&v).unwrap());

@@ -1,6 +1,5 @@
-//! `amiSelectorTerms` validation: Karpenter's CRD and CEL rules (see
-//! `reference/semantics.md` section 1), with nodecycle's stricter checks on owners, ids and
-//! SSM parameter names.
+//! `amiSelectorTerms` validation: Karpenter's CRD and CEL rules, with nodecycle's stricter
+//! checks on owners, ids and SSM parameter names.
 
 use std::collections::BTreeMap;
 

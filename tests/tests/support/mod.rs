@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod pool;
+
 use std::sync::Arc;
 
 use nodecycle::ami::resolve::Resolver;

@@ -2,11 +2,13 @@
 //! 2 bad input (invalid policy, bad arguments).
 
 mod budget;
+mod doctor;
 mod drain;
 mod ops;
 mod plan;
 mod resolve;
 mod run;
+mod simulate;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +49,10 @@ enum Command {
     Cancel(ops::CancelArgs),
     /// Show what the rotator would do for a pool now (or at --at), changing nothing.
     Plan(plan::Args),
+    /// Forecast the rollout over days (policy files or --live), as JSON and an SVG/HTML picture.
+    Simulate(simulate::Args),
+    /// Read-only preflight of a deployment: stack, table, policies, groups, access, RBAC, rules.
+    Doctor(doctor::Args),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -65,6 +71,8 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Resume(a) => ops::run(ops::pool_request("resume", a)).await,
         Command::Cancel(a) => ops::run(ops::cancel_request(a)).await,
         Command::Plan(a) => plan::run(a).await,
+        Command::Simulate(a) => simulate::run(a).await,
+        Command::Doctor(a) => doctor::run(a).await,
     }
 }
 

@@ -5,6 +5,7 @@
 //! idempotent when repeated.
 
 pub mod request;
+mod rotations;
 mod status;
 
 use std::collections::BTreeMap;
@@ -16,11 +17,8 @@ use serde_json::{Value, json};
 use super::HandlerError;
 use super::rotator::RotatorHandler;
 use crate::ami::resolve::{ImageCatalog, ImageQuery};
-use crate::fleet::Lifecycle;
-use crate::kube as k;
 use crate::policy::{self, NodeGroup, Policy};
-use crate::port::ErrorKind;
-use crate::rotation::{Queue, Rotation, Step, rotation_sk};
+use crate::rotation::Rotation;
 use crate::state::{self, OperatorAction, Pin, PoolRecord, Versioned};
 pub use request::{Request, Target};
 
@@ -28,8 +26,6 @@ pub use request::{Request, Target};
 const AUDIT_RETENTION_DAYS: i64 = 400;
 /// A repeated identical `rotate` within this window returns the first outcome.
 const REPEAT_WINDOW_MINUTES: i64 = 60;
-/// Cancelled rotation records are kept this long (like finished ones).
-const FINISHED_RETENTION_DAYS: i64 = 7;
 
 /// Who invoked and under which id (from the Lambda context, or the CLI).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -344,30 +340,14 @@ impl OpsHandler {
         &self,
         pool: &str,
     ) -> Result<BTreeMap<String, Versioned<Rotation>>, HandlerError> {
-        let items = self
+        Ok(self
             .rotator
-            .store
-            .query(&state::pool_pk(pool), "ROT#")
+            .rotations(pool)
             .await
-            .map_err(internal)?;
-        let mut out = BTreeMap::new();
-        for (sk, v) in items {
-            match serde_json::from_value::<Rotation>(v.value) {
-                Ok(r) => {
-                    out.insert(
-                        r.instance_id.clone(),
-                        Versioned {
-                            value: r,
-                            version: v.version,
-                        },
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored")
-                }
-            }
-        }
-        Ok(out)
+            .map_err(internal)?
+            .into_iter()
+            .map(|v| (v.value.instance_id.clone(), v))
+            .collect())
     }
 
     /// The Auto Scaling group whose instances the pool's rotations replace (for a managed node
@@ -381,350 +361,6 @@ impl OpsHandler {
                 .await
                 .map(|(asg, _)| asg)
                 .map_err(internal),
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn rotate(
-        &self,
-        policy: &Policy,
-        target: &Target,
-        reason: &str,
-        ignore_budgets: bool,
-        max_concurrent: u32,
-        inv: &Invocation,
-        now: DateTime<Utc>,
-    ) -> Result<Value, HandlerError> {
-        let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
-        let targets = match target {
-            Target::All => "all".to_string(),
-            Target::Instances(ids) => ids.join(","),
-        };
-        let key = format!(
-            "REQ#rotate#{:016x}",
-            fnv(&format!(
-                "{pool}|{targets}|{reason}|{ignore_budgets}|{max_concurrent}"
-            ))
-        );
-        let earlier = self.rotator.store.get(&pk, &key).await.map_err(internal)?;
-        if let Some(e) = &earlier {
-            let at = e
-                .value
-                .get("at")
-                .and_then(Value::as_str)
-                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                .map(|t| t.with_timezone(&Utc));
-            if at.is_some_and(|t| now - t < chrono::Duration::minutes(REPEAT_WINDOW_MINUTES)) {
-                let mut response = e.value.get("response").cloned().unwrap_or(Value::Null);
-                if let Some(o) = response.as_object_mut() {
-                    o.insert("repeated".into(), json!(true));
-                }
-                tracing::info!(pool = %pool, request_id = %inv.request_id, decision = "repeated", "identical rotate request already recorded; nothing more done");
-                return Ok(response);
-            }
-        }
-        let group = self.group_name(policy).await?;
-        let (_, instances) = self
-            .rotator
-            .groups
-            .describe(&group)
-            .await
-            .map_err(|e| internal(format!("cannot describe group {group}: {e}")))?;
-        let ids: Vec<String> = match target {
-            Target::All => instances
-                .iter()
-                .filter(|i| i.lifecycle == Lifecycle::InService)
-                .map(|i| i.instance_id.clone())
-                .collect(),
-            Target::Instances(ids) => {
-                let mut problems = Vec::new();
-                let unknown: Vec<&str> = ids
-                    .iter()
-                    .filter(|id| !instances.iter().any(|i| &i.instance_id == *id))
-                    .map(String::as_str)
-                    .collect();
-                if !unknown.is_empty() {
-                    problems.push(format!(
-                        "instances: {} not in pool {pool} (group {group})",
-                        unknown.join(", ")
-                    ));
-                }
-                let leaving: Vec<&str> = ids
-                    .iter()
-                    .filter(|id| {
-                        instances
-                            .iter()
-                            .any(|i| &i.instance_id == *id && i.lifecycle == Lifecycle::Leaving)
-                    })
-                    .map(String::as_str)
-                    .collect();
-                if !leaving.is_empty() {
-                    problems.push(format!(
-                        "instances: {} already leaving group {group}",
-                        leaving.join(", ")
-                    ));
-                }
-                if !problems.is_empty() {
-                    return Err(invalid(problems));
-                }
-                ids.clone()
-            }
-        };
-        let existing = self.rotations(&pool).await?;
-        let queue = Queue {
-            request_id: inv.request_id.clone(),
-            ignore_budgets,
-            max_concurrent,
-            reason: reason.to_string(),
-        };
-        let mut queued = Vec::new();
-        let mut kept = Vec::new();
-        for id in &ids {
-            if let Some(v) = existing.get(id).filter(|v| v.value.in_flight()) {
-                kept.push(rotation_summary(&v.value));
-                continue;
-            }
-            let rotation = Rotation::manual(&pool, id, queue.clone(), now);
-            let doc = serde_json::to_value(&rotation).map_err(internal)?;
-            let expected = existing.get(id).map(|v| v.version);
-            match self
-                .rotator
-                .store
-                .put(&pk, &rotation_sk(id), &doc, expected, None)
-                .await
-            {
-                Ok(_) => queued.push(id.clone()),
-                Err(e) if e.kind == ErrorKind::Conflict => {
-                    kept.push(json!({"instance": id, "step": "recorded concurrently"}))
-                }
-                Err(e) => return Err(internal(format!("cannot record rotation of {id}: {e}"))),
-            }
-        }
-        let response = json!({
-            "action": "rotate",
-            "pool": pool,
-            "requestId": inv.request_id,
-            "queued": queued,
-            "kept": kept,
-            "ignoreBudgets": ignore_budgets,
-            "maxConcurrent": if ignore_budgets { Some(max_concurrent) } else { None },
-            "repeated": false,
-            "note": if ignore_budgets {
-                format!("the rotator starts up to {max_concurrent} at a time on its next passes, without waiting for budgets")
-            } else {
-                "the rotator starts them on its next passes as the Drifted budget allows".to_string()
-            },
-        });
-        let doc = json!({"at": instant(now), "requestId": inv.request_id, "response": response});
-        let ttl =
-            now + chrono::Duration::minutes(REPEAT_WINDOW_MINUTES) + chrono::Duration::days(1);
-        if let Err(e) = self
-            .rotator
-            .store
-            .put(&pk, &key, &doc, earlier.map(|e| e.version), Some(ttl))
-            .await
-        {
-            tracing::warn!(pool = %pool, error = %e, "cannot record the request for repeats; a repeat re-checks every instance");
-        }
-        Ok(response)
-    }
-
-    async fn cancel(
-        &self,
-        policy: &Policy,
-        instance: &str,
-        reason: &str,
-        inv: &Invocation,
-        now: DateTime<Utc>,
-    ) -> Result<Value, HandlerError> {
-        let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
-        let group = self.group_name(policy).await?;
-        let why = format!(
-            "cancelled by {}: {reason}",
-            inv.caller.as_deref().unwrap_or("an operator")
-        );
-        // Claim the rotation first (conditional write): from then on the rotator leaves it alone.
-        let mut claimed = None;
-        for _ in 0..state::WRITE_ATTEMPTS {
-            let Some(v) = self
-                .rotator
-                .store
-                .get(&pk, &rotation_sk(instance))
-                .await
-                .map_err(internal)?
-            else {
-                return Err(invalid1(format!(
-                    "instance: no rotation of {instance} in pool {pool}"
-                )));
-            };
-            let rot: Rotation = serde_json::from_value(v.value).map_err(internal)?;
-            match rot.step {
-                Step::Failed
-                    if rot
-                        .error
-                        .as_deref()
-                        .is_some_and(|e| e.starts_with("cancelled by")) =>
-                {
-                    return Ok(json!({
-                        "action": "cancel", "pool": pool, "requestId": inv.request_id,
-                        "instance": instance, "changed": false,
-                        "rotation": rotation_summary(&rot),
-                    }));
-                }
-                Step::Done | Step::Failed => {
-                    return Err(invalid1(format!(
-                        "instance: the rotation of {instance} already finished ({:?} at {}): nothing to cancel",
-                        rot.step,
-                        instant(rot.step_at)
-                    )));
-                }
-                Step::Terminating => {
-                    return Err(invalid1(format!(
-                        "instance: the rotation of {instance} is Terminating: too late to cancel"
-                    )));
-                }
-                _ => {}
-            }
-            let cancelled = Rotation {
-                step: Step::Failed,
-                step_at: now,
-                error: Some(why.clone()),
-                ..rot.clone()
-            };
-            let doc = serde_json::to_value(&cancelled).map_err(internal)?;
-            let ttl = now + chrono::Duration::days(FINISHED_RETENTION_DAYS);
-            match self
-                .rotator
-                .store
-                .put(
-                    &pk,
-                    &rotation_sk(instance),
-                    &doc,
-                    Some(v.version),
-                    Some(ttl),
-                )
-                .await
-            {
-                Ok(_) => {
-                    claimed = Some(rot);
-                    break;
-                }
-                Err(e) if e.kind == ErrorKind::Conflict => continue,
-                Err(e) => return Err(internal(e)),
-            }
-        }
-        let Some(rot) = claimed else {
-            return Err(internal(format!(
-                "the rotation of {instance} kept changing; try again"
-            )));
-        };
-        let mut undone = Vec::new();
-        let mut problems = Vec::new();
-        // Kubernetes: make the node schedulable again.
-        if matches!(rot.step, Step::Cordoned | Step::Draining) {
-            match self.rotator.kube.connect(&policy.cluster).await {
-                Err(e) => problems.push(format!(
-                    "cluster {} unreachable ({e}): uncordon the node of {instance} by hand",
-                    policy.cluster
-                )),
-                Ok(kube) => {
-                    let drain: Option<k::DrainState> = rot
-                        .drain
-                        .clone()
-                        .and_then(|d| serde_json::from_value(d).ok());
-                    let result = match drain {
-                        Some(state) => k::abort_drain(kube.as_ref(), &state).await.map(|()| {
-                            format!("drain of node {} aborted, node uncordoned", state.node)
-                        }),
-                        None => match kube.find_node(instance).await {
-                            Ok(Some(n)) if n.disrupted_taint.is_some() => kube
-                                .undo_cordon(&n.name, true)
-                                .await
-                                .map(|_| format!("node {} uncordoned", n.name)),
-                            Ok(_) => Ok("node was not cordoned".to_string()),
-                            Err(e) => Err(e),
-                        },
-                    };
-                    match result {
-                        Ok(s) => undone.push(s),
-                        Err(e) => problems.push(format!(
-                            "cannot uncordon the node of {instance}: {e}; uncordon it by hand"
-                        )),
-                    }
-                }
-            }
-        }
-        // Auto Scaling: undo the surge.
-        if let Some(surge) = &rot.surge {
-            match self.undo_surge(&group, &rot, surge).await {
-                Ok(s) => undone.push(s),
-                Err(e) => problems.push(format!("cannot undo the surge of group {group}: {e}")),
-            }
-        }
-        Ok(json!({
-            "action": "cancel",
-            "pool": pool,
-            "requestId": inv.request_id,
-            "instance": instance,
-            "changed": true,
-            "cancelledAt": format!("{:?}", rot.step),
-            "undone": undone,
-            "problems": problems,
-            "note": "the pool is not halted; if the node is still drifted or expired the rotator may pick it again: pause the pool to prevent that",
-        }))
-    }
-
-    async fn undo_surge(
-        &self,
-        group: &str,
-        rot: &Rotation,
-        surge: &crate::rotation::Surge,
-    ) -> Result<String, String> {
-        let (g, instances) = self
-            .rotator
-            .groups
-            .describe(group)
-            .await
-            .map_err(|e| e.to_string())?;
-        let others = self.rotations(&rot.pool).await.map_err(|e| e.message)?;
-        let claimed: Vec<&str> = others
-            .values()
-            .filter(|o| o.value.instance_id != rot.instance_id && o.value.in_flight())
-            .filter_map(|o| o.value.replacement.as_deref())
-            .collect();
-        let replacement = rot.replacement.clone().or_else(|| {
-            instances
-                .iter()
-                .find(|i| {
-                    !surge.baseline.contains(&i.instance_id)
-                        && !claimed.contains(&i.instance_id.as_str())
-                        && i.lifecycle != Lifecycle::Leaving
-                })
-                .map(|i| i.instance_id.clone())
-        });
-        match replacement {
-            Some(r) => {
-                self.rotator
-                    .groups
-                    .terminate_instance(&r, true)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(format!(
-                    "replacement {r} terminated, desired capacity decremented"
-                ))
-            }
-            None if g.desired_capacity >= surge.target_desired => {
-                let back = (g.desired_capacity - 1).max(g.min_size);
-                self.rotator
-                    .groups
-                    .set_desired_capacity(group, back)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(format!("desired capacity lowered to {back}"))
-            }
-            None => Ok("no surge left to undo".to_string()),
         }
     }
 }
@@ -761,12 +397,20 @@ pub(crate) fn rotation_summary(r: &Rotation) -> Value {
     })
 }
 
+impl OpsHandler {
+    /// The ops handler over `ports` (its rotator with `settings`).
+    pub fn new(ports: &crate::port::Ports, settings: super::rotator::Settings) -> Self {
+        OpsHandler {
+            rotator: RotatorHandler::new(ports, settings),
+            images: ports.images.clone(),
+        }
+    }
+}
+
 /// Builds the handler from the environment (the rotator's settings plus EC2 for images).
 pub fn from_env(config: &aws_config::SdkConfig) -> Result<OpsHandler, HandlerError> {
-    let rotator = super::rotator::from_env(config)?;
-    let c = crate::aws::Clients::new(config);
-    Ok(OpsHandler {
-        rotator,
-        images: Arc::new(crate::aws::ec2::Ec2::new(c.ec2.clone())),
-    })
+    Ok(OpsHandler::new(
+        &crate::port::Ports::from_env(config)?,
+        super::rotator::Settings::from_env()?,
+    ))
 }

@@ -3,53 +3,30 @@
 //! intent with a client request token first, then `UpdateNodegroupConfig` + `UpdateNodegroupVersion`),
 //! and carry out the node-level part of the plan on the group's Auto Scaling group.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 
 use super::{PoolCtx, PoolReport, RotatorHandler, log_decisions};
 use crate::fleet::Snapshot;
-use crate::kube::NodeOps;
 use crate::managed::{self, ManagedGroup, ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
 use crate::plan::managed::{ManagedPlan, NodeGroupState, UpdateAction, plan_managed};
 use crate::policy::Policy;
-use crate::port::ErrorKind;
-use crate::state::{self, RecordedError, Versioned};
+use crate::port::{ErrorKind, PortError};
+use crate::state::{self, Versioned};
 
 impl RotatorHandler {
-    /// Managed node group `name` and the Auto Scaling group behind it.
-    pub(crate) async fn managed_group(
-        &self,
-        cluster: &str,
-        name: &str,
-    ) -> Result<(String, ManagedGroup), String> {
-        let group = self
-            .managed
-            .describe(cluster, name)
-            .await
-            .map_err(|e| e.to_string())?;
-        match &group.auto_scaling_group {
-            Some(asg) => Ok((asg.clone(), group)),
-            None => Err(format!(
-                "managed node group {name} reports no Auto Scaling group (status {}): nothing to rotate yet",
-                group.status
-            )),
-        }
-    }
-
     /// The pool's update record.
-    async fn load_update(&self, pool: &str) -> Result<Option<Versioned<ManagedUpdate>>, String> {
-        let Some(v) = self
-            .store
-            .get(&state::pool_pk(pool), UPDATE_SK)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
+    async fn load_update(&self, pool: &str) -> Result<Option<Versioned<ManagedUpdate>>, PortError> {
+        let Some(v) = self.store.get(&state::pool_pk(pool), UPDATE_SK).await? else {
             return Ok(None);
         };
-        let value = serde_json::from_value(v.value)
-            .map_err(|e| format!("unreadable node group update record of {pool}: {e}"))?;
+        let value = serde_json::from_value(v.value).map_err(|e| {
+            PortError::other(
+                "state:decode",
+                format!("unreadable node group update record of {pool}: {e}"),
+            )
+        })?;
         Ok(Some(Versioned {
             value,
             version: v.version,
@@ -61,8 +38,8 @@ impl RotatorHandler {
         &self,
         update: &ManagedUpdate,
         expected: Option<u64>,
-    ) -> Result<Option<u64>, String> {
-        let doc = serde_json::to_value(update).map_err(|e| e.to_string())?;
+    ) -> Result<Option<u64>, PortError> {
+        let doc = serde_json::to_value(update).map_err(|e| PortError::other("encode", e))?;
         match self
             .store
             .put(
@@ -76,23 +53,8 @@ impl RotatorHandler {
         {
             Ok(v) => Ok(Some(v)),
             Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         }
-    }
-
-    async fn halt(&self, pool: &str, why: &str, now: DateTime<Utc>) -> Result<(), String> {
-        let halt = RecordedError {
-            message: why.to_string(),
-            at: now,
-        };
-        state::update_pool(self.store.as_ref(), pool, |r| state::PoolRecord {
-            halted: Some(halt.clone()),
-            ..r.clone()
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        tracing::error!(pool, decision = "halted", reason = %why);
-        Ok(())
     }
 
     /// Follows the recorded update with `DescribeUpdate`; a failed or cancelled one halts the
@@ -105,7 +67,7 @@ impl RotatorHandler {
         snapshot: &mut Snapshot,
         now: DateTime<Utc>,
         persist: bool,
-    ) -> Result<Option<Versioned<ManagedUpdate>>, String> {
+    ) -> Result<Option<Versioned<ManagedUpdate>>, PortError> {
         let pool = snapshot.policy.pool_id();
         let Some(mut v) = self.load_update(&pool).await? else {
             return Ok(None);
@@ -127,7 +89,7 @@ impl RotatorHandler {
                 state: managed::UpdateState::Cancelled,
                 errors: vec![format!("EKS no longer reports update {id}: {e}")],
             },
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e),
         };
         let next = v.value.observe(&status, now);
         if next == v.value {
@@ -172,7 +134,7 @@ impl RotatorHandler {
         name: &str,
         v: Versioned<ManagedUpdate>,
         config: managed::UpdateConfig,
-    ) -> Result<Versioned<ManagedUpdate>, String> {
+    ) -> Result<Versioned<ManagedUpdate>, PortError> {
         if let Err(e) = self.managed.set_update_config(cluster, name, config).await {
             tracing::warn!(pool = %v.value.pool, error = %e, decision = "retry", "cannot restore the node group's updateConfig yet");
             return Ok(v);
@@ -199,7 +161,7 @@ impl RotatorHandler {
         snapshot: &mut Snapshot,
         now: DateTime<Utc>,
         persist: bool,
-    ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), String> {
+    ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), PortError> {
         let cluster = snapshot.policy.cluster.clone();
         let update = self
             .follow_update(&cluster, &group.name, snapshot, now, persist)
@@ -215,19 +177,17 @@ impl RotatorHandler {
         Ok((plan, update))
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn managed_pass(
         &self,
         policy: &Policy,
         group: &ManagedGroup,
-        kube: Arc<dyn NodeOps>,
-        mut snapshot: Snapshot,
-        now: DateTime<Utc>,
+        ctx: &mut PoolCtx<'_>,
         deadline: Instant,
         report: &mut PoolReport,
-    ) -> Result<(), String> {
+    ) -> Result<(), PortError> {
+        let now = ctx.clock.start();
         let (mplan, update) = self
-            .plan_managed_pool(group, &mut snapshot, now, true)
+            .plan_managed_pool(group, &mut ctx.snapshot, now, true)
             .await?;
         log_decisions(&mplan.plan);
         report.allowed = Some(mplan.plan.allowed);
@@ -267,8 +227,7 @@ impl RotatorHandler {
                 }
             }
         }
-        let mut ctx = PoolCtx::new(policy, kube, snapshot, now);
-        self.execute(&mplan.plan, &mut ctx, deadline, report).await
+        self.execute(&mplan.plan, ctx, deadline, report).await
     }
 
     /// Moves a `Starting` record on: decide the target (once), set `maxUnavailable`, call
@@ -282,7 +241,7 @@ impl RotatorHandler {
         v: Versioned<ManagedUpdate>,
         now: DateTime<Utc>,
         report: &mut PoolReport,
-    ) -> Result<(), String> {
+    ) -> Result<(), PortError> {
         let cluster = policy.cluster.as_str();
         let name = group.name.as_str();
         let pool = policy.pool_id();
@@ -332,7 +291,7 @@ impl RotatorHandler {
                 self.save_update(&u, Some(version)).await?;
                 Ok(())
             }
-            Err(e) if matches!(e.kind, ErrorKind::Conflict | ErrorKind::Transient) => {
+            Err(e) if e.kind == ErrorKind::Conflict || e.kind.is_retryable() => {
                 let why = format!(
                     "node group update to {} not started yet: {e}; retried next pass",
                     u.image
@@ -352,7 +311,7 @@ impl RotatorHandler {
         why: String,
         now: DateTime<Utc>,
         report: &mut PoolReport,
-    ) -> Result<(), String> {
+    ) -> Result<(), PortError> {
         u.phase = Phase::Failed;
         u.phase_at = now;
         u.errors = vec![why];
@@ -374,7 +333,7 @@ impl RotatorHandler {
         image: &str,
     ) -> Result<UpdateTarget, TargetError> {
         let retry = |e: crate::port::PortError| {
-            if matches!(e.kind, ErrorKind::Transient | ErrorKind::Conflict) {
+            if e.kind == ErrorKind::Conflict || e.kind.is_retryable() {
                 Retry(e.to_string())
             } else {
                 Rejected(e.to_string())

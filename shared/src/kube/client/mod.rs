@@ -6,203 +6,33 @@
 use super::DISRUPTED_TAINT_KEY;
 use super::EVENT_COMPONENT;
 use super::ops::{EvictOutcome, KubeError, NodeEvent, NodeOps};
-use super::pods::{MIRROR_POD_ANNOTATION, NodeInfo, PodInfo, PodRef, taint_value};
+use super::pods::{NodeInfo, PodInfo, PodRef, taint_value};
 use super::token::{self, EksToken};
 use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use async_trait::async_trait;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
-use base64::Engine as _;
-use chrono::{DateTime, Utc};
 use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject as _;
 use serde_json::json;
-use std::net::IpAddr;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
-
-/// Replaces the endpoint from eks:DescribeCluster (local use, API proxies).
-pub const ENV_ENDPOINT: &str = "NODECYCLE_KUBE_ENDPOINT";
-/// PEM file replacing the CA from eks:DescribeCluster.
-pub const ENV_CA_FILE: &str = "NODECYCLE_KUBE_CA_FILE";
-/// `true` skips TLS verification; refused unless the endpoint host is loopback.
-pub const ENV_INSECURE: &str = "NODECYCLE_KUBE_INSECURE";
 
 /// Page size of list requests.
 const PAGE: u32 = 500;
 /// Attempts of a read-modify-write on a node before giving up on conflicts.
 const CONFLICT_ATTEMPTS: usize = 5;
 
-/// Overrides of how the API server is reached, normally from the environment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KubeOverrides {
-    /// [`ENV_ENDPOINT`].
-    pub endpoint: Option<String>,
-    /// [`ENV_CA_FILE`].
-    pub ca_file: Option<PathBuf>,
-    /// [`ENV_INSECURE`].
-    pub insecure: bool,
-}
+mod access;
+mod wire;
 
-impl KubeOverrides {
-    /// Reads [`ENV_ENDPOINT`], [`ENV_CA_FILE`] and [`ENV_INSECURE`] (empty = unset).
-    pub fn from_env() -> Result<Self, KubeError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Like [`KubeOverrides::from_env`] with another variable source.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, KubeError> {
-        let get = |name: &str| {
-            lookup(name)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let insecure = match get(ENV_INSECURE)
-            .as_deref()
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
-            None | Some("false" | "0" | "no") => false,
-            Some("true" | "1" | "yes") => true,
-            Some(other) => {
-                return Err(KubeError::Config(format!(
-                    "{ENV_INSECURE}={other:?} is not a boolean; use true or false"
-                )));
-            }
-        };
-        Ok(KubeOverrides {
-            endpoint: get(ENV_ENDPOINT),
-            ca_file: get(ENV_CA_FILE).map(PathBuf::from),
-            insecure,
-        })
-    }
-
-    /// Whether eks:DescribeCluster is needed (for the endpoint or the CA).
-    pub fn needs_describe(&self) -> bool {
-        match &self.endpoint {
-            None => true,
-            Some(endpoint) => {
-                !(self.insecure || self.ca_file.is_some() || endpoint.starts_with("http://"))
-            }
-        }
-    }
-}
-
-/// Where and how to reach one cluster's API server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterAccess {
-    /// EKS cluster name (signed into the token).
-    pub cluster: String,
-    /// API server URL.
-    pub endpoint: http::Uri,
-    /// DER certificates to trust (the cluster CA); empty with `insecure` or plain http.
-    pub ca: Vec<Vec<u8>>,
-    /// Skip TLS verification (loopback endpoints only).
-    pub insecure: bool,
-}
-
-impl ClusterAccess {
-    /// Combines what eks:DescribeCluster returned (`endpoint`, base64 PEM `ca_data`) with the
-    /// overrides (`ca_pem` is the content of the override CA file). Refuses: no endpoint, a URL
-    /// that is not http(s) with a host, plain http or skipped verification for a host that is
-    /// not loopback, https without any CA.
-    pub fn resolve(
-        cluster: &str,
-        described_endpoint: Option<&str>,
-        described_ca_data: Option<&str>,
-        overrides: &KubeOverrides,
-        override_ca_pem: Option<&[u8]>,
-    ) -> Result<Self, KubeError> {
-        let endpoint = overrides
-            .endpoint
-            .as_deref()
-            .or(described_endpoint)
-            .filter(|e| !e.is_empty())
-            .ok_or_else(|| {
-                KubeError::Config(format!(
-                    "cluster {cluster:?} has no API endpoint yet (is it still creating?); or set \
-                     {ENV_ENDPOINT}"
-                ))
-            })?;
-        let uri: http::Uri = endpoint.parse().map_err(|e| {
-            KubeError::Config(format!("API endpoint {endpoint:?} is not a URL: {e}"))
-        })?;
-        let host = uri.host().unwrap_or_default().to_owned();
-        let scheme = uri.scheme_str().unwrap_or_default().to_owned();
-        if host.is_empty() || !matches!(scheme.as_str(), "http" | "https") {
-            return Err(KubeError::Config(format!(
-                "API endpoint {endpoint:?} must be an http(s) URL with a host, e.g. \
-                 https://127.0.0.1:6443"
-            )));
-        }
-        let loopback = is_loopback(&host);
-        if overrides.insecure && !loopback {
-            return Err(KubeError::Config(format!(
-                "{ENV_INSECURE}=true is refused for endpoint host {host:?}: TLS verification may \
-                 only be skipped for a loopback host (localhost, 127.0.0.0/8, ::1); set \
-                 {ENV_CA_FILE} instead"
-            )));
-        }
-        if scheme == "http" && !loopback {
-            return Err(KubeError::Config(format!(
-                "plain http to {host:?} would send the EKS token unencrypted; use https (plain http \
-                 is accepted for loopback proxies only)"
-            )));
-        }
-        let pem: Option<Vec<u8>> = match (override_ca_pem, described_ca_data) {
-            (Some(pem), _) => Some(pem.to_vec()),
-            (None, Some(data)) if !data.trim().is_empty() => Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(data.trim())
-                    .map_err(|e| {
-                        KubeError::Config(format!(
-                            "certificateAuthority.data of cluster {cluster:?} is not base64: {e}"
-                        ))
-                    })?,
-            ),
-            _ => None,
-        };
-        let ca = match pem {
-            Some(pem) => parse_pem_certificates(&pem)?,
-            None => Vec::new(),
-        };
-        if scheme == "https" && ca.is_empty() && !overrides.insecure {
-            return Err(KubeError::Config(format!(
-                "no certificate authority for {endpoint}: eks:DescribeCluster returned none; set \
-                 {ENV_CA_FILE} to a PEM file"
-            )));
-        }
-        Ok(ClusterAccess {
-            cluster: cluster.to_owned(),
-            endpoint: uri,
-            ca,
-            insecure: overrides.insecure,
-        })
-    }
-}
-
-/// Whether `host` (as in a URL, IPv6 possibly bracketed) is a loopback name or address.
-pub fn is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// DER certificates of a PEM bundle; errors when it holds none.
-pub fn parse_pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, KubeError> {
-    let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(pem)
-        .map(|c| c.map(|c| c.as_ref().to_vec()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| KubeError::Config(format!("CA is not a valid PEM certificate bundle: {e}")))?;
-    if certs.is_empty() {
-        return Err(KubeError::Config(
-            "CA holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned(),
-        ));
-    }
-    Ok(certs)
-}
+use access::describe_cluster;
+pub use access::{
+    ClusterAccess, ENV_CA_FILE, ENV_ENDPOINT, ENV_INSECURE, KubeOverrides, is_loopback,
+    parse_pem_certificates,
+};
+pub use wire::{
+    StatusBody, eviction_outcome, instance_of_provider_id, node_info, parse_status, pod_info,
+};
 
 /// Kubernetes access to one EKS cluster. Cheap to share by reference; the HTTP client and its
 /// token are cached and rebuilt when the token ages past [`token::REFRESH_AFTER`].
@@ -279,7 +109,7 @@ impl EksKube {
     }
 
     /// A client whose token is fresh, rebuilding it when needed.
-    async fn client(&self) -> Result<::kube::Client, KubeError> {
+    pub(crate) async fn client(&self) -> Result<::kube::Client, KubeError> {
         let mut cached = self.cached.lock().await;
         let now = SystemTime::now();
         if let Some((client, token)) = cached.as_ref()
@@ -341,10 +171,13 @@ impl EksKube {
     ) -> Result<bool, KubeError> {
         let nodes = self.nodes().await?;
         for attempt in 1..=CONFLICT_ATTEMPTS {
-            let Some(node) = nodes
-                .get_opt(name)
-                .await
-                .map_err(|e| map_error(operation, e))?
+            let Some(node) = retrying(operation, || async {
+                nodes
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| map_error(operation, e))
+            })
+            .await?
             else {
                 return Err(KubeError::NotFound {
                     operation: operation.to_owned(),
@@ -357,16 +190,23 @@ impl EksKube {
                 "metadata": { "resourceVersion": node.metadata.resource_version },
                 "spec": spec,
             });
-            match nodes
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return Ok(true),
-                Err(::kube::Error::Api(status)) if status.code == 409 => {
-                    tracing::debug!(node = name, attempt, "node changed meanwhile; retrying");
+            // The patch carries the resourceVersion read: repeating it is safe (a repeat after
+            // it landed conflicts, and the next read sees nothing left to change).
+            let patched = retrying(operation, || async {
+                match nodes
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    Err(::kube::Error::Api(status)) if status.code == 409 => Ok(false),
+                    Err(e) => Err(map_error(operation, e)),
                 }
-                Err(e) => return Err(map_error(operation, e)),
+            })
+            .await?;
+            if patched {
+                return Ok(true);
             }
+            tracing::debug!(node = name, attempt, "node changed meanwhile; retrying");
         }
         Err(KubeError::Api {
             operation: operation.to_owned(),
@@ -374,6 +214,34 @@ impl EksKube {
             reason: "Conflict".to_owned(),
             message: format!("node kept changing during {CONFLICT_ATTEMPTS} attempts; retry later"),
         })
+    }
+}
+
+/// Attempts of a Kubernetes call that failed transiently (429 from API priority and fairness,
+/// 5xx, connection errors) before its error is returned. Evictions are not retried here: their
+/// 429 is a PodDisruptionBudget's answer, and the next drain step asks again.
+const TRANSIENT_ATTEMPTS: u32 = 3;
+
+/// Runs `call` until it succeeds, fails for a reason that is not transient, or
+/// [`TRANSIENT_ATTEMPTS`] are used (waiting 100 ms, then 200 ms, between attempts). Only for
+/// calls that are safe to repeat (reads, preconditioned patches, deletes).
+async fn retrying<T, F, Fut>(operation: &str, mut call: F) -> Result<T, KubeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, KubeError>>,
+{
+    let mut wait = Duration::from_millis(100);
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(e) if e.kind().is_retryable() && attempt < TRANSIENT_ATTEMPTS => {
+                tracing::debug!(operation, attempt, error = %e, "transient Kubernetes error; retrying");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -399,35 +267,6 @@ fn build_client(access: &ClusterAccess, token: &EksToken) -> Result<::kube::Clie
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     }
     ::kube::Client::try_from(config).map_err(|e| config_error(&e))
-}
-
-async fn describe_cluster(
-    sdk: &aws_config::SdkConfig,
-    cluster: &str,
-) -> Result<(Option<String>, Option<String>), KubeError> {
-    let eks = aws_sdk_eks::Client::new(sdk);
-    let out = eks
-        .describe_cluster()
-        .name(cluster)
-        .send()
-        .await
-        .map_err(|e| {
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception())
-            {
-                KubeError::ClusterNotFound(cluster.to_owned())
-            } else {
-                KubeError::Aws(format!(
-                    "eks:DescribeCluster {cluster}: {}",
-                    aws_sdk_eks::error::DisplayErrorContext(&e)
-                ))
-            }
-        })?;
-    let Some(described) = out.cluster else {
-        return Err(KubeError::ClusterNotFound(cluster.to_owned()));
-    };
-    let ca = described.certificate_authority.and_then(|c| c.data);
-    Ok((described.endpoint, ca))
 }
 
 fn transport(operation: &str, e: &::kube::Error) -> KubeError {
@@ -463,136 +302,6 @@ fn api_error(operation: &str, code: u16, body: &[u8]) -> KubeError {
     }
 }
 
-/// The parts of a `metav1.Status` body a drain needs.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct StatusBody {
-    /// `reason`, e.g. `TooManyRequests`.
-    pub reason: String,
-    /// `message` (or the raw body when it is not a Status).
-    pub message: String,
-    /// Name of the PodDisruptionBudget from a `DisruptionBudget` cause.
-    pub pdb: Option<String>,
-}
-
-/// Parses a Status body; a non-JSON body becomes the message (trimmed, at most 300 chars).
-pub fn parse_status(body: &[u8]) -> StatusBody {
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
-        let text = String::from_utf8_lossy(body);
-        return StatusBody {
-            message: text.trim().chars().take(300).collect(),
-            ..StatusBody::default()
-        };
-    };
-    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
-    let causes = value["details"]["causes"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let pdb = causes
-        .iter()
-        .filter(|c| c["reason"] == "DisruptionBudget" || c["type"] == "DisruptionBudget")
-        .find_map(|c| pdb_name_from_cause(c["message"].as_str().unwrap_or_default()));
-    StatusBody {
-        reason: text(&value["reason"]),
-        message: text(&value["message"]),
-        pdb,
-    }
-}
-
-/// `The disruption budget <name> needs 2 healthy pods and has 2 currently` (or `… is still being
-/// processed by the server.`) → `<name>`.
-fn pdb_name_from_cause(message: &str) -> Option<String> {
-    let rest = message.strip_prefix("The disruption budget ")?;
-    let name = rest.split_whitespace().next()?;
-    (!name.is_empty()).then(|| name.to_owned())
-}
-
-/// Classifies the answer of the Eviction API.
-pub fn eviction_outcome(code: u16, body: &[u8]) -> EvictOutcome {
-    match code {
-        200..=299 => EvictOutcome::Evicted,
-        404 | 409 => EvictOutcome::Gone,
-        429 => {
-            let status = parse_status(body);
-            EvictOutcome::Blocked {
-                pdb: status.pdb,
-                message: status.message,
-            }
-        }
-        _ => EvictOutcome::Rejected {
-            code,
-            message: parse_status(body).message,
-        },
-    }
-}
-
-/// The instance id of an AWS providerID `aws:///<az>/<instance-id>`.
-pub fn instance_of_provider_id(provider_id: &str) -> Option<&str> {
-    let rest = provider_id.strip_prefix("aws://")?;
-    let id = rest.rsplit('/').next()?;
-    id.starts_with("i-").then_some(id)
-}
-
-fn to_chrono(time: &Time) -> Option<DateTime<Utc>> {
-    let nanos = u32::try_from(time.0.subsec_nanosecond()).unwrap_or(0);
-    DateTime::from_timestamp(time.0.as_second(), nanos)
-}
-
-/// The drain's view of a Node.
-pub fn node_info(node: &Node) -> NodeInfo {
-    let spec = node.spec.as_ref();
-    NodeInfo {
-        name: node.metadata.name.clone().unwrap_or_default(),
-        uid: node.metadata.uid.clone().unwrap_or_default(),
-        provider_id: spec.and_then(|s| s.provider_id.clone()).unwrap_or_default(),
-        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-        disrupted_taint: spec
-            .and_then(|s| s.taints.as_ref())
-            .and_then(|taints| taints.iter().find(|t| t.key == DISRUPTED_TAINT_KEY))
-            .map(|t| t.value.clone().unwrap_or_default()),
-        ready: node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
-    }
-}
-
-/// The drain's view of a Pod.
-pub fn pod_info(pod: &Pod) -> PodInfo {
-    let meta = &pod.metadata;
-    let owners = meta.owner_references.as_deref().unwrap_or_default();
-    let controller = owners.iter().find(|o| o.controller == Some(true));
-    let mirror = meta
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
-        || controller.is_some_and(|o| o.kind == "Node");
-    PodInfo {
-        pod: PodRef {
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            name: meta.name.clone().unwrap_or_default(),
-            uid: meta.uid.clone().unwrap_or_default(),
-        },
-        phase: pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default(),
-        controller_kind: controller.map(|o| o.kind.clone()),
-        mirror,
-        deletion_timestamp: meta.deletion_timestamp.as_ref().and_then(to_chrono),
-        grace_period_seconds: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds),
-        priority_class: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.priority_class_name.clone()),
-    }
-}
-
 #[async_trait]
 impl NodeOps for EksKube {
     async fn find_node(&self, instance_id: &str) -> Result<Option<NodeInfo>, KubeError> {
@@ -600,10 +309,13 @@ impl NodeOps for EksKube {
         let operation = format!("list nodes (looking for instance {instance_id})");
         let mut params = ListParams::default().limit(PAGE);
         loop {
-            let page = nodes
-                .list(&params)
-                .await
-                .map_err(|e| map_error(&operation, e))?;
+            let page = retrying(&operation, || async {
+                nodes
+                    .list(&params)
+                    .await
+                    .map_err(|e| map_error(&operation, e))
+            })
+            .await?;
             let found = page
                 .items
                 .iter()
@@ -624,10 +336,13 @@ impl NodeOps for EksKube {
         let mut params = ListParams::default().limit(PAGE);
         let mut out = Vec::new();
         loop {
-            let page = nodes
-                .list(&params)
-                .await
-                .map_err(|e| map_error("list nodes", e))?;
+            let page = retrying("list nodes", || async {
+                nodes
+                    .list(&params)
+                    .await
+                    .map_err(|e| map_error("list nodes", e))
+            })
+            .await?;
             out.extend(page.items.iter().map(node_info));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -638,12 +353,14 @@ impl NodeOps for EksKube {
 
     async fn get_node(&self, name: &str) -> Result<Option<NodeInfo>, KubeError> {
         let operation = format!("get node {name}");
-        let node = self
-            .nodes()
-            .await?
-            .get_opt(name)
-            .await
-            .map_err(|e| map_error(&operation, e))?;
+        let nodes = self.nodes().await?;
+        let node = retrying(&operation, || async {
+            nodes
+                .get_opt(name)
+                .await
+                .map_err(|e| map_error(&operation, e))
+        })
+        .await?;
         Ok(node.as_ref().map(node_info))
     }
 
@@ -704,10 +421,12 @@ impl NodeOps for EksKube {
             .limit(PAGE);
         let mut out = Vec::new();
         loop {
-            let page = pods
-                .list(&params)
-                .await
-                .map_err(|e| map_error(&operation, e))?;
+            let page = retrying(&operation, || async {
+                pods.list(&params)
+                    .await
+                    .map_err(|e| map_error(&operation, e))
+            })
+            .await?;
             out.extend(page.items.iter().map(pod_info));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -746,39 +465,42 @@ impl NodeOps for EksKube {
             "kind": "DeleteOptions",
             "preconditions": { "uid": pod.uid },
         });
-        let request = http::Request::delete(format!(
-            "/api/v1/namespaces/{}/pods/{}",
-            pod.namespace, pod.name
-        ))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json")
-        .body(body.to_string().into_bytes())
-        .map_err(|e| KubeError::Transport {
-            operation: operation.clone(),
-            message: e.to_string(),
-        })?;
-        let (code, body) = self.raw(&operation, request).await?;
-        match code {
-            200..=299 => Ok(true),
-            404 | 409 => Ok(false),
-            _ => Err(api_error(&operation, code, &body)),
-        }
+        // Preconditioned on the pod's uid: repeating it is safe.
+        retrying(&operation, || async {
+            let request = http::Request::delete(format!(
+                "/api/v1/namespaces/{}/pods/{}",
+                pod.namespace, pod.name
+            ))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json")
+            .body(body.to_string().into_bytes())
+            .map_err(|e| KubeError::Transport {
+                operation: operation.clone(),
+                message: e.to_string(),
+            })?;
+            let (code, body) = self.raw(&operation, request).await?;
+            match code {
+                200..=299 => Ok(true),
+                404 | 409 => Ok(false),
+                _ => Err(api_error(&operation, code, &body)),
+            }
+        })
+        .await
     }
 
     async fn delete_node(&self, node: &str) -> Result<bool, KubeError> {
         let operation = format!("delete node {node}");
-        match self
-            .nodes()
-            .await?
-            .delete(node, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) => match map_error(&operation, e) {
-                KubeError::NotFound { .. } => Ok(false),
-                other => Err(other),
-            },
-        }
+        let nodes = self.nodes().await?;
+        retrying(&operation, || async {
+            match nodes.delete(node, &DeleteParams::default()).await {
+                Ok(_) => Ok(true),
+                Err(e) => match map_error(&operation, e) {
+                    KubeError::NotFound { .. } => Ok(false),
+                    other => Err(other),
+                },
+            }
+        })
+        .await
     }
 
     async fn record_event(&self, node: &NodeInfo, event: &NodeEvent) -> Result<(), KubeError> {
@@ -824,6 +546,7 @@ impl NodeOps for EksKube {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     #[test]
     fn overrides_from_lookup() {

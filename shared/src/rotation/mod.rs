@@ -1,6 +1,17 @@
 //! The rotation of one node: a small state machine persisted in DynamoDB and advanced one step
 //! per rotator pass: `Pending -> Surging -> Cordoned -> Draining -> Terminating -> Done`, or
-//! `Failed` (which halts the pool).
+//! `Failed` (a replacement never became Ready: halts the pool), or `Cancelled` (an operator
+//! aborted it: never halts). What each pass does to a rotation is decided by the pure
+//! [`step`] function; the rotator's executor only performs its commands.
+//!
+//! # Surge accounting
+//! A surge raises the group's desired capacity by one for the replacement. That unit is given
+//! back exactly once: by terminating the old instance with a decrement (the normal end), or,
+//! when the rotation ends otherwise (failed, cancelled, the old instance vanished), by an
+//! [`Undo`] chosen by [`step`] and recorded on the rotation *before* it is performed
+//! ([`Release::Undoing`]), so a crash repeats the same undo instead of choosing another.
+
+pub mod step;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -46,15 +57,54 @@ pub enum Step {
     Terminating,
     /// Finished.
     Done,
-    /// Aborted: the old node was uncordoned, the surge undone, the pool halted.
+    /// Aborted because its replacement never became Ready: the surge undone, the pool halted.
     Failed,
+    /// Aborted by an operator (`ops cancel`): node uncordoned, surge undone; the pool is not
+    /// halted.
+    Cancelled,
 }
 
 impl Step {
-    /// `Done` or `Failed`.
+    /// `Done`, `Failed` or `Cancelled`.
     pub fn is_finished(self) -> bool {
-        matches!(self, Step::Done | Step::Failed)
+        matches!(self, Step::Done | Step::Failed | Step::Cancelled)
     }
+}
+
+/// How a surge's extra unit of desired capacity is given back when the rotation does not end
+/// by terminating its old instance with a decrement.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "undo", rename_all = "camelCase")]
+pub enum Undo {
+    /// Terminate this instance through the group, decrementing desired capacity (an instance
+    /// that is already gone is success, without a decrement).
+    #[serde(rename_all = "camelCase")]
+    Terminate {
+        /// The instance to remove (a replacement that is not needed, or never became Ready).
+        instance_id: String,
+    },
+    /// Set desired capacity to this absolute value (no instance came up for the surge).
+    #[serde(rename_all = "camelCase")]
+    LowerTo {
+        /// The desired capacity to set.
+        desired: i32,
+    },
+    /// Nothing to give back (the capacity was already back at its base).
+    Nothing,
+}
+
+/// Where a surge's unit of capacity stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "release", rename_all = "camelCase")]
+pub enum Release {
+    /// The rotation ended (the instance left, an operator or the interruption handler closed
+    /// it) and the unit is still to be given back; the rotator chooses how.
+    Owed,
+    /// Being given back this way: decided and recorded before acting, repeated until recorded
+    /// as [`Release::Given`]. `Terminate` of the rotation's own instance is the normal end.
+    Undoing(Undo),
+    /// Given back.
+    Given,
 }
 
 /// A surge: the capacity the group was raised to, and the instances that existed before it (so
@@ -67,10 +117,26 @@ pub struct Surge {
     /// Instance ids in the group when the surge started.
     pub baseline: Vec<String>,
     /// The group's desired capacity without any surge (shared by concurrent surges): the
-    /// rotator keeps desired capacity at `base + active surges`, which repairs a crash or a
-    /// failed call between recording a surge and raising capacity.
+    /// rotator keeps desired capacity at least at `base + active surges`, which repairs a crash
+    /// or a failed call between recording a surge and raising capacity.
     #[serde(default)]
     pub base: Option<i32>,
+    /// Absent while the surge is active. Records written before this field existed have none
+    /// and were settled by the code of their time: a finished rotation without it owes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<Release>,
+}
+
+impl Surge {
+    /// The surge still holds its unit of capacity for a replacement.
+    pub fn active(&self) -> bool {
+        self.release.is_none()
+    }
+
+    /// The unit still has to be given back ([`Release::Owed`] or [`Release::Undoing`]).
+    pub fn owed(&self) -> bool {
+        matches!(self.release, Some(Release::Owed | Release::Undoing(_)))
+    }
 }
 
 /// One node's rotation.
@@ -173,6 +239,34 @@ impl Rotation {
     /// disrupting, not advanced until released.
     pub fn waiting(&self) -> bool {
         self.queued.is_some() && self.step == Step::Pending
+    }
+
+    /// In flight with a surge that still holds its unit of capacity.
+    pub fn surge_active(&self) -> bool {
+        self.in_flight() && self.surge.as_ref().is_some_and(Surge::active)
+    }
+
+    /// The unit of capacity of this rotation's surge still has to be given back.
+    pub fn surge_owed(&self) -> bool {
+        self.surge.as_ref().is_some_and(Surge::owed)
+    }
+
+    /// This rotation at `step`, entered at `now`, with no error.
+    pub fn enter(&self, step: Step, now: DateTime<Utc>) -> Rotation {
+        Rotation {
+            step,
+            step_at: now,
+            error: None,
+            ..self.clone()
+        }
+    }
+
+    /// This rotation with its surge's release set to `release` (no-op without a surge).
+    pub fn with_release(mut self, release: Release) -> Rotation {
+        if let Some(s) = self.surge.as_mut() {
+            s.release = Some(release);
+        }
+        self
     }
 }
 

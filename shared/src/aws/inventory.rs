@@ -1,0 +1,288 @@
+//! Read-only adapters for `nodecycle doctor` over the SDK clients every function already links:
+//! the state table (DynamoDB), node groups, launch templates and lifecycle hooks (Auto Scaling,
+//! EKS, EC2), EKS clusters and access entries, and policy documents (SSM).
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::port_error;
+use super::ssm::Ssm;
+use crate::doctor::port::{
+    AccessEntryFacts, AsgFacts, ClusterAccessInfo, ClusterFacts, GroupInfo, HookFacts,
+    ManagedFacts, PolicyDocuments, TableFacts, TableInfo, TemplateFacts,
+};
+use crate::managed::TemplateRef;
+use crate::policy::source::PolicyDocument;
+use crate::port::PortError;
+
+/// The read-only view of a deployment, over the shared clients.
+#[derive(Clone, Debug)]
+pub struct Inventory {
+    clients: super::Clients,
+}
+
+impl Inventory {
+    /// Wraps the clients.
+    pub fn new(clients: super::Clients) -> Self {
+        Self { clients }
+    }
+}
+
+/// `Ok(None)` for a not-found error, the error otherwise.
+fn absent<T>(e: PortError) -> Result<Option<T>, PortError> {
+    if e.is_not_found() { Ok(None) } else { Err(e) }
+}
+
+#[async_trait]
+impl TableInfo for Inventory {
+    async fn table(&self, name: &str) -> Result<Option<TableFacts>, PortError> {
+        let db = &self.clients.dynamodb;
+        let described = match db.describe_table().table_name(name).send().await {
+            Ok(out) => out,
+            Err(e) => return absent(port_error("dynamodb:DescribeTable", e)),
+        };
+        let Some(t) = described.table() else {
+            return Ok(None);
+        };
+        let ttl = db
+            .describe_time_to_live()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(|e| port_error("dynamodb:DescribeTimeToLive", e))?;
+        let ttl = ttl.time_to_live_description();
+        Ok(Some(TableFacts {
+            status: t
+                .table_status()
+                .map(|s| s.as_str().to_owned())
+                .unwrap_or_default(),
+            keys: t
+                .key_schema()
+                .iter()
+                .map(|k| {
+                    (
+                        k.attribute_name().to_owned(),
+                        k.key_type().as_str().to_owned(),
+                    )
+                })
+                .collect(),
+            attribute_types: t
+                .attribute_definitions()
+                .iter()
+                .map(|a| {
+                    (
+                        a.attribute_name().to_owned(),
+                        a.attribute_type().as_str().to_owned(),
+                    )
+                })
+                .collect(),
+            ttl_status: ttl
+                .and_then(|d| d.time_to_live_status())
+                .map(|s| s.as_str().to_owned())
+                .unwrap_or_default(),
+            ttl_attribute: ttl.and_then(|d| d.attribute_name()).map(str::to_owned),
+        }))
+    }
+}
+
+#[async_trait]
+impl GroupInfo for Inventory {
+    async fn auto_scaling_group(&self, name: &str) -> Result<Option<AsgFacts>, PortError> {
+        let out = self
+            .clients
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(name)
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
+        let Some(g) = out
+            .auto_scaling_groups()
+            .iter()
+            .find(|g| g.auto_scaling_group_name() == Some(name))
+        else {
+            return Ok(None);
+        };
+        let spec = g.launch_template().or_else(|| {
+            g.mixed_instances_policy()
+                .and_then(|m| m.launch_template())
+                .and_then(|t| t.launch_template_specification())
+        });
+        Ok(Some(AsgFacts {
+            name: name.to_owned(),
+            tags: g
+                .tags()
+                .iter()
+                .filter_map(|t| {
+                    Some((
+                        t.key()?.to_owned(),
+                        t.value().unwrap_or_default().to_owned(),
+                    ))
+                })
+                .collect(),
+            launch_template: spec.map(|s| TemplateRef {
+                id: s.launch_template_id().map(str::to_owned),
+                name: s.launch_template_name().map(str::to_owned),
+                version: s.version().map(str::to_owned),
+            }),
+            launch_configuration: g.launch_configuration_name().map(str::to_owned),
+        }))
+    }
+
+    async fn lifecycle_hooks(&self, group: &str) -> Result<Vec<HookFacts>, PortError> {
+        let out = self
+            .clients
+            .autoscaling
+            .describe_lifecycle_hooks()
+            .auto_scaling_group_name(group)
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:DescribeLifecycleHooks", e))?;
+        Ok(out
+            .lifecycle_hooks()
+            .iter()
+            .map(|h| HookFacts {
+                name: h.lifecycle_hook_name().unwrap_or_default().to_owned(),
+                transition: h.lifecycle_transition().unwrap_or_default().to_owned(),
+            })
+            .collect())
+    }
+
+    async fn managed_node_group(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<Option<ManagedFacts>, PortError> {
+        let out = match self
+            .clients
+            .eks
+            .describe_nodegroup()
+            .cluster_name(cluster)
+            .nodegroup_name(name)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => return absent(port_error("eks:DescribeNodegroup", e)),
+        };
+        Ok(out.nodegroup().map(|ng| ManagedFacts {
+            name: name.to_owned(),
+            auto_scaling_group: ng
+                .resources()
+                .and_then(|r| r.auto_scaling_groups().first())
+                .and_then(|g| g.name())
+                .map(str::to_owned),
+            launch_template: ng.launch_template().map(|t| TemplateRef {
+                id: t.id().map(str::to_owned),
+                name: t.name().map(str::to_owned),
+                version: t.version().map(str::to_owned),
+            }),
+        }))
+    }
+
+    async fn launch_template(
+        &self,
+        template: &TemplateRef,
+    ) -> Result<Option<TemplateFacts>, PortError> {
+        let mut call = self.clients.ec2.describe_launch_templates();
+        call = match (&template.id, &template.name) {
+            (Some(id), _) => call.launch_template_ids(id),
+            (None, Some(name)) => call.launch_template_names(name),
+            (None, None) => return Ok(None),
+        };
+        let out = match call.send().await {
+            Ok(out) => out,
+            Err(e) => return absent(port_error("ec2:DescribeLaunchTemplates", e)),
+        };
+        Ok(out.launch_templates().first().map(|t| TemplateFacts {
+            id: t.launch_template_id().unwrap_or_default().to_owned(),
+            name: t.launch_template_name().unwrap_or_default().to_owned(),
+            tags: t
+                .tags()
+                .iter()
+                .filter_map(|t| {
+                    Some((
+                        t.key()?.to_owned(),
+                        t.value().unwrap_or_default().to_owned(),
+                    ))
+                })
+                .collect::<BTreeMap<_, _>>(),
+        }))
+    }
+}
+
+#[async_trait]
+impl ClusterAccessInfo for Inventory {
+    async fn cluster(&self, name: &str) -> Result<Option<ClusterFacts>, PortError> {
+        let out = match self.clients.eks.describe_cluster().name(name).send().await {
+            Ok(out) => out,
+            Err(e) => return absent(port_error("eks:DescribeCluster", e)),
+        };
+        Ok(out.cluster().map(|c| ClusterFacts {
+            status: c
+                .status()
+                .map(|s| s.as_str().to_owned())
+                .unwrap_or_default(),
+            authentication_mode: c
+                .access_config()
+                .and_then(|a| a.authentication_mode())
+                .map(|m| m.as_str().to_owned()),
+        }))
+    }
+
+    async fn access_entries(&self, cluster: &str) -> Result<Vec<String>, PortError> {
+        let mut out = Vec::new();
+        let mut pages = self
+            .clients
+            .eks
+            .list_access_entries()
+            .cluster_name(cluster)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| port_error("eks:ListAccessEntries", e))?;
+            out.extend(page.access_entries().iter().cloned());
+        }
+        Ok(out)
+    }
+
+    async fn access_entry(
+        &self,
+        cluster: &str,
+        principal_arn: &str,
+    ) -> Result<Option<AccessEntryFacts>, PortError> {
+        let out = match self
+            .clients
+            .eks
+            .describe_access_entry()
+            .cluster_name(cluster)
+            .principal_arn(principal_arn)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => return absent(port_error("eks:DescribeAccessEntry", e)),
+        };
+        Ok(out.access_entry().map(|e| AccessEntryFacts {
+            principal_arn: e.principal_arn().unwrap_or(principal_arn).to_owned(),
+            kubernetes_groups: e.kubernetes_groups().to_vec(),
+            entry_type: e.r#type().unwrap_or("STANDARD").to_owned(),
+        }))
+    }
+}
+
+#[async_trait]
+impl PolicyDocuments for Ssm {
+    async fn under(&self, prefix: &str) -> Result<Vec<PolicyDocument>, PortError> {
+        Ok(self
+            .parameters_by_path(prefix)
+            .await?
+            .into_iter()
+            .map(|p| PolicyDocument {
+                source: p.name,
+                text: p.value,
+            })
+            .collect())
+    }
+}

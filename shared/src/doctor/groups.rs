@@ -1,0 +1,532 @@
+//! A pool's node group: it exists as the kind `nodeGroup` says, carries `eks:cluster-name`
+//! (the stack's IAM conditions require it on groups and launch templates), and a self-managed
+//! group's terminate lifecycle hook is the one nodecycle answers.
+
+use super::port::{AsgFacts, HookFacts, ManagedFacts, TemplateFacts};
+use super::{CLUSTER_TAG, Check, CheckKind};
+use crate::managed::TemplateRef;
+use crate::port::PortError;
+
+/// Tag EKS puts on a managed node group's Auto Scaling group.
+pub const NODEGROUP_TAG: &str = "eks:nodegroup-name";
+/// The lifecycle transition of terminate hooks.
+pub const TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
+
+fn tag_problem(
+    what: &str,
+    tags: &std::collections::BTreeMap<String, String>,
+    cluster: &str,
+) -> Option<String> {
+    match tags.get(CLUSTER_TAG) {
+        Some(v) if v == cluster => None,
+        Some(v) => Some(format!(
+            "{what} is tagged {CLUSTER_TAG}={v}, not {cluster}: nodecycle may not change it"
+        )),
+        None => Some(format!(
+            "{what} has no tag {CLUSTER_TAG}={cluster}: nodecycle may not change it"
+        )),
+    }
+}
+
+fn asg_tag_fix(group: &str, cluster: &str) -> String {
+    format!(
+        "aws autoscaling create-or-update-tags --tags ResourceId={group},ResourceType=auto-scaling-group,\
+         Key={CLUSTER_TAG},Value={cluster},PropagateAtLaunch=true"
+    )
+}
+
+/// The `group` check of a pool whose policy says `autoScalingGroup: name`.
+pub fn self_managed(
+    pool: &str,
+    cluster: &str,
+    name: &str,
+    asg: Result<Option<AsgFacts>, PortError>,
+) -> Check {
+    let asg = match asg {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            return Check::fail(
+                CheckKind::Group,
+                pool,
+                format!("Auto Scaling group {name} does not exist"),
+                "fix nodeGroup.autoScalingGroup (for an EKS managed node group use \
+                 nodeGroup: { managedNodeGroup: <name> })",
+            );
+        }
+        Err(e) => return Check::unreadable(CheckKind::Group, pool, &e),
+    };
+    if let Some(ng) = asg.tags.get(NODEGROUP_TAG) {
+        return Check::fail(
+            CheckKind::Group,
+            pool,
+            format!(
+                "Auto Scaling group {name} belongs to managed node group {ng} (EKS owns its \
+                 launch template), but the policy says autoScalingGroup"
+            ),
+            format!("set nodeGroup: {{ managedNodeGroup: {ng} }} in the policy"),
+        );
+    }
+    let mut problems = Vec::new();
+    let mut fixes = Vec::new();
+    if asg.launch_template.is_none() {
+        problems.push(match &asg.launch_configuration {
+            Some(lc) => format!(
+                "Auto Scaling group {name} launches from launch configuration {lc}; nodecycle \
+                 rotates only groups with a launch template"
+            ),
+            None => format!("Auto Scaling group {name} names no launch template"),
+        });
+        fixes.push("move the group to a launch template".to_owned());
+    }
+    if let Some(p) = tag_problem(&format!("Auto Scaling group {name}"), &asg.tags, cluster) {
+        problems.push(p);
+        fixes.push(asg_tag_fix(name, cluster));
+    }
+    if problems.is_empty() {
+        Check::ok(
+            CheckKind::Group,
+            pool,
+            format!("Auto Scaling group {name}, tagged {CLUSTER_TAG}={cluster}"),
+        )
+    } else {
+        Check::fail(
+            CheckKind::Group,
+            pool,
+            problems.join("; "),
+            fixes.join("; "),
+        )
+    }
+}
+
+/// The `group` check of a pool whose policy says `managedNodeGroup: name`. `backing` is the
+/// read of the node group's Auto Scaling group (`None` when the node group names none or does
+/// not exist); `asg_named_so` whether an Auto Scaling group called `name` exists (a kind
+/// mix-up).
+pub fn managed(
+    pool: &str,
+    cluster: &str,
+    name: &str,
+    node_group: Result<Option<ManagedFacts>, PortError>,
+    backing: Option<Result<Option<AsgFacts>, PortError>>,
+    asg_named_so: bool,
+) -> Check {
+    let ng = match node_group {
+        Ok(Some(ng)) => ng,
+        Ok(None) => {
+            let (detail, fix) = if asg_named_so {
+                (
+                    format!(
+                        "cluster {cluster} has no managed node group {name}; {name} is a \
+                         self-managed Auto Scaling group"
+                    ),
+                    format!("set nodeGroup: {{ autoScalingGroup: {name} }} in the policy"),
+                )
+            } else {
+                (
+                    format!("cluster {cluster} has no managed node group {name}"),
+                    "fix nodeGroup.managedNodeGroup (aws eks list-nodegroups --cluster-name \
+                     <cluster>)"
+                        .to_owned(),
+                )
+            };
+            return Check::fail(CheckKind::Group, pool, detail, fix);
+        }
+        Err(e) => return Check::unreadable(CheckKind::Group, pool, &e),
+    };
+    let Some(asg_name) = ng.auto_scaling_group.as_deref() else {
+        return Check::warn(
+            CheckKind::Group,
+            pool,
+            format!("managed node group {name} has no Auto Scaling group yet"),
+            "wait until the node group is ACTIVE, then run doctor again",
+        );
+    };
+    match backing {
+        None => Check::warn(
+            CheckKind::Group,
+            pool,
+            format!("managed node group {name}: its Auto Scaling group was not read"),
+            "run doctor again",
+        ),
+        Some(Err(e)) => Check::unreadable(CheckKind::Group, pool, &e),
+        Some(Ok(None)) => Check::fail(
+            CheckKind::Group,
+            pool,
+            format!(
+                "managed node group {name} names Auto Scaling group {asg_name}, which does not exist"
+            ),
+            "check the node group's health (aws eks describe-nodegroup) and repair or recreate it",
+        ),
+        Some(Ok(Some(asg))) => {
+            match tag_problem(
+                &format!("Auto Scaling group {asg_name} of managed node group {name}"),
+                &asg.tags,
+                cluster,
+            ) {
+                Some(p) => Check::fail(CheckKind::Group, pool, p, asg_tag_fix(asg_name, cluster)),
+                None => Check::ok(
+                    CheckKind::Group,
+                    pool,
+                    format!(
+                        "managed node group {name} (Auto Scaling group {asg_name}, tagged \
+                         {CLUSTER_TAG}={cluster})"
+                    ),
+                ),
+            }
+        }
+    }
+}
+
+/// How a template reference reads in messages.
+pub fn template_label(t: &TemplateRef) -> String {
+    match (&t.id, &t.name) {
+        (Some(id), Some(name)) => format!("{name} ({id})"),
+        (Some(id), None) => id.clone(),
+        (None, Some(name)) => name.clone(),
+        (None, None) => "(unnamed)".to_owned(),
+    }
+}
+
+/// The `launchTemplate` check: the template nodecycle creates versions of for this pool (a
+/// self-managed group's, or a managed node group's custom one) is tagged for `cluster`.
+pub fn launch_template(
+    pool: &str,
+    cluster: &str,
+    template: &TemplateRef,
+    facts: Result<Option<TemplateFacts>, PortError>,
+) -> Check {
+    let label = template_label(template);
+    let t = match facts {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            return Check::fail(
+                CheckKind::LaunchTemplate,
+                pool,
+                format!("launch template {label} does not exist"),
+                "point the group at an existing launch template",
+            );
+        }
+        Err(e) => return Check::unreadable(CheckKind::LaunchTemplate, pool, &e),
+    };
+    match tag_problem(
+        &format!("launch template {} ({})", t.name, t.id),
+        &t.tags,
+        cluster,
+    ) {
+        Some(p) => Check::fail(
+            CheckKind::LaunchTemplate,
+            pool,
+            p,
+            format!(
+                "aws ec2 create-tags --resources {} --tags Key={CLUSTER_TAG},Value={cluster}",
+                t.id
+            ),
+        ),
+        None => Check::ok(
+            CheckKind::LaunchTemplate,
+            pool,
+            format!(
+                "launch template {} ({}), tagged {CLUSTER_TAG}={cluster}",
+                t.name, t.id
+            ),
+        ),
+    }
+}
+
+/// The `launchTemplate` line of a managed node group without a launch template of its own
+/// (EKS's template, versioned by EKS through releaseVersion): nothing to tag.
+pub fn no_custom_template(pool: &str, name: &str) -> Check {
+    Check::ok(
+        CheckKind::LaunchTemplate,
+        pool,
+        format!(
+            "managed node group {name} has no launch template of its own (updates go by \
+             releaseVersion): nothing to tag"
+        ),
+    )
+}
+
+/// The `lifecycleHook` check of a self-managed group: a terminate hook is optional, but one
+/// that is not named `configured` is never answered by nodecycle (its EventBridge rule is
+/// filtered to that name), so every termination waits for the heartbeat timeout.
+pub fn hooks(
+    pool: &str,
+    group: &str,
+    configured: &str,
+    hooks: Result<Vec<HookFacts>, PortError>,
+) -> Check {
+    let hooks = match hooks {
+        Ok(h) => h,
+        Err(e) => return Check::unreadable(CheckKind::LifecycleHook, pool, &e),
+    };
+    let terminating: Vec<&str> = hooks
+        .iter()
+        .filter(|h| h.transition == TERMINATING)
+        .map(|h| h.name.as_str())
+        .collect();
+    let ours = terminating.contains(&configured);
+    let foreign: Vec<&str> = terminating
+        .iter()
+        .copied()
+        .filter(|n| *n != configured)
+        .collect();
+    match (ours, foreign.is_empty()) {
+        (false, true) => Check::ok(
+            CheckKind::LifecycleHook,
+            pool,
+            format!(
+                "Auto Scaling group {group} has no terminate lifecycle hook (optional: with \
+                 {configured}, scale-ins wait for the drain)"
+            ),
+        ),
+        (true, true) => Check::ok(
+            CheckKind::LifecycleHook,
+            pool,
+            format!("Auto Scaling group {group} has terminate hook {configured}"),
+        ),
+        (true, false) => Check::warn(
+            CheckKind::LifecycleHook,
+            pool,
+            format!(
+                "Auto Scaling group {group} has terminate hook {configured} and also {}, which \
+                 nodecycle does not answer",
+                foreign.join(", ")
+            ),
+            "make sure another tool answers those hooks, or delete them",
+        ),
+        (false, false) => Check::fail(
+            CheckKind::LifecycleHook,
+            pool,
+            format!(
+                "Auto Scaling group {group} has terminate hook(s) {}, but nodecycle answers only \
+                 {configured} (LifecycleHookName): every termination waits out the heartbeat \
+                 timeout undrained",
+                foreign.join(", ")
+            ),
+            format!(
+                "rename it: aws autoscaling delete-lifecycle-hook --auto-scaling-group-name \
+                 {group} --lifecycle-hook-name {}, then put-lifecycle-hook \
+                 --lifecycle-hook-name {configured} (README: Lifecycle hook); or, if nodecycle \
+                 should answer {}, deploy the stack with that hook name",
+                foreign[0], foreign[0]
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::Status;
+    use crate::port::ErrorKind;
+
+    type Read<T> = Result<Option<T>, PortError>;
+
+    fn tags(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn lt() -> TemplateRef {
+        TemplateRef {
+            id: Some("lt-1".into()),
+            name: Some("prod-general".into()),
+            version: Some("$Latest".into()),
+        }
+    }
+
+    fn asg(t: &[(&str, &str)]) -> AsgFacts {
+        AsgFacts {
+            name: "g".into(),
+            tags: tags(t),
+            launch_template: Some(lt()),
+            launch_configuration: None,
+        }
+    }
+
+    #[test]
+    fn self_managed_cases() {
+        let cases: Vec<(&str, Read<AsgFacts>, Status)> = vec![
+            (
+                "tagged",
+                Ok(Some(asg(&[(CLUSTER_TAG, "prod")]))),
+                Status::Ok,
+            ),
+            ("untagged", Ok(Some(asg(&[]))), Status::Fail),
+            (
+                "other cluster",
+                Ok(Some(asg(&[(CLUSTER_TAG, "staging")]))),
+                Status::Fail,
+            ),
+            ("missing", Ok(None), Status::Fail),
+            (
+                "a managed node group's group",
+                Ok(Some(asg(&[
+                    (CLUSTER_TAG, "prod"),
+                    (NODEGROUP_TAG, "golden"),
+                ]))),
+                Status::Fail,
+            ),
+            (
+                "launch configuration",
+                Ok(Some(AsgFacts {
+                    launch_template: None,
+                    launch_configuration: Some("lc".into()),
+                    ..asg(&[(CLUSTER_TAG, "prod")])
+                })),
+                Status::Fail,
+            ),
+            (
+                "unreadable",
+                Err(PortError::new(
+                    "autoscaling:DescribeAutoScalingGroups",
+                    ErrorKind::AccessDenied,
+                    "x",
+                )),
+                Status::Fail,
+            ),
+        ];
+        for (what, facts, expected) in cases {
+            let c = self_managed("prod/general", "prod", "g", facts);
+            assert_eq!(
+                (c.status, c.check),
+                (expected, CheckKind::Group),
+                "{what}: {c}"
+            );
+        }
+        let c = self_managed(
+            "p",
+            "prod",
+            "g",
+            Ok(Some(asg(&[
+                (CLUSTER_TAG, "prod"),
+                (NODEGROUP_TAG, "golden"),
+            ]))),
+        );
+        assert!(c.fix.contains("managedNodeGroup: golden"), "{c}");
+    }
+
+    #[test]
+    fn managed_cases() {
+        let ng = || ManagedFacts {
+            name: "golden".into(),
+            auto_scaling_group: Some("eks-golden-1".into()),
+            launch_template: None,
+        };
+        let ok_asg = || Some(Ok(Some(asg(&[(CLUSTER_TAG, "prod")]))));
+        type Case = (
+            &'static str,
+            Read<ManagedFacts>,
+            Option<Read<AsgFacts>>,
+            bool,
+            Status,
+        );
+        let cases: Vec<Case> = vec![
+            ("healthy", Ok(Some(ng())), ok_asg(), false, Status::Ok),
+            ("missing", Ok(None), None, false, Status::Fail),
+            (
+                "missing, an ASG of that name",
+                Ok(None),
+                None,
+                true,
+                Status::Fail,
+            ),
+            (
+                "untagged ASG",
+                Ok(Some(ng())),
+                Some(Ok(Some(asg(&[])))),
+                false,
+                Status::Fail,
+            ),
+            (
+                "ASG gone",
+                Ok(Some(ng())),
+                Some(Ok(None)),
+                false,
+                Status::Fail,
+            ),
+            (
+                "no ASG yet",
+                Ok(Some(ManagedFacts {
+                    auto_scaling_group: None,
+                    ..ng()
+                })),
+                None,
+                false,
+                Status::Warn,
+            ),
+        ];
+        for (what, n, b, named, expected) in cases {
+            let c = managed("prod/golden", "prod", "golden", n, b, named);
+            assert_eq!(
+                (c.status, c.check),
+                (expected, CheckKind::Group),
+                "{what}: {c}"
+            );
+        }
+        let c = managed("p", "prod", "g", Ok(None), None, true);
+        assert!(c.fix.contains("autoScalingGroup: g"), "{c}");
+    }
+
+    #[test]
+    fn launch_template_cases() {
+        let t = |pairs: &[(&str, &str)]| TemplateFacts {
+            id: "lt-1".into(),
+            name: "n".into(),
+            tags: tags(pairs),
+        };
+        assert_eq!(
+            launch_template("p", "prod", &lt(), Ok(Some(t(&[(CLUSTER_TAG, "prod")])))).status,
+            Status::Ok
+        );
+        let c = launch_template("p", "prod", &lt(), Ok(Some(t(&[("team", "x")]))));
+        assert_eq!(
+            (c.status, c.check),
+            (Status::Fail, CheckKind::LaunchTemplate)
+        );
+        assert!(c.fix.starts_with("aws ec2 create-tags --resources lt-1"));
+        assert_eq!(
+            launch_template("p", "prod", &lt(), Ok(Some(t(&[(CLUSTER_TAG, "dev")])))).status,
+            Status::Fail
+        );
+        assert_eq!(
+            launch_template("p", "prod", &lt(), Ok(None)).status,
+            Status::Fail
+        );
+    }
+
+    #[test]
+    fn hook_cases() {
+        let h = |name: &str, transition: &str| HookFacts {
+            name: name.into(),
+            transition: transition.into(),
+        };
+        let launch = "autoscaling:EC2_INSTANCE_LAUNCHING";
+        let cases: Vec<(&str, Vec<HookFacts>, Status)> = vec![
+            ("none", vec![], Status::Ok),
+            ("ours", vec![h("nodecycle-drain", TERMINATING)], Status::Ok),
+            ("a launch hook only", vec![h("warmup", launch)], Status::Ok),
+            ("foreign only", vec![h("drain", TERMINATING)], Status::Fail),
+            (
+                "ours and another",
+                vec![h("nodecycle-drain", TERMINATING), h("other", TERMINATING)],
+                Status::Warn,
+            ),
+            (
+                "our name on launch",
+                vec![h("nodecycle-drain", launch), h("x", TERMINATING)],
+                Status::Fail,
+            ),
+        ];
+        for (what, hs, expected) in cases {
+            let c = hooks("p", "g", "nodecycle-drain", Ok(hs));
+            assert_eq!(
+                (c.status, c.check),
+                (expected, CheckKind::LifecycleHook),
+                "{what}: {c}"
+            );
+        }
+    }
+}

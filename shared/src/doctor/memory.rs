@@ -1,0 +1,185 @@
+//! In-memory ports: a deployment as plain maps, for tests of [`super::run::diagnose`] and of
+//! code built on it.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::port::{
+    AccessEntryFacts, AsgFacts, ClusterAccessInfo, ClusterFacts, EventRules, GroupInfo, HookFacts,
+    ManagedFacts, PolicyDocuments, RbacFacts, RbacInfo, StackOutputs, TableFacts, TableInfo,
+    TemplateFacts,
+};
+use super::run::Ports;
+use crate::managed::TemplateRef;
+use crate::policy::source::PolicyDocument;
+use crate::port::PortError;
+
+/// Everything a deployment can show doctor, as plain maps.
+#[derive(Debug, Clone, Default)]
+pub struct World {
+    /// Stack name -> outputs.
+    pub stacks: BTreeMap<String, BTreeMap<String, String>>,
+    /// Table name -> facts.
+    pub tables: BTreeMap<String, TableFacts>,
+    /// Parameter name -> policy text.
+    pub parameters: BTreeMap<String, String>,
+    /// ASG name -> facts.
+    pub asgs: BTreeMap<String, AsgFacts>,
+    /// ASG name -> hooks.
+    pub hooks: BTreeMap<String, Vec<HookFacts>>,
+    /// (cluster, node group) -> facts.
+    pub node_groups: BTreeMap<(String, String), ManagedFacts>,
+    /// Template id -> facts.
+    pub templates: BTreeMap<String, TemplateFacts>,
+    /// Cluster -> facts.
+    pub clusters: BTreeMap<String, ClusterFacts>,
+    /// Cluster -> entries.
+    pub entries: BTreeMap<String, Vec<AccessEntryFacts>>,
+    /// Cluster -> RBAC.
+    pub rbac: BTreeMap<String, RbacFacts>,
+    /// Rule name -> state.
+    pub rules: BTreeMap<String, String>,
+    /// Operations that answer AccessDenied.
+    pub denied: Vec<String>,
+}
+
+impl World {
+    fn deny(&self, op: &str) -> Result<(), PortError> {
+        if self.denied.iter().any(|d| d == op) {
+            Err(PortError::new(
+                op,
+                crate::port::ErrorKind::AccessDenied,
+                "AccessDenied: not authorized",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The ports, all over this world.
+    pub fn ports(&self) -> Ports<'_> {
+        Ports {
+            stack: self,
+            table: self,
+            policies: self,
+            groups: self,
+            clusters: self,
+            rbac: self,
+            rules: self,
+        }
+    }
+}
+
+#[async_trait]
+impl StackOutputs for World {
+    async fn outputs(&self, stack: &str) -> Result<Option<BTreeMap<String, String>>, PortError> {
+        self.deny("cloudformation:DescribeStacks")?;
+        Ok(self.stacks.get(stack).cloned())
+    }
+}
+
+#[async_trait]
+impl TableInfo for World {
+    async fn table(&self, name: &str) -> Result<Option<TableFacts>, PortError> {
+        self.deny("dynamodb:DescribeTable")?;
+        Ok(self.tables.get(name).cloned())
+    }
+}
+
+#[async_trait]
+impl PolicyDocuments for World {
+    async fn under(&self, prefix: &str) -> Result<Vec<PolicyDocument>, PortError> {
+        self.deny("ssm:GetParametersByPath")?;
+        Ok(self
+            .parameters
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| PolicyDocument {
+                source: k.clone(),
+                text: v.clone(),
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl GroupInfo for World {
+    async fn auto_scaling_group(&self, name: &str) -> Result<Option<AsgFacts>, PortError> {
+        self.deny("autoscaling:DescribeAutoScalingGroups")?;
+        Ok(self.asgs.get(name).cloned())
+    }
+    async fn lifecycle_hooks(&self, group: &str) -> Result<Vec<HookFacts>, PortError> {
+        self.deny("autoscaling:DescribeLifecycleHooks")?;
+        Ok(self.hooks.get(group).cloned().unwrap_or_default())
+    }
+    async fn managed_node_group(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<Option<ManagedFacts>, PortError> {
+        self.deny("eks:DescribeNodegroup")?;
+        Ok(self
+            .node_groups
+            .get(&(cluster.to_owned(), name.to_owned()))
+            .cloned())
+    }
+    async fn launch_template(
+        &self,
+        template: &TemplateRef,
+    ) -> Result<Option<TemplateFacts>, PortError> {
+        self.deny("ec2:DescribeLaunchTemplates")?;
+        Ok(self
+            .templates
+            .values()
+            .find(|t| {
+                template.id.as_deref() == Some(t.id.as_str())
+                    || (template.id.is_none() && template.name.as_deref() == Some(t.name.as_str()))
+            })
+            .cloned())
+    }
+}
+
+#[async_trait]
+impl ClusterAccessInfo for World {
+    async fn cluster(&self, name: &str) -> Result<Option<ClusterFacts>, PortError> {
+        self.deny("eks:DescribeCluster")?;
+        Ok(self.clusters.get(name).cloned())
+    }
+    async fn access_entries(&self, cluster: &str) -> Result<Vec<String>, PortError> {
+        self.deny("eks:ListAccessEntries")?;
+        Ok(self
+            .entries
+            .get(cluster)
+            .map(|e| e.iter().map(|e| e.principal_arn.clone()).collect())
+            .unwrap_or_default())
+    }
+    async fn access_entry(
+        &self,
+        cluster: &str,
+        principal_arn: &str,
+    ) -> Result<Option<AccessEntryFacts>, PortError> {
+        self.deny("eks:DescribeAccessEntry")?;
+        Ok(self
+            .entries
+            .get(cluster)
+            .and_then(|e| e.iter().find(|e| e.principal_arn == principal_arn))
+            .cloned())
+    }
+}
+
+#[async_trait]
+impl RbacInfo for World {
+    async fn rbac(&self, cluster: &str) -> Result<RbacFacts, PortError> {
+        self.deny("kubernetes:list clusterrolebindings")?;
+        Ok(self.rbac.get(cluster).cloned().unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl EventRules for World {
+    async fn rule_state(&self, name: &str) -> Result<Option<String>, PortError> {
+        self.deny("events:DescribeRule")?;
+        Ok(self.rules.get(name).cloned())
+    }
+}

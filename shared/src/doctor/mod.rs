@@ -1,0 +1,296 @@
+//! `nodecycle doctor`: a read-only preflight of a deployment, with the operator's credentials.
+//!
+//! Layers, from pure to I/O:
+//! - the check modules ([`contract`], [`table`], [`policies`], [`groups`], [`access`], [`rbac`],
+//!   [`rules`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
+//! - [`port`]: one narrow read-only trait per capability (stack outputs, table, groups, cluster
+//!   access, event rules, RBAC, policy documents) and the plain fact types they return;
+//! - [`run`]: [`run::diagnose`] reads through the ports in order and asks the check functions.
+//!
+//! Adapters live in `crate::aws` (feature `doctor` for CloudFormation and EventBridge) and
+//! `crate::kube::rbac`.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::port::{ErrorKind, PortError};
+
+pub mod access;
+pub mod contract;
+pub mod groups;
+pub mod memory;
+pub mod policies;
+pub mod port;
+pub mod rbac;
+pub mod rules;
+pub mod run;
+pub mod table;
+#[cfg(test)]
+mod tests;
+
+/// Kubernetes group every function role is mapped to (deploy/rbac.yaml binds it).
+pub const KUBERNETES_GROUP: &str = "nodecycle";
+/// Tag the stack's IAM conditions require on groups and launch templates.
+pub const CLUSTER_TAG: &str = "eks:cluster-name";
+/// Default stack name (`--stack`, `NODECYCLE_STACK`).
+pub const DEFAULT_STACK: &str = "nodecycle";
+/// Environment variable naming the stack.
+pub const STACK_ENV: &str = "NODECYCLE_STACK";
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Status {
+    /// As nodecycle needs it.
+    #[serde(rename = "ok")]
+    Ok,
+    /// Works, but the operator should know (e.g. something nodecycle cannot verify).
+    #[serde(rename = "warn")]
+    Warn,
+    /// nodecycle will not work as configured; `fix` says what to do.
+    #[serde(rename = "FAIL")]
+    Fail,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        })
+    }
+}
+
+/// What was checked: a stable identity (JSON `check`), independent of the message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CheckKind {
+    /// The stack exists and has the contract's outputs.
+    Stack,
+    /// The state table: keys `pk`/`sk`, TTL on `ttl`.
+    Table,
+    /// One policy document (or the prefix as a whole).
+    Policy,
+    /// An EKS cluster the stack serves exists.
+    Cluster,
+    /// A pool's node group: exists, kind matches `nodeGroup`, tagged.
+    Group,
+    /// The launch template nodecycle versions for a pool is tagged.
+    LaunchTemplate,
+    /// A self-managed group's terminate lifecycle hooks use the configured name.
+    LifecycleHook,
+    /// A function role's EKS access entry maps it to the Kubernetes group `nodecycle`.
+    AccessEntry,
+    /// The cluster's RBAC grants group `nodecycle` every rule of deploy/rbac.yaml.
+    Rbac,
+    /// An EventBridge rule of the stack is enabled.
+    EventRule,
+}
+
+impl CheckKind {
+    /// The JSON name (`group`, `launchTemplate`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckKind::Stack => "stack",
+            CheckKind::Table => "table",
+            CheckKind::Policy => "policy",
+            CheckKind::Cluster => "cluster",
+            CheckKind::Group => "group",
+            CheckKind::LaunchTemplate => "launchTemplate",
+            CheckKind::LifecycleHook => "lifecycleHook",
+            CheckKind::AccessEntry => "accessEntry",
+            CheckKind::Rbac => "rbac",
+            CheckKind::EventRule => "eventRule",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// ok, warn or FAIL.
+    pub status: Status,
+    /// What kind of thing was checked.
+    pub check: CheckKind,
+    /// Which one: a stack, table, parameter, pool id, cluster, `<cluster>/<role output>`, rule.
+    pub subject: String,
+    /// What was found.
+    pub detail: String,
+    /// What to do (empty when nothing is to be done).
+    pub fix: String,
+}
+
+impl Check {
+    /// A passing check.
+    pub fn ok(check: CheckKind, subject: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::new(Status::Ok, check, subject, detail, "")
+    }
+
+    /// A warning with what to do.
+    pub fn warn(
+        check: CheckKind,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        Self::new(Status::Warn, check, subject, detail, fix)
+    }
+
+    /// A failure with what to do.
+    pub fn fail(
+        check: CheckKind,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        Self::new(Status::Fail, check, subject, detail, fix)
+    }
+
+    fn new(
+        status: Status,
+        check: CheckKind,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        Check {
+            status,
+            check,
+            subject: subject.into(),
+            detail: detail.into(),
+            fix: fix.into(),
+        }
+    }
+
+    /// A FAIL saying what could not be read and which permission it takes: for access denied,
+    /// the IAM action (the port error's operation); otherwise the error and a retry.
+    pub fn unreadable(check: CheckKind, subject: impl Into<String>, error: &PortError) -> Self {
+        let fix = match error.kind {
+            ErrorKind::AccessDenied => format!(
+                "grant the operator {} (see README: nodecycle doctor), or run with credentials \
+                 that have it",
+                error.operation
+            ),
+            ErrorKind::Transient => "retry; the service was unavailable or throttled".to_owned(),
+            _ => format!(
+                "check AWS_REGION and the credentials; {} needs read access",
+                error.operation
+            ),
+        };
+        Self::fail(check, subject, format!("cannot read: {error}"), fix)
+    }
+}
+
+impl fmt::Display for Check {
+    /// `<status>  <check> <subject>: <detail>  <fix>` (the fix only when there is one).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<4}  {} {}: {}",
+            self.status,
+            self.check.name(),
+            self.subject,
+            self.detail
+        )?;
+        if !self.fix.is_empty() {
+            write!(f, "  {}", self.fix)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every check, in the order they were made.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The checks.
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// How many checks failed.
+    pub fn failed(&self) -> usize {
+        self.count(Status::Fail)
+    }
+
+    /// How many checks have `status`.
+    pub fn count(&self, status: Status) -> usize {
+        self.checks.iter().filter(|c| c.status == status).count()
+    }
+
+    /// The JSON form: `{"checks": [{status, check, subject, detail, fix}], "failed": n}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "checks": self.checks,
+            "failed": self.failed(),
+        })
+    }
+
+    /// Process exit code: 0 when nothing failed, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.failed() > 0)
+    }
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn line_and_json_forms() {
+        let c = Check::fail(
+            CheckKind::EventRule,
+            "nodecycle-tick",
+            "DISABLED",
+            "aws events enable-rule --name nodecycle-tick",
+        );
+        assert_eq!(
+            c.to_string(),
+            "FAIL  eventRule nodecycle-tick: DISABLED  aws events enable-rule --name nodecycle-tick"
+        );
+        let ok = Check::ok(CheckKind::Table, "t", "keys pk/sk");
+        assert_eq!(ok.to_string(), "ok    table t: keys pk/sk");
+        let report = Report {
+            checks: vec![c, ok],
+        };
+        let v = report.to_json();
+        assert_eq!(v["failed"], 1);
+        assert_eq!(v["checks"][0]["status"], "FAIL");
+        assert_eq!(v["checks"][0]["check"], "eventRule");
+        assert_eq!(v["checks"][1]["status"], "ok");
+        assert_eq!(v["checks"][1]["fix"], "");
+        assert_eq!(report.exit_code(), 1);
+        assert_eq!(Report::default().exit_code(), 0);
+    }
+
+    #[test]
+    fn kind_names_match_serde() {
+        for kind in [
+            CheckKind::Stack,
+            CheckKind::Table,
+            CheckKind::Policy,
+            CheckKind::Cluster,
+            CheckKind::Group,
+            CheckKind::LaunchTemplate,
+            CheckKind::LifecycleHook,
+            CheckKind::AccessEntry,
+            CheckKind::Rbac,
+            CheckKind::EventRule,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
+        }
+    }
+
+    #[test]
+    fn unreadable_names_the_permission() {
+        let e = PortError::new(
+            "events:DescribeRule",
+            ErrorKind::AccessDenied,
+            "AccessDeniedException: no",
+        );
+        let c = Check::unreadable(CheckKind::EventRule, "r", &e);
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.fix.contains("events:DescribeRule"));
+        assert!(c.detail.contains("AccessDeniedException"));
+    }
+}

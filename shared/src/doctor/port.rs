@@ -1,0 +1,218 @@
+//! Read-only ports of `nodecycle doctor` (one narrow trait per capability) and the plain facts
+//! they return. `Ok(None)` always means "does not exist"; errors are [`PortError`]s whose
+//! `operation` is the IAM action (or Kubernetes request) that was refused or failed.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::managed::TemplateRef;
+use crate::policy::source::PolicyDocument;
+use crate::port::PortError;
+
+/// CloudFormation: a stack's outputs.
+#[async_trait]
+pub trait StackOutputs: Send + Sync {
+    /// Output key -> value of stack `stack`; `None` when the stack does not exist.
+    async fn outputs(&self, stack: &str) -> Result<Option<BTreeMap<String, String>>, PortError>;
+}
+
+/// The state table as DynamoDB describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableFacts {
+    /// `TableStatus` (`ACTIVE`, ...).
+    pub status: String,
+    /// Key schema in order: (attribute, `HASH`|`RANGE`).
+    pub keys: Vec<(String, String)>,
+    /// Attribute definitions: attribute -> `S`|`N`|`B`.
+    pub attribute_types: BTreeMap<String, String>,
+    /// `TimeToLiveStatus` (`ENABLED`, `ENABLING`, `DISABLED`, ...).
+    pub ttl_status: String,
+    /// TTL attribute, when set.
+    pub ttl_attribute: Option<String>,
+}
+
+/// DynamoDB: describe a table and its TTL.
+#[async_trait]
+pub trait TableInfo: Send + Sync {
+    /// The table's facts; `None` when it does not exist.
+    async fn table(&self, name: &str) -> Result<Option<TableFacts>, PortError>;
+}
+
+/// An Auto Scaling group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AsgFacts {
+    /// Group name.
+    pub name: String,
+    /// Tags (key -> value).
+    pub tags: BTreeMap<String, String>,
+    /// The launch template it launches (directly or through its mixed instances policy).
+    pub launch_template: Option<TemplateRef>,
+    /// Its launch configuration, if it uses one instead.
+    pub launch_configuration: Option<String>,
+}
+
+/// One lifecycle hook of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookFacts {
+    /// Hook name.
+    pub name: String,
+    /// e.g. `autoscaling:EC2_INSTANCE_TERMINATING`.
+    pub transition: String,
+}
+
+/// An EKS managed node group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManagedFacts {
+    /// Node group name.
+    pub name: String,
+    /// Its Auto Scaling group (`resources.autoScalingGroups[0]`).
+    pub auto_scaling_group: Option<String>,
+    /// The customer's launch template, when the group was created with one.
+    pub launch_template: Option<TemplateRef>,
+}
+
+/// A launch template.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateFacts {
+    /// `lt-...`.
+    pub id: String,
+    /// Template name.
+    pub name: String,
+    /// Tags (key -> value).
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Auto Scaling, EKS node groups and EC2 launch templates (reads only).
+#[async_trait]
+pub trait GroupInfo: Send + Sync {
+    /// An Auto Scaling group by name.
+    async fn auto_scaling_group(&self, name: &str) -> Result<Option<AsgFacts>, PortError>;
+    /// A group's lifecycle hooks.
+    async fn lifecycle_hooks(&self, group: &str) -> Result<Vec<HookFacts>, PortError>;
+    /// A managed node group of `cluster`.
+    async fn managed_node_group(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<Option<ManagedFacts>, PortError>;
+    /// A launch template by id (preferred) or name.
+    async fn launch_template(
+        &self,
+        template: &TemplateRef,
+    ) -> Result<Option<TemplateFacts>, PortError>;
+}
+
+/// An EKS cluster as far as access is concerned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterFacts {
+    /// `ACTIVE`, `CREATING`, ...
+    pub status: String,
+    /// `accessConfig.authenticationMode`: `CONFIG_MAP`, `API`, `API_AND_CONFIG_MAP`.
+    pub authentication_mode: Option<String>,
+}
+
+/// One EKS access entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccessEntryFacts {
+    /// The IAM principal it maps.
+    pub principal_arn: String,
+    /// Kubernetes groups it maps the principal to.
+    pub kubernetes_groups: Vec<String>,
+    /// `STANDARD`, `EC2_LINUX`, ...
+    pub entry_type: String,
+}
+
+/// EKS: clusters and their access entries.
+#[async_trait]
+pub trait ClusterAccessInfo: Send + Sync {
+    /// A cluster by name.
+    async fn cluster(&self, name: &str) -> Result<Option<ClusterFacts>, PortError>;
+    /// The principal ARNs of every access entry of `cluster`.
+    async fn access_entries(&self, cluster: &str) -> Result<Vec<String>, PortError>;
+    /// One access entry (by the principal ARN as listed).
+    async fn access_entry(
+        &self,
+        cluster: &str,
+        principal_arn: &str,
+    ) -> Result<Option<AccessEntryFacts>, PortError>;
+}
+
+/// EventBridge: a rule's state.
+#[async_trait]
+pub trait EventRules: Send + Sync {
+    /// `State` of rule `name` on the default bus (`ENABLED`, `DISABLED`, ...); `None` when it
+    /// does not exist.
+    async fn rule_state(&self, name: &str) -> Result<Option<String>, PortError>;
+}
+
+/// One RBAC rule (`rbac.authorization.k8s.io/v1` PolicyRule).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicyRule {
+    /// API groups (`""` is core, `*` any).
+    pub api_groups: Vec<String>,
+    /// Resources (`pods/eviction` for a subresource, `*` any, `*/eviction` any's subresource).
+    pub resources: Vec<String>,
+    /// Verbs (`*` any).
+    pub verbs: Vec<String>,
+    /// When not empty, the rule applies to these object names only.
+    pub resource_names: Vec<String>,
+    /// Non-resource URLs (irrelevant to nodecycle).
+    #[serde(rename = "nonResourceURLs")]
+    pub non_resource_urls: Vec<String>,
+}
+
+/// A ClusterRole (rules as served: aggregated roles already filled in).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterRoleFacts {
+    /// Name.
+    pub name: String,
+    /// Rules.
+    pub rules: Vec<PolicyRule>,
+}
+
+/// A subject of a binding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubjectFacts {
+    /// `User`, `Group`, `ServiceAccount`.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+/// A ClusterRoleBinding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BindingFacts {
+    /// Name.
+    pub name: String,
+    /// `roleRef.kind` (always `ClusterRole` for a ClusterRoleBinding).
+    pub role_kind: String,
+    /// `roleRef.name`.
+    pub role_name: String,
+    /// Subjects.
+    pub subjects: Vec<SubjectFacts>,
+}
+
+/// A cluster's cluster-wide RBAC objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RbacFacts {
+    /// Every ClusterRole.
+    pub cluster_roles: Vec<ClusterRoleFacts>,
+    /// Every ClusterRoleBinding.
+    pub bindings: Vec<BindingFacts>,
+}
+
+/// Kubernetes: read a cluster's ClusterRoles and ClusterRoleBindings.
+#[async_trait]
+pub trait RbacInfo: Send + Sync {
+    /// Everything cluster-scoped RBAC has in `cluster`.
+    async fn rbac(&self, cluster: &str) -> Result<RbacFacts, PortError>;
+}
+
+/// Policy documents under an SSM prefix.
+#[async_trait]
+pub trait PolicyDocuments: Send + Sync {
+    /// Every document under `prefix` (recursive), sorted by source.
+    async fn under(&self, prefix: &str) -> Result<Vec<PolicyDocument>, PortError>;
+}

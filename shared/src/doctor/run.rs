@@ -1,0 +1,219 @@
+//! [`diagnose`]: reads the deployment through the ports, in order, and turns every fact (or
+//! read error) into checks. Reads only; a failed read is a FAIL line, never an abort.
+
+use super::port::{
+    ClusterAccessInfo, EventRules, GroupInfo, PolicyDocuments, RbacInfo, StackOutputs, TableInfo,
+};
+use super::{Check, CheckKind, Report, access, contract, groups, policies, rbac, rules, table};
+use crate::policy::{NodeGroup, Policy};
+
+/// Every read doctor makes, one port per capability.
+#[derive(Clone, Copy)]
+pub struct Ports<'a> {
+    /// CloudFormation outputs.
+    pub stack: &'a dyn StackOutputs,
+    /// DynamoDB table description.
+    pub table: &'a dyn TableInfo,
+    /// Policy documents under the prefix.
+    pub policies: &'a dyn PolicyDocuments,
+    /// Auto Scaling groups, node groups, launch templates, hooks.
+    pub groups: &'a dyn GroupInfo,
+    /// Clusters and access entries.
+    pub clusters: &'a dyn ClusterAccessInfo,
+    /// ClusterRoles and ClusterRoleBindings.
+    pub rbac: &'a dyn RbacInfo,
+    /// EventBridge rules.
+    pub rules: &'a dyn EventRules,
+}
+
+/// What to check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Stack name (or id).
+    pub stack: String,
+    /// Only these clusters (and their pools); empty: every cluster of `ClusterNames`.
+    pub clusters: Vec<String>,
+    /// Policy prefix when the stack does not say (no stack, missing output).
+    pub fallback_prefix: String,
+}
+
+/// Runs every check. Order: stack, table, policies, per cluster (cluster, access entries, RBAC),
+/// per pool (group, launch template, lifecycle hook), event rules.
+pub async fn diagnose(ports: Ports<'_>, options: &Options) -> Report {
+    let mut checks = Vec::new();
+    let (stack_check, contract) =
+        contract::read(&options.stack, ports.stack.outputs(&options.stack).await);
+    checks.push(stack_check);
+
+    if let Some(name) = &contract.table {
+        checks.push(table::check(name, ports.table.table(name).await));
+    }
+
+    let prefix = contract
+        .policy_prefix
+        .clone()
+        .unwrap_or_else(|| options.fallback_prefix.clone());
+    let (policy_checks, valid) = policies::check(
+        &prefix,
+        ports.policies.under(&prefix).await,
+        contract.clusters.as_deref(),
+    );
+    checks.extend(policy_checks);
+
+    let clusters = clusters_to_check(options, contract.clusters.as_deref(), &valid, &mut checks);
+    for cluster in &clusters {
+        check_cluster(ports, cluster, &contract.kube_roles, &mut checks).await;
+    }
+
+    let hook_name = contract
+        .hook_name
+        .as_deref()
+        .unwrap_or(contract::DEFAULT_HOOK_NAME);
+    for (_, policy) in valid.iter().filter(|(_, p)| clusters.contains(&p.cluster)) {
+        check_pool(ports, policy, hook_name, &mut checks).await;
+    }
+
+    for name in contract.event_rules.iter().flatten() {
+        checks.push(rules::check(name, ports.rules.rule_state(name).await));
+    }
+    Report { checks }
+}
+
+/// `--cluster` names (each must be one the stack serves), else the stack's `ClusterNames`, else
+/// (no stack) the clusters the valid policies name.
+fn clusters_to_check(
+    options: &Options,
+    served: Option<&[String]>,
+    valid: &[(String, Policy)],
+    checks: &mut Vec<Check>,
+) -> Vec<String> {
+    if !options.clusters.is_empty() {
+        let mut out = Vec::new();
+        for c in &options.clusters {
+            match served {
+                Some(served) if !served.contains(c) => checks.push(Check::fail(
+                    CheckKind::Cluster,
+                    c,
+                    format!(
+                        "not in the stack's ClusterNames ({}): nodecycle's roles may not change \
+                         its groups",
+                        served.join(", ")
+                    ),
+                    format!("add {c} to the ClusterNames parameter and update the stack"),
+                )),
+                _ if out.contains(c) => {}
+                _ => out.push(c.clone()),
+            }
+        }
+        return out;
+    }
+    if let Some(served) = served {
+        return served.to_vec();
+    }
+    let mut out: Vec<String> = valid.iter().map(|(_, p)| p.cluster.clone()).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+async fn check_cluster(
+    ports: Ports<'_>,
+    cluster: &str,
+    roles: &[(String, String)],
+    checks: &mut Vec<Check>,
+) {
+    let facts = ports.clusters.cluster(cluster).await;
+    let mode = match &facts {
+        Ok(Some(f)) => Some(f.authentication_mode.clone()),
+        _ => None,
+    };
+    checks.push(access::cluster(cluster, facts));
+    // Without the cluster there is nothing more to read about it.
+    let Some(mode) = mode else { return };
+
+    let listed = if access::uses_access_entries(mode.as_deref()) && !roles.is_empty() {
+        Some(ports.clusters.access_entries(cluster).await)
+    } else {
+        None
+    };
+    for (output, arn) in roles {
+        let entry = match &listed {
+            None => Ok(None),
+            Some(Err(e)) => Err(e.clone()),
+            Some(Ok(principals)) => match access::find(principals, arn) {
+                None => Ok(None),
+                Some(principal) => ports.clusters.access_entry(cluster, principal).await,
+            },
+        };
+        checks.push(access::entry(cluster, output, arn, mode.as_deref(), entry));
+    }
+    checks.push(rbac::check(cluster, ports.rbac.rbac(cluster).await));
+}
+
+async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: &mut Vec<Check>) {
+    let pool = policy.pool_id();
+    let cluster = policy.cluster.as_str();
+    match &policy.node_group {
+        NodeGroup::AutoScalingGroup(name) => {
+            let asg = ports.groups.auto_scaling_group(name).await;
+            // A managed node group's own group gets no template or hook checks: the policy's
+            // kind is wrong, and that is the one thing to fix.
+            let found = asg
+                .as_ref()
+                .ok()
+                .and_then(Option::as_ref)
+                .filter(|a| !a.tags.contains_key(groups::NODEGROUP_TAG))
+                .cloned();
+            checks.push(groups::self_managed(&pool, cluster, name, asg));
+            let Some(asg) = found else { return };
+            if let Some(t) = &asg.launch_template {
+                checks.push(groups::launch_template(
+                    &pool,
+                    cluster,
+                    t,
+                    ports.groups.launch_template(t).await,
+                ));
+            }
+            checks.push(groups::hooks(
+                &pool,
+                name,
+                hook_name,
+                ports.groups.lifecycle_hooks(name).await,
+            ));
+        }
+        NodeGroup::ManagedNodeGroup(name) => {
+            let ng = ports.groups.managed_node_group(cluster, name).await;
+            let found = ng.as_ref().ok().and_then(Option::as_ref).cloned();
+            let asg_named_so = match &found {
+                None if ng.is_ok() => ports
+                    .groups
+                    .auto_scaling_group(name)
+                    .await
+                    .is_ok_and(|a| a.is_some()),
+                _ => false,
+            };
+            let backing = match found.as_ref().and_then(|n| n.auto_scaling_group.as_deref()) {
+                Some(asg) => Some(ports.groups.auto_scaling_group(asg).await),
+                None => None,
+            };
+            checks.push(groups::managed(
+                &pool,
+                cluster,
+                name,
+                ng,
+                backing,
+                asg_named_so,
+            ));
+            let Some(ng) = found else { return };
+            checks.push(match &ng.launch_template {
+                Some(t) => groups::launch_template(
+                    &pool,
+                    cluster,
+                    t,
+                    ports.groups.launch_template(t).await,
+                ),
+                None => groups::no_custom_template(&pool, name),
+            });
+        }
+    }
+}

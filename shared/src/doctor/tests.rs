@@ -1,0 +1,407 @@
+//! [`diagnose`] over an in-memory deployment: a healthy one passes, each fault seeded on its own
+//! fails the check that names it (and only that one).
+
+use std::collections::BTreeMap;
+
+use super::contract::{self, KUBE_ROLES};
+use super::memory::World;
+use super::port::*;
+use super::run::{Options, diagnose};
+use super::{CLUSTER_TAG, CheckKind, Report, Status};
+use crate::managed::TemplateRef;
+
+const ROLE_PREFIX: &str = "arn:aws:iam::123456789012:role/";
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    // The in-memory ports never wait: one poll finishes them.
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+fn tags(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn manifest_rules() -> Vec<PolicyRule> {
+    use serde::Deserialize as _;
+    serde_norway::Deserializer::from_str(super::rbac::MANIFEST)
+        .map(|d| serde_json::Value::deserialize(d).unwrap())
+        .find(|v| v["kind"] == "ClusterRole")
+        .map(|v| serde_json::from_value(v["rules"].clone()).unwrap())
+        .unwrap()
+}
+
+/// prod: self-managed pool `general` (ASG prod-general, template lt-general, our hook) and
+/// managed pool `golden` (node group golden, custom template lt-golden).
+fn healthy() -> World {
+    let mut w = World::default();
+    let mut outputs: BTreeMap<String, String> = contract::REQUIRED
+        .iter()
+        .map(|k| ((*k).to_owned(), String::new()))
+        .collect();
+    outputs.insert(contract::STATE_TABLE.into(), "state".into());
+    outputs.insert(contract::POLICY_PREFIX.into(), "/nodecycle/pools/".into());
+    outputs.insert(contract::LIFECYCLE_HOOK.into(), "nodecycle-drain".into());
+    outputs.insert(contract::CLUSTER_NAMES.into(), "prod".into());
+    outputs.insert(contract::EVENT_RULES.into(), "tick,spot".into());
+    for role in KUBE_ROLES {
+        outputs.insert(role.into(), format!("{ROLE_PREFIX}{role}"));
+    }
+    w.stacks.insert("nodecycle".into(), outputs);
+    w.tables.insert(
+        "state".into(),
+        TableFacts {
+            status: "ACTIVE".into(),
+            keys: vec![("pk".into(), "HASH".into()), ("sk".into(), "RANGE".into())],
+            attribute_types: tags(&[("pk", "S"), ("sk", "S")]),
+            ttl_status: "ENABLED".into(),
+            ttl_attribute: Some("ttl".into()),
+        },
+    );
+    let terms = "amiSelectorTerms:\n  - alias: al2023@latest\n";
+    w.parameters.insert(
+        "/nodecycle/pools/prod/general".into(),
+        format!(
+            "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\n{terms}"
+        ),
+    );
+    w.parameters.insert(
+        "/nodecycle/pools/prod/golden".into(),
+        format!("cluster: prod\nname: golden\nnodeGroup: {{ managedNodeGroup: golden }}\n{terms}"),
+    );
+    let lt = |id: &str| TemplateRef {
+        id: Some(id.into()),
+        name: None,
+        version: Some("1".into()),
+    };
+    w.asgs.insert(
+        "prod-general".into(),
+        AsgFacts {
+            name: "prod-general".into(),
+            tags: tags(&[(CLUSTER_TAG, "prod")]),
+            launch_template: Some(lt("lt-general")),
+            launch_configuration: None,
+        },
+    );
+    w.hooks.insert(
+        "prod-general".into(),
+        vec![HookFacts {
+            name: "nodecycle-drain".into(),
+            transition: super::groups::TERMINATING.into(),
+        }],
+    );
+    w.asgs.insert(
+        "eks-golden-1".into(),
+        AsgFacts {
+            name: "eks-golden-1".into(),
+            tags: tags(&[
+                (CLUSTER_TAG, "prod"),
+                (super::groups::NODEGROUP_TAG, "golden"),
+            ]),
+            launch_template: Some(lt("lt-eks")),
+            launch_configuration: None,
+        },
+    );
+    w.node_groups.insert(
+        ("prod".into(), "golden".into()),
+        ManagedFacts {
+            name: "golden".into(),
+            auto_scaling_group: Some("eks-golden-1".into()),
+            launch_template: Some(lt("lt-golden")),
+        },
+    );
+    for id in ["lt-general", "lt-golden"] {
+        w.templates.insert(
+            id.into(),
+            TemplateFacts {
+                id: id.into(),
+                name: id.into(),
+                tags: tags(&[(CLUSTER_TAG, "prod")]),
+            },
+        );
+    }
+    w.clusters.insert(
+        "prod".into(),
+        ClusterFacts {
+            status: "ACTIVE".into(),
+            authentication_mode: Some("API_AND_CONFIG_MAP".into()),
+        },
+    );
+    w.entries.insert(
+        "prod".into(),
+        KUBE_ROLES
+            .iter()
+            .map(|r| AccessEntryFacts {
+                principal_arn: format!("{ROLE_PREFIX}{r}"),
+                kubernetes_groups: vec!["nodecycle".into()],
+                entry_type: "STANDARD".into(),
+            })
+            .collect(),
+    );
+    w.rbac.insert(
+        "prod".into(),
+        RbacFacts {
+            cluster_roles: vec![ClusterRoleFacts {
+                name: "nodecycle".into(),
+                rules: manifest_rules(),
+            }],
+            bindings: vec![BindingFacts {
+                name: "nodecycle".into(),
+                role_kind: "ClusterRole".into(),
+                role_name: "nodecycle".into(),
+                subjects: vec![SubjectFacts {
+                    kind: "Group".into(),
+                    name: "nodecycle".into(),
+                }],
+            }],
+        },
+    );
+    w.rules.insert("tick".into(), "ENABLED".into());
+    w.rules.insert("spot".into(), "ENABLED".into());
+    w
+}
+
+fn options() -> Options {
+    Options {
+        stack: "nodecycle".into(),
+        clusters: Vec::new(),
+        fallback_prefix: "/nodecycle/pools/".into(),
+    }
+}
+
+fn run(w: &World, o: &Options) -> Report {
+    block_on(diagnose(w.ports(), o))
+}
+
+/// (check, subject) of every non-ok line.
+fn problems(r: &Report) -> Vec<(Status, CheckKind, String)> {
+    r.checks
+        .iter()
+        .filter(|c| c.status != Status::Ok)
+        .map(|c| (c.status, c.check, c.subject.clone()))
+        .collect()
+}
+
+#[test]
+fn a_healthy_deployment_passes_every_check() {
+    let r = run(&healthy(), &options());
+    assert_eq!(problems(&r), vec![], "{:#?}", r.checks);
+    let kinds: Vec<CheckKind> = r.checks.iter().map(|c| c.check).collect();
+    use CheckKind::*;
+    assert_eq!(
+        kinds,
+        vec![
+            Stack,
+            Table,
+            Policy,
+            Policy,
+            Cluster,
+            AccessEntry,
+            AccessEntry,
+            AccessEntry,
+            Rbac,
+            Group,
+            LaunchTemplate,
+            LifecycleHook,
+            Group,
+            LaunchTemplate,
+            EventRule,
+            EventRule,
+        ]
+    );
+    assert_eq!(r.exit_code(), 0);
+}
+
+#[test]
+fn each_fault_fails_its_own_check() {
+    type Seed = fn(&mut World);
+    type Problem = (Status, CheckKind, String);
+    let rotator = "prod/RotatorRoleArn".to_owned();
+    let cases: Vec<(&str, Seed, Vec<Problem>)> = vec![
+        (
+            "untagged group",
+            |w| {
+                w.asgs.get_mut("prod-general").unwrap().tags.clear();
+            },
+            vec![(Status::Fail, CheckKind::Group, "prod/general".into())],
+        ),
+        (
+            "untagged launch template",
+            |w| {
+                w.templates.get_mut("lt-golden").unwrap().tags.clear();
+            },
+            vec![(
+                Status::Fail,
+                CheckKind::LaunchTemplate,
+                "prod/golden".into(),
+            )],
+        ),
+        (
+            "missing access entry",
+            |w| {
+                w.entries.get_mut("prod").unwrap().remove(0);
+            },
+            vec![(Status::Fail, CheckKind::AccessEntry, rotator.clone())],
+        ),
+        (
+            "missing RBAC binding",
+            |w| {
+                w.rbac.get_mut("prod").unwrap().bindings.clear();
+            },
+            vec![(Status::Fail, CheckKind::Rbac, "prod".into())],
+        ),
+        (
+            "invalid policy",
+            |w| {
+                w.parameters.insert(
+                    "/nodecycle/pools/prod/bad".into(),
+                    "cluster: prod\nname: bad\n".into(),
+                );
+            },
+            vec![(
+                Status::Fail,
+                CheckKind::Policy,
+                "/nodecycle/pools/prod/bad".into(),
+            )],
+        ),
+        (
+            "disabled rule",
+            |w| {
+                w.rules.insert("spot".into(), "DISABLED".into());
+            },
+            vec![(Status::Fail, CheckKind::EventRule, "spot".into())],
+        ),
+        (
+            "foreign hook name",
+            |w| {
+                w.hooks.get_mut("prod-general").unwrap()[0].name = "drain".into();
+            },
+            vec![(
+                Status::Fail,
+                CheckKind::LifecycleHook,
+                "prod/general".into(),
+            )],
+        ),
+        (
+            "kind mismatch: a managed node group's ASG named as autoScalingGroup",
+            |w| {
+                w.parameters.insert(
+                    "/nodecycle/pools/prod/general".into(),
+                    "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: eks-golden-1 }\namiSelectorTerms:\n  - alias: al2023@latest\n".into(),
+                );
+            },
+            vec![(Status::Fail, CheckKind::Group, "prod/general".into())],
+        ),
+        (
+            "kind mismatch: managedNodeGroup names a self-managed group",
+            |w| {
+                w.parameters.insert(
+                    "/nodecycle/pools/prod/golden".into(),
+                    "cluster: prod\nname: golden\nnodeGroup: { managedNodeGroup: prod-general }\namiSelectorTerms:\n  - alias: al2023@latest\n".into(),
+                );
+            },
+            vec![(Status::Fail, CheckKind::Group, "prod/golden".into())],
+        ),
+        (
+            "TTL off",
+            |w| {
+                w.tables.get_mut("state").unwrap().ttl_status = "DISABLED".into();
+            },
+            vec![(Status::Fail, CheckKind::Table, "state".into())],
+        ),
+        (
+            "group of an access entry wrong",
+            |w| {
+                w.entries.get_mut("prod").unwrap()[2].kubernetes_groups = vec!["ops".into()];
+            },
+            vec![(
+                Status::Fail,
+                CheckKind::AccessEntry,
+                "prod/OpsRoleArn".into(),
+            )],
+        ),
+    ];
+    for (what, seed, expected) in cases {
+        let mut w = healthy();
+        seed(&mut w);
+        let r = run(&w, &options());
+        assert_eq!(problems(&r), expected, "{what}: {:#?}", r.checks);
+        assert_eq!(r.exit_code(), 1, "{what}");
+    }
+}
+
+#[test]
+fn unreadable_things_are_fail_lines_naming_the_permission() {
+    let mut w = healthy();
+    w.denied = vec!["events:DescribeRule".into(), "eks:ListAccessEntries".into()];
+    let r = run(&w, &options());
+    let failed: Vec<&super::Check> = r
+        .checks
+        .iter()
+        .filter(|c| c.status == Status::Fail)
+        .collect();
+    assert_eq!(failed.len(), 2 + 3, "{:#?}", r.checks);
+    assert!(failed.iter().any(|c| c.fix.contains("events:DescribeRule")));
+    assert!(
+        failed
+            .iter()
+            .any(|c| c.fix.contains("eks:ListAccessEntries"))
+    );
+}
+
+#[test]
+fn no_stack_still_checks_policies_and_their_clusters() {
+    let mut w = healthy();
+    w.stacks.clear();
+    let r = run(&w, &options());
+    assert_eq!(r.checks[0].check, CheckKind::Stack);
+    assert_eq!(r.checks[0].status, Status::Fail);
+    assert_eq!(r.failed(), 1, "{:#?}", r.checks);
+    assert!(r.checks.iter().any(|c| c.check == CheckKind::Rbac));
+    assert!(r.checks.iter().any(|c| c.check == CheckKind::Group));
+    assert!(!r.checks.iter().any(|c| c.check == CheckKind::Table));
+}
+
+#[test]
+fn cluster_selection() {
+    let w = healthy();
+    let mut o = options();
+    o.clusters = vec!["staging".into()];
+    let r = run(&w, &o);
+    assert_eq!(
+        problems(&r),
+        vec![(Status::Fail, CheckKind::Cluster, "staging".into())],
+        "a cluster the stack does not serve"
+    );
+    assert!(!r.checks.iter().any(|c| c.check == CheckKind::Group));
+
+    o.clusters = vec!["prod".into(), "prod".into()];
+    let r = run(&w, &o);
+    assert_eq!(problems(&r), vec![]);
+    assert_eq!(
+        r.checks
+            .iter()
+            .filter(|c| c.check == CheckKind::Rbac)
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn an_aws_auth_cluster_is_a_warning_not_a_failure() {
+    let mut w = healthy();
+    w.clusters.get_mut("prod").unwrap().authentication_mode = Some("CONFIG_MAP".into());
+    w.denied = vec!["eks:ListAccessEntries".into()];
+    let r = run(&w, &options());
+    assert_eq!(r.failed(), 0, "{:#?}", r.checks);
+    assert_eq!(r.count(Status::Warn), 3);
+}

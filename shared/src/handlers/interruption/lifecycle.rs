@@ -1,0 +1,357 @@
+//! Auto Scaling instance-terminate lifecycle actions: drain (with heartbeats), then
+//! CompleteLifecycleAction CONTINUE; a drain longer than the invocation is handed to the
+//! rotator, and the schedule tick completes the action once it is drained.
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::{Action, InterruptionHandler, Outcome, claim_sk, internal, lifecycle_sk};
+use crate::clock::Clock;
+use crate::event::interruption::LifecycleAction;
+use crate::handlers::HandlerError;
+use crate::kube::{self as k, DrainError, DrainState};
+use crate::policy::Policy;
+use crate::port::ErrorKind;
+use crate::rotation::{Rotation, RotationReason, Step, rotation_sk};
+use crate::state;
+
+impl InterruptionHandler {
+    /// Why the instance needs no drain before its lifecycle action completes, if it does not.
+    pub(super) async fn already_drained(
+        &self,
+        pool: &str,
+        instance_id: &str,
+    ) -> Result<Option<String>, HandlerError> {
+        let pk = state::pool_pk(pool);
+        if let Some(v) = self
+            .store
+            .get(&pk, &claim_sk(instance_id, "drain"))
+            .await
+            .map_err(internal)?
+            && v.value["status"] == "done"
+        {
+            return Ok(Some(format!(
+                "already drained ({})",
+                v.value["what"].as_str().unwrap_or("interruption")
+            )));
+        }
+        if let Some(v) = self
+            .store
+            .get(&pk, &rotation_sk(instance_id))
+            .await
+            .map_err(internal)?
+            && let Ok(r) = serde_json::from_value::<Rotation>(v.value)
+        {
+            let drained = r
+                .drain
+                .as_ref()
+                .and_then(|d| serde_json::from_value::<DrainState>(d.clone()).ok())
+                .is_some_and(|d| d.done);
+            // Drained = its drain finished (or it is terminating, which only follows a finished
+            // drain or a node that was not there). A rotation closed as Done because its
+            // instance left before any drain did not drain it.
+            if r.step == Step::Terminating || drained {
+                return Ok(Some(format!(
+                    "already drained by its {:?} rotation (step {:?})",
+                    r.reason, r.step
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Auto Scaling instance-terminate lifecycle action.
+    pub(super) async fn lifecycle_action(
+        &self,
+        policy: &Policy,
+        a: &LifecycleAction,
+        clock: &Clock,
+        deadline: Instant,
+    ) -> Result<Outcome, HandlerError> {
+        let pool = policy.pool_id();
+        let pk = state::pool_pk(&pool);
+        let sk = claim_sk(&a.instance_id, "lifecycle");
+        let id = a.instance_id.as_str();
+        self.claimed(
+            (&pk, &sk),
+            "TerminateLifecycleAction",
+            || clock.now(),
+            |_| {
+                Outcome::new(
+                    id,
+                    Some(&pool),
+                    Action::Skipped,
+                    "this lifecycle action is already being handled",
+                )
+            },
+            || self.lifecycle_drain(policy, a, clock, deadline),
+        )
+        .await
+    }
+
+    pub(super) async fn complete(&self, a: &LifecycleAction) -> Result<bool, HandlerError> {
+        self.lifecycle
+            .complete_continue(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
+            .await
+            .map_err(internal)
+    }
+
+    pub(super) async fn lifecycle_drain(
+        &self,
+        policy: &Policy,
+        a: &LifecycleAction,
+        clock: &Clock,
+        deadline: Instant,
+    ) -> Result<Outcome, HandlerError> {
+        let pool = policy.pool_id();
+        let id = a.instance_id.as_str();
+        let completed = |reason: String, active: bool, details: Value| {
+            let reason = if active {
+                format!("{reason}; CompleteLifecycleAction CONTINUE")
+            } else {
+                format!("{reason}; the lifecycle action was no longer active")
+            };
+            Outcome::new(id, Some(&pool), Action::Completed, reason).with(details)
+        };
+        if let Some(why) = self.already_drained(&pool, id).await? {
+            let active = self.complete(a).await?;
+            return Ok(completed(why, active, Value::Null));
+        }
+        let kube = self.connect(policy).await?;
+        let mut state = match k::start_drain(
+            kube.as_ref(),
+            id,
+            "Terminating",
+            policy.termination_grace_period,
+            clock.now(),
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(DrainError::NodeNotFound(_)) => {
+                let active = self.complete(a).await?;
+                return Ok(completed(
+                    "no Kubernetes node has this instance".into(),
+                    active,
+                    Value::Null,
+                ));
+            }
+            Err(e) => return Err(internal(e)),
+        };
+        let mut last_beat = Instant::now();
+        let mut heartbeats = 0u32;
+        loop {
+            let p = k::drain_step(
+                kube.as_ref(),
+                &mut state,
+                clock.now(),
+                self.settings.drain_step,
+            )
+            .await
+            .map_err(internal)?;
+            let details = json!({
+                "node": state.node,
+                "evicted": state.evicted.len(),
+                "deleted": state.deleted.len(),
+                "steps": state.steps,
+                "heartbeats": heartbeats,
+            });
+            if p.done || p.deadline_passed {
+                let why = if p.done {
+                    "drained: every pod is gone".to_string()
+                } else {
+                    "terminationGracePeriod passed: remaining pods deleted".to_string()
+                };
+                let active = self.complete(a).await?;
+                return Ok(completed(why, active, details));
+            }
+            if Instant::now() + self.settings.poll + self.settings.reserve >= deadline {
+                return self.hand_over(policy, a, state, clock, details).await;
+            }
+            if last_beat.elapsed() >= self.settings.heartbeat_every {
+                let active = self
+                    .lifecycle
+                    .heartbeat(&a.group, &a.hook, a.token.as_deref(), id)
+                    .await
+                    .map_err(internal)?;
+                heartbeats += 1;
+                last_beat = Instant::now();
+                tracing::info!(pool = %pool, instance = id, remaining = p.pods_remaining, active, decision = "heartbeat", "draining; lifecycle action heartbeat sent");
+                if !active {
+                    return Ok(Outcome::new(
+                        id,
+                        Some(&pool),
+                        Action::Abandoned,
+                        "the lifecycle action timed out or was completed elsewhere while draining",
+                    )
+                    .with(details));
+                }
+            }
+            tokio::time::sleep(self.settings.poll).await;
+        }
+    }
+
+    /// Records `ours` (a `Draining` rotation carrying this drain) for its instance, conditionally:
+    /// a rotation already draining or terminating the instance keeps it (it finishes the drain);
+    /// any other record (finished, or in flight before its drain: `Pending`, `Surging`,
+    /// `Cordoned`) is replaced, keeping its surge and replacement so their capacity is
+    /// accounted for. Never swallowed by a stale record.
+    pub(super) async fn take_over(&self, pk: &str, ours: Rotation) -> Result<(), HandlerError> {
+        let sk = rotation_sk(&ours.instance_id);
+        for _ in 0..state::WRITE_ATTEMPTS {
+            let current = self.store.get(pk, &sk).await.map_err(internal)?;
+            let (expected, next) = match &current {
+                None => (None, ours.clone()),
+                Some(v) => match serde_json::from_value::<Rotation>(v.value.clone()) {
+                    Ok(r)
+                        if r.in_flight()
+                            && matches!(r.step, Step::Draining | Step::Terminating) =>
+                    {
+                        tracing::info!(instance = %r.instance_id, step = ?r.step, decision = "kept", "a rotation already drains this instance; it completes the drain");
+                        return Ok(());
+                    }
+                    Ok(r) if r.in_flight() => (
+                        Some(v.version),
+                        Rotation {
+                            surge: r.surge.clone(),
+                            replacement: r.replacement.clone(),
+                            ..ours.clone()
+                        },
+                    ),
+                    _ => (Some(v.version), ours.clone()),
+                },
+            };
+            let doc = serde_json::to_value(&next).map_err(internal)?;
+            match self.store.put(pk, &sk, &doc, expected, None).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind == ErrorKind::Conflict => continue,
+                Err(e) => return Err(internal(e)),
+            }
+        }
+        Err(internal("rotation record: too many conflicting writers"))
+    }
+
+    /// The invocation is nearly over and the drain is not: record a forced `Interrupted`
+    /// rotation in `Draining` with the drain state (the rotator continues it) and an open
+    /// lifecycle record that the schedule tick completes once the rotation is past draining.
+    pub(super) async fn hand_over(
+        &self,
+        policy: &Policy,
+        a: &LifecycleAction,
+        drain: DrainState,
+        clock: &Clock,
+        details: Value,
+    ) -> Result<Outcome, HandlerError> {
+        let pool = policy.pool_id();
+        let now = clock.now();
+        let rotation = Rotation {
+            step: Step::Draining,
+            drain: Some(serde_json::to_value(&drain).map_err(internal)?),
+            ..Rotation::new(
+                &pool,
+                &a.instance_id,
+                RotationReason::Interrupted,
+                true,
+                now,
+            )
+        };
+        let pk = state::pool_pk(&pool);
+        self.take_over(&pk, rotation).await?;
+        let open = json!({"status": "open", "action": a, "since": now});
+        match self
+            .store
+            .put(
+                &pk,
+                &lifecycle_sk(&a.instance_id),
+                &open,
+                None,
+                Some(now + self.settings.retention),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.kind == ErrorKind::Conflict => {}
+            Err(e) => return Err(internal(e)),
+        }
+        self.lifecycle
+            .heartbeat(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
+            .await
+            .map_err(internal)?;
+        Ok(Outcome::new(
+            &a.instance_id,
+            Some(&pool),
+            Action::HandedOver,
+            "drain longer than this invocation: the rotator continues it; the schedule tick completes the lifecycle action once it is drained",
+        )
+        .with(details))
+    }
+
+    /// Schedule tick: heartbeat or complete the lifecycle actions handed to the rotator.
+    pub(super) async fn tick(&self, clock: &Clock) -> Result<Value, HandlerError> {
+        let policies = self.load_policies().await.map_err(internal)?;
+        let mut outcomes = Vec::new();
+        for policy in &policies {
+            let pool = policy.pool_id();
+            let pk = state::pool_pk(&pool);
+            let open = self.store.query(&pk, "LCA#").await.map_err(internal)?;
+            for (sk, v) in open {
+                if v.value["status"] != "open" {
+                    continue;
+                }
+                let Ok(a) = serde_json::from_value::<LifecycleAction>(v.value["action"].clone())
+                else {
+                    continue;
+                };
+                let (o, finished) = match self.already_drained(&pool, &a.instance_id).await? {
+                    Some(why) => {
+                        let active = self.complete(&a).await?;
+                        (
+                            Outcome::new(
+                                &a.instance_id,
+                                Some(&pool),
+                                Action::Completed,
+                                format!(
+                                    "{why}; CompleteLifecycleAction CONTINUE (active: {active})"
+                                ),
+                            ),
+                            true,
+                        )
+                    }
+                    None => {
+                        let active = self
+                            .lifecycle
+                            .heartbeat(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
+                            .await
+                            .map_err(internal)?;
+                        (
+                            Outcome::new(
+                                &a.instance_id,
+                                Some(&pool),
+                                Action::Heartbeat,
+                                "the rotator is still draining",
+                            ),
+                            !active,
+                        )
+                    }
+                };
+                if finished {
+                    let doc = json!({"status": "done", "action": a, "at": clock.now()});
+                    let _ = self
+                        .store
+                        .put(
+                            &pk,
+                            &sk,
+                            &doc,
+                            Some(v.version),
+                            Some(clock.now() + self.settings.retention),
+                        )
+                        .await;
+                }
+                tracing::info!(pool = %pool, instance = %o.instance, decision = %o.action, reason = %o.reason, "lifecycle action continued");
+                outcomes.push(o);
+            }
+        }
+        Ok(json!({"kind": "Tick", "outcomes": outcomes}))
+    }
+}

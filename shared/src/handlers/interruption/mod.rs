@@ -1,0 +1,491 @@
+//! The interruption handler: EC2 Spot / Capacity Reservation interruption warnings, rebalance
+//! recommendations, instance state changes, AWS Health scheduled changes and Auto Scaling
+//! instance-terminate lifecycle actions, delivered by EventBridge (at least once).
+//!
+//! Every event is classified (pure, [`crate::event::interruption`]), deduplicated by event id
+//! (conditional write with a TTL), mapped to a pool by the instance's tags and group (instances
+//! of other clusters or unmanaged groups are ignored quietly), deduplicated again by
+//! (instance, kind) so that a redelivery or a warning followed by its state change never drains
+//! twice, acted on, and recorded under the pool's partition (`EVT#<time>#<instance>`, kept 7
+//! days) for `status`.
+//!
+//! | event | action |
+//! |---|---|
+//! | Spot / Capacity Reservation interruption warning | cordon + taint, evict everything at once (PDBs honoured until 90 s after the event, then delete), keep stepping until the instance is due to die |
+//! | rebalance recommendation | per `interruption.rebalance`: record (ignore), cordon, or a forced `Interrupted` rotation (replace) |
+//! | state change stopping / stopped | the same drain as a warning |
+//! | state change shutting-down / terminated | delete the Node object, close the instance's rotation (Done) |
+//! | Health scheduled change (EC2) | a `Maintenance` rotation with the event's start as deadline (the rotator replaces it within budgets, forced 30 minutes before) |
+//! | ASG instance-terminate lifecycle action | drain (heartbeats while draining), then CompleteLifecycleAction CONTINUE; at once when there is no node or it was drained already; a drain longer than the invocation is handed to the rotator and finished by the schedule tick |
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::HandlerError;
+use crate::clock::Clock;
+use crate::event::interruption::{ClassifiedEvent, Interruption, interruption_event};
+use crate::interruption::{
+    InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, pool_of, pool_of_group,
+};
+use crate::kube::{KubeConnector, NodeOps};
+use crate::policy::source::PolicySource;
+use crate::policy::{self, Policy};
+use crate::port::{ErrorKind, PortError};
+use crate::state::{self, Store};
+
+mod claim;
+mod drain;
+mod lifecycle;
+mod rebalance;
+mod rotations;
+
+use claim::{Claim, ClaimStatus};
+
+/// Tunables (environment variables in the Lambda).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// After this long from the warning's event time, pods still blocked by a PDB are deleted so
+    /// they reschedule before the instance dies (`NODECYCLE_FORCE_AFTER`, default 90s).
+    pub force_after: Duration,
+    /// How long after a warning the instance is expected to be gone: the handler stops stepping
+    /// the drain then (default 2m).
+    pub notice: Duration,
+    /// Pause between drain steps while waiting for pods (default 2s).
+    pub poll: Duration,
+    /// Time one drain step may take (default 10s).
+    pub drain_step: Duration,
+    /// Lifecycle heartbeat interval while draining (`NODECYCLE_HEARTBEAT`, default 60s).
+    pub heartbeat_every: Duration,
+    /// Stop stepping when less than this is left of the invocation (default 10s).
+    pub reserve: Duration,
+    /// Records (events, claims) are kept this long (default 7 days).
+    pub retention: chrono::Duration,
+    /// A claim still `started` after this long belongs to a crashed invocation (default 10m).
+    pub stale_claim: chrono::Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            force_after: Duration::from_secs(90),
+            notice: Duration::from_secs(120),
+            poll: Duration::from_secs(2),
+            drain_step: Duration::from_secs(10),
+            heartbeat_every: Duration::from_secs(60),
+            reserve: Duration::from_secs(10),
+            retention: chrono::Duration::days(7),
+            stale_claim: chrono::Duration::minutes(10),
+        }
+    }
+}
+
+impl Settings {
+    /// Reads the overrides from the environment; a malformed value is an error naming it.
+    pub fn from_env() -> Result<Self, HandlerError> {
+        let mut s = Settings::default();
+        super::durations_from_env(&mut [
+            ("NODECYCLE_FORCE_AFTER", &mut s.force_after),
+            ("NODECYCLE_HEARTBEAT", &mut s.heartbeat_every),
+            ("NODECYCLE_DRAIN_POLL", &mut s.poll),
+        ])?;
+        Ok(s)
+    }
+}
+
+/// The handler and its ports.
+#[derive(Clone)]
+pub struct InterruptionHandler {
+    /// Policy documents.
+    pub policies: Arc<dyn PolicySource>,
+    /// EC2 instances.
+    pub instances: Arc<dyn InstanceLookup>,
+    /// Auto Scaling lifecycle actions.
+    pub lifecycle: Arc<dyn LifecycleOps>,
+    /// The state table.
+    pub store: Arc<dyn Store>,
+    /// Kubernetes access per cluster.
+    pub kube: Arc<dyn KubeConnector>,
+    /// Tunables.
+    pub settings: Settings,
+}
+
+/// What was done about one instance.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outcome {
+    /// The instance.
+    pub instance: String,
+    /// `<cluster>/<name>`, `None` when the instance is not ours.
+    pub pool: Option<String>,
+    /// What was done.
+    pub action: Action,
+    /// Why.
+    pub reason: String,
+    /// Counters and ids (evicted/deleted pods, node, rotation step).
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub details: Value,
+}
+
+/// What the handler did about an instance. Serializes camelCase (`rotationRecorded`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    /// Cordoned, tainted and drained.
+    Drained,
+    /// Cordoned and tainted; pods still leaving when the instance stops.
+    Draining,
+    /// Cordoned only (`interruption.rebalance: cordon`).
+    Cordoned,
+    /// A rotation recorded for the rotator.
+    RotationRecorded,
+    /// The Node object deleted (instance gone).
+    NodeDeleted,
+    /// The lifecycle action completed (CONTINUE).
+    Completed,
+    /// Recorded only.
+    Recorded,
+    /// Already handled (or being handled) by another delivery.
+    Skipped,
+    /// Not ours: another cluster, an unmanaged group, unknown to EC2.
+    Ignored,
+    /// The drain continues in the rotator; the tick completes the lifecycle action.
+    HandedOver,
+    /// A lifecycle action heartbeat while the rotator drains.
+    Heartbeat,
+    /// The lifecycle action timed out or was completed elsewhere while draining.
+    Abandoned,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match serde_json::to_value(self) {
+            Ok(Value::String(s)) => f.write_str(&s),
+            _ => write!(f, "{self:?}"),
+        }
+    }
+}
+
+impl Outcome {
+    pub(super) fn new(
+        instance: &str,
+        pool: Option<&str>,
+        action: Action,
+        reason: impl Into<String>,
+    ) -> Self {
+        Outcome {
+            instance: instance.to_string(),
+            pool: pool.map(str::to_string),
+            action,
+            reason: reason.into(),
+            details: Value::Null,
+        }
+    }
+
+    pub(super) fn with(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+}
+
+pub(super) fn internal(e: impl std::fmt::Display) -> HandlerError {
+    HandlerError::internal(e.to_string())
+}
+
+pub(super) fn chrono_of(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// Sort key of the claim of `kind` work on `instance` (pool partition).
+pub(super) fn claim_sk(instance: &str, kind: &str) -> String {
+    format!("CLAIM#{instance}#{kind}")
+}
+
+/// Sort key of an open lifecycle action handed to the rotator (pool partition).
+pub(super) fn lifecycle_sk(instance: &str) -> String {
+    format!("LCA#{instance}")
+}
+
+/// Sort key of an event record (pool partition).
+pub fn event_sk(time: DateTime<Utc>, instance: &str) -> String {
+    format!(
+        "EVT#{}#{instance}",
+        time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    )
+}
+
+fn log_outcome(c: &ClassifiedEvent, o: &Outcome) {
+    if o.action == Action::Ignored {
+        // Not ours: already one debug line where it was decided.
+        return;
+    }
+    tracing::info!(
+        event_id = c.id.as_deref().unwrap_or(""),
+        kind = c.event.kind(),
+        instance = %o.instance,
+        pool = o.pool.as_deref().unwrap_or(""),
+        decision = %o.action,
+        reason = %o.reason,
+        "interruption decision"
+    );
+}
+
+impl InterruptionHandler {
+    /// Handles one payload at `now`; stops stepping drains when `deadline` is near.
+    pub async fn handle(
+        &self,
+        payload: &Value,
+        now: DateTime<Utc>,
+        deadline: Instant,
+    ) -> Result<Value, HandlerError> {
+        let c = interruption_event(payload)?;
+        let clock = Clock::starting_at(now);
+        let kind = c.event.kind();
+        match &c.event {
+            Interruption::Ignored { what } => {
+                tracing::info!(event_id = c.id.as_deref().unwrap_or(""), kind, decision = "ignored", reason = %what, "not an interruption event; nothing to do");
+                return Ok(
+                    json!({"event": c.id, "kind": kind, "decision": "ignored", "reason": what}),
+                );
+            }
+            Interruption::StateChange { state, instance_id }
+                if !state.is_gone() && !state.is_stopping() =>
+            {
+                tracing::info!(event_id = c.id.as_deref().unwrap_or(""), kind, instance = %instance_id, decision = "ignored", reason = ?state, "state needs no action");
+                return Ok(
+                    json!({"event": c.id, "kind": kind, "decision": "ignored", "reason": format!("state {state:?} needs no action")}),
+                );
+            }
+            Interruption::Tick => return self.tick(&clock).await,
+            _ => {}
+        }
+
+        // Deduplicate by event id, concurrently with loading what locating the instance needs.
+        let event_key = c.id.as_ref().map(|id| format!("EVENT#{id}"));
+        let claim = async {
+            match &event_key {
+                Some(pk) => self.claim(pk, "EVENT", kind, clock.now()).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let first_instance = match &c.event {
+            Interruption::InterruptionWarning { instance_id, .. }
+            | Interruption::Rebalance { instance_id }
+            | Interruption::StateChange { instance_id, .. } => Some(instance_id.clone()),
+            _ => None,
+        };
+        let lookup = async {
+            match &first_instance {
+                Some(id) => self.instances.instance(id).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let (claim, policies, info) = tokio::join!(claim, self.load_policies(), lookup);
+        let version = match claim.map_err(internal)? {
+            Some(Claim::Taken(doc)) => {
+                tracing::info!(event_id = c.id.as_deref().unwrap_or(""), kind, decision = "duplicate", status = ?doc.map(|d| d.status), "event already handled or being handled");
+                return Ok(json!({"event": c.id, "kind": kind, "decision": "duplicate"}));
+            }
+            Some(Claim::Ours(v)) => Some(v),
+            None => None,
+        };
+        let result = match (policies, info) {
+            (Err(e), _) | (_, Err(e)) => Err(internal(e)),
+            (Ok(policies), Ok(info)) => self.dispatch(&c, &policies, info, &clock, deadline).await,
+        };
+        if let (Some(pk), Some(v)) = (&event_key, version) {
+            let status = if result.is_ok() {
+                ClaimStatus::Done
+            } else {
+                ClaimStatus::Failed
+            };
+            self.settle(pk, "EVENT", v, status, kind, Value::Null, clock.now())
+                .await;
+        }
+        let outcomes = result?;
+        for o in &outcomes {
+            log_outcome(&c, o);
+            if let Some(pool) = &o.pool {
+                self.record(&c, pool, o, &clock).await;
+            }
+        }
+        Ok(json!({"event": c.id, "kind": kind, "outcomes": outcomes}))
+    }
+
+    pub(super) async fn load_policies(&self) -> Result<Vec<Policy>, PortError> {
+        let docs = self.policies.all().await?;
+        let mut out = Vec::new();
+        for doc in docs {
+            match policy::parse(&doc.text).policy {
+                Some(p) => out.push(p),
+                None => {
+                    tracing::warn!(source = %doc.source, decision = "skipped", "invalid policy; the ami-watcher reports why")
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn dispatch(
+        &self,
+        c: &ClassifiedEvent,
+        policies: &[Policy],
+        info: Option<Option<InstanceInfo>>,
+        clock: &Clock,
+        deadline: Instant,
+    ) -> Result<Vec<Outcome>, HandlerError> {
+        match &c.event {
+            Interruption::InterruptionWarning { instance_id, .. }
+            | Interruption::Rebalance { instance_id }
+            | Interruption::StateChange { instance_id, .. } => {
+                let info = info.flatten();
+                let policy = match self.ours(instance_id, info.as_ref(), policies) {
+                    Ok(p) => p,
+                    Err(o) => return Ok(vec![*o]),
+                };
+                let o = match &c.event {
+                    Interruption::Rebalance { .. } => {
+                        self.rebalance(policy, instance_id, clock).await?
+                    }
+                    Interruption::StateChange { state, .. } if state.is_gone() => {
+                        self.gone(policy, instance_id, state, clock).await?
+                    }
+                    _ => {
+                        self.drain_now(c, policy, instance_id, clock, deadline)
+                            .await?
+                    }
+                };
+                Ok(vec![o])
+            }
+            Interruption::Maintenance {
+                instance_ids,
+                deadline: start,
+                event_type_code,
+            } => {
+                let mut out = Vec::new();
+                for id in instance_ids {
+                    let info = self.instances.instance(id).await.map_err(internal)?;
+                    match self.ours(id, info.as_ref(), policies) {
+                        Ok(p) => out.push(
+                            self.maintenance(p, id, *start, event_type_code, clock)
+                                .await?,
+                        ),
+                        Err(o) => out.push(*o),
+                    }
+                }
+                Ok(out)
+            }
+            Interruption::LifecycleTerminate(a) => {
+                let Some(policy) = pool_of_group(&a.group, policies) else {
+                    let why = format!(
+                        "{} is in group {}, which no pool policy manages",
+                        a.instance_id, a.group
+                    );
+                    tracing::debug!(instance = %a.instance_id, decision = "ignored", reason = %why);
+                    return Ok(vec![Outcome::new(
+                        &a.instance_id,
+                        None,
+                        Action::Ignored,
+                        why,
+                    )]);
+                };
+                Ok(vec![
+                    self.lifecycle_action(policy, a, clock, deadline).await?,
+                ])
+            }
+            Interruption::Tick | Interruption::Ignored { .. } => Ok(Vec::new()),
+        }
+    }
+
+    /// The pool of the instance, or an `ignored` outcome (one debug line, never an error).
+    pub(super) fn ours<'a>(
+        &self,
+        instance_id: &str,
+        info: Option<&InstanceInfo>,
+        policies: &'a [Policy],
+    ) -> Result<&'a Policy, Box<Outcome>> {
+        let why = match info {
+            None => format!("{instance_id} is not known to EC2 in this account and region"),
+            Some(info) => match pool_of(info, policies) {
+                Ok(p) => return Ok(p),
+                Err(NotOurs(why)) => why,
+            },
+        };
+        tracing::debug!(instance = instance_id, decision = "ignored", reason = %why, "not ours");
+        Err(Box::new(Outcome::new(
+            instance_id,
+            None,
+            Action::Ignored,
+            why,
+        )))
+    }
+
+    /// Writes the event record `EVT#<time>#<instance>` (best effort).
+    pub(super) async fn record(&self, c: &ClassifiedEvent, pool: &str, o: &Outcome, clock: &Clock) {
+        let now = clock.now();
+        let time = c.time.unwrap_or(now);
+        let doc = json!({
+            "eventId": c.id,
+            "kind": c.event.kind(),
+            "instance": o.instance,
+            "pool": pool,
+            "action": o.action,
+            "reason": o.reason,
+            "details": o.details,
+            "eventTime": time,
+            "handledAt": now,
+        });
+        let pk = state::pool_pk(pool);
+        let ttl = Some(now + self.settings.retention);
+        let sk = event_sk(time, &o.instance);
+        let result = match self.store.put(&pk, &sk, &doc, None, ttl).await {
+            Err(e) if e.kind == ErrorKind::Conflict => {
+                // Another event for the instance in the same second.
+                let tail = c.id.as_deref().unwrap_or(c.event.kind());
+                self.store
+                    .put(&pk, &format!("{sk}#{tail}"), &doc, None, ttl)
+                    .await
+            }
+            other => other,
+        };
+        if let Err(e) = result
+            && e.kind != ErrorKind::Conflict
+        {
+            tracing::warn!(pool, instance = %o.instance, error = %e, "could not write the event record");
+        }
+    }
+
+    pub(super) async fn connect(&self, policy: &Policy) -> Result<Arc<dyn NodeOps>, HandlerError> {
+        self.kube.connect(&policy.cluster).await.map_err(|e| {
+            internal(format!(
+                "cluster {} unreachable: {e}; the event is retried",
+                policy.cluster
+            ))
+        })
+    }
+}
+
+impl InterruptionHandler {
+    /// The handler over `ports`.
+    pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+        InterruptionHandler {
+            policies: ports.policies.clone(),
+            instances: ports.instances.clone(),
+            lifecycle: ports.lifecycle.clone(),
+            store: ports.store.clone(),
+            kube: ports.kube.clone(),
+            settings,
+        }
+    }
+}
+
+/// Builds the handler from the environment (`NODECYCLE_TABLE`, `NODECYCLE_POLICY_PREFIX`, tunables).
+pub fn from_env(config: &aws_config::SdkConfig) -> Result<InterruptionHandler, HandlerError> {
+    Ok(InterruptionHandler::new(
+        &crate::port::Ports::from_env(config)?,
+        Settings::from_env()?,
+    ))
+}

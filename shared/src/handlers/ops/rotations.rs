@@ -1,0 +1,324 @@
+//! Operator rotations: `rotate` queues manual rotations (budgeted or emergency) for the rotator
+//! to release; `cancel` ends one before it terminates (node uncordoned, surge given back through
+//! the rotator's one surge undo).
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::{
+    Invocation, OpsHandler, REPEAT_WINDOW_MINUTES, Target, fnv, instant, internal, invalid,
+    invalid1, rotation_summary,
+};
+use crate::fleet::Lifecycle;
+use crate::handlers::HandlerError;
+use crate::kube as k;
+use crate::policy::Policy;
+use crate::port::ErrorKind;
+use crate::rotation::step;
+use crate::rotation::{Queue, Release, Rotation, Step, Undo, rotation_sk};
+use crate::state::{self, Versioned};
+
+impl OpsHandler {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn rotate(
+        &self,
+        policy: &Policy,
+        target: &Target,
+        reason: &str,
+        ignore_budgets: bool,
+        max_concurrent: u32,
+        inv: &Invocation,
+        now: DateTime<Utc>,
+    ) -> Result<Value, HandlerError> {
+        let pool = policy.pool_id();
+        let pk = state::pool_pk(&pool);
+        let targets = match target {
+            Target::All => "all".to_string(),
+            Target::Instances(ids) => ids.join(","),
+        };
+        let key = format!(
+            "REQ#rotate#{:016x}",
+            fnv(&format!(
+                "{pool}|{targets}|{reason}|{ignore_budgets}|{max_concurrent}"
+            ))
+        );
+        let earlier = self.rotator.store.get(&pk, &key).await.map_err(internal)?;
+        if let Some(e) = &earlier {
+            let at = e
+                .value
+                .get("at")
+                .and_then(Value::as_str)
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&Utc));
+            if at.is_some_and(|t| now - t < chrono::Duration::minutes(REPEAT_WINDOW_MINUTES)) {
+                let mut response = e.value.get("response").cloned().unwrap_or(Value::Null);
+                if let Some(o) = response.as_object_mut() {
+                    o.insert("repeated".into(), json!(true));
+                }
+                tracing::info!(pool = %pool, request_id = %inv.request_id, decision = "repeated", "identical rotate request already recorded; nothing more done");
+                return Ok(response);
+            }
+        }
+        let group = self.group_name(policy).await?;
+        let (_, instances) = self
+            .rotator
+            .groups
+            .describe(&group)
+            .await
+            .map_err(|e| internal(format!("cannot describe group {group}: {e}")))?;
+        let ids: Vec<String> = match target {
+            Target::All => instances
+                .iter()
+                .filter(|i| i.lifecycle == Lifecycle::InService)
+                .map(|i| i.instance_id.clone())
+                .collect(),
+            Target::Instances(ids) => {
+                let mut problems = Vec::new();
+                let unknown: Vec<&str> = ids
+                    .iter()
+                    .filter(|id| !instances.iter().any(|i| &i.instance_id == *id))
+                    .map(String::as_str)
+                    .collect();
+                if !unknown.is_empty() {
+                    problems.push(format!(
+                        "instances: {} not in pool {pool} (group {group})",
+                        unknown.join(", ")
+                    ));
+                }
+                let leaving: Vec<&str> = ids
+                    .iter()
+                    .filter(|id| {
+                        instances
+                            .iter()
+                            .any(|i| &i.instance_id == *id && i.lifecycle == Lifecycle::Leaving)
+                    })
+                    .map(String::as_str)
+                    .collect();
+                if !leaving.is_empty() {
+                    problems.push(format!(
+                        "instances: {} already leaving group {group}",
+                        leaving.join(", ")
+                    ));
+                }
+                if !problems.is_empty() {
+                    return Err(invalid(problems));
+                }
+                ids.clone()
+            }
+        };
+        let existing = self.rotations(&pool).await?;
+        let queue = Queue {
+            request_id: inv.request_id.clone(),
+            ignore_budgets,
+            max_concurrent,
+            reason: reason.to_string(),
+        };
+        let mut queued = Vec::new();
+        let mut kept = Vec::new();
+        for id in &ids {
+            if let Some(v) = existing.get(id).filter(|v| v.value.in_flight()) {
+                kept.push(rotation_summary(&v.value));
+                continue;
+            }
+            let rotation = Rotation::manual(&pool, id, queue.clone(), now);
+            let doc = serde_json::to_value(&rotation).map_err(internal)?;
+            let expected = existing.get(id).map(|v| v.version);
+            match self
+                .rotator
+                .store
+                .put(&pk, &rotation_sk(id), &doc, expected, None)
+                .await
+            {
+                Ok(_) => queued.push(id.clone()),
+                Err(e) if e.kind == ErrorKind::Conflict => {
+                    kept.push(json!({"instance": id, "step": "recorded concurrently"}))
+                }
+                Err(e) => return Err(internal(format!("cannot record rotation of {id}: {e}"))),
+            }
+        }
+        let response = json!({
+            "action": "rotate",
+            "pool": pool,
+            "requestId": inv.request_id,
+            "queued": queued,
+            "kept": kept,
+            "ignoreBudgets": ignore_budgets,
+            "maxConcurrent": if ignore_budgets { Some(max_concurrent) } else { None },
+            "repeated": false,
+            "note": if ignore_budgets {
+                format!("the rotator starts up to {max_concurrent} at a time on its next passes, without waiting for budgets")
+            } else {
+                "the rotator starts them on its next passes as the Drifted budget allows".to_string()
+            },
+        });
+        let doc = json!({"at": instant(now), "requestId": inv.request_id, "response": response});
+        let ttl =
+            now + chrono::Duration::minutes(REPEAT_WINDOW_MINUTES) + chrono::Duration::days(1);
+        if let Err(e) = self
+            .rotator
+            .store
+            .put(&pk, &key, &doc, earlier.map(|e| e.version), Some(ttl))
+            .await
+        {
+            tracing::warn!(pool = %pool, error = %e, "cannot record the request for repeats; a repeat re-checks every instance");
+        }
+        Ok(response)
+    }
+
+    pub(super) async fn cancel(
+        &self,
+        policy: &Policy,
+        instance: &str,
+        reason: &str,
+        inv: &Invocation,
+        now: DateTime<Utc>,
+    ) -> Result<Value, HandlerError> {
+        let pool = policy.pool_id();
+        let group = self.group_name(policy).await?;
+        let why = format!(
+            "cancelled by {}: {reason}",
+            inv.caller.as_deref().unwrap_or("an operator")
+        );
+        // Record the cancellation first (conditional write): from then on the rotator leaves the
+        // rotation alone, and the surge's undo is recorded before it is performed.
+        let mut claimed = None;
+        for _ in 0..state::WRITE_ATTEMPTS {
+            let records = self.rotator.rotations(&pool).await.map_err(internal)?;
+            let Some(v) = records
+                .iter()
+                .find(|v| v.value.instance_id == instance)
+                .cloned()
+            else {
+                return Err(invalid1(format!(
+                    "instance: no rotation of {instance} in pool {pool}"
+                )));
+            };
+            if v.value.step == Step::Cancelled {
+                return Ok(json!({
+                    "action": "cancel", "pool": pool, "requestId": inv.request_id,
+                    "instance": instance, "changed": false,
+                    "rotation": rotation_summary(&v.value),
+                }));
+            }
+            let (g, instances) = self
+                .rotator
+                .groups
+                .describe(&group)
+                .await
+                .map_err(internal)?;
+            let members: Vec<_> = instances.into_iter().map(|i| i.with_node(None)).collect();
+            let rotations: Vec<Rotation> = records.iter().map(|v| v.value.clone()).collect();
+            let view = step::PoolView {
+                group: &g,
+                members: &members,
+                desired_ami: None,
+            };
+            let undo = match step::cancel(&view, &rotations, &v.value) {
+                Ok(undo) => undo,
+                Err(step::CancelRefusal::Terminating) => {
+                    return Err(invalid1(format!(
+                        "instance: the rotation of {instance} is Terminating: too late to cancel"
+                    )));
+                }
+                Err(step::CancelRefusal::Finished(step)) => {
+                    return Err(invalid1(format!(
+                        "instance: the rotation of {instance} already finished ({step:?} at {}): nothing to cancel",
+                        instant(v.value.step_at)
+                    )));
+                }
+            };
+            let mut cancelled = Rotation {
+                error: Some(why.clone()),
+                ..v.value.enter(Step::Cancelled, now)
+            };
+            if let Some(u) = &undo {
+                cancelled = cancelled.with_release(Release::Undoing(u.clone()));
+            }
+            if let Some(version) = self
+                .rotator
+                .put_rotation(&cancelled, Some(v.version))
+                .await
+                .map_err(internal)?
+            {
+                claimed = Some((
+                    v.value,
+                    Versioned {
+                        value: cancelled,
+                        version,
+                    },
+                    undo,
+                ));
+                break;
+            }
+        }
+        let Some((rot, cancelled, undo)) = claimed else {
+            return Err(internal(format!(
+                "the rotation of {instance} kept changing; try again"
+            )));
+        };
+        let mut undone = Vec::new();
+        let mut problems = Vec::new();
+        // Kubernetes: make the node schedulable again.
+        if matches!(rot.step, Step::Cordoned | Step::Draining) {
+            match self.rotator.kube.connect(&policy.cluster).await {
+                Err(e) => problems.push(format!(
+                    "cluster {} unreachable ({e}): uncordon the node of {instance} by hand",
+                    policy.cluster
+                )),
+                Ok(kube) => {
+                    let drain: Option<k::DrainState> = rot
+                        .drain
+                        .clone()
+                        .and_then(|d| serde_json::from_value(d).ok());
+                    let result = match drain {
+                        Some(state) => k::abort_drain(kube.as_ref(), &state).await.map(|()| {
+                            format!("drain of node {} aborted, node uncordoned", state.node)
+                        }),
+                        None => match kube.find_node(instance).await {
+                            Ok(Some(n)) if n.disrupted_taint.is_some() => kube
+                                .undo_cordon(&n.name, true)
+                                .await
+                                .map(|_| format!("node {} uncordoned", n.name)),
+                            Ok(_) => Ok("node was not cordoned".to_string()),
+                            Err(e) => Err(e),
+                        },
+                    };
+                    match result {
+                        Ok(s) => undone.push(s),
+                        Err(e) => problems.push(format!(
+                            "cannot uncordon the node of {instance}: {e}; uncordon it by hand"
+                        )),
+                    }
+                }
+            }
+        }
+        // Auto Scaling: give the surge back (the rotator finishes it if this fails).
+        if let Some(undo) = &undo {
+            match self.rotator.give_back(&group, cancelled, undo).await {
+                Ok(_) => undone.push(match undo {
+                    Undo::Terminate { instance_id } => {
+                        format!(
+                            "replacement {instance_id} terminated, desired capacity decremented"
+                        )
+                    }
+                    Undo::LowerTo { desired } => format!("desired capacity lowered to {desired}"),
+                    Undo::Nothing => "no surge left to undo".to_string(),
+                }),
+                Err(e) => problems.push(format!(
+                    "cannot undo the surge of group {group} yet ({e}); the rotator retries it"
+                )),
+            }
+        }
+        Ok(json!({
+            "action": "cancel",
+            "pool": pool,
+            "requestId": inv.request_id,
+            "instance": instance,
+            "changed": true,
+            "cancelledAt": format!("{:?}", rot.step),
+            "undone": undone,
+            "problems": problems,
+            "note": "the pool is not halted; if the node is still drifted or expired the rotator may pick it again: pause the pool to prevent that",
+        }))
+    }
+}

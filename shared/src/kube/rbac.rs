@@ -1,0 +1,155 @@
+//! [`RbacInfo`] over the Kubernetes API of EKS clusters: every ClusterRole and
+//! ClusterRoleBinding (`rbac.authorization.k8s.io/v1`), read with the caller's EKS token.
+
+use ::kube::api::{Api, ListParams};
+use async_trait::async_trait;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use serde::de::DeserializeOwned;
+
+use super::client::EksKube;
+use super::ops::KubeError;
+use crate::doctor::port::{
+    BindingFacts, ClusterRoleFacts, PolicyRule, RbacFacts, RbacInfo, SubjectFacts,
+};
+use crate::port::{ErrorKind, PortError};
+
+/// Page size of the list requests.
+const PAGE: u32 = 500;
+
+/// Reads RBAC objects of any cluster, connecting with [`EksKube::connect`] (DescribeCluster for
+/// the endpoint and CA, or the `NODECYCLE_KUBE_*` overrides).
+#[derive(Clone, Debug)]
+pub struct EksRbac {
+    sdk: aws_config::SdkConfig,
+}
+
+impl EksRbac {
+    /// Signs with `sdk`'s credentials and region.
+    pub fn new(sdk: aws_config::SdkConfig) -> Self {
+        Self { sdk }
+    }
+}
+
+/// A Kubernetes (or access) error as a [`PortError`]; `operation` is `kubernetes:<request>`
+/// for API answers and `eks:DescribeCluster` when the cluster could not be described.
+pub fn port_error(e: KubeError) -> PortError {
+    match e {
+        KubeError::Api {
+            operation,
+            code,
+            reason,
+            message,
+        } => PortError::new(
+            format!("kubernetes:{operation}"),
+            match code {
+                401 | 403 => ErrorKind::AccessDenied,
+                404 => ErrorKind::NotFound,
+                429 | 500..=599 => ErrorKind::Transient,
+                _ => ErrorKind::Other,
+            },
+            format!("HTTP {code} {reason}: {message}"),
+        ),
+        KubeError::NotFound { operation } => PortError::new(
+            format!("kubernetes:{operation}"),
+            ErrorKind::NotFound,
+            "not found",
+        ),
+        KubeError::Transport { operation, message } => PortError::new(
+            format!("kubernetes:{operation}"),
+            ErrorKind::Transient,
+            message,
+        ),
+        KubeError::ClusterNotFound(c) => PortError::new(
+            "eks:DescribeCluster",
+            ErrorKind::NotFound,
+            format!("no EKS cluster {c}"),
+        ),
+        KubeError::Aws(m) => PortError::new("eks:DescribeCluster", ErrorKind::Other, m),
+        KubeError::Config(m) => PortError::new("kubernetes:connect", ErrorKind::Other, m),
+    }
+}
+
+async fn list_all<K>(api: &Api<K>, operation: &str) -> Result<Vec<K>, PortError>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(t) = &token {
+            params = params.continue_token(t);
+        }
+        let page = api.list(&params).await.map_err(|e| match e {
+            ::kube::Error::Api(s) => port_error(KubeError::Api {
+                operation: operation.to_owned(),
+                code: s.code,
+                reason: s.reason.clone(),
+                message: s.message.clone(),
+            }),
+            other => port_error(KubeError::Transport {
+                operation: operation.to_owned(),
+                message: other.to_string(),
+            }),
+        })?;
+        token = page.metadata.continue_.clone().filter(|t| !t.is_empty());
+        out.extend(page.items);
+        if token.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+fn rule(r: k8s_openapi::api::rbac::v1::PolicyRule) -> PolicyRule {
+    PolicyRule {
+        api_groups: r.api_groups.unwrap_or_default(),
+        resources: r.resources.unwrap_or_default(),
+        verbs: r.verbs,
+        resource_names: r.resource_names.unwrap_or_default(),
+        non_resource_urls: r.non_resource_urls.unwrap_or_default(),
+    }
+}
+
+#[async_trait]
+impl RbacInfo for EksRbac {
+    async fn rbac(&self, cluster: &str) -> Result<RbacFacts, PortError> {
+        let kube = EksKube::connect(&self.sdk, cluster)
+            .await
+            .map_err(port_error)?;
+        let client = kube.client().await.map_err(port_error)?;
+        let roles: Api<ClusterRole> = Api::all(client.clone());
+        let bindings: Api<ClusterRoleBinding> = Api::all(client);
+        let roles = list_all(&roles, "list clusterroles.rbac.authorization.k8s.io").await?;
+        let bindings = list_all(
+            &bindings,
+            "list clusterrolebindings.rbac.authorization.k8s.io",
+        )
+        .await?;
+        Ok(RbacFacts {
+            cluster_roles: roles
+                .into_iter()
+                .map(|r| ClusterRoleFacts {
+                    name: r.metadata.name.unwrap_or_default(),
+                    rules: r.rules.unwrap_or_default().into_iter().map(rule).collect(),
+                })
+                .collect(),
+            bindings: bindings
+                .into_iter()
+                .map(|b| BindingFacts {
+                    name: b.metadata.name.unwrap_or_default(),
+                    role_kind: b.role_ref.kind,
+                    role_name: b.role_ref.name,
+                    subjects: b
+                        .subjects
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|s| SubjectFacts {
+                            kind: s.kind,
+                            name: s.name,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+    }
+}

@@ -1,0 +1,87 @@
+//! [`Ports`]: one implementation of every port, built once per process from the SDK clients and
+//! shared by every handler of the process.
+
+use std::sync::Arc;
+
+#[cfg(feature = "kube")]
+use super::KubeConnector;
+use super::{
+    ClusterCatalog, GroupOps, ImageCatalog, InstanceLookup, LifecycleOps, ManagedGroupOps,
+    NodeGroupCatalog, ParameterStore, PolicySource, Store,
+};
+use crate::aws::{
+    Clients,
+    autoscaling::AutoScaling,
+    dynamodb::Table,
+    ec2::Ec2,
+    eks::Eks,
+    interruption::{Ec2Instances, LifecycleActions},
+    managed::ManagedNodeGroups,
+    nodegroup::NodeGroups,
+    ssm::{Ssm, SsmPolicies},
+};
+use crate::handlers::HandlerError;
+#[cfg(feature = "kube")]
+use crate::kube::EksConnector;
+
+/// Every capability a handler may use. Cloning is cheap (shared adapters).
+#[derive(Clone)]
+pub struct Ports {
+    /// Pool policies.
+    pub policies: Arc<dyn PolicySource>,
+    /// SSM parameters (aliases, `ssmParameter` terms, EKS release versions).
+    pub parameters: Arc<dyn ParameterStore>,
+    /// AMIs.
+    pub images: Arc<dyn ImageCatalog>,
+    /// Cluster versions.
+    pub clusters: Arc<dyn ClusterCatalog>,
+    /// What node groups launch.
+    pub node_groups: Arc<dyn NodeGroupCatalog>,
+    /// Auto Scaling groups.
+    pub groups: Arc<dyn GroupOps>,
+    /// Managed node groups.
+    pub managed: Arc<dyn ManagedGroupOps>,
+    /// The state table.
+    pub store: Arc<dyn Store>,
+    /// EC2 instances.
+    pub instances: Arc<dyn InstanceLookup>,
+    /// Lifecycle actions.
+    pub lifecycle: Arc<dyn LifecycleOps>,
+    /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
+    #[cfg(feature = "kube")]
+    pub kube: Arc<dyn KubeConnector>,
+}
+
+impl Ports {
+    /// The AWS and Kubernetes adapters over `config`, with the state table `table` and the
+    /// policies under `prefix`.
+    pub fn from_sdk(config: &aws_config::SdkConfig, table: &str, prefix: &str) -> Ports {
+        let c = Clients::new(config);
+        let ssm = Ssm::new(c.ssm.clone());
+        Ports {
+            policies: Arc::new(SsmPolicies::new(ssm.clone(), prefix)),
+            parameters: Arc::new(ssm),
+            images: Arc::new(Ec2::new(c.ec2.clone())),
+            clusters: Arc::new(Eks::new(c.eks.clone())),
+            node_groups: Arc::new(NodeGroups::new(
+                c.autoscaling.clone(),
+                c.ec2.clone(),
+                c.eks.clone(),
+            )),
+            groups: Arc::new(AutoScaling::new(c.autoscaling.clone(), c.ec2.clone())),
+            managed: Arc::new(ManagedNodeGroups::new(c.eks.clone(), c.ec2.clone())),
+            store: Arc::new(Table::new(c.dynamodb.clone(), table)),
+            instances: Arc::new(Ec2Instances::new(c.ec2.clone())),
+            lifecycle: Arc::new(LifecycleActions::new(c.autoscaling.clone())),
+            #[cfg(feature = "kube")]
+            kube: Arc::new(EksConnector::new(config.clone())),
+        }
+    }
+
+    /// [`Ports::from_sdk`] with the table from `NODECYCLE_TABLE` and the prefix from
+    /// `NODECYCLE_POLICY_PREFIX`.
+    pub fn from_env(config: &aws_config::SdkConfig) -> Result<Ports, HandlerError> {
+        let (table, prefix) = crate::handlers::table_and_prefix_from_env()?;
+        Ok(Ports::from_sdk(config, &table, &prefix))
+    }
+}

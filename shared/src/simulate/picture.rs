@@ -1,0 +1,530 @@
+//! The forecast drawn: an SVG (one row per pool, time across) and a self-contained HTML page
+//! around it. Hand-written markup, deterministic: the same forecast gives the same bytes.
+//!
+//! Days and hours are marked in [`Forecast::time_zone`]. Each rotation is a bar (stacked when
+//! several are in flight), stretches where a reason's budgets allow no node are shaded per
+//! reason, waits on a gate (paused, halted, a node group waiting for a window) are hatched, the
+//! change of the desired AMI is a dashed line and the moment a pool is done a green mark.
+//! Every element carries a `<title>` with its details (shown on hover).
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, TimeZone, Utc};
+use chrono_tz::Tz;
+
+use super::{BlockKind, Forecast, PoolForecast, RotationSpan, format_instant};
+use crate::budget::Reason;
+use crate::rotation::RotationReason;
+
+const LABEL_W: f64 = 210.0;
+const PLOT_W: f64 = 1200.0;
+const RIGHT_PAD: f64 = 20.0;
+const TOP: f64 = 76.0;
+const LANE_H: f64 = 12.0;
+const BAR_H: f64 = 9.0;
+const ROW_MIN_H: f64 = 38.0;
+const LEGEND_H: f64 = 58.0;
+
+const STYLE: &str = "text{fill:#1a202c}.t{font-size:15px;font-weight:bold}.s{fill:#4a5568}\
+.p{font-weight:bold}.nd{fill:#c53030}.day{stroke:#a0aec0}.hr{stroke:#e2e8f0}\
+.rowa{fill:#ffffff}.rowb{fill:#f7fafc}.cd{fill:#ed8936;fill-opacity:.28}\
+.ce{fill:#9f7aea;fill-opacity:.28}.gate{fill:url(#hatch)}\
+.Drifted{fill:#3182ce}.Expired{fill:#805ad5}.forced{fill:#c53030}.other{fill:#718096}\
+.wave{fill:#2c5282}.ami{stroke:#2d3748;stroke-dasharray:4 3}.done{fill:#38a169}\
+.doneline{stroke:#38a169;stroke-width:2}";
+
+/// The forecast as an SVG document.
+pub fn svg(forecast: &Forecast) -> String {
+    let layout = Layout::new(forecast);
+    let mut s = String::new();
+    let (w, h) = (layout.width(), layout.height());
+    let _ = writeln!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w:.0}\" height=\"{h:.0}\" \
+         viewBox=\"0 0 {w:.0} {h:.0}\" font-family=\"Helvetica,Arial,sans-serif\" font-size=\"11\">"
+    );
+    let _ = writeln!(
+        s,
+        "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" \
+         patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#edf2f7\" \
+         fill-opacity=\".6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#718096\" \
+         stroke-width=\"1.5\"/></pattern></defs>"
+    );
+    let _ = writeln!(s, "<style>{STYLE}</style>");
+    let _ = writeln!(
+        s,
+        "<rect width=\"{w:.0}\" height=\"{h:.0}\" fill=\"#ffffff\"/>"
+    );
+    let _ = writeln!(
+        s,
+        "<text class=\"t\" x=\"10\" y=\"20\">nodecycle simulate: {} pool(s), {} to {}</text>",
+        forecast.pools.len(),
+        esc(&layout.local(forecast.from)),
+        esc(&layout.local(forecast.to)),
+    );
+    let _ = writeln!(
+        s,
+        "<text class=\"s\" x=\"10\" y=\"38\">days and hours in {}; one row per pool, one bar per rotation</text>",
+        esc(&zone_name(layout.zone))
+    );
+    for (i, pool) in forecast.pools.iter().enumerate() {
+        layout.row(&mut s, i, pool);
+    }
+    layout.axis(&mut s);
+    layout.legend(&mut s);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// A self-contained HTML page: the SVG, its legend, hover details and a table per pool.
+pub fn html(forecast: &Forecast) -> String {
+    let mut s = String::new();
+    let zone = zone_name(forecast.time_zone);
+    s.push_str(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>nodecycle simulate</title>\n<style>\
+         body{font-family:Helvetica,Arial,sans-serif;margin:16px;color:#1a202c}\
+         #detail{min-height:1.4em;padding:6px 8px;background:#edf2f7;border-radius:4px}\
+         table{border-collapse:collapse;margin-top:12px}td,th{border:1px solid #cbd5e0;\
+         padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}\
+         .chart{overflow-x:auto}</style>\n</head>\n<body>\n",
+    );
+    let _ = writeln!(
+        s,
+        "<h1>nodecycle simulate</h1>\n<p>From {} to {} ({}). Hover a bar or a shaded stretch for its details.</p>",
+        esc(&format_instant(forecast.from)),
+        esc(&format_instant(forecast.to)),
+        esc(&zone)
+    );
+    s.push_str("<p id=\"detail\">&#160;</p>\n<div class=\"chart\" id=\"chart\">\n");
+    s.push_str(&svg(forecast));
+    s.push_str("</div>\n<table>\n<tr><th>pool</th><th>nodes</th><th>done</th><th>rotations</th><th>max in flight</th><th>waits</th></tr>\n");
+    for p in &forecast.pools {
+        let done = p
+            .done
+            .map_or_else(|| "not by the end".to_string(), format_instant);
+        let waits: Vec<String> = p
+            .blocked
+            .iter()
+            .map(|b| {
+                format!(
+                    "{} to {}: {:?} waits: {}",
+                    format_instant(b.from),
+                    format_instant(b.to),
+                    b.reason,
+                    b.why
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&p.pool),
+            p.nodes,
+            esc(&done),
+            p.rotations.len(),
+            p.max_in_flight,
+            waits
+                .iter()
+                .map(|w| esc(w))
+                .collect::<Vec<_>>()
+                .join("<br>")
+        );
+    }
+    s.push_str(
+        "</table>\n<script>\n\
+         const detail = document.getElementById('detail');\n\
+         const chart = document.getElementById('chart');\n\
+         chart.addEventListener('mouseover', (e) => {\n\
+         \x20 for (let n = e.target; n && n !== chart; n = n.parentNode) {\n\
+         \x20   const t = n.querySelector(':scope > title');\n\
+         \x20   if (t) { detail.textContent = t.textContent; return; }\n\
+         \x20 }\n\
+         });\n</script>\n</body>\n</html>\n",
+    );
+    s
+}
+
+/// Local midnights, and hour ticks with their local hour.
+type Ticks = (Vec<DateTime<Utc>>, Vec<(DateTime<Utc>, u32)>);
+
+/// Geometry shared by the parts of the picture.
+struct Layout {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    zone: Tz,
+    /// Top and height of each row.
+    rows: Vec<(f64, f64)>,
+    /// Lane of each rotation, per pool.
+    lanes: Vec<Vec<usize>>,
+}
+
+impl Layout {
+    fn new(f: &Forecast) -> Layout {
+        let mut rows = Vec::new();
+        let mut lanes = Vec::new();
+        let mut y = TOP;
+        for p in &f.pools {
+            let l = assign_lanes(&p.rotations);
+            let count = l.iter().max().map_or(1, |m| m + 1);
+            let h = (10.0 + LANE_H * count as f64 + 6.0).max(ROW_MIN_H);
+            rows.push((y, h));
+            lanes.push(l);
+            y += h;
+        }
+        Layout {
+            from: f.from,
+            to: f.to,
+            zone: f.time_zone,
+            rows,
+            lanes,
+        }
+    }
+
+    fn plot_bottom(&self) -> f64 {
+        self.rows.last().map_or(TOP, |(y, h)| y + h)
+    }
+
+    fn width(&self) -> f64 {
+        LABEL_W + PLOT_W + RIGHT_PAD
+    }
+
+    fn height(&self) -> f64 {
+        self.plot_bottom() + LEGEND_H
+    }
+
+    fn x(&self, t: DateTime<Utc>) -> f64 {
+        let span = (self.to - self.from).num_seconds().max(1) as f64;
+        let t = t.clamp(self.from, self.to);
+        LABEL_W + PLOT_W * (t - self.from).num_seconds() as f64 / span
+    }
+
+    fn local(&self, t: DateTime<Utc>) -> String {
+        t.with_timezone(&self.zone)
+            .format("%a %d %b %H:%M")
+            .to_string()
+    }
+
+    fn span(&self, a: DateTime<Utc>, b: DateTime<Utc>) -> String {
+        format!("{} to {}", self.local(a), self.local(b))
+    }
+
+    /// Local midnights and hour ticks (every `step` hours) within the forecast.
+    fn ticks(&self, step: u32) -> Ticks {
+        let mut days = Vec::new();
+        let mut hours = Vec::new();
+        let first = self.from.with_timezone(&self.zone).date_naive();
+        let last = self.to.with_timezone(&self.zone).date_naive();
+        let mut d: NaiveDate = first;
+        while d <= last {
+            for h in (0..24).step_by(usize::try_from(step.max(1)).unwrap_or(24)) {
+                let Some(naive) = NaiveTime::from_hms_opt(h, 0, 0).map(|t| d.and_time(t)) else {
+                    continue;
+                };
+                let Some(t) = self.zone.from_local_datetime(&naive).earliest() else {
+                    continue;
+                };
+                let t = t.with_timezone(&Utc);
+                if t < self.from || t > self.to {
+                    continue;
+                }
+                if h == 0 {
+                    days.push(t);
+                } else {
+                    hours.push((t, h));
+                }
+            }
+            let Some(next) = d.succ_opt() else { break };
+            d = next;
+        }
+        (days, hours)
+    }
+
+    fn axis(&self, s: &mut String) {
+        let px_per_hour = PLOT_W / ((self.to - self.from).num_minutes().max(1) as f64 / 60.0);
+        let step = [1u32, 3, 6, 12]
+            .into_iter()
+            .find(|h| px_per_hour * f64::from(*h) >= 26.0)
+            .unwrap_or(24);
+        let (days, hours) = self.ticks(step);
+        let (top, bottom) = (TOP - 4.0, self.plot_bottom());
+        if step < 24 {
+            for (t, h) in &hours {
+                let x = self.x(*t);
+                let _ = writeln!(
+                    s,
+                    "<line class=\"hr\" x1=\"{x:.1}\" y1=\"{top:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\"/>\
+                     <text class=\"s\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"9\">{h:02}</text>",
+                    TOP - 6.0
+                );
+            }
+        }
+        let px_per_day = px_per_hour * 24.0;
+        for t in &days {
+            let x = self.x(*t);
+            if *t >= self.to {
+                let _ = writeln!(
+                    s,
+                    "<line class=\"day\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\"/>",
+                    top - 14.0
+                );
+                continue;
+            }
+            let local = t.with_timezone(&self.zone);
+            let label = if px_per_day >= 80.0 {
+                local.format("%a %d %b").to_string()
+            } else {
+                format!("{}", local.day())
+            };
+            let _ = writeln!(
+                s,
+                "<line class=\"day\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                top - 14.0,
+                x + 3.0,
+                top - 16.0,
+                esc(&label)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "<line class=\"day\" x1=\"{LABEL_W:.1}\" y1=\"{top:.1}\" x2=\"{:.1}\" y2=\"{top:.1}\"/>",
+            LABEL_W + PLOT_W
+        );
+    }
+
+    fn row(&self, s: &mut String, index: usize, pool: &PoolForecast) {
+        let (y, h) = self.rows[index];
+        let class = if index.is_multiple_of(2) {
+            "rowa"
+        } else {
+            "rowb"
+        };
+        let _ = writeln!(
+            s,
+            "<rect class=\"{class}\" x=\"0\" y=\"{y:.1}\" width=\"{:.0}\" height=\"{h:.1}\"/>",
+            self.width()
+        );
+        let kind = if pool.managed {
+            "managed node group"
+        } else {
+            "node group"
+        };
+        let _ = writeln!(
+            s,
+            "<text class=\"p\" x=\"10\" y=\"{:.1}\">{}<title>{} ({kind})</title></text>",
+            y + 15.0,
+            esc(&pool.pool),
+            esc(&pool.pool)
+        );
+        let status = match pool.done {
+            Some(d) => format!(
+                "{} nodes, done {}",
+                pool.nodes,
+                d.with_timezone(&self.zone).format("%a %H:%M")
+            ),
+            None => format!("{} nodes, not done by the end", pool.nodes),
+        };
+        let status_class = if pool.done.is_some() { "s" } else { "nd" };
+        let _ = writeln!(
+            s,
+            "<text class=\"{status_class}\" x=\"10\" y=\"{:.1}\">{}</text>",
+            y + 29.0,
+            esc(&status)
+        );
+        for c in &pool.closed {
+            let (class, what) = match c.reason {
+                Reason::Expired => ("ce", "Expired"),
+                _ => ("cd", "Drifted"),
+            };
+            let budget = c
+                .budget
+                .map(|i| format!(" (disruption.budgets[{i}])"))
+                .unwrap_or_default();
+            self.stretch(
+                s,
+                (y, h),
+                (c.from, c.to),
+                class,
+                &format!("{what} budget closed{budget}: {}", self.span(c.from, c.to)),
+            );
+        }
+        for b in pool.blocked.iter().filter(|b| b.kind == BlockKind::Gate) {
+            self.stretch(
+                s,
+                (y, h),
+                (b.from, b.to),
+                "gate",
+                &format!(
+                    "{:?} waits, {}: {}",
+                    b.reason,
+                    self.span(b.from, b.to),
+                    b.why
+                ),
+            );
+        }
+        if let Some(at) = pool
+            .desired_change
+            .filter(|t| *t >= self.from && *t <= self.to)
+        {
+            let x = self.x(at);
+            let _ = writeln!(
+                s,
+                "<line class=\"ami\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\">\
+                 <title>the desired AMI changes: {}</title></line>",
+                y + h,
+                esc(&self.local(at))
+            );
+        }
+        for (r, lane) in pool.rotations.iter().zip(&self.lanes[index]) {
+            self.bar(s, y, *lane, r);
+        }
+        if let Some(d) = pool.done {
+            let x = self.x(d);
+            let _ = writeln!(
+                s,
+                "<g><line class=\"doneline\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
+                 <path class=\"done\" d=\"M{x:.1} {:.1}l5 6l-5 6l-5 -6z\"/>\
+                 <title>done: every node runs the desired AMI from {}</title></g>",
+                y + h,
+                y + h - 13.0,
+                esc(&self.local(d))
+            );
+        }
+    }
+
+    /// A shaded stretch over a whole row.
+    fn stretch(
+        &self,
+        s: &mut String,
+        (y, h): (f64, f64),
+        (from, to): (DateTime<Utc>, DateTime<Utc>),
+        class: &str,
+        title: &str,
+    ) {
+        let (x0, x1) = (self.x(from), self.x(to));
+        if x1 <= x0 {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "<rect class=\"{class}\" x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{h:.1}\"><title>{}</title></rect>",
+            x1 - x0,
+            esc(title)
+        );
+    }
+
+    fn bar(&self, s: &mut String, y: f64, lane: usize, r: &RotationSpan) {
+        let (x0, x1) = (self.x(r.start), self.x(r.end));
+        let width = (x1 - x0).max(2.0);
+        let top = y + 8.0 + LANE_H * lane as f64;
+        let class = match r.reason {
+            _ if r.forced => "forced",
+            _ if r.wave => "wave",
+            RotationReason::Drifted => "Drifted",
+            RotationReason::Expired => "Expired",
+            _ => "other",
+        };
+        let how = if r.wave {
+            ", node group update wave"
+        } else if r.forced {
+            ", forced"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            "<rect class=\"{class}\" x=\"{x0:.1}\" y=\"{top:.1}\" width=\"{width:.1}\" height=\"{BAR_H:.1}\" rx=\"1.5\">\
+             <title>{}: {:?}{how}, {}</title></rect>",
+            esc(&r.instance),
+            r.reason,
+            esc(&self.span(r.start, r.end))
+        );
+    }
+
+    fn legend(&self, s: &mut String) {
+        let y = self.plot_bottom() + 22.0;
+        let items: [(&str, &str); 9] = [
+            ("Drifted", "Drifted rotation"),
+            ("wave", "node group update wave"),
+            ("Expired", "Expired rotation"),
+            ("forced", "forced (no budget wait)"),
+            ("other", "Manual / Maintenance / Interrupted"),
+            ("cd", "Drifted budget closed"),
+            ("ce", "Expired budget closed"),
+            ("gate", "waiting: gate or window fit"),
+            ("done", "done (every node on the desired AMI)"),
+        ];
+        let mut x = 10.0;
+        let mut line = 0.0;
+        for (class, label) in items {
+            let width = 22.0 + 6.2 * label.len() as f64;
+            if x + width > self.width() {
+                x = 10.0;
+                line += 18.0;
+            }
+            let _ = writeln!(
+                s,
+                "<rect class=\"{class}\" x=\"{x:.1}\" y=\"{:.1}\" width=\"14\" height=\"10\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{label}</text>",
+                y + line - 9.0,
+                x + 18.0,
+                y + line
+            );
+            x += width;
+        }
+        let _ = writeln!(
+            s,
+            "<line class=\"ami\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\">desired AMI changes</text>",
+            y + line - 10.0,
+            y + line + 2.0,
+            x + 6.0,
+            y + line
+        );
+    }
+}
+
+/// The lane of each rotation (in order): the first lane free at its start.
+fn assign_lanes(rotations: &[RotationSpan]) -> Vec<usize> {
+    let mut ends: Vec<DateTime<Utc>> = Vec::new();
+    rotations
+        .iter()
+        .map(|r| {
+            let lane = ends
+                .iter()
+                .position(|e| *e <= r.start)
+                .unwrap_or(ends.len());
+            if lane == ends.len() {
+                ends.push(r.end);
+            } else {
+                ends[lane] = r.end;
+            }
+            lane
+        })
+        .collect()
+}
+
+fn zone_name(zone: Tz) -> String {
+    if zone == Tz::UTC {
+        "UTC".to_string()
+    } else {
+        zone.name().to_string()
+    }
+}
+
+/// XML/HTML text and attribute escaping.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}

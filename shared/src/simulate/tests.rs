@@ -1,0 +1,679 @@
+//! Tests of the forecast: table tests of known rollouts, and properties checked minute by minute
+//! against an oracle that rebuilds the fleet from the forecast and asks `budget::evaluate`
+//! itself (budgets respected at each start, no start in a closed window, no wasted minute,
+//! `done`), plus the event-driven forecast against a pass at every minute.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use proptest::prelude::*;
+
+use super::engine::{self, Stepping};
+use super::*;
+use crate::budget::{self, Reason};
+use crate::policy;
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn min(n: i64) -> TimeDelta {
+    TimeDelta::minutes(n)
+}
+
+/// A valid self-managed (or, with `managed`, managed node group) policy with `extra` appended.
+fn pol(name: &str, managed: bool, extra: &str) -> Policy {
+    let group = if managed {
+        format!("{{ managedNodeGroup: {name} }}")
+    } else {
+        format!("{{ autoScalingGroup: {name} }}")
+    };
+    let doc = format!(
+        "cluster: prod\nname: {name}\nnodeGroup: {group}\namiSelectorTerms:\n  - alias: al2023@latest\n{extra}"
+    );
+    let parsed = policy::parse(&doc);
+    parsed
+        .policy
+        .unwrap_or_else(|| panic!("invalid test policy {:?}:\n{doc}", parsed.problems))
+}
+
+fn settings(from: &str, days: u32, rotation: i64) -> Settings {
+    Settings {
+        from: at(from),
+        days,
+        rotation: min(rotation),
+    }
+}
+
+fn run(start: PoolStart, s: &Settings) -> PoolForecast {
+    engine::run(start, s, Stepping::Events)
+}
+
+/// Monday 2026-11-30 00:00 UTC.
+const MONDAY: &str = "2026-11-30T00:00:00Z";
+
+fn starts(f: &PoolForecast) -> Vec<(DateTime<Utc>, RotationReason)> {
+    f.rotations.iter().map(|r| (r.start, r.reason)).collect()
+}
+
+#[test]
+fn six_nodes_one_at_a_time_from_the_change() {
+    let p = pol("a", false, "disruption:\n  budgets:\n    - nodes: \"1\"\n");
+    let s = settings(MONDAY, 1, 10);
+    let start = PoolStart::synthetic(p, 6, s.from, TimeDelta::zero(), at("2026-11-30T08:00:00Z"));
+    let f = run(start, &s);
+    let expected: Vec<_> = (0..6)
+        .map(|i| {
+            (
+                at("2026-11-30T08:00:00Z") + min(10 * i),
+                RotationReason::Drifted,
+            )
+        })
+        .collect();
+    assert_eq!(starts(&f), expected);
+    assert!(f.rotations.iter().all(|r| r.end - r.start == min(10)));
+    assert_eq!(f.done, Some(at("2026-11-30T09:00:00Z")));
+    assert_eq!(f.max_in_flight, 1);
+    // Nodes wait on the budget while one is in flight: one merged stretch.
+    assert_eq!(f.blocked.len(), 1, "{:?}", f.blocked);
+    let b = &f.blocked[0];
+    assert_eq!(
+        (b.from, b.to),
+        (at("2026-11-30T08:00:00Z"), at("2026-11-30T08:50:00Z"))
+    );
+    assert_eq!(b.why, "disruption.budgets[0] (nodes \"1\"): 1 of 6 nodes");
+    assert_eq!(b.kind, BlockKind::Full);
+}
+
+#[test]
+fn percent_budget_rounds_up_and_runs_in_parallel() {
+    // 15% of 20 = 3 at once: 20 nodes in 7 rounds of 10 minutes.
+    let p = pol("a", false, "disruption:\n  budgets:\n    - nodes: 15%\n");
+    let s = settings(MONDAY, 1, 10);
+    let f = run(
+        PoolStart::synthetic(p, 20, s.from, TimeDelta::zero(), s.from),
+        &s,
+    );
+    assert_eq!(f.max_in_flight, 3);
+    assert_eq!(f.rotations.len(), 20);
+    assert_eq!(f.done, Some(s.from + min(70)));
+}
+
+#[test]
+fn a_closed_window_holds_drift_until_it_opens_in_its_time_zone() {
+    // Drift only between 09:00 and 17:00 in Kolkata (UTC+05:30): 03:30 to 11:30 UTC.
+    let p = pol(
+        "a",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 17 * * *\"\n      duration: 16h\n      timeZone: Asia/Kolkata\n      reasons: [Drifted]\n",
+    );
+    let s = settings(MONDAY, 2, 30);
+    let f = run(
+        PoolStart::synthetic(p, 6, s.from, TimeDelta::zero(), s.from),
+        &s,
+    );
+    let first = f.rotations.first().unwrap();
+    assert_eq!(first.start, at("2026-11-30T03:30:00Z"));
+    assert_eq!(f.done, Some(at("2026-11-30T05:00:00Z")));
+    let closed = &f.blocked[0];
+    assert_eq!(
+        (closed.from, closed.to),
+        (s.from, at("2026-11-30T03:30:00Z"))
+    );
+    assert_eq!(closed.kind, BlockKind::Closed);
+    assert_eq!(
+        closed.why,
+        "disruption.budgets[1] (nodes \"0\", schedule \"0 17 * * *\", duration 16h, timeZone Asia/Kolkata, reasons [Drifted]): 0 of 6 nodes"
+    );
+    // The picture's shading: the Drifted window is closed from the start to 03:30 and again
+    // from 11:30 UTC; Expired never.
+    assert_eq!(f.closed[0].from, s.from);
+    assert_eq!(f.closed[0].to, at("2026-11-30T03:30:00Z"));
+    assert_eq!(f.closed[1].from, at("2026-11-30T11:30:00Z"));
+    assert!(f.closed.iter().all(|c| c.reason == Reason::Drifted));
+}
+
+#[test]
+fn a_rotation_started_before_a_window_closes_runs_into_it() {
+    // Open until 10:00; rotations take 45 minutes; the one started at 09:45 ends at 10:30.
+    let p = pol(
+        "a",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"1\"\n    - nodes: \"0\"\n      schedule: \"0 10 * * *\"\n      duration: 23h\n",
+    );
+    let s = settings("2026-11-30T09:00:00Z", 1, 45);
+    let f = run(
+        PoolStart::synthetic(p, 3, s.from, TimeDelta::zero(), s.from),
+        &s,
+    );
+    assert_eq!(
+        starts(&f),
+        vec![
+            (at("2026-11-30T09:00:00Z"), RotationReason::Drifted),
+            (at("2026-11-30T09:45:00Z"), RotationReason::Drifted),
+        ]
+    );
+    assert_eq!(f.rotations[1].end, at("2026-11-30T10:30:00Z"));
+    assert_eq!(f.done, None);
+}
+
+#[test]
+fn expiry_rotations_appear_when_age_passes_expire_after() {
+    // Nodes 719h old with expireAfter 720h: they expire an hour in; no AMI change this week.
+    let p = pol(
+        "a",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"2\"\nexpireAfter: 720h\n",
+    );
+    let s = settings(MONDAY, 1, 10);
+    let later = s.to() + TimeDelta::days(1);
+    let f = run(
+        PoolStart::synthetic(p, 4, s.from, TimeDelta::hours(719), later),
+        &s,
+    );
+    assert_eq!(
+        starts(&f),
+        vec![
+            (s.from + min(60), RotationReason::Expired),
+            (s.from + min(60), RotationReason::Expired),
+            (s.from + min(70), RotationReason::Expired),
+            (s.from + min(70), RotationReason::Expired),
+        ]
+    );
+    assert_eq!(f.done, None, "the desired AMI never changes");
+}
+
+#[test]
+fn forced_expiry_goes_through_a_closed_budget() {
+    // Budget "0" always: nothing budgeted starts, but past expireAfter + grace it is forced.
+    let p = pol(
+        "a",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"0\"\nexpireAfter: 20h\nterminationGracePeriod: 2h\n",
+    );
+    // 19h old: forced 3h in; their replacements would be forced only after the forecast.
+    let s = settings(MONDAY, 1, 10);
+    let f = run(
+        PoolStart::synthetic(p, 2, s.from, TimeDelta::hours(19), s.from),
+        &s,
+    );
+    assert_eq!(f.rotations.len(), 2);
+    assert!(
+        f.rotations
+            .iter()
+            .all(|r| r.forced && r.reason == RotationReason::Expired)
+    );
+    assert!(
+        f.rotations
+            .iter()
+            .all(|r| r.start == s.from + TimeDelta::hours(3))
+    );
+    // Their replacements run the new AMI: done when they end.
+    assert_eq!(f.done, Some(s.from + TimeDelta::hours(3) + min(10)));
+    assert_eq!(f.blocked[0].kind, BlockKind::Closed);
+}
+
+#[test]
+fn a_paused_pool_waits_the_whole_forecast() {
+    let p = pol("a", false, "paused: true\n");
+    let s = settings(MONDAY, 3, 10);
+    let f = run(
+        PoolStart::synthetic(p, 3, s.from, TimeDelta::zero(), s.from),
+        &s,
+    );
+    assert!(f.rotations.is_empty());
+    assert_eq!(f.done, None);
+    assert_eq!(f.blocked.len(), 1);
+    assert_eq!((f.blocked[0].from, f.blocked[0].to), (s.from, s.to()));
+    assert!(f.blocked[0].why.contains("paused"), "{}", f.blocked[0].why);
+    assert_eq!(f.blocked[0].kind, BlockKind::Gate);
+}
+
+#[test]
+fn a_managed_node_group_rolls_in_waves_of_max_unavailable() {
+    // Budget 2 of 5 nodes: one update, waves of 2, 2, 1, each taking the rotation time.
+    let p = pol(
+        "golden",
+        true,
+        "disruption:\n  budgets:\n    - nodes: \"2\"\n",
+    );
+    let s = settings(MONDAY, 1, 10);
+    let f = run(
+        PoolStart::synthetic(p, 5, s.from, TimeDelta::zero(), s.from),
+        &s,
+    );
+    let waves: Vec<DateTime<Utc>> = f.rotations.iter().map(|r| r.start).collect();
+    assert_eq!(
+        waves,
+        vec![
+            s.from,
+            s.from,
+            s.from + min(10),
+            s.from + min(10),
+            s.from + min(20)
+        ]
+    );
+    assert!(
+        f.rotations
+            .iter()
+            .all(|r| r.wave && r.reason == RotationReason::Drifted)
+    );
+    assert_eq!(f.max_in_flight, 2);
+    assert_eq!(f.done, Some(s.from + min(30)));
+}
+
+#[test]
+fn a_managed_update_waits_for_a_window_it_fits_in() {
+    // Drift allowed 09:00-09:20 and 13:00-14:00 UTC (closed otherwise); 4 nodes, 1 at a time,
+    // 10-minute waves: 40 minutes do not fit the first window, so the update waits for 13:00.
+    let p = pol(
+        "golden",
+        true,
+        "disruption:\n  budgets:\n    - nodes: \"1\"\n    - nodes: \"0\"\n      schedule: \"20 9 * * *\"\n      duration: 3h40m\n      reasons: [Drifted]\n    - nodes: \"0\"\n      schedule: \"0 14 * * *\"\n      duration: 19h\n      reasons: [Drifted]\n",
+    );
+    let s = settings("2026-11-30T09:00:00Z", 1, 10);
+    let f = run(
+        PoolStart::synthetic(p, 4, s.from, TimeDelta::zero(), s.from),
+        &s,
+    );
+    assert_eq!(
+        f.rotations.first().unwrap().start,
+        at("2026-11-30T13:00:00Z")
+    );
+    assert_eq!(f.done, Some(at("2026-11-30T13:40:00Z")));
+    let wait = f
+        .blocked
+        .iter()
+        .find(|b| b.from == s.from)
+        .expect("a wait from the start");
+    assert_eq!(wait.kind, BlockKind::Gate);
+    assert!(
+        wait.why
+            .contains("waiting for the window opening at 2026-11-30T13:00:00Z"),
+        "{}",
+        wait.why
+    );
+}
+
+#[test]
+fn the_examples_forecast_is_deterministic_and_serializes_to_the_contract() {
+    let policies = [
+        pol(
+            "general",
+            false,
+            "disruption:\n  budgets:\n    - nodes: 15%\n    - nodes: \"0\"\n      schedule: \"0 9 * * sat-sun\"\n      duration: 24h\n      timeZone: Asia/Shanghai\n",
+        ),
+        pol(
+            "golden",
+            true,
+            "disruption:\n  budgets:\n    - nodes: \"1\"\n",
+        ),
+    ];
+    let s = settings(MONDAY, 7, 10);
+    let pools = || {
+        policies
+            .iter()
+            .map(|p| PoolStart::synthetic(p.clone(), 6, s.from, TimeDelta::hours(700), s.from))
+            .collect::<Vec<_>>()
+    };
+    let a = simulate(pools(), &s);
+    let b = simulate(pools(), &s);
+    assert_eq!(a, b);
+    assert_eq!(picture::svg(&a), picture::svg(&b));
+    assert_eq!(picture::html(&a), picture::html(&b));
+    let v = serde_json::to_value(&a).unwrap();
+    let keys =
+        |o: &serde_json::Value| -> Vec<String> { o.as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(keys(&v), ["from", "to", "pools"]);
+    assert_eq!(v["from"], "2026-11-30T00:00:00Z");
+    assert_eq!(v["to"], "2026-12-07T00:00:00Z");
+    assert_eq!(
+        keys(&v["pools"][0]),
+        [
+            "pool",
+            "nodes",
+            "rotations",
+            "blocked",
+            "done",
+            "maxInFlight"
+        ]
+    );
+    assert_eq!(
+        keys(&v["pools"][0]["rotations"][0]),
+        ["instance", "reason", "start", "end"]
+    );
+    assert_eq!(
+        keys(&v["pools"][0]["blocked"][0]),
+        ["from", "to", "reason", "why"]
+    );
+    // Every scheduled budget is in Shanghai time: so is the axis.
+    assert_eq!(a.time_zone, chrono_tz::Tz::Asia__Shanghai);
+}
+
+#[test]
+fn a_live_rotation_in_flight_finishes_with_its_surged_replacement() {
+    use crate::rotation::{Rotation, Step, Surge};
+    // Live state: i-a is being replaced (surged 3 minutes ago, replacement i-r already Ready on
+    // the desired AMI); i-b and i-c still run the old one. Budget 1.
+    let s = settings("2026-11-30T10:00:00Z", 1, 10);
+    let p = pol("a", false, "disruption:\n  budgets:\n    - nodes: \"1\"\n");
+    let mut start = PoolStart::synthetic(p, 0, s.from, TimeDelta::zero(), s.from);
+    let launched = s.from - TimeDelta::hours(5);
+    start.snapshot.members = ["i-a", "i-b", "i-c"]
+        .iter()
+        .map(|id| ready_member(id, CURRENT_AMI, launched))
+        .chain([ready_member("i-r", NEW_AMI, s.from - min(2))])
+        .collect();
+    let mut r = Rotation::new(
+        "prod/a",
+        "i-a",
+        RotationReason::Drifted,
+        false,
+        s.from - min(3),
+    );
+    r.step = Step::Surging;
+    r.surge = Some(Surge {
+        target_desired: 4,
+        baseline: vec!["i-a".into(), "i-b".into(), "i-c".into()],
+        base: Some(3),
+        release: None,
+    });
+    start.snapshot.rotations = vec![r];
+    start.snapshot.gates.desired_ami = Some(NEW_AMI.into());
+    start.snapshot.group.launch_template_image = Some(NEW_AMI.into());
+    start.desired_change = None;
+    let f = run(start, &s);
+    assert_eq!(
+        f.nodes, 3,
+        "the surged replacement is not a node of its own"
+    );
+    let spans: Vec<(&str, DateTime<Utc>, DateTime<Utc>)> = f
+        .rotations
+        .iter()
+        .map(|r| (r.instance.as_str(), r.start, r.end))
+        .collect();
+    assert_eq!(
+        spans,
+        vec![
+            ("i-a", s.from - min(3), s.from + min(7)),
+            ("i-b", s.from + min(7), s.from + min(17)),
+            ("i-c", s.from + min(17), s.from + min(27)),
+        ]
+    );
+    assert_eq!(f.rotations[0].replacement.as_deref(), Some("i-r"));
+    assert_eq!(f.done, Some(s.from + min(27)));
+    assert_eq!(f.max_in_flight, 1);
+}
+
+// ---- Properties -------------------------------------------------------------------------
+
+const BUDGETS: [&str; 8] = [
+    "",
+    "disruption:\n  budgets:\n    - nodes: \"0\"\n",
+    "disruption:\n  budgets:\n    - nodes: \"2\"\n",
+    "disruption:\n  budgets:\n    - nodes: 30%\n",
+    "disruption:\n  budgets:\n    - nodes: 15%\n    - nodes: \"3\"\n    - nodes: \"0\"\n      schedule: \"0 9 * * sat-sun\"\n      duration: 24h\n      timeZone: Asia/Shanghai\n    - nodes: \"0\"\n      schedule: \"0 17 * * mon-fri\"\n      duration: 16h\n      reasons: [Drifted]\n",
+    "disruption:\n  budgets:\n    - nodes: 50%\n    - nodes: \"1\"\n      reasons: [Expired]\n    - nodes: \"0\"\n      schedule: \"*/30 * * * *\"\n      duration: 10m\n      timeZone: Asia/Kolkata\n",
+    "disruption:\n  budgets:\n    - nodes: 25%\n    - nodes: \"0\"\n      schedule: \"30 9 * * *\"\n      duration: 23h30m\n      reasons: [Drifted]\n",
+    "disruption:\n  budgets:\n    - nodes: \"3\"\n      reasons: [Drifted]\n    - nodes: 10%\n      reasons: [Expired]\n    - nodes: \"0\"\n      schedule: \"0 22 * * *\"\n      duration: 10h\n      timeZone: America/New_York\n",
+];
+const EXPIRY: [&str; 4] = [
+    "expireAfter: Never\n",
+    "expireAfter: 720h\nterminationGracePeriod: 2h\n",
+    "expireAfter: 30h\nterminationGracePeriod: 3h\n",
+    "expireAfter: 20h\n",
+];
+
+fn policies(managed: bool) -> &'static [Policy] {
+    static SELF: OnceLock<Vec<Policy>> = OnceLock::new();
+    static MANAGED: OnceLock<Vec<Policy>> = OnceLock::new();
+    let cell = if managed { &MANAGED } else { &SELF };
+    cell.get_or_init(|| {
+        let mut out = Vec::new();
+        for (i, b) in BUDGETS.iter().enumerate() {
+            for (j, e) in EXPIRY.iter().enumerate() {
+                out.push(pol(&format!("p{i}{j}"), managed, &format!("{b}{e}")));
+            }
+        }
+        out
+    })
+}
+
+/// Every whole minute in `[from, to]`.
+fn minutes(from: DateTime<Utc>, to: DateTime<Utc>) -> impl Iterator<Item = DateTime<Utc>> {
+    (0..=(to - from).num_minutes()).map(move |m| from + min(m))
+}
+
+fn cap(budgets: &[budget::Budget], r: RotationReason, total: u32, t: DateTime<Utc>) -> u32 {
+    let reason = r.budget_reason().expect("budgeted reason");
+    budget::evaluate(budgets, reason, total, 0, t).allowed
+}
+
+/// Rebuilds a self-managed pool's fleet minute by minute from the forecast and checks it
+/// against the budgets (evaluated here, independently of the simulation).
+fn check_self_managed(start: &PoolStart, f: &PoolForecast, s: &Settings) {
+    let policy = &start.snapshot.policy;
+    let budgets = &policy.budgets;
+    let total = f.nodes;
+    let (from, to) = (s.from, s.to());
+    let (change, new_ami) = start.desired_change.clone().unwrap();
+    let desired = |t: DateTime<Utc>| {
+        if t >= change {
+            new_ami.as_str()
+        } else {
+            CURRENT_AMI
+        }
+    };
+    let expire = policy.expire_after.map(|e| TimeDelta::from_std(e).unwrap());
+    let grace = policy
+        .termination_grace_period
+        .map(|g| TimeDelta::from_std(g).unwrap());
+    let mut nodes: BTreeMap<String, (String, DateTime<Utc>)> = start
+        .snapshot
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.instance_id.clone(),
+                (m.image_id.clone().unwrap(), m.launch_time),
+            )
+        })
+        .collect();
+    let mut done = None;
+    for t in minutes(from, to) {
+        for r in f.rotations.iter().filter(|r| r.end == t) {
+            assert!(
+                nodes.remove(&r.instance).is_some(),
+                "{} rotated twice",
+                r.instance
+            );
+            let rep = r.replacement.clone().expect("a replacement once done");
+            nodes.insert(rep, (desired(r.start).to_string(), r.start));
+        }
+        let all = t >= change && nodes.values().all(|(image, _)| image == new_ami.as_str());
+        if !all {
+            done = None;
+        } else if done.is_none() {
+            done = Some(t);
+        }
+        if t == to {
+            break;
+        }
+        let before = f
+            .rotations
+            .iter()
+            .filter(|r| r.start < t && r.end > t)
+            .count() as u32;
+        let starting: Vec<&RotationSpan> = f.rotations.iter().filter(|r| r.start == t).collect();
+        let after = before + starting.len() as u32;
+        let busy: BTreeSet<&str> = f
+            .rotations
+            .iter()
+            .filter(|r| r.start <= t && r.end > t)
+            .map(|r| r.instance.as_str())
+            .collect();
+        let forced_now = starting.iter().filter(|r| r.forced).count() as u32;
+        let mut budgeted: BTreeMap<RotationReason, u32> = BTreeMap::new();
+        for r in &starting {
+            assert!(
+                nodes.contains_key(&r.instance),
+                "{} started but is no node",
+                r.instance
+            );
+            assert!(!policy.paused, "a paused pool starts nothing");
+            if !r.forced {
+                *budgeted.entry(r.reason).or_default() += 1;
+            }
+        }
+        // Every budgeted start within its reason's allowance (counting every rotation in
+        // flight, forced ones first); never in a closed window.
+        for (reason, n) in &budgeted {
+            let c = cap(budgets, *reason, total, t);
+            assert!(c > 0, "{reason:?} started at {t} in a closed window");
+            assert!(
+                before + forced_now + n <= c,
+                "{reason:?} at {t}: {before} in flight + {forced_now} forced + {n} started > {c}"
+            );
+        }
+        if let Some(max_cap) = budgeted.keys().map(|r| cap(budgets, *r, total, t)).max() {
+            assert!(after <= max_cap, "at {t}: {after} in flight > {max_cap}");
+        }
+        // No wasted minute: whatever still needs a rotation after the pass waits because the
+        // budget of its reason is used up (or the pool is paused); forced ones never wait.
+        for (id, (image, launch)) in &nodes {
+            if busy.contains(id.as_str()) || policy.paused {
+                continue;
+            }
+            let age = t - *launch;
+            let forced = matches!((expire, grace), (Some(e), Some(g)) if age >= e + g);
+            assert!(!forced, "{id} past its forced-expiry line waits at {t}");
+            let reason = if image != desired(t) {
+                RotationReason::Drifted
+            } else if expire.is_some_and(|e| age >= e) {
+                RotationReason::Expired
+            } else {
+                continue;
+            };
+            let c = cap(budgets, reason, total, t);
+            assert!(
+                after >= c,
+                "{id} ({reason:?}) waits at {t} with {after} in flight of {c} allowed"
+            );
+        }
+    }
+    assert_eq!(f.done, done, "done");
+    // Blocked stretches: within the forecast, ordered, and merged.
+    for b in &f.blocked {
+        assert!(from <= b.from && b.from < b.to && b.to <= to, "{b:?}");
+    }
+    for pair in f.blocked.windows(2) {
+        assert!(pair[0].from <= pair[1].from);
+    }
+    for (i, a) in f.blocked.iter().enumerate() {
+        let touching = f.blocked[i + 1..]
+            .iter()
+            .any(|b| b.reason == a.reason && b.from == a.to && b.why == a.why);
+        assert!(!touching, "not merged: {a:?}");
+    }
+}
+
+/// The event-driven forecast equals a pass at every minute.
+fn check_no_skipped_change(start: &PoolStart, s: &Settings) -> PoolForecast {
+    let events = engine::run(start.clone(), s, Stepping::Events);
+    let every = engine::run(start.clone(), s, Stepping::EveryMinute);
+    assert_eq!(events.rotations, every.rotations);
+    assert_eq!(events.done, every.done);
+    assert_eq!(events.max_in_flight, every.max_in_flight);
+    assert_eq!(events.blocked, every.blocked);
+    events
+}
+
+fn scenario() -> impl Strategy<Value = (usize, u32, i64, i64, i64, u32, i64)> {
+    (
+        0..BUDGETS.len() * EXPIRY.len(),
+        1u32..24,
+        0i64..740,
+        0i64..(36 * 60),
+        0i64..(24 * 60),
+        1u32..3,
+        prop_oneof![Just(10i64), Just(1), Just(7), Just(45), Just(120)],
+    )
+}
+
+fn build(
+    (policy, nodes, age_h, change_min, from_min, days, rotation): (
+        usize,
+        u32,
+        i64,
+        i64,
+        i64,
+        u32,
+        i64,
+    ),
+    managed: bool,
+) -> (PoolStart, Settings) {
+    let s = Settings {
+        from: at("2026-12-03T00:00:00Z") + min(from_min),
+        days,
+        rotation: min(rotation),
+    };
+    let start = PoolStart::synthetic(
+        policies(managed)[policy].clone(),
+        nodes,
+        s.from,
+        TimeDelta::hours(age_h),
+        s.from + min(change_min),
+    );
+    (start, s)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn self_managed_forecasts_respect_budgets_and_waste_no_minute(sc in scenario()) {
+        let (start, s) = build(sc, false);
+        let f = run(start.clone(), &s);
+        check_self_managed(&start, &f, &s);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn skipping_minutes_changes_nothing_self_managed(sc in scenario()) {
+        let (start, s) = build((sc.0, sc.1, sc.2, sc.3, sc.4, 1, sc.6), false);
+        check_no_skipped_change(&start, &s);
+    }
+
+    #[test]
+    fn skipping_minutes_changes_nothing_managed(sc in scenario()) {
+        let (start, s) = build((sc.0, sc.1, sc.2, sc.3, sc.4, 1, sc.6), true);
+        let f = check_no_skipped_change(&start, &s);
+        // A wave is never wider than the Drifted allowance when the update started.
+        let first = f.rotations.iter().find(|r| r.wave);
+        if let Some(first) = first {
+            let width = f.rotations.iter().filter(|r| r.wave && r.start == first.start).count() as u32;
+            let c = cap(&start.snapshot.policy.budgets, RotationReason::Drifted, f.nodes, first.start);
+            prop_assert!(width <= c.max(1));
+            prop_assert!(c > 0, "update started in a closed Drifted window");
+        }
+    }
+}
+
+#[test]
+fn skipping_minutes_changes_nothing_on_the_tricky_policies() {
+    // Every budget set with expiry inside the day, self-managed and managed, one day each.
+    for managed in [false, true] {
+        for b in 0..BUDGETS.len() {
+            let sc = (b * EXPIRY.len() + 2, 7, 25, 90, 0, 1, 10);
+            let (start, s) = build(sc, managed);
+            let f = check_no_skipped_change(&start, &s);
+            if !managed {
+                check_self_managed(&start, &f, &s);
+            }
+        }
+    }
+}

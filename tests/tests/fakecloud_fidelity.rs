@@ -1,0 +1,402 @@
+//! The fake cloud fails and refuses the way AWS does, as the real Rust SDK sees it: injected
+//! throttling, 500/503 and dropped connections are classified and retried by the SDK as in
+//! AWS (`faults`), and lifecycle actions are refused unless one is active (`lifecycle_wait`).
+
+// Test code: helpers outside #[test] fns panic on failure too.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
+};
+use nodecycle_tests::{
+    AwsFault, AwsFaults, FakeCloud, Faults, ImageFixture, KubeFault, KubeFaults,
+};
+
+/// Clients with the SDK's standard retry mode (3 attempts), backing off 1 ms instead of 1 s.
+async fn config(cloud: &FakeCloud) -> aws_config::SdkConfig {
+    cloud
+        .sdk_config()
+        .await
+        .into_builder()
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(1)),
+        )
+        .build()
+}
+
+struct Clients {
+    ddb: aws_sdk_dynamodb::Client,
+    ec2: aws_sdk_ec2::Client,
+    asg: aws_sdk_autoscaling::Client,
+    eks: aws_sdk_eks::Client,
+    ssm: aws_sdk_ssm::Client,
+}
+
+async fn clients(cloud: &FakeCloud) -> Clients {
+    let c = config(cloud).await;
+    Clients {
+        ddb: aws_sdk_dynamodb::Client::new(&c),
+        ec2: aws_sdk_ec2::Client::new(&c),
+        asg: aws_sdk_autoscaling::Client::new(&c),
+        eks: aws_sdk_eks::Client::new(&c),
+        ssm: aws_sdk_ssm::Client::new(&c),
+    }
+}
+
+async fn table(c: &Clients) {
+    c.ddb
+        .create_table()
+        .table_name("t")
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// One call per service; `Err` carries the error code the SDK parsed (or `dispatch` for a
+/// connection failure).
+async fn call(c: &Clients, service: &str) -> Result<(), String> {
+    fn code<E: ProvideErrorMetadata, R>(e: SdkError<E, R>) -> String {
+        match e {
+            SdkError::DispatchFailure(_) => "dispatch".into(),
+            other => other.code().unwrap_or("(no code)").into(),
+        }
+    }
+    match service {
+        "dynamodb" => c
+            .ddb
+            .get_item()
+            .table_name("t")
+            .key("pk", AttributeValue::S("a".into()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(code),
+        "ec2" => c
+            .ec2
+            .describe_instances()
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(code),
+        "autoscaling" => c
+            .asg
+            .describe_auto_scaling_groups()
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(code),
+        "eks" => c
+            .eks
+            .describe_cluster()
+            .name("prod")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(code),
+        "ssm" => c
+            .ssm
+            .get_parameter()
+            .name("/p")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(code),
+        other => panic!("no call for {other}"),
+    }
+}
+
+const SERVICES: [&str; 5] = ["dynamodb", "ec2", "autoscaling", "eks", "ssm"];
+
+#[tokio::test]
+async fn the_sdk_retries_injected_throttling_server_errors_and_resets_as_in_aws() {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    cloud.put_parameter("/p", "v");
+    let c = clients(&cloud).await;
+    table(&c).await;
+
+    // Two faults, then none: the SDK classifies each kind as retryable and the third attempt
+    // gets through.
+    for kind in [
+        AwsFault::Throttle,
+        AwsFault::Http500,
+        AwsFault::Http503,
+        AwsFault::Reset,
+    ] {
+        for service in SERVICES {
+            cloud.faults(
+                Faults::new().aws(
+                    AwsFaults::new(1.0)
+                        .kinds(&[kind])
+                        .services(&[service])
+                        .limit(2),
+                ),
+            );
+            let got = call(&c, service).await;
+            let stats = cloud.fault_stats().aws;
+            assert!(got.is_ok(), "{kind:?} on {service}: {got:?} {stats:?}");
+            assert_eq!(
+                (stats.in_scope, stats.failed),
+                (3, 2),
+                "{kind:?} on {service}: {stats:?}"
+            );
+        }
+    }
+
+    // Every attempt throttled: after its 3 attempts the SDK reports the service's throttling
+    // error code.
+    cloud.faults(Faults::new().aws(AwsFaults::new(1.0).kinds(&[AwsFault::Throttle])));
+    let mut codes = Vec::new();
+    for service in SERVICES {
+        codes.push((service, call(&c, service).await.unwrap_err()));
+    }
+    assert_eq!(
+        codes,
+        [
+            (
+                "dynamodb",
+                "ProvisionedThroughputExceededException".to_string()
+            ),
+            ("ec2", "RequestLimitExceeded".to_string()),
+            ("autoscaling", "Throttling".to_string()),
+            ("eks", "ThrottlingException".to_string()),
+            ("ssm", "ThrottlingException".to_string()),
+        ]
+    );
+    let stats = cloud.fault_stats().aws;
+    assert_eq!((stats.calls, stats.failed), (15, 15), "{stats:?}");
+    assert_eq!(
+        stats.by_operation["dynamodb:GetItem"].by_kind["throttle"], 3,
+        "{stats:?}"
+    );
+
+    // Dropped connections every time: a dispatch failure after 3 attempts.
+    cloud.faults(
+        Faults::new().aws(
+            AwsFaults::new(1.0)
+                .kinds(&[AwsFault::Reset])
+                .services(&["ec2"]),
+        ),
+    );
+    assert_eq!(call(&c, "ec2").await.unwrap_err(), "dispatch");
+    assert_eq!(cloud.fault_stats().aws.failed, 3);
+
+    // The answer lost after the write happened: the SDK's retry meets its own conditional write.
+    cloud.faults(
+        Faults::new().aws(
+            AwsFaults::new(1.0)
+                .kinds(&[AwsFault::ResetAfter])
+                .operations(&["PutItem"])
+                .limit(1),
+        ),
+    );
+    let err = c
+        .ddb
+        .put_item()
+        .table_name("t")
+        .item("pk", AttributeValue::S("lease".into()))
+        .condition_expression("attribute_not_exists(pk)")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some("ConditionalCheckFailedException"),
+        "{err:?}"
+    );
+    cloud.clear_faults();
+    let item = c
+        .ddb
+        .get_item()
+        .table_name("t")
+        .key("pk", AttributeValue::S("lease".into()))
+        .send()
+        .await
+        .unwrap();
+    assert!(item.item().is_some());
+}
+
+#[tokio::test]
+async fn kubernetes_faults_answer_like_the_api_server() {
+    let cloud = FakeCloud::start();
+    let kube = cloud.create_kube("prod");
+    kube.faults(
+        KubeFaults::new(1.0)
+            .kinds(&[KubeFault::TooManyRequests])
+            .verbs(&["list"])
+            .resources(&["nodes"])
+            .limit(1),
+    );
+    let client = kube.client();
+    let first = client.get("/api/v1/nodes");
+    let second = client.get("/api/v1/nodes");
+    assert_eq!(first.status, 429, "{first:?}");
+    assert_eq!(first.body["reason"], "TooManyRequests");
+    assert_eq!(first.body["details"]["retryAfterSeconds"], 1);
+    assert_eq!(second.status, 200, "{second:?}");
+    let stats = kube.fault_stats();
+    assert_eq!((stats.calls, stats.failed), (2, 1), "{stats:?}");
+    assert_eq!(stats.by_operation["prod:list nodes"].by_kind["429"], 1);
+    let log = kube.requests();
+    assert_eq!(log[0].fault.as_deref(), Some("429"));
+    assert_eq!(log[1].fault, None);
+}
+
+/// (instance, lifecycle state) of the group's instances, and its desired capacity last.
+async fn instances(c: &Clients, name: &str) -> Vec<(String, String)> {
+    let out = c
+        .asg
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(name)
+        .send()
+        .await
+        .unwrap();
+    let g = &out.auto_scaling_groups()[0];
+    let mut v: Vec<(String, String)> = g
+        .instances()
+        .iter()
+        .map(|i| {
+            (
+                i.instance_id().unwrap().to_string(),
+                i.lifecycle_state().unwrap().as_str().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v.push(("desired".into(), g.desired_capacity().unwrap().to_string()));
+    v
+}
+
+#[tokio::test]
+async fn lifecycle_actions_are_refused_unless_one_is_active() {
+    let cloud = FakeCloud::start();
+    let c = clients(&cloud).await;
+    let image = cloud.register_image(ImageFixture::new("golden-1"));
+    let a = support::Adapters::new(&cloud).await;
+    a.create_group("workers", &image, "m5.large", 2, 4, None)
+        .await;
+    let ids: Vec<String> = a
+        .group_instances("workers")
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    c.asg
+        .put_lifecycle_hook()
+        .auto_scaling_group_name("workers")
+        .lifecycle_hook_name("drain")
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    let complete = |hook: &str, instance: Option<&str>, token: Option<&str>| {
+        c.asg
+            .complete_lifecycle_action()
+            .auto_scaling_group_name("workers")
+            .lifecycle_hook_name(hook)
+            .lifecycle_action_result("CONTINUE")
+            .set_instance_id(instance.map(str::to_string))
+            .set_lifecycle_action_token(token.map(str::to_string))
+            .send()
+    };
+    let refused = |e: SdkError<_, _>| -> String {
+        let e = aws_sdk_autoscaling::Error::from(e);
+        assert_eq!(e.code(), Some("ValidationError"), "{e:?}");
+        e.message().unwrap_or_default().to_string()
+    };
+
+    // Nothing waits: refused, by instance and by token.
+    let msg = refused(complete("drain", Some(&ids[0]), None).await.unwrap_err());
+    assert_eq!(
+        msg,
+        format!(
+            "No active Lifecycle Action found with instance ID {}",
+            ids[0]
+        )
+    );
+    let msg = refused(
+        complete("drain", None, Some("11111111-2222-3333-4444-555555555555"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        msg,
+        "No active Lifecycle Action found with token 11111111-2222-3333-4444-555555555555"
+    );
+
+    // A scale-in meets the hook: the instance waits, the group counts one less.
+    let token = cloud.lifecycle_wait("workers", "drain", &ids[0], None);
+    let state = instances(&c, "workers").await;
+    assert!(
+        state.contains(&(ids[0].clone(), "Terminating:Wait".into())),
+        "{state:?}"
+    );
+    assert_eq!(state.last().unwrap().1, "1");
+
+    // Another token, another hook, another instance: still refused.
+    assert!(
+        refused(
+            complete("drain", None, Some("11111111-2222-3333-4444-555555555555"))
+                .await
+                .unwrap_err()
+        )
+        .contains("with token")
+    );
+    assert!(
+        refused(complete("other", Some(&ids[0]), None).await.unwrap_err())
+            .contains("with instance ID")
+    );
+    assert!(refused(complete("drain", Some(&ids[1]), None).await.unwrap_err()).contains(&ids[1]));
+    // A heartbeat with the token, then completing by instance: accepted; the instance goes.
+    c.asg
+        .record_lifecycle_action_heartbeat()
+        .auto_scaling_group_name("workers")
+        .lifecycle_hook_name("drain")
+        .lifecycle_action_token(&token)
+        .send()
+        .await
+        .unwrap();
+    complete("drain", Some(&ids[0]), None).await.unwrap();
+    let state = instances(&c, "workers").await;
+    assert_eq!(
+        state,
+        [
+            (ids[1].clone(), "InService".to_string()),
+            ("desired".into(), "1".into())
+        ]
+    );
+    // Done: a second completion is refused.
+    assert!(refused(complete("drain", None, Some(&token)).await.unwrap_err()).contains(&token));
+    let calls = cloud.lifecycle_calls();
+    let errors: Vec<bool> = calls.iter().map(|c| c.get("error").is_some()).collect();
+    assert_eq!(
+        errors,
+        [true, true, true, true, true, false, false, true],
+        "{calls:?}"
+    );
+}
