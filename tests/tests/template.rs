@@ -756,6 +756,9 @@ fn outputs_follow_the_stack_contract() {
         "DeadLetterQueueArn",
     ]);
     assert_eq!(names, contract);
+    for needed in nodecycle::doctor::contract::REQUIRED {
+        assert!(names.contains(needed), "doctor reads output {needed}");
+    }
     assert_eq!(t["Outputs"]["ClusterNames"], "prod,test-1");
     assert_eq!(t["Outputs"]["PolicyPrefix"], "/platform/nodecycle/");
     for f in FUNCTIONS {
