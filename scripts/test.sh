@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The full test suite: formatting, lints, template lint, unit, property and integration tests
-# (moto server and the Kubernetes API stand-in start inside the tests). No AWS account needed.
+# The full test suite: formatting, lints, template checks and CDK parity, unit, property and
+# integration tests (moto server and the Kubernetes API stand-in start inside the tests). No AWS
+# account needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -10,8 +11,13 @@ echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "==> cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "==> cfn-lint template.yaml" >&2
-cfn-lint template.yaml
+# Template checks as CloudFormation sees it (cfn-lint current and 1.51 on the source and the
+# translated template, sam validate --lint, checkov with its baseline), then the CDK app (offline
+# synth, parity with the SAM-translated template). Their venvs are NODECYCLE_LINT_VENV*; the role
+# tests in tests/tests/template.rs translate the template with that venv too.
+export NODECYCLE_LINT_VENV="${NODECYCLE_LINT_VENV:-$NODECYCLE_VENV-lint}"
+scripts/lint-template.sh
+scripts/check-cdk.sh
 echo "==> fakecloud self-check (EKS node group updates)" >&2
 "$NODECYCLE_PYTHON" tests/fakecloud/check_eks_updates.py
 echo "==> fakecloud self-check (fault injection)" >&2

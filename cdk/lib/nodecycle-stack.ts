@@ -1,0 +1,448 @@
+// The nodecycle stack: the resources of ../template.yaml (checked by scripts/cfn/parity.py:
+// same role statements, rules, schedules, table, functions, alarms and outputs). Logical ids are
+// those of the SAM-translated template.
+
+import * as fs from "fs";
+import * as path from "path";
+import * as cdk from "aws-cdk-lib";
+import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
+import * as dynamodb from "aws-cdk-lib/aws-dynamodb";
+import * as events from "aws-cdk-lib/aws-events";
+import * as targets from "aws-cdk-lib/aws-events-targets";
+import * as iam from "aws-cdk-lib/aws-iam";
+import * as lambda from "aws-cdk-lib/aws-lambda";
+import * as logs from "aws-cdk-lib/aws-logs";
+import * as sqs from "aws-cdk-lib/aws-sqs";
+import { CfnAccessEntry } from "aws-cdk-lib/aws-eks";
+import { CfnLifecycleHook } from "aws-cdk-lib/aws-autoscaling";
+import { Construct, IConstruct } from "constructs";
+import { Config } from "./config";
+
+/** The functions: logical id prefix, workspace binary, and what differs between them. */
+const FUNCTIONS = {
+  AmiWatcher: { binary: "ami-watcher", timeout: 300, memory: 256, description: "Resolves every pool's amiSelectorTerms and records the desired AMI." },
+  Rotator: { binary: "rotator", timeout: 120, memory: 256, description: "Replaces drifted and expired nodes within disruption budgets, one step per pass." },
+  InterruptionHandler: { binary: "interruption-handler", timeout: 300, memory: 512, description: "Drains interrupted nodes at once, records maintenance rotations, answers terminate lifecycle hooks." },
+  Ops: { binary: "ops", timeout: 60, memory: 256, description: "nodecycle operator requests (status, rotate, pin, pause, resume, cancel); audited." },
+} as const;
+type FunctionKey = keyof typeof FUNCTIONS;
+
+/** Sets the CloudFormation logical id of a construct's resource (or of the resource itself). */
+function logicalId(c: IConstruct, id: string): void {
+  const res = c instanceof cdk.CfnResource ? c : (c.node.defaultChild as cdk.CfnResource);
+  res.overrideLogicalId(id);
+}
+
+const sub = (s: string): string => cdk.Fn.sub(s);
+const ACCOUNT_ARN = "arn:${AWS::Partition}:SERVICE:${AWS::Region}:${AWS::AccountId}:";
+const arnOf = (service: string, rest: string): string => sub(ACCOUNT_ARN.replace("SERVICE", service) + rest);
+
+function allow(sid: string, actions: string[], resources: string[], conditions?: Record<string, unknown>): iam.PolicyStatement {
+  return new iam.PolicyStatement({ sid, effect: iam.Effect.ALLOW, actions, resources, conditions });
+}
+
+export class NodecycleStack extends cdk.Stack {
+  constructor(scope: Construct, id: string, config: Config, props?: cdk.StackProps) {
+    super(scope, id, props);
+    const c = config;
+    const clusterTag = { StringEquals: { "aws:ResourceTag/eks:cluster-name": c.clusters } };
+    const describe = (...actions: string[]) => allow("Describe", actions, ["*"]);
+
+    // --- state --------------------------------------------------------------------------------
+    const table = new dynamodb.Table(this, "StateTable", {
+      partitionKey: { name: "pk", type: dynamodb.AttributeType.STRING },
+      sortKey: { name: "sk", type: dynamodb.AttributeType.STRING },
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      timeToLiveAttribute: "ttl",
+      pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+      encryption: dynamodb.TableEncryption.AWS_MANAGED,
+      deletionProtection: true,
+      removalPolicy: cdk.RemovalPolicy.RETAIN,
+    });
+    logicalId(table, "StateTable");
+
+    const dlq = new sqs.Queue(this, "DeadLetterQueue", {
+      retentionPeriod: cdk.Duration.days(14),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      removalPolicy: cdk.RemovalPolicy.RETAIN,
+    });
+    logicalId(dlq, "DeadLetterQueue");
+
+    // --- roles --------------------------------------------------------------------------------
+    const policyReads = allow("ReadPolicies", ["ssm:GetParametersByPath", "ssm:GetParameter", "ssm:GetParameters"], [
+      arnOf("ssm", "parameter" + c.policyPrefix + "*"),
+    ]);
+    const publicParameters = sub("arn:${AWS::Partition}:ssm:${AWS::Region}::parameter/aws/service/*");
+    const clustersAndNodeGroups = [arnOf("eks", "cluster/*"), arnOf("eks", "nodegroup/*")];
+    const state = (sid: string) => allow(sid, ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"], [table.tableArn]);
+    const asgArn = arnOf("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*");
+
+    const statements: Record<FunctionKey, iam.PolicyStatement[]> = {
+      AmiWatcher: [
+        policyReads,
+        allow("ReadPublicAmiParameters", ["ssm:GetParameter", "ssm:GetParameters"], [publicParameters]),
+        allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
+        allow("DescribeClusters", ["eks:DescribeCluster", "eks:DescribeNodegroup"], clustersAndNodeGroups),
+        state("PoolState"),
+      ],
+      Rotator: [
+        policyReads,
+        describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"),
+        allow("ReadEksReleaseVersions", ["ssm:GetParameters"], [publicParameters]),
+        allow("DescribeClustersAndNodeGroups", ["eks:DescribeCluster", "eks:DescribeNodegroup", "eks:DescribeUpdate"], clustersAndNodeGroups),
+        allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:UpdateAutoScalingGroup"], [asgArn], clusterTag),
+        allow("NewVersionsOfTaggedTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate", "ec2:RunInstances"], [arnOf("ec2", "launch-template/*")], clusterTag),
+        allow(
+          "LaunchCheckThroughLaunchTemplatesOnly",
+          ["ec2:RunInstances"],
+          [
+            ...["instance", "volume", "network-interface", "subnet", "security-group", "key-pair"].map((k) => arnOf("ec2", `${k}/*`)),
+            sub("arn:${AWS::Partition}:ec2:${AWS::Region}::image/*"),
+          ],
+          { ArnLike: { "ec2:LaunchTemplate": arnOf("ec2", "launch-template/*") } },
+        ),
+        allow("TagOnLaunchOnly", ["ec2:CreateTags"], ["instance", "volume", "network-interface"].map((k) => arnOf("ec2", `${k}/*`)), {
+          StringEquals: { "ec2:CreateAction": "RunInstances" },
+        }),
+        state("RotationState"),
+      ],
+      InterruptionHandler: [
+        policyReads,
+        allow("DescribeInstances", ["ec2:DescribeInstances"], ["*"]),
+        allow("DescribeClusters", ["eks:DescribeCluster"], [arnOf("eks", "cluster/*")]),
+        state("State"),
+        allow("AnswerLifecycleActionsOfClusterGroups", ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"], [asgArn], clusterTag),
+      ],
+      Ops: [
+        policyReads,
+        describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions"),
+        allow("DescribeClustersAndNodeGroups", ["eks:DescribeCluster", "eks:DescribeNodegroup", "eks:DescribeUpdate"], clustersAndNodeGroups),
+        allow("UndoSurgeOfTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asgArn], clusterTag),
+        state("StateAndAudit"),
+      ],
+    };
+
+    const policyNames: Record<FunctionKey, string> = { AmiWatcher: "ami-watcher", Rotator: "rotator", InterruptionHandler: "interruption-handler", Ops: "ops" };
+    const roles = {} as Record<FunctionKey, iam.Role>;
+    const groups = {} as Record<FunctionKey, logs.LogGroup>;
+    for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
+      const group = new logs.LogGroup(this, `${key}LogGroup`, {
+        logGroupName: `/aws/lambda/${this.stackName}/${FUNCTIONS[key].binary}`,
+        retention: c.logRetentionDays as logs.RetentionDays,
+        removalPolicy: cdk.RemovalPolicy.DESTROY,
+      });
+      logicalId(group, `${key}LogGroup`);
+      groups[key] = group;
+      const role = new iam.Role(this, `${key}FunctionRole`, {
+        description: `nodecycle ${FUNCTIONS[key].binary}`,
+        assumedBy: new iam.ServicePrincipal("lambda.amazonaws.com").withConditions({ StringEquals: { "aws:SourceAccount": this.account } }),
+        permissionsBoundary: c.permissionsBoundaryArn ? iam.ManagedPolicy.fromManagedPolicyArn(this, `${key}Boundary`, c.permissionsBoundaryArn) : undefined,
+        inlinePolicies: {
+          [policyNames[key]]: new iam.PolicyDocument({
+            statements: [
+              ...statements[key],
+              allow("OwnLogGroup", ["logs:CreateLogStream", "logs:PutLogEvents"], [group.logGroupArn]),
+              allow("FailedInvocationsToDeadLetterQueue", ["sqs:SendMessage"], [dlq.queueArn]),
+            ],
+          }),
+        },
+      });
+      logicalId(role, `${key}FunctionRole`);
+      roles[key] = role;
+    }
+
+    // Per-cluster and per-parameter-path permissions, and the optional ones.
+    const rolePolicy = (id: string, role: iam.Role, name: string, statement: iam.PolicyStatement) => {
+      const p = new iam.CfnRolePolicy(this, id, {
+        roleName: role.roleName,
+        policyName: name,
+        policyDocument: new iam.PolicyDocument({ statements: [statement] }),
+      });
+      logicalId(p, id);
+    };
+    const alnum = (s: string) => s.replace(/[^A-Za-z0-9]/g, "");
+    for (const cluster of c.clusters) {
+      rolePolicy(
+        `RotatorNodeGroups${alnum(cluster)}`,
+        roles.Rotator,
+        `nodegroups-${alnum(cluster)}`,
+        allow("UpdateNodeGroupsOfNamedCluster", ["eks:UpdateNodegroupVersion", "eks:UpdateNodegroupConfig"], [arnOf("eks", `nodegroup/${cluster}/*/*`)]),
+      );
+      if (c.createAccessEntries) {
+        for (const key of ["Rotator", "InterruptionHandler", "Ops"] as FunctionKey[]) {
+          const entry = new CfnAccessEntry(this, `${key}AccessEntry${alnum(cluster)}`, {
+            clusterName: cluster,
+            principalArn: roles[key].roleArn,
+            type: "STANDARD",
+            kubernetesGroups: ["nodecycle"],
+          });
+          logicalId(entry, `${key}AccessEntry${alnum(cluster)}`);
+        }
+      }
+    }
+    for (const p of c.amiParameterPaths) {
+      rolePolicy(
+        `AmiWatcherReadsAmiParameters${alnum(p)}`,
+        roles.AmiWatcher,
+        `ami-parameters-${alnum(p)}`,
+        allow("ReadNamedAmiParameters", ["ssm:GetParameter", "ssm:GetParameters"], [arnOf("ssm", `parameter${p}*`)]),
+      );
+    }
+    if (c.nodeRoleArns.length > 0) {
+      rolePolicy(
+        "RotatorPassNodeRoles",
+        roles.Rotator,
+        "pass-node-roles",
+        allow("PassNodeRolesToEc2", ["iam:PassRole"], c.nodeRoleArns, { StringEquals: { "iam:PassedToService": "ec2.amazonaws.com" } }),
+      );
+    }
+    if (c.parameterKmsKeyArn) {
+      const decrypt = new iam.CfnPolicy(this, "DecryptParameters", {
+        policyName: "decrypt-parameters",
+        roles: Object.values(roles).map((r) => r.roleName),
+        policyDocument: new iam.PolicyDocument({
+          statements: [allow("DecryptSecureStringParameters", ["kms:Decrypt"], [c.parameterKmsKeyArn], { StringEquals: { "kms:ViaService": sub("ssm.${AWS::Region}.amazonaws.com") } })],
+        }),
+      });
+      logicalId(decrypt, "DecryptParameters");
+    }
+
+    // --- functions ------------------------------------------------------------------------------
+    const code = codeAssets(this, c.lambdaDir);
+    const invokeConfig: Record<FunctionKey, [number, number]> = {
+      AmiWatcher: [2, 900],
+      Rotator: [0, 60],
+      InterruptionHandler: [2, 120],
+      Ops: [0, 300],
+    };
+    const fns = {} as Record<FunctionKey, lambda.Function>;
+    for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
+      const f = FUNCTIONS[key];
+      const environment: Record<string, string> = { NODECYCLE_TABLE: table.tableName, NODECYCLE_POLICY_PREFIX: c.policyPrefix };
+      if (key === "Rotator" || key === "Ops") {
+        environment.NODECYCLE_REPLACEMENT_TIMEOUT = c.replacementTimeout;
+        environment.NODECYCLE_NODEGROUP_WAVE = c.nodeGroupWave;
+      }
+      const fn = new lambda.Function(this, `${key}Function`, {
+        description: f.description,
+        runtime: lambda.Runtime.PROVIDED_AL2023,
+        architecture: lambda.Architecture.ARM_64,
+        handler: "bootstrap",
+        code: code(f.binary),
+        memorySize: f.memory,
+        timeout: cdk.Duration.seconds(f.timeout),
+        role: roles[key],
+        environment,
+        loggingFormat: lambda.LoggingFormat.JSON,
+        applicationLogLevelV2: c.logLevel as lambda.ApplicationLogLevel,
+        systemLogLevelV2: c.systemLogLevel as lambda.SystemLogLevel,
+        logGroup: groups[key],
+        reservedConcurrentExecutions: key === "InterruptionHandler" ? undefined : c.reservedConcurrency,
+      });
+      logicalId(fn, `${key}Function`);
+      fns[key] = fn;
+      const [retries, age] = invokeConfig[key];
+      const eic = new lambda.CfnEventInvokeConfig(this, `${key}FunctionEventInvokeConfig`, {
+        functionName: fn.functionName,
+        qualifier: "$LATEST",
+        maximumRetryAttempts: retries,
+        maximumEventAgeInSeconds: age,
+        destinationConfig: { onFailure: { destination: dlq.queueArn } },
+      });
+      logicalId(eic, `${key}FunctionEventInvokeConfig`);
+    }
+
+    // --- rules ----------------------------------------------------------------------------------
+    const rules: events.Rule[] = [];
+    const rule = (
+      id: string,
+      fn: lambda.Function,
+      spec: { schedule?: string; pattern?: events.EventPattern; description?: string },
+      retries: number,
+      age: number,
+      deadLetter: boolean,
+    ) => {
+      const r = new events.Rule(this, id, {
+        description: spec.description,
+        schedule: spec.schedule ? events.Schedule.expression(spec.schedule) : undefined,
+        eventPattern: spec.pattern,
+        enabled: true,
+      });
+      r.addTarget(
+        new targets.LambdaFunction(fn, {
+          retryAttempts: retries,
+          maxEventAge: cdk.Duration.seconds(age),
+          deadLetterQueue: deadLetter ? dlq : undefined,
+        }),
+      );
+      logicalId(r, id);
+      rules.push(r);
+    };
+    rule("AmiWatcherFunctionSchedule", fns.AmiWatcher, { schedule: c.watchSchedule, description: "nodecycle ami-watcher pass" }, 2, 900, true);
+    rule(
+      "AmiWatcherParameterChangeRule",
+      fns.AmiWatcher,
+      {
+        description: "nodecycle ami-watcher, a watched SSM parameter changed",
+        pattern: {
+          source: ["aws.ssm"],
+          detailType: ["Parameter Store Change"],
+          detail: { name: [c.policyPrefix, ...c.amiParameterPaths].map((p) => ({ prefix: p })) },
+        },
+      },
+      4,
+      3600,
+      true,
+    );
+    rule("RotatorFunctionEveryMinute", fns.Rotator, { schedule: "rate(1 minute)", description: "nodecycle rotator pass" }, 0, 60, false);
+    const ih = fns.InterruptionHandler;
+    rule(
+      "InterruptionHandlerFunctionInterruptionWarnings",
+      ih,
+      {
+        pattern: {
+          source: ["aws.ec2"],
+          detailType: ["EC2 Spot Instance Interruption Warning", "EC2 Capacity Reservation Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"],
+        },
+      },
+      3,
+      120,
+      true,
+    );
+    rule(
+      "InterruptionHandlerFunctionInstanceStateChanges",
+      ih,
+      { pattern: { source: ["aws.ec2"], detailType: ["EC2 Instance State-change Notification"], detail: { state: ["stopping", "stopped", "shutting-down", "terminated"] } } },
+      4,
+      900,
+      true,
+    );
+    rule(
+      "InterruptionHandlerFunctionScheduledMaintenance",
+      ih,
+      { pattern: { source: ["aws.health"], detailType: ["AWS Health Event"], detail: { service: ["EC2"], eventTypeCategory: ["scheduledChange"] } } },
+      8,
+      3600,
+      true,
+    );
+    rule(
+      "InterruptionHandlerFunctionTerminateLifecycleActions",
+      ih,
+      { pattern: { source: ["aws.autoscaling"], detailType: ["EC2 Instance-terminate Lifecycle Action"], detail: { LifecycleHookName: [c.lifecycleHookName] } } },
+      4,
+      900,
+      true,
+    );
+    rule("InterruptionHandlerFunctionLifecycleTick", ih, { schedule: "rate(1 minute)", description: "nodecycle interruption-handler lifecycle continuation" }, 0, 60, false);
+
+    if (c.interruptionLifecycleGroup) {
+      const hook = new CfnLifecycleHook(this, "InterruptionLifecycleHook", {
+        autoScalingGroupName: c.interruptionLifecycleGroup,
+        lifecycleHookName: c.lifecycleHookName,
+        lifecycleTransition: "autoscaling:EC2_INSTANCE_TERMINATING",
+        heartbeatTimeout: c.interruptionHeartbeatTimeout,
+        defaultResult: "CONTINUE",
+      });
+      logicalId(hook, "InterruptionLifecycleHook");
+    }
+    if (c.opsInvokerArn) {
+      const p = new lambda.CfnPermission(this, "OpsInvokePermission", {
+        action: "lambda:InvokeFunction",
+        functionName: fns.Ops.functionName,
+        principal: c.opsInvokerArn,
+      });
+      logicalId(p, "OpsInvokePermission");
+    }
+
+    // --- alarms ---------------------------------------------------------------------------------
+    const actions = c.alarmTopicArn ? [c.alarmTopicArn] : undefined;
+    const alarm = (id: string, name: string, description: string, metric: Omit<cloudwatch.CfnAlarmProps, "evaluationPeriods" | "comparisonOperator">, comparison = "GreaterThanOrEqualToThreshold") => {
+      const a = new cloudwatch.CfnAlarm(this, id, {
+        alarmName: `${this.stackName}-${name}`,
+        alarmDescription: description,
+        period: 300,
+        evaluationPeriods: 1,
+        comparisonOperator: comparison,
+        treatMissingData: "notBreaching",
+        alarmActions: actions,
+        okActions: actions,
+        ...metric,
+      });
+      logicalId(a, id);
+    };
+    const fnAlarmText: Record<FunctionKey, [string, string]> = {
+      AmiWatcher: ["The ami-watcher failed (its log says why; a failed pass keeps the last desired AMI).", "The ami-watcher was throttled (ReservedConcurrency or the account's concurrency quota)."],
+      Rotator: ["The rotator failed (its log says why; rotations resume on the next good pass).", "The rotator was throttled (ReservedConcurrency or the account's concurrency quota)."],
+      InterruptionHandler: ["The interruption-handler failed (failed events go to the dead-letter queue).", "The interruption-handler was throttled (the account's concurrency quota)."],
+      Ops: ["An ops request failed (invalid requests included; the audit record says why).", "An ops request was throttled (ReservedConcurrency or the account's concurrency quota)."],
+    };
+    for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
+      const dims = [{ name: "FunctionName", value: fns[key].functionName }];
+      const [errors, throttles] = fnAlarmText[key];
+      alarm(`${key}ErrorsAlarm`, `${FUNCTIONS[key].binary}-errors`, errors, { namespace: "AWS/Lambda", metricName: "Errors", dimensions: dims, statistic: "Sum", threshold: 1 });
+      alarm(`${key}ThrottlesAlarm`, `${FUNCTIONS[key].binary}-throttles`, throttles, { namespace: "AWS/Lambda", metricName: "Throttles", dimensions: dims, statistic: "Sum", threshold: 1 });
+    }
+    alarm(
+      "DeadLetterQueueNotEmptyAlarm",
+      "dead-letter-queue-not-empty",
+      "An event was not delivered or an invocation failed after its retries; read the message in the dead-letter queue.",
+      { namespace: "AWS/SQS", metricName: "ApproximateNumberOfMessagesVisible", dimensions: [{ name: "QueueName", value: dlq.queueName }], statistic: "Maximum", threshold: 0 },
+      "GreaterThanThreshold",
+    );
+    alarm("PoolHaltedAlarm", "pool-halted", "A pool is halted (a rotation or node group update failed); `nodecycle status` says which and why, `nodecycle resume` clears it.", {
+      namespace: "nodecycle",
+      metricName: "PoolsHalted",
+      statistic: "Maximum",
+      threshold: 1,
+    });
+    alarm("ResolutionFailuresAlarm", "resolution-failures", "A pool's amiSelectorTerms did not resolve (it keeps its last desired AMI); `nodecycle status` shows the error.", {
+      namespace: "nodecycle",
+      metricName: "ResolutionFailures",
+      statistic: "Sum",
+      threshold: 1,
+    });
+
+    // --- outputs (the stack contract shared with template.yaml and `nodecycle doctor`) ---------
+    const output = (name: string, value: string, description?: string) => new cdk.CfnOutput(this, name, { value, description });
+    output("StateTableName", table.tableName);
+    output("PolicyPrefix", c.policyPrefix);
+    output("LifecycleHookName", c.lifecycleHookName);
+    output("ClusterNames", c.clusters.join(","));
+    for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
+      output(`${key}RoleArn`, roles[key].roleArn);
+      output(`${key}FunctionName`, fns[key].functionName);
+    }
+    output("EventRuleNames", cdk.Fn.join(",", rules.map((r) => r.ruleName)), "Every EventBridge rule of the stack (each must be ENABLED).");
+    output("DeadLetterQueueUrl", dlq.queueUrl);
+    output("DeadLetterQueueArn", dlq.queueArn);
+  }
+}
+
+/**
+ * The code of each function: `<dir>/<binary>/bootstrap` as built by
+ * `cargo lambda build --release --arm64` (dir: the `LambdaDir` context, else
+ * `$CARGO_TARGET_DIR/lambda`, else `~/.cache/nodecycle/target/lambda`). When any is missing,
+ * every function gets the placeholder in cdk/placeholder (its bootstrap only fails, saying so)
+ * and the synth warns: fine for `cdk synth` and review, never to deploy.
+ */
+function codeAssets(scope: Construct, lambdaDir?: string): (binary: string) => lambda.Code {
+  const dir =
+    lambdaDir ??
+    (process.env.CARGO_TARGET_DIR
+      ? path.join(process.env.CARGO_TARGET_DIR, "lambda")
+      : path.join(process.env.HOME ?? "/", ".cache/nodecycle/target/lambda"));
+  const binaries = Object.values(FUNCTIONS).map((f) => f.binary);
+  const missing = binaries.filter((b) => !fs.existsSync(path.join(dir, b, "bootstrap")));
+  if (missing.length === 0) {
+    return (binary) => lambda.Code.fromAsset(path.join(dir, binary));
+  }
+  cdk.Annotations.of(scope).addWarningV2(
+    "nodecycle:placeholder-code",
+    `no built function in ${dir} for ${missing.join(", ")}: the functions use the placeholder code in cdk/placeholder ` +
+      "(it fails every invocation). Build with `cargo lambda build --release --arm64` and synthesize again " +
+      "(-c LambdaDir=<target>/lambda) before `cdk deploy`.",
+  );
+  const placeholder = lambda.Code.fromAsset(path.join(__dirname, "..", "..", "placeholder"));
+  return () => placeholder;
+}
