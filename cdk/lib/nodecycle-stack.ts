@@ -85,6 +85,7 @@ export class NodecycleStack extends cdk.Stack {
         allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
         allow("DescribeClusters", ["eks:DescribeCluster", "eks:DescribeNodegroup"], clustersAndNodeGroups),
         state("PoolState"),
+        allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],
       Rotator: [
         policyReads,

@@ -88,6 +88,45 @@ fn validate_exit_codes_and_problem_lines() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Promotion chains across the files given: a cycle fails validation naming the pools, an
+/// upstream outside the files is a warning; the examples form a valid chain.
+#[test]
+fn validate_checks_promotion_chains_across_files() {
+    let examples = [
+        repo("examples/test-general.yaml"),
+        repo("examples/prod-apps.yaml"),
+    ];
+    let out = run(&["validate", &examples[0], &examples[1]], None, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("promotion.from"), "{}", stdout(&out));
+
+    let out = run(&["validate", &examples[1]], None, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("promotion.from: warning: upstream pool test/general"),
+        "{}",
+        stdout(&out)
+    );
+
+    let pool = |cluster: &str, from: &str| {
+        temp_file(
+            &format!("{cluster}.yaml"),
+            &format!(
+                "cluster: {cluster}\nname: general\nnodeGroup: {{ autoScalingGroup: g }}\namiSelectorTerms:\n  - alias: al2023@latest\npromotion:\n  from: {from}/general\n  soak: 1h\n"
+            ),
+        )
+    };
+    let a = pool("a", "b");
+    let b = pool("b", "a");
+    let out = run(&["validate", &a, &b], None, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("a/general -> b/general -> a/general"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 #[tokio::test]
 async fn resolve_prints_the_stable_json_shape() {
     let cloud = FakeCloud::start();

@@ -848,3 +848,23 @@ fn concurrency_is_reserved_only_when_asked_and_never_for_interruptions() {
             .is_none()
     );
 }
+
+/// The ami-watcher reads the promotion alarms pool policies name (account alarms only); no
+/// other function reads or changes alarms.
+#[test]
+fn only_the_watcher_reads_alarms_and_nothing_changes_them() {
+    let t = deployed(FULL);
+    let reads = may(&t, "AmiWatcherFunction", "cloudwatch:DescribeAlarms");
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert_eq!(reads[0].resource, arn("cloudwatch", "alarm:*"));
+    for f in FUNCTIONS {
+        for g in grants_of(&t, f) {
+            if g.action.starts_with("cloudwatch:") {
+                assert!(
+                    f == "AmiWatcherFunction" && g.action == "cloudwatch:DescribeAlarms",
+                    "{f}: {g:?}"
+                );
+            }
+        }
+    }
+}

@@ -48,28 +48,70 @@ pub fn old_enough(ami: &Ami, min_age: chrono::TimeDelta, now: DateTime<Utc>) -> 
         .unwrap_or(false)
 }
 
-/// Problems of the promotion chains of a set of pools (`pool id -> promotion.from`): an
-/// upstream that is no pool, a pool promoting from itself, cycles. Each problem names the
-/// pools, for the pool it is reported on.
-pub fn chain_problems(from: &BTreeMap<String, Option<String>>) -> Vec<(String, String)> {
+/// What is wrong with a pool's promotion chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainProblem {
+    /// `promotion.from` names the pool itself.
+    ItsOwnUpstream {
+        /// The pool.
+        pool: String,
+    },
+    /// `promotion.from` names no pool of the set.
+    UnknownUpstream {
+        /// The upstream named.
+        upstream: String,
+        /// The pools of the set.
+        known: Vec<String>,
+    },
+    /// Following `promotion.from` comes back to a pool already seen.
+    Cycle {
+        /// The pools along the way, the repeated one last.
+        path: Vec<String>,
+    },
+}
+
+impl std::fmt::Display for ChainProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChainProblem::ItsOwnUpstream { pool } => write!(
+                f,
+                "promotion.from: {pool} promotes from itself; expected another pool (cluster/name)"
+            ),
+            ChainProblem::UnknownUpstream { upstream, known } => write!(
+                f,
+                "promotion.from: unknown upstream pool {upstream:?}; expected one of {}",
+                known.join(", ")
+            ),
+            ChainProblem::Cycle { path } => write!(
+                f,
+                "promotion.from: the promotion chain is a cycle ({}); expected a chain that ends at a pool without promotion.from",
+                path.join(" -> ")
+            ),
+        }
+    }
+}
+
+/// Problems of the promotion chains of a set of pools (`pool id -> promotion.from`), each on
+/// the pool it is reported for: an upstream that is no pool of the set, a pool promoting from
+/// itself, cycles.
+pub fn chain_problems(from: &BTreeMap<String, Option<String>>) -> Vec<(String, ChainProblem)> {
     let mut out = Vec::new();
     for (pool, upstream) in from {
         let Some(up) = upstream else { continue };
         if up == pool {
             out.push((
                 pool.clone(),
-                format!("promotion.from: {pool} promotes from itself; expected another pool (cluster/name)"),
+                ChainProblem::ItsOwnUpstream { pool: pool.clone() },
             ));
             continue;
         }
         if !from.contains_key(up) {
-            let known: Vec<&str> = from.keys().map(String::as_str).collect();
             out.push((
                 pool.clone(),
-                format!(
-                    "promotion.from: unknown upstream pool {up:?}; expected one of {}",
-                    known.join(", ")
-                ),
+                ChainProblem::UnknownUpstream {
+                    upstream: up.clone(),
+                    known: from.keys().cloned().collect(),
+                },
             ));
             continue;
         }
@@ -82,10 +124,9 @@ pub fn chain_problems(from: &BTreeMap<String, Option<String>>) -> Vec<(String, S
             if !seen.insert(at) {
                 out.push((
                     pool.clone(),
-                    format!(
-                        "promotion.from: the promotion chain is a cycle ({}); expected a chain that ends at a pool without promotion.from",
-                        path.join(" -> ")
-                    ),
+                    ChainProblem::Cycle {
+                        path: path.iter().map(|p| p.to_string()).collect(),
+                    },
                 ));
                 break;
             }
@@ -123,8 +164,20 @@ mod tests {
             vec!["prod/b", "self/s", "x/1", "x/2"],
             "{problems:?}"
         );
-        assert!(problems[0].1.contains("test/zz"));
-        assert!(problems[2].1.contains("x/1 -> x/2 -> x/1"));
+        assert!(
+            matches!(&problems[0].1, ChainProblem::UnknownUpstream { upstream, .. } if upstream == "test/zz")
+        );
+        assert!(matches!(
+            &problems[1].1,
+            ChainProblem::ItsOwnUpstream { .. }
+        ));
+        assert_eq!(
+            problems[2].1,
+            ChainProblem::Cycle {
+                path: vec!["x/1".into(), "x/2".into(), "x/1".into()]
+            }
+        );
+        assert!(problems[2].1.to_string().contains("x/1 -> x/2 -> x/1"));
     }
 }
 

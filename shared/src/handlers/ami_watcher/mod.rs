@@ -175,6 +175,7 @@ impl AmiWatcher {
             if matches!(trigger, WatcherTrigger::Pass { .. }) {
                 crate::promotion::chain_problems(&chains)
                     .into_iter()
+                    .map(|(pool, problem)| (pool, problem.to_string()))
                     .collect()
             } else {
                 BTreeMap::new()
