@@ -13,6 +13,7 @@ pub mod event;
 pub mod fleet;
 pub mod interruption;
 pub mod managed;
+pub mod metrics;
 pub mod plan;
 pub mod policy;
 pub mod port;

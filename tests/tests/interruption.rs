@@ -177,6 +177,7 @@ async fn env(size: i32) -> Env {
             heartbeat_every: Duration::from_millis(400),
             ..Settings::default()
         },
+        metrics: Arc::new(nodecycle::metrics::NoMetrics),
     };
     Env {
         cloud,

@@ -55,6 +55,8 @@ async fn a_bad_release_is_quarantined_and_rolled_back_in_test_and_never_reaches_
     )
     .await;
     s.rotator.settings.replacement_timeout = Duration::from_secs(20);
+    let metrics = std::sync::Arc::new(support::CapturedMetrics::default());
+    s.rotator.metrics = metrics.clone();
     let t0 = at("2026-12-01T10:00:00Z");
     s.watch(t0).await;
     s.pass(t0).await;
@@ -94,6 +96,13 @@ async fn a_bad_release_is_quarantined_and_rolled_back_in_test_and_never_reaches_
     let rec = s.record("test/general").await;
     assert_eq!(rec.desired.as_ref().unwrap().id, s.test_old);
     assert!(rec.halted.is_none(), "the halt is lifted for the rollback");
+    // The passes' metrics: two rotations started and failed, six nodes drifted while the
+    // pool was on the bad release, never halted at a pass's start.
+    assert_eq!(metrics.sum("test/general", "RotationsStarted"), 2.0);
+    assert_eq!(metrics.sum("test/general", "RotationsFailed"), 2.0);
+    assert!(metrics.sum("test/general", "DriftedNodes") >= 6.0);
+    assert_eq!(metrics.sum("test/general", "PoolsHalted"), 0.0);
+    assert_eq!(metrics.sum("prod/general", "RotationsStarted"), 0.0);
 
     // Settles: every node on the previous AMI, none cordoned, group at its size.
     let mut now = t2 + minutes(1);

@@ -7,7 +7,9 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
     let config = nodecycle::aws::load_config().await;
-    let watcher = nodecycle::handlers::ami_watcher::from_env(&config)?;
+    let mut watcher = nodecycle::handlers::ami_watcher::from_env(&config)?;
+    // Metrics as CloudWatch embedded metric format lines on stdout (the CLI prints none).
+    watcher.metrics = std::sync::Arc::new(nodecycle::metrics::EmfStdout);
     let watcher = &watcher;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         watcher

@@ -7,7 +7,9 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
     let config = nodecycle::aws::load_config().await;
-    let handler = nodecycle::handlers::interruption::from_env(&config)?;
+    let mut handler = nodecycle::handlers::interruption::from_env(&config)?;
+    // Metrics as CloudWatch embedded metric format lines on stdout (the CLI prints none).
+    handler.metrics = std::sync::Arc::new(nodecycle::metrics::EmfStdout);
     let handler = &handler;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = nodecycle::handlers::deadline_from_epoch_ms(event.context.deadline);

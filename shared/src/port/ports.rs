@@ -49,6 +49,9 @@ pub struct Ports {
     pub lifecycle: Arc<dyn LifecycleOps>,
     /// CloudWatch alarm states (promotion alarms).
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
+    /// Where handlers put their metrics ([`crate::metrics::NoMetrics`] unless a Lambda's
+    /// `main.rs` chooses [`crate::metrics::EmfStdout`]).
+    pub metrics: Arc<dyn crate::metrics::MetricSink>,
     /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
     #[cfg(feature = "kube")]
     pub kube: Arc<dyn KubeConnector>,
@@ -78,6 +81,7 @@ impl Ports {
             alarms: Arc::new(crate::aws::cloudwatch::CloudWatch::new(
                 c.cloudwatch.clone(),
             )),
+            metrics: Arc::new(crate::metrics::NoMetrics),
             #[cfg(feature = "kube")]
             kube: Arc::new(EksConnector::new(config.clone())),
         }

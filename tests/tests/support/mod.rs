@@ -190,6 +190,7 @@ impl Adapters {
             alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
                 self.clients.cloudwatch.clone(),
             )),
+            metrics: Arc::new(nodecycle::metrics::NoMetrics),
         }
     }
 
@@ -220,6 +221,7 @@ impl Adapters {
                 drain_step: std::time::Duration::from_secs(5),
                 ..Settings::default()
             },
+            metrics: Arc::new(nodecycle::metrics::NoMetrics),
         }
     }
 
@@ -280,4 +282,29 @@ impl Adapters {
 
 pub fn now() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now()
+}
+
+/// A metric sink that keeps every EMF document a handler emits.
+#[derive(Default)]
+pub struct CapturedMetrics(pub std::sync::Mutex<Vec<serde_json::Value>>);
+
+impl nodecycle::metrics::MetricSink for CapturedMetrics {
+    fn emit(&self, records: &[nodecycle::metrics::Record], at: chrono::DateTime<chrono::Utc>) {
+        let mut docs = self.0.lock().unwrap();
+        docs.extend(records.iter().map(|r| nodecycle::metrics::emf(r, at)));
+    }
+}
+
+impl CapturedMetrics {
+    /// The sum of metric `name` over the documents of `pool` (dimension `Pool`), without a
+    /// `Reason` dimension.
+    pub fn sum(&self, pool: &str, name: &str) -> f64 {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|d| d["Pool"] == pool && d.get("Reason").is_none())
+            .filter_map(|d| d[name].as_f64())
+            .sum()
+    }
 }

@@ -42,6 +42,8 @@ pub struct AmiWatcher {
     pub store: Arc<dyn Store>,
     /// CloudWatch alarm states (`promotion.alarms`).
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
+    /// Where `ResolutionFailures` per pool goes (EMF on stdout in the Lambda).
+    pub metrics: Arc<dyn crate::metrics::MetricSink>,
 }
 
 /// What happened to one pool in a pass.
@@ -229,6 +231,14 @@ impl AmiWatcher {
                     .await,
             );
         }
+        let records: Vec<crate::metrics::Record> = outcomes
+            .iter()
+            .filter_map(|o| {
+                let failed = matches!(o.status, "failed" | "invalid");
+                Some(crate::metrics::watcher_pool(o.pool.as_deref()?, failed))
+            })
+            .collect();
+        self.metrics.emit(&records, now);
         let report = Report {
             trigger: label,
             pools: outcomes,
@@ -415,6 +425,7 @@ impl AmiWatcher {
             groups: ports.node_groups.clone(),
             store: ports.store.clone(),
             alarms: ports.alarms.clone(),
+            metrics: ports.metrics.clone(),
         }
     }
 }

@@ -18,6 +18,7 @@
 //! | Health scheduled change (EC2) | a `Maintenance` rotation with the event's start as deadline (the rotator replaces it within budgets, forced 30 minutes before) |
 //! | ASG instance-terminate lifecycle action | drain (heartbeats while draining), then CompleteLifecycleAction CONTINUE; at once when there is no node or it was drained already; a drain longer than the invocation is handed to the rotator and finished by the schedule tick |
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,6 +112,8 @@ pub struct InterruptionHandler {
     pub kube: Arc<dyn KubeConnector>,
     /// Tunables.
     pub settings: Settings,
+    /// Where `InterruptionsHandled` per pool goes (EMF on stdout in the Lambda).
+    pub metrics: Arc<dyn crate::metrics::MetricSink>,
 }
 
 /// What was done about one instance.
@@ -312,6 +315,19 @@ impl InterruptionHandler {
                 self.record(&c, pool, o, &clock).await;
             }
         }
+        let mut handled: BTreeMap<&str, u32> = BTreeMap::new();
+        for o in &outcomes {
+            if let Some(pool) = o.pool.as_deref()
+                && !matches!(o.action, Action::Skipped | Action::Ignored)
+            {
+                *handled.entry(pool).or_default() += 1;
+            }
+        }
+        let records: Vec<crate::metrics::Record> = handled
+            .into_iter()
+            .map(|(pool, n)| crate::metrics::interruption_pool(pool, n))
+            .collect();
+        self.metrics.emit(&records, clock.now());
         Ok(json!({"event": c.id, "kind": kind, "outcomes": outcomes}))
     }
 
@@ -478,6 +494,7 @@ impl InterruptionHandler {
             store: ports.store.clone(),
             kube: ports.kube.clone(),
             settings,
+            metrics: ports.metrics.clone(),
         }
     }
 }

@@ -152,6 +152,7 @@ impl RotatorHandler {
             };
             match self.perform(&mut *ctx, v, command).await {
                 Ok(Performed::Step(from, to)) if from != to => {
+                    report.metrics.step(from, to, false);
                     report.steps.push(format!("{instance}: {from:?} -> {to:?}"));
                 }
                 Ok(Performed::Lost) => unrecorded_surges += i32::from(surge),

@@ -103,6 +103,8 @@ pub struct RotatorHandler {
     pub kube: Arc<dyn KubeConnector>,
     /// Tunables.
     pub settings: Settings,
+    /// Where the per-pool metrics of each pass go (EMF on stdout in the Lambda).
+    pub metrics: Arc<dyn crate::metrics::MetricSink>,
 }
 
 /// What happened to one pool in a pass.
@@ -127,6 +129,9 @@ pub struct PoolReport {
     pub rolled_back: Option<String>,
     /// Errors (the pass continues with other pools).
     pub errors: Vec<String>,
+    /// The pass counted for metrics.
+    #[serde(skip)]
+    pub metrics: crate::metrics::PoolPass,
 }
 
 /// A pool's plan as [`RotatorHandler::preview`] gives it. Serializes as the plan's JSON; a
@@ -269,6 +274,11 @@ impl RotatorHandler {
             self.release(&lease, clock.now()).await;
             clusters.insert(cluster, "done".into());
         }
+        let records: Vec<crate::metrics::Record> = reports
+            .iter()
+            .flat_map(|r| crate::metrics::rotator_pool(&r.pool, &r.metrics, r.allowed.as_ref()))
+            .collect();
+        self.metrics.emit(&records, now);
         Ok(json!({"trigger": "schedule", "clusters": clusters, "pools": reports}))
     }
 
@@ -371,6 +381,7 @@ impl RotatorHandler {
             quarantined,
             quarantined_now: false,
         };
+        report.metrics.observe(&ctx.snapshot, now);
         if let Some(group) = &observed.managed {
             self.managed_pass(policy, group, &mut ctx, deadline, report)
                 .await?;
@@ -507,6 +518,7 @@ impl RotatorHandler {
             store: ports.store.clone(),
             kube: ports.kube.clone(),
             settings,
+            metrics: ports.metrics.clone(),
         }
     }
 }
