@@ -134,6 +134,7 @@ impl Pool {
             blocked: Vec::new(),
             done: None,
             max_in_flight: 0,
+            promotion: None,
             desired_change: desired_change.as_ref().map(|(at, _)| *at),
             closed: Vec::new(),
             managed: managed.is_some(),

@@ -200,7 +200,8 @@ pub struct Forecast {
 }
 
 /// One pool's forecast. Serializes as
-/// `{"pool", "nodes", "rotations", "blocked", "done", "maxInFlight"}`.
+/// `{"pool", "nodes", "rotations", "blocked", "done", "maxInFlight"}`, plus `promotion` for a
+/// pool with `promotion`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolForecast {
@@ -221,6 +222,9 @@ pub struct PoolForecast {
     pub done: Option<DateTime<Utc>>,
     /// The most rotations in flight at once.
     pub max_in_flight: u32,
+    /// For a pool with `promotion`: when its upstream was done and its desired AMI changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<PromotionForecast>,
     /// When the desired AMI changes, if it does (for the picture).
     #[serde(skip)]
     pub desired_change: Option<DateTime<Utc>>,
@@ -300,23 +304,109 @@ pub struct Closed {
     pub budget: Option<usize>,
 }
 
-/// Runs the forecast of every pool (independently) from `settings.from` for `settings.days`.
-/// The caller checks `settings` ([`Settings::check`]).
+/// Runs the forecast of every pool from `settings.from` for `settings.days`, upstream pools
+/// before the pools that promote from them (see [`promote`]); pools are returned in the order
+/// given. The caller checks `settings` ([`Settings::check`]).
 pub fn simulate(pools: Vec<PoolStart>, settings: &Settings) -> Forecast {
     let settings = Settings {
         from: floor_minute(settings.from),
         ..*settings
     };
     let time_zone = axis_zone(pools.iter().map(|p| &p.snapshot.policy));
+    let ids: Vec<String> = pools.iter().map(|p| p.snapshot.policy.pool_id()).collect();
+    let upstream_of = |p: &PoolStart| {
+        let from = p.snapshot.policy.promotion.as_ref()?.from.as_ref()?;
+        ids.iter().position(|id| id == from)
+    };
+    let mut pending: Vec<Option<PoolStart>> = pools.into_iter().map(Some).collect();
+    let mut out: Vec<Option<PoolForecast>> = vec![None; pending.len()];
+    // A pool is forecast once the pool it promotes from is; what is left is a cycle.
+    loop {
+        let mut progressed = false;
+        for i in 0..pending.len() {
+            let Some(start) = pending[i].as_ref() else {
+                continue;
+            };
+            let upstream = upstream_of(start);
+            if upstream.is_some_and(|j| out[j].is_none()) {
+                continue;
+            }
+            let Some(mut start) = pending[i].take() else {
+                continue;
+            };
+            let note = promote(&mut start, upstream.and_then(|j| out[j].as_ref()));
+            let mut forecast = engine::run(start, &settings, engine::Stepping::Events);
+            forecast.promotion = note;
+            out[i] = Some(forecast);
+            progressed = true;
+        }
+        if !progressed {
+            break;
+        }
+    }
+    for (i, start) in pending.iter_mut().enumerate() {
+        if let Some(mut start) = start.take() {
+            // A promotion cycle (validation refuses it): nothing is ever proven.
+            if let Some((at, _)) = start.desired_change.as_mut() {
+                *at = DateTime::<Utc>::MAX_UTC;
+            }
+            out[i] = Some(engine::run(start, &settings, engine::Stepping::Events));
+        }
+    }
     Forecast {
         from: settings.from,
         to: settings.to(),
-        pools: pools
-            .into_iter()
-            .map(|p| engine::run(p, &settings, engine::Stepping::Events))
-            .collect(),
+        pools: out.into_iter().flatten().collect(),
         time_zone,
     }
+}
+
+/// When a pool with `promotion` takes the new AMI, as nodecycle would: with `promotion.from`,
+/// once the upstream pool has run it on all its nodes for `soak` (its forecast `done` plus
+/// `soak`; never within the forecast when the upstream is not done in time or is not among the
+/// pools simulated, since nothing proves the release then); with `minAge`, no earlier than
+/// `minAge` after the new AMI appears (it is created at its desired-change instant). Alarms
+/// are not modelled (assumed quiet). Pools without `promotion`, or without a desired change
+/// (live forecasts), are left as they are.
+pub fn promote(
+    start: &mut PoolStart,
+    upstream: Option<&PoolForecast>,
+) -> Option<PromotionForecast> {
+    let promo = start.snapshot.policy.promotion.clone()?;
+    let (at, ami) = start.desired_change.clone()?;
+    let delta = |d: std::time::Duration| TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
+    let mut when = Some(promo.min_age.map_or(at, |m| at + delta(m)));
+    let upstream_done = upstream.and_then(|u| u.done);
+    if promo.from.is_some() {
+        let soak = promo.soak.map(delta).unwrap_or_default();
+        when = match (when, upstream_done) {
+            (Some(w), Some(done)) => Some(w.max(done + soak)),
+            _ => None,
+        };
+    }
+    let when = when.map(ceil_minute);
+    // Never within the forecast: the change lies past its end (so `done` stays null).
+    start.desired_change = Some((when.unwrap_or(DateTime::<Utc>::MAX_UTC), ami));
+    Some(PromotionForecast {
+        from: promo.from,
+        upstream_done,
+        desired_at: when,
+    })
+}
+
+/// How promotion moved a pool's desired change. Serializes as
+/// `{"from", "upstreamDone", "desiredAt"}` (null where unknown or never).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionForecast {
+    /// The upstream pool (`promotion.from`), if any.
+    pub from: Option<String>,
+    /// When the upstream was done in its forecast (`None`: not in time, or not simulated).
+    #[serde(serialize_with = "optional_instant")]
+    pub upstream_done: Option<DateTime<Utc>>,
+    /// When this pool's desired AMI changes (`None`: not within the forecast).
+    #[serde(serialize_with = "optional_instant")]
+    pub desired_at: Option<DateTime<Utc>>,
 }
 
 /// The one time zone all scheduled budgets use, else UTC.

@@ -677,3 +677,85 @@ fn skipping_minutes_changes_nothing_on_the_tricky_policies() {
         }
     }
 }
+
+/// A chain test -> prod (soak 2h): prod's desired AMI changes at test's done plus the soak,
+/// and none of its rotations starts earlier; an upstream outside the simulation proves nothing;
+/// minAge alone delays the change by minAge.
+#[test]
+fn promotion_follows_the_upstream_done_plus_soak() {
+    let s = settings(MONDAY, 2, 10);
+    let from = at(MONDAY);
+    let test = pol(
+        "test",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"2\"\n",
+    );
+    let prod = pol(
+        "prod",
+        false,
+        "promotion:\n  from: prod/test\n  soak: 2h\ndisruption:\n  budgets:\n    - nodes: \"1\"\n",
+    );
+    let orphan = pol(
+        "orphan",
+        false,
+        "promotion:\n  from: prod/elsewhere\n  soak: 2h\n",
+    );
+    let aged = pol("aged", false, "promotion:\n  minAge: 3h\n");
+    let start = |p: &Policy| PoolStart::synthetic(p.clone(), 4, from, TimeDelta::zero(), from);
+    // prod listed before its upstream: the order of the output is the order given.
+    let f = simulate(
+        vec![start(&prod), start(&test), start(&orphan), start(&aged)],
+        &s,
+    );
+    let pools: Vec<&str> = f.pools.iter().map(|p| p.pool.as_str()).collect();
+    assert_eq!(
+        pools,
+        ["prod/prod", "prod/test", "prod/orphan", "prod/aged"]
+    );
+    let (prod, test, orphan, aged) = (&f.pools[0], &f.pools[1], &f.pools[2], &f.pools[3]);
+    let test_done = test.done.expect("test is done");
+    assert!(test.promotion.is_none());
+    let promo = prod.promotion.as_ref().expect("prod has a promotion note");
+    assert_eq!(promo.upstream_done, Some(test_done));
+    assert_eq!(promo.desired_at, Some(test_done + TimeDelta::hours(2)));
+    assert!(!prod.rotations.is_empty());
+    assert!(
+        prod.rotations
+            .iter()
+            .all(|r| r.start >= test_done + TimeDelta::hours(2)),
+        "{:?}",
+        prod.rotations
+    );
+    assert!(
+        prod.done
+            .is_some_and(|d| d > test_done + TimeDelta::hours(2))
+    );
+    assert_eq!(orphan.promotion.as_ref().unwrap().desired_at, None);
+    assert!(orphan.rotations.is_empty() && orphan.done.is_none());
+    assert_eq!(
+        aged.promotion.as_ref().unwrap().desired_at,
+        Some(from + TimeDelta::hours(3))
+    );
+    assert!(
+        aged.rotations
+            .iter()
+            .all(|r| r.start >= from + TimeDelta::hours(3))
+    );
+}
+
+/// A promotion cycle never changes the desired AMI of its pools (and does not hang).
+#[test]
+fn a_promotion_cycle_changes_nothing() {
+    let s = settings(MONDAY, 1, 10);
+    let from = at(MONDAY);
+    let a = pol("a", false, "promotion:\n  from: prod/b\n  soak: 1h\n");
+    let b = pol("b", false, "promotion:\n  from: prod/a\n  soak: 1h\n");
+    let start = |p: &Policy| PoolStart::synthetic(p.clone(), 2, from, TimeDelta::zero(), from);
+    let f = simulate(vec![start(&a), start(&b)], &s);
+    assert_eq!(f.pools.len(), 2);
+    assert!(
+        f.pools
+            .iter()
+            .all(|p| p.rotations.is_empty() && p.done.is_none())
+    );
+}

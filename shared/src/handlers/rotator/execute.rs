@@ -522,6 +522,9 @@ impl RotatorHandler {
 
     /// Quarantines the release of the pool's desired AMI after a rotation to it failed (its
     /// replacement never became Ready): no pool will take it again, and this pool rolls back.
+    /// Quarantines what the failed rotation rolled out: its target (the pool's desired AMI when
+    /// it started; today's when the record predates targets). A pinned image is quarantined as
+    /// that image only; an AMI the pool resolved, as its whole release.
     async fn quarantine_failed(
         &self,
         ctx: &mut PoolCtx<'_>,
@@ -529,21 +532,33 @@ impl RotatorHandler {
         why: &str,
         now: DateTime<Utc>,
     ) -> Result<(), PortError> {
-        let Some(desired) = ctx.record.as_ref().and_then(|rec| rec.desired.clone()) else {
+        let Some(id) = r
+            .target
+            .clone()
+            .or_else(|| ctx.snapshot.gates.desired_ami.clone())
+        else {
             return Ok(());
         };
-        if ctx.snapshot.gates.desired_ami.as_deref() != Some(desired.id.as_str()) {
-            // A pin to another image: quarantine that image only.
-            let Some(id) = ctx.snapshot.gates.desired_ami.clone() else {
-                return Ok(());
-            };
-            return self
-                .record_quarantine(ctx, crate::promotion::Target::Ami(id), r, why, now)
-                .await;
-        }
-        let release = crate::promotion::release_of(&desired);
-        self.record_quarantine(ctx, crate::promotion::Target::Release(release), r, why, now)
-            .await
+        let pinned = ctx
+            .record
+            .as_ref()
+            .and_then(|rec| rec.pin.as_ref())
+            .is_some_and(|p| p.ami == id);
+        let resolved = ctx.record.as_ref().and_then(|rec| {
+            rec.desired
+                .iter()
+                .chain(rec.previous_desired.iter())
+                .chain(rec.history.iter().map(|h| &h.ami))
+                .find(|a| a.id == id)
+                .cloned()
+        });
+        let target = match resolved {
+            Some(ami) if !pinned => {
+                crate::promotion::Target::Release(crate::promotion::release_of(&ami))
+            }
+            _ => crate::promotion::Target::Ami(id),
+        };
+        self.record_quarantine(ctx, target, r, why, now).await
     }
 
     async fn record_quarantine(
