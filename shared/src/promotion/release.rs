@@ -48,6 +48,14 @@ pub fn release_of(ami: &Ami) -> Release {
     Release(ami.id.clone())
 }
 
+/// The release an EKS-published image name carries (`...-v20241109`, Bottlerocket's
+/// `...-v1.26.0-...`), if any: what the alias pinned to it would be.
+pub fn version_in_name(name: &str) -> Option<Release> {
+    alias_version(name, false)
+        .or_else(|| alias_version(name, true))
+        .map(Release)
+}
+
 /// The release version in an EKS-published image name.
 fn alias_version(name: &str, bottlerocket: bool) -> Option<String> {
     name.split('-').rev().find_map(|part| {
@@ -145,6 +153,30 @@ mod tests {
             assert_eq!(
                 release_of(&ami("ami-win", name, field, value)).0,
                 want,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn versions_in_eks_published_names() {
+        let cases = [
+            (
+                "amazon-eks-node-al2023-x86_64-standard-1.30-v20241109",
+                Some("v20241109"),
+            ),
+            ("amazon-eks-node-1.29-v20240807", Some("v20240807")),
+            (
+                "bottlerocket-aws-k8s-1.30-x86_64-v1.26.0-943d9a41",
+                Some("1.26.0"),
+            ),
+            ("golden-eks-al2023-2024.11.10", None),
+            ("my-image-v2024", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(
+                version_in_name(name).map(|r| r.0),
+                want.map(str::to_string),
                 "{name}"
             );
         }

@@ -41,6 +41,20 @@ impl AmiWatcher {
         quarantined: &Quarantined,
         now: DateTime<Utc>,
     ) -> Choice {
+        // The rotator rolls a pool off a quarantined desired AMI (launch template first, with
+        // a rolled-back event); the watcher leaves that to it.
+        if let Some(d) = record.and_then(|r| r.desired.as_ref())
+            && let Some(q) = quarantined.covers(&d.id, &release_of(d))
+        {
+            return Choice::Keep {
+                why: format!(
+                    "the desired AMI {} ({}) is quarantined ({}); the rotator rolls the pool back",
+                    d.id,
+                    release_of(d),
+                    q.reason
+                ),
+            };
+        }
         let min_age = policy
             .promotion
             .as_ref()
@@ -75,7 +89,7 @@ impl AmiWatcher {
         // A pool with no desired AMI yet starts from what its group launches today.
         match choice {
             Choice::Keep { why } if record.and_then(|r| r.desired.as_ref()).is_none() => {
-                match self.group_start(resolver, policy, now).await {
+                match self.group_start(resolver, policy, quarantined, now).await {
                     Some(Choice::Take {
                         ami,
                         kubernetes_version,
@@ -116,28 +130,32 @@ impl AmiWatcher {
                 promoted: None,
             };
         };
-        // The terms point at a quarantined AMI: keep what the pool has, or go back.
+        // The terms' best is quarantined: the best candidate that is not (quarantined images
+        // are no candidates), else the pool keeps what it has (a pool without a desired AMI yet
+        // starts from what its group launches).
         let why = format!(
             "the terms resolve to {} ({}), which is quarantined: {}",
             r.desired.id,
             release_of(&r.desired),
             q.reason
         );
-        let keep = record
+        let current = record
             .and_then(|rec| rec.desired.as_ref())
-            .filter(|d| quarantined.covers(&d.id, &release_of(d)).is_none());
-        match keep {
-            Some(_) => Choice::Keep { why },
-            None => match record.and_then(|rec| promotion::rollback_target(rec, quarantined)) {
-                Some(ami) => Choice::Take {
-                    ami: Box::new(ami),
+            .map(|d| d.id.clone());
+        match r
+            .candidates
+            .into_iter()
+            .find(|c| quarantined.covers(&c.id, &release_of(c)).is_none())
+        {
+            Some(best) if Some(&best.id) != current.as_ref() => {
+                tracing::info!(pool = %policy.pool_id(), image = %best.id, decision = "quarantine skipped", reason = %why, "the best candidate that is not quarantined");
+                Choice::Take {
+                    ami: Box::new(best),
                     kubernetes_version: r.kubernetes_version,
                     promoted: None,
-                },
-                None => Choice::Failed {
-                    message: format!("{why}; no earlier AMI of this pool is free of quarantine"),
-                },
-            },
+                }
+            }
+            _ => Choice::Keep { why },
         }
     }
 
@@ -340,6 +358,7 @@ impl AmiWatcher {
         &self,
         resolver: &Resolver<'_>,
         policy: &Policy,
+        quarantined: &Quarantined,
         now: DateTime<Utc>,
     ) -> Option<Choice> {
         let image = match self
@@ -358,6 +377,27 @@ impl AmiWatcher {
             ..policy.clone()
         };
         let r = resolver.resolve(&by_id, now).await.ok()?;
+        if quarantined
+            .covers(&r.desired.id, &release_of(&r.desired))
+            .is_some()
+        {
+            return None;
+        }
+        // An EKS-published image the pool's alias names: take it through the alias pinned to
+        // its version, so its release is that version (promotion matches pools by release).
+        if policy.ami_selector_terms.iter().any(|t| t.alias.is_some())
+            && let Some(release) = promotion::release::version_in_name(&r.desired.name)
+            && let Ok((ami, kubernetes_version)) = self
+                .resolve_release(resolver, policy, &release, &r.desired.id, now)
+                .await
+            && ami.id == r.desired.id
+        {
+            return Some(Choice::Take {
+                ami: Box::new(ami),
+                kubernetes_version,
+                promoted: None,
+            });
+        }
         Some(Choice::Take {
             ami: Box::new(r.desired),
             kubernetes_version: r.kubernetes_version,
