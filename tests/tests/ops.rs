@@ -413,6 +413,15 @@ async fn resume_after_a_halt() {
         s["blocked"].as_str().unwrap().contains("pool halted"),
         "{s}"
     );
+    // The failed image is quarantined and the pool has nothing earlier to go back to: resume
+    // alone would halt again; the operator lifts the quarantine first.
+    let q = p
+        .ok(
+            json!({"action": "unquarantine", "ami": p.new, "reason": "node role fixed"}),
+            now,
+        )
+        .await;
+    assert_eq!(q["changed"], true, "{q}");
     let r = p
         .ok(
             json!({"action": "resume", "pool": "prod/general", "reason": "node role fixed"}),
