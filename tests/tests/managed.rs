@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use nodecycle::aws::{dynamodb::Table, ec2::Ec2};
+use nodecycle::aws::dynamodb::Table;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::ops::{Invocation, OpsHandler};
 use nodecycle::handlers::rotator::RotatorHandler;
@@ -186,10 +186,7 @@ const ALIAS: &str = "  - alias: al2023@latest\n";
 
 /// The operator API over the group's rotator.
 fn ops_handler(p: &Mng) -> OpsHandler {
-    OpsHandler {
-        rotator: p.rotator.clone(),
-        images: Arc::new(Ec2::new(p.adapters.clients.ec2.clone())),
-    }
+    p.adapters.ops(p.rotator.clone())
 }
 
 /// An operator invocation by alice with `request_id`.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use nodecycle::aws::{dynamodb::Table, ec2::Ec2};
+use nodecycle::aws::dynamodb::Table;
 use nodecycle::handlers::HandlerError;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::ops::{Invocation, OpsHandler};
@@ -84,10 +84,7 @@ async fn pool(nodes: i32, budgets: &str, never_ready_new: bool, grace: &str) -> 
     let policies = a.policies();
     let watcher = a.watcher(policies.clone(), table.clone());
     let rotator = a.rotator(&cloud, policies, table.clone()).await;
-    let ops = OpsHandler {
-        rotator: rotator.clone(),
-        images: Arc::new(Ec2::new(a.clients.ec2.clone())),
-    };
+    let ops = a.ops(rotator.clone());
     kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
         (s.nodes.len() == nodes as usize).then_some(())
     });
@@ -416,6 +413,15 @@ async fn resume_after_a_halt() {
         s["blocked"].as_str().unwrap().contains("pool halted"),
         "{s}"
     );
+    // The failed image is quarantined and the pool has nothing earlier to go back to: resume
+    // alone would halt again; the operator lifts the quarantine first.
+    let q = p
+        .ok(
+            json!({"action": "unquarantine", "ami": p.new, "reason": "node role fixed"}),
+            now,
+        )
+        .await;
+    assert_eq!(q["changed"], true, "{q}");
     let r = p
         .ok(
             json!({"action": "resume", "pool": "prod/general", "reason": "node role fixed"}),
@@ -604,7 +610,7 @@ async fn invalid_requests_name_every_problem_and_unknown_things() {
     p.watcher.handle(&json!({}), t0).await.unwrap();
     let ids: Vec<String> = p.instances().await.into_iter().map(|(i, _)| i).collect();
     let cases: Vec<(Value, String)> = vec![
-        (json!("status"), "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel)".into()),
+        (json!("status"), "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)".into()),
         (
             json!({"action": "rotate", "pool": "prod/general", "instances": [], "ignoreBudget": true}),
             "instances: empty; list instance ids or use \"all\": true; reason: required; say why (it is written to the audit record); ignoreBudget: not a field of rotate (fields: action, pool, instances, all, reason, ignoreBudgets, maxConcurrent)".into(),

@@ -849,19 +849,22 @@ fn concurrency_is_reserved_only_when_asked_and_never_for_interruptions() {
     );
 }
 
-/// The ami-watcher reads the promotion alarms pool policies name (account alarms only); no
-/// other function reads or changes alarms.
+/// The ami-watcher (promotion) and ops (`status`) read the promotion alarms pool policies name
+/// (this account's alarms only); nothing else reads alarms and no function changes one.
 #[test]
-fn only_the_watcher_reads_alarms_and_nothing_changes_them() {
+fn only_the_watcher_and_ops_read_alarms_and_nothing_changes_them() {
     let t = deployed(FULL);
-    let reads = may(&t, "AmiWatcherFunction", "cloudwatch:DescribeAlarms");
-    assert_eq!(reads.len(), 1, "{reads:?}");
-    assert_eq!(reads[0].resource, arn("cloudwatch", "alarm:*"));
+    for f in ["AmiWatcherFunction", "OpsFunction"] {
+        let reads = may(&t, f, "cloudwatch:DescribeAlarms");
+        assert_eq!(reads.len(), 1, "{f}: {reads:?}");
+        assert_eq!(reads[0].resource, arn("cloudwatch", "alarm:*"));
+    }
     for f in FUNCTIONS {
         for g in grants_of(&t, f) {
             if g.action.starts_with("cloudwatch:") {
                 assert!(
-                    f == "AmiWatcherFunction" && g.action == "cloudwatch:DescribeAlarms",
+                    matches!(f, "AmiWatcherFunction" | "OpsFunction")
+                        && g.action == "cloudwatch:DescribeAlarms",
                     "{f}: {g:?}"
                 );
             }

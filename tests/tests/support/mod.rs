@@ -225,6 +225,20 @@ impl Adapters {
         }
     }
 
+    /// The ops handler over `rotator`, with DescribeImages and CloudWatch over these adapters.
+    pub fn ops(
+        &self,
+        rotator: nodecycle::handlers::rotator::RotatorHandler,
+    ) -> nodecycle::handlers::ops::OpsHandler {
+        nodecycle::handlers::ops::OpsHandler {
+            rotator,
+            images: Arc::new(self.ec2.clone()),
+            alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
+                self.clients.cloudwatch.clone(),
+            )),
+        }
+    }
+
     /// The instances of Auto Scaling group `asg` with the image each runs, by instance id.
     pub async fn group_instances(&self, asg: &str) -> Vec<(String, String)> {
         let out = self

@@ -47,6 +47,12 @@ enum Command {
     Resume(ops::PoolArgs),
     /// Abort a rotation that has not reached Terminating; audited.
     Cancel(ops::CancelArgs),
+    /// Quarantine an image (--ami) or a release (--release) in every pool; pools on it roll back; audited.
+    Quarantine(ops::QuarantineArgs),
+    /// Lift a quarantine (--ami or --release); audited.
+    Unquarantine(ops::QuarantineArgs),
+    /// A release's journey through the promotion chains: per pool, desired since, promoted, soak, rolled back.
+    Promotion(ops::PromotionArgs),
     /// Show what the rotator would do for a pool now (or at --at), changing nothing.
     Plan(plan::Args),
     /// Forecast the rollout over days (policy files or --live), as JSON and an SVG/HTML picture.
@@ -70,6 +76,9 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Pause(a) => ops::run(ops::pool_request("pause", a)).await,
         Command::Resume(a) => ops::run(ops::pool_request("resume", a)).await,
         Command::Cancel(a) => ops::run(ops::cancel_request(a)).await,
+        Command::Quarantine(a) => ops::run(ops::quarantine_request("quarantine", a)).await,
+        Command::Unquarantine(a) => ops::run(ops::quarantine_request("unquarantine", a)).await,
+        Command::Promotion(a) => ops::run(ops::promotion_request(a)).await,
         Command::Plan(a) => plan::run(a).await,
         Command::Simulate(a) => simulate::run(a).await,
         Command::Doctor(a) => doctor::run(a).await,
@@ -106,5 +115,61 @@ pub fn load_policy(path: &str) -> Result<nodecycle::policy::Policy, u8> {
             }
             Err(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The JSON request a command line becomes (operator subcommands only).
+    fn request(args: &[&str]) -> serde_json::Value {
+        let cli = Cli::try_parse_from(std::iter::once("nodecycle").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.command {
+            Command::Quarantine(a) => ops::quarantine_request("quarantine", a),
+            Command::Unquarantine(a) => ops::quarantine_request("unquarantine", a),
+            Command::Promotion(a) => ops::promotion_request(a),
+            other => panic!("not a promotion command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn quarantine_commands_build_the_ops_requests() {
+        let cases = [
+            (
+                vec!["quarantine", "--release", "v20241109", "--reason", "bad"],
+                json!({"action": "quarantine", "release": "v20241109", "reason": "bad"}),
+            ),
+            (
+                vec![
+                    "quarantine",
+                    "--ami",
+                    "ami-0123456789abcdef0",
+                    "--reason",
+                    "bad",
+                ],
+                json!({"action": "quarantine", "ami": "ami-0123456789abcdef0", "reason": "bad"}),
+            ),
+            (
+                vec!["unquarantine", "--release", "1.26.0", "--reason", "fixed"],
+                json!({"action": "unquarantine", "release": "1.26.0", "reason": "fixed"}),
+            ),
+            // The handler validates (both, neither, no reason): every problem at once.
+            (
+                vec!["quarantine", "--ami", "ami-1", "--release", "v1"],
+                json!({"action": "quarantine", "ami": "ami-1", "release": "v1"}),
+            ),
+            (
+                vec!["promotion", "v20241109"],
+                json!({"action": "promotion", "release": "v20241109"}),
+            ),
+        ];
+        for (args, want) in cases {
+            assert_eq!(request(&args), want, "{args:?}");
+        }
+        assert!(Cli::try_parse_from(["nodecycle", "promotion"]).is_err());
+        assert!(Cli::try_parse_from(["nodecycle", "quarantine", "v20241109"]).is_err());
     }
 }

@@ -1,4 +1,5 @@
-//! Operator subcommands: `nodecycle status|rotate|pin|unpin|pause|resume|cancel`. Each builds
+//! Operator subcommands: `nodecycle status|rotate|pin|unpin|pause|resume|cancel|quarantine|
+//! unquarantine|promotion`. Each builds
 //! the ops function's JSON request and runs the same handler in-process (AWS configuration of
 //! the environment, `NODECYCLE_TABLE`). Validation is the handler's: every problem is listed.
 
@@ -74,6 +75,29 @@ pub struct CancelArgs {
     reason: Option<String>,
 }
 
+/// `nodecycle quarantine|unquarantine (--ami AMI | --release RELEASE) --reason R`
+#[derive(Debug, clap::Args)]
+pub struct QuarantineArgs {
+    /// One image, `ami-...`.
+    #[arg(long, value_name = "AMI")]
+    ami: Option<String>,
+    /// Every image of a release: `v20241109` (AL2023/AL2), `1.26.0` (Bottlerocket), or an image
+    /// id for pools on other terms.
+    #[arg(long, value_name = "RELEASE")]
+    release: Option<String>,
+    /// Why (required; written to the audit record and the quarantine entry).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+/// `nodecycle promotion RELEASE`
+#[derive(Debug, clap::Args)]
+pub struct PromotionArgs {
+    /// `v20241109`, `1.26.0`, or an image id.
+    #[arg(value_name = "RELEASE")]
+    release: String,
+}
+
 fn with_reason(mut v: Value, reason: Option<String>) -> Value {
     if let (Some(o), Some(r)) = (v.as_object_mut(), reason) {
         o.insert("reason".into(), json!(r));
@@ -128,6 +152,25 @@ pub fn cancel_request(a: CancelArgs) -> Value {
         json!({"action": "cancel", "pool": a.pool, "instance": a.instance}),
         a.reason,
     )
+}
+
+/// The request of `nodecycle quarantine|unquarantine`.
+pub fn quarantine_request(action: &str, a: QuarantineArgs) -> Value {
+    let mut v = json!({"action": action});
+    if let Some(o) = v.as_object_mut() {
+        if let Some(ami) = a.ami {
+            o.insert("ami".into(), json!(ami));
+        }
+        if let Some(release) = a.release {
+            o.insert("release".into(), json!(release));
+        }
+    }
+    with_reason(v, a.reason)
+}
+
+/// The request of `nodecycle promotion`.
+pub fn promotion_request(a: PromotionArgs) -> Value {
+    json!({"action": "promotion", "release": a.release})
 }
 
 /// Who runs the CLI, for the audit record.

@@ -15,8 +15,10 @@ pub struct Args {
 
 /// Prints the planner's decisions for the pool's current state:
 /// `{"pool", "allowed", "candidates", "actions", "blocked", ...}`, plus for a managed node group
-/// `drifted`, `update` and `nodeGroupUpdate`. Exit 1 with `{"error"}` when the
-/// state cannot be read, 2 on an invalid policy. Changes nothing.
+/// `drifted`, `update` and `nodeGroupUpdate`, and `promotionWait`: why a pool with promotion
+/// keeps its desired AMI (what it waits for, as the ami-watcher last recorded it), `null` when it
+/// does not wait. Exit 1 with `{"error"}` when the state cannot be read, 2 on an invalid policy.
+/// Changes nothing.
 pub async fn run(args: Args) -> u8 {
     let policy = match super::load_policy(&args.file) {
         Ok(p) => p,
@@ -40,8 +42,19 @@ pub async fn run(args: Args) -> u8 {
         Ok((_, plan)) => plan,
         Err(e) => return fail(e),
     };
+    let record = match nodecycle::state::load_pool(rotator.store.as_ref(), &policy.pool_id()).await
+    {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot read the pool's state: {e}")),
+    };
     match serde_json::to_value(&plan) {
-        Ok(v) => {
+        Ok(mut v) => {
+            if let Some(o) = v.as_object_mut() {
+                o.insert(
+                    "promotionWait".into(),
+                    serde_json::json!(record.and_then(|r| r.promotion_wait)),
+                );
+            }
             super::print_json(&v);
             0
         }

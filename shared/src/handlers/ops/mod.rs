@@ -1,9 +1,12 @@
 //! The ops function: what operators invoke by hand during an incident (a CVE in the running
 //! AMI, a bad node) and to see what nodecycle is doing. One JSON request per invoke, one JSON
 //! response (see [`request`] for the shapes). Mutating requests need a `reason`, are written
-//! to an audit record (`AUDIT#<time>#<request id>` under the pool's partition) and are
-//! idempotent when repeated.
+//! to an audit record (`AUDIT#<time>#<request id>` under the pool's partition; for the
+//! deployment-wide `quarantine`/`unquarantine`, under the `QUARANTINE` partition next to the
+//! quarantine records) and are idempotent when repeated.
 
+pub mod promotion;
+mod quarantine;
 pub mod request;
 mod rotations;
 mod status;
@@ -18,6 +21,7 @@ use super::HandlerError;
 use super::rotator::RotatorHandler;
 use crate::ami::resolve::{ImageCatalog, ImageQuery};
 use crate::policy::{self, NodeGroup, Policy};
+use crate::promotion::quarantine::QUARANTINE_PK;
 use crate::rotation::Rotation;
 use crate::state::{self, OperatorAction, Pin, PoolRecord, Versioned};
 pub use request::{Request, Target};
@@ -44,6 +48,8 @@ pub struct OpsHandler {
     pub rotator: RotatorHandler,
     /// DescribeImages.
     pub images: Arc<dyn ImageCatalog>,
+    /// CloudWatch alarm states (`status` shows what the promotion alarms hold back).
+    pub alarms: Arc<dyn crate::promotion::AlarmStates>,
 }
 
 fn invalid(problems: Vec<String>) -> HandlerError {
@@ -91,6 +97,21 @@ impl OpsHandler {
                 Some(p) => vec![find(&policies, p)?],
             };
             return status::status(self, &selected, now).await;
+        }
+        if let Request::Promotion { release } = &req {
+            return promotion::journey(self, &policies, release, now).await;
+        }
+        if let Request::Quarantine { target, reason } | Request::Unquarantine { target, reason } =
+            &req
+        {
+            let result = if matches!(req, Request::Quarantine { .. }) {
+                self.quarantine(&policies, target, reason, inv, now).await
+            } else {
+                self.unquarantine(&policies, target, reason, inv, now).await
+            };
+            self.audit(QUARANTINE_PK, payload, inv, &result, now).await;
+            log_outcome(inv, None, Some(&target.to_string()), req.action(), &result);
+            return result;
         }
         let pool = req.pool().unwrap_or_default().to_string();
         let policy = find(&policies, &pool)?;
@@ -155,17 +176,14 @@ impl OpsHandler {
             Request::Cancel {
                 instance, reason, ..
             } => self.cancel(policy, instance, reason, inv, now).await,
-            Request::Status { .. } => Err(internal("status is not mutating")),
+            Request::Status { .. }
+            | Request::Promotion { .. }
+            | Request::Quarantine { .. }
+            | Request::Unquarantine { .. } => Err(internal("handled above")),
         };
-        self.audit(&pool, payload, inv, &result, now).await;
-        match &result {
-            Ok(v) => {
-                tracing::info!(request_id = %inv.request_id, caller = ?inv.caller, pool = %pool, action = req.action(), decision = "done", response = %v)
-            }
-            Err(e) => {
-                tracing::warn!(request_id = %inv.request_id, caller = ?inv.caller, pool = %pool, action = req.action(), decision = "refused", error = %e)
-            }
-        }
+        self.audit(&state::pool_pk(&pool), payload, inv, &result, now)
+            .await;
+        log_outcome(inv, Some(&pool), None, req.action(), &result);
         result
     }
 
@@ -194,9 +212,10 @@ impl OpsHandler {
         }
     }
 
+    /// Writes the audit record of a request under partition `pk`.
     async fn audit(
         &self,
-        pool: &str,
+        pk: &str,
         payload: &Value,
         inv: &Invocation,
         result: &Result<Value, HandlerError>,
@@ -219,14 +238,9 @@ impl OpsHandler {
             inv.request_id
         );
         let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
-        if let Err(e) = self
-            .rotator
-            .store
-            .put(&state::pool_pk(pool), &sk, &doc, None, Some(ttl))
-            .await
-        {
+        if let Err(e) = self.rotator.store.put(pk, &sk, &doc, None, Some(ttl)).await {
             // The request was performed; losing its audit record must be loud.
-            tracing::error!(pool, request_id = %inv.request_id, error = %e, audit = %doc, "cannot write the audit record");
+            tracing::error!(partition = pk, request_id = %inv.request_id, error = %e, audit = %doc, "cannot write the audit record");
         }
     }
 
@@ -365,6 +379,25 @@ impl OpsHandler {
     }
 }
 
+/// One log line per mutating request: the pool (or quarantine target) it was about, done or
+/// refused.
+fn log_outcome(
+    inv: &Invocation,
+    pool: Option<&str>,
+    target: Option<&str>,
+    action: &str,
+    result: &Result<Value, HandlerError>,
+) {
+    match result {
+        Ok(v) => {
+            tracing::info!(request_id = %inv.request_id, caller = ?inv.caller, pool, target, action, decision = "done", response = %v)
+        }
+        Err(e) => {
+            tracing::warn!(request_id = %inv.request_id, caller = ?inv.caller, pool, target, action, decision = "refused", error = %e)
+        }
+    }
+}
+
 fn find<'a>(
     policies: &'a BTreeMap<String, Policy>,
     pool: &str,
@@ -403,6 +436,7 @@ impl OpsHandler {
         OpsHandler {
             rotator: RotatorHandler::new(ports, settings),
             images: ports.images.clone(),
+            alarms: ports.alarms.clone(),
         }
     }
 }

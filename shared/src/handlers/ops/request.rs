@@ -5,9 +5,20 @@
 
 use serde_json::{Map, Value};
 
+use crate::promotion::{Release, Target as Quarantined};
+
 /// Actions, in the order error messages list them.
 pub const ACTIONS: &[&str] = &[
-    "status", "rotate", "pin", "unpin", "pause", "resume", "cancel",
+    "status",
+    "rotate",
+    "pin",
+    "unpin",
+    "pause",
+    "resume",
+    "cancel",
+    "quarantine",
+    "unquarantine",
+    "promotion",
 ];
 
 /// Default `maxConcurrent` of an `ignoreBudgets` rotation.
@@ -84,6 +95,26 @@ pub enum Request {
         /// Why.
         reason: String,
     },
+    /// Exclude an image or a release from every pool's candidates (pools whose desired AMI it
+    /// is roll back).
+    Quarantine {
+        /// The image (`ami`) or release (`release`; a release that is an image id is that image).
+        target: Quarantined,
+        /// Why.
+        reason: String,
+    },
+    /// Lift a quarantine.
+    Unquarantine {
+        /// As for `quarantine`.
+        target: Quarantined,
+        /// Why.
+        reason: String,
+    },
+    /// A release's journey through the promotion chains (read-only).
+    Promotion {
+        /// Alias release version (`v20241109`, `1.26.0`) or image id.
+        release: Release,
+    },
 }
 
 impl Request {
@@ -97,13 +128,20 @@ impl Request {
             Request::Pause { .. } => "pause",
             Request::Resume { .. } => "resume",
             Request::Cancel { .. } => "cancel",
+            Request::Quarantine { .. } => "quarantine",
+            Request::Unquarantine { .. } => "unquarantine",
+            Request::Promotion { .. } => "promotion",
         }
     }
 
-    /// The pool a mutating request is about (`None` for `status`).
+    /// The pool a per-pool mutating request is about (`None` for `status`, `promotion` and the
+    /// deployment-wide `quarantine`/`unquarantine`).
     pub fn pool(&self) -> Option<&str> {
         match self {
-            Request::Status { .. } => None,
+            Request::Status { .. }
+            | Request::Quarantine { .. }
+            | Request::Unquarantine { .. }
+            | Request::Promotion { .. } => None,
             Request::Rotate { pool, .. }
             | Request::Pin { pool, .. }
             | Request::Unpin { pool, .. }
@@ -128,6 +166,8 @@ fn fields_of(action: &str) -> &'static [&'static str] {
         ],
         "pin" => &["action", "pool", "ami", "reason"],
         "cancel" => &["action", "pool", "instance", "reason"],
+        "quarantine" | "unquarantine" => &["action", "ami", "release", "reason"],
+        "promotion" => &["action", "release"],
         _ => &["action", "pool", "reason"],
     }
 }
@@ -150,6 +190,22 @@ fn id_with(s: &str, prefix: &str) -> bool {
                 .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
     })
 }
+
+/// An alias release version: `v` and 8 digits (AL2023, AL2: `v20241109`) or `x.y.z`
+/// (Bottlerocket: `1.26.0`).
+pub fn is_release_version(s: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.len() <= 6 && p.chars().all(|c| c.is_ascii_digit());
+    match s.strip_prefix('v') {
+        Some(d) => d.len() == 8 && d.chars().all(|c| c.is_ascii_digit()),
+        None => {
+            let parts: Vec<&str> = s.split('.').collect();
+            parts.len() == 3 && parts.iter().all(|p| digits(p))
+        }
+    }
+}
+
+const RELEASE_FORMS: &str =
+    "v20241109 for AL2023/AL2, 1.26.0 for Bottlerocket, or an image id ami-...";
 
 /// `<cluster>/<name>`: two non-empty parts without spaces.
 fn is_pool_id(s: &str) -> bool {
@@ -302,6 +358,64 @@ impl Fields<'_> {
         }
     }
 
+    fn present(&self, name: &str) -> bool {
+        self.obj.get(name).is_some_and(|v| !v.is_null())
+    }
+
+    /// `release`: an alias release version or an image id.
+    fn release(&mut self, required: bool) -> Option<Release> {
+        let present = self.present("release");
+        match self.string("release") {
+            Some(r) if is_release_version(&r) || is_ami_id(&r) => Some(Release(r)),
+            Some(r) => {
+                self.problems
+                    .push(format!("release: {r:?} is not a release ({RELEASE_FORMS})"));
+                None
+            }
+            None => {
+                if required && !present {
+                    self.problems
+                        .push(format!("release: required ({RELEASE_FORMS})"));
+                }
+                None
+            }
+        }
+    }
+
+    /// Exactly one of `ami` and `release`; a release that is an image id is that image.
+    fn quarantine_target(&mut self) -> Option<Quarantined> {
+        let (has_ami, has_release) = (self.present("ami"), self.present("release"));
+        let ami = match self.string("ami") {
+            Some(a) if is_ami_id(&a) => Some(a),
+            Some(a) => {
+                self.problems
+                    .push(format!("ami: {a:?} is not an AMI id (ami-...)"));
+                None
+            }
+            None => None,
+        };
+        let release = self.release(false);
+        match (has_ami, has_release) {
+            (true, true) => {
+                self.problems
+                    .push("ami, release: give one of them, not both".to_string());
+                None
+            }
+            (false, false) => {
+                self.problems.push(format!(
+                    "ami, release: required; give one (an image id ami-..., or a release: {RELEASE_FORMS})"
+                ));
+                None
+            }
+            _ => match (ami, release) {
+                (Some(a), _) => Some(Quarantined::Ami(a)),
+                (_, Some(r)) if r.is_image() => Some(Quarantined::Ami(r.0)),
+                (_, Some(r)) => Some(Quarantined::Release(r)),
+                _ => None,
+            },
+        }
+    }
+
     fn max_concurrent(&mut self, ignore_budgets: bool) -> Option<u32> {
         match self.obj.get("maxConcurrent") {
             None | Some(Value::Null) => Some(DEFAULT_MAX_CONCURRENT),
@@ -432,6 +546,20 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
                 _ => None,
             }
         }
+        "quarantine" | "unquarantine" => {
+            let target = f.quarantine_target();
+            let reason = f.reason();
+            match (target, reason) {
+                (Some(target), Some(reason)) if action == "quarantine" => {
+                    Some(Request::Quarantine { target, reason })
+                }
+                (Some(target), Some(reason)) => Some(Request::Unquarantine { target, reason }),
+                _ => None,
+            }
+        }
+        "promotion" => f
+            .release(true)
+            .map(|release| Request::Promotion { release }),
         other => {
             let pool = f.pool(true);
             let reason = f.reason();
@@ -535,6 +663,54 @@ mod tests {
                     reason: "r".into(),
                 },
             ),
+            (
+                json!({"action": "quarantine", "ami": "ami-0123456789abcdef0", "reason": " bad "}),
+                Request::Quarantine {
+                    target: Quarantined::Ami("ami-0123456789abcdef0".into()),
+                    reason: "bad".into(),
+                },
+            ),
+            (
+                json!({"action": "quarantine", "release": "v20241109", "reason": "r"}),
+                Request::Quarantine {
+                    target: Quarantined::Release(Release("v20241109".into())),
+                    reason: "r".into(),
+                },
+            ),
+            (
+                json!({"action": "quarantine", "release": "1.26.0", "ami": null, "reason": "r"}),
+                Request::Quarantine {
+                    target: Quarantined::Release(Release("1.26.0".into())),
+                    reason: "r".into(),
+                },
+            ),
+            // A release that is an image id (pools on non-alias terms) is that image.
+            (
+                json!({"action": "unquarantine", "release": "ami-01234567", "reason": "r"}),
+                Request::Unquarantine {
+                    target: Quarantined::Ami("ami-01234567".into()),
+                    reason: "r".into(),
+                },
+            ),
+            (
+                json!({"action": "unquarantine", "ami": "ami-01234567", "reason": "r"}),
+                Request::Unquarantine {
+                    target: Quarantined::Ami("ami-01234567".into()),
+                    reason: "r".into(),
+                },
+            ),
+            (
+                json!({"action": "promotion", "release": "v20241109"}),
+                Request::Promotion {
+                    release: Release("v20241109".into()),
+                },
+            ),
+            (
+                json!({"action": "promotion", "release": "ami-0123456789abcdef0"}),
+                Request::Promotion {
+                    release: Release("ami-0123456789abcdef0".into()),
+                },
+            ),
         ];
         for (payload, want) in cases {
             assert_eq!(parse(&payload), Ok(want), "{payload}");
@@ -547,23 +723,25 @@ mod tests {
             (
                 json!([]),
                 vec![
-                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel)",
+                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
                 ],
             ),
             (
                 json!({}),
-                vec!["action: required (status, rotate, pin, unpin, pause, resume, cancel)"],
+                vec![
+                    "action: required (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                ],
             ),
             (
                 json!({"action": 3}),
                 vec![
-                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel)",
+                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
                 ],
             ),
             (
                 json!({"action": "reboot", "pool": "prod/general"}),
                 vec![
-                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel)",
+                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
                 ],
             ),
             (
@@ -678,6 +856,54 @@ mod tests {
                     "instances: not a field of cancel (fields: action, pool, instance, reason)",
                 ],
             ),
+            (
+                json!({"action": "quarantine"}),
+                vec![
+                    "ami, release: required; give one (an image id ami-..., or a release: v20241109 for AL2023/AL2, 1.26.0 for Bottlerocket, or an image id ami-...)",
+                    "reason: required; say why (it is written to the audit record)",
+                ],
+            ),
+            (
+                json!({"action": "quarantine", "ami": "ami-0123456789abcdef0", "release": "v20241109", "reason": "r"}),
+                vec!["ami, release: give one of them, not both"],
+            ),
+            (
+                json!({"action": "quarantine", "ami": "ami-XYZ", "reason": ""}),
+                vec![
+                    "ami: \"ami-XYZ\" is not an AMI id (ami-...)",
+                    "reason: empty; say why (it is written to the audit record)",
+                ],
+            ),
+            (
+                json!({"action": "quarantine", "release": "20241109", "reason": "r"}),
+                vec![
+                    "release: \"20241109\" is not a release (v20241109 for AL2023/AL2, 1.26.0 for Bottlerocket, or an image id ami-...)",
+                ],
+            ),
+            (
+                json!({"action": "quarantine", "release": 20241109, "reason": "r"}),
+                vec!["release: expected a string"],
+            ),
+            (
+                json!({"action": "unquarantine", "pool": "prod/general", "release": "v1.26.0", "reason": "r"}),
+                vec![
+                    "release: \"v1.26.0\" is not a release (v20241109 for AL2023/AL2, 1.26.0 for Bottlerocket, or an image id ami-...)",
+                    "pool: not a field of unquarantine (fields: action, ami, release, reason)",
+                ],
+            ),
+            (
+                json!({"action": "promotion"}),
+                vec![
+                    "release: required (v20241109 for AL2023/AL2, 1.26.0 for Bottlerocket, or an image id ami-...)",
+                ],
+            ),
+            (
+                json!({"action": "promotion", "release": "v2024110", "reason": "r"}),
+                vec![
+                    "release: \"v2024110\" is not a release (v20241109 for AL2023/AL2, 1.26.0 for Bottlerocket, or an image id ami-...)",
+                    "reason: not a field of promotion (fields: action, release)",
+                ],
+            ),
         ];
         for (payload, want) in cases {
             let got = parse(&payload).expect_err(&payload.to_string());
@@ -693,5 +919,10 @@ mod tests {
         assert!(!is_instance_id("i-012345678"));
         assert!(is_ami_id("ami-0123456789abcdef0"));
         assert!(!is_ami_id("i-0123456789abcdef0"));
+        assert!(is_release_version("v20241109"));
+        assert!(is_release_version("1.26.0"));
+        assert!(!is_release_version("v1.26.0"));
+        assert!(!is_release_version("1.26"));
+        assert!(!is_release_version("latest"));
     }
 }

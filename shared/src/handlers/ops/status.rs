@@ -1,5 +1,7 @@
 //! `status`: what is happening to a pool's nodes and why, from the same snapshot and plan the
-//! rotator uses, plus the pool record, rotation records and handled interruptions.
+//! rotator uses, plus the pool record, rotation records and handled interruptions; with
+//! promotion, each candidate release's soak progress upstream, why the pool waits, its
+//! promotion history, and the quarantine in force.
 
 use std::collections::BTreeMap;
 
@@ -38,16 +40,30 @@ pub(super) async fn status(
     policies: &[&Policy],
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
+    let mut problems = Vec::new();
+    let quarantined = match state::load_quarantine(ops.rotator.store.as_ref()).await {
+        Ok(q) => Some(q),
+        Err(e) => {
+            problems.push(format!("cannot read the quarantine: {e}"));
+            None
+        }
+    };
     let mut pools = Vec::new();
     for policy in policies {
-        pools.push(pool_status(ops, policy, now).await?);
+        pools.push(pool_status(ops, policy, quarantined.as_ref(), now).await?);
     }
-    Ok(json!({"at": instant(now), "pools": pools}))
+    Ok(json!({
+        "at": instant(now),
+        "pools": pools,
+        "quarantine": quarantined,
+        "problems": problems,
+    }))
 }
 
 async fn pool_status(
     ops: &OpsHandler,
     policy: &Policy,
+    quarantined: Option<&crate::promotion::Quarantined>,
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let pool = policy.pool_id();
@@ -204,6 +220,15 @@ async fn pool_status(
         .map(|(sk, v)| json!({"id": sk, "event": v.value}))
         .collect();
 
+    // Promotion: the upstream's candidates (the quarantine unread: shown as nothing proven).
+    let promotion = match quarantined {
+        Some(q) => ops.promotion_status(policy, q, now, &mut problems).await,
+        None if policy.promotion.is_some() => {
+            json!({"from": policy.promotion.as_ref().and_then(|p| p.from.clone()), "candidates": [], "next": null})
+        }
+        None => Value::Null,
+    };
+
     let paused = match record.as_ref().and_then(|r| r.paused.clone()) {
         Some(p) => {
             json!({"by": "operator", "reason": p.reason, "at": instant(p.at), "caller": p.by})
@@ -224,6 +249,9 @@ async fn pool_status(
         "finished24h": finished,
         "interruptions24h": interruptions,
         "lastError": record.as_ref().and_then(|r| r.last_error.clone()),
+        "promotion": promotion,
+        "promotionWait": record.as_ref().and_then(|r| r.promotion_wait.clone()),
+        "releases": record.as_ref().map(|r| r.releases.clone()).unwrap_or_default(),
         "problems": problems,
     }))
 }
