@@ -128,3 +128,7 @@ seed quarantined v20241201 || { echo "v20241201 was not quarantined" >&2; exit 1
 seed converged test-general 6 v20241109 || { echo "test/general did not roll back" >&2; exit 1; }
 seed converged prod-apps 4 v20241109 || { echo "prod/apps left v20241109" >&2; exit 1; }
 seed pool-state test/general prod/apps
+for release in v20241109 v20241201; do
+  echo "==> nodecycle promotion $release (the release's journey through the stages)"
+  "$NODECYCLE" promotion "$release" 2>/dev/null | seed journey
+done

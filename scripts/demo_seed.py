@@ -5,7 +5,7 @@ self-managed Auto Scaling group per cluster, a managed node group on a customer 
 
 Usage: demo_seed.py seed | converged <group> <size> [<release>] | converged-nodegroup <cluster> <nodegroup> <size>
        | publish <release> <created> | publish-bad <release> <created> | golden <name> <created>
-       | summary | explain | pool-state <pool>... | quarantined <release>
+       | summary | explain | pool-state <pool>... | quarantined <release> | journey
 Environment: AWS_ENDPOINT_URL (moto), NODECYCLE_CONTROL (fake cloud control URL), NODECYCLE_TABLE,
 NODECYCLE_DEMO_STATE (optional: file where `summary` remembers which EKS calls it already showed),
 NODECYCLE_DEMO_SOAK (optional: the soak the demo gives examples/prod-apps.yaml instead of 72h).
@@ -363,6 +363,16 @@ def quarantined(release):
     sys.exit(0 if doc and not doc.get("liftedAt") else 1)
 
 
+def journey():
+    """One line per pool (indented by chain depth) of `nodecycle promotion <release>`."""
+    r = json.load(sys.stdin)
+    for q in r.get("quarantined") or []:
+        print(f"   quarantined ({q.get('by')}): {q.get('reason')}")
+    for p in r["pools"]:
+        indent = "  " * int(p.get("depth") or 0)
+        print(f"   {indent}{p['pool']:<14} {p['state']}")
+
+
 def explain():
     r = json.load(sys.stdin)
     if "error" in r:
@@ -389,6 +399,8 @@ if __name__ == "__main__":
         explain()
     elif cmd == "publish-bad":
         publish_bad("1.30", sys.argv[2], sys.argv[3])
+    elif cmd == "journey":
+        journey()
     elif cmd == "quarantined":
         quarantined(sys.argv[2])
     elif cmd == "pool-state":
