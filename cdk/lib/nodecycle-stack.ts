@@ -23,7 +23,7 @@ const FUNCTIONS = {
   AmiWatcher: { binary: "ami-watcher", timeout: 300, memory: 256, description: "Resolves every pool's amiSelectorTerms and records the desired AMI." },
   Rotator: { binary: "rotator", timeout: 120, memory: 256, description: "Replaces drifted and expired nodes within disruption budgets, one step per pass." },
   InterruptionHandler: { binary: "interruption-handler", timeout: 300, memory: 512, description: "Drains interrupted nodes at once, records maintenance rotations, answers terminate lifecycle hooks." },
-  Ops: { binary: "ops", timeout: 60, memory: 256, description: "nodecycle operator requests (status, rotate, pin, pause, resume, cancel); audited." },
+  Ops: { binary: "ops", timeout: 60, memory: 256, description: "nodecycle operator requests (status, rotate, pin, pause, resume, cancel, quarantine, unquarantine, promotion); audited." },
 } as const;
 type FunctionKey = keyof typeof FUNCTIONS;
 

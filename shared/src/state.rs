@@ -57,6 +57,10 @@ pub trait Store: Send + Sync {
         ttl: Option<DateTime<Utc>>,
     ) -> Result<u64, PortError>;
 
+    /// Waits before attempt `attempt` (1-based) of a conditional write that lost a race, so
+    /// that contenders spread out; the default does not wait.
+    async fn backoff(&self, _attempt: usize) {}
+
     /// Every item of partition `pk` whose sort key starts with `sk_prefix`, all pages.
     async fn query(
         &self,
@@ -364,7 +368,10 @@ pub async fn update_pool(
     use crate::port::ErrorKind;
     let pk = pool_pk(pool);
     let mut last = None;
-    for _ in 0..WRITE_ATTEMPTS {
+    for attempt in 0..WRITE_ATTEMPTS {
+        if attempt > 0 {
+            store.backoff(attempt).await;
+        }
         let current = store.get(&pk, POOL_STATE_SK).await?;
         let (before, expected) = match current {
             Some(v) => {

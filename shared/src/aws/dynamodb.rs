@@ -106,6 +106,19 @@ fn decode(
 
 #[async_trait]
 impl Store for Table {
+    async fn backoff(&self, attempt: usize) {
+        // 10 ms per attempt plus up to 20 ms of jitter (from the clock: no RNG dependency).
+        let jitter = u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0)
+                % 20,
+        );
+        let step = u64::try_from(attempt).unwrap_or(8).min(8) * 10;
+        tokio::time::sleep(std::time::Duration::from_millis(step + jitter)).await;
+    }
+
     async fn get(
         &self,
         pk: &str,

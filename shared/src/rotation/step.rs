@@ -89,18 +89,17 @@ pub enum Failure {
     },
 }
 
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Failure {
+    /// What failed, without what nodecycle does about it (the quarantine's reason).
+    pub fn what(&self) -> String {
         match self {
             Failure::ReplacementNotReady {
                 instance_id,
                 timeout,
                 image,
                 fresh,
-            } => write!(
-                f,
-                "replacement for {instance_id} not Ready within {} on {} (new instances: {}); \
-                 surge undone, pool halted",
+            } => format!(
+                "replacement for {instance_id} not Ready within {} on {} (new instances: {})",
                 crate::duration::format(*timeout),
                 image.as_deref().unwrap_or("an unresolved AMI"),
                 if fresh.is_empty() {
@@ -109,6 +108,16 @@ impl fmt::Display for Failure {
                     fresh.join(", ")
                 }
             ),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::ReplacementNotReady { .. } => {
+                write!(f, "{}; surge undone, pool halted", self.what())
+            }
         }
     }
 }

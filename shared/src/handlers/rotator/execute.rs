@@ -482,7 +482,7 @@ impl RotatorHandler {
                     self.halt(&r.pool, &message, now).await?;
                 }
                 if *quarantine {
-                    self.quarantine_failed(ctx, r, &message, now).await?;
+                    self.quarantine_failed(ctx, r, &why.what(), now).await?;
                 }
                 let mut failed = Rotation {
                     error: Some(message),
