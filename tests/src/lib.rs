@@ -19,6 +19,7 @@ mod http;
 mod kube;
 mod kube_client;
 mod lifecycle;
+mod runtime_api;
 mod token;
 
 pub use eks::EksTiming;
@@ -33,6 +34,7 @@ pub use kube::{
     KubeRequest, KubeStandIn, KubeState, NodeFixture, PdbFixture, PodFixture, SyncNodes,
 };
 pub use kube_client::{KubeClient, KubeResponse};
+pub use runtime_api::{Outcome, RuntimeApi};
 
 /// `rel` inside the repository checkout, located at run time: `cargo test` sets
 /// `CARGO_MANIFEST_DIR` (this crate's directory) for every test binary. The

@@ -1,0 +1,394 @@
+//! The four function binaries run as Lambda runs them: started under the Runtime API emulator
+//! (`nodecycle_tests::RuntimeApi`) with the environment template.yaml gives each (read from the
+//! template, so the two cannot drift), invoked with the events their rules deliver (`events/`)
+//! against the fake cloud. Each answers as `nodecycle run` does, reports a bad event as an error
+//! invocation (`errorType`, `errorMessage`) and serves the next invocation in the same process;
+//! the rotator starts no step when the deadline leaves too little time, and the next invocation
+//! does the work.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nodecycle_tests::{FakeCloud, Outcome, RuntimeApi, SyncNodes};
+use serde_json::{Value, json};
+use support::*;
+
+const TABLE: &str = "nodecycle-runtime";
+/// Upper bound on waiting for an answer: a hang guard, not a timing assertion.
+const WAIT: Duration = Duration::from_secs(120);
+
+fn target_dir() -> PathBuf {
+    // target/<profile>/deps/runtime-<hash> -> target/<profile>
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// A `!Ref` in the template as the stack would resolve it here: the table we created, else the
+/// parameter's default.
+fn resolve(template: &serde_norway::Value, v: &serde_norway::Value) -> String {
+    match v {
+        serde_norway::Value::String(s) => s.clone(),
+        serde_norway::Value::Number(n) => n.to_string(),
+        serde_norway::Value::Tagged(t) if t.tag == "Ref" => {
+            let name = t.value.as_str().unwrap();
+            if name == "StateTable" {
+                return TABLE.to_string();
+            }
+            let default = &template["Parameters"][name]["Default"];
+            match default {
+                serde_norway::Value::String(s) => s.clone(),
+                serde_norway::Value::Number(n) => n.to_string(),
+                other => panic!("parameter {name} has no usable default: {other:?}"),
+            }
+        }
+        other => panic!("unsupported environment value {other:?}"),
+    }
+}
+
+/// (binary, environment) of function resource `function` as template.yaml declares it: the
+/// Globals' variables, the function's own, the memory size and log level Lambda sets.
+fn function_env(function: &str) -> (String, Vec<(String, String)>) {
+    let text = std::fs::read_to_string(nodecycle_tests::repo_path("template.yaml")).unwrap();
+    let t: serde_norway::Value = serde_norway::from_str(&text).unwrap();
+    let f = &t["Resources"][function];
+    let binary = f["Metadata"]["BuildProperties"]["Binary"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut env = Vec::new();
+    for vars in [
+        &t["Globals"]["Function"]["Environment"]["Variables"],
+        &f["Properties"]["Environment"]["Variables"],
+    ] {
+        if let Some(map) = vars.as_mapping() {
+            for (k, v) in map {
+                env.push((k.as_str().unwrap().to_string(), resolve(&t, v)));
+            }
+        }
+    }
+    let memory = f["Properties"]
+        .get("MemorySize")
+        .unwrap_or(&t["Globals"]["Function"]["MemorySize"]);
+    env.push((
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE".into(),
+        resolve(&t, memory),
+    ));
+    env.push((
+        "AWS_LAMBDA_LOG_LEVEL".into(),
+        resolve(
+            &t,
+            &t["Globals"]["Function"]["LoggingConfig"]["ApplicationLogLevel"],
+        ),
+    ));
+    (binary, env)
+}
+
+/// A function process under the emulator; killed on drop. Its stdout (EMF lines) is kept.
+struct Function {
+    api: RuntimeApi,
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+}
+
+impl Function {
+    fn start(cloud: &FakeCloud, function: &str) -> Function {
+        let (binary, env) = function_env(function);
+        let api = RuntimeApi::start();
+        let path = target_dir().join(&binary);
+        assert!(path.exists(), "{} not built", path.display());
+        let mut child = Command::new(&path)
+            .envs(cloud.env_vars())
+            .envs(env)
+            .env("AWS_LAMBDA_RUNTIME_API", api.addr())
+            .env("AWS_LAMBDA_FUNCTION_NAME", format!("nodecycle-{binary}"))
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{binary}"))
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "2026/11/30/[$LATEST]0")
+            .env_remove("AWS_PROFILE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stdout.take().unwrap();
+        let sink = stdout.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Function { api, child, stdout }
+    }
+
+    fn invoke(&self, event: &Value, timeout: Duration) -> Outcome {
+        self.api
+            .invoke(event, timeout, WAIT)
+            .unwrap_or_else(|| panic!("no answer within {WAIT:?} to {event}"))
+    }
+
+    fn response(&self, event: &Value) -> Value {
+        match self.invoke(event, Duration::from_secs(300)) {
+            Outcome::Response(v) => v,
+            Outcome::Error(e) => panic!("error invocation for {event}: {e}"),
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// EMF documents printed so far.
+    fn metrics(&self) -> Vec<Value> {
+        self.stdout
+            .lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|d| d.get("_aws").is_some())
+            .collect()
+    }
+}
+
+impl Drop for Function {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn event(name: &str) -> Value {
+    let text =
+        std::fs::read_to_string(nodecycle_tests::repo_path(&format!("events/{name}"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `nodecycle run <function> --event <file>` against the same cloud and table.
+fn run_cli(cloud: &FakeCloud, function: &str, event: &Value) -> Value {
+    let file = std::env::temp_dir().join(format!(
+        "nodecycle-runtime-{}-{function}.json",
+        std::process::id()
+    ));
+    std::fs::write(&file, event.to_string()).unwrap();
+    let (_, env) = function_env(match function {
+        "ami-watcher" => "AmiWatcherFunction",
+        "rotator" => "RotatorFunction",
+        "interruption-handler" => "InterruptionHandlerFunction",
+        _ => "OpsFunction",
+    });
+    let out = Command::new(target_dir().join("nodecycle"))
+        .args(["run", function, "--event", file.to_str().unwrap()])
+        .envs(cloud.env_vars())
+        .envs(env)
+        .env("NODECYCLE_LOG", "error")
+        .env_remove("AWS_LAMBDA_LOG_LEVEL")
+        .env_remove("AWS_PROFILE")
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A cluster with one self-managed pool of 3 nodes on AL2023 v20240807: the adapters, the
+/// image and the cluster's Kubernetes stand-in.
+async fn world(cloud: &FakeCloud) -> (Adapters, String, nodecycle_tests::KubeStandIn) {
+    cloud.create_cluster("prod", "1.30");
+    let kube = cloud.create_kube("prod");
+    let published = publish_al2023(cloud, "1.30", "v20240807", "2024-08-07T00:00:00Z");
+    let old = id_of(&published, "x86_64", "standard");
+    let a = Adapters::new(cloud).await;
+    a.create_group("prod-general", &old, "m5.large", 3, 6, Some("prod"))
+        .await;
+    kube.sync_nodes(SyncNodes {
+        asg: Some("prod-general".into()),
+        ..SyncNodes::default()
+    });
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: prod-general }\narchitecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\ndisruption:\n  budgets:\n    - nodes: \"1\"\nterminationGracePeriod: 1m\n",
+    );
+    a.table(TABLE).await;
+    kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
+        (s.nodes.len() == 3).then_some(())
+    });
+    (a, old, kube)
+}
+
+/// Each function answers the event its rule delivers exactly as `nodecycle run` does, and
+/// prints its metrics as EMF.
+#[tokio::test]
+async fn each_function_answers_its_events_as_nodecycle_run_does() {
+    let cloud = FakeCloud::start();
+    let (_a, old, _kube) = world(&cloud).await;
+
+    let watcher = Function::start(&cloud, "AmiWatcherFunction");
+    let got = watcher.response(&event("scheduled-tick.json"));
+    assert_eq!(got["trigger"], "schedule", "{got}");
+    assert_eq!(got["pools"][0]["desired"], old.as_str(), "{got}");
+    let cli = run_cli(&cloud, "ami-watcher", &event("scheduled-tick.json"));
+    assert_eq!(
+        (
+            &cli["trigger"],
+            &cli["pools"][0]["pool"],
+            &cli["pools"][0]["desired"]
+        ),
+        (
+            &got["trigger"],
+            &got["pools"][0]["pool"],
+            &got["pools"][0]["desired"]
+        )
+    );
+    assert!(
+        watcher
+            .metrics()
+            .iter()
+            .any(|d| d["ResolutionFailures"] == 0.0 && d["Pool"] == "prod/general"),
+        "EMF: {:?}",
+        watcher.metrics()
+    );
+
+    let rotator = Function::start(&cloud, "RotatorFunction");
+    let got = rotator.response(&event("scheduled-tick.json"));
+    assert_eq!(got["clusters"]["prod"], "done", "{got}");
+    let cli = run_cli(&cloud, "rotator", &event("scheduled-tick.json"));
+    assert_eq!(cli["clusters"], got["clusters"]);
+    assert_eq!(cli["pools"][0]["pool"], got["pools"][0]["pool"]);
+    assert_eq!(cli["pools"][0]["allowed"], got["pools"][0]["allowed"]);
+    assert!(
+        rotator
+            .metrics()
+            .iter()
+            .any(|d| d["PoolsHalted"] == 0.0 && d["Pool"] == "prod/general")
+    );
+
+    // The same warning twice under different event ids (the second would be a duplicate).
+    let handler = Function::start(&cloud, "InterruptionHandlerFunction");
+    let mut warning = event("spot-interruption-warning.json");
+    let got = handler.response(&warning);
+    warning["id"] = json!("7f1d3a2b-0000-4000-8000-000000000002");
+    let cli = run_cli(&cloud, "interruption-handler", &warning);
+    assert_eq!(cli["kind"], got["kind"], "{cli} vs {got}");
+    let actions = |v: &Value| -> Vec<Value> {
+        v["outcomes"]
+            .as_array()
+            .map(|o| o.iter().map(|x| x["action"].clone()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(actions(&cli), actions(&got), "{cli} vs {got}");
+
+    let ops = Function::start(&cloud, "OpsFunction");
+    let request = json!({"action": "status", "pool": "prod/general"});
+    let got = ops.response(&request);
+    let cli = run_cli(&cloud, "ops", &request);
+    let keys = |v: &Value| -> Vec<String> {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(keys(&cli), keys(&got), "{cli} vs {got}");
+    assert!(ops.metrics().is_empty(), "ops prints no metrics");
+}
+
+/// A bad event is an error invocation as Lambda records it, and the same process serves the
+/// next one (warm).
+#[tokio::test]
+async fn a_bad_event_is_an_error_invocation_and_the_process_serves_on() {
+    let cloud = FakeCloud::start();
+    let _world = world(&cloud).await;
+    let cases = [
+        (
+            "AmiWatcherFunction",
+            json!({"detail-type": "Parameter Store Change", "source": "aws.ssm", "detail": {"operation": "Update"}}),
+            event("scheduled-tick.json"),
+        ),
+        (
+            "RotatorFunction",
+            json!({"clusters": "prod"}),
+            event("scheduled-tick.json"),
+        ),
+        (
+            "InterruptionHandlerFunction",
+            json!({"detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2", "detail": {}}),
+            event("instance-state-change.json"),
+        ),
+        (
+            "OpsFunction",
+            json!({"action": "explode"}),
+            json!({"action": "status"}),
+        ),
+    ];
+    for (function, bad, good) in cases {
+        let mut f = Function::start(&cloud, function);
+        match f.invoke(&bad, Duration::from_secs(60)) {
+            Outcome::Error(e) => {
+                assert!(
+                    e["errorType"].as_str().is_some_and(|t| !t.is_empty())
+                        && e["errorMessage"].as_str().is_some_and(|m| !m.is_empty()),
+                    "{function}: {e}"
+                );
+            }
+            Outcome::Response(v) => panic!("{function}: {bad} answered {v}"),
+        }
+        let warm = f.response(&good);
+        assert!(warm.is_object(), "{function}: {warm}");
+        assert!(f.alive(), "{function} exited after an error invocation");
+        assert!(f.api.next_requests() >= 2, "{function}");
+        assert!(f.api.init_error().is_none(), "{function}");
+    }
+}
+
+/// The rotator honours the deadline Lambda gives: with less time left than its reserve it
+/// starts no step (nothing launched), and the next invocation does the work.
+#[tokio::test]
+async fn the_rotator_starts_no_step_without_time_and_the_next_invocation_does() {
+    let cloud = FakeCloud::start();
+    let (a, _, _kube) = world(&cloud).await;
+    let watcher = Function::start(&cloud, "AmiWatcherFunction");
+    watcher.response(&event("scheduled-tick.json"));
+    publish_al2023(&cloud, "1.30", "v20241109", "2024-11-09T00:00:00Z");
+    watcher.response(&event("scheduled-tick.json"));
+    let capacity = |a: &Adapters| {
+        let c = a.clients.autoscaling.clone();
+        async move {
+            c.describe_auto_scaling_groups()
+                .auto_scaling_group_names("prod-general")
+                .send()
+                .await
+                .unwrap()
+                .auto_scaling_groups()[0]
+                .desired_capacity()
+                .unwrap()
+        }
+    };
+    let rotator = Function::start(&cloud, "RotatorFunction");
+    // 5 s left: under the rotator's 20 s reserve.
+    let short = match rotator.invoke(&event("scheduled-tick.json"), Duration::from_secs(5)) {
+        Outcome::Response(v) => v,
+        Outcome::Error(e) => panic!("{e}"),
+    };
+    assert_eq!(capacity(&a).await, 3, "no surge launched: {short}");
+    assert!(
+        short["pools"][0]["steps"]
+            .as_array()
+            .is_none_or(|s| s.is_empty()),
+        "{short}"
+    );
+    let full = rotator.response(&event("scheduled-tick.json"));
+    assert!(
+        !full["pools"][0]["steps"].as_array().unwrap().is_empty() || capacity(&a).await == 4,
+        "the next invocation works: {full}"
+    );
+    assert_eq!(capacity(&a).await, 4, "{full}");
+}
