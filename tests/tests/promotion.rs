@@ -138,6 +138,16 @@ async fn a_bad_release_is_quarantined_and_rolled_back_in_test_and_never_reaches_
         .filter(|r| r.step == Step::Failed)
         .count();
     assert!(failed <= 2, "at most the budget of nodes rotated");
+    let events = s.test_kube.state().events;
+    let failures: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "RotationFailed")
+        .collect();
+    assert_eq!(failures.len(), 2, "{events:?}");
+    assert!(
+        failures.iter().all(|e| e["type"] == "Warning"),
+        "{failures:?}"
+    );
 
     // Long after any soak, prod still never desired the bad release.
     for later in [2, 6, 30] {
@@ -244,6 +254,11 @@ async fn a_good_release_reaches_prod_after_its_soak_and_rolls_within_budget() {
     .await;
     assert!(rolled, "prod rolled: {:?}", s.images("prod-general").await);
     assert_eq!(most, 1, "budget 1");
+    // `kubectl describe node` tells the story: each replaced node got its events.
+    let events = s.prod_kube.state().events;
+    let count = |reason: &str| events.iter().filter(|e| e["reason"] == reason).count();
+    assert_eq!(count("RotationStarted"), 3, "{events:?}");
+    assert_eq!(count("RotationTerminating"), 3, "{events:?}");
 }
 
 /// A promotion alarm in ALARM during the soak holds the release back until a full clean soak

@@ -150,10 +150,12 @@ impl RotatorHandler {
             let Some(v) = records.get(instance).cloned() else {
                 continue;
             };
+            let rotation = v.value.clone();
             match self.perform(&mut *ctx, v, command).await {
                 Ok(Performed::Step(from, to)) if from != to => {
                     report.metrics.step(from, to, false);
                     report.steps.push(format!("{instance}: {from:?} -> {to:?}"));
+                    node_event(ctx, &rotation, command, from, to).await;
                 }
                 Ok(Performed::Lost) => unrecorded_surges += i32::from(surge),
                 Ok(_) => {}
@@ -606,5 +608,61 @@ impl RotatorHandler {
         .await?;
         tracing::error!(pool, decision = "halted", reason = %why);
         Ok(())
+    }
+}
+
+/// The Kubernetes Event a rotation's step leaves on the old node (`kubectl describe node` tells
+/// the story: started, terminating, failed, cancelled); the drain's own events (cordon,
+/// evictions, drained) come from the drain. Best effort: a node already gone, or an API error,
+/// only logs.
+async fn node_event(ctx: &PoolCtx<'_>, r: &Rotation, command: &Command, from: Step, to: Step) {
+    let image = ctx
+        .snapshot
+        .members
+        .iter()
+        .find(|m| m.instance_id == r.instance_id)
+        .and_then(|m| m.image_id.clone())
+        .unwrap_or_else(|| "an unknown AMI".into());
+    let target = r.target.as_deref().unwrap_or("the desired AMI");
+    let event = match to {
+        Step::Surging | Step::Cordoned | Step::Draining if from == Step::Pending => {
+            k::NodeEvent::normal(
+                "RotationStarted",
+                format!(
+                    "nodecycle replaces this node ({:?}) in pool {}: {image} -> {target}",
+                    r.reason, r.pool
+                ),
+            )
+        }
+        Step::Terminating => k::NodeEvent::normal(
+            "RotationTerminating",
+            format!(
+                "nodecycle terminates this node's instance {} (drained)",
+                r.instance_id
+            ),
+        ),
+        Step::Failed => k::NodeEvent::warning(
+            "RotationFailed",
+            match command {
+                Command::Fail { why, .. } => why.to_string(),
+                _ => "the rotation failed".into(),
+            },
+        ),
+        Step::Cancelled => k::NodeEvent::normal(
+            "RotationCancelled",
+            format!("the rotation towards {target} was cancelled; the node stays"),
+        ),
+        _ => return,
+    };
+    match ctx.kube.find_node(&r.instance_id).await {
+        Ok(Some(node)) => {
+            if let Err(e) = ctx.kube.record_event(&node, &event).await {
+                tracing::warn!(pool = %r.pool, instance = %r.instance_id, error = %e, "cannot record the node event");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(pool = %r.pool, instance = %r.instance_id, error = %e, "cannot find the node for its event")
+        }
     }
 }
