@@ -7,14 +7,12 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::handlers::HandlerError;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
-use nodecycle::handlers::ops::{Invocation, OpsHandler};
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::rotation::{Rotation, Step};
 use nodecycle::state::Store;
@@ -29,11 +27,10 @@ struct Pool {
     table: Arc<Table>,
     watcher: AmiWatcher,
     rotator: RotatorHandler,
-    ops: OpsHandler,
+    operator: Operator,
     old: String,
     new: String,
     arm: String,
-    invocations: AtomicU32,
 }
 
 fn at(s: &str) -> DateTime<Utc> {
@@ -95,11 +92,10 @@ async fn pool(nodes: i32, budgets: &str, never_ready_new: bool, grace: &str) -> 
         table,
         watcher,
         rotator,
-        ops,
+        operator: Operator::new(ops),
         old,
         new,
         arm,
-        invocations: AtomicU32::new(0),
     }
 }
 
@@ -134,19 +130,11 @@ impl Pool {
     }
 
     async fn ops(&self, request: Value, now: DateTime<Utc>) -> Result<Value, HandlerError> {
-        let n = self.invocations.fetch_add(1, Ordering::SeqCst);
-        let inv = Invocation {
-            request_id: format!("req-{n}"),
-            caller: Some("arn:aws:iam::123456789012:user/alice".into()),
-        };
-        self.ops.handle(&request, &inv, now).await
+        self.operator.request(request, now).await
     }
 
     async fn ok(&self, request: Value, now: DateTime<Utc>) -> Value {
-        match self.ops(request.clone(), now).await {
-            Ok(v) => v,
-            Err(e) => panic!("{request} failed: {e}"),
-        }
+        self.operator.ok(request, now).await
     }
 
     async fn status(&self, now: DateTime<Utc>) -> Value {

@@ -11,14 +11,12 @@ mod support;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::handlers::HandlerError;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
-use nodecycle::handlers::ops::{Invocation, OpsHandler};
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::rotation::Rotation;
 use nodecycle::state::{self, PoolRecord, Store};
@@ -37,10 +35,9 @@ struct Stages {
     table: Arc<Table>,
     watcher: AmiWatcher,
     rotator: RotatorHandler,
-    ops: OpsHandler,
+    operator: Operator,
     /// The x86_64 standard image of R0, what both groups launch at the start.
     r0: String,
-    invocations: AtomicU32,
 }
 
 fn at(s: &str) -> DateTime<Utc> {
@@ -98,9 +95,8 @@ async fn stages(nodes: i32) -> Stages {
         table,
         watcher,
         rotator,
-        ops,
+        operator: Operator::new(ops),
         r0,
-        invocations: AtomicU32::new(0),
     }
 }
 
@@ -169,19 +165,11 @@ impl Stages {
     }
 
     async fn ops(&self, request: Value, now: DateTime<Utc>) -> Result<Value, HandlerError> {
-        let n = self.invocations.fetch_add(1, Ordering::SeqCst);
-        let inv = Invocation {
-            request_id: format!("req-{n}"),
-            caller: Some("arn:aws:iam::123456789012:user/alice".into()),
-        };
-        self.ops.handle(&request, &inv, now).await
+        self.operator.request(request, now).await
     }
 
     async fn ok(&self, request: Value, now: DateTime<Utc>) -> Value {
-        match self.ops(request.clone(), now).await {
-            Ok(v) => v,
-            Err(e) => panic!("{request} failed: {e}"),
-        }
+        self.operator.ok(request, now).await
     }
 
     async fn status(&self, pool: &str, now: DateTime<Utc>) -> Value {

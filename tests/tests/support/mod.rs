@@ -322,3 +322,46 @@ impl CapturedMetrics {
             .sum()
     }
 }
+
+/// Operator requests through the ops handler as alice, each invocation with its own request id.
+pub struct Operator {
+    handler: nodecycle::handlers::ops::OpsHandler,
+    invocations: std::sync::atomic::AtomicU32,
+}
+
+impl Operator {
+    pub fn new(handler: nodecycle::handlers::ops::OpsHandler) -> Operator {
+        Operator {
+            handler,
+            invocations: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// The handler's answer to `request` at `now`.
+    pub async fn request(
+        &self,
+        request: serde_json::Value,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<serde_json::Value, nodecycle::handlers::HandlerError> {
+        let n = self
+            .invocations
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let inv = nodecycle::handlers::ops::Invocation {
+            request_id: format!("req-{n}"),
+            caller: Some("arn:aws:iam::123456789012:user/alice".into()),
+        };
+        self.handler.handle(&request, &inv, now).await
+    }
+
+    /// [`Self::request`] that must succeed.
+    pub async fn ok(
+        &self,
+        request: serde_json::Value,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> serde_json::Value {
+        match self.request(request.clone(), now).await {
+            Ok(v) => v,
+            Err(e) => panic!("{request} failed: {e}"),
+        }
+    }
+}

@@ -238,7 +238,7 @@ impl OpsHandler {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ami::Architecture;
     use crate::ami::resolve::Ami;
@@ -251,7 +251,8 @@ mod tests {
             + chrono::TimeDelta::minutes(min)
     }
 
-    fn ami(id: &str, version: &str) -> Ami {
+    /// An AL2023 image from the `al2023@latest` alias, release `version`.
+    pub(crate) fn ami(id: &str, version: &str) -> Ami {
         Ami {
             id: id.into(),
             name: format!("amazon-eks-node-al2023-x86_64-standard-1.30-{version}"),

@@ -1,7 +1,5 @@
 use super::*;
-use crate::ami::Architecture;
 use crate::ami::resolve::Ami;
-use crate::ami::select::Provenance;
 use crate::promotion::{Cause, Proof};
 use crate::state::ReleaseEvent;
 
@@ -242,20 +240,7 @@ fn chains_in_order_from_their_first_pool() {
 }
 
 fn ami(id: &str, version: &str) -> Ami {
-    Ami {
-        id: id.into(),
-        name: format!("amazon-eks-node-al2023-x86_64-standard-1.30-{version}"),
-        architecture: Architecture::X86_64,
-        variant: None,
-        creation_date: "2024-11-09T00:00:00.000Z".into(),
-        deprecated: false,
-        source: Provenance {
-            term: 0,
-            field: "alias".into(),
-            value: "al2023@latest".into(),
-            parameter: None,
-        },
-    }
+    crate::handlers::ops::quarantine::tests::ami(id, version)
 }
 
 fn history(amis: &[&Ami]) -> Vec<state::HistoryEntry> {
