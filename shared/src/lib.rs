@@ -5,7 +5,9 @@
 //! default); the Lambda handlers that wire them together live in [`handlers`].
 
 pub mod ami;
+pub mod announce;
 pub mod budget;
+pub mod bus;
 pub mod clock;
 pub mod doctor;
 pub mod duration;

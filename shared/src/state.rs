@@ -141,6 +141,9 @@ pub struct PoolRecord {
     /// Why a pool with `promotion` keeps its desired AMI (what it waits for), if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promotion_wait: Option<String>,
+    /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbox: Vec<crate::bus::BusEvent>,
 }
 
 /// Release events kept per pool.
@@ -357,12 +360,15 @@ impl PoolRecord {
 /// How many times a conditional write is retried after losing a race.
 pub const WRITE_ATTEMPTS: usize = 8;
 
-/// Reads the pool record, applies `change`, and writes it back conditionally, re-reading on a
-/// lost race. Returns the record before and after. A record that `change` leaves equal is not
-/// written.
+/// Reads the pool record, applies `change`, stages the events of the transition in the
+/// record's outbox ([`crate::bus::stage_pool`] at `now`) and writes it back conditionally,
+/// re-reading on a lost race. Returns the record before and after (as written). A record that
+/// `change` leaves equal is not written. Putting the staged events is the caller's
+/// ([`crate::announce::Announcer::update_pool`]); left in the outbox, a sweep puts them.
 pub async fn update_pool(
     store: &dyn Store,
     pool: &str,
+    now: DateTime<Utc>,
     change: impl Fn(&PoolRecord) -> PoolRecord + Send + Sync,
 ) -> Result<(PoolRecord, PoolRecord), PortError> {
     use crate::port::ErrorKind;
@@ -396,6 +402,7 @@ pub async fn update_pool(
         if expected.is_some() && after == before {
             return Ok((before, after));
         }
+        let after = crate::bus::stage_pool(&before, after, now);
         let doc = serde_json::to_value(&after)
             .map_err(|e| PortError::new("state:encode", ErrorKind::Other, e.to_string()))?;
         match store.put(&pk, POOL_STATE_SK, &doc, expected, None).await {
@@ -550,8 +557,9 @@ pub async fn load_quarantine(
     Ok(crate::promotion::Quarantined(out))
 }
 
-/// Records a quarantine; `Ok(false)` when the target was already quarantined (the first entry,
-/// with its reason, stays).
+/// Records a quarantine with its *AMI Quarantined* event staged in the record's outbox;
+/// `Ok(false)` when the target was already quarantined (the first entry, with its reason,
+/// stays).
 pub async fn put_quarantine(
     store: &dyn Store,
     q: &crate::promotion::Quarantine,
@@ -559,7 +567,11 @@ pub async fn put_quarantine(
     use crate::port::ErrorKind;
     let pk = crate::promotion::quarantine::QUARANTINE_PK;
     let sk = q.target.sk();
-    let doc = serde_json::to_value(q)
+    let staged = crate::promotion::Quarantine {
+        outbox: vec![crate::bus::quarantined(q)],
+        ..q.clone()
+    };
+    let doc = serde_json::to_value(&staged)
         .map_err(|e| PortError::new("state:encode", ErrorKind::Other, e.to_string()))?;
     for _ in 0..WRITE_ATTEMPTS {
         let current = store.get(pk, &sk).await?;

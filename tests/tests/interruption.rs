@@ -171,6 +171,7 @@ async fn env(size: i32) -> Env {
         instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
         lifecycle: lifecycle.clone(),
         store: table.clone(),
+        announce: a.announce(table.clone()),
         kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
         settings: Settings {
             poll: Duration::from_millis(200),

@@ -840,6 +840,7 @@ async fn a_quarantined_release_is_rolled_back_by_a_node_group_update() {
         cause: Cause::Operator {
             request_id: "r-1".into(),
         },
+        outbox: Vec::new(),
     };
     nodecycle::state::put_quarantine(p.table.as_ref(), &q)
         .await

@@ -2,6 +2,7 @@
 //! [`PortError`]s. Nothing outside this module sees SDK types.
 
 pub mod autoscaling;
+pub mod bus;
 #[cfg(feature = "doctor")]
 pub mod cloudformation;
 pub mod cloudwatch;
@@ -37,6 +38,8 @@ pub struct Clients {
     pub autoscaling: aws_sdk_autoscaling::Client,
     /// CloudWatch (promotion alarms).
     pub cloudwatch: aws_sdk_cloudwatch::Client,
+    /// EventBridge (events out, PutEvents on the default bus).
+    pub events: aws_sdk_eventbridge::Client,
 }
 
 impl Clients {
@@ -49,6 +52,7 @@ impl Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(config),
             autoscaling: aws_sdk_autoscaling::Client::new(config),
             cloudwatch: aws_sdk_cloudwatch::Client::new(config),
+            events: aws_sdk_eventbridge::Client::new(config),
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct Ports {
     pub lifecycle: Arc<dyn LifecycleOps>,
     /// CloudWatch alarm states (promotion alarms).
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
+    /// The account's default event bus (events out).
+    pub events: Arc<dyn crate::bus::EventSink>,
     /// Where handlers put their metrics ([`crate::metrics::NoMetrics`] unless a Lambda's
     /// `main.rs` chooses [`crate::metrics::EmfStdout`]).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
@@ -81,6 +83,7 @@ impl Ports {
             alarms: Arc::new(crate::aws::cloudwatch::CloudWatch::new(
                 c.cloudwatch.clone(),
             )),
+            events: Arc::new(crate::aws::bus::EventBridge::new(c.events.clone())),
             metrics: Arc::new(crate::metrics::NoMetrics),
             #[cfg(feature = "kube")]
             kube: Arc::new(EksConnector::new(config.clone())),

@@ -260,6 +260,7 @@ mod tests {
             cause: Cause::Operator {
                 request_id: "r".into(),
             },
+            outbox: Vec::new(),
         }]);
         assert!(
             matches!(best_proven(&older, soak, &clean, &q, false, t(90)), Proof::Proven { ref release, .. } if *release == r0)

@@ -81,6 +81,9 @@ pub struct Quarantine {
     /// What caused it.
     #[serde(flatten)]
     pub cause: Cause,
+    /// Its *AMI Quarantined* event until put on the bus (see [`crate::bus`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbox: Vec<crate::bus::BusEvent>,
 }
 
 /// Every quarantine entry in force.

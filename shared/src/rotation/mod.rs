@@ -181,6 +181,21 @@ pub struct Rotation {
     /// towards an AMI that is quarantined meanwhile is cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbox: Vec<crate::bus::BusEvent>,
+}
+
+/// Finished rotation records are kept this long (for `status`), then expire.
+pub const DONE_RETENTION_DAYS: i64 = 7;
+
+/// When `rotation`'s record expires: [`DONE_RETENTION_DAYS`] after it finished; never while
+/// in flight.
+pub fn retention(rotation: &Rotation) -> Option<DateTime<Utc>> {
+    rotation
+        .step
+        .is_finished()
+        .then(|| rotation.step_at + chrono::Duration::days(DONE_RETENTION_DAYS))
 }
 
 /// How a queued (operator) rotation is released by the planner.
@@ -222,6 +237,7 @@ impl Rotation {
             error: None,
             queued: None,
             target: None,
+            outbox: Vec::new(),
         }
     }
 

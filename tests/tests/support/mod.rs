@@ -174,6 +174,16 @@ impl Adapters {
         ))
     }
 
+    /// Transitions recorded in `table`, their events put on the fake cloud's default bus.
+    pub fn announce(&self, table: Arc<Table>) -> nodecycle::announce::Announcer {
+        nodecycle::announce::Announcer::new(
+            table,
+            Arc::new(nodecycle::aws::bus::EventBridge::new(
+                self.clients.events.clone(),
+            )),
+        )
+    }
+
     /// The ami-watcher over these adapters: policies from `policies`, state in `table`.
     pub fn watcher(
         &self,
@@ -186,7 +196,8 @@ impl Adapters {
             images: Arc::new(self.ec2.clone()),
             clusters: Arc::new(self.eks.clone()),
             groups: Arc::new(self.groups.clone()),
-            store: table,
+            store: table.clone(),
+            announce: self.announce(table),
             alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
                 self.clients.cloudwatch.clone(),
             )),
@@ -215,7 +226,8 @@ impl Adapters {
                 self.clients.ec2.clone(),
             )),
             parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
-            store: table,
+            store: table.clone(),
+            announce: self.announce(table),
             kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
             settings: Settings {
                 drain_step: std::time::Duration::from_secs(5),

@@ -231,8 +231,9 @@ impl AmiWatcher {
                         pool: pool.clone(),
                         alarm: alarm.clone(),
                     },
+                    outbox: Vec::new(),
                 };
-                return match state::put_quarantine(self.store.as_ref(), &q).await {
+                return match self.announce.put_quarantine(&q).await {
                     Ok(_) => {
                         tracing::error!(pool = %pool, release = %release, alarm = %alarm, decision = "quarantined", "promotion alarm fired during the rollout; the rotator rolls back");
                         Choice::Keep {

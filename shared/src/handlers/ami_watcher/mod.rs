@@ -40,6 +40,8 @@ pub struct AmiWatcher {
     pub groups: Arc<dyn NodeGroupCatalog>,
     /// The state table.
     pub store: Arc<dyn Store>,
+    /// Records transitions' events and puts them on the bus (same table as `store`).
+    pub announce: crate::announce::Announcer,
     /// CloudWatch alarm states (`promotion.alarms`).
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
     /// Where `ResolutionFailures` per pool goes (EMF on stdout in the Lambda).
@@ -287,40 +289,42 @@ impl AmiWatcher {
         let choice = self
             .choose(resolver, policy, record.as_ref(), quarantined, now)
             .await;
-        let written = state::update_pool(self.store.as_ref(), &pool, |rec| match &choice {
-            choose::Choice::Take {
-                ami,
-                kubernetes_version,
-                promoted,
-            } => {
-                let mut next = rec.apply(&Observation::Resolved {
-                    at: now,
-                    kubernetes_version: kubernetes_version.clone(),
-                    desired: (**ami).clone(),
-                });
-                next.promotion_wait = None;
-                let changed = rec.desired.as_ref().map(|d| &d.id) != Some(&ami.id)
-                    && next.desired.as_ref().map(|d| &d.id) == Some(&ami.id);
-                if let (true, Some(how)) = (changed, promoted) {
-                    next.push_release(state::ReleaseEvent {
-                        release: crate::promotion::release_of(ami),
-                        image: ami.id.clone(),
+        let written = self
+            .announce
+            .update_pool(&pool, now, |rec| match &choice {
+                choose::Choice::Take {
+                    ami,
+                    kubernetes_version,
+                    promoted,
+                } => {
+                    let mut next = rec.apply(&Observation::Resolved {
                         at: now,
-                        how: how.clone(),
+                        kubernetes_version: kubernetes_version.clone(),
+                        desired: (**ami).clone(),
                     });
+                    next.promotion_wait = None;
+                    let changed = rec.desired.as_ref().map(|d| &d.id) != Some(&ami.id)
+                        && next.desired.as_ref().map(|d| &d.id) == Some(&ami.id);
+                    if let (true, Some(how)) = (changed, promoted) {
+                        next.push_release(state::ReleaseEvent {
+                            release: crate::promotion::release_of(ami),
+                            image: ami.id.clone(),
+                            at: now,
+                            how: how.clone(),
+                        });
+                    }
+                    next
                 }
-                next
-            }
-            choose::Choice::Keep { why } => PoolRecord {
-                promotion_wait: (!why.is_empty()).then(|| why.clone()),
-                ..rec.clone()
-            },
-            choose::Choice::Failed { message } => rec.apply(&Observation::Failed {
-                at: now,
-                message: message.clone(),
-            }),
-        })
-        .await;
+                choose::Choice::Keep { why } => PoolRecord {
+                    promotion_wait: (!why.is_empty()).then(|| why.clone()),
+                    ..rec.clone()
+                },
+                choose::Choice::Failed { message } => rec.apply(&Observation::Failed {
+                    at: now,
+                    message: message.clone(),
+                }),
+            })
+            .await;
         let (before, after) = match written {
             Ok(pair) => pair,
             Err(e) => {
@@ -410,7 +414,12 @@ impl AmiWatcher {
         pool: &str,
         obs: &Observation,
     ) -> Result<(PoolRecord, PoolRecord), PortError> {
-        state::update_pool(self.store.as_ref(), pool, |rec| rec.apply(obs)).await
+        let at = match obs {
+            Observation::Resolved { at, .. } | Observation::Failed { at, .. } => *at,
+        };
+        self.announce
+            .update_pool(pool, at, |rec| rec.apply(obs))
+            .await
     }
 }
 
@@ -424,6 +433,7 @@ impl AmiWatcher {
             clusters: ports.clusters.clone(),
             groups: ports.node_groups.clone(),
             store: ports.store.clone(),
+            announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             alarms: ports.alarms.clone(),
             metrics: ports.metrics.clone(),
         }

@@ -201,6 +201,9 @@ impl InterruptionHandler {
         let sk = rotation_sk(&ours.instance_id);
         for _ in 0..state::WRITE_ATTEMPTS {
             let current = self.store.get(pk, &sk).await.map_err(internal)?;
+            let before: Option<Rotation> = current
+                .as_ref()
+                .and_then(|v| serde_json::from_value(v.value.clone()).ok());
             let (expected, next) = match &current {
                 None => (None, ours.clone()),
                 Some(v) => match serde_json::from_value::<Rotation>(v.value.clone()) {
@@ -222,11 +225,14 @@ impl InterruptionHandler {
                     _ => (Some(v.version), ours.clone()),
                 },
             };
-            let doc = serde_json::to_value(&next).map_err(internal)?;
-            match self.store.put(pk, &sk, &doc, expected, None).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.kind == ErrorKind::Conflict => continue,
-                Err(e) => return Err(internal(e)),
+            // Its Rotation Started event when this starts it; a replaced record's unput events
+            // are kept.
+            let written = (self.announce)
+                .put_rotation(before.as_ref(), next, expected, None)
+                .await
+                .map_err(internal)?;
+            if written.is_some() {
+                return Ok(());
             }
         }
         Err(internal("rotation record: too many conflicting writers"))

@@ -108,6 +108,8 @@ pub struct InterruptionHandler {
     pub lifecycle: Arc<dyn LifecycleOps>,
     /// The state table.
     pub store: Arc<dyn Store>,
+    /// Records transitions' events and puts them on the bus (same table as `store`).
+    pub announce: crate::announce::Announcer,
     /// Kubernetes access per cluster.
     pub kube: Arc<dyn KubeConnector>,
     /// Tunables.
@@ -316,13 +318,25 @@ impl InterruptionHandler {
             }
         }
         let mut handled: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut events = Vec::new();
         for o in &outcomes {
             if let Some(pool) = o.pool.as_deref()
                 && !matches!(o.action, Action::Skipped | Action::Ignored)
             {
                 *handled.entry(pool).or_default() += 1;
+                events.push(crate::bus::interruption_handled(
+                    pool,
+                    &o.instance,
+                    &o.action.to_string(),
+                    &o.reason,
+                    kind,
+                    c.id.as_deref(),
+                    clock.now(),
+                ));
             }
         }
+        // Only the delivery that won the event's claim gets here: one event per handling.
+        self.announce.put_now(&events).await;
         let records: Vec<crate::metrics::Record> = handled
             .into_iter()
             .map(|(pool, n)| crate::metrics::interruption_pool(pool, n))
@@ -492,6 +506,7 @@ impl InterruptionHandler {
             instances: ports.instances.clone(),
             lifecycle: ports.lifecycle.clone(),
             store: ports.store.clone(),
+            announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             kube: ports.kube.clone(),
             settings,
             metrics: ports.metrics.clone(),

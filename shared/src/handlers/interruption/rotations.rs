@@ -10,7 +10,6 @@ use crate::event::interruption::InstanceState;
 use crate::handlers::HandlerError;
 use crate::kube as k;
 use crate::policy::Policy;
-use crate::port::ErrorKind;
 use crate::rotation::{Release, Rotation, RotationReason, Step, rotation_sk};
 use crate::state::{self, Versioned};
 
@@ -23,7 +22,6 @@ impl InterruptionHandler {
     ) -> Result<Outcome, HandlerError> {
         let pk = state::pool_pk(&rotation.pool);
         let sk = rotation_sk(&rotation.instance_id);
-        let doc = serde_json::to_value(&rotation).map_err(internal)?;
         let outcome = |action: Action, reason: String| {
             Outcome::new(&rotation.instance_id, Some(&rotation.pool), action, reason).with(json!({
                 "reason": rotation.reason,
@@ -32,8 +30,8 @@ impl InterruptionHandler {
             }))
         };
         for _ in 0..state::WRITE_ATTEMPTS {
-            let expected = match self.store.get(&pk, &sk).await.map_err(internal)? {
-                None => None,
+            let (before, expected) = match self.store.get(&pk, &sk).await.map_err(internal)? {
+                None => (None, None),
                 Some(v) => match serde_json::from_value::<Rotation>(v.value) {
                     Ok(r) if r.in_flight() => {
                         return Ok(outcome(
@@ -44,11 +42,17 @@ impl InterruptionHandler {
                             ),
                         ));
                     }
-                    _ => Some(v.version),
+                    Ok(r) => (Some(r), Some(v.version)),
+                    Err(_) => (None, Some(v.version)),
                 },
             };
-            match self.store.put(&pk, &sk, &doc, expected, None).await {
-                Ok(_) => {
+            // A finished record's unput events are kept.
+            let written = (self.announce)
+                .put_rotation(before.as_ref(), rotation.clone(), expected, None)
+                .await
+                .map_err(internal)?;
+            match written {
+                Some(_) => {
                     return Ok(outcome(
                         Action::RotationRecorded,
                         format!(
@@ -62,8 +66,7 @@ impl InterruptionHandler {
                         ),
                     ));
                 }
-                Err(e) if e.kind == ErrorKind::Conflict => continue,
-                Err(e) => return Err(internal(e)),
+                None => continue,
             }
         }
         Err(internal("rotation record: too many conflicting writers"))
@@ -183,21 +186,18 @@ impl InterruptionHandler {
             } else {
                 r.enter(Step::Done, now)
             };
-            let doc = serde_json::to_value(&done).map_err(internal)?;
-            match self
-                .store
-                .put(
-                    &pk,
-                    &sk,
-                    &doc,
+            let written = (self.announce)
+                .put_rotation(
+                    Some(&r),
+                    done,
                     Some(version),
                     Some(now + self.settings.retention),
                 )
                 .await
-            {
-                Ok(_) => return Ok(Some(r.step)),
-                Err(e) if e.kind == ErrorKind::Conflict => continue,
-                Err(e) => return Err(internal(e)),
+                .map_err(internal)?;
+            match written {
+                Some(_) => return Ok(Some(r.step)),
+                None => continue,
             }
         }
         Err(internal("rotation record: too many conflicting writers"))

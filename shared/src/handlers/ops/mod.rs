@@ -257,11 +257,10 @@ impl OpsHandler {
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
         let by = self.by(inv, reason, now);
-        let (before, after) = state::update_pool(self.rotator.store.as_ref(), &pool, |r| {
-            change(r, by.clone()).0
-        })
-        .await
-        .map_err(internal)?;
+        let (before, after) = (self.rotator.announce)
+            .update_pool(&pool, now, |r| change(r, by.clone()).0)
+            .await
+            .map_err(internal)?;
         let (_, detail) = change(&before, by);
         let mut out = json!({
             "action": action,

@@ -153,8 +153,9 @@ impl OpsHandler {
                     cause: Cause::Operator {
                         request_id: inv.request_id.clone(),
                     },
+                    outbox: Vec::new(),
                 };
-                if state::put_quarantine(store, &q).await.map_err(internal)? {
+                if (self.rotator.announce.put_quarantine(&q).await).map_err(internal)? {
                     all.0.push(q.clone());
                     (q, true)
                 } else {
@@ -287,6 +288,7 @@ pub(crate) mod tests {
             cause: Cause::Operator {
                 request_id: "r1".into(),
             },
+            outbox: Vec::new(),
         }
     }
 

@@ -13,10 +13,9 @@ use crate::fleet::Lifecycle;
 use crate::handlers::HandlerError;
 use crate::kube as k;
 use crate::policy::Policy;
-use crate::port::ErrorKind;
 use crate::rotation::step;
-use crate::rotation::{Queue, Release, Rotation, Step, Undo, rotation_sk};
-use crate::state::{self, Versioned};
+use crate::rotation::{Queue, Release, Rotation, Step, Undo};
+use crate::state;
 
 impl OpsHandler {
     #[allow(clippy::too_many_arguments)]
@@ -121,18 +120,15 @@ impl OpsHandler {
                 continue;
             }
             let rotation = Rotation::manual(&pool, id, queue.clone(), now);
-            let doc = serde_json::to_value(&rotation).map_err(internal)?;
-            let expected = existing.get(id).map(|v| v.version);
+            // Replaces a finished record (keeping its unput events), conditionally.
+            let old = existing.get(id);
             match self
                 .rotator
-                .store
-                .put(&pk, &rotation_sk(id), &doc, expected, None)
+                .put_rotation(old.map(|v| &v.value), rotation, old.map(|v| v.version))
                 .await
             {
-                Ok(_) => queued.push(id.clone()),
-                Err(e) if e.kind == ErrorKind::Conflict => {
-                    kept.push(json!({"instance": id, "step": "recorded concurrently"}))
-                }
+                Ok(Some(_)) => queued.push(id.clone()),
+                Ok(None) => kept.push(json!({"instance": id, "step": "recorded concurrently"})),
                 Err(e) => return Err(internal(format!("cannot record rotation of {id}: {e}"))),
             }
         }
@@ -236,20 +232,13 @@ impl OpsHandler {
             if let Some(u) = &undo {
                 cancelled = cancelled.with_release(Release::Undoing(u.clone()));
             }
-            if let Some(version) = self
+            if let Some(saved) = self
                 .rotator
-                .put_rotation(&cancelled, Some(v.version))
+                .put_rotation(Some(&v.value), cancelled, Some(v.version))
                 .await
                 .map_err(internal)?
             {
-                claimed = Some((
-                    v.value,
-                    Versioned {
-                        value: cancelled,
-                        version,
-                    },
-                    undo,
-                ));
+                claimed = Some((v.value, saved, undo));
                 break;
             }
         }

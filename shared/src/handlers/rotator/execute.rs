@@ -16,13 +16,10 @@ use crate::fleet::Snapshot;
 use crate::kube::{self as k, DrainState, NodeOps};
 use crate::plan::{self, Action};
 use crate::policy::Policy;
-use crate::port::{ErrorKind, PortError};
+use crate::port::PortError;
 use crate::rotation::step::{self, Command, FinishReason, PoolView};
-use crate::rotation::{Release, Rotation, Step, Surge, Undo, rotation_sk};
+use crate::rotation::{Release, Rotation, Step, Surge, Undo};
 use crate::state::{self, RecordedError, Versioned};
-
-/// Finished rotation records are kept this long (for `status`), then expire.
-pub(crate) const DONE_RETENTION_DAYS: i64 = 7;
 
 /// Everything one pool's pass needs.
 pub(super) struct PoolCtx<'a> {
@@ -99,27 +96,26 @@ impl RotatorHandler {
                 _ => None,
             })
             .collect();
+        let swept = (self.announce)
+            .sweep_pool(&plan.pool, ctx.record.as_ref(), &mut records, now)
+            .await;
+        report.events_swept = swept.put;
         for rotation in plan.rotations_to_start(now) {
             // A finished record of the same instance is replaced, conditionally.
-            let expected = records.get(&rotation.instance_id).map(|v| v.version);
-            match self.put_rotation(&rotation, expected).await {
-                Ok(Some(version)) => {
-                    tracing::info!(pool = %plan.pool, instance = %rotation.instance_id, reason = ?rotation.reason, forced = rotation.forced, decision = "rotation started");
-                    report.started.push(rotation.instance_id.clone());
-                    moving.insert(rotation.instance_id.clone());
-                    records.insert(
-                        rotation.instance_id.clone(),
-                        Versioned {
-                            value: rotation,
-                            version,
-                        },
-                    );
+            let old = records.get(&rotation.instance_id);
+            let (before, expected) = (old.map(|v| v.value.clone()), old.map(|v| v.version));
+            let instance = rotation.instance_id.clone();
+            match self.put_rotation(before.as_ref(), rotation, expected).await {
+                Ok(Some(v)) => {
+                    tracing::info!(pool = %plan.pool, instance = %instance, reason = ?v.value.reason, forced = v.value.forced, decision = "rotation started");
+                    report.started.push(instance.clone());
+                    moving.insert(instance.clone());
+                    records.insert(instance, v);
                 }
                 Ok(None) => {}
-                Err(e) => report.errors.push(format!(
-                    "cannot record rotation of {}: {e}",
-                    rotation.instance_id
-                )),
+                Err(e) => report
+                    .errors
+                    .push(format!("cannot record rotation of {instance}: {e}")),
             }
         }
         let rotations: Vec<Rotation> = records.values().map(|v| v.value.clone()).collect();
@@ -197,33 +193,19 @@ impl RotatorHandler {
         Ok(())
     }
 
-    /// Writes `rotation` conditionally (`expected` = the version read, `None` = must not
-    /// exist). `Ok(None)` when another writer won.
+    /// Writes `rotation` over `before` conditionally (`expected` = the version read, `None` =
+    /// must not exist), its transition's event staged and put ([`crate::announce`]).
+    /// `Ok(None)` when another writer won; else the record as stored.
     pub(crate) async fn put_rotation(
         &self,
-        rotation: &Rotation,
+        before: Option<&Rotation>,
+        rotation: Rotation,
         expected: Option<u64>,
-    ) -> Result<Option<u64>, PortError> {
-        let doc = serde_json::to_value(rotation).map_err(|e| PortError::other("encode", e))?;
-        let ttl = rotation
-            .step
-            .is_finished()
-            .then(|| rotation.step_at + chrono::Duration::days(DONE_RETENTION_DAYS));
-        match self
-            .store
-            .put(
-                &state::pool_pk(&rotation.pool),
-                &rotation_sk(&rotation.instance_id),
-                &doc,
-                expected,
-                ttl,
-            )
+    ) -> Result<Option<Versioned<Rotation>>, PortError> {
+        let ttl = crate::rotation::retention(&rotation);
+        self.announce
+            .put_rotation(before, rotation, expected, ttl)
             .await
-        {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
-            Err(e) => Err(e),
-        }
     }
 
     /// [`Self::put_rotation`] over `v`, returning the new record.
@@ -232,13 +214,8 @@ impl RotatorHandler {
         v: &Versioned<Rotation>,
         next: Rotation,
     ) -> Result<Option<Versioned<Rotation>>, PortError> {
-        Ok(self
-            .put_rotation(&next, Some(v.version))
-            .await?
-            .map(|version| Versioned {
-                value: next,
-                version,
-            }))
+        self.put_rotation(Some(&v.value), next, Some(v.version))
+            .await
     }
 
     /// Gives back the surge unit of `v` with `undo`: records the intent (unless recorded), performs
@@ -580,8 +557,9 @@ impl RotatorHandler {
                 pool: r.pool.clone(),
                 instance: r.instance_id.clone(),
             },
+            outbox: Vec::new(),
         };
-        let new = state::put_quarantine(self.store.as_ref(), &q).await?;
+        let new = self.announce.put_quarantine(&q).await?;
         if new {
             tracing::error!(pool = %r.pool, target = %target, decision = "quarantined", reason = %why, "no pool takes it again; this pool rolls back");
         }
@@ -601,11 +579,12 @@ impl RotatorHandler {
             message: why.to_string(),
             at: now,
         };
-        state::update_pool(self.store.as_ref(), pool, |r| state::PoolRecord {
-            halted: r.halted.clone().or_else(|| Some(halt.clone())),
-            ..r.clone()
-        })
-        .await?;
+        self.announce
+            .update_pool(pool, now, |r| state::PoolRecord {
+                halted: r.halted.clone().or_else(|| Some(halt.clone())),
+                ..r.clone()
+            })
+            .await?;
         tracing::error!(pool, decision = "halted", reason = %why);
         Ok(())
     }

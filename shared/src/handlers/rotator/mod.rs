@@ -99,6 +99,8 @@ pub struct RotatorHandler {
     pub parameters: Arc<dyn ParameterStore>,
     /// The state table.
     pub store: Arc<dyn Store>,
+    /// Records transitions' events and puts them on the bus (same table as `store`).
+    pub announce: crate::announce::Announcer,
     /// Kubernetes access per cluster.
     pub kube: Arc<dyn KubeConnector>,
     /// Tunables.
@@ -129,9 +131,16 @@ pub struct PoolReport {
     pub rolled_back: Option<String>,
     /// Errors (the pass continues with other pools).
     pub errors: Vec<String>,
+    /// Events a writer had left in this pool's outboxes, put by this pass's sweep.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub events_swept: usize,
     /// The pass counted for metrics.
     #[serde(skip)]
     pub metrics: crate::metrics::PoolPass,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A pool's plan as [`RotatorHandler::preview`] gives it. Serializes as the plan's JSON; a
@@ -274,6 +283,7 @@ impl RotatorHandler {
             self.release(&lease, clock.now()).await;
             clusters.insert(cluster, "done".into());
         }
+        self.announce.sweep_quarantine(clock.now()).await;
         let records: Vec<crate::metrics::Record> = reports
             .iter()
             .flat_map(|r| crate::metrics::rotator_pool(&r.pool, &r.metrics, r.allowed.as_ref()))
@@ -383,6 +393,12 @@ impl RotatorHandler {
         };
         report.metrics.observe(&ctx.snapshot, now);
         if let Some(group) = &observed.managed {
+            // A managed node group has no rotation records: only its state record is swept
+            // (a self-managed group's are swept by the executor, with its rotation records).
+            let swept = (self.announce)
+                .sweep_pool(&report.pool, ctx.record.as_ref(), &mut BTreeMap::new(), now)
+                .await;
+            report.events_swept = swept.put;
             self.managed_pass(policy, group, &mut ctx, deadline, report)
                 .await?;
         } else {
@@ -408,19 +424,21 @@ impl RotatorHandler {
                 reason,
                 lift_halt,
             } => {
-                state::update_pool(self.store.as_ref(), &pool, |r| {
-                    r.roll_back(&target, &reason, lift_halt, now)
-                })
-                .await?;
+                self.announce
+                    .update_pool(&pool, now, |r| {
+                        r.roll_back(&target, &reason, lift_halt, now)
+                    })
+                    .await?;
                 tracing::warn!(pool = %pool, target = %target.id, lift_halt, decision = "rolled back", reason = %reason, "desired AMI quarantined: back to the previous one");
                 report.rolled_back = Some(target.id.clone());
             }
             Rollback::Unpin { reason } => {
-                state::update_pool(self.store.as_ref(), &pool, |r| state::PoolRecord {
-                    pin: None,
-                    ..r.clone()
-                })
-                .await?;
+                self.announce
+                    .update_pool(&pool, now, |r| state::PoolRecord {
+                        pin: None,
+                        ..r.clone()
+                    })
+                    .await?;
                 tracing::warn!(pool = %pool, decision = "unpinned", reason = %reason);
             }
             Rollback::Nowhere { reason } => {
@@ -448,16 +466,18 @@ impl RotatorHandler {
             return;
         }
         let pool = ctx.policy.pool_id();
-        let result = state::update_pool(self.store.as_ref(), &pool, |r| {
-            match crate::promotion::ledger::observe(&r.ledger, current, now) {
-                Some(ledger) => state::PoolRecord {
-                    ledger,
-                    ..r.clone()
-                },
-                None => r.clone(),
-            }
-        })
-        .await;
+        let result = self
+            .announce
+            .update_pool(&pool, now, |r| {
+                match crate::promotion::ledger::observe(&r.ledger, current, now) {
+                    Some(ledger) => state::PoolRecord {
+                        ledger,
+                        ..r.clone()
+                    },
+                    None => r.clone(),
+                }
+            })
+            .await;
         match result {
             Ok(_) => {
                 tracing::info!(pool = %pool, fully_on = ?current.map(|(r, _)| r.to_string()), decision = "soak ledger")
@@ -516,6 +536,7 @@ impl RotatorHandler {
             managed: ports.managed.clone(),
             parameters: ports.parameters.clone(),
             store: ports.store.clone(),
+            announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             kube: ports.kube.clone(),
             settings,
             metrics: ports.metrics.clone(),

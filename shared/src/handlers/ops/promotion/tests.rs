@@ -32,6 +32,7 @@ fn quarantine(target: Target) -> Quarantine {
         cause: Cause::Operator {
             request_id: "r".into(),
         },
+        outbox: Vec::new(),
     }
 }
 

@@ -1,0 +1,376 @@
+//! Announcing recorded transitions on the bus: the writes that stage a transition's event in
+//! the record they change ([`crate::bus`] decides which), the put that follows a won write, and
+//! the sweep that puts what a crashed or refused writer left behind.
+//!
+//! Contract: an event is staged only by the writer whose conditional write recorded the
+//! transition, so a retried or concurrent pass that finds the transition already recorded
+//! stages nothing. The writer puts what it staged at once and removes what the bus accepted
+//! from the record's outbox; anything left there is put by a later [`Announcer::sweep_pool`]
+//! once [`bus::SETTLE`] old (the same `eventId`), or dropped with an error log once
+//! [`bus::MAX_AGE`] old.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::bus::{self, BusEvent, EventSink};
+use crate::port::{ErrorKind, PortError};
+use crate::rotation::Rotation;
+use crate::state::{self, PoolRecord, Store, Versioned};
+
+/// The state table and the bus, for handlers that record transitions.
+#[derive(Clone)]
+pub struct Announcer {
+    store: Arc<dyn Store>,
+    sink: Arc<dyn EventSink>,
+}
+
+/// What a sweep did (counts, for the pass report).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Swept {
+    /// Events put that their writer had left behind.
+    pub put: usize,
+    /// Events dropped unput (older than [`bus::MAX_AGE`]).
+    pub dropped: usize,
+}
+
+impl Announcer {
+    /// Announces through `sink`, recording in `store`.
+    pub fn new(store: Arc<dyn Store>, sink: Arc<dyn EventSink>) -> Announcer {
+        Announcer { store, sink }
+    }
+
+    /// The state table.
+    pub fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
+    /// [`state::update_pool`] (which stages the write's events), then puts what this write
+    /// staged and removes it from the record's outbox. Returns the record before and after the
+    /// change (the outbox as written).
+    pub async fn update_pool(
+        &self,
+        pool: &str,
+        now: DateTime<Utc>,
+        change: impl Fn(&PoolRecord) -> PoolRecord + Send + Sync,
+    ) -> Result<(PoolRecord, PoolRecord), PortError> {
+        let (before, after) = state::update_pool(self.store(), pool, now, change).await?;
+        let staged: Vec<BusEvent> = bus::staged(&before.outbox, &after.outbox)
+            .into_iter()
+            .cloned()
+            .collect();
+        if !staged.is_empty() {
+            self.deliver_pool(pool, &staged, now).await;
+        }
+        Ok((before, after))
+    }
+
+    /// Writes rotation `next` over `before` (read at version `expected`; `None`: the record
+    /// must not exist) with its transition's event staged, then puts that event and removes it
+    /// from the outbox. `Ok(None)` when another writer won the write. The returned record is
+    /// as stored (its latest version).
+    pub async fn put_rotation(
+        &self,
+        before: Option<&Rotation>,
+        next: Rotation,
+        expected: Option<u64>,
+        ttl: Option<DateTime<Utc>>,
+    ) -> Result<Option<Versioned<Rotation>>, PortError> {
+        let next = bus::stage_rotation(before, next);
+        let staged: Vec<BusEvent> = bus::staged(
+            before.map(|b| b.outbox.as_slice()).unwrap_or_default(),
+            &next.outbox,
+        )
+        .into_iter()
+        .cloned()
+        .collect();
+        let Some(version) = write_rotation(self.store(), &next, expected, ttl).await? else {
+            return Ok(None);
+        };
+        let written = Versioned {
+            value: next,
+            version,
+        };
+        if staged.is_empty() {
+            return Ok(Some(written));
+        }
+        Ok(Some(self.deliver_rotation(written, &staged, ttl).await))
+    }
+
+    /// [`state::put_quarantine`] (which stages the *AMI Quarantined* event), then puts it.
+    /// `Ok(false)` when the target was already quarantined (nothing staged).
+    pub async fn put_quarantine(
+        &self,
+        q: &crate::promotion::Quarantine,
+    ) -> Result<bool, PortError> {
+        let staged = bus::quarantined(q);
+        if !state::put_quarantine(self.store(), q).await? {
+            return Ok(false);
+        }
+        let accepted = self.put(std::slice::from_ref(&staged)).await;
+        if !accepted.is_empty() {
+            let sk = q.target.sk();
+            if let Err(e) = remove_from(self.store(), QUARANTINE_PK, &sk, &accepted).await {
+                tracing::warn!(error = %e, "quarantine event put; removing it from the outbox failed (the sweep will put it again)");
+            }
+        }
+        Ok(true)
+    }
+
+    /// Puts `events` now (no outbox: transitions whose record has none). Logs refusals.
+    pub async fn put_now(&self, events: &[BusEvent]) {
+        self.put(events).await;
+    }
+
+    /// Puts the events left in pool `pool`'s state record (`record`, as read) and rotation
+    /// records (`rotations`, as read; updated in place to what is stored after the sweep) once
+    /// [`bus::SETTLE`] old, removing what the bus accepted; drops (logs) those older than
+    /// [`bus::MAX_AGE`].
+    pub async fn sweep_pool(
+        &self,
+        pool: &str,
+        record: Option<&PoolRecord>,
+        rotations: &mut std::collections::BTreeMap<String, Versioned<Rotation>>,
+        now: DateTime<Utc>,
+    ) -> Swept {
+        let mut swept = Swept::default();
+        if let Some(r) = record
+            && let Some(gone) = self.sweep_outbox(&r.outbox, now, &mut swept).await
+        {
+            let result = state::update_pool(self.store(), pool, now, |r| PoolRecord {
+                outbox: bus::without(&r.outbox, &gone),
+                ..r.clone()
+            })
+            .await;
+            if let Err(e) = result {
+                tracing::warn!(pool, error = %e, "outbox sweep: removing put events failed (the next sweep puts them again)");
+            }
+        }
+        for v in rotations.values_mut() {
+            let Some(gone) = self.sweep_outbox(&v.value.outbox, now, &mut swept).await else {
+                continue;
+            };
+            let next = Rotation {
+                outbox: bus::without(&v.value.outbox, &gone),
+                ..v.value.clone()
+            };
+            let ttl = crate::rotation::retention(&next);
+            match write_rotation(self.store(), &next, Some(v.version), ttl).await {
+                Ok(Some(version)) => {
+                    *v = Versioned {
+                        value: next,
+                        version,
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(pool, error = %e, "outbox sweep: removing put events failed (the next sweep puts them again)")
+                }
+            }
+        }
+        swept
+    }
+
+    /// Sweeps one outbox: puts the due entries, logs the expired ones; the ids to remove
+    /// (`None`: nothing to do).
+    async fn sweep_outbox(
+        &self,
+        outbox: &[BusEvent],
+        now: DateTime<Utc>,
+        swept: &mut Swept,
+    ) -> Option<Vec<String>> {
+        let s = bus::sweep(outbox, now);
+        if s.due.is_empty() && s.expired.is_empty() {
+            return None;
+        }
+        let due: Vec<BusEvent> = s.due.into_iter().cloned().collect();
+        log_expired(&s.expired);
+        let expired = ids(&s.expired);
+        swept.dropped += expired.len();
+        let mut gone = self.put(&due).await;
+        swept.put += gone.len();
+        gone.extend(expired);
+        (!gone.is_empty()).then_some(gone)
+    }
+
+    /// Puts the quarantine records' leftover events (see [`Announcer::sweep_pool`]).
+    pub async fn sweep_quarantine(&self, now: DateTime<Utc>) -> Swept {
+        let mut swept = Swept::default();
+        let items = match self.store.query(QUARANTINE_PK, "Q#").await {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::warn!(error = %e, "outbox sweep: quarantine records unreadable");
+                return swept;
+            }
+        };
+        for (sk, v) in items {
+            let outbox: Vec<BusEvent> = v
+                .value
+                .get("outbox")
+                .and_then(|o| serde_json::from_value(o.clone()).ok())
+                .unwrap_or_default();
+            let Some(gone) = self.sweep_outbox(&outbox, now, &mut swept).await else {
+                continue;
+            };
+            if let Err(e) = remove_from(self.store(), QUARANTINE_PK, &sk, &gone).await {
+                tracing::warn!(error = %e, "outbox sweep: removing put events failed (the next sweep puts them again)");
+            }
+        }
+        swept
+    }
+
+    /// Puts `events` in batches of [`bus::PUT_LIMIT`]; returns the ids the bus accepted.
+    async fn put(&self, events: &[BusEvent]) -> Vec<String> {
+        let mut accepted = Vec::new();
+        for batch in events.chunks(bus::PUT_LIMIT) {
+            match self.sink.put(batch).await {
+                Ok(refused) => {
+                    for r in &refused {
+                        tracing::warn!(event_id = %r.event_id, error = %r.error, "event refused by the bus; kept in the outbox for the next sweep");
+                    }
+                    for e in batch {
+                        if !refused.iter().any(|r| r.event_id == e.id()) {
+                            tracing::info!(event_id = %e.id(), detail_type = e.kind.detail_type(), pool = %e.detail.pool, decision = "event put");
+                            accepted.push(e.id().to_string());
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, events = batch.len(), "PutEvents failed; events kept in the outbox for the next sweep (check events:PutEvents on the default bus)");
+                }
+            }
+        }
+        accepted
+    }
+
+    async fn deliver_pool(&self, pool: &str, staged: &[BusEvent], now: DateTime<Utc>) {
+        let accepted = self.put(staged).await;
+        if accepted.is_empty() {
+            return;
+        }
+        let result = state::update_pool(self.store(), pool, now, |r| PoolRecord {
+            outbox: bus::without(&r.outbox, &accepted),
+            ..r.clone()
+        })
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(pool, error = %e, "events put; removing them from the outbox failed (the sweep will put them again)");
+        }
+    }
+
+    async fn deliver_rotation(
+        &self,
+        mut written: Versioned<Rotation>,
+        staged: &[BusEvent],
+        ttl: Option<DateTime<Utc>>,
+    ) -> Versioned<Rotation> {
+        let accepted = self.put(staged).await;
+        if accepted.is_empty() {
+            return written;
+        }
+        let next = Rotation {
+            outbox: bus::without(&written.value.outbox, &accepted),
+            ..written.value.clone()
+        };
+        // Conditional on the version just written: a writer that moved on since keeps the
+        // entries, and the sweep puts them again (same eventId).
+        match write_rotation(self.store(), &next, Some(written.version), ttl).await {
+            Ok(Some(version)) => {
+                written = Versioned {
+                    value: next,
+                    version,
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "events put; removing them from the outbox failed (the sweep will put them again)")
+            }
+        }
+        written
+    }
+}
+
+use crate::promotion::quarantine::QUARANTINE_PK;
+
+/// Writes `rotation` as it is, conditionally; `Ok(None)` when another writer won.
+async fn write_rotation(
+    store: &dyn Store,
+    rotation: &Rotation,
+    expected: Option<u64>,
+    ttl: Option<DateTime<Utc>>,
+) -> Result<Option<u64>, PortError> {
+    let doc = serde_json::to_value(rotation).map_err(|e| PortError::other("encode", e))?;
+    match store
+        .put(
+            &state::pool_pk(&rotation.pool),
+            &crate::rotation::rotation_sk(&rotation.instance_id),
+            &doc,
+            expected,
+            ttl,
+        )
+        .await
+    {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes the entries `ids` from the `outbox` of item (`pk`, `sk`), re-reading on a lost race
+/// (the item's other fields are kept as they are; its TTL is not touched by the store).
+async fn remove_from(
+    store: &dyn Store,
+    pk: &str,
+    sk: &str,
+    ids: &[String],
+) -> Result<(), PortError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    for _ in 0..state::WRITE_ATTEMPTS {
+        let Some(v) = store.get(pk, sk).await? else {
+            return Ok(());
+        };
+        let outbox: Vec<BusEvent> = v
+            .value
+            .get("outbox")
+            .and_then(|o| serde_json::from_value(o.clone()).ok())
+            .unwrap_or_default();
+        let kept = bus::without(&outbox, ids);
+        if kept.len() == outbox.len() {
+            return Ok(());
+        }
+        let mut doc = v.value.clone();
+        if let Some(map) = doc.as_object_mut() {
+            if kept.is_empty() {
+                map.remove("outbox");
+            } else {
+                map.insert(
+                    "outbox".into(),
+                    serde_json::to_value(&kept).map_err(|e| PortError::other("encode", e))?,
+                );
+            }
+        }
+        match store.put(pk, sk, &doc, Some(v.version), None).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind == ErrorKind::Conflict => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(PortError::new(
+        "state:write",
+        ErrorKind::Conflict,
+        "too many conflicts",
+    ))
+}
+
+fn ids(events: &[&BusEvent]) -> Vec<String> {
+    events.iter().map(|e| e.id().to_string()).collect()
+}
+
+fn log_expired(events: &[&BusEvent]) {
+    for e in events {
+        tracing::error!(event_id = %e.id(), detail_type = e.kind.detail_type(), pool = %e.detail.pool, "event dropped unput: the bus refused it for a day (check events:PutEvents on the default bus)");
+    }
+}
