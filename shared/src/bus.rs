@@ -466,11 +466,12 @@ pub fn stage_rotation(before: Option<&Rotation>, mut after: Rotation) -> Rotatio
     after
 }
 
-/// `after`, ready to be written over `before` at `now`: the stored outbox plus the events of
-/// this write ([`pool_transitions`]).
+/// `after`, ready to be written over `before` at `now`: `after`'s outbox (the change derives
+/// it from `before`'s, and may remove entries already put) plus the events of this write
+/// ([`pool_transitions`]).
 pub fn stage_pool(before: &PoolRecord, mut after: PoolRecord, now: DateTime<Utc>) -> PoolRecord {
     let new = pool_transitions(before, &after, now);
-    after.outbox = append(before.outbox.clone(), new);
+    after.outbox = append(std::mem::take(&mut after.outbox), new);
     after
 }
 

@@ -424,6 +424,29 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         eks_access.reset()
         return {}
 
+    @op("sqs_create_queue")
+    def sqs_create_queue(args):
+        """Create a standard SQS queue (where a test's EventBridge rule sends events);
+        returns its ARN. moto's SQS, the one EventBridge targets deliver to."""
+        from moto.sqs import sqs_backends
+
+        queue = sqs_backends[ACCOUNT_ID][_region(args)].create_queue(args["name"])
+        return {"arn": queue.queue_arn}
+
+    @op("sqs_drain")
+    def sqs_drain(args):
+        """Every message body in the queue, oldest first, removing them (what a consumer
+        would have received)."""
+        from moto.sqs import sqs_backends
+
+        backend = sqs_backends[ACCOUNT_ID][_region(args)]
+        queue = backend.queues.get(args["name"])
+        if queue is None:
+            raise ControlError(f"no SQS queue {args['name']!r} in {_region(args)}")
+        bodies = [m.body for m in queue._messages]
+        queue._messages = []
+        return {"messages": bodies}
+
     @op("access_entries")
     def access_entries(args):
         """A cluster's EKS access entries as stored (test aid)."""
