@@ -46,6 +46,8 @@ export class NodecycleStack extends cdk.Stack {
     super(scope, id, props);
     const c = config;
     const clusterTag = { StringEquals: { "aws:ResourceTag/eks:cluster-name": c.clusters } };
+    // Events out: the default bus only, with source nodecycle only.
+    const eventsOut = (): iam.PolicyStatement => allow("EventsOutToDefaultBus", ["events:PutEvents"], [arnOf("events", "event-bus/default")], { StringEquals: { "events:source": "nodecycle" } });
     const describe = (...actions: string[]) => allow("Describe", actions, ["*"]);
 
     // --- state --------------------------------------------------------------------------------
@@ -85,6 +87,7 @@ export class NodecycleStack extends cdk.Stack {
         allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
         allow("DescribeClusters", ["eks:DescribeCluster", "eks:DescribeNodegroup"], clustersAndNodeGroups),
         state("PoolState"),
+        eventsOut(),
         allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],
       Rotator: [
@@ -107,12 +110,14 @@ export class NodecycleStack extends cdk.Stack {
           StringEquals: { "ec2:CreateAction": "RunInstances" },
         }),
         state("RotationState"),
+        eventsOut(),
       ],
       InterruptionHandler: [
         policyReads,
         allow("DescribeInstances", ["ec2:DescribeInstances"], ["*"]),
         allow("DescribeClusters", ["eks:DescribeCluster"], [arnOf("eks", "cluster/*")]),
         state("State"),
+        eventsOut(),
         allow("AnswerLifecycleActionsOfClusterGroups", ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"], [asgArn], clusterTag),
       ],
       Ops: [
@@ -121,6 +126,7 @@ export class NodecycleStack extends cdk.Stack {
         allow("DescribeClustersAndNodeGroups", ["eks:DescribeCluster", "eks:DescribeNodegroup", "eks:DescribeUpdate"], clustersAndNodeGroups),
         allow("UndoSurgeOfTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asgArn], clusterTag),
         state("StateAndAudit"),
+        eventsOut(),
         allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],
     };

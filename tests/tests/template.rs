@@ -871,3 +871,26 @@ fn only_the_watcher_and_ops_read_alarms_and_nothing_changes_them() {
         }
     }
 }
+
+#[test]
+fn every_function_may_put_events_on_the_default_bus_only_as_nodecycle() {
+    for params in [MINIMAL, FULL] {
+        let t = deployed(params);
+        for f in FUNCTIONS {
+            let puts = may(&t, f, "events:PutEvents");
+            assert_eq!(puts.len(), 1, "{f}: {puts:?}");
+            assert_eq!(puts[0].resource, arn("events", "event-bus/default"), "{f}");
+            assert_eq!(
+                puts[0].condition,
+                json!({"StringEquals": {"events:source": "nodecycle"}}),
+                "{f}: only events with source nodecycle"
+            );
+            for g in grants_of(&t, f) {
+                assert!(
+                    !g.action.starts_with("events:") || g.action == "events:PutEvents",
+                    "{f}: {g:?}"
+                );
+            }
+        }
+    }
+}
