@@ -231,7 +231,7 @@ impl Announcer {
                     }
                     for e in batch {
                         if !refused.iter().any(|r| r.event_id == e.id()) {
-                            tracing::info!(event_id = %e.id(), detail_type = e.kind.detail_type(), pool = %e.detail.pool, decision = "event put");
+                            tracing::info!(event_id = %e.id(), detail_type = e.kind.detail_type(), pool = %e.detail.pool, "event put on the bus");
                             accepted.push(e.id().to_string());
                         }
                     }

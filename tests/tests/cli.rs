@@ -300,7 +300,7 @@ async fn run_ami_watcher_uses_the_lambda_handler() {
     let decision = String::from_utf8_lossy(&out.stderr)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|l| l["pool"] == "prod/general")
+        .find(|l| l["pool"] == "prod/general" && l.get("decision").is_some())
         .expect("a JSON decision line for the pool");
     assert_eq!(decision["decision"], "changed");
 
