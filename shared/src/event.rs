@@ -171,6 +171,89 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
     }
 }
 
+/// Which pools a rotator pass works on, from its custom input (an EventBridge schedule
+/// target's `Input`): every pool (`{}`, `null`, or a `Scheduled Event`), the pools named in
+/// `pools` (`"<cluster>/<name>"`), the pools of the clusters named in `clusters`, or, with
+/// both, the named pools of those clusters. One schedule target per group of clusters is how
+/// passes fan out past what one invocation serves (README, *Scale*).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Only these pools (`<cluster>/<name>`).
+    pub pools: Option<Vec<String>>,
+    /// Only pools of these clusters.
+    pub clusters: Option<Vec<String>>,
+}
+
+impl Selection {
+    /// Whether the pool `pool_id` (`<cluster>/<name>`) of `cluster` is selected.
+    pub fn includes(&self, cluster: &str, pool_id: &str) -> bool {
+        self.pools
+            .as_ref()
+            .is_none_or(|p| p.iter().any(|p| p == pool_id))
+            && self
+                .clusters
+                .as_ref()
+                .is_none_or(|c| c.iter().any(|c| c == cluster))
+    }
+}
+
+/// A list of non-empty strings in field `field`, each passing `check` (else its message).
+fn string_list(
+    field: &str,
+    value: &Value,
+    what: &str,
+    check: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, InvalidEvent> {
+    let list = value
+        .as_array()
+        .ok_or_else(|| InvalidEvent::new(field, format!("expected a list of {what}")))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_str() {
+            Some(s) if !s.is_empty() && check(s) => Ok(s.to_string()),
+            _ => Err(InvalidEvent::new(
+                format!("{field}[{i}]"),
+                format!("expected {what}, got {v}"),
+            )),
+        })
+        .collect()
+}
+
+/// Parses the rotator's custom input (see [`Selection`]); anything else is an error naming the
+/// field.
+pub fn rotator_selection(payload: &Value) -> Result<Selection, InvalidEvent> {
+    let obj = match payload {
+        Value::Null => return Ok(Selection::default()),
+        Value::Object(obj) => obj,
+        other => {
+            return Err(InvalidEvent::new(
+                "(payload)",
+                format!("unexpected input {other}"),
+            ));
+        }
+    };
+    let mut selection = Selection::default();
+    for (k, v) in obj {
+        match k.as_str() {
+            "pools" => {
+                selection.pools = Some(string_list(k, v, "\"<cluster>/<name>\"", |s| {
+                    s.contains('/')
+                })?)
+            }
+            "clusters" => {
+                selection.clusters = Some(string_list(k, v, "cluster names", |s| !s.contains('/'))?)
+            }
+            other => {
+                return Err(InvalidEvent::new(
+                    other,
+                    "unknown field; expected an EventBridge event, {}, {\"pools\": [\"<cluster>/<name>\", ...]} or {\"clusters\": [\"<cluster>\", ...]}",
+                ));
+            }
+        }
+    }
+    Ok(selection)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +313,55 @@ mod tests {
             "pool"
         );
         assert!(watcher_trigger(&json!(3)).is_err());
+    }
+
+    #[test]
+    fn rotator_selections() {
+        assert_eq!(rotator_selection(&json!({})).unwrap(), Selection::default());
+        assert_eq!(
+            rotator_selection(&Value::Null).unwrap(),
+            Selection::default()
+        );
+        let s = rotator_selection(&json!({"clusters": ["prod", "stage"]})).unwrap();
+        assert!(s.includes("prod", "prod/general"));
+        assert!(!s.includes("test", "test/general"));
+        let s = rotator_selection(&json!({"clusters": ["prod"], "pools": ["prod/a", "test/b"]}))
+            .unwrap();
+        assert!(s.includes("prod", "prod/a"));
+        assert!(!s.includes("prod", "prod/b"));
+        assert!(!s.includes("test", "test/b"));
+        assert!(Selection::default().includes("any", "any/pool"));
+        assert_eq!(
+            rotator_selection(&json!({"clusters": "prod"}))
+                .unwrap_err()
+                .field,
+            "clusters"
+        );
+        assert_eq!(
+            rotator_selection(&json!({"clusters": ["prod", "a/b"]}))
+                .unwrap_err()
+                .field,
+            "clusters[1]"
+        );
+        assert_eq!(
+            rotator_selection(&json!({"clusters": [""]}))
+                .unwrap_err()
+                .field,
+            "clusters[0]"
+        );
+        assert_eq!(
+            rotator_selection(&json!({"pools": ["x"]}))
+                .unwrap_err()
+                .field,
+            "pools[0]"
+        );
+        assert_eq!(
+            rotator_selection(&json!({"cluster": "prod"}))
+                .unwrap_err()
+                .field,
+            "cluster"
+        );
+        assert!(rotator_selection(&json!([1])).is_err());
     }
 
     #[test]

@@ -57,9 +57,15 @@ impl Clients {
     }
 }
 
-/// Loads the SDK configuration from the environment (region, credentials, `AWS_ENDPOINT_URL`).
+/// Attempts per AWS call (the SDK's standard retry mode, exponential backoff with jitter):
+/// throttling slows a pass down rather than failing it.
+pub const MAX_ATTEMPTS: u32 = 10;
+
+/// Loads the SDK configuration from the environment (region, credentials, `AWS_ENDPOINT_URL`),
+/// with [`MAX_ATTEMPTS`] per call.
 pub async fn load_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
         .load()
         .await
 }

@@ -188,6 +188,12 @@ impl NodeOps for MemoryCluster {
             .collect())
     }
 
+    async fn list_all_pods(&self) -> Result<Vec<(String, PodInfo)>, KubeError> {
+        let mut inner = self.lock();
+        inner.log.push("list all pods".to_string());
+        Ok(inner.pods.clone())
+    }
+
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, KubeError> {
         let mut inner = self.lock();
         inner.log.push(format!("evict {pod}"));

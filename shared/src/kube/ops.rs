@@ -33,6 +33,10 @@ pub trait NodeOps: Send + Sync {
     /// Every pod bound to the node (field selector `spec.nodeName=<node>`), all namespaces.
     async fn list_pods(&self, node: &str) -> Result<Vec<PodInfo>, KubeError>;
 
+    /// Every pod of the cluster bound to a node, with its node's name (all namespaces, all
+    /// pages): one list instead of one per node when many nodes' pods are wanted at once.
+    async fn list_all_pods(&self) -> Result<Vec<(String, PodInfo)>, KubeError>;
+
     /// Asks the Eviction API (policy/v1) to evict the pod, with a uid precondition, so that
     /// PodDisruptionBudgets are honoured. API refusals are outcomes, not errors; only transport
     /// and authentication failures are `Err`.

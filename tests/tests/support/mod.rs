@@ -97,7 +97,12 @@ pub struct Adapters {
 
 impl Adapters {
     pub async fn new(cloud: &FakeCloud) -> Adapters {
-        let clients = Clients::new(&cloud.sdk_config().await);
+        Adapters::from_config(&cloud.sdk_config().await)
+    }
+
+    /// The adapters over an SDK configuration of the caller's (e.g. the Lambda's retries).
+    pub fn from_config(config: &aws_config::SdkConfig) -> Adapters {
+        let clients = Clients::new(config);
         Adapters {
             ssm: Ssm::new(clients.ssm.clone()),
             ec2: Ec2::new(clients.ec2.clone()),

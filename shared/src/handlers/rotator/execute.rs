@@ -633,7 +633,20 @@ async fn node_event(ctx: &PoolCtx<'_>, r: &Rotation, command: &Command, from: St
         ),
         _ => return,
     };
-    match ctx.kube.find_node(&r.instance_id).await {
+    // The node the pass observed is read by name (one GET); only an unknown one is looked for
+    // by instance (a list of the cluster's nodes).
+    let known = ctx
+        .snapshot
+        .members
+        .iter()
+        .find(|m| m.instance_id == r.instance_id)
+        .and_then(|m| m.node.as_ref())
+        .map(|n| n.name.clone());
+    let node = match known {
+        Some(name) => ctx.kube.get_node(&name).await,
+        None => ctx.kube.find_node(&r.instance_id).await,
+    };
+    match node {
         Ok(Some(node)) => {
             if let Err(e) = ctx.kube.record_event(&node, &event).await {
                 tracing::warn!(pool = %r.pool, instance = %r.instance_id, error = %e, "cannot record the node event");

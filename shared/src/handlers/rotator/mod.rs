@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::HandlerError;
 use crate::ami::resolve::ParameterStore;
 use crate::clock::Clock;
-use crate::event::{Input, parse_input};
+use crate::event::{Input, Selection, parse_input};
 use crate::fleet::{GroupOps, Snapshot};
 use crate::kube::NodeOps;
 pub use crate::kube::{EksConnector, KubeConnector};
@@ -34,6 +34,9 @@ mod managed;
 mod observe;
 
 use execute::PoolCtx;
+use observe::ClusterView;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
 /// Tunables (environment variables in the Lambda).
 #[derive(Debug, Clone)]
@@ -51,7 +54,16 @@ pub struct Settings {
     /// default 10m): an update starts only if its waves fit the open Drifted window (or no
     /// window in the next days is longer).
     pub node_group_wave: Duration,
+    /// Pools worked on at once across all clusters of a pass (`NODECYCLE_POOL_CONCURRENCY`,
+    /// default 16, 1 to 256): a pass lasts about (pools / this) x one pool's calls, while the
+    /// calls per second stay within what EC2, Auto Scaling and the API servers allow.
+    pub pool_concurrency: usize,
 }
+
+/// Default of [`Settings::pool_concurrency`].
+pub const DEFAULT_POOL_CONCURRENCY: usize = 16;
+/// Largest accepted [`Settings::pool_concurrency`].
+pub const MAX_POOL_CONCURRENCY: usize = 256;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -61,6 +73,7 @@ impl Default for Settings {
             lease: Duration::from_secs(5 * 60),
             reserve: Duration::from_secs(20),
             node_group_wave: Duration::from_secs(10 * 60),
+            pool_concurrency: DEFAULT_POOL_CONCURRENCY,
         }
     }
 }
@@ -82,7 +95,24 @@ impl Settings {
             ("NODECYCLE_LEASE", &mut s.lease),
             ("NODECYCLE_NODEGROUP_WAVE", &mut s.node_group_wave),
         ])?;
+        if let Ok(text) = std::env::var("NODECYCLE_POOL_CONCURRENCY") {
+            s.pool_concurrency = parse_concurrency(&text).map_err(|message| HandlerError {
+                error_type: "Configuration".into(),
+                message: format!("NODECYCLE_POOL_CONCURRENCY: {message}"),
+            })?;
+        }
         Ok(s)
+    }
+}
+
+/// A pool concurrency as written in the environment: a whole number from 1 to
+/// [`MAX_POOL_CONCURRENCY`].
+fn parse_concurrency(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_POOL_CONCURRENCY).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a whole number from 1 to {MAX_POOL_CONCURRENCY} (pools worked on at once)"
+        )),
     }
 }
 
@@ -202,16 +232,13 @@ impl RotatorHandler {
         deadline: Instant,
         request_id: Option<&str>,
     ) -> Result<Value, HandlerError> {
-        let only: Option<Vec<String>> = match parse_input(payload)? {
-            Input::Envelope(e) if e.detail_type == "Scheduled Event" => None,
+        let selection = match parse_input(payload)? {
+            Input::Envelope(e) if e.detail_type == "Scheduled Event" => Selection::default(),
             Input::Envelope(e) => {
                 tracing::info!(event = %e.detail_type, decision = "ignored", "not a schedule; nothing to do");
                 return Ok(json!({"trigger": "ignored", "pools": []}));
             }
-            Input::Custom(v) => match crate::event::watcher_trigger(&v)? {
-                crate::event::WatcherTrigger::Pass { only } => only,
-                _ => None,
-            },
+            Input::Custom(v) => crate::event::rotator_selection(&v)?,
         };
         let clock = Clock::starting_at(now);
         let docs = self
@@ -222,7 +249,7 @@ impl RotatorHandler {
         let mut by_cluster: BTreeMap<String, Vec<Policy>> = BTreeMap::new();
         for doc in docs {
             match policy::parse(&doc.text).policy {
-                Some(p) if only.as_ref().is_none_or(|o| o.contains(&p.pool_id())) => {
+                Some(p) if selection.includes(&p.cluster, &p.pool_id()) => {
                     by_cluster.entry(p.cluster.clone()).or_default().push(p)
                 }
                 Some(_) => {}
@@ -236,53 +263,53 @@ impl RotatorHandler {
         let quarantined = state::load_quarantine(self.store.as_ref())
             .await
             .map_err(|e| internal(format!("cannot read the quarantine: {e}; rotating nothing")))?;
-        let holder = lease::holder(request_id);
-        let mut reports = Vec::new();
-        let mut clusters = BTreeMap::new();
+        let holder: Arc<str> = lease::holder(request_id).into();
+        let quarantined = Arc::new(quarantined);
+        let permits = Arc::new(Semaphore::new(self.settings.pool_concurrency.max(1)));
+        // Clusters at once, each under its lease; their pools at once, at most
+        // `pool_concurrency` pools of the pass at a time.
+        let mut tasks = JoinSet::new();
+        let mut names = BTreeMap::new();
         for (cluster, policies) in by_cluster {
-            let lease = match self.lease(&cluster, &holder, now, deadline).await {
-                Ok(lease) => lease,
-                Err(why) => {
-                    tracing::info!(cluster = %cluster, decision = "skipped", reason = %why, "cluster not worked on this pass");
-                    clusters.insert(cluster, why);
-                    continue;
-                }
-            };
-            let kube = self.kube.connect(&cluster).await;
-            for policy in &policies {
-                let mut report = PoolReport {
-                    pool: policy.pool_id(),
-                    ..PoolReport::default()
-                };
-                match &kube {
-                    Err(e) => {
-                        report.blocked = Some(format!(
-                            "cluster {cluster} unreachable: {e}; rotating nothing"
-                        ));
-                        tracing::error!(pool = %report.pool, decision = "blocked", reason = ?report.blocked);
-                    }
-                    Ok(kube) => {
-                        if let Err(e) = self
-                            .pool_pass(
-                                policy,
-                                kube.clone(),
-                                clock,
-                                deadline,
-                                &quarantined,
-                                &mut report,
-                            )
-                            .await
-                        {
-                            tracing::error!(pool = %report.pool, kind = ?e.kind, error = %e, "pool pass failed");
-                            report.errors.push(e.to_string());
-                        }
-                    }
-                }
-                reports.push(report);
-            }
-            self.release(&lease, clock.now()).await;
-            clusters.insert(cluster, "done".into());
+            let (this, holder, permits, quarantined) = (
+                self.clone(),
+                holder.clone(),
+                permits.clone(),
+                quarantined.clone(),
+            );
+            let name = cluster.clone();
+            let task = tasks.spawn(async move {
+                this.cluster_pass(
+                    &cluster,
+                    policies,
+                    &holder,
+                    clock,
+                    deadline,
+                    &quarantined,
+                    &permits,
+                )
+                .await
+            });
+            names.insert(task.id(), name);
         }
+        let mut clusters = BTreeMap::new();
+        let mut by_name: BTreeMap<String, Vec<PoolReport>> = BTreeMap::new();
+        while let Some(joined) = tasks.join_next_with_id().await {
+            match joined {
+                Ok((id, (status, pools))) => {
+                    let cluster = names.get(&id).cloned().unwrap_or_default();
+                    clusters.insert(cluster.clone(), status);
+                    by_name.insert(cluster, pools);
+                }
+                Err(e) => {
+                    let cluster = names.get(&e.id()).cloned().unwrap_or_default();
+                    tracing::error!(cluster = %cluster, error = %e, "cluster pass failed");
+                    clusters.insert(cluster, format!("failed: {e}"));
+                }
+            }
+        }
+        // Reports in a fixed order: clusters by name, pools in policy order.
+        let reports: Vec<PoolReport> = by_name.into_values().flatten().collect();
         self.announce.sweep_quarantine(clock.now()).await;
         let records: Vec<crate::metrics::Record> = reports
             .iter()
@@ -290,6 +317,141 @@ impl RotatorHandler {
             .collect();
         self.metrics.emit(&records, now);
         Ok(json!({"trigger": "schedule", "clusters": clusters, "pools": reports}))
+    }
+
+    /// One cluster's part of a pass: its lease, Kubernetes connection and node list (under one
+    /// of the pass's permits), then its pools (each under a permit of its own), then the lease
+    /// given back. The cluster's status and its pools' reports in policy order.
+    #[allow(clippy::too_many_arguments)]
+    async fn cluster_pass(
+        &self,
+        cluster: &str,
+        policies: Vec<Policy>,
+        holder: &str,
+        clock: Clock,
+        deadline: Instant,
+        quarantined: &Arc<crate::promotion::Quarantined>,
+        permits: &Arc<Semaphore>,
+    ) -> (String, Vec<PoolReport>) {
+        let now = clock.start();
+        let (held, view) = {
+            // Given back before the pools start: they need permits of their own.
+            let _permit = permits.acquire().await;
+            let held = match self.lease(cluster, holder, now, deadline).await {
+                Ok(held) => held,
+                Err(why) => {
+                    tracing::info!(cluster = %cluster, decision = "skipped", reason = %why, "cluster not worked on this pass");
+                    return (why, Vec::new());
+                }
+            };
+            let view = match self.kube.connect(cluster).await {
+                Err(e) => Err(format!(
+                    "cluster {cluster} unreachable: {e}; rotating nothing"
+                )),
+                Ok(kube) => match ClusterView::read(kube.as_ref()).await {
+                    Ok(view) => Ok((kube, Arc::new(view))),
+                    Err(e) => Err(format!(
+                        "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"
+                    )),
+                },
+            };
+            (held, view)
+        };
+        let reports = match view {
+            Err(why) => policies
+                .iter()
+                .map(|p| {
+                    let report = PoolReport {
+                        pool: p.pool_id(),
+                        blocked: Some(why.clone()),
+                        ..PoolReport::default()
+                    };
+                    tracing::error!(pool = %report.pool, decision = "blocked", reason = ?report.blocked);
+                    report
+                })
+                .collect(),
+            Ok((kube, view)) => {
+                let ids: Vec<String> = policies.iter().map(Policy::pool_id).collect();
+                let mut tasks = JoinSet::new();
+                for (i, policy) in policies.into_iter().enumerate() {
+                    let (this, kube, view) = (self.clone(), kube.clone(), view.clone());
+                    let (permits, quarantined) = (permits.clone(), quarantined.clone());
+                    tasks.spawn(async move {
+                        let _permit = permits.acquire_owned().await;
+                        let report = this
+                            .visit_pool(&policy, kube, &view, clock, deadline, &quarantined)
+                            .await;
+                        (i, report)
+                    });
+                }
+                let mut done: BTreeMap<usize, PoolReport> = BTreeMap::new();
+                let mut failures = Vec::new();
+                while let Some(joined) = tasks.join_next().await {
+                    match joined {
+                        Ok((i, report)) => {
+                            done.insert(i, report);
+                        }
+                        Err(e) => failures.push(e.to_string()),
+                    }
+                }
+                // A pool whose task panicked still gets its report.
+                let mut failures = failures.into_iter();
+                ids.into_iter()
+                    .enumerate()
+                    .map(|(i, pool)| {
+                        done.remove(&i).unwrap_or_else(|| {
+                            let why = failures.next().unwrap_or_default();
+                            tracing::error!(pool = %pool, error = %why, "pool pass failed");
+                            PoolReport {
+                                pool,
+                                errors: vec![format!("pool pass failed: {why}")],
+                                ..PoolReport::default()
+                            }
+                        })
+                    })
+                    .collect()
+            }
+        };
+        self.release(&held, clock.now()).await;
+        ("done".into(), reports)
+    }
+
+    /// One pool's part of a pass, unless too little of the invocation is left to start it.
+    async fn visit_pool(
+        &self,
+        policy: &Policy,
+        kube: Arc<dyn NodeOps>,
+        view: &ClusterView,
+        clock: Clock,
+        deadline: Instant,
+        quarantined: &crate::promotion::Quarantined,
+    ) -> PoolReport {
+        let mut report = PoolReport {
+            pool: policy.pool_id(),
+            ..PoolReport::default()
+        };
+        if deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
+            report.blocked =
+                Some("invocation time nearly used up; the pool is worked on next pass".into());
+            tracing::warn!(pool = %report.pool, decision = "deferred", reason = ?report.blocked);
+            return report;
+        }
+        if let Err(e) = self
+            .pool_pass(
+                policy,
+                kube,
+                view,
+                clock,
+                deadline,
+                quarantined,
+                &mut report,
+            )
+            .await
+        {
+            tracing::error!(pool = %report.pool, kind = ?e.kind, error = %e, "pool pass failed");
+            report.errors.push(e.to_string());
+        }
+        report
     }
 
     /// What a pass would decide for one pool now, without acting or recording anything
@@ -300,8 +462,9 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<(Snapshot, Preview), String> {
+        let view = ClusterView::read(kube).await.map_err(|e| e.to_string())?;
         let observed = self
-            .observe(policy, kube, now)
+            .observe(policy, kube, &view, now)
             .await
             .map_err(|e| e.to_string())?;
         let mut snapshot = observed.snapshot;
@@ -329,8 +492,9 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<(Snapshot, Option<ManagedGroup>), String> {
+        let view = ClusterView::read(kube).await.map_err(|e| e.to_string())?;
         let observed = self
-            .observe(policy, kube, now)
+            .observe(policy, kube, &view, now)
             .await
             .map_err(|e| e.to_string())?;
         Ok((observed.snapshot, observed.managed))
@@ -338,10 +502,12 @@ impl RotatorHandler {
 
     /// One pool's pass; planned again (once) when it quarantined the AMI it rolled out, so the
     /// rollback (launch template, cancels, replacements) starts in the same pass.
+    #[allow(clippy::too_many_arguments)]
     async fn pool_pass(
         &self,
         policy: &Policy,
         kube: Arc<dyn NodeOps>,
+        view: &ClusterView,
         clock: Clock,
         deadline: Instant,
         quarantined: &crate::promotion::Quarantined,
@@ -350,7 +516,15 @@ impl RotatorHandler {
         let mut quarantined = quarantined.clone();
         for _ in 0..2 {
             match self
-                .pool_round(policy, kube.clone(), clock, deadline, quarantined, report)
+                .pool_round(
+                    policy,
+                    kube.clone(),
+                    view,
+                    clock,
+                    deadline,
+                    quarantined,
+                    report,
+                )
                 .await?
             {
                 Some(now_quarantined) => quarantined = now_quarantined,
@@ -362,24 +536,26 @@ impl RotatorHandler {
 
     /// Observe, roll back from a quarantined AMI, plan, perform, record the soak ledger.
     /// `Some(quarantine)` when the round quarantined something (plan again).
+    #[allow(clippy::too_many_arguments)]
     async fn pool_round(
         &self,
         policy: &Policy,
         kube: Arc<dyn NodeOps>,
+        view: &ClusterView,
         clock: Clock,
         deadline: Instant,
         quarantined: crate::promotion::Quarantined,
         report: &mut PoolReport,
     ) -> Result<Option<crate::promotion::Quarantined>, PortError> {
         let now = clock.start();
-        let mut observed = self.observe(policy, kube.as_ref(), now).await?;
+        let mut observed = self.observe(policy, kube.as_ref(), view, now).await?;
         if let Some(rollback) = observed
             .record
             .as_ref()
             .and_then(|r| crate::promotion::rollback(r, &quarantined))
         {
             self.roll_back(policy, rollback, now, report).await?;
-            observed = self.observe(policy, kube.as_ref(), now).await?;
+            observed = self.observe(policy, kube.as_ref(), view, now).await?;
         }
         let mut ctx = PoolCtx {
             policy,

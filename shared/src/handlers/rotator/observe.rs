@@ -15,6 +15,89 @@ use crate::port::{ErrorKind, PortError};
 use crate::rotation::Rotation;
 use crate::state::{self, Versioned};
 
+/// Above this many candidates in one pool, their pods are counted from one list of the
+/// cluster's pods (shared by the cluster's pools this pass) instead of one list per node.
+const PER_NODE_POD_LISTS: usize = 8;
+
+/// What a pass reads once per cluster and shares between the cluster's pools: the nodes (one
+/// paginated list), and the evictable pods per node (one paginated list of the cluster's pods,
+/// read the first time a pool has many candidates).
+pub(super) struct ClusterView {
+    by_instance: HashMap<String, k::NodeInfo>,
+    pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
+}
+
+impl ClusterView {
+    /// Lists the cluster's nodes.
+    pub(super) async fn read(kube: &dyn NodeOps) -> Result<ClusterView, PortError> {
+        let nodes = kube.list_nodes().await?;
+        Ok(ClusterView {
+            by_instance: nodes
+                .into_iter()
+                .filter_map(|n| {
+                    k::client::instance_of_provider_id(&n.provider_id)
+                        .map(|i| (i.to_string(), n.clone()))
+                })
+                .collect(),
+            pods: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// Evictable pods on each of `nodes` (an ordering hint: a node whose pods cannot be
+    /// listed counts as busy, `u32::MAX`).
+    async fn evictable(
+        &self,
+        kube: &dyn NodeOps,
+        nodes: &[String],
+        now: DateTime<Utc>,
+    ) -> HashMap<String, u32> {
+        let evictable = |pods: &[k::PodInfo]| {
+            pods.iter()
+                .filter(|p| matches!(k::classify(p, now), k::PodClass::Evict { .. }))
+                .count()
+        };
+        let mut out = HashMap::new();
+        if nodes.len() <= PER_NODE_POD_LISTS {
+            for node in nodes {
+                let n = match kube.list_pods(node).await {
+                    Ok(pods) => u32::try_from(evictable(&pods)).unwrap_or(u32::MAX),
+                    Err(e) => {
+                        tracing::warn!(node = %node, error = %e, "cannot count the node's pods; ordering it as busy");
+                        u32::MAX
+                    }
+                };
+                out.insert(node.clone(), n);
+            }
+            return out;
+        }
+        let counts = self
+            .pods
+            .get_or_init(|| async {
+                let pods = kube.list_all_pods().await.map_err(|e| e.to_string())?;
+                let mut by_node: HashMap<String, Vec<k::PodInfo>> = HashMap::new();
+                for (node, pod) in pods {
+                    by_node.entry(node).or_default().push(pod);
+                }
+                Ok(by_node
+                    .into_iter()
+                    .map(|(node, pods)| (node, u32::try_from(evictable(&pods)).unwrap_or(u32::MAX)))
+                    .collect())
+            })
+            .await;
+        for node in nodes {
+            let n = match counts {
+                Ok(c) => c.get(node).copied().unwrap_or(0),
+                Err(e) => {
+                    tracing::warn!(node = %node, error = %e, "cannot count the cluster's pods; ordering the node as busy");
+                    u32::MAX
+                }
+            };
+            out.insert(node.clone(), n);
+        }
+        out
+    }
+}
+
 /// A pool as one pass observed it.
 pub(super) struct Observed {
     /// What the planner sees.
@@ -69,11 +152,12 @@ impl RotatorHandler {
         Ok(out)
     }
 
-    /// Builds the snapshot of one pool.
+    /// Builds the snapshot of one pool, with the cluster's nodes and pods from `view`.
     pub(super) async fn observe(
         &self,
         policy: &Policy,
         kube: &dyn NodeOps,
+        view: &ClusterView,
         now: DateTime<Utc>,
     ) -> Result<Observed, PortError> {
         let (group_name, managed) = match &policy.node_group {
@@ -86,17 +170,10 @@ impl RotatorHandler {
         let pool = policy.pool_id();
         let record = state::load_pool(self.store.as_ref(), &pool).await?;
         let (group, instances) = self.groups.describe(&group_name).await?;
-        let nodes = kube.list_nodes().await?;
-        let by_instance: HashMap<String, &k::NodeInfo> = nodes
-            .iter()
-            .filter_map(|n| {
-                k::client::instance_of_provider_id(&n.provider_id).map(|i| (i.to_string(), n))
-            })
-            .collect();
         let mut members: Vec<Member> = instances
             .into_iter()
             .map(|i| {
-                let node = by_instance.get(&i.instance_id).map(|n| NodeStatus {
+                let node = view.by_instance.get(&i.instance_id).map(|n| NodeStatus {
                     name: n.name.clone(),
                     ready: n.ready,
                     unschedulable: n.unschedulable,
@@ -111,35 +188,26 @@ impl RotatorHandler {
             .and_then(|r| r.desired.as_ref())
             .map(|a| a.id.clone());
         // Evictable pod counts order the candidates (empty nodes first); only candidates need them.
-        for m in members.iter_mut() {
-            let need = plan::assess(
-                m,
-                desired.as_deref(),
-                policy.expire_after,
-                policy.termination_grace_period,
-                now,
-            )
-            .need();
-            let Some(node) = m.node.as_mut() else {
-                continue;
-            };
-            if need.is_none() {
-                continue;
-            }
-            // Only an ordering hint (empty nodes first): when the pods cannot be listed the node
-            // counts as busy rather than failing the pool's pass.
-            node.evictable_pods = match kube.list_pods(&node.name).await {
-                Ok(pods) => u32::try_from(
-                    pods.iter()
-                        .filter(|p| matches!(k::classify(p, now), k::PodClass::Evict { .. }))
-                        .count(),
+        let candidates: Vec<String> = members
+            .iter()
+            .filter(|m| {
+                plan::assess(
+                    m,
+                    desired.as_deref(),
+                    policy.expire_after,
+                    policy.termination_grace_period,
+                    now,
                 )
-                .unwrap_or(u32::MAX),
-                Err(e) => {
-                    tracing::warn!(node = %node.name, error = %e, "cannot count the node's pods; ordering it as busy");
-                    u32::MAX
-                }
-            };
+                .need()
+                .is_some()
+            })
+            .filter_map(|m| m.node.as_ref().map(|n| n.name.clone()))
+            .collect();
+        let counts = view.evictable(kube, &candidates, now).await;
+        for node in members.iter_mut().filter_map(|m| m.node.as_mut()) {
+            if let Some(n) = counts.get(&node.name) {
+                node.evictable_pods = *n;
+            }
         }
         let records = self.rotations(&pool).await?;
         let versions = records

@@ -435,6 +435,30 @@ impl NodeOps for EksKube {
         }
     }
 
+    async fn list_all_pods(&self) -> Result<Vec<(String, PodInfo)>, KubeError> {
+        let pods: Api<Pod> = Api::all(self.client().await?);
+        let operation = "list pods of the cluster";
+        // Bound pods only: pending pods on no node do not weigh on any node's disruption.
+        let mut params = ListParams::default().fields("spec.nodeName!=").limit(PAGE);
+        let mut out = Vec::new();
+        loop {
+            let page = retrying(operation, || async {
+                pods.list(&params)
+                    .await
+                    .map_err(|e| map_error(operation, e))
+            })
+            .await?;
+            out.extend(page.items.iter().filter_map(|p| {
+                let node = p.spec.as_ref()?.node_name.clone()?;
+                Some((node, pod_info(p)))
+            }));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
+            }
+        }
+    }
+
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, KubeError> {
         let operation = format!("evict pod {pod}");
         let body = json!({

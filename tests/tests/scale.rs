@@ -1,0 +1,239 @@
+//! Scale: one rotator pass over many pools with 20 ms added to every AWS call and 10 ms to
+//! every Kubernetes call in the fake cloud, and 2% of the AWS calls throttled. The pass must
+//! serve every pool within the invocation (none deferred for lack of time, none failed, the
+//! throttles retried), and its calls must grow with pools and pages, not with nodes. Prints
+//! the pass time and the call counts per operation.
+//!
+//! Default size 5 clusters x 20 pools x 5 nodes (what CI affords: moto serves about 60-80
+//! calls a second on 2 cores, whatever the latency). `NODECYCLE_SCALE=<clusters>x<pools>x<nodes>`
+//! runs another size, `NODECYCLE_SCALE_LATENCY_MS=<aws>,<kube>` other latencies; README,
+//! *Scale*, has the measured figures and where the limit of one invocation lies.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
+use nodecycle_tests::{
+    AwsFault, AwsFaults, FakeCloud, Faults, ImageFixture, KubeFaults, SyncNodes,
+};
+use serde_json::json;
+use support::Adapters;
+use tokio::sync::Semaphore;
+
+/// The Lambda's timeout for the rotator (template.yaml).
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn size() -> (usize, usize, usize) {
+    let text = std::env::var("NODECYCLE_SCALE").unwrap_or_else(|_| "5x20x5".into());
+    let parts: Vec<usize> = text.split('x').map(|p| p.trim().parse().unwrap()).collect();
+    assert_eq!(
+        parts.len(),
+        3,
+        "NODECYCLE_SCALE=<clusters>x<pools>x<nodes>, got {text}"
+    );
+    (parts[0], parts[1], parts[2])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pass_serves_every_pool_in_time_with_calls_growing_with_pools_not_nodes() {
+    let (clusters, pools, nodes) = size();
+    let cloud = FakeCloud::start();
+    // The SDK configuration the Lambda uses: its retries absorb the throttling.
+    let config = cloud
+        .sdk_config()
+        .await
+        .into_builder()
+        .retry_config(
+            aws_config::retry::RetryConfig::standard()
+                .with_max_attempts(nodecycle::aws::MAX_ATTEMPTS),
+        )
+        .build();
+    let a = Arc::new(Adapters::from_config(&config));
+    let old = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    cloud.register_image(
+        ImageFixture::new("golden-2")
+            .owner("self")
+            .created("2024-06-01T00:00:00Z"),
+    );
+
+    let seeding = Instant::now();
+    let mut kubes = Vec::new();
+    for c in 0..clusters {
+        let cluster = format!("c{c}");
+        cloud.create_cluster(&cluster, "1.30");
+        kubes.push(cloud.create_kube(&cluster));
+    }
+    let permits = Arc::new(Semaphore::new(8));
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..clusters {
+        for p in 0..pools {
+            let (a, old, permits) = (a.clone(), old.clone(), permits.clone());
+            let desired = i32::try_from(nodes).unwrap();
+            tasks.spawn(async move {
+                let _permit = permits.acquire_owned().await.unwrap();
+                let cluster = format!("c{c}");
+                a.create_group(
+                    &format!("{cluster}-p{p}"),
+                    &old,
+                    "m5.large",
+                    desired,
+                    desired + 2,
+                    Some(&cluster),
+                )
+                .await;
+            });
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    for c in 0..clusters {
+        for p in 0..pools {
+            cloud.put_parameter(
+                &format!("/nodecycle/pools/c{c}/p{p}"),
+                &format!(
+                    "cluster: c{c}\nname: p{p}\nnodeGroup: {{ autoScalingGroup: c{c}-p{p} }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n    - nodes: \"1\"\n"
+                ),
+            );
+        }
+    }
+    for kube in &kubes {
+        kube.sync_nodes(SyncNodes::default());
+    }
+    for kube in &kubes {
+        kube.wait_for("every instance a node", Duration::from_secs(600), |s| {
+            (s.nodes.len() == pools * nodes).then_some(())
+        });
+    }
+    // The nodes are registered; stop following EC2 (the stand-in's sync scans every instance
+    // of the region on each tick: the emulator's cost, not the pass's).
+    for c in 0..clusters {
+        cloud.control(
+            "sync_nodes",
+            json!({"cluster": format!("c{c}"), "region": cloud.region(), "enabled": false}),
+        );
+    }
+    let table = a.table("nodecycle").await;
+    let policies = a.policies();
+    // Every pool learns of golden-2 (the watcher is not what is measured here).
+    let watcher = a.watcher(policies.clone(), table.clone());
+    let resolved = watcher
+        .handle(&json!({}), chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(
+        resolved["pools"].as_array().unwrap().len(),
+        clusters * pools
+    );
+    println!(
+        "seeded {clusters} clusters x {pools} pools x {nodes} nodes in {:.1} s",
+        seeding.elapsed().as_secs_f64()
+    );
+
+    let rotator = RotatorHandler {
+        kube: Arc::new(EksConnector::new(config.clone())),
+        settings: Settings::default(),
+        ..a.rotator(&cloud, policies, table).await
+    };
+    let (aws_ms, kube_ms) = match std::env::var("NODECYCLE_SCALE_LATENCY_MS") {
+        Ok(t) => {
+            let (a, k) = t.split_once(',').unwrap();
+            (a.parse().unwrap(), k.parse().unwrap())
+        }
+        Err(_) => (20, 10),
+    };
+    cloud.faults(
+        Faults::new()
+            .seed(15)
+            .aws(
+                AwsFaults::new(0.02)
+                    .kinds(&[AwsFault::Throttle])
+                    .delay_ms(aws_ms),
+            )
+            .kube(KubeFaults::new(0.0).delay_ms(kube_ms)),
+    );
+    let started = Instant::now();
+    let report = rotator
+        .handle_invocation(
+            &json!({}),
+            chrono::Utc::now(),
+            Instant::now() + TIMEOUT,
+            Some("scale-test"),
+        )
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let stats = cloud.fault_stats();
+    cloud.clear_faults();
+
+    let reports = report["pools"].as_array().unwrap();
+    assert_eq!(reports.len(), clusters * pools, "every pool reported");
+    for (cluster, status) in report["clusters"].as_object().unwrap() {
+        assert_eq!(status, "done", "{cluster}");
+    }
+    for r in reports {
+        assert!(
+            r["errors"].as_array().unwrap().is_empty(),
+            "a pool failed: {r}"
+        );
+        // Only its budget stops a pool: none was deferred for lack of time or left unread.
+        let blocked = r["blocked"].as_str().unwrap_or("Drifted budget");
+        assert!(
+            blocked.starts_with("Drifted budget 0"),
+            "a pool was not served: {r}"
+        );
+        assert_eq!(
+            r["started"].as_array().unwrap().len(),
+            1,
+            "budget 1: one rotation per drifted pool: {r}"
+        );
+    }
+
+    let total_pools = (clusters * pools) as u64;
+    let total_nodes = (clusters * pools * nodes) as u64;
+    let by_op: BTreeMap<&str, u64> = stats
+        .aws
+        .by_operation
+        .iter()
+        .map(|(op, s)| (op.as_str(), s.calls))
+        .collect();
+    let kube_by_op: BTreeMap<&str, u64> = stats
+        .kube
+        .by_operation
+        .iter()
+        .map(|(op, s)| (op.as_str(), s.calls))
+        .collect();
+    println!(
+        "pass over {total_pools} pools / {total_nodes} nodes: {:.1} s (timeout {} s), {} AWS calls ({} throttled), {} Kubernetes calls",
+        took.as_secs_f64(),
+        TIMEOUT.as_secs(),
+        stats.aws.calls,
+        stats.aws.failed,
+        stats.kube.calls
+    );
+    println!("AWS calls per operation: {by_op:#?}");
+    println!("Kubernetes calls per operation: {kube_by_op:#?}");
+    // Calls grow with pools and pages, not nodes: a constant per pool (observe, plan, one
+    // start with its surge, records) plus the retried throttles.
+    let per_pool = (stats.aws.calls - stats.aws.failed) as f64 / total_pools as f64;
+    assert!(
+        per_pool <= 20.0,
+        "{per_pool:.1} AWS calls per pool: more than observe + one start need"
+    );
+    // Nodes listed once per cluster; pods per candidate node for at most 8 candidates of a
+    // pool, else once per cluster; plus the started rotation's node lookup and Event.
+    assert!(
+        stats.kube.calls <= total_pools * 11 + clusters as u64 * 50,
+        "{} Kubernetes calls for {total_pools} pools: the nodes and pods must be listed per cluster, not per node",
+        stats.kube.calls
+    );
+}
