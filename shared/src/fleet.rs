@@ -141,6 +141,10 @@ pub trait GroupOps: Send + Sync {
         &self,
         group: &str,
     ) -> Result<(Group, Vec<GroupInstance>), crate::port::PortError>;
+    /// The group's desired capacity now (a fresh read; only the group, not its instances).
+    async fn desired_capacity(&self, group: &str) -> Result<i32, crate::port::PortError> {
+        Ok(self.describe(group).await?.0.desired_capacity)
+    }
     /// Sets the desired capacity to an absolute value (idempotent).
     async fn set_desired_capacity(
         &self,

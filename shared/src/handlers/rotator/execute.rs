@@ -178,12 +178,12 @@ impl RotatorHandler {
     /// Raises the group's desired capacity to `want` if it is below (read fresh: this pass's
     /// terminations may have lowered it). Never lowers it.
     async fn ensure_capacity(&self, group: &str, want: i32, pool: &str) -> Result<(), PortError> {
-        let (g, _) = self.groups.describe(group).await?;
-        if g.desired_capacity < want {
+        let desired = self.groups.desired_capacity(group).await?;
+        if desired < want {
             tracing::info!(
                 pool,
                 group,
-                desired = g.desired_capacity,
+                desired,
                 want,
                 decision = "capacity raised",
                 "desired capacity set to base + active surges"
