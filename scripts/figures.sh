@@ -7,7 +7,8 @@
 #   scripts/figures.sh [--build] [--crates] [--runs N] [--warm N]
 #
 # --build   first builds what it measures, with cargo-lambda as `sam build` does (release
-#           profile; `--release` adds codegen-units=1): the arm64 zips into
+#           profile, `--release` adds codegen-units=1; from the workspace root, so Cargo unifies
+#           nodecycle-shared's features over the members as it does for sam build): the arm64 zips into
 #           $CARGO_TARGET_DIR/lambda-arm64 and the x86_64 binaries into
 #           $CARGO_TARGET_DIR/lambda-x86_64, those unstripped (CARGO_PROFILE_RELEASE_STRIP=none;
 #           symbols are not loaded, the code is the same) so --crates can name what weighs what.
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 nodecycle_python_setup
 
-build=false crates=false runs=5 warm=3
+build=false crates=false runs=4 warm=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=true ;;
@@ -36,9 +37,11 @@ x86="$CARGO_TARGET_DIR/lambda-x86_64"
 bins=(--bin ami-watcher --bin rotator --bin interruption-handler --bin ops)
 
 if $build; then
-  # cargo-lambda (and the zig it links with) from the deploy venv README's Deploy section makes.
-  if ! command -v cargo-lambda >/dev/null && [ -x "$HOME/.cache/nodecycle/deploy/bin/cargo-lambda" ]; then
-    export PATH="$PATH:$HOME/.cache/nodecycle/deploy/bin"
+  # cargo-lambda and the zig it links with (Python package ziglang, found through `python3`) from
+  # the deploy venv README's Deploy section makes, when not on PATH already.
+  deploy="$HOME/.cache/nodecycle/deploy/bin"
+  if ! command -v cargo-lambda >/dev/null && [ -x "$deploy/cargo-lambda" ]; then
+    export PATH="$deploy:$PATH"
   fi
   command -v cargo-lambda >/dev/null || {
     echo "cargo-lambda not found: pip install cargo-lambda==1.9.2 (README, Deploy, Prerequisites)" >&2
