@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The README's figures (section Figures): per function, init time, cold and warm handle time and
+# peak RSS of the release binaries under a Lambda Runtime API emulator against the fake cloud
+# (x86_64 binaries: this machine's architecture, a proxy for arm64), the memory headroom over
+# template.yaml's MemorySize, and the zipped arm64 artefact sizes.
+#
+#   scripts/figures.sh [--build] [--crates] [--runs N] [--warm N]
+#
+# --build   first builds what it measures, with cargo-lambda as `sam build` does (release
+#           profile, `--release` adds codegen-units=1; from the workspace root, so Cargo unifies
+#           nodecycle-shared's features over the members as it does for sam build): the arm64 zips into
+#           $CARGO_TARGET_DIR/lambda-arm64 and the x86_64 binaries into
+#           $CARGO_TARGET_DIR/lambda-x86_64, those unstripped (CARGO_PROFILE_RELEASE_STRIP=none;
+#           symbols are not loaded, the code is the same) so --crates can name what weighs what.
+#           Cold, on 2 cores: about 30 minutes per architecture.
+# --crates  also prints, per x86_64 binary, the crates its named symbols belong to.
+# Not part of scripts/test.sh (release builds); it only checks that this script parses.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+nodecycle_python_setup
+
+build=false crates=false runs=4 warm=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=true ;;
+    --crates) crates=true ;;
+    --runs) runs="$2"; shift ;;
+    --warm) warm="$2"; shift ;;
+    *) echo "usage: scripts/figures.sh [--build] [--crates] [--runs N] [--warm N]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+arm="$CARGO_TARGET_DIR/lambda-arm64"
+x86="$CARGO_TARGET_DIR/lambda-x86_64"
+bins=(--bin ami-watcher --bin rotator --bin interruption-handler --bin ops)
+
+if $build; then
+  # cargo-lambda and the zig it links with (Python package ziglang, found through `python3`) from
+  # the deploy venv README's Deploy section makes, when not on PATH already.
+  deploy="$HOME/.cache/nodecycle/deploy/bin"
+  if ! command -v cargo-lambda >/dev/null && [ -x "$deploy/cargo-lambda" ]; then
+    export PATH="$deploy:$PATH"
+  fi
+  command -v cargo-lambda >/dev/null || {
+    echo "cargo-lambda not found: pip install cargo-lambda==1.9.2 (README, Deploy, Prerequisites)" >&2
+    exit 1
+  }
+  echo "==> cargo lambda build --release --arm64 (zips)" >&2
+  cargo lambda build --release --arm64 --output-format zip --lambda-dir "$arm" "${bins[@]}"
+  echo "==> cargo lambda build --release --x86-64 (unstripped binaries to run here)" >&2
+  CARGO_PROFILE_RELEASE_STRIP=none cargo lambda build --release --x86-64 --lambda-dir "$x86" "${bins[@]}"
+fi
+
+echo "## Runtime figures (x86_64 release binaries, $(nproc) cores, $(uname -m))"
+echo
+"$NODECYCLE_PYTHON" scripts/figures.py measure --bin-dir "$x86" --runs "$runs" --warm "$warm"
+echo
+echo "## Zipped arm64 artefacts"
+echo
+"$NODECYCLE_PYTHON" scripts/figures.py sizes --zip-dir "$arm"
+if $crates; then
+  for b in ami-watcher rotator interruption-handler ops; do
+    echo
+    "$NODECYCLE_PYTHON" scripts/figures.py crates "$x86/$b/bootstrap" --top 15
+  done
+fi
