@@ -73,7 +73,11 @@ impl AutoScaling {
 #[async_trait]
 impl GroupOps for AutoScaling {
     async fn desired_capacity(&self, group: &str) -> Result<i32, PortError> {
-        Ok(self.group(group).await?.desired_capacity().unwrap_or_default())
+        Ok(self
+            .group(group)
+            .await?
+            .desired_capacity()
+            .unwrap_or_default())
     }
 
     async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
