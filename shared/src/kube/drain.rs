@@ -260,6 +260,23 @@ impl From<DrainError> for crate::port::PortError {
     }
 }
 
+/// The node of `instance_id`: the node named `known` (one GET) when it still has that
+/// instance's providerID, else found by providerID (a list of the cluster's nodes). `known` is
+/// the name a pass observed; a node gone or renamed since is looked for again.
+pub async fn node_of<A: NodeOps + ?Sized>(
+    api: &A,
+    instance_id: &str,
+    known: Option<&str>,
+) -> Result<Option<NodeInfo>, KubeError> {
+    if let Some(name) = known
+        && let Some(node) = api.get_node(name).await?
+        && super::client::instance_of_provider_id(&node.provider_id) == Some(instance_id)
+    {
+        return Ok(Some(node));
+    }
+    api.find_node(instance_id).await
+}
+
 /// Starts a drain: finds the node of `instance_id` by providerID, cordons and taints it
 /// (idempotent) and records a `Cordoned` Event. `grace` is the `terminationGracePeriod`
 /// (`None` = wait for PDBs indefinitely).
@@ -270,8 +287,20 @@ pub async fn start_drain<A: NodeOps + ?Sized>(
     grace: Option<Duration>,
     now: DateTime<Utc>,
 ) -> Result<DrainState, DrainError> {
-    let node = api
-        .find_node(instance_id)
+    start_drain_known(api, instance_id, None, reason, grace, now).await
+}
+
+/// [`start_drain`] with the node name a pass observed for the instance (`known`, see
+/// [`node_of`]): one GET instead of a list of the cluster's nodes.
+pub async fn start_drain_known<A: NodeOps + ?Sized>(
+    api: &A,
+    instance_id: &str,
+    known: Option<&str>,
+    reason: &str,
+    grace: Option<Duration>,
+    now: DateTime<Utc>,
+) -> Result<DrainState, DrainError> {
+    let node = node_of(api, instance_id, known)
         .await?
         .ok_or_else(|| DrainError::NodeNotFound(instance_id.to_owned()))?;
     let state = DrainState::new(instance_id, &node, reason, grace, now);
@@ -901,6 +930,42 @@ mod tests {
 
     fn count(log: &[String], prefix: &str) -> usize {
         log.iter().filter(|l| l.starts_with(prefix)).count()
+    }
+
+    #[tokio::test]
+    async fn the_observed_node_is_read_by_name_and_a_stale_name_is_looked_up_again() {
+        let c = MemoryCluster::new(t(0));
+        c.add_node("n1", "i-0123456789abcdef0");
+        c.add_node("n2", "i-0fedcba9876543210");
+        let finds = |c: &MemoryCluster| count(&c.log(), "find ");
+        // Known and still that instance's node: no list of the cluster's nodes.
+        let n = node_of(&c, "i-0123456789abcdef0", Some("n1"))
+            .await
+            .unwrap();
+        assert_eq!(n.map(|n| n.name).as_deref(), Some("n1"));
+        assert_eq!(finds(&c), 0);
+        // A name that now belongs to another instance, or to no node: found by providerID.
+        let n = node_of(&c, "i-0123456789abcdef0", Some("n2"))
+            .await
+            .unwrap();
+        assert_eq!(n.map(|n| n.name).as_deref(), Some("n1"));
+        let n = node_of(&c, "i-0123456789abcdef0", Some("gone"))
+            .await
+            .unwrap();
+        assert_eq!(n.map(|n| n.name).as_deref(), Some("n1"));
+        assert_eq!(finds(&c), 2);
+        // Nothing known: found by providerID; no node: none.
+        assert!(
+            node_of(&c, "i-0aaaaaaaaaaaaaaa0", None)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let s = start_drain_known(&c, "i-0fedcba9876543210", Some("n2"), "Drifted", None, t(0))
+            .await
+            .unwrap();
+        assert_eq!(s.node, "n2");
+        assert_eq!(finds(&c), 3, "the drain started from the known name");
     }
 
     #[tokio::test]

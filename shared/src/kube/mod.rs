@@ -31,7 +31,7 @@ pub use command::{DrainCommandError, DrainReport, drain_command};
 pub use connect::{EksConnector, KubeConnector};
 pub use drain::{
     BlockedPod, DrainError, DrainProgress, DrainState, PodFailure, StepPlan, abort_drain,
-    delete_node, drain_step, plan_step, start_drain,
+    delete_node, drain_step, node_of, plan_step, start_drain, start_drain_known,
 };
 pub use ops::{EventType, EvictOutcome, KubeError, NodeEvent, NodeOps};
 pub use pods::{NodeInfo, PodClass, PodInfo, PodRef, SkipReason, classify, taint_value};

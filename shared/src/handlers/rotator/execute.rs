@@ -38,6 +38,17 @@ pub(super) struct PoolCtx<'a> {
 }
 
 impl PoolCtx<'_> {
+    /// The name of the node this pass observed for `instance_id`, if any (read by name
+    /// instead of listing the cluster's nodes, see [`k::node_of`]).
+    fn observed_node(&self, instance_id: &str) -> Option<&str> {
+        self.snapshot
+            .members
+            .iter()
+            .find(|m| m.instance_id == instance_id)
+            .and_then(|m| m.node.as_ref())
+            .map(|n| n.name.as_str())
+    }
+
     /// Quarantined image ids among those this pool knows (its desired AMI and history).
     fn quarantined_images(&self) -> std::collections::BTreeSet<String> {
         let known: Vec<(String, crate::promotion::Release)> = self
@@ -301,9 +312,10 @@ impl RotatorHandler {
             }
             Command::Cordon => {
                 let reason = format!("{:?}", r.reason);
-                let next = match k::start_drain(
+                let next = match k::start_drain_known(
                     ctx.kube.as_ref(),
                     &r.instance_id,
+                    ctx.observed_node(&r.instance_id),
                     &reason,
                     ctx.policy.termination_grace_period,
                     now,
@@ -437,7 +449,10 @@ impl RotatorHandler {
                     match drain {
                         Some(state) => k::abort_drain(ctx.kube.as_ref(), &state).await?,
                         None => {
-                            if let Some(node) = ctx.kube.find_node(&r.instance_id).await? {
+                            let known = ctx.observed_node(&r.instance_id);
+                            if let Some(node) =
+                                k::node_of(ctx.kube.as_ref(), &r.instance_id, known).await?
+                            {
                                 ctx.kube.undo_cordon(&node.name, true).await?;
                             }
                         }
@@ -633,20 +648,8 @@ async fn node_event(ctx: &PoolCtx<'_>, r: &Rotation, command: &Command, from: St
         ),
         _ => return,
     };
-    // The node the pass observed is read by name (one GET); only an unknown one is looked for
-    // by instance (a list of the cluster's nodes).
-    let known = ctx
-        .snapshot
-        .members
-        .iter()
-        .find(|m| m.instance_id == r.instance_id)
-        .and_then(|m| m.node.as_ref())
-        .map(|n| n.name.clone());
-    let node = match known {
-        Some(name) => ctx.kube.get_node(&name).await,
-        None => ctx.kube.find_node(&r.instance_id).await,
-    };
-    match node {
+    let known = ctx.observed_node(&r.instance_id);
+    match k::node_of(ctx.kube.as_ref(), &r.instance_id, known).await {
         Ok(Some(node)) => {
             if let Err(e) = ctx.kube.record_event(&node, &event).await {
                 tracing::warn!(pool = %r.pool, instance = %r.instance_id, error = %e, "cannot record the node event");

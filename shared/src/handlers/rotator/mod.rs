@@ -462,11 +462,7 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<(Snapshot, Preview), String> {
-        let view = ClusterView::read(kube).await.map_err(|e| e.to_string())?;
-        let observed = self
-            .observe(policy, kube, &view, now)
-            .await
-            .map_err(|e| e.to_string())?;
+        let observed = self.observe_alone(policy, kube, now).await?;
         let mut snapshot = observed.snapshot;
         let preview = match &observed.managed {
             None => Preview::Group(plan::plan(&snapshot, now)),
@@ -492,12 +488,21 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<(Snapshot, Option<ManagedGroup>), String> {
-        let view = ClusterView::read(kube).await.map_err(|e| e.to_string())?;
-        let observed = self
-            .observe(policy, kube, &view, now)
-            .await
-            .map_err(|e| e.to_string())?;
+        let observed = self.observe_alone(policy, kube, now).await?;
         Ok((observed.snapshot, observed.managed))
+    }
+
+    /// One pool observed outside a pass (its own read of the cluster's nodes).
+    async fn observe_alone(
+        &self,
+        policy: &Policy,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> Result<observe::Observed, String> {
+        let view = ClusterView::read(kube).await.map_err(|e| e.to_string())?;
+        self.observe(policy, kube, &view, now)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// One pool's pass; planned again (once) when it quarantined the AMI it rolled out, so the
