@@ -194,25 +194,20 @@ impl Announcer {
         (!gone.is_empty()).then_some(gone)
     }
 
-    /// Puts the quarantine records' leftover events (see [`Announcer::sweep_pool`]).
-    pub async fn sweep_quarantine(&self, now: DateTime<Utc>) -> Swept {
+    /// Puts the leftover events of the quarantine entries in force as a pass read them
+    /// (`quarantined`, no second read; see [`Announcer::sweep_pool`]). An entry lifted while
+    /// its event still waited is not swept any more.
+    pub async fn sweep_quarantine(
+        &self,
+        quarantined: &crate::promotion::Quarantined,
+        now: DateTime<Utc>,
+    ) -> Swept {
         let mut swept = Swept::default();
-        let items = match self.store.query(QUARANTINE_PK, "Q#").await {
-            Ok(items) => items,
-            Err(e) => {
-                tracing::warn!(error = %e, "outbox sweep: quarantine records unreadable");
-                return swept;
-            }
-        };
-        for (sk, v) in items {
-            let outbox: Vec<BusEvent> = v
-                .value
-                .get("outbox")
-                .and_then(|o| serde_json::from_value(o.clone()).ok())
-                .unwrap_or_default();
-            let Some(gone) = self.sweep_outbox(&outbox, now, &mut swept).await else {
+        for q in &quarantined.0 {
+            let Some(gone) = self.sweep_outbox(&q.outbox, now, &mut swept).await else {
                 continue;
             };
+            let sk = q.target.sk();
             if let Err(e) = remove_from(self.store(), QUARANTINE_PK, &sk, &gone).await {
                 tracing::warn!(error = %e, "outbox sweep: removing put events failed (the next sweep puts them again)");
             }
@@ -358,11 +353,7 @@ async fn remove_from(
             Err(e) => return Err(e),
         }
     }
-    Err(PortError::new(
-        "state:write",
-        ErrorKind::Conflict,
-        "too many conflicts",
-    ))
+    Err(state::too_many_conflicts())
 }
 
 fn ids(events: &[&BusEvent]) -> Vec<String> {

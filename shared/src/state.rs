@@ -69,6 +69,16 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<(String, Versioned<serde_json::Value>)>, PortError>;
 }
 
+/// The error of a conditional write that kept losing to other writers for
+/// [`WRITE_ATTEMPTS`] attempts.
+pub fn too_many_conflicts() -> PortError {
+    PortError::new(
+        "state:write",
+        crate::port::ErrorKind::Conflict,
+        "too many conflicts",
+    )
+}
+
 /// Partition key of a pool's items.
 pub fn pool_pk(pool: &str) -> String {
     format!("POOL#{pool}")
@@ -411,9 +421,7 @@ pub async fn update_pool(
             Err(e) => return Err(e),
         }
     }
-    Err(last.unwrap_or_else(|| {
-        PortError::new("state:write", ErrorKind::Conflict, "too many conflicts")
-    }))
+    Err(last.unwrap_or_else(too_many_conflicts))
 }
 
 /// Reads the pool record (`None` if the pool was never resolved).
@@ -586,11 +594,7 @@ pub async fn put_quarantine(
             Err(e) => return Err(e),
         }
     }
-    Err(PortError::new(
-        "state:write",
-        ErrorKind::Conflict,
-        "too many conflicts",
-    ))
+    Err(too_many_conflicts())
 }
 
 /// Lifts the quarantine of `target` (kept as an audit record with who/when/why); `Ok(false)`
@@ -620,21 +624,18 @@ pub async fn lift_quarantine(
             Err(e) => return Err(e),
         }
     }
-    Err(PortError::new(
-        "state:write",
-        ErrorKind::Conflict,
-        "too many conflicts",
-    ))
+    Err(too_many_conflicts())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ami::Architecture;
     use crate::ami::select::Provenance;
     use proptest::prelude::*;
 
-    fn ami(id: &str) -> Ami {
+    /// A test image `id` named `name-<id>` (x86_64), chosen by an `id` term.
+    pub(crate) fn ami(id: &str) -> Ami {
         Ami {
             id: id.into(),
             name: format!("name-{id}"),

@@ -3,10 +3,8 @@
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
-use crate::ami::Architecture;
-use crate::ami::resolve::Ami;
-use crate::ami::select::Provenance;
 use crate::rotation::{Rotation, RotationReason, Step};
+use crate::state::tests::ami;
 use crate::state::{OperatorAction, Pin, PoolRecord, RecordedError};
 
 fn t(minutes: i64) -> DateTime<Utc> {
@@ -107,23 +105,6 @@ fn a_rotation_event_carries_the_transition_and_a_derived_id() {
             .error,
         None
     );
-}
-
-fn ami(id: &str) -> Ami {
-    Ami {
-        id: id.into(),
-        name: format!("name-{id}"),
-        architecture: Architecture::X86_64,
-        variant: None,
-        creation_date: "2026-01-01T00:00:00Z".into(),
-        deprecated: false,
-        source: Provenance {
-            term: 0,
-            field: "id".into(),
-            value: id.into(),
-            parameter: None,
-        },
-    }
 }
 
 fn record() -> PoolRecord {

@@ -169,6 +169,33 @@ pub struct PoolReport {
     pub metrics: crate::metrics::PoolPass,
 }
 
+/// Which cluster's lease holder sweeps each quarantine entry's leftover events: the cluster of
+/// the pool that caused it, else (an operator's, or a pool outside this pass) the first
+/// cluster of the pass by name. Every pass over the same policies assigns alike.
+fn quarantine_sweeps<'a>(
+    quarantined: &crate::promotion::Quarantined,
+    clusters: impl Iterator<Item = &'a String> + Clone,
+) -> BTreeMap<String, crate::promotion::Quarantined> {
+    use crate::promotion::Cause;
+    let first = clusters.clone().next();
+    let mut out: BTreeMap<String, crate::promotion::Quarantined> = BTreeMap::new();
+    for q in quarantined.0.iter().filter(|q| !q.outbox.is_empty()) {
+        let caused_in = match &q.cause {
+            Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => {
+                pool.split_once('/').map(|(c, _)| c)
+            }
+            Cause::Operator { .. } => None,
+        };
+        let owner = caused_in
+            .and_then(|c| clusters.clone().find(|k| k.as_str() == c))
+            .or(first);
+        if let Some(owner) = owner {
+            out.entry(owner.clone()).or_default().0.push(q.clone());
+        }
+    }
+    out
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
@@ -270,6 +297,7 @@ impl RotatorHandler {
         // `pool_concurrency` pools of the pass at a time.
         let mut tasks = JoinSet::new();
         let mut names = BTreeMap::new();
+        let mut sweeps = quarantine_sweeps(&quarantined, by_cluster.keys());
         for (cluster, policies) in by_cluster {
             let (this, holder, permits, quarantined) = (
                 self.clone(),
@@ -277,6 +305,7 @@ impl RotatorHandler {
                 permits.clone(),
                 quarantined.clone(),
             );
+            let sweep = sweeps.remove(&cluster).unwrap_or_default();
             let name = cluster.clone();
             let task = tasks.spawn(async move {
                 this.cluster_pass(
@@ -285,7 +314,7 @@ impl RotatorHandler {
                     &holder,
                     clock,
                     deadline,
-                    &quarantined,
+                    (&quarantined, sweep),
                     &permits,
                 )
                 .await
@@ -310,7 +339,6 @@ impl RotatorHandler {
         }
         // Reports in a fixed order: clusters by name, pools in policy order.
         let reports: Vec<PoolReport> = by_name.into_values().flatten().collect();
-        self.announce.sweep_quarantine(clock.now()).await;
         let records: Vec<crate::metrics::Record> = reports
             .iter()
             .flat_map(|r| crate::metrics::rotator_pool(&r.pool, &r.metrics, r.allowed.as_ref()))
@@ -330,7 +358,10 @@ impl RotatorHandler {
         holder: &str,
         clock: Clock,
         deadline: Instant,
-        quarantined: &Arc<crate::promotion::Quarantined>,
+        (quarantined, sweep): (
+            &Arc<crate::promotion::Quarantined>,
+            crate::promotion::Quarantined,
+        ),
         permits: &Arc<Semaphore>,
     ) -> (String, Vec<PoolReport>) {
         let now = clock.start();
@@ -344,6 +375,8 @@ impl RotatorHandler {
                     return (why, Vec::new());
                 }
             };
+            // Under the cluster's lease, so two passes never put the same leftover event.
+            self.announce.sweep_quarantine(&sweep, now).await;
             let view = match self.kube.connect(cluster).await {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
@@ -731,4 +764,51 @@ pub fn from_env(config: &aws_config::SdkConfig) -> Result<RotatorHandler, Handle
         &crate::port::Ports::from_env(config)?,
         Settings::from_env()?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::promotion::{Cause, Quarantine, Quarantined, Release, Target};
+
+    fn entry(cause: Cause, waiting: bool) -> Quarantine {
+        let q = Quarantine {
+            target: Target::Release(Release("v1".into())),
+            reason: "bad".into(),
+            by: "nodecycle".into(),
+            at: chrono::DateTime::UNIX_EPOCH,
+            cause,
+            outbox: Vec::new(),
+        };
+        let event = crate::bus::quarantined(&q);
+        Quarantine {
+            outbox: if waiting { vec![event] } else { Vec::new() },
+            ..q
+        }
+    }
+
+    #[test]
+    fn each_waiting_quarantine_event_is_swept_by_exactly_one_cluster() {
+        let pool = |p: &str| Cause::ReplacementNotReady {
+            pool: p.into(),
+            instance: "i-1".into(),
+        };
+        let operator = Cause::Operator {
+            request_id: "r".into(),
+        };
+        let q = Quarantined(vec![
+            entry(pool("prod/general"), true),
+            entry(pool("gone/general"), true),
+            entry(operator, true),
+            entry(pool("test/general"), false),
+        ]);
+        let clusters = ["prod".to_string(), "test".to_string()];
+        let sweeps = quarantine_sweeps(&q, clusters.iter());
+        let count = |c: &str| sweeps.get(c).map_or(0, |q| q.0.len());
+        // Its own cluster for a pool's; the first cluster for the operator's and a pool outside
+        // the pass; nothing for an entry with nothing waiting.
+        assert_eq!((count("prod"), count("test")), (3, 0));
+        let sweeps = quarantine_sweeps(&q, clusters[1..].iter());
+        assert_eq!(sweeps.get("test").map_or(0, |q| q.0.len()), 3);
+    }
 }
