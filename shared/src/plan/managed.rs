@@ -255,7 +255,9 @@ pub fn plan_managed(
     // A replacement launched now would come up on what the group launches, not on the desired
     // AMI (only the update changes that): such a rotation could never finish. Node-level starts
     // (expiry, forced expiry, operator rotations) wait for the update.
-    if launches_other && !gated {
+    // Gates included: a halted or paused pool still advances forced rotations (maintenance
+    // near its deadline, interruptions), and their replacement would be just as stranded.
+    if launches_other {
         let why = format!(
             "the node group launches {}, not the desired {}, until its update",
             snapshot
@@ -917,5 +919,47 @@ mod tests {
         }
         let p = plan_managed(&s, &group(None, "ACTIVE"), now());
         assert!(!p.plan.actions.is_empty(), "{:?}", p.plan.decisions);
+    }
+
+    /// Found by `a_managed_group_never_starts_node_level_work_beside_its_update` (CI): a
+    /// halted or paused pool advanced a forced maintenance rotation (deadline in 10 minutes) at
+    /// `Pending` while the group launched the old AMI, because the "launches another AMI" rule
+    /// skipped gated pools; its replacement would have come up on the old AMI.
+    #[test]
+    fn gated_pools_do_not_start_forced_work_while_the_group_launches_another_ami() {
+        let mut maintenance = rotation("i-o0", RotationReason::Maintenance, Step::Pending);
+        maintenance.deadline = Some(now() + TimeDelta::minutes(10));
+        for gate in ["halted", "paused"] {
+            let mut s = snapshot(
+                budgets("    - nodes: \"0\"\n"),
+                fleet(1, 0),
+                vec![maintenance.clone()],
+            );
+            match gate {
+                "halted" => s.gates.halted = Some("rotation of i-x failed".into()),
+                _ => s.gates.paused = Some("operator".into()),
+            }
+            // The group launches the desired AMI: the forced rotation goes despite the gate.
+            s.group.launch_template_image = Some(NEW.into());
+            let p = plan_managed(&s, &group(None, "ACTIVE"), now());
+            assert!(
+                p.plan.actions.iter().any(|a| matches!(a, Action::Advance { instance_id, step: Step::Pending } if instance_id == "i-o0")),
+                "{gate}: {:?}",
+                p.plan.decisions
+            );
+            // It launches the old one: the rotation waits, and the plan says why.
+            s.group.launch_template_image = Some(OLD.into());
+            let p = plan_managed(&s, &group(None, "ACTIVE"), now());
+            assert!(p.plan.actions.is_empty(), "{gate}: {:?}", p.plan.actions);
+            assert!(
+                p.plan
+                    .decisions
+                    .iter()
+                    .any(|d| d.kind == DecisionKind::Wait
+                        && d.instance_id.as_deref() == Some("i-o0")),
+                "{gate}: {:?}",
+                p.plan.decisions
+            );
+        }
     }
 }
