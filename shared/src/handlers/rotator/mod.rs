@@ -5,7 +5,7 @@
 //! (halts the pool). Every write is conditional on the record's version, so a crash at any
 //! point or two rotators at once never repeat or lose a step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -169,15 +169,18 @@ pub struct PoolReport {
     pub metrics: crate::metrics::PoolPass,
 }
 
-/// Which cluster's lease holder sweeps each quarantine entry's leftover events: the cluster of
-/// the pool that caused it, else (an operator's, or a pool outside this pass) the first
-/// cluster of the pass by name. Every pass over the same policies assigns alike.
-fn quarantine_sweeps<'a>(
+/// Which cluster's lease holder sweeps each quarantine entry's leftover events, among the
+/// clusters of this pass: the cluster of the pool that caused it when a policy names that
+/// cluster, else (an operator's, or a cluster no policy names any more) the first cluster of
+/// `configured` by name. Ownership depends on the configured clusters only, never on the pass's
+/// selection, so passes over different cluster groups (fan-out) never both put an event; an
+/// entry whose owner is outside this pass is left to the pass that holds that cluster.
+fn quarantine_sweeps(
     quarantined: &crate::promotion::Quarantined,
-    clusters: impl Iterator<Item = &'a String> + Clone,
+    configured: &BTreeSet<String>,
+    in_pass: &BTreeSet<&String>,
 ) -> BTreeMap<String, crate::promotion::Quarantined> {
     use crate::promotion::Cause;
-    let first = clusters.clone().next();
     let mut out: BTreeMap<String, crate::promotion::Quarantined> = BTreeMap::new();
     for q in quarantined.0.iter().filter(|q| !q.outbox.is_empty()) {
         let caused_in = match &q.cause {
@@ -187,9 +190,9 @@ fn quarantine_sweeps<'a>(
             Cause::Operator { .. } => None,
         };
         let owner = caused_in
-            .and_then(|c| clusters.clone().find(|k| k.as_str() == c))
-            .or(first);
-        if let Some(owner) = owner {
+            .and_then(|c| configured.get(c))
+            .or_else(|| configured.first());
+        if let Some(owner) = owner.filter(|o| in_pass.contains(o)) {
             out.entry(owner.clone()).or_default().0.push(q.clone());
         }
     }
@@ -274,12 +277,16 @@ impl RotatorHandler {
             .await
             .map_err(|e| internal(format!("cannot list policies: {e}")))?;
         let mut by_cluster: BTreeMap<String, Vec<Policy>> = BTreeMap::new();
+        let mut configured = BTreeSet::new();
         for doc in docs {
             match policy::parse(&doc.text).policy {
                 Some(p) if selection.includes(&p.cluster, &p.pool_id()) => {
+                    configured.insert(p.cluster.clone());
                     by_cluster.entry(p.cluster.clone()).or_default().push(p)
                 }
-                Some(_) => {}
+                Some(p) => {
+                    configured.insert(p.cluster);
+                }
                 None => {
                     tracing::warn!(source = %doc.source, decision = "skipped", "invalid policy; the ami-watcher reports why")
                 }
@@ -297,7 +304,8 @@ impl RotatorHandler {
         // `pool_concurrency` pools of the pass at a time.
         let mut tasks = JoinSet::new();
         let mut names = BTreeMap::new();
-        let mut sweeps = quarantine_sweeps(&quarantined, by_cluster.keys());
+        let mut sweeps =
+            quarantine_sweeps(&quarantined, &configured, &by_cluster.keys().collect());
         for (cluster, policies) in by_cluster {
             let (this, holder, permits, quarantined) = (
                 self.clone(),
@@ -802,13 +810,21 @@ mod tests {
             entry(operator, true),
             entry(pool("test/general"), false),
         ]);
-        let clusters = ["prod".to_string(), "test".to_string()];
-        let sweeps = quarantine_sweeps(&q, clusters.iter());
-        let count = |c: &str| sweeps.get(c).map_or(0, |q| q.0.len());
-        // Its own cluster for a pool's; the first cluster for the operator's and a pool outside
-        // the pass; nothing for an entry with nothing waiting.
-        assert_eq!((count("prod"), count("test")), (3, 0));
-        let sweeps = quarantine_sweeps(&q, clusters[1..].iter());
-        assert_eq!(sweeps.get("test").map_or(0, |q| q.0.len()), 3);
+        let configured: BTreeSet<String> = ["prod".to_string(), "test".to_string()].into();
+        let (prod, test) = ("prod".to_string(), "test".to_string());
+        let count = |sweeps: &BTreeMap<String, Quarantined>, c: &str| {
+            sweeps.get(c).map_or(0, |q| q.0.len())
+        };
+        // One pass over both: its own cluster for a pool's; the first configured cluster for
+        // the operator's and for a cluster no policy names; nothing for an entry with nothing
+        // waiting.
+        let both = quarantine_sweeps(&q, &configured, &[&prod, &test].into());
+        assert_eq!((count(&both, "prod"), count(&both, "test")), (3, 0));
+        // Fan-out: one pass per cluster. Each entry is swept by exactly one of them, the same
+        // one as above.
+        let only_prod = quarantine_sweeps(&q, &configured, &[&prod].into());
+        let only_test = quarantine_sweeps(&q, &configured, &[&test].into());
+        assert_eq!(count(&only_prod, "prod"), 3);
+        assert_eq!(count(&only_test, "test"), 0);
     }
 }
