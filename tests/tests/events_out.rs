@@ -16,47 +16,9 @@ use nodecycle::state::Store;
 use nodecycle_tests::{AwsFault, AwsFaults, Faults};
 use serde_json::{Value, json};
 use support::pool::*;
+use support::{capture, delivered};
 
 const QUEUE: &str = "nodecycle-events";
-
-/// A rule on the default bus sending every `nodecycle` event to an SQS queue.
-async fn capture(p: &Pool) {
-    let arn = p.cloud.control("sqs_create_queue", json!({"name": QUEUE}))["arn"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let events = aws_sdk_eventbridge::Client::new(&p.cloud.sdk_config().await);
-    events
-        .put_rule()
-        .name("nodecycle-to-sqs")
-        .event_pattern(r#"{"source":["nodecycle"]}"#)
-        .send()
-        .await
-        .unwrap();
-    events
-        .put_targets()
-        .rule("nodecycle-to-sqs")
-        .targets(
-            aws_sdk_eventbridge::types::Target::builder()
-                .id("queue")
-                .arn(arn)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
-}
-
-/// The events delivered to the queue since the last call (EventBridge envelopes).
-fn delivered(p: &Pool) -> Vec<Value> {
-    p.cloud.control("sqs_drain", json!({"name": QUEUE}))["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| serde_json::from_str(m.as_str().unwrap()).unwrap())
-        .collect()
-}
 
 fn by_type(events: &[Value]) -> BTreeMap<String, Vec<&Value>> {
     let mut out: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
@@ -117,7 +79,7 @@ async fn outboxes_left(p: &Pool) -> usize {
 #[tokio::test]
 async fn a_rollout_puts_each_transition_on_the_bus_exactly_once() {
     let p = pool(4, "    - nodes: \"2\"\n", false).await;
-    capture(&p).await;
+    capture(&p.cloud, QUEUE).await;
     let t0 = at("2026-12-01T10:00:00Z");
     // The watcher's schedule delivered twice: one change, one event.
     p.watcher.handle(&json!({}), t0).await.unwrap();
@@ -141,7 +103,7 @@ async fn a_rollout_puts_each_transition_on_the_bus_exactly_once() {
         "the rollout did not finish: {rotations:?}"
     );
 
-    let events = delivered(&p);
+    let events = delivered(&p.cloud, QUEUE);
     assert_once(&events);
     let kinds = by_type(&events);
     let count = |k: &str| kinds.get(k).map_or(0, Vec::len);
@@ -186,13 +148,13 @@ async fn a_rollout_puts_each_transition_on_the_bus_exactly_once() {
         .handle(&json!({}), now + chrono::Duration::minutes(5))
         .await
         .unwrap();
-    assert_eq!(delivered(&p), Vec::<Value>::new());
+    assert_eq!(delivered(&p.cloud, QUEUE), Vec::<Value>::new());
 }
 
 #[tokio::test]
 async fn a_failed_rotation_halts_once_and_events_the_bus_refused_are_put_by_a_later_pass() {
     let p = pool(3, "    - nodes: \"1\"\n", true).await;
-    capture(&p).await;
+    capture(&p.cloud, QUEUE).await;
     let t0 = at("2026-12-01T10:00:00Z");
     p.watcher.handle(&json!({}), t0).await.unwrap();
     let mut now = t0;
@@ -201,7 +163,7 @@ async fn a_failed_rotation_halts_once_and_events_the_bus_refused_are_put_by_a_la
         now += chrono::Duration::minutes(5);
     }
     // The rotation started before the bus went away.
-    let first = delivered(&p);
+    let first = delivered(&p.cloud, QUEUE);
     let started = by_type(&first);
     assert_eq!(
         started.get("Rotation Started").map_or(0, Vec::len),
@@ -227,14 +189,20 @@ async fn a_failed_rotation_halts_once_and_events_the_bus_refused_are_put_by_a_la
         .unwrap()
         .unwrap();
     assert!(record.halted.is_some(), "the pool halted");
-    assert!(delivered(&p).is_empty(), "nothing reached the bus");
+    assert!(
+        delivered(&p.cloud, QUEUE).is_empty(),
+        "nothing reached the bus"
+    );
     assert!(outboxes_left(&p).await > 0, "the events wait in the outbox");
 
     // The bus is back: the next pass sweeps them out, once.
     p.cloud.clear_faults();
     racing_passes(&p, now).await;
     racing_passes(&p, now + chrono::Duration::minutes(1)).await;
-    let events: Vec<Value> = first.into_iter().chain(delivered(&p)).collect();
+    let events: Vec<Value> = first
+        .into_iter()
+        .chain(delivered(&p.cloud, QUEUE))
+        .collect();
     assert_once(&events);
     let kinds = by_type(&events);
     let count = |k: &str| kinds.get(k).map_or(0, Vec::len);

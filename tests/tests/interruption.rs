@@ -25,7 +25,9 @@ use nodecycle::interruption::LifecycleOps;
 use nodecycle::port::PortError;
 use nodecycle::rotation::{Rotation, RotationReason, Step};
 use nodecycle::state::Store;
-use nodecycle_tests::{FakeCloud, KubeStandIn, KubeState, PdbFixture, PodFixture};
+use nodecycle_tests::{
+    AwsFault, AwsFaults, FakeCloud, Faults, KubeStandIn, KubeState, PdbFixture, PodFixture,
+};
 use serde_json::{Value, json};
 use support::*;
 
@@ -379,6 +381,96 @@ async fn spot_warning_cordons_evicts_then_deletes_what_pdbs_hold_after_90s() {
     assert_eq!(records[0].1["kind"], "SpotInterruptionWarning");
     let claims = e.items(&format!("CLAIM#{instance}#drain")).await;
     assert_eq!(claims[0].1["status"], "done");
+}
+
+/// The *Interruption Handled* events the capture queue received since the last call.
+fn handled_events(e: &Env) -> Vec<Value> {
+    support::delivered(&e.cloud, "interruptions")
+        .into_iter()
+        .filter(|v| v["detail-type"] == "Interruption Handled")
+        .collect()
+}
+
+async fn outbox_len(e: &Env) -> usize {
+    nodecycle::state::load_pool(e.table.as_ref(), "prod/general")
+        .await
+        .unwrap()
+        .map_or(0, |r| r.outbox.len())
+}
+
+/// *Interruption Handled* reaches the bus once per handled event, however often EventBridge
+/// delivers it; a put the bus refuses waits in the pool record's outbox and the rotator's
+/// sweep puts it later, once.
+#[tokio::test]
+async fn interruption_handled_is_put_once_and_a_refused_put_waits_for_the_sweep() {
+    let e = env(2).await;
+    // The pool has a record (the ami-watcher resolved it).
+    nodecycle::state::update_pool(e.table.as_ref(), "prod/general", Utc::now(), |r| {
+        nodecycle::state::PoolRecord {
+            kubernetes_version: Some("1.30".into()),
+            ..r.clone()
+        }
+    })
+    .await
+    .unwrap();
+    support::capture(&e.cloud, "interruptions").await;
+    let (first, _) = e.nodes[0].clone();
+    let ev = event(
+        "spot-interruption-warning.json",
+        &first,
+        Utc::now(),
+        Some("spot-1"),
+    );
+    // Delivered twice at once, then once more.
+    let _ = tokio::join!(e.handle(&ev), e.handle(&ev));
+    e.handle(&ev).await;
+    let got = handled_events(&e);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0]["detail"]["instance"], first.as_str());
+    assert_eq!(got[0]["detail"]["sourceEventId"], "spot-1");
+    assert_eq!(outbox_len(&e).await, 0, "put and removed");
+
+    // The bus refuses every put: the event waits in the outbox.
+    e.cloud.faults(
+        Faults::new().seed(3).aws(
+            AwsFaults::new(1.0)
+                .kinds(&[AwsFault::Http500])
+                .operations(&["events:PutEvents"]),
+        ),
+    );
+    let (second, _) = e.nodes[1].clone();
+    let out = e
+        .handle(&event(
+            "spot-interruption-warning.json",
+            &second,
+            Utc::now(),
+            Some("spot-2"),
+        ))
+        .await;
+    assert_eq!(out["outcomes"][0]["action"], "drained", "{out}");
+    assert!(handled_events(&e).is_empty());
+    assert_eq!(outbox_len(&e).await, 1);
+
+    // The bus is back: the rotator's sweep (events two minutes old) puts it, once.
+    e.cloud.clear_faults();
+    let announce = e.adapters.announce(e.table.clone());
+    for _ in 0..2 {
+        let record = nodecycle::state::load_pool(e.table.as_ref(), "prod/general")
+            .await
+            .unwrap();
+        announce
+            .sweep_pool(
+                "prod/general",
+                record.as_ref(),
+                &mut Default::default(),
+                Utc::now() + chrono::Duration::minutes(3),
+            )
+            .await;
+    }
+    let got = handled_events(&e);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0]["detail"]["instance"], second.as_str());
+    assert_eq!(outbox_len(&e).await, 0);
 }
 
 #[tokio::test]

@@ -132,6 +132,51 @@ impl Adapters {
         max: i32,
         cluster: Option<&str>,
     ) {
+        self.create_group_in(name, image, instance_type, desired, max, cluster, None)
+            .await;
+    }
+
+    /// A VPC with `vpc_cidr` and one subnet with `subnet_cidr` in us-east-2a: its id. The
+    /// default subnet holds about 4,000 instances; large fleets get their own.
+    pub async fn create_subnet(&self, vpc_cidr: &str, subnet_cidr: &str) -> String {
+        let vpc = self
+            .clients
+            .ec2
+            .create_vpc()
+            .cidr_block(vpc_cidr)
+            .send()
+            .await
+            .expect("CreateVpc");
+        let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).expect("vpc id");
+        let subnet = self
+            .clients
+            .ec2
+            .create_subnet()
+            .vpc_id(vpc_id)
+            .cidr_block(subnet_cidr)
+            .availability_zone("us-east-2a")
+            .send()
+            .await
+            .expect("CreateSubnet");
+        subnet
+            .subnet()
+            .and_then(|s| s.subnet_id())
+            .expect("subnet id")
+            .to_string()
+    }
+
+    /// [`Self::create_group`] launching into `subnet` (else the default subnet of us-east-2a).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create_group_in(
+        &self,
+        name: &str,
+        image: &str,
+        instance_type: &str,
+        desired: i32,
+        max: i32,
+        cluster: Option<&str>,
+        subnet: Option<&str>,
+    ) {
         let lt = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
             .image_id(image)
             .instance_type(aws_sdk_ec2::types::InstanceType::from(instance_type))
@@ -157,8 +202,11 @@ impl Adapters {
             )
             .min_size(0)
             .max_size(max)
-            .desired_capacity(desired)
-            .availability_zones("us-east-2a");
+            .desired_capacity(desired);
+        group = match subnet {
+            Some(subnet) => group.vpc_zone_identifier(subnet),
+            None => group.availability_zones("us-east-2a"),
+        };
         if let Some(cluster) = cluster {
             group = group.tags(
                 aws_sdk_autoscaling::types::Tag::builder()
@@ -381,4 +429,45 @@ impl Operator {
             Err(e) => panic!("{request} failed: {e}"),
         }
     }
+}
+
+/// A rule on the default bus sending every `nodecycle` event to SQS queue `queue` (created),
+/// read back with [`delivered`]: what a consumer of the events would see.
+pub async fn capture(cloud: &FakeCloud, queue: &str) {
+    let arn = cloud.control("sqs_create_queue", serde_json::json!({"name": queue}))["arn"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let events = aws_sdk_eventbridge::Client::new(&cloud.sdk_config().await);
+    let rule = format!("nodecycle-to-{queue}");
+    events
+        .put_rule()
+        .name(&rule)
+        .event_pattern(r#"{"source":["nodecycle"]}"#)
+        .send()
+        .await
+        .unwrap();
+    events
+        .put_targets()
+        .rule(&rule)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("queue")
+                .arn(arn)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The events delivered to `queue` since the last call (EventBridge envelopes).
+pub fn delivered(cloud: &FakeCloud, queue: &str) -> Vec<serde_json::Value> {
+    cloud.control("sqs_drain", serde_json::json!({"name": queue}))["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| serde_json::from_str(m.as_str().unwrap()).unwrap())
+        .collect()
 }

@@ -318,25 +318,30 @@ impl InterruptionHandler {
             }
         }
         let mut handled: BTreeMap<&str, u32> = BTreeMap::new();
-        let mut events = Vec::new();
+        let mut events: BTreeMap<&str, Vec<crate::bus::BusEvent>> = BTreeMap::new();
         for o in &outcomes {
             if let Some(pool) = o.pool.as_deref()
                 && !matches!(o.action, Action::Skipped | Action::Ignored)
             {
                 *handled.entry(pool).or_default() += 1;
-                events.push(crate::bus::interruption_handled(
-                    pool,
-                    &o.instance,
-                    &o.action.to_string(),
-                    &o.reason,
-                    kind,
-                    c.id.as_deref(),
-                    clock.now(),
-                ));
+                events
+                    .entry(pool)
+                    .or_default()
+                    .push(crate::bus::interruption_handled(
+                        pool,
+                        &o.instance,
+                        &o.action.to_string(),
+                        &o.reason,
+                        kind,
+                        c.id.as_deref(),
+                        clock.now(),
+                    ));
             }
         }
         // Only the delivery that won the event's claim gets here: one event per handling.
-        self.announce.put_now(&events).await;
+        for (pool, events) in events {
+            self.announce_handled(pool, events, clock.now()).await;
+        }
         let records: Vec<crate::metrics::Record> = handled
             .into_iter()
             .map(|(pool, n)| crate::metrics::interruption_pool(pool, n))
@@ -454,6 +459,40 @@ impl InterruptionHandler {
     }
 
     /// Writes the event record `EVT#<time>#<instance>` (best effort).
+    /// Stages `events` (*Interruption Handled*) in pool `pool`'s record outbox, then puts them
+    /// and removes them ([`crate::announce::Announcer::update_pool`]): a put the bus refuses is
+    /// left for the rotator's sweep. A pool nodecycle never resolved has no record to hold
+    /// them: they are put at once (a refused put is logged). An event already in the outbox
+    /// (a retried handling) is not staged twice.
+    async fn announce_handled(
+        &self,
+        pool: &str,
+        events: Vec<crate::bus::BusEvent>,
+        now: DateTime<Utc>,
+    ) {
+        match state::load_pool(self.store.as_ref(), pool).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return self.announce.put_now(&events).await,
+            Err(e) => {
+                tracing::warn!(pool, error = %e, "cannot read the pool record to stage the event; putting it at once");
+                return self.announce.put_now(&events).await;
+            }
+        }
+        let stage = |rec: &state::PoolRecord| {
+            let mut next = rec.clone();
+            for e in &events {
+                if !next.outbox.iter().any(|b| b.id() == e.id()) {
+                    next.outbox.push(e.clone());
+                }
+            }
+            next
+        };
+        if let Err(e) = self.announce.update_pool(pool, now, stage).await {
+            tracing::warn!(pool, error = %e, "cannot stage the event in the pool record; putting it at once");
+            self.announce.put_now(&events).await;
+        }
+    }
+
     pub(super) async fn record(&self, c: &ClassifiedEvent, pool: &str, o: &Outcome, clock: &Clock) {
         let now = clock.now();
         let time = c.time.unwrap_or(now);

@@ -304,8 +304,7 @@ impl RotatorHandler {
         // `pool_concurrency` pools of the pass at a time.
         let mut tasks = JoinSet::new();
         let mut names = BTreeMap::new();
-        let mut sweeps =
-            quarantine_sweeps(&quarantined, &configured, &by_cluster.keys().collect());
+        let mut sweeps = quarantine_sweeps(&quarantined, &configured, &by_cluster.keys().collect());
         for (cluster, policies) in by_cluster {
             let (this, holder, permits, quarantined) = (
                 self.clone(),
