@@ -65,11 +65,46 @@ def _is_deprecated(ami, now: _dt.datetime) -> bool:
     return dep is not None and dep <= now
 
 
+def _patch_tag_lookup() -> None:
+    """Speed only, same answers: moto looks up one resource's tags (every
+    DescribeInstances item, every instance a node sync reads) by scanning the
+    tags of every resource in the region, so a fleet of N instances costs N^2.
+    A filter on exact resource ids alone reads those resources' tags directly;
+    any other filter goes through moto's scan."""
+    from moto.ec2.models.tags import TagBackend
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+
+    scan = TagBackend.describe_tags
+
+    def describe_tags(self, filters=None):
+        ids = (filters or {}).get("resource-id")
+        exact = (
+            filters is not None
+            and set(filters) == {"resource-id"}
+            and all(isinstance(i, str) and not any(ch in i for ch in "*?\\") for i in ids or [])
+        )
+        if not exact:
+            return scan(self, filters)
+        results = []
+        for rid in dict.fromkeys(ids):
+            for key, value in dict(self.tags.get(rid) or {}).items():
+                results.append({
+                    "resource_id": rid,
+                    "key": key,
+                    "value": value,
+                    "resource_type": EC2_PREFIX_TO_RESOURCE.get(get_prefix(rid), ""),
+                })
+        return results
+
+    TagBackend.describe_tags = describe_tags
+
+
 def apply_patches() -> None:
     global _PATCHED
     if _PATCHED:
         return
     _PATCHED = True
+    _patch_tag_lookup()
     from moto.core.responses import ActionResult
     from moto.ec2.exceptions import InvalidAMIIdError, MalformedAMIIdError
     from moto.ec2.models.amis import Ami
