@@ -104,10 +104,9 @@ impl Announcer {
         &self,
         q: &crate::promotion::Quarantine,
     ) -> Result<bool, PortError> {
-        let staged = bus::quarantined(q);
-        if !state::put_quarantine(self.store(), q).await? {
+        let Some(staged) = state::put_quarantine(self.store(), q).await? else {
             return Ok(false);
-        }
+        };
         let accepted = self.put(std::slice::from_ref(&staged)).await;
         if !accepted.is_empty() {
             let sk = q.target.sk();

@@ -565,18 +565,19 @@ pub async fn load_quarantine(
     Ok(crate::promotion::Quarantined(out))
 }
 
-/// Records a quarantine with its *AMI Quarantined* event staged in the record's outbox;
-/// `Ok(false)` when the target was already quarantined (the first entry, with its reason,
-/// stays).
+/// Records a quarantine with its *AMI Quarantined* event staged in the record's outbox:
+/// `Ok(Some(event))` with the event it staged, `Ok(None)` when the target was already
+/// quarantined (the first entry, with its reason, stays; nothing staged).
 pub async fn put_quarantine(
     store: &dyn Store,
     q: &crate::promotion::Quarantine,
-) -> Result<bool, PortError> {
+) -> Result<Option<crate::bus::BusEvent>, PortError> {
     use crate::port::ErrorKind;
     let pk = crate::promotion::quarantine::QUARANTINE_PK;
     let sk = q.target.sk();
+    let event = crate::bus::quarantined(q);
     let staged = crate::promotion::Quarantine {
-        outbox: vec![crate::bus::quarantined(q)],
+        outbox: vec![event.clone()],
         ..q.clone()
     };
     let doc = serde_json::to_value(&staged)
@@ -586,10 +587,10 @@ pub async fn put_quarantine(
         let expected = match &current {
             None => None,
             Some(v) if v.value.get("liftedAt").is_some_and(|l| !l.is_null()) => Some(v.version),
-            Some(_) => return Ok(false),
+            Some(_) => return Ok(None),
         };
         match store.put(pk, &sk, &doc, expected, None).await {
-            Ok(_) => return Ok(true),
+            Ok(_) => return Ok(Some(event)),
             Err(e) if e.kind == ErrorKind::Conflict => continue,
             Err(e) => return Err(e),
         }
