@@ -7,8 +7,9 @@
 #   scripts/figures.sh [--build] [--crates] [--runs N] [--warm N]
 #
 # --build   first builds what it measures, with cargo-lambda as `sam build` does (release
-#           profile, `--release` adds codegen-units=1; from the workspace root, so Cargo unifies
-#           nodecycle-shared's features over the members as it does for sam build): the arm64 zips into
+#           profile, `--release` adds codegen-units=1; each function from its own crate
+#           directory, template.yaml's CodeUri, so Cargo enables only that function's features of
+#           nodecycle-shared): the arm64 zips into
 #           $CARGO_TARGET_DIR/lambda-arm64 and the x86_64 binaries into
 #           $CARGO_TARGET_DIR/lambda-x86_64, those unstripped (CARGO_PROFILE_RELEASE_STRIP=none;
 #           symbols are not loaded, the code is the same) so --crates can name what weighs what.
@@ -34,7 +35,7 @@ done
 
 arm="$CARGO_TARGET_DIR/lambda-arm64"
 x86="$CARGO_TARGET_DIR/lambda-x86_64"
-bins=(--bin ami-watcher --bin rotator --bin interruption-handler --bin ops)
+functions=(ami-watcher rotator interruption-handler ops)
 
 if $build; then
   # cargo-lambda and the zig it links with (Python package ziglang, found through `python3`) from
@@ -47,10 +48,12 @@ if $build; then
     echo "cargo-lambda not found: pip install cargo-lambda==1.9.2 (README, Deploy, Prerequisites)" >&2
     exit 1
   }
-  echo "==> cargo lambda build --release --arm64 (zips)" >&2
-  cargo lambda build --release --arm64 --output-format zip --lambda-dir "$arm" "${bins[@]}"
-  echo "==> cargo lambda build --release --x86-64 (unstripped binaries to run here)" >&2
-  CARGO_PROFILE_RELEASE_STRIP=none cargo lambda build --release --x86-64 --lambda-dir "$x86" "${bins[@]}"
+  for f in "${functions[@]}"; do
+    echo "==> functions/$f: cargo lambda build --release --arm64 (zip)" >&2
+    (cd "functions/$f" && cargo lambda build --release --arm64 --output-format zip --lambda-dir "$arm" --bin "$f")
+    echo "==> functions/$f: cargo lambda build --release --x86-64 (unstripped binary to run here)" >&2
+    (cd "functions/$f" && CARGO_PROFILE_RELEASE_STRIP=none cargo lambda build --release --x86-64 --lambda-dir "$x86" --bin "$f")
+  done
 fi
 
 echo "## Runtime figures (x86_64 release binaries, $(nproc) cores, $(uname -m))"

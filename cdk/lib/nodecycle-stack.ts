@@ -429,7 +429,8 @@ export class NodecycleStack extends cdk.Stack {
 
 /**
  * The code of each function: `<dir>/<binary>/bootstrap` as built by
- * `cargo lambda build --release --arm64` (dir: the `LambdaDir` context, else
+ * `cargo lambda build --release --arm64` in each function's crate directory, as `sam build`
+ * does (dir: the `LambdaDir` context, else
  * `$CARGO_TARGET_DIR/lambda`, else `~/.cache/nodecycle/target/lambda`). When any is missing,
  * every function gets the placeholder in cdk/placeholder (its bootstrap only fails, saying so)
  * and the synth warns: fine for `cdk synth` and review, never to deploy.
@@ -448,7 +449,7 @@ function codeAssets(scope: Construct, lambdaDir?: string): (binary: string) => l
   cdk.Annotations.of(scope).addWarningV2(
     "nodecycle:placeholder-code",
     `no built function in ${dir} for ${missing.join(", ")}: the functions use the placeholder code in cdk/placeholder ` +
-      "(it fails every invocation). Build with `cargo lambda build --release --arm64` and synthesize again " +
+      "(it fails every invocation). Build each function with `cargo lambda build --release --arm64` in functions/<name> and synthesize again " +
       "(-c LambdaDir=<target>/lambda) before `cdk deploy`.",
   );
   const placeholder = lambda.Code.fromAsset(path.join(__dirname, "..", "..", "placeholder"));

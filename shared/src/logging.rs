@@ -3,7 +3,9 @@
 //!
 //! Level: `AWS_LAMBDA_LOG_LEVEL` first (Lambda sets it from the function's LoggingConfig
 //! `ApplicationLogLevel`, the template's `LogLevel`), then `NODECYCLE_LOG`, then `RUST_LOG`
-//! (both take `tracing` filter directives), else `info`.
+//! (both take `target=level` directives separated by commas, e.g. `nodecycle=debug,warn`; span
+//! and field filters are not supported), else `info`. A value that does not parse logs at
+//! `info` and says so in the first log line.
 
 /// Lambda's application log levels as `tracing` filters (`FATAL` has no `tracing` level of its
 /// own: `error`). `None` for anything else.
@@ -35,20 +37,45 @@ pub fn filter_from(var: impl Fn(&str) -> Option<String>) -> String {
         .unwrap_or_else(|| "info".to_string())
 }
 
+/// The per-target levels of `directives`, or why they do not parse.
+pub fn targets(directives: &str) -> Result<tracing_subscriber::filter::Targets, String> {
+    directives.parse().map_err(|e| {
+        format!("log filter {directives:?} is not a list of target=level directives ({e}): logging at info")
+    })
+}
+
 /// Installs the global JSON subscriber once, with the level of [`filter_from`] the process
 /// environment; later calls are no-ops.
 pub fn init() {
-    let filter = filter_from(|name| std::env::var(name).ok());
-    let _ = tracing_subscriber::fmt()
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let directives = filter_from(|name| std::env::var(name).ok());
+    let (filter, problem) = match targets(&directives) {
+        Ok(t) => (t, None),
+        Err(why) => (
+            tracing_subscriber::filter::Targets::new()
+                .with_default(tracing_subscriber::filter::LevelFilter::INFO),
+            Some(why),
+        ),
+    };
+    let json = tracing_subscriber::fmt::layer()
         .json()
         .flatten_event(true)
         .with_current_span(false)
         .with_span_list(false)
         .with_target(false)
         .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .try_init();
+        .with_writer(std::io::stderr);
+    if tracing_subscriber::registry()
+        .with(json)
+        .with(filter)
+        .try_init()
+        .is_ok()
+        && let Some(why) = problem
+    {
+        tracing::warn!(problem = %why, "logging");
+    }
 }
 
 #[cfg(test)]
@@ -92,6 +119,20 @@ mod tests {
         let f = filter_from(env(&[("NODECYCLE_LOG", ""), ("RUST_LOG", "warn")]));
         assert_eq!(f, "warn");
         assert_eq!(filter_from(env(&[])), "info");
+    }
+
+    #[test]
+    fn directives_parse_into_per_target_levels_and_bad_ones_say_why() {
+        use tracing::Level;
+        let t = targets("nodecycle=debug,warn").expect("valid");
+        assert!(t.would_enable("nodecycle::plan", &Level::DEBUG));
+        assert!(!t.would_enable("aws_smithy_runtime", &Level::INFO));
+        assert!(t.would_enable("aws_smithy_runtime", &Level::WARN));
+        let t = targets("info").expect("valid");
+        assert!(t.would_enable("anything", &Level::INFO));
+        assert!(!t.would_enable("anything", &Level::DEBUG));
+        let why = targets("nodecycle=loud").expect_err("not a level");
+        assert!(why.contains("nodecycle=loud"), "{why}");
     }
 
     #[test]
