@@ -458,7 +458,6 @@ impl InterruptionHandler {
         )))
     }
 
-    /// Writes the event record `EVT#<time>#<instance>` (best effort).
     /// Stages `events` (*Interruption Handled*) in pool `pool`'s record outbox, then puts them
     /// and removes them ([`crate::announce::Announcer::update_pool`]): a put the bus refuses is
     /// left for the rotator's sweep. A pool nodecycle never resolved has no record to hold
@@ -493,6 +492,7 @@ impl InterruptionHandler {
         }
     }
 
+    /// Writes the event record `EVT#<time>#<instance>` (best effort).
     pub(super) async fn record(&self, c: &ClassifiedEvent, pool: &str, o: &Outcome, clock: &Clock) {
         let now = clock.now();
         let time = c.time.unwrap_or(now);
