@@ -159,9 +159,12 @@ async fn the_sdk_retries_injected_throttling_server_errors_and_resets_as_in_aws(
             let got = call(&c, service).await;
             let stats = cloud.fault_stats().aws;
             assert!(got.is_ok(), "{kind:?} on {service}: {got:?} {stats:?}");
-            assert_eq!(
-                (stats.in_scope, stats.failed),
-                (3, 2),
+            // Both faults reached the SDK and it went on to a successful attempt. Usually that
+            // is 3 requests; once in a full run under load the server saw a 4th (a transport
+            // level re-send by the SDK, not a fault), so the count is bounded, not exact.
+            assert_eq!(stats.failed, 2, "{kind:?} on {service}: {stats:?}");
+            assert!(
+                (3..=4).contains(&stats.in_scope),
                 "{kind:?} on {service}: {stats:?}"
             );
         }
