@@ -137,14 +137,7 @@ impl Announcer {
         if let Some(r) = record
             && let Some(gone) = self.sweep_outbox(&r.outbox, now, &mut swept).await
         {
-            let result = state::update_pool(self.store(), pool, now, |r| PoolRecord {
-                outbox: bus::without(&r.outbox, &gone),
-                ..r.clone()
-            })
-            .await;
-            if let Err(e) = result {
-                tracing::warn!(pool, error = %e, "outbox sweep: removing put events failed (the next sweep puts them again)");
-            }
+            self.remove_from_pool(pool, &gone, now).await;
         }
         for v in rotations.values_mut() {
             let Some(gone) = self.sweep_outbox(&v.value.outbox, now, &mut swept).await else {
@@ -240,16 +233,21 @@ impl Announcer {
 
     async fn deliver_pool(&self, pool: &str, staged: &[BusEvent], now: DateTime<Utc>) {
         let accepted = self.put(staged).await;
-        if accepted.is_empty() {
-            return;
+        if !accepted.is_empty() {
+            self.remove_from_pool(pool, &accepted, now).await;
         }
+    }
+
+    /// Removes the events `ids` (put on the bus) from pool `pool`'s outbox. A failed removal
+    /// is logged: the next sweep puts them again, with the same ids.
+    async fn remove_from_pool(&self, pool: &str, ids: &[String], now: DateTime<Utc>) {
         let result = state::update_pool(self.store(), pool, now, |r| PoolRecord {
-            outbox: bus::without(&r.outbox, &accepted),
+            outbox: bus::without(&r.outbox, ids),
             ..r.clone()
         })
         .await;
         if let Err(e) = result {
-            tracing::warn!(pool, error = %e, "events put; removing them from the outbox failed (the sweep will put them again)");
+            tracing::warn!(pool, error = %e, "events put; removing them from the pool outbox failed (the next sweep puts them again)");
         }
     }
 
