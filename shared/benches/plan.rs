@@ -77,6 +77,8 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
             unschedulable: special == 3,
             disrupted: (special == 4).then(|| "interruption".to_string()),
             evictable_pods: u32::try_from(rng.below(12)).unwrap_or(0),
+            pods_counted: false,
+            marks: Default::default(),
         };
         members.push(Member {
             instance_id: id.clone(),
@@ -123,6 +125,7 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
             launch_template_image: Some(
                 if index.is_multiple_of(10) { OLD } else { NEW }.to_string(),
             ),
+            suspended_processes: Vec::new(),
         },
         members,
         rotations,

@@ -34,6 +34,31 @@ pub struct NodeStatus {
     pub disrupted: Option<String>,
     /// Pods that would need eviction (not DaemonSet, not mirror, not finished).
     pub evictable_pods: u32,
+    /// `evictable_pods` was counted this pass (candidates, and instances a surge may give
+    /// back); otherwise it is 0 without meaning "no pods".
+    #[serde(default)]
+    pub pods_counted: bool,
+    /// What Cluster Autoscaler and load balancers read on the node (taints, annotation,
+    /// label), and which of them nodecycle set.
+    #[serde(default)]
+    pub marks: NodeMarks,
+}
+
+/// The node's marks shared with Cluster Autoscaler (CA) and load balancer controllers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMarks {
+    /// Carries CA's `ToBeDeletedByClusterAutoscaler` taint: CA is removing the node.
+    pub autoscaler_deleting: bool,
+    /// Annotated `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`.
+    pub scale_down_disabled: bool,
+    /// nodecycle set that annotation (its marker annotation is present): only then does
+    /// nodecycle remove it.
+    pub scale_down_disabled_by_nodecycle: bool,
+    /// Labelled `node.kubernetes.io/exclude-from-external-load-balancers`.
+    pub lb_excluded: bool,
+    /// nodecycle set that label (its marker annotation is present).
+    pub lb_excluded_by_nodecycle: bool,
 }
 
 /// One instance of the group.
@@ -59,6 +84,17 @@ impl Member {
     pub fn is_ready(&self) -> bool {
         self.lifecycle == Lifecycle::InService && self.node.as_ref().is_some_and(|n| n.ready)
     }
+
+    /// Known to run no workload: never registered as a node, its evictable pods counted this
+    /// pass and none found, or (not counted) its node not Ready. The only instances nodecycle
+    /// terminates without draining them.
+    pub fn podless(&self) -> bool {
+        match &self.node {
+            None => true,
+            Some(n) if n.pods_counted => n.evictable_pods == 0,
+            Some(n) => !n.ready,
+        }
+    }
 }
 
 /// The Auto Scaling group (or managed node group's group) of a pool.
@@ -75,6 +111,9 @@ pub struct Group {
     pub desired_capacity: i32,
     /// The AMI the group's current launch template version launches, if known.
     pub launch_template_image: Option<String>,
+    /// Processes suspended on the group (`SuspendedProcesses`, e.g. `AZRebalance`).
+    #[serde(default)]
+    pub suspended_processes: Vec<String>,
 }
 
 /// Pool-level state that gates rotation.
@@ -133,6 +172,17 @@ impl GroupInstance {
     }
 }
 
+/// A group's sizes, read together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    /// `DesiredCapacity`.
+    pub desired: i32,
+    /// `MinSize`.
+    pub min: i32,
+    /// `MaxSize`.
+    pub max: i32,
+}
+
 /// Auto Scaling group operations (self-managed pools).
 #[async_trait::async_trait]
 pub trait GroupOps: Send + Sync {
@@ -143,9 +193,37 @@ pub trait GroupOps: Send + Sync {
     ) -> Result<(Group, Vec<GroupInstance>), crate::port::PortError>;
     /// The group's desired capacity now (a fresh read; only the group, not its instances).
     async fn desired_capacity(&self, group: &str) -> Result<i32, crate::port::PortError> {
-        Ok(self.describe(group).await?.0.desired_capacity)
+        Ok(self.sizes(group).await?.desired)
     }
-    /// Sets the desired capacity to an absolute value (idempotent).
+    /// The group's sizes now (a fresh read; only the group, not its instances).
+    async fn sizes(&self, group: &str) -> Result<Sizes, crate::port::PortError> {
+        let g = self.describe(group).await?.0;
+        Ok(Sizes {
+            desired: g.desired_capacity,
+            min: g.min_size,
+            max: g.max_size,
+        })
+    }
+    /// Sets `MaxSize` only (UpdateAutoScalingGroup); everything else of the group stays.
+    async fn set_max_size(&self, group: &str, max: i32) -> Result<(), crate::port::PortError>;
+    /// Suspends these scaling processes (SuspendProcesses; idempotent).
+    async fn suspend_processes(
+        &self,
+        group: &str,
+        processes: &[String],
+    ) -> Result<(), crate::port::PortError>;
+    /// Resumes these scaling processes (ResumeProcesses; idempotent).
+    async fn resume_processes(
+        &self,
+        group: &str,
+        processes: &[String],
+    ) -> Result<(), crate::port::PortError>;
+    /// Why the group's latest scaling activity did not succeed (DescribeScalingActivities:
+    /// the newest activity, when it failed or was cancelled, with its status message); `None`
+    /// when it succeeded or is in progress.
+    async fn launch_problem(&self, group: &str) -> Result<Option<String>, crate::port::PortError>;
+    /// Sets the desired capacity to a value (only ever a fresh read plus one: nodecycle never
+    /// lowers desired capacity).
     async fn set_desired_capacity(
         &self,
         group: &str,

@@ -148,6 +148,13 @@ pub struct PoolRecord {
     /// How the desired AMI moved through promotion and rollback, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub releases: Vec<ReleaseEvent>,
+    /// What nodecycle holds on the pool's group while it rotates (a process it suspended,
+    /// `MaxSize` it raised), recorded before the call; see [`crate::rotation::group`].
+    #[serde(
+        default,
+        skip_serializing_if = "crate::rotation::group::GroupHolds::is_empty"
+    )]
+    pub group_holds: crate::rotation::group::GroupHolds,
     /// Why a pool with `promotion` keeps its desired AMI (what it waits for), if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promotion_wait: Option<String>,

@@ -254,6 +254,39 @@ impl nodecycle::fleet::GroupOps for Faulty {
         self.inner.terminate_instance(i, dec).await?;
         if trip { Err(self.crash()) } else { Ok(()) }
     }
+    async fn sizes(&self, g: &str) -> Result<nodecycle::fleet::Sizes, nodecycle::port::PortError> {
+        self.inner.sizes(g).await
+    }
+    async fn set_max_size(&self, g: &str, max: i32) -> Result<(), nodecycle::port::PortError> {
+        self.inner.set_max_size(g, max).await
+    }
+    async fn suspend_processes(
+        &self,
+        g: &str,
+        p: &[String],
+    ) -> Result<(), nodecycle::port::PortError> {
+        let trip = self.trip("suspend_processes");
+        if trip && !self.after {
+            return Err(self.crash());
+        }
+        self.inner.suspend_processes(g, p).await?;
+        if trip { Err(self.crash()) } else { Ok(()) }
+    }
+    async fn resume_processes(
+        &self,
+        g: &str,
+        p: &[String],
+    ) -> Result<(), nodecycle::port::PortError> {
+        let trip = self.trip("resume_processes");
+        if trip && !self.after {
+            return Err(self.crash());
+        }
+        self.inner.resume_processes(g, p).await?;
+        if trip { Err(self.crash()) } else { Ok(()) }
+    }
+    async fn launch_problem(&self, g: &str) -> Result<Option<String>, nodecycle::port::PortError> {
+        self.inner.launch_problem(g).await
+    }
     async fn set_image(&self, g: &str, image: &str) -> Result<String, nodecycle::port::PortError> {
         let trip = self.trip("set_image");
         if trip && !self.after {
@@ -277,16 +310,32 @@ async fn converges_despite_a_crash(op: &'static str, after: bool) {
     });
     let mut now = at("2026-12-01T12:00:00Z");
     p.watcher.handle(&json!({}), now).await.unwrap();
+    let mut suspended_while_rolling = false;
     for _ in 0..40 {
         p.pass(now).await;
         let in_flight = p.rotations().await.iter().filter(|r| r.in_flight()).count();
         assert!(in_flight <= 2, "budget exceeded after a crash in {op}");
+        let suspended = suspended_processes(&p).await;
+        suspended_while_rolling |= in_flight > 0 && suspended.contains(&"AZRebalance".into());
         let images = p.images().await;
-        if in_flight == 0 && images.len() == 4 && images.iter().all(|i| *i == p.new) {
+        if in_flight == 0
+            && images.len() == 4
+            && images.iter().all(|i| *i == p.new)
+            && suspended.is_empty()
+        {
             break;
         }
         now += chrono::Duration::minutes(1);
     }
+    assert!(
+        suspended_while_rolling,
+        "crash in {op} (after={after}): AZRebalance suspended during the roll"
+    );
+    assert_eq!(
+        suspended_processes(&p).await,
+        Vec::<String>::new(),
+        "crash in {op} (after={after}): AZRebalance resumed after the roll"
+    );
     let images = p.images().await;
     assert_eq!(
         images.len(),
@@ -314,6 +363,44 @@ async fn converges_despite_a_crash(op: &'static str, after: bool) {
         Some(4),
         "surges all undone"
     );
+}
+
+/// The group's suspended processes.
+async fn suspended_processes(p: &Pool) -> Vec<String> {
+    let out = p
+        .adapters
+        .clients
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names("prod-general")
+        .send()
+        .await
+        .unwrap();
+    out.auto_scaling_groups()[0]
+        .suspended_processes()
+        .iter()
+        .filter_map(|p| p.process_name().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn crash_before_suspending_az_rebalance_resumes() {
+    converges_despite_a_crash("suspend_processes", false).await;
+}
+
+#[tokio::test]
+async fn crash_after_suspending_az_rebalance_resumes() {
+    converges_despite_a_crash("suspend_processes", true).await;
+}
+
+#[tokio::test]
+async fn crash_before_resuming_az_rebalance_resumes() {
+    converges_despite_a_crash("resume_processes", false).await;
+}
+
+#[tokio::test]
+async fn crash_after_resuming_az_rebalance_resumes() {
+    converges_despite_a_crash("resume_processes", true).await;
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::port_error;
 use super::template::{self, TemplateSpec};
-use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle};
+use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle, Sizes};
 use crate::port::{ErrorKind, PortError};
 
 /// Auto Scaling and EC2 through the SDK.
@@ -80,6 +80,69 @@ impl GroupOps for AutoScaling {
             .unwrap_or_default())
     }
 
+    async fn sizes(&self, group: &str) -> Result<Sizes, PortError> {
+        let g = self.group(group).await?;
+        Ok(Sizes {
+            desired: g.desired_capacity().unwrap_or_default(),
+            min: g.min_size().unwrap_or_default(),
+            max: g.max_size().unwrap_or_default(),
+        })
+    }
+
+    async fn set_max_size(&self, group: &str, max: i32) -> Result<(), PortError> {
+        self.autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(group)
+            .max_size(max)
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:UpdateAutoScalingGroup", e))?;
+        Ok(())
+    }
+
+    async fn suspend_processes(&self, group: &str, processes: &[String]) -> Result<(), PortError> {
+        self.autoscaling
+            .suspend_processes()
+            .auto_scaling_group_name(group)
+            .set_scaling_processes(Some(processes.to_vec()))
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:SuspendProcesses", e))?;
+        Ok(())
+    }
+
+    async fn resume_processes(&self, group: &str, processes: &[String]) -> Result<(), PortError> {
+        self.autoscaling
+            .resume_processes()
+            .auto_scaling_group_name(group)
+            .set_scaling_processes(Some(processes.to_vec()))
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:ResumeProcesses", e))?;
+        Ok(())
+    }
+
+    async fn launch_problem(&self, group: &str) -> Result<Option<String>, PortError> {
+        use aws_sdk_autoscaling::types::ScalingActivityStatusCode as Code;
+        let out = self
+            .autoscaling
+            .describe_scaling_activities()
+            .auto_scaling_group_name(group)
+            .max_records(1)
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:DescribeScalingActivities", e))?;
+        Ok(out.activities().first().and_then(|a| {
+            matches!(a.status_code(), Some(Code::Failed | Code::Cancelled)).then(|| {
+                let what = a.description().unwrap_or("scaling activity");
+                match a.status_message() {
+                    Some(m) => format!("{what}: {m}"),
+                    None => format!("{what}: {:?}", a.status_code()),
+                }
+            })
+        }))
+    }
+
     async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
         let g = self.group(name).await?;
         let launch_template_image = match Self::template_of(&g) {
@@ -92,6 +155,11 @@ impl GroupOps for AutoScaling {
             max_size: g.max_size().unwrap_or_default(),
             desired_capacity: g.desired_capacity().unwrap_or_default(),
             launch_template_image,
+            suspended_processes: g
+                .suspended_processes()
+                .iter()
+                .filter_map(|p| p.process_name().map(str::to_string))
+                .collect(),
         };
         let ids: Vec<String> = g
             .instances()

@@ -679,6 +679,7 @@ mod tests {
             unschedulable: false,
             disrupted_taint: None,
             ready: true,
+            marks: Default::default(),
         }
     }
 

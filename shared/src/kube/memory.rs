@@ -50,6 +50,7 @@ impl MemoryCluster {
             unschedulable: false,
             disrupted_taint: None,
             ready: true,
+            marks: crate::fleet::NodeMarks::default(),
         });
     }
 
@@ -158,6 +159,30 @@ impl NodeOps for MemoryCluster {
         n.unschedulable = true;
         n.disrupted_taint.get_or_insert_with(|| taint_value(reason));
         inner.log.push(format!("cordon {node}"));
+        Ok(true)
+    }
+
+    async fn mark(
+        &self,
+        node: &str,
+        scale_down_disabled: Option<bool>,
+        exclude_from_lb: Option<bool>,
+    ) -> Result<bool, KubeError> {
+        let mut inner = self.lock();
+        let Some(n) = inner.nodes.iter_mut().find(|n| n.name == node) else {
+            return Ok(false);
+        };
+        if let Some(set) = scale_down_disabled {
+            n.marks.scale_down_disabled = set;
+            n.marks.scale_down_disabled_by_nodecycle = set;
+        }
+        if let Some(set) = exclude_from_lb {
+            n.marks.lb_excluded = set;
+            n.marks.lb_excluded_by_nodecycle = set;
+        }
+        inner.log.push(format!(
+            "mark {node} scale-down-disabled={scale_down_disabled:?} exclude-from-lb={exclude_from_lb:?}"
+        ));
         Ok(true)
     }
 

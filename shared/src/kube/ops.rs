@@ -30,6 +30,19 @@ pub trait NodeOps: Send + Sync {
     /// Returns whether anything changed; a missing node is `Ok(false)`.
     async fn undo_cordon(&self, node: &str, uncordon: bool) -> Result<bool, KubeError>;
 
+    /// Sets (`Some(true)`) or removes (`Some(false)`) the marks nodecycle shares with Cluster
+    /// Autoscaler and load balancers, each with nodecycle's marker annotation beside it (see
+    /// [`crate::rotation::marks`]): `scale_down_disabled` the annotation
+    /// `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`, `exclude_from_lb` the
+    /// label `node.kubernetes.io/exclude-from-external-load-balancers`. One merge patch of the
+    /// node's metadata; a missing node is `Ok(false)`.
+    async fn mark(
+        &self,
+        node: &str,
+        scale_down_disabled: Option<bool>,
+        exclude_from_lb: Option<bool>,
+    ) -> Result<bool, KubeError>;
+
     /// Every pod bound to the node (field selector `spec.nodeName=<node>`), all namespaces.
     async fn list_pods(&self, node: &str) -> Result<Vec<PodInfo>, KubeError>;
 

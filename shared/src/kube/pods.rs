@@ -55,6 +55,8 @@ pub struct NodeInfo {
     pub disrupted_taint: Option<String>,
     /// The `Ready` condition is `True`.
     pub ready: bool,
+    /// What Cluster Autoscaler and load balancers read on it, and which nodecycle set.
+    pub marks: crate::fleet::NodeMarks,
 }
 
 /// Identity of one pod: namespace, name and uid (the uid guards against acting on a pod that was

@@ -69,8 +69,10 @@ pub(super) fn count<'a>(
         if m.lifecycle != Lifecycle::Pending
             && let Some(n) = &m.node
         {
-            let external =
-                n.disrupted.is_some() || n.unschedulable || m.lifecycle == Lifecycle::Leaving;
+            let external = n.disrupted.is_some()
+                || n.unschedulable
+                || n.marks.autoscaler_deleting
+                || m.lifecycle == Lifecycle::Leaving;
             let not_ready = !n.ready && !c.replacements.contains(id);
             if external || not_ready {
                 disrupting.insert(id);
@@ -114,6 +116,13 @@ pub(super) fn count<'a>(
                     "{what}, but another component is disrupting it (taint \
                      nodecycle.dev/disrupted={}): counted as disrupting, not started",
                     n.disrupted.as_deref().unwrap_or_default()
+                ),
+            )),
+            Some(n) if n.marks.autoscaler_deleting => Some((
+                DecisionKind::Skip,
+                format!(
+                    "{what}, but Cluster Autoscaler is removing it (taint \
+                     ToBeDeletedByClusterAutoscaler): counted as disrupting, not started"
                 ),
             )),
             Some(n) if n.unschedulable => Some((

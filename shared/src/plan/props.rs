@@ -60,6 +60,8 @@ fn arb_node() -> impl Strategy<Value = Option<NodeStatus>> {
                 unschedulable,
                 disrupted,
                 evictable_pods,
+                pods_counted: false,
+                marks: Default::default(),
             })),
     ]
 }

@@ -80,6 +80,8 @@ fn arb_pool() -> impl Strategy<Value = Snapshot> {
                         unschedulable: false,
                         disrupted: None,
                         evictable_pods: 1,
+                        pods_counted: false,
+                        marks: Default::default(),
                     }),
                 })
                 .collect();

@@ -58,6 +58,8 @@ pub(super) fn member(id: &str, image: &str, age_h: i64) -> Member {
             unschedulable: false,
             disrupted: None,
             evictable_pods: 3,
+            pods_counted: false,
+            marks: Default::default(),
         }),
     }
 }
@@ -102,6 +104,7 @@ pub(super) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rota
             max_size: 20,
             desired_capacity: i32::try_from(members.len()).unwrap(),
             launch_template_image: Some(NEW.to_string()),
+            suspended_processes: Vec::new(),
         },
         members,
         rotations,
@@ -705,6 +708,8 @@ fn surge_baseline_identifies_unrecorded_replacement() {
         target_desired: 7,
         baseline: (0..6).map(|i| format!("i-{i:02}")).collect(),
         base: Some(6),
+        read: None,
+        above_max: false,
         release: None,
     });
     let p = plan(&snapshot(budgets("3"), members.clone(), vec![rot]), now());

@@ -114,6 +114,10 @@ pub struct Policy {
     pub paused: bool,
     /// Staged promotion (nodecycle extension); `None` = the pool follows its terms directly.
     pub promotion: Option<Promotion>,
+    /// `disruption.surgeAboveMaxSize` (nodecycle extension, default false): a self-managed
+    /// group at `MaxSize` has its `MaxSize` raised by one per surge (and put back after)
+    /// instead of rotating without a surge. Needs the stack's `AutoScalingGroupUpdates`.
+    pub surge_above_max_size: bool,
 }
 
 impl Policy {
@@ -149,7 +153,7 @@ pub const FIELDS: [&str; 12] = [
     "promotion",
 ];
 const NODE_GROUP_FIELDS: [&str; 2] = ["autoScalingGroup", "managedNodeGroup"];
-const DISRUPTION_FIELDS: [&str; 1] = ["budgets"];
+const DISRUPTION_FIELDS: [&str; 2] = ["budgets", "surgeAboveMaxSize"];
 const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
 /// Path passed to [`crate::budget::parse_budgets`].
 const BUDGETS_PATH: &str = "disruption.budgets";
@@ -221,6 +225,7 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
     let mut variant = None;
     let mut terms = None;
     let mut budgets = None;
+    let mut surge_above_max_size = false;
     let mut expire_after = Some(DEFAULT_EXPIRE_AFTER);
     let mut termination_grace_period = None;
     let mut rebalance = RebalanceAction::default();
@@ -241,7 +246,11 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
             "architecture" => architecture = validate_architecture(field, problems),
             "variant" => variant = validate_variant(field, problems),
             "amiSelectorTerms" => terms = terms::validate(field, "amiSelectorTerms", problems),
-            "disruption" => budgets = Some(validate_disruption(field, problems)),
+            "disruption" => {
+                let (b, above) = validate_disruption(field, problems);
+                budgets = Some(b);
+                surge_above_max_size = above;
+            }
             "expireAfter" => {
                 if let Some(d) = validate_expire_after(field, problems) {
                     expire_after = d;
@@ -303,6 +312,7 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
         rebalance,
         paused,
         promotion,
+        surge_above_max_size,
     })
 }
 
@@ -540,13 +550,18 @@ fn validate_variant(value: &Value, problems: &mut Problems) -> Option<Variant> {
 
 /// Validates `disruption` and returns its budgets (the defaults when `budgets` is absent or
 /// `disruption` is not an object; the latter is an error anyway).
-fn validate_disruption(value: &Value, problems: &mut Problems) -> Vec<Budget> {
+/// Also returns `surgeAboveMaxSize` (false when absent).
+fn validate_disruption(value: &Value, problems: &mut Problems) -> (Vec<Budget>, bool) {
     const PATH: &str = "disruption";
     let Some(map) = fields::object(value, PATH, "an object with the field budgets", problems)
     else {
-        return crate::budget::parse_budgets(None, BUDGETS_PATH, problems);
+        return (
+            crate::budget::parse_budgets(None, BUDGETS_PATH, problems),
+            false,
+        );
     };
     let mut budgets = None;
+    let mut above = false;
     for (key, field) in map {
         match key.as_str() {
             "budgets" => {
@@ -556,10 +571,22 @@ fn validate_disruption(value: &Value, problems: &mut Problems) -> Vec<Budget> {
                     problems,
                 ))
             }
+            "surgeAboveMaxSize" => match field {
+                Value::Bool(b) => above = *b,
+                _ => wrong_type(
+                    "disruption.surgeAboveMaxSize",
+                    "a boolean (true or false)",
+                    field,
+                    problems,
+                ),
+            },
             _ => unknown_field(PATH, key, &DISRUPTION_FIELDS, problems),
         }
     }
-    budgets.unwrap_or_else(|| crate::budget::parse_budgets(None, BUDGETS_PATH, problems))
+    (
+        budgets.unwrap_or_else(|| crate::budget::parse_budgets(None, BUDGETS_PATH, problems)),
+        above,
+    )
 }
 
 /// `Some(None)` for `Never`, `Some(Some(d))` for a positive duration, `None` on error.

@@ -429,7 +429,7 @@ fn top_level_field_rules() {
         (format!("{BASE}interruption: {{ spot: drain }}\n"), vec!["interruption.spot: unknown field; expected one of rebalance".into()]),
         (format!("{BASE}interruption: cordon\n"), vec!["interruption: expected an object with the field rebalance, got \"cordon\"".into()]),
         // disruption
-        (format!("{BASE}disruption: {{ consolidationPolicy: WhenEmpty }}\n"), vec!["disruption.consolidationPolicy: unknown field; expected one of budgets; nodecycle does not consolidate nodes".into()]),
+        (format!("{BASE}disruption: {{ consolidationPolicy: WhenEmpty }}\n"), vec!["disruption.consolidationPolicy: unknown field; expected one of budgets, surgeAboveMaxSize; nodecycle does not consolidate nodes".into()]),
         (format!("{BASE}disruption: [{{ nodes: 10% }}]\n"), vec!["disruption: expected an object with the field budgets, got a list".into()]),
         // paused
         (format!("{BASE}paused: true\n"), vec![]),

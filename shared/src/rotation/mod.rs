@@ -1,16 +1,23 @@
 //! The rotation of one node: a small state machine persisted in DynamoDB and advanced one step
 //! per rotator pass: `Pending -> Surging -> Cordoned -> Draining -> Terminating -> Done`, or
-//! `Failed` (a replacement never became Ready: halts the pool), or `Cancelled` (an operator
-//! aborted it: never halts). What each pass does to a rotation is decided by the pure
-//! [`step`] function; the rotator's executor only performs its commands.
+//! `Failed` (a replacement launched on the desired AMI never became Ready: halts the pool), or
+//! `Cancelled` (an operator aborted it: never halts). What each pass does to a rotation is
+//! decided by the pure [`step`] function; the rotator's executor only performs its commands.
 //!
-//! # Surge accounting
-//! A surge raises the group's desired capacity by one for the replacement. That unit is given
-//! back exactly once: by terminating the old instance with a decrement (the normal end), or,
-//! when the rotation ends otherwise (failed, cancelled, the old instance vanished), by an
-//! [`Undo`] chosen by [`step`] and recorded on the rotation *before* it is performed
-//! ([`Release::Undoing`]), so a crash repeats the same undo instead of choosing another.
+//! # Surge accounting (shared with Cluster Autoscaler and other writers)
+//! A surge adds one unit of desired capacity for the replacement, by delta: the executor reads
+//! the group's desired capacity just before it sets that value plus one. nodecycle never sets
+//! a lower desired capacity: the unit is given back exactly once, by terminating one chosen
+//! instance through the group with a decrement: the old instance once drained (the normal
+//! end), or, when the rotation ends otherwise (failed, cancelled, the old instance vanished),
+//! an instance known to run no workload ([`crate::fleet::Member::podless`]) launched since the
+//! surge, chosen by [`step`] and recorded on the rotation *before* it is terminated
+//! ([`Release::Undoing`]), so a crash repeats the same undo instead of choosing another. What
+//! other writers did meanwhile is kept: after a roll the group is at the size they last set.
+//! See [`step`] for the level-triggered rules that repair a crash around the +1.
 
+pub mod group;
+pub mod marks;
 pub mod step;
 
 use chrono::{DateTime, Utc};
@@ -83,13 +90,19 @@ pub enum Undo {
         /// The instance to remove (a replacement that is not needed, or never became Ready).
         instance_id: String,
     },
-    /// Set desired capacity to this absolute value (no instance came up for the surge).
+    /// Written by versions before capacity by delta: set desired capacity to this absolute
+    /// value. Still read, never chosen nor performed: a record carrying it is settled as
+    /// [`Undo::Nothing`] (lowering desired capacity lets Auto Scaling terminate an undrained
+    /// instance of its choice, and the value may undo what another writer set since).
     #[serde(rename_all = "camelCase")]
     LowerTo {
-        /// The desired capacity to set.
+        /// The desired capacity it would have set.
         desired: i32,
     },
-    /// Nothing to give back (the capacity was already back at its base).
+    /// Nothing to give back: another writer already took the unit (its instance or its
+    /// pending launch is gone), or only instances running workload could give it back (left
+    /// to the group's scale-down, e.g. Cluster Autoscaler: nodecycle never terminates an
+    /// undrained instance).
     Nothing,
 }
 
@@ -107,20 +120,29 @@ pub enum Release {
     Given,
 }
 
-/// A surge: the capacity the group was raised to, and the instances that existed before it (so
-/// the replacement is the instance not in this set).
+/// A surge: the instances that existed before it (so the replacement is an instance not in
+/// this set), and what the group looked like when it was recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Surge {
-    /// Desired capacity to hold while surging (absolute, so repeating the call is harmless).
+    /// Written by versions before capacity by delta (an absolute target); read, never used.
+    #[serde(default)]
     pub target_desired: i32,
     /// Instance ids in the group when the surge started.
     pub baseline: Vec<String>,
-    /// The group's desired capacity without any surge (shared by concurrent surges): the
-    /// rotator keeps desired capacity at least at `base + active surges`, which repairs a crash
-    /// or a failed call between recording a surge and raising capacity.
-    #[serde(default)]
+    /// Written by versions before capacity by delta (the desired capacity without surges,
+    /// shared by concurrent surges); read, never used: no capacity is derived from an older
+    /// value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<i32>,
+    /// The group's desired capacity this pass observed when the surge was recorded (the
+    /// intent; the +1 is applied to a fresh read just after). For the record only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<i32>,
+    /// The surge raised the group's `MaxSize` by one (policy `disruption.surge:
+    /// aboveMaxSize`); the pool's record holds what to restore.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub above_max: bool,
     /// Absent while the surge is active. Records written before this field existed have none
     /// and were settled by the code of their time: a finished rotation without it owes nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]

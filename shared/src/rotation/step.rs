@@ -6,29 +6,57 @@
 //!
 //! Per rotation, by step:
 //! - `Pending`: the instance left the group → [`Command::Finish`]; room under the group's
-//!   `MaxSize` → [`Command::Surge`] (target `base + active surges + 1`); else
-//!   [`Command::Cordon`] (replace without surge).
-//! - `Surging`: the old instance left → `Finish` with the surge undone; a Ready instance on the
-//!   desired AMI launched since the surge and claimed by no other rotation →
-//!   [`Command::ClaimReplacement`]; past `replacement_timeout` → [`Command::Fail`] (halts the
-//!   pool) with the surge undone; else [`Command::Wait`].
+//!   `MaxSize` (or the policy allows raising it) → [`Command::Surge`] (record the surge, then
+//!   +1 on a fresh read); else [`Command::Cordon`] (replace without surge: drain first, the
+//!   group launches the replacement after the terminate).
+//! - `Surging`: the old instance left → `Finish` with the surge given back. Otherwise the surge
+//!   is matched with one unit of *supply* (see below): a Ready instance on the desired AMI →
+//!   [`Command::ClaimReplacement`]; a launched instance on the desired AMI not Ready after
+//!   `replacement_timeout` (counted from its launch, or from the surge when it launched
+//!   before) → [`Command::Fail`] (halts the pool, quarantines the release) with the surge given
+//!   back; a launch still to come → [`Command::Wait`] with why (the group's latest failed
+//!   scaling activity, e.g. `InsufficientInstanceCapacity`); no supply at all →
+//!   [`Command::Raise`] (+1 again) or, at `MaxSize` without permission to raise it,
+//!   [`Command::DropSurge`] (go on without a surge). A launch that never comes never fails
+//!   the rotation: only a replacement that launched on the desired AMI and did not become
+//!   Ready counts against the release.
 //! - `Cordoned` → [`Command::Cordon`]; `Draining` → [`Command::DrainStep`] (both: the old
-//!   instance gone from the group entirely → `Finish`, surge undone).
+//!   instance gone from the group entirely → `Finish`, surge given back).
 //! - `Terminating`: the instance still in service → [`Command::Terminate`] (decrementing
 //!   desired capacity when its surge is active); already leaving → `Finish` (the surge is
-//!   undone unless this rotation's own terminate was recorded as under way).
-//! - Finished with a surge unit still owed → [`Command::UndoSurge`].
+//!   given back unless this rotation's own terminate was recorded as under way).
+//! - Finished with a surge unit still owed → [`Command::UndoSurge`] (or nothing while the
+//!   unit's launch is still to come).
 //!
-//! Undo targets ([`Undo`]) are chosen so that two rotations never undo with the same instance:
-//! a recorded undo keeps its target; otherwise an instance launched since the surge, claimed
-//! by no rotation and not leaving, not-Ready first, newest first; with none, desired capacity
-//! is lowered to `base + remaining surges` (never below `MinSize`) if it is above that.
+//! # Capacity: by delta, level-triggered
+//! The step function never computes an absolute desired capacity. `Surge` and `Raise` each
+//! add one to the desired capacity the executor reads just before it sets it; a give-back
+//! removes one only by terminating a chosen instance with a decrement. No absolute value from
+//! an older read is ever written, so what Cluster Autoscaler or an operator set between passes
+//! is kept.
 //!
-//! Desired capacity: [`StepPlan::capacity`] is `base + surges active after the pass` (capped
-//! at `MaxSize`); the executor raises desired capacity to it when below (repairing a surge whose
-//! capacity call failed or never ran), after the pass's undos. It never lowers capacity
-//! except by the targeted undos above, because lowering desired capacity lets Auto Scaling pick
-//! which instance to terminate, undrained.
+//! Each pass matches every active surge that has not claimed its replacement (oldest first)
+//! with one unit of supply, from what it observes: an instance launched since the surge (not
+//! in its baseline), not leaving, on the desired AMI (or an unknown image), not already some
+//! rotation's replacement or undo target nor matched this pass; else one of the group's
+//! *pending launches* (`desired capacity - instances not leaving`, each matched once). A surge
+//! left without supply is raised by one. This one rule repairs every crash and every other
+//! writer around the +1:
+//! - crash (or failed call) after recording the surge, before the +1: no supply next pass →
+//!   raised then;
+//! - crash after the +1: its instance or pending launch is there → matched, not raised again;
+//! - another writer took the unit (Cluster Autoscaler removed the empty surge node, an
+//!   operator lowered desired capacity): no supply → raised again by one;
+//! - another writer added capacity (a scale-up): the surge may match that capacity instead of
+//!   raising, which leaves the group where the other writer wants it after the decrement.
+//!
+//! Undo targets ([`Undo`]) are chosen so that two rotations never undo with the same instance,
+//! and never an instance that may run workload: a recorded undo keeps its target; otherwise
+//! (own replacement first for a failure or a cancel) an instance launched since the surge,
+//! claimed by no rotation, not leaving, known podless ([`Member::podless`]), not-Ready first,
+//! newest first. With none: while a launch is pending the unit stays owed (given back when the
+//! launch comes); else [`Undo::Nothing`] (another writer took the unit, or only instances with
+//! workload hold it: left to the group's scale-down).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -43,7 +71,7 @@ use crate::fleet::{Group, Lifecycle, Member};
 /// Tunables the step function needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepSettings {
-    /// A replacement not Ready this long after the surge fails the rotation.
+    /// A replacement launched on the desired AMI and not Ready this long fails the rotation.
     pub replacement_timeout: Duration,
 }
 
@@ -58,6 +86,12 @@ pub struct PoolView<'a> {
     pub desired_ami: Option<&'a str>,
     /// Quarantined image ids: a rotation towards one of them is cancelled.
     pub quarantined: &'a BTreeSet<String>,
+    /// A surge may raise the group's `MaxSize` by one (the policy allows it and the last
+    /// attempt was not refused for lack of permission).
+    pub may_raise_max: bool,
+    /// The group's latest unsuccessful scaling activity (`DescribeScalingActivities`), shown
+    /// as the reason a launch is still to come.
+    pub launch_problem: Option<&'a str>,
 }
 
 /// Why a rotation finishes without terminating its instance.
@@ -74,7 +108,7 @@ pub enum FinishReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "failure", rename_all = "camelCase")]
 pub enum Failure {
-    /// No replacement became Ready on the desired AMI within the timeout.
+    /// A replacement launched on the desired AMI and did not become Ready within the timeout.
     #[serde(rename_all = "camelCase")]
     ReplacementNotReady {
         /// The instance being replaced.
@@ -126,30 +160,86 @@ impl fmt::Display for Failure {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "wait", rename_all = "camelCase")]
 pub enum WaitReason {
-    /// The surge's replacement is not Ready yet.
+    /// The surge's replacement launched and is not Ready yet.
     #[serde(rename_all = "camelCase")]
     Replacement {
+        /// Its wait counts from then (its launch, or the surge when it launched before).
+        since: DateTime<Utc>,
+        /// The launched instance matched with the surge.
+        instance: String,
+    },
+    /// The group still owes a launch for the surge (desired capacity above its instances).
+    #[serde(rename_all = "camelCase")]
+    Launch {
         /// Surging since.
         since: DateTime<Utc>,
-        /// Instances launched since the surge, not Ready on the desired AMI yet.
-        fresh: Vec<String>,
+        /// The group's latest unsuccessful scaling activity, if any.
+        problem: Option<String>,
     },
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitReason::Replacement { instance, .. } => {
+                write!(f, "replacement {instance} launched, not Ready yet")
+            }
+            WaitReason::Launch { problem, .. } => match problem {
+                Some(p) => write!(f, "the replacement's launch has not come: {p}"),
+                None => write!(f, "the replacement's launch is pending"),
+            },
+        }
+    }
+}
+
+/// How a surge's unit is given back when its rotation ends without terminating its old
+/// instance with a decrement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "giveBack", rename_all = "camelCase")]
+pub enum GiveBack {
+    /// Now, this way (recorded as [`Release::Undoing`] first).
+    Now {
+        /// How.
+        undo: Undo,
+    },
+    /// The unit's launch is still to come: recorded as [`Release::Owed`], given back once the
+    /// instance is there.
+    Later,
+}
+
+impl GiveBack {
+    /// The undo performed now, if any.
+    pub fn now(&self) -> Option<&Undo> {
+        match self {
+            GiveBack::Now { undo } => Some(undo),
+            GiveBack::Later => None,
+        }
+    }
 }
 
 /// One thing the executor does for one rotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "command", rename_all = "camelCase")]
 pub enum Command {
-    /// Record the surge (step `Surging`), then raise desired capacity to `target` (through
-    /// [`StepPlan::capacity`]).
+    /// Record the surge (step `Surging`), then add one to the group's desired capacity as read
+    /// just before (first one to its `MaxSize` with `above_max`).
     Surge {
-        /// Desired capacity with this surge.
-        target: i32,
-        /// Desired capacity without surges.
-        base: i32,
         /// Instances in the group now (the replacement is an instance not among them).
         baseline: Vec<String>,
+        /// The desired capacity this pass observed (recorded with the intent).
+        read: i32,
+        /// The group is at `MaxSize` and the policy allows raising it by one for the surge.
+        above_max: bool,
     },
+    /// The surge has no unit (never raised, or another writer took it): add one to the
+    /// desired capacity as read just before (first one to `MaxSize` with `above_max`).
+    Raise {
+        /// Raise `MaxSize` by one first.
+        above_max: bool,
+    },
+    /// The surge has no unit and the group is at `MaxSize`: record the surge as holding
+    /// nothing and go on without it (step `Cordoned`: drain first, replacement after).
+    DropSurge,
     /// Record `id` as the replacement; step `Cordoned`.
     ClaimReplacement {
         /// The replacement instance.
@@ -176,8 +266,8 @@ pub enum Command {
     Finish {
         /// Why.
         why: FinishReason,
-        /// The surge's undo, if the rotation holds one.
-        undo: Option<Undo>,
+        /// The surge's give-back, if the rotation holds one.
+        undo: Option<GiveBack>,
     },
     /// Step `Failed`, halt the pool when `halt`, quarantine the release of the image the
     /// replacement never became Ready on when `quarantine`, then give the surge back with `undo`.
@@ -188,8 +278,8 @@ pub enum Command {
         halt: bool,
         /// Quarantine the release the rotation was rolling out.
         quarantine: bool,
-        /// The surge's undo, if the rotation holds one.
-        undo: Option<Undo>,
+        /// The surge's give-back, if the rotation holds one.
+        undo: Option<GiveBack>,
     },
     /// Step `Cancelled` (the AMI it rolls out is quarantined): uncordon the node when
     /// `uncordon`, then give the surge back with `undo` (its own replacement first).
@@ -198,8 +288,8 @@ pub enum Command {
         image: String,
         /// The node was cordoned by this rotation.
         uncordon: bool,
-        /// The surge's undo, if the rotation holds one.
-        undo: Option<Undo>,
+        /// The surge's give-back, if the rotation holds one.
+        undo: Option<GiveBack>,
     },
     /// Nothing this pass.
     Wait {
@@ -213,6 +303,8 @@ impl Command {
     pub fn name(&self) -> &'static str {
         match self {
             Command::Surge { .. } => "surge",
+            Command::Raise { .. } => "raise",
+            Command::DropSurge => "dropSurge",
             Command::ClaimReplacement { .. } => "claimReplacement",
             Command::Cordon => "cordon",
             Command::DrainStep => "drainStep",
@@ -225,15 +317,43 @@ impl Command {
         }
     }
 
-    /// The undo this command performs, if any.
+    /// The give-back this command records, if any.
+    pub fn give_back(&self) -> Option<GiveBack> {
+        match self {
+            Command::UndoSurge { undo } => Some(GiveBack::Now { undo: undo.clone() }),
+            Command::Finish { undo, .. }
+            | Command::Fail { undo, .. }
+            | Command::Cancel { undo, .. } => undo.clone(),
+            _ => None,
+        }
+    }
+
+    /// The undo this command performs now, if any.
     pub fn undo(&self) -> Option<&Undo> {
         match self {
             Command::UndoSurge { undo } => Some(undo),
             Command::Finish { undo, .. }
             | Command::Fail { undo, .. }
-            | Command::Cancel { undo, .. } => undo.as_ref(),
+            | Command::Cancel { undo, .. } => undo.as_ref().and_then(GiveBack::now),
             _ => None,
         }
+    }
+
+    /// Adds one unit of desired capacity (`Surge`, `Raise`).
+    pub fn raises(&self) -> bool {
+        matches!(self, Command::Surge { .. } | Command::Raise { .. })
+    }
+
+    /// Ends the rotation this pass.
+    fn ends(&self) -> bool {
+        matches!(
+            self,
+            Command::Finish { .. }
+                | Command::Fail { .. }
+                | Command::Cancel { .. }
+                | Command::Terminate { .. }
+                | Command::UndoSurge { .. }
+        )
     }
 }
 
@@ -244,15 +364,18 @@ pub struct StepPlan {
     /// `(instance, command)` per rotation, in the order to perform them: give-backs first
     /// (undos, failures, terminations), then the rest, then surges.
     pub commands: Vec<(String, Command)>,
-    /// Desired capacity the group must have at least once the commands are performed
-    /// (`base + surges active after the pass`, capped at `MaxSize`); `None` when no surge is
-    /// active after the pass.
-    pub capacity: Option<i32>,
+    /// Instances that serve an in-flight rotation after this pass (its claimed replacement,
+    /// or the launched instance matched with its surge): protected from Cluster Autoscaler's
+    /// scale-down until the rotation ends.
+    pub protect: BTreeSet<String>,
+    /// Old instances being drained or terminated after this pass (their nodes are excluded
+    /// from external load balancers).
+    pub draining: BTreeSet<String>,
 }
 
 /// A rotation's commands for one pass (see the module documentation). `rotations` are every
 /// record of the pool (any step); `moving` the instances whose in-flight rotation the planner
-/// advances or starts this pass (others only settle owed surges).
+/// advances or starts this pass (others only keep what they hold, and settle owed surges).
 pub fn step_pool(
     view: &PoolView<'_>,
     rotations: &[Rotation],
@@ -265,15 +388,30 @@ pub fn step_pool(
     order.sort_by(|a, b| {
         (a.created_at, a.instance_id.as_str()).cmp(&(b.created_at, b.instance_id.as_str()))
     });
-    // Rotations still at `Pending` come last: their surges are counted from the capacity the
-    // pass leaves once every give-back of the pass is decided.
-    order.sort_by_key(|r| r.step == Step::Pending);
+    // In-flight surges are matched with supply first, then finished rotations settle what is
+    // left, then `Pending` rotations start their surges from the capacity the pass leaves.
+    order.sort_by_key(|r| match (r.step, r.in_flight()) {
+        (Step::Pending, _) => 2,
+        (_, true) => 0,
+        (_, false) => 1,
+    });
     let mut give_backs = Vec::new();
     let mut middle = Vec::new();
     let mut surges = Vec::new();
+    let mut plan = StepPlan::default();
     for r in order {
         let command = if r.in_flight() {
             if !moving.contains(r.instance_id.as_str()) {
+                // Not advanced, but what it holds stays its own.
+                if let Some(id) = hold(&mut ctx, r) {
+                    plan.protect.insert(id);
+                }
+                if let Some(rep) = &r.replacement {
+                    plan.protect.insert(rep.clone());
+                }
+                if matches!(r.step, Step::Cordoned | Step::Draining | Step::Terminating) {
+                    plan.draining.insert(r.instance_id.clone());
+                }
                 continue;
             }
             step_one(&mut ctx, r, now, settings)
@@ -281,49 +419,43 @@ pub fn step_pool(
             settle(&mut ctx, r)
         };
         let Some(command) = command else { continue };
+        if r.in_flight()
+            && (matches!(r.step, Step::Cordoned | Step::Draining | Step::Terminating)
+                || matches!(command, Command::Cordon))
+            && !matches!(
+                command,
+                Command::Finish { .. } | Command::Fail { .. } | Command::Cancel { .. }
+            )
+        {
+            plan.draining.insert(r.instance_id.clone());
+        }
+        if r.in_flight() && !command.ends() {
+            match &command {
+                Command::ClaimReplacement { id } => {
+                    plan.protect.insert(id.clone());
+                }
+                Command::Wait {
+                    why: WaitReason::Replacement { instance, .. },
+                } => {
+                    plan.protect.insert(instance.clone());
+                }
+                _ => {}
+            }
+            if let Some(rep) = &r.replacement {
+                plan.protect.insert(rep.clone());
+            }
+        }
         let entry = (r.instance_id.clone(), command);
         match &entry.1 {
-            Command::Surge { .. } => surges.push(entry),
-            Command::UndoSurge { .. }
-            | Command::Finish { .. }
-            | Command::Fail { .. }
-            | Command::Cancel { .. }
-            | Command::Terminate { .. } => give_backs.push(entry),
+            Command::Surge { .. } | Command::Raise { .. } => surges.push(entry),
+            c if c.ends() => give_backs.push(entry),
             _ => middle.push(entry),
         }
     }
-    let capacity = ctx
-        .base
-        .filter(|_| ctx.active > 0)
-        .map(|b| (b + ctx.active).min(view.group.max_size));
     give_backs.extend(middle);
     give_backs.extend(surges);
-    StepPlan {
-        commands: give_backs,
-        capacity,
-    }
-}
-
-/// What to do to cancel `rotation` (ops `cancel`), and the undo of its surge (its own
-/// replacement goes first); `Err` says why it cannot be cancelled.
-pub fn cancel(
-    view: &PoolView<'_>,
-    rotations: &[Rotation],
-    rotation: &Rotation,
-) -> Result<Option<Undo>, CancelRefusal> {
-    match rotation.step {
-        Step::Done | Step::Failed | Step::Cancelled => {
-            return Err(CancelRefusal::Finished(rotation.step));
-        }
-        Step::Terminating => return Err(CancelRefusal::Terminating),
-        _ => {}
-    }
-    let mut ctx = Ctx::new(view, rotations);
-    Ok(rotation
-        .surge
-        .as_ref()
-        .filter(|s| s.active())
-        .map(|s| ctx.choose_undo(rotation, s, true)))
+    plan.commands = give_backs;
+    plan
 }
 
 /// Why a rotation cannot be cancelled.
@@ -335,52 +467,74 @@ pub enum CancelRefusal {
     Terminating,
 }
 
+/// Whether an operator may cancel `rotation` now (ops `cancel`). A cancelled rotation that
+/// holds a surge records it [`Release::Owed`]: the rotator's next pass gives it back, with the
+/// pods of the group's instances counted (`ops` does not count them, so it never chooses an
+/// instance to terminate).
+pub fn cancel(rotation: &Rotation) -> Result<(), CancelRefusal> {
+    match rotation.step {
+        Step::Done | Step::Failed | Step::Cancelled => Err(CancelRefusal::Finished(rotation.step)),
+        Step::Terminating => Err(CancelRefusal::Terminating),
+        _ => Ok(()),
+    }
+}
+
+/// What a surge is matched with this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Supply<'a> {
+    /// A Ready instance on the desired AMI.
+    Ready(&'a Member),
+    /// A launched instance, not Ready yet.
+    Launched(&'a Member),
+    /// One of the group's pending launches.
+    Pending,
+    /// Nothing: the surge has no unit.
+    None,
+}
+
 /// The pass so far: capacity accounting and instances already taken.
 struct Ctx<'a> {
     view: &'a PoolView<'a>,
-    /// Desired capacity without surges (from the active surges' records).
-    base: Option<i32>,
-    /// Surges holding a unit after the commands decided so far.
-    active: i32,
-    /// Desired capacity once the undos decided so far are performed.
+    /// Desired capacity once the commands decided so far are performed (+1 per raise, -1 per
+    /// terminate with a decrement of an instance still in the group).
     desired: i32,
-    /// Instances that are some rotation's replacement or undo target (recorded or chosen).
+    /// `MaxSize` once the raises decided so far are performed.
+    max: i32,
+    /// The group's pending launches not matched yet with a surge or an owed unit.
+    pending: i32,
+    /// Instances that are some rotation's replacement, undo target or match (recorded or
+    /// chosen this pass).
     taken: BTreeSet<String>,
     members: BTreeMap<&'a str, &'a Member>,
 }
 
 impl<'a> Ctx<'a> {
     fn new(view: &'a PoolView<'a>, rotations: &[Rotation]) -> Self {
-        let mut base = None;
-        let mut active = 0;
         let mut taken = BTreeSet::new();
-        let mut sorted: Vec<&Rotation> = rotations.iter().collect();
-        sorted.sort_by(|a, b| {
-            (a.created_at, a.instance_id.as_str()).cmp(&(b.created_at, b.instance_id.as_str()))
-        });
-        for r in sorted {
+        for r in rotations {
             // A replacement stays whatever its rotation's step: it serves (or is being undone
             // by its own rotation's recorded undo).
             if let Some(rep) = &r.replacement {
                 taken.insert(rep.clone());
             }
-            if let Some(s) = &r.surge {
-                if let Some(Release::Undoing(Undo::Terminate { instance_id })) = &s.release
-                    && instance_id != &r.instance_id
-                {
-                    taken.insert(instance_id.clone());
-                }
-                if r.surge_active() {
-                    active += 1;
-                    base = base.or(s.base);
-                }
+            if let Some(Release::Undoing(Undo::Terminate { instance_id })) =
+                r.surge.as_ref().and_then(|s| s.release.as_ref())
+                && instance_id != &r.instance_id
+            {
+                taken.insert(instance_id.clone());
             }
         }
+        let staying = view
+            .members
+            .iter()
+            .filter(|m| m.lifecycle != Lifecycle::Leaving)
+            .count();
+        let staying = i32::try_from(staying).unwrap_or(i32::MAX);
         Ctx {
             view,
-            base,
-            active,
             desired: view.group.desired_capacity,
+            max: view.group.max_size,
+            pending: (view.group.desired_capacity - staying).max(0),
             taken,
             members: view
                 .members
@@ -394,40 +548,97 @@ impl<'a> Ctx<'a> {
         self.members.get(id).copied()
     }
 
-    /// The surge of `r` stops holding a unit this pass.
-    fn release(&mut self, r: &Rotation) {
-        if r.surge_active() {
-            self.active -= 1;
+    /// In the group and not leaving.
+    fn staying(&self, id: &str) -> bool {
+        self.member(id)
+            .is_some_and(|m| m.lifecycle != Lifecycle::Leaving)
+    }
+
+    /// Matches the surge of `r` (active, no replacement claimed) with one unit of supply (see
+    /// the module documentation); a launched instance is taken, a pending launch counted.
+    fn supply(&mut self, surge: &Surge) -> Supply<'a> {
+        let desired = self.view.desired_ami;
+        let mut fresh: Vec<&'a Member> = self
+            .view
+            .members
+            .iter()
+            .filter(|m| {
+                !surge.baseline.contains(&m.instance_id)
+                    && !self.taken.contains(&m.instance_id)
+                    && m.lifecycle != Lifecycle::Leaving
+                    && m.image_id.as_deref().is_none_or(|i| Some(i) == desired)
+            })
+            .collect();
+        fresh.sort_by(|a, b| (a.launch_time, &a.instance_id).cmp(&(b.launch_time, &b.instance_id)));
+        let claimable =
+            |m: &Member| m.is_ready() && desired.is_some() && m.image_id.as_deref() == desired;
+        if let Some(m) = fresh
+            .iter()
+            .find(|m| claimable(m))
+            .or_else(|| fresh.first())
+        {
+            self.taken.insert(m.instance_id.clone());
+            return if claimable(m) {
+                Supply::Ready(m)
+            } else {
+                Supply::Launched(m)
+            };
+        }
+        if self.pending > 0 {
+            self.pending -= 1;
+            return Supply::Pending;
+        }
+        Supply::None
+    }
+
+    /// Room for one more unit of desired capacity: `Some(false)` under `MaxSize`,
+    /// `Some(true)` by raising `MaxSize` (allowed), `None` without. Counts the unit.
+    fn room(&mut self) -> Option<bool> {
+        if self.desired < self.max {
+            self.desired += 1;
+            Some(false)
+        } else if self.view.may_raise_max {
+            self.desired += 1;
+            self.max += 1;
+            Some(true)
+        } else {
+            None
         }
     }
 
     /// How to give back the unit of `r`'s surge (see the module documentation). With
     /// `own_first`, the rotation's own replacement is the first choice (cancel, failure).
-    fn choose_undo(&mut self, r: &Rotation, surge: &Surge, own_first: bool) -> Undo {
-        if let Some(Release::Undoing(u)) = &surge.release {
-            match u {
-                Undo::Terminate { instance_id } => {
-                    if self
-                        .member(instance_id)
-                        .is_some_and(|m| m.lifecycle != Lifecycle::Leaving)
-                    {
-                        self.desired -= 1;
-                    }
+    fn choose_undo(&mut self, r: &Rotation, surge: &Surge, own_first: bool) -> GiveBack {
+        match &surge.release {
+            Some(Release::Undoing(Undo::Terminate { instance_id })) => {
+                if self.staying(instance_id) {
+                    self.desired -= 1;
                 }
-                Undo::LowerTo { desired } => self.desired = self.desired.min(*desired),
-                Undo::Nothing => {}
+                return GiveBack::Now {
+                    undo: Undo::Terminate {
+                        instance_id: instance_id.clone(),
+                    },
+                };
             }
-            return u.clone();
+            // A legacy absolute target is never performed: settled as nothing to give back.
+            Some(Release::Undoing(Undo::LowerTo { .. } | Undo::Nothing)) => {
+                return GiveBack::Now {
+                    undo: Undo::Nothing,
+                };
+            }
+            _ => {}
         }
         if own_first
             && let Some(rep) = &r.replacement
-            && self
-                .member(rep)
-                .is_some_and(|m| m.lifecycle != Lifecycle::Leaving)
+            && let Some(m) = self.member(rep)
+            && m.lifecycle != Lifecycle::Leaving
+            && m.podless()
         {
             self.desired -= 1;
-            return Undo::Terminate {
-                instance_id: rep.clone(),
+            return GiveBack::Now {
+                undo: Undo::Terminate {
+                    instance_id: rep.clone(),
+                },
             };
         }
         let mut fresh: Vec<&Member> = self
@@ -439,6 +650,7 @@ impl<'a> Ctx<'a> {
                     && m.instance_id != r.instance_id
                     && !self.taken.contains(&m.instance_id)
                     && m.lifecycle != Lifecycle::Leaving
+                    && m.podless()
             })
             .collect();
         fresh.sort_by(|a, b| {
@@ -456,37 +668,64 @@ impl<'a> Ctx<'a> {
         if let Some(m) = fresh.first() {
             self.taken.insert(m.instance_id.clone());
             self.desired -= 1;
-            return Undo::Terminate {
-                instance_id: m.instance_id.clone(),
+            return GiveBack::Now {
+                undo: Undo::Terminate {
+                    instance_id: m.instance_id.clone(),
+                },
             };
         }
-        // No instance came up for this surge: lower capacity to what the remaining surges need.
-        let base = surge.base.or(self.base).unwrap_or(self.desired);
-        let floor = (base + self.active).max(self.view.group.min_size);
-        if self.desired > floor {
-            self.desired -= 1;
-            Undo::LowerTo {
-                desired: self.desired.max(floor),
-            }
-        } else {
-            Undo::Nothing
+        if self.pending > 0 {
+            // Its launch is still to come: given back once the instance is there.
+            self.pending -= 1;
+            return GiveBack::Later;
         }
+        GiveBack::Now {
+            undo: Undo::Nothing,
+        }
+    }
+}
+
+/// Keeps what the in-flight rotation `r`, not advanced this pass, holds: its surge's match.
+/// The matched launched instance, if any.
+fn hold(ctx: &mut Ctx<'_>, r: &Rotation) -> Option<String> {
+    let surge = r.surge.as_ref().filter(|s| s.active())?;
+    if r.step != Step::Surging || r.replacement.is_some() {
+        return None;
+    }
+    match ctx.supply(surge) {
+        Supply::Ready(m) | Supply::Launched(m) => Some(m.instance_id.clone()),
+        Supply::Pending | Supply::None => None,
     }
 }
 
 /// A finished rotation that still owes its surge's unit.
 fn settle(ctx: &mut Ctx<'_>, r: &Rotation) -> Option<Command> {
     let surge = r.surge.as_ref().filter(|s| s.owed())?;
-    Some(Command::UndoSurge {
-        undo: ctx.choose_undo(r, surge, r.step != Step::Done),
-    })
+    match ctx.choose_undo(r, surge, r.step != Step::Done) {
+        GiveBack::Now { undo } => Some(Command::UndoSurge { undo }),
+        GiveBack::Later => None,
+    }
 }
 
-/// The undo of `r`'s surge when it ends now without terminating with a decrement.
-fn undo_on_end(ctx: &mut Ctx<'_>, r: &Rotation, own_first: bool) -> Option<Undo> {
+/// The give-back of `r`'s surge when it ends now without terminating with a decrement.
+fn undo_on_end(ctx: &mut Ctx<'_>, r: &Rotation, own_first: bool) -> Option<GiveBack> {
     let surge = r.surge.as_ref().filter(|s| s.active() || s.owed())?;
-    ctx.release(r);
     Some(ctx.choose_undo(r, surge, own_first))
+}
+
+/// When the wait of a replacement launched at `launched` counts from: its launch, or the
+/// surge's start (`surging_since`) when it launched before; a launch time after `now` (clocks
+/// apart) counts from the surge's start.
+fn wait_start(
+    surging_since: DateTime<Utc>,
+    launched: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
+    if launched > now {
+        surging_since
+    } else {
+        surging_since.max(launched)
+    }
 }
 
 fn step_one(
@@ -522,73 +761,81 @@ fn step_one(
     }
     Some(match r.step {
         Step::Pending if leaving => left(ctx),
-        Step::Pending => {
-            let base = ctx.base.unwrap_or(ctx.desired);
-            if base + ctx.active < ctx.view.group.max_size {
-                ctx.base = Some(base);
-                ctx.active += 1;
-                Command::Surge {
-                    target: base + ctx.active,
-                    base,
-                    baseline: ctx
-                        .view
-                        .members
-                        .iter()
-                        .map(|m| m.instance_id.clone())
-                        .collect(),
-                }
-            } else {
-                Command::Cordon
-            }
-        }
+        Step::Pending => match ctx.room() {
+            Some(above_max) => Command::Surge {
+                baseline: ctx
+                    .view
+                    .members
+                    .iter()
+                    .map(|m| m.instance_id.clone())
+                    .collect(),
+                read: ctx.view.group.desired_capacity,
+                above_max,
+            },
+            None => Command::Cordon,
+        },
         Step::Surging if leaving => left(ctx),
         Step::Surging => {
-            let Some(surge) = &r.surge else {
-                // A Surging record without its surge cannot know its replacement: go on
+            let Some(surge) = r.surge.as_ref().filter(|s| s.active()) else {
+                // A Surging record without an active surge cannot know its replacement: go on
                 // without one (the old node is drained and terminated without a decrement).
                 return Some(Command::Cordon);
             };
             let desired = ctx.view.desired_ami;
-            let fresh: Vec<&Member> = ctx
-                .view
-                .members
-                .iter()
-                .filter(|m| {
-                    !surge.baseline.contains(&m.instance_id) && !ctx.taken.contains(&m.instance_id)
-                })
-                .collect();
-            let ready = fresh
-                .iter()
-                .filter(|m| m.is_ready() && desired.is_some() && m.image_id.as_deref() == desired)
-                .min_by(|a, b| {
-                    (a.launch_time, &a.instance_id).cmp(&(b.launch_time, &b.instance_id))
-                });
-            let fresh_ids: Vec<String> = fresh.iter().map(|m| m.instance_id.clone()).collect();
-            if let Some(rep) = ready {
-                ctx.taken.insert(rep.instance_id.clone());
-                Command::ClaimReplacement {
-                    id: rep.instance_id.clone(),
+            match ctx.supply(surge) {
+                Supply::Ready(m) => Command::ClaimReplacement {
+                    id: m.instance_id.clone(),
+                },
+                Supply::Launched(m) => {
+                    let since = wait_start(r.step_at, m.launch_time, now);
+                    let on_desired = desired.is_some() && m.image_id.as_deref() == desired;
+                    if on_desired
+                        && (now - since).to_std().unwrap_or_default()
+                            >= settings.replacement_timeout
+                    {
+                        // Its own bad instance is the first to give back.
+                        ctx.taken.remove(&m.instance_id);
+                        let fresh = ctx
+                            .view
+                            .members
+                            .iter()
+                            .filter(|f| {
+                                !surge.baseline.contains(&f.instance_id)
+                                    && !f.is_ready()
+                                    && f.image_id.as_deref() == desired
+                            })
+                            .map(|f| f.instance_id.clone())
+                            .collect();
+                        Command::Fail {
+                            why: Failure::ReplacementNotReady {
+                                instance_id: r.instance_id.clone(),
+                                timeout: settings.replacement_timeout,
+                                image: desired.map(str::to_string),
+                                fresh,
+                            },
+                            halt: true,
+                            quarantine: true,
+                            undo: undo_on_end(ctx, r, true),
+                        }
+                    } else {
+                        Command::Wait {
+                            why: WaitReason::Replacement {
+                                since,
+                                instance: m.instance_id.clone(),
+                            },
+                        }
+                    }
                 }
-            } else if (now - r.step_at).to_std().unwrap_or_default() >= settings.replacement_timeout
-            {
-                Command::Fail {
-                    why: Failure::ReplacementNotReady {
-                        instance_id: r.instance_id.clone(),
-                        timeout: settings.replacement_timeout,
-                        image: desired.map(str::to_string),
-                        fresh: fresh_ids,
-                    },
-                    halt: true,
-                    quarantine: desired.is_some(),
-                    undo: undo_on_end(ctx, r, true),
-                }
-            } else {
-                Command::Wait {
-                    why: WaitReason::Replacement {
+                Supply::Pending => Command::Wait {
+                    why: WaitReason::Launch {
                         since: r.step_at,
-                        fresh: fresh_ids,
+                        problem: ctx.view.launch_problem.map(str::to_string),
                     },
-                }
+                },
+                Supply::None => match ctx.room() {
+                    Some(above_max) => Command::Raise { above_max },
+                    None => Command::DropSurge,
+                },
             }
         }
         Step::Cordoned | Step::Draining if member.is_none() => left(ctx),
@@ -600,7 +847,6 @@ fn step_one(
                     r.surge.as_ref().and_then(|s| s.release.as_ref()),
                     Some(Release::Undoing(Undo::Terminate { instance_id })) if *instance_id == r.instance_id
                 );
-            ctx.release(r);
             if decrement {
                 ctx.desired -= 1;
             }

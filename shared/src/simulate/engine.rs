@@ -288,6 +288,8 @@ impl Pool {
                 unschedulable: false,
                 disrupted: None,
                 evictable_pods: 1,
+                pods_counted: false,
+                marks: Default::default(),
             });
             node.ready = true;
         } else if was_member {

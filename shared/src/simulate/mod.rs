@@ -153,6 +153,7 @@ impl PoolStart {
                     max_size: size.saturating_mul(2),
                     desired_capacity: size,
                     launch_template_image: Some(CURRENT_AMI.to_string()),
+                    suspended_processes: Vec::new(),
                 },
                 members,
                 rotations: Vec::new(),
@@ -177,6 +178,8 @@ fn ready_member(id: &str, image: &str, launch_time: DateTime<Utc>) -> Member {
             unschedulable: false,
             disrupted: None,
             evictable_pods: 1,
+            pods_counted: false,
+            marks: Default::default(),
         }),
     }
 }

@@ -377,6 +377,8 @@ fn a_live_rotation_in_flight_finishes_with_its_surged_replacement() {
         target_desired: 4,
         baseline: vec!["i-a".into(), "i-b".into(), "i-c".into()],
         base: Some(3),
+        read: None,
+        above_max: false,
         release: None,
     });
     start.snapshot.rotations = vec![r];

@@ -14,7 +14,7 @@ use crate::handlers::HandlerError;
 use crate::kube as k;
 use crate::policy::Policy;
 use crate::rotation::step;
-use crate::rotation::{Queue, Release, Rotation, Step, Undo};
+use crate::rotation::{Queue, Release, Rotation, Step};
 use crate::state;
 
 impl OpsHandler {
@@ -196,23 +196,8 @@ impl OpsHandler {
                     "rotation": rotation_summary(&v.value),
                 }));
             }
-            let (g, instances) = self
-                .rotator
-                .groups
-                .describe(&group)
-                .await
-                .map_err(internal)?;
-            let members: Vec<_> = instances.into_iter().map(|i| i.with_node(None)).collect();
-            let rotations: Vec<Rotation> = records.iter().map(|v| v.value.clone()).collect();
-            let none = std::collections::BTreeSet::new();
-            let view = step::PoolView {
-                group: &g,
-                members: &members,
-                desired_ami: None,
-                quarantined: &none,
-            };
-            let undo = match step::cancel(&view, &rotations, &v.value) {
-                Ok(undo) => undo,
+            match step::cancel(&v.value) {
+                Ok(()) => {}
                 Err(step::CancelRefusal::Terminating) => {
                     return Err(invalid1(format!(
                         "instance: the rotation of {instance} is Terminating: too late to cancel"
@@ -225,12 +210,15 @@ impl OpsHandler {
                     )));
                 }
             };
+            // The surge's unit is owed: the rotator's next pass gives it back by terminating
+            // an instance it knows runs no workload (ops does not count pods).
+            let undo = v.value.surge_active();
             let mut cancelled = Rotation {
                 error: Some(why.clone()),
                 ..v.value.enter(Step::Cancelled, now)
             };
-            if let Some(u) = &undo {
-                cancelled = cancelled.with_release(Release::Undoing(u.clone()));
+            if undo {
+                cancelled = cancelled.with_release(Release::Owed);
             }
             if let Some(saved) = self
                 .rotator
@@ -283,23 +271,13 @@ impl OpsHandler {
                 }
             }
         }
-        // Auto Scaling: give the surge back (the rotator finishes it if this fails).
-        if let Some(undo) = &undo {
-            match self.rotator.give_back(&group, cancelled, undo).await {
-                Ok(_) => undone.push(match undo {
-                    Undo::Terminate { instance_id } => {
-                        format!(
-                            "replacement {instance_id} terminated, desired capacity decremented"
-                        )
-                    }
-                    Undo::LowerTo { desired } => format!("desired capacity lowered to {desired}"),
-                    Undo::Nothing => "no surge left to undo".to_string(),
-                }),
-                Err(e) => problems.push(format!(
-                    "cannot undo the surge of group {group} yet ({e}); the rotator retries it"
-                )),
-            }
+        // Auto Scaling: the rotator's next pass gives the surge back.
+        if undo {
+            undone.push(format!(
+                "surge of group {group} owed: the rotator's next pass gives it back (a podless instance terminated with a decrement)"
+            ));
         }
+        let _ = &cancelled;
         Ok(json!({
             "action": "cancel",
             "pool": pool,

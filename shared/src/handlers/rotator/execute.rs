@@ -16,8 +16,10 @@ use crate::fleet::Snapshot;
 use crate::kube::{self as k, DrainState, NodeOps};
 use crate::plan::{self, Action};
 use crate::policy::Policy;
+use crate::port::ErrorKind;
 use crate::port::PortError;
-use crate::rotation::step::{self, Command, FinishReason, PoolView};
+use crate::rotation::group::{self as holds, GroupCommand, GroupHolds, MaxRaise};
+use crate::rotation::step::{self, Command, FinishReason, GiveBack, PoolView};
 use crate::rotation::{Release, Rotation, Step, Surge, Undo};
 use crate::state::{self, RecordedError, Versioned};
 
@@ -35,6 +37,9 @@ pub(super) struct PoolCtx<'a> {
     pub quarantined: crate::promotion::Quarantined,
     /// Set when this pass quarantined something (the pool is planned again).
     pub quarantined_now: bool,
+    /// The group's latest unsuccessful scaling activity (read when a surge waits for a
+    /// launch).
+    pub launch_problem: Option<String>,
 }
 
 impl PoolCtx<'_> {
@@ -131,18 +136,30 @@ impl RotatorHandler {
         }
         let rotations: Vec<Rotation> = records.values().map(|v| v.value.clone()).collect();
         let quarantined = ctx.quarantined_images();
+        let group_holds = ctx
+            .record
+            .as_ref()
+            .map(|r| r.group_holds.clone())
+            .unwrap_or_default();
+        // The group first: AZRebalance is suspended before any surge launches.
+        for c in holds::commands(&ctx.snapshot.group, &rotations, &group_holds, true) {
+            if let Err(e) = self.group_command(ctx, &plan.pool, &c, now).await {
+                tracing::warn!(pool = %plan.pool, command = ?c, kind = ?e.kind, error = %e, "group command failed; retried next pass");
+                report.errors.push(format!("group: {e}"));
+            }
+        }
         let view = PoolView {
             group: &ctx.snapshot.group,
             members: &ctx.snapshot.members,
             desired_ami: ctx.snapshot.gates.desired_ami.as_deref(),
             quarantined: &quarantined,
+            may_raise_max: holds::may_raise_max(ctx.policy.surge_above_max_size, &group_holds, now),
+            launch_problem: ctx.launch_problem.as_deref(),
         };
         let moving: BTreeSet<&str> = moving.iter().map(String::as_str).collect();
         let steps = step::step_pool(&view, &rotations, &moving, now, &self.settings.step());
-        let mut unrecorded_surges = 0;
         let mut stopped = false;
         for (instance, command) in &steps.commands {
-            let surge = matches!(command, Command::Surge { .. });
             if stopped || deadline.saturating_duration_since(Instant::now()) < self.settings.reserve
             {
                 if !stopped {
@@ -151,23 +168,23 @@ impl RotatorHandler {
                     );
                     stopped = true;
                 }
-                unrecorded_surges += i32::from(surge);
                 continue;
             }
             let Some(v) = records.get(instance).cloned() else {
                 continue;
             };
             let rotation = v.value.clone();
+            if let Command::Wait { why } = command {
+                report.waiting.push(format!("{instance}: {why}"));
+            }
             match self.perform(&mut *ctx, v, command).await {
                 Ok(Performed::Step(from, to)) if from != to => {
                     report.metrics.step(from, to, false);
                     report.steps.push(format!("{instance}: {from:?} -> {to:?}"));
                     node_event(ctx, &rotation, command, from, to).await;
                 }
-                Ok(Performed::Lost) => unrecorded_surges += i32::from(surge),
                 Ok(_) => {}
                 Err(e) => {
-                    unrecorded_surges += i32::from(surge);
                     tracing::warn!(pool = %plan.pool, instance = %instance, command = command.name(), kind = ?e.kind, error = %e, "step failed; retried next pass");
                     report
                         .errors
@@ -175,32 +192,167 @@ impl RotatorHandler {
                 }
             }
         }
-        if let Some(capacity) = steps.capacity {
-            self.ensure_capacity(
-                &ctx.snapshot.group.name,
-                capacity - unrecorded_surges,
-                &plan.pool,
-            )
+        self.apply_marks(ctx, &plan.pool, &steps.protect, &steps.draining)
+            .await;
+        Ok(())
+    }
+
+    /// Brings the nodes' marks (scale-down-disabled on surge and replacement nodes, the
+    /// load balancer exclusion on draining ones) to what this pass's step plan wants. Best
+    /// effort: a failed patch is logged and repeated next pass.
+    async fn apply_marks(
+        &self,
+        ctx: &PoolCtx<'_>,
+        pool: &str,
+        protect: &BTreeSet<String>,
+        draining: &BTreeSet<String>,
+    ) {
+        for c in crate::rotation::marks::changes(&ctx.snapshot.members, protect, draining) {
+            match ctx
+                .kube
+                .mark(&c.node, c.scale_down_disabled, c.exclude_from_lb)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(pool, instance = %c.instance, node = %c.node, scale_down_disabled = ?c.scale_down_disabled, exclude_from_lb = ?c.exclude_from_lb, decision = "node marks", "protect surge and replacement nodes from Cluster Autoscaler while their rotation runs; take draining nodes out of load balancers")
+                }
+                Err(e) => {
+                    tracing::warn!(pool, instance = %c.instance, node = %c.node, error = %e, "cannot mark the node; next pass")
+                }
+            }
+        }
+    }
+
+    /// Changes the pool's group holds in its state record (and `ctx.record`).
+    async fn update_holds(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        pool: &str,
+        now: DateTime<Utc>,
+        change: impl Fn(&mut GroupHolds) + Send + Sync,
+    ) -> Result<(), PortError> {
+        let saved = self
+            .announce
+            .update_pool(pool, now, |r| {
+                let mut next = r.clone();
+                change(&mut next.group_holds);
+                next
+            })
             .await?;
+        if let Some(record) = ctx.record.as_mut() {
+            change(&mut record.group_holds);
+        }
+        let _ = saved;
+        Ok(())
+    }
+
+    /// Performs one group command (suspend or resume a process, restore `MaxSize`), recording
+    /// in the pool's record before taking and after releasing.
+    async fn group_command(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        pool: &str,
+        command: &GroupCommand,
+        now: DateTime<Utc>,
+    ) -> Result<(), PortError> {
+        let group = ctx.snapshot.group.name.clone();
+        match command {
+            GroupCommand::Suspend { process } => {
+                let recorded = ctx
+                    .record
+                    .as_ref()
+                    .is_some_and(|r| r.group_holds.suspended.contains(process));
+                if !recorded {
+                    let p = process.clone();
+                    self.update_holds(ctx, pool, now, move |h| {
+                        if !h.suspended.contains(&p) {
+                            h.suspended.push(p.clone());
+                        }
+                    })
+                    .await?;
+                }
+                self.groups
+                    .suspend_processes(&group, std::slice::from_ref(process))
+                    .await?;
+                tracing::info!(pool, group = %group, process = %process, decision = "process suspended", "nodecycle has rotations in flight; resumed when none is");
+            }
+            GroupCommand::Resume { process } => {
+                self.groups
+                    .resume_processes(&group, std::slice::from_ref(process))
+                    .await?;
+                let p = process.clone();
+                self.update_holds(ctx, pool, now, move |h| h.suspended.retain(|s| *s != p))
+                    .await?;
+                tracing::info!(pool, group = %group, process = %process, decision = "process resumed", "no rotation in flight; nodecycle had suspended it");
+            }
+            GroupCommand::RestoreMaxSize { to } => {
+                self.groups.set_max_size(&group, *to).await?;
+                self.update_holds(ctx, pool, now, |h| h.max_size = None)
+                    .await?;
+                tracing::info!(pool, group = %group, max_size = to, decision = "MaxSize restored", "no surge holds a unit any more");
+            }
+            GroupCommand::ForgetMaxSize { why } => {
+                self.update_holds(ctx, pool, now, |h| h.max_size = None)
+                    .await?;
+                tracing::info!(pool, group = %group, decision = "MaxSize raise forgotten", reason = %why);
+            }
         }
         Ok(())
     }
 
-    /// Raises the group's desired capacity to `want` if it is below (read fresh: this pass's
-    /// terminations may have lowered it). Never lowers it.
-    async fn ensure_capacity(&self, group: &str, want: i32, pool: &str) -> Result<(), PortError> {
-        let desired = self.groups.desired_capacity(group).await?;
-        if desired < want {
-            tracing::info!(
-                pool,
-                group,
-                desired,
-                want,
-                decision = "capacity raised",
-                "desired capacity set to base + active surges"
-            );
-            self.groups.set_desired_capacity(group, want).await?;
+    /// Adds one unit of desired capacity to a fresh read of the group (the SDK has no atomic
+    /// increment: read, then set at once). At `MaxSize`: with `above_max`, `MaxSize` is raised
+    /// by one first (recorded in the pool's record before the call); without, nothing (the
+    /// next pass goes on without a surge). Never lowers anything.
+    async fn raise(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        r: &Rotation,
+        above_max: bool,
+    ) -> Result<(), PortError> {
+        let group = ctx.snapshot.group.name.clone();
+        let now = ctx.clock.now();
+        let s = self.groups.sizes(&group).await?;
+        if s.desired >= s.max {
+            if !above_max {
+                return Err(PortError::new(
+                    "autoscaling:SetDesiredCapacity",
+                    ErrorKind::Invalid,
+                    format!(
+                        "group {group} is at MaxSize {} (desired {}): not raised; the rotation goes on without a surge unless room comes",
+                        s.max, s.desired
+                    ),
+                ));
+            }
+            let before = ctx.record.as_ref().and_then(|r| r.group_holds.max_size);
+            let raised = MaxRaise {
+                original: before.map_or(s.max, |b| b.original),
+                raised_to: s.max + 1,
+            };
+            self.update_holds(ctx, &r.pool, now, move |h| h.max_size = Some(raised))
+                .await?;
+            if let Err(e) = self.groups.set_max_size(&group, s.max + 1).await {
+                if e.kind == ErrorKind::AccessDenied {
+                    let message = format!(
+                        "cannot raise MaxSize of {group} for a surge ({e}): deploy with AutoScalingGroupUpdates=Enabled to allow it; rotating without a surge meanwhile"
+                    );
+                    let m = message.clone();
+                    self.update_holds(ctx, &r.pool, now, move |h| {
+                        h.max_size = before;
+                        h.max_size_denied = Some((now, m.clone()));
+                    })
+                    .await?;
+                    tracing::warn!(pool = %r.pool, instance = %r.instance_id, decision = "no surge above MaxSize", reason = %message);
+                    return Err(PortError::new(e.operation, e.kind, message));
+                }
+                return Err(e);
+            }
+            tracing::info!(pool = %r.pool, instance = %r.instance_id, group = %group, from = s.max, to = s.max + 1, decision = "MaxSize raised", "policy disruption.surgeAboveMaxSize; restored when no surge holds a unit");
         }
+        self.groups
+            .set_desired_capacity(&group, s.desired + 1)
+            .await?;
+        tracing::info!(pool = %r.pool, instance = %r.instance_id, group = %group, read = s.desired, desired = s.desired + 1, decision = "capacity raised by one", "a surge for the replacement, on a fresh read");
         Ok(())
     }
 
@@ -234,7 +386,6 @@ impl RotatorHandler {
     /// when another writer changed the record first.
     pub(crate) async fn give_back(
         &self,
-        group: &str,
         v: Versioned<Rotation>,
         undo: &Undo,
     ) -> Result<Option<Versioned<Rotation>>, PortError> {
@@ -253,8 +404,8 @@ impl RotatorHandler {
             Undo::Terminate { instance_id } => {
                 self.groups.terminate_instance(instance_id, true).await?;
             }
-            Undo::LowerTo { desired } => self.groups.set_desired_capacity(group, *desired).await?,
-            Undo::Nothing => {}
+            // Never performed (see `Undo::LowerTo`): nodecycle never lowers desired capacity.
+            Undo::LowerTo { .. } | Undo::Nothing => {}
         }
         tracing::info!(pool = %rotation.pool, instance = %rotation.instance_id, undo = ?undo, decision = "surge given back");
         let given = rotation.clone().with_release(Release::Given);
@@ -271,7 +422,6 @@ impl RotatorHandler {
         let now = ctx.clock.now();
         let r = &v.value.clone();
         let from = r.step;
-        let group = &ctx.snapshot.group.name.clone();
         let moved = |saved: Option<Versioned<Rotation>>| {
             Ok(saved.map_or(Performed::Lost, |s| Performed::Step(from, s.value.step)))
         };
@@ -284,22 +434,41 @@ impl RotatorHandler {
                 Ok(Performed::Idle)
             }
             Command::Surge {
-                target,
-                base,
                 baseline,
+                read,
+                above_max,
             } => {
-                // Only the intent: the capacity call comes once every command of the pass is
-                // performed (see `execute`), so a crash here is repaired next pass.
+                // The intent first, then +1 on a fresh read: a crash or a failed call in
+                // between leaves a surge without supply, raised again next pass (see step).
                 let next = Rotation {
                     surge: Some(Surge {
-                        target_desired: *target,
+                        target_desired: 0,
                         baseline: baseline.clone(),
-                        base: Some(*base),
+                        base: None,
+                        read: Some(*read),
+                        above_max: *above_max,
                         release: None,
                     }),
                     ..r.enter(Step::Surging, now)
                 };
                 log(Step::Surging, "surge");
+                let Some(saved) = self.save(&v, next).await? else {
+                    return Ok(Performed::Lost);
+                };
+                self.raise(ctx, &saved.value, *above_max).await?;
+                Ok(Performed::Step(from, Step::Surging))
+            }
+            Command::Raise { above_max } => {
+                tracing::info!(pool = %r.pool, instance = %r.instance_id, decision = "surge raised again", "the surge has neither an instance nor a pending launch (never raised, or another writer took its unit)");
+                self.raise(ctx, r, *above_max).await?;
+                Ok(Performed::Idle)
+            }
+            Command::DropSurge => {
+                let next = r.enter(Step::Cordoned, now).with_release(Release::Given);
+                log(
+                    Step::Cordoned,
+                    "surge dropped: the group is at MaxSize and the surge holds no unit; replaced without a surge (drain first)",
+                );
                 moved(self.save(&v, next).await?)
             }
             Command::ClaimReplacement { id } => {
@@ -400,7 +569,7 @@ impl RotatorHandler {
                 moved(self.save(&v, done).await?)
             }
             Command::UndoSurge { undo } => {
-                let saved = self.give_back(group, v, undo).await?;
+                let saved = self.give_back(v, undo).await?;
                 Ok(saved.map_or(Performed::Lost, |_| Performed::Idle))
             }
             Command::Finish { why, undo } => {
@@ -409,7 +578,7 @@ impl RotatorHandler {
                 }
                 let done = r.enter(Step::Done, now);
                 let done = match (why, undo) {
-                    (_, Some(u)) => done.with_release(Release::Undoing(u.clone())),
+                    (_, Some(g)) => with_give_back(done, g),
                     (FinishReason::Terminated, None) => done.with_release(Release::Given),
                     (FinishReason::InstanceLeft, None) => done,
                 };
@@ -417,8 +586,8 @@ impl RotatorHandler {
                 let Some(saved) = self.save(&v, done).await? else {
                     return Ok(Performed::Lost);
                 };
-                if let Some(u) = undo {
-                    self.give_back(group, saved, u).await?;
+                if let Some(u) = undo.as_ref().and_then(GiveBack::now) {
+                    self.give_back(saved, u).await?;
                 }
                 Ok(Performed::Step(from, Step::Done))
             }
@@ -433,8 +602,8 @@ impl RotatorHandler {
                     )),
                     ..r.enter(Step::Cancelled, now)
                 };
-                if let Some(u) = undo {
-                    cancelled = cancelled.with_release(Release::Undoing(u.clone()));
+                if let Some(g) = undo {
+                    cancelled = with_give_back(cancelled, g);
                 }
                 let Some(saved) = self.save(&v, cancelled).await? else {
                     return Ok(Performed::Lost);
@@ -458,8 +627,8 @@ impl RotatorHandler {
                         }
                     }
                 }
-                if let Some(u) = undo {
-                    self.give_back(group, saved, u).await?;
+                if let Some(u) = undo.as_ref().and_then(GiveBack::now) {
+                    self.give_back(saved, u).await?;
                 }
                 Ok(Performed::Step(from, Step::Cancelled))
             }
@@ -482,15 +651,15 @@ impl RotatorHandler {
                     error: Some(message),
                     ..r.enter(Step::Failed, now)
                 };
-                if let Some(u) = undo {
-                    failed = failed.with_release(Release::Undoing(u.clone()));
+                if let Some(g) = undo {
+                    failed = with_give_back(failed, g);
                 }
                 let Some(saved) = self.save(&v, failed).await? else {
                     return Ok(Performed::Lost);
                 };
                 tracing::error!(pool = %r.pool, instance = %r.instance_id, decision = "rotation failed", reason = %why, halt);
-                if let Some(u) = undo {
-                    self.give_back(group, saved, u).await?;
+                if let Some(u) = undo.as_ref().and_then(GiveBack::now) {
+                    self.give_back(saved, u).await?;
                 }
                 Ok(Performed::Step(from, Step::Failed))
             }
@@ -602,6 +771,15 @@ impl RotatorHandler {
             .await?;
         tracing::error!(pool, decision = "halted", reason = %why);
         Ok(())
+    }
+}
+
+/// `r` with its surge's give-back recorded: [`Release::Undoing`] now, or [`Release::Owed`]
+/// while the unit's launch is still to come.
+fn with_give_back(r: Rotation, g: &GiveBack) -> Rotation {
+    match g {
+        GiveBack::Now { undo } => r.with_release(Release::Undoing(undo.clone())),
+        GiveBack::Later => r.with_release(Release::Owed),
     }
 }
 

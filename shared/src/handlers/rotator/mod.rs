@@ -153,6 +153,10 @@ pub struct PoolReport {
     pub started: Vec<String>,
     /// Steps taken: `instance: From -> To`.
     pub steps: Vec<String>,
+    /// Rotations waiting this pass, with why (`instance: reason`), e.g. a surge whose launch
+    /// has not come (the group's failed scaling activity).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<String>,
     /// Launch template moved to this image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launch_template: Option<String>,
@@ -611,6 +615,7 @@ impl RotatorHandler {
             record: observed.record,
             quarantined,
             quarantined_now: false,
+            launch_problem: observed.launch_problem.clone(),
         };
         report.metrics.observe(&ctx.snapshot, now);
         if let Some(group) = &observed.managed {

@@ -108,6 +108,9 @@ pub(super) struct Observed {
     pub versions: BTreeMap<String, u64>,
     /// The pool's state record as read.
     pub record: Option<crate::state::PoolRecord>,
+    /// The group's latest unsuccessful scaling activity, read only while a surge waits for a
+    /// launch (desired capacity above the instances).
+    pub launch_problem: Option<String>,
 }
 
 impl RotatorHandler {
@@ -179,6 +182,8 @@ impl RotatorHandler {
                     unschedulable: n.unschedulable,
                     disrupted: n.disrupted_taint.clone(),
                     evictable_pods: 0,
+                    pods_counted: false,
+                    marks: n.marks,
                 });
                 i.with_node(node)
             })
@@ -187,19 +192,30 @@ impl RotatorHandler {
             .as_ref()
             .and_then(|r| r.desired.as_ref())
             .map(|a| a.id.clone());
-        // Evictable pod counts order the candidates (empty nodes first); only candidates need them.
+        let records = self.rotations(&pool).await?;
+        // Instances a surge may give back (launched since a surge that holds or owes a unit):
+        // their pods are counted, so only a podless one is ever terminated.
+        let surged: Vec<&crate::rotation::Surge> = records
+            .iter()
+            .filter(|v| v.value.surge_active() || v.value.surge_owed())
+            .filter_map(|v| v.value.surge.as_ref())
+            .collect();
+        let fresh = |m: &Member| surged.iter().any(|s| !s.baseline.contains(&m.instance_id));
+        // Evictable pod counts order the candidates (empty nodes first); only candidates and
+        // fresh instances need them.
         let candidates: Vec<String> = members
             .iter()
             .filter(|m| {
-                plan::assess(
-                    m,
-                    desired.as_deref(),
-                    policy.expire_after,
-                    policy.termination_grace_period,
-                    now,
-                )
-                .need()
-                .is_some()
+                fresh(m)
+                    || plan::assess(
+                        m,
+                        desired.as_deref(),
+                        policy.expire_after,
+                        policy.termination_grace_period,
+                        now,
+                    )
+                    .need()
+                    .is_some()
             })
             .filter_map(|m| m.node.as_ref().map(|n| n.name.clone()))
             .collect();
@@ -207,9 +223,28 @@ impl RotatorHandler {
         for node in members.iter_mut().filter_map(|m| m.node.as_mut()) {
             if let Some(n) = counts.get(&node.name) {
                 node.evictable_pods = *n;
+                node.pods_counted = *n != u32::MAX;
             }
         }
-        let records = self.rotations(&pool).await?;
+        let staying = members
+            .iter()
+            .filter(|m| m.lifecycle != crate::fleet::Lifecycle::Leaving)
+            .count();
+        let launching = usize::try_from(group.desired_capacity).unwrap_or(0) > staying;
+        let surging = records
+            .iter()
+            .any(|v| v.value.step == crate::rotation::Step::Surging && v.value.surge_active());
+        let launch_problem = if launching && surging && managed.is_none() {
+            match self.groups.launch_problem(&group_name).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(pool = %pool, error = %e, "cannot read the group's scaling activities; the surge's wait shows no reason");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let versions = records
             .iter()
             .map(|v| (v.value.instance_id.clone(), v.version))
@@ -248,6 +283,7 @@ impl RotatorHandler {
             managed,
             versions,
             record,
+            launch_problem,
         })
     }
 }

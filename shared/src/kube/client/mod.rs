@@ -217,6 +217,38 @@ impl EksKube {
     }
 }
 
+/// The metadata merge patch of [`NodeOps::mark`]; `None` when nothing changes.
+fn mark_patch(
+    scale_down_disabled: Option<bool>,
+    exclude_from_lb: Option<bool>,
+) -> Option<serde_json::Value> {
+    use crate::rotation::marks as m;
+    let mut labels = serde_json::Map::new();
+    let mut annotations = serde_json::Map::new();
+    if let Some(set) = scale_down_disabled {
+        annotations.insert(m::SCALE_DOWN_DISABLED.into(), json!(set.then_some("true")));
+        annotations.insert(
+            m::SCALE_DOWN_DISABLED_BY.into(),
+            json!(set.then_some("nodecycle")),
+        );
+    }
+    if let Some(set) = exclude_from_lb {
+        labels.insert(m::EXCLUDE_FROM_LB.into(), json!(set.then_some("true")));
+        annotations.insert(
+            m::EXCLUDE_FROM_LB_BY.into(),
+            json!(set.then_some("nodecycle")),
+        );
+    }
+    if annotations.is_empty() {
+        return None;
+    }
+    let mut metadata = json!({ "annotations": annotations });
+    if !labels.is_empty() {
+        metadata["labels"] = serde_json::Value::Object(labels);
+    }
+    Some(json!({ "metadata": metadata }))
+}
+
 /// Attempts of a Kubernetes call that failed transiently (429 from API priority and fairness,
 /// 5xx, connection errors) before its error is returned. Evictions are not retried here: their
 /// 429 is a PodDisruptionBudget's answer, and the next drain step asks again.
@@ -411,6 +443,31 @@ impl NodeOps for EksKube {
             Err(KubeError::NotFound { .. }) => Ok(false),
             other => other,
         }
+    }
+
+    async fn mark(
+        &self,
+        node: &str,
+        scale_down_disabled: Option<bool>,
+        exclude_from_lb: Option<bool>,
+    ) -> Result<bool, KubeError> {
+        let Some(patch) = mark_patch(scale_down_disabled, exclude_from_lb) else {
+            return Ok(false);
+        };
+        let operation = format!("mark node {node}");
+        let nodes = self.nodes().await?;
+        // A merge patch of named keys only: repeating it is harmless, other keys stay.
+        retrying(&operation, || async {
+            match nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(::kube::Error::Api(status)) if status.code == 404 => Ok(false),
+                Err(e) => Err(map_error(&operation, e)),
+            }
+        })
+        .await
     }
 
     async fn list_pods(&self, node: &str) -> Result<Vec<PodInfo>, KubeError> {

@@ -86,8 +86,27 @@ fn to_chrono(time: &Time) -> Option<DateTime<Utc>> {
 
 /// The drain's view of a Node.
 pub fn node_info(node: &Node) -> NodeInfo {
+    use crate::rotation::marks as m;
     let spec = node.spec.as_ref();
+    let annotation = |k: &str| {
+        node.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(String::as_str)
+    };
+    let label = |k: &str| node.metadata.labels.as_ref().and_then(|l| l.get(k));
+    let marks = crate::fleet::NodeMarks {
+        autoscaler_deleting: spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == m::AUTOSCALER_DELETING_TAINT)),
+        scale_down_disabled: annotation(m::SCALE_DOWN_DISABLED) == Some("true"),
+        scale_down_disabled_by_nodecycle: annotation(m::SCALE_DOWN_DISABLED_BY).is_some(),
+        lb_excluded: label(m::EXCLUDE_FROM_LB).is_some(),
+        lb_excluded_by_nodecycle: annotation(m::EXCLUDE_FROM_LB_BY).is_some(),
+    };
     NodeInfo {
+        marks,
         name: node.metadata.name.clone().unwrap_or_default(),
         uid: node.metadata.uid.clone().unwrap_or_default(),
         provider_id: spec.and_then(|s| s.provider_id.clone()).unwrap_or_default(),

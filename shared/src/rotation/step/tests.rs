@@ -1,4 +1,4 @@
-//! Table tests of the step function.
+//! Table tests of the step function: surge accounting by delta beside other writers.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -31,10 +31,12 @@ pub(super) fn group(desired: i32, min: i32, max: i32) -> Group {
         max_size: max,
         desired_capacity: desired,
         launch_template_image: Some(NEW.into()),
+        suspended_processes: Vec::new(),
     }
 }
 
-/// An in-service member launched `minutes` after t0 (negative: before), Ready or not.
+/// An in-service member launched `minutes` after t0 (negative: before), Ready or not; its pods
+/// are not counted (so a Ready one may run workload).
 pub(super) fn member(id: &str, image: &str, minutes: i64, ready: bool) -> Member {
     Member {
         instance_id: id.into(),
@@ -48,8 +50,19 @@ pub(super) fn member(id: &str, image: &str, minutes: i64, ready: bool) -> Member
             unschedulable: false,
             disrupted: None,
             evictable_pods: 1,
+            pods_counted: false,
+            marks: Default::default(),
         }),
     }
+}
+
+/// `m` with its pods counted: `pods` evictable ones.
+pub(super) fn counted(mut m: Member, pods: u32) -> Member {
+    if let Some(n) = m.node.as_mut() {
+        n.pods_counted = true;
+        n.evictable_pods = pods;
+    }
+    m
 }
 
 fn old_members(n: usize) -> Vec<Member> {
@@ -66,31 +79,66 @@ fn rotation(id: &str, step: Step) -> Rotation {
     Rotation::new("prod/general", id, RotationReason::Drifted, false, t0()).enter(step, t0())
 }
 
-fn surging(id: &str, baseline: &[Member], base: i32, target: i32) -> Rotation {
+fn surging(id: &str, baseline: &[Member]) -> Rotation {
     Rotation {
         surge: Some(Surge {
-            target_desired: target,
+            target_desired: 0,
             baseline: ids(baseline),
-            base: Some(base),
+            base: None,
+            read: None,
+            above_max: false,
             release: None,
         }),
         ..rotation(id, Step::Surging)
     }
 }
 
+/// `r` created `minutes` after t0 (orders rotations).
+fn created(r: Rotation, minutes: i64) -> Rotation {
+    Rotation {
+        created_at: t0() + TimeDelta::minutes(minutes),
+        ..r
+    }
+}
+
+struct Case<'a> {
+    group: Group,
+    members: &'a [Member],
+    may_raise_max: bool,
+    problem: Option<&'a str>,
+}
+
+impl<'a> Case<'a> {
+    fn new(group: Group, members: &'a [Member]) -> Self {
+        Case {
+            group,
+            members,
+            may_raise_max: false,
+            problem: None,
+        }
+    }
+
+    fn run(&self, rotations: &[Rotation], now: DateTime<Utc>) -> StepPlan {
+        let none = BTreeSet::new();
+        let view = PoolView {
+            group: &self.group,
+            members: self.members,
+            desired_ami: Some(NEW),
+            quarantined: &none,
+            may_raise_max: self.may_raise_max,
+            launch_problem: self.problem,
+        };
+        let moving: BTreeSet<&str> = rotations
+            .iter()
+            .filter(|r| r.in_flight())
+            .map(|r| r.instance_id.as_str())
+            .collect();
+        step_pool(&view, rotations, &moving, now, &settings())
+    }
+}
+
 fn run(group: &Group, members: &[Member], rotations: &[Rotation], now: DateTime<Utc>) -> StepPlan {
-    let view = PoolView {
-        group,
-        members,
-        desired_ami: Some(NEW),
-        quarantined: &BTreeSet::new(),
-    };
-    let moving: BTreeSet<&str> = rotations
-        .iter()
-        .filter(|r| r.in_flight())
-        .map(|r| r.instance_id.as_str())
-        .collect();
-    step_pool(&view, rotations, &moving, now, &settings())
+    Case::new(group.clone(), members).run(rotations, now)
 }
 
 fn command<'a>(plan: &'a StepPlan, id: &str) -> &'a Command {
@@ -100,6 +148,24 @@ fn command<'a>(plan: &'a StepPlan, id: &str) -> &'a Command {
         .find(|(i, _)| i == id)
         .unwrap_or_else(|| panic!("no command for {id}: {plan:?}"))
         .1
+}
+
+fn terminate(id: &str) -> Undo {
+    Undo::Terminate {
+        instance_id: id.into(),
+    }
+}
+
+fn now_undo(id: &str) -> Option<GiveBack> {
+    Some(GiveBack::Now {
+        undo: terminate(id),
+    })
+}
+
+fn nothing() -> Option<GiveBack> {
+    Some(GiveBack::Now {
+        undo: Undo::Nothing,
+    })
 }
 
 fn terminated(plan: &StepPlan) -> Vec<String> {
@@ -112,49 +178,113 @@ fn terminated(plan: &StepPlan) -> Vec<String> {
         .collect()
 }
 
+fn names(plan: &StepPlan) -> Vec<(String, &'static str)> {
+    plan.commands
+        .iter()
+        .map(|(i, c)| (i.clone(), c.name()))
+        .collect()
+}
+
 #[test]
 fn pending_surges_one_unit_each_up_to_max_size_then_replaces_without_surge() {
     let members = old_members(6);
-    let g = group(6, 0, 8);
     let rotations: Vec<Rotation> = (0..3)
-        .map(|i| rotation(&format!("i-old{i}"), Step::Pending))
+        .map(|i| created(rotation(&format!("i-old{i}"), Step::Pending), i))
         .collect();
-    let plan = run(&g, &members, &rotations, t0());
+    let plan = run(&group(6, 0, 8), &members, &rotations, t0());
     assert_eq!(
         command(&plan, "i-old0"),
         &Command::Surge {
-            target: 7,
-            base: 6,
-            baseline: ids(&members)
+            baseline: ids(&members),
+            read: 6,
+            above_max: false,
         }
     );
     assert!(matches!(
         command(&plan, "i-old1"),
         Command::Surge {
-            target: 8,
-            base: 6,
+            above_max: false,
+            read: 6,
             ..
         }
     ));
     assert_eq!(command(&plan, "i-old2"), &Command::Cordon);
-    assert_eq!(plan.capacity, Some(8));
-    // Give-backs and cordons come before surges.
+    // Cordons come before surges.
     assert_eq!(plan.commands.last().map(|(_, c)| c.name()), Some("surge"));
+    assert_eq!(plan.commands.first().map(|(_, c)| c.name()), Some("cordon"));
+    // One below MaxSize: one surge.
+    let plan = run(&group(7, 0, 8), &members, &rotations[..2], t0());
+    assert_eq!(
+        names(&plan),
+        vec![("i-old1".into(), "cordon"), ("i-old0".into(), "surge")]
+    );
+}
+
+#[test]
+fn at_max_size_the_policy_may_raise_it_by_one_per_surge() {
+    let members = old_members(6);
+    let rotations: Vec<Rotation> = (0..2)
+        .map(|i| created(rotation(&format!("i-old{i}"), Step::Pending), i))
+        .collect();
+    let mut case = Case::new(group(6, 0, 6), &members);
+    let plan = case.run(&rotations, t0());
+    assert!(
+        plan.commands.iter().all(|(_, c)| *c == Command::Cordon),
+        "{plan:?}"
+    );
+    case.may_raise_max = true;
+    let plan = case.run(&rotations, t0());
+    for id in ["i-old0", "i-old1"] {
+        assert!(
+            matches!(
+                command(&plan, id),
+                Command::Surge {
+                    above_max: true,
+                    ..
+                }
+            ),
+            "{plan:?}"
+        );
+    }
+    // Room for one under MaxSize: the first surge fits, the second raises MaxSize.
+    let case = Case {
+        may_raise_max: true,
+        ..Case::new(group(5, 0, 6), &members[..5])
+    };
+    let plan = case.run(&rotations, t0());
+    assert!(matches!(
+        command(&plan, "i-old0"),
+        Command::Surge {
+            above_max: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        command(&plan, "i-old1"),
+        Command::Surge {
+            above_max: true,
+            ..
+        }
+    ));
 }
 
 #[test]
 fn surging_claims_distinct_ready_replacements_on_the_desired_ami() {
     let base = old_members(6);
     let mut members = base.clone();
-    members.push(member("i-new1", NEW, 1, true));
+    members.push(member("i-other", OLD, 0, true)); // launched since, on another AMI
     members.push(member("i-new2", NEW, 2, true));
-    members.push(member("i-other", OLD, 3, true));
-    let g = group(8, 0, 10);
+    members.push(member("i-new1", NEW, 1, true));
     let rotations = vec![
-        surging("i-old0", &base, 6, 7),
-        surging("i-old1", &base, 6, 8),
+        created(surging("i-old0", &base), 0),
+        created(surging("i-old1", &base), 1),
     ];
-    let plan = run(&g, &members, &rotations, t0() + TimeDelta::minutes(5));
+    let plan = run(
+        &group(8, 0, 10),
+        &members,
+        &rotations,
+        t0() + TimeDelta::minutes(5),
+    );
     assert_eq!(
         command(&plan, "i-old0"),
         &Command::ClaimReplacement {
@@ -167,42 +297,282 @@ fn surging_claims_distinct_ready_replacements_on_the_desired_ami() {
             id: "i-new2".into()
         }
     );
-    assert_eq!(plan.capacity, Some(8));
+    let want: BTreeSet<String> = ["i-new1".into(), "i-new2".into()].into();
+    assert_eq!(plan.protect, want, "claimed replacements are protected");
+}
+
+/// Scenario 1 of the issue: Cluster Autoscaler scaled up by 2 after the surges (8 -> 10).
+/// The surges claim their own launches (the earliest) and raise nothing.
+#[test]
+fn another_writers_scale_up_is_not_mistaken_for_a_missing_surge() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    members.push(member("i-s1", NEW, 1, true));
+    members.push(member("i-s2", NEW, 1, false));
+    members.push(member("i-ca1", NEW, 5, true));
+    members.push(member("i-ca2", NEW, 5, true));
+    let rotations = vec![
+        created(surging("i-old0", &base), 0),
+        created(surging("i-old1", &base), 1),
+    ];
+    let plan = run(
+        &group(10, 0, 12),
+        &members,
+        &rotations,
+        t0() + TimeDelta::minutes(6),
+    );
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::ClaimReplacement { id: "i-s1".into() }
+    );
+    // The older ready ones claimed; none is raised.
+    assert!(plan.commands.iter().all(|(_, c)| !c.raises()), "{plan:?}");
 }
 
 #[test]
-fn surging_waits_for_a_replacement_until_the_timeout() {
+fn a_launched_replacement_waits_from_its_launch_and_fails_only_after_the_timeout() {
     let base = old_members(6);
     let mut members = base.clone();
-    members.push(member("i-new1", NEW, 1, false));
+    members.push(member("i-new1", NEW, 10, false)); // launched 10 minutes after the surge
     let g = group(7, 0, 10);
-    let rotations = vec![surging("i-old0", &base, 6, 7)];
-    let plan = run(&g, &members, &rotations, t0() + TimeDelta::minutes(19));
+    let r = surging("i-old0", &base);
+    let plan = run(
+        &g,
+        &members,
+        std::slice::from_ref(&r),
+        t0() + TimeDelta::minutes(29),
+    );
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Wait {
+            why: WaitReason::Replacement {
+                since: t0() + TimeDelta::minutes(10),
+                instance: "i-new1".into()
+            }
+        }
+    );
+    assert!(plan.protect.contains("i-new1"), "a surge node is protected");
+    let plan = run(
+        &g,
+        &members,
+        std::slice::from_ref(&r),
+        t0() + TimeDelta::minutes(30),
+    );
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Fail {
+            why: Failure::ReplacementNotReady {
+                instance_id: "i-old0".into(),
+                timeout: settings().replacement_timeout,
+                image: Some(NEW.into()),
+                fresh: vec!["i-new1".into()],
+            },
+            halt: true,
+            quarantine: true,
+            undo: now_undo("i-new1"),
+        }
+    );
+    assert!(
+        plan.protect.is_empty(),
+        "a failed rotation protects nothing"
+    );
+    // Launched before the surge started (clocks): counts from the surge.
+    let mut early = base.clone();
+    early.push(member("i-new1", NEW, -5, false));
+    let plan = run(
+        &g,
+        &early,
+        std::slice::from_ref(&r),
+        t0() + TimeDelta::minutes(20),
+    );
+    assert!(
+        matches!(command(&plan, "i-old0"), Command::Fail { .. }),
+        "{plan:?}"
+    );
+    let plan = run(
+        &g,
+        &early,
+        std::slice::from_ref(&r),
+        t0() + TimeDelta::minutes(19),
+    );
+    assert!(
+        matches!(command(&plan, "i-old0"), Command::Wait { .. }),
+        "{plan:?}"
+    );
+    // A launch time after the pass's clock counts from the surge.
+    let mut future = base.clone();
+    future.push(member("i-new1", NEW, 60, false));
+    let plan = run(
+        &g,
+        &future,
+        std::slice::from_ref(&r),
+        t0() + TimeDelta::minutes(20),
+    );
+    assert!(
+        matches!(command(&plan, "i-old0"), Command::Fail { .. }),
+        "{plan:?}"
+    );
+    let plan = run(
+        &g,
+        &future,
+        std::slice::from_ref(&r),
+        t0() + TimeDelta::minutes(19),
+    );
+    assert!(
+        matches!(command(&plan, "i-old0"), Command::Wait { .. }),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn wait_start_is_the_later_of_surge_and_launch_unless_the_launch_is_in_the_future() {
+    let (a, b, c) = (
+        t0(),
+        t0() + TimeDelta::minutes(5),
+        t0() + TimeDelta::minutes(10),
+    );
+    assert_eq!(wait_start(a, b, c), b);
+    assert_eq!(wait_start(b, a, c), b);
+    assert_eq!(wait_start(a, c, b), a, "launch after now");
+    assert_eq!(wait_start(a, c, c), c, "launch at now");
+}
+
+/// A launch that never comes (capacity, MaxSize, InsufficientInstanceCapacity) is not a bad
+/// release: the surge waits with the group's reason, past any timeout, and never fails.
+#[test]
+fn a_pending_launch_waits_with_its_reason_and_never_fails() {
+    let base = old_members(6);
+    let case = Case {
+        problem: Some("Launching a new EC2 instance. Status Reason: InsufficientInstanceCapacity"),
+        ..Case::new(group(7, 0, 10), &base)
+    };
+    let plan = case.run(&[surging("i-old0", &base)], t0() + TimeDelta::hours(5));
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Wait {
+            why: WaitReason::Launch {
+                since: t0(),
+                problem: case.problem.map(str::to_string),
+            }
+        }
+    );
+}
+
+/// No instance and no pending launch: the +1 never happened (crash, failed call) or another
+/// writer took it (CA removed the empty surge node): raised again by one per surge.
+#[test]
+fn a_surge_without_supply_is_raised_again_by_one() {
+    let base = old_members(6);
+    let a = created(surging("i-old0", &base), 0);
+    let b = created(surging("i-old1", &base), 1);
+    let rotations = [a, b];
+    let plan = run(
+        &group(6, 0, 10),
+        &base,
+        &rotations,
+        t0() + TimeDelta::minutes(1),
+    );
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Raise { above_max: false }
+    );
+    assert_eq!(
+        command(&plan, "i-old1"),
+        &Command::Raise { above_max: false }
+    );
+    // One pending launch: the older surge waits for it, the other is raised.
+    let plan = run(
+        &group(7, 0, 10),
+        &base,
+        &rotations,
+        t0() + TimeDelta::minutes(1),
+    );
     assert!(matches!(command(&plan, "i-old0"), Command::Wait { .. }));
-    assert_eq!(plan.capacity, Some(7));
+    assert_eq!(
+        command(&plan, "i-old1"),
+        &Command::Raise { above_max: false }
+    );
+    // One launched: same.
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 1, false));
+    let plan = run(
+        &group(7, 0, 10),
+        &members,
+        &rotations,
+        t0() + TimeDelta::minutes(1),
+    );
+    assert!(matches!(command(&plan, "i-old0"), Command::Wait { .. }));
+    assert_eq!(
+        command(&plan, "i-old1"),
+        &Command::Raise { above_max: false }
+    );
+    // A leaving instance is not supply, and leaves no pending launch behind.
+    let mut leaving = members.clone();
+    leaving[6].lifecycle = Lifecycle::Leaving;
+    let plan = run(
+        &group(6, 0, 10),
+        &leaving,
+        &rotations,
+        t0() + TimeDelta::minutes(1),
+    );
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Raise { above_max: false }
+    );
+    // At MaxSize: raised above it with permission, else the surge is dropped.
+    let plan = run(
+        &group(6, 0, 7),
+        &base,
+        &rotations,
+        t0() + TimeDelta::minutes(1),
+    );
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Raise { above_max: false }
+    );
+    assert_eq!(command(&plan, "i-old1"), &Command::DropSurge);
+    let case = Case {
+        may_raise_max: true,
+        ..Case::new(group(6, 0, 6), &base)
+    };
+    let plan = case.run(&rotations, t0() + TimeDelta::minutes(1));
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Raise { above_max: true }
+    );
+    assert_eq!(
+        command(&plan, "i-old1"),
+        &Command::Raise { above_max: true }
+    );
 }
 
 /// Defect 1 of the rotation-core issue: two rotations time out in the same pass; each undoes
-/// its surge with its own never-Ready instance, and no surge is left.
+/// its surge with its own never-Ready instance.
 #[test]
 fn two_timeouts_in_one_pass_undo_two_distinct_instances() {
     let base = old_members(6);
     let mut members = base.clone();
     members.push(member("i-bad1", NEW, 1, false));
     members.push(member("i-bad2", NEW, 1, false));
-    let g = group(8, 0, 10);
     let rotations = vec![
-        surging("i-old0", &base, 6, 7),
-        surging("i-old1", &base, 6, 8),
+        created(surging("i-old0", &base), 0),
+        created(surging("i-old1", &base), 1),
     ];
-    let plan = run(&g, &members, &rotations, t0() + TimeDelta::minutes(20));
+    let plan = run(
+        &group(8, 0, 10),
+        &members,
+        &rotations,
+        t0() + TimeDelta::minutes(21),
+    );
     for id in ["i-old0", "i-old1"] {
         assert!(
             matches!(
                 command(&plan, id),
                 Command::Fail {
                     halt: true,
-                    undo: Some(Undo::Terminate { .. }),
+                    undo: Some(GiveBack::Now {
+                        undo: Undo::Terminate { .. }
+                    }),
                     ..
                 }
             ),
@@ -212,51 +582,6 @@ fn two_timeouts_in_one_pass_undo_two_distinct_instances() {
     let mut gone = terminated(&plan);
     gone.sort();
     assert_eq!(gone, vec!["i-bad1", "i-bad2"]);
-    assert_eq!(plan.capacity, None, "no surge is active after the pass");
-}
-
-#[test]
-fn a_timeout_with_no_instance_launched_lowers_capacity_to_the_remaining_surges() {
-    let base = old_members(6);
-    let g = group(8, 0, 10);
-    // Two surges recorded, nothing launched yet; one times out, one is younger.
-    let old = surging("i-old0", &base, 6, 7);
-    let young = Rotation {
-        step_at: t0() + TimeDelta::minutes(10),
-        ..surging("i-old1", &base, 6, 8)
-    };
-    let plan = run(&g, &base, &[old, young], t0() + TimeDelta::minutes(20));
-    assert!(
-        matches!(
-            command(&plan, "i-old0"),
-            Command::Fail {
-                undo: Some(Undo::LowerTo { desired: 7 }),
-                ..
-            }
-        ),
-        "{plan:?}"
-    );
-    assert!(matches!(command(&plan, "i-old1"), Command::Wait { .. }));
-    assert_eq!(plan.capacity, Some(7));
-}
-
-#[test]
-fn a_timeout_whose_capacity_was_never_raised_gives_nothing_back() {
-    let base = old_members(6);
-    let g = group(6, 0, 10); // the surge was recorded, the capacity call never ran
-    let plan = run(
-        &g,
-        &base,
-        &[surging("i-old0", &base, 6, 7)],
-        t0() + TimeDelta::minutes(20),
-    );
-    assert!(matches!(
-        command(&plan, "i-old0"),
-        Command::Fail {
-            undo: Some(Undo::Nothing),
-            ..
-        }
-    ));
 }
 
 #[test]
@@ -265,31 +590,47 @@ fn a_recorded_undo_is_repeated_and_its_target_is_taken() {
     let mut members = base.clone();
     members.push(member("i-bad1", NEW, 1, false));
     members.push(member("i-bad2", NEW, 2, false));
-    let g = group(8, 0, 10);
-    // A crashed after recording Failed with its undo of i-bad2 (the newest), before performing it.
-    let failed = surging("i-old0", &base, 6, 7)
+    // Crashed after recording Failed with its undo of i-bad2, before performing it.
+    let failed = surging("i-old0", &base)
         .enter(Step::Failed, t0() + TimeDelta::minutes(20))
-        .with_release(Release::Undoing(Undo::Terminate {
-            instance_id: "i-bad2".into(),
-        }));
+        .with_release(Release::Undoing(terminate("i-bad2")));
     let plan = run(
-        &g,
+        &group(8, 0, 10),
         &members,
-        &[failed, surging("i-old1", &base, 6, 8)],
-        t0() + TimeDelta::minutes(21),
+        &[failed, created(surging("i-old1", &base), 1)],
+        t0() + TimeDelta::minutes(22),
     );
     assert_eq!(
         command(&plan, "i-old0"),
         &Command::UndoSurge {
-            undo: Undo::Terminate {
-                instance_id: "i-bad2".into()
-            }
+            undo: terminate("i-bad2")
         }
     );
     assert!(matches!(
         command(&plan, "i-old1"),
-        Command::Fail { undo: Some(Undo::Terminate { instance_id }), .. } if instance_id == "i-bad1"
+        Command::Fail { undo: Some(GiveBack::Now { undo: Undo::Terminate { instance_id } }), .. } if instance_id == "i-bad1"
     ));
+}
+
+#[test]
+fn a_legacy_lower_to_record_is_settled_as_nothing_and_never_lowers() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    members.push(member("i-idle", NEW, 1, false));
+    let legacy = surging("i-old0", &base)
+        .enter(Step::Failed, t0())
+        .with_release(Release::Undoing(Undo::LowerTo { desired: 6 }));
+    let plan = run(&group(8, 0, 10), &members, &[legacy], t0());
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::UndoSurge {
+            undo: Undo::Nothing
+        }
+    );
+    // And the old record still reads.
+    let json = serde_json::json!({"undo": "lowerTo", "desired": 6});
+    let undo: Undo = serde_json::from_value(json).unwrap_or(Undo::Nothing);
+    assert_eq!(undo, Undo::LowerTo { desired: 6 });
 }
 
 #[test]
@@ -297,13 +638,17 @@ fn terminating_in_service_decrements_only_with_an_active_surge() {
     let base = old_members(6);
     let mut members = base.clone();
     members.push(member("i-new1", NEW, 1, true));
-    let g = group(7, 0, 10);
     let with = Rotation {
         replacement: Some("i-new1".into()),
-        ..surging("i-old0", &base, 6, 7).enter(Step::Terminating, t0())
+        ..surging("i-old0", &base).enter(Step::Terminating, t0())
     };
+    let given = Rotation {
+        replacement: Some("i-new1".into()),
+        ..surging("i-old2", &base).enter(Step::Terminating, t0())
+    }
+    .with_release(Release::Given);
     let without = rotation("i-old1", Step::Terminating);
-    let plan = run(&g, &members, &[with, without], t0());
+    let plan = run(&group(7, 0, 10), &members, &[with, without, given], t0());
     assert_eq!(
         command(&plan, "i-old0"),
         &Command::Terminate { decrement: true }
@@ -312,14 +657,22 @@ fn terminating_in_service_decrements_only_with_an_active_surge() {
         command(&plan, "i-old1"),
         &Command::Terminate { decrement: false }
     );
-    assert_eq!(plan.capacity, None);
+    assert_eq!(
+        command(&plan, "i-old2"),
+        &Command::Terminate { decrement: false }
+    );
+    let want: BTreeSet<String> = ["i-old0", "i-old1", "i-old2"].map(String::from).into();
+    assert_eq!(plan.draining, want);
+    assert!(
+        plan.protect.is_empty(),
+        "the rotation ends: its replacement is released"
+    );
 }
 
-/// Defect 2: the old instance disappears mid-rotation (Spot reclaim); the surge's unit is
-/// given back with the instance Auto Scaling launched in its place, never with the claimed
-/// replacement.
+/// The old instance disappears mid-rotation (Spot reclaim); the unit is given back only with
+/// an instance known to run no workload, never with the claimed replacement.
 #[test]
-fn old_instance_gone_mid_rotation_gives_the_surge_back() {
+fn old_instance_gone_mid_rotation_gives_the_surge_back_with_a_podless_instance() {
     let base = old_members(6);
     let mut members: Vec<Member> = base.iter().skip(1).cloned().collect(); // i-old0 is gone
     members.push(member("i-new1", NEW, 1, true)); // the claimed replacement
@@ -328,50 +681,140 @@ fn old_instance_gone_mid_rotation_gives_the_surge_back() {
     for step in [Step::Draining, Step::Terminating, Step::Cordoned] {
         let r = Rotation {
             replacement: Some("i-new1".into()),
-            ..surging("i-old0", &base, 6, 7).enter(step, t0())
+            ..surging("i-old0", &base).enter(step, t0())
         };
         let plan = run(&g, &members, &[r], t0() + TimeDelta::minutes(31));
         assert_eq!(
             command(&plan, "i-old0"),
             &Command::Finish {
                 why: FinishReason::InstanceLeft,
-                undo: Some(Undo::Terminate {
-                    instance_id: "i-asg".into()
-                })
+                undo: now_undo("i-asg"),
             },
             "{step:?}"
         );
     }
-    // Closed as Done by the interruption handler with the unit owed: same undo.
-    let closed = Rotation {
-        replacement: Some("i-new1".into()),
-        ..surging("i-old0", &base, 6, 7).enter(Step::Done, t0())
-    }
-    .with_release(Release::Owed);
-    let plan = run(&g, &members, &[closed], t0() + TimeDelta::minutes(31));
+    let closed = || {
+        Rotation {
+            replacement: Some("i-new1".into()),
+            ..surging("i-old0", &base).enter(Step::Done, t0())
+        }
+        .with_release(Release::Owed)
+    };
+    let plan = run(&g, &members, &[closed()], t0() + TimeDelta::minutes(31));
     assert_eq!(
         command(&plan, "i-old0"),
         &Command::UndoSurge {
-            undo: Undo::Terminate {
-                instance_id: "i-asg".into()
-            }
+            undo: terminate("i-asg")
         }
     );
-    // Before Auto Scaling launched anything: capacity goes back to the base.
-    let members: Vec<Member> = members
-        .into_iter()
-        .filter(|m| m.instance_id != "i-asg")
-        .collect();
-    let closed = Rotation {
-        replacement: Some("i-new1".into()),
-        ..surging("i-old0", &base, 6, 7).enter(Step::Done, t0())
+    // i-asg Ready and running pods (or not counted): not a target; nothing else is.
+    for busy in [
+        member("i-asg", NEW, 30, true),
+        counted(member("i-asg", NEW, 30, true), 2),
+    ] {
+        let mut with_pods = members.clone();
+        with_pods.pop();
+        with_pods.push(busy);
+        let plan = run(&g, &with_pods, &[closed()], t0() + TimeDelta::minutes(31));
+        assert_eq!(
+            command(&plan, "i-old0"),
+            &Command::UndoSurge {
+                undo: Undo::Nothing
+            },
+            "{with_pods:?}"
+        );
     }
-    .with_release(Release::Owed);
-    let plan = run(&g, &members, &[closed], t0() + TimeDelta::minutes(31));
+    // Ready and counted podless: a target.
+    let mut idle = members.clone();
+    idle.pop();
+    idle.push(counted(member("i-asg", NEW, 30, true), 0));
+    let plan = run(&g, &idle, &[closed()], t0() + TimeDelta::minutes(31));
     assert_eq!(
         command(&plan, "i-old0"),
         &Command::UndoSurge {
-            undo: Undo::LowerTo { desired: 6 }
+            undo: terminate("i-asg")
+        }
+    );
+    // Before Auto Scaling launched anything: the launch is pending, the unit stays owed.
+    let launching: Vec<Member> = members
+        .iter()
+        .filter(|m| m.instance_id != "i-asg")
+        .cloned()
+        .collect();
+    let plan = run(&group(7, 0, 10), &launching, &[closed()], t0());
+    assert!(
+        plan.commands.is_empty(),
+        "owed until the launch comes: {plan:?}"
+    );
+    let r = Rotation {
+        replacement: Some("i-new1".into()),
+        ..surging("i-old0", &base).enter(Step::Draining, t0())
+    };
+    let plan = run(&group(7, 0, 10), &launching, &[r], t0());
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Finish {
+            why: FinishReason::InstanceLeft,
+            undo: Some(GiveBack::Later),
+        }
+    );
+    // Nothing pending (someone else took the unit): nothing to give back; never lowered.
+    let plan = run(&group(6, 0, 10), &launching, &[closed()], t0());
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::UndoSurge {
+            undo: Undo::Nothing
+        }
+    );
+}
+
+#[test]
+fn the_undo_target_is_not_ready_first_then_newest_then_by_id() {
+    let base = old_members(2);
+    let owed = || {
+        surging("i-old0", &base)
+            .enter(Step::Failed, t0())
+            .with_release(Release::Owed)
+    };
+    let pick = |fresh: Vec<Member>| {
+        let mut members = base.clone();
+        members.extend(fresh);
+        let plan = run(&group(4, 0, 10), &members, &[owed()], t0());
+        terminated(&plan)
+    };
+    let idle = |id: &str, minutes: i64| counted(member(id, NEW, minutes, true), 0);
+    assert_eq!(
+        pick(vec![idle("i-a", 5), member("i-b", NEW, 1, false)]),
+        vec!["i-b"],
+        "not Ready first"
+    );
+    assert_eq!(
+        pick(vec![idle("i-a", 1), idle("i-b", 5)]),
+        vec!["i-b"],
+        "newest"
+    );
+    assert_eq!(
+        pick(vec![idle("i-b", 5), idle("i-a", 5)]),
+        vec!["i-a"],
+        "by id"
+    );
+    assert_eq!(
+        pick(vec![member("i-own", NEW, 5, false), idle("i-a", 5)])
+            .first()
+            .map(String::as_str),
+        Some("i-own")
+    );
+    // Its own old instance and a leaving instance are never targets.
+    let mut members = base.clone();
+    members.push(Member {
+        lifecycle: Lifecycle::Leaving,
+        ..member("i-gone", NEW, 5, false)
+    });
+    let plan = run(&group(2, 0, 10), &members, &[owed()], t0());
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::UndoSurge {
+            undo: Undo::Nothing
         }
     );
 }
@@ -381,11 +824,9 @@ fn own_terminate_recorded_then_instance_leaving_finishes_without_undo() {
     let base = old_members(6);
     let mut members = base.clone();
     members[0].lifecycle = Lifecycle::Leaving;
-    let r = surging("i-old0", &base, 6, 7)
+    let r = surging("i-old0", &base)
         .enter(Step::Terminating, t0())
-        .with_release(Release::Undoing(Undo::Terminate {
-            instance_id: "i-old0".into(),
-        }));
+        .with_release(Release::Undoing(terminate("i-old0")));
     let plan = run(&group(6, 0, 10), &members, std::slice::from_ref(&r), t0());
     assert_eq!(
         command(&plan, "i-old0"),
@@ -405,22 +846,12 @@ fn own_terminate_recorded_then_instance_leaving_finishes_without_undo() {
 #[test]
 fn settled_and_legacy_finished_rotations_get_no_command() {
     let base = old_members(6);
-    let given = surging("i-old0", &base, 6, 7)
+    let given = surging("i-old0", &base)
         .enter(Step::Done, t0())
         .with_release(Release::Given);
-    let legacy = surging("i-old1", &base, 6, 7).enter(Step::Failed, t0());
+    let legacy = surging("i-old1", &base).enter(Step::Failed, t0());
     let plan = run(&group(6, 0, 10), &base, &[given, legacy], t0());
     assert!(plan.commands.is_empty(), "{plan:?}");
-}
-
-#[test]
-fn capacity_is_repaired_up_to_base_plus_active_surges() {
-    let base = old_members(6);
-    let g = group(6, 0, 10); // two surges recorded, capacity calls lost
-    let a = surging("i-old0", &base, 6, 7);
-    let b = surging("i-old1", &base, 6, 8);
-    let plan = run(&g, &base, &[a, b], t0() + TimeDelta::minutes(1));
-    assert_eq!(plan.capacity, Some(8));
 }
 
 #[test]
@@ -442,15 +873,29 @@ fn pending_whose_instance_left_finishes() {
     );
 }
 
+/// A rotation the planner does not advance keeps what it holds: its launched instance is
+/// neither claimed by another surge nor chosen as an undo target, and stays protected.
 #[test]
-fn rotations_the_plan_does_not_move_get_no_command() {
+fn rotations_the_plan_does_not_move_get_no_command_but_keep_their_instance() {
     let base = old_members(6);
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 1, true));
+    let held = created(surging("i-old0", &base), 0);
+    let moving_one = created(surging("i-old1", &base), 1);
+    let g = group(7, 0, 10);
+    let none = BTreeSet::new();
     let view = PoolView {
-        group: &group(6, 0, 10),
-        members: &base,
+        group: &g,
+        members: &members,
         desired_ami: Some(NEW),
-        quarantined: &BTreeSet::new(),
+        quarantined: &none,
+        may_raise_max: false,
+        launch_problem: None,
     };
+    let moving: BTreeSet<&str> = ["i-old1"].into();
+    let plan = step_pool(&view, &[held, moving_one], &moving, t0(), &settings());
+    assert_eq!(names(&plan), vec![("i-old1".into(), "raise")]);
+    assert!(plan.protect.contains("i-new1"));
     let plan = step_pool(
         &view,
         &[rotation("i-old0", Step::Pending)],
@@ -462,73 +907,35 @@ fn rotations_the_plan_does_not_move_get_no_command() {
 }
 
 #[test]
-fn cancel_gives_back_its_own_replacement_first() {
-    let base = old_members(6);
-    let mut members = base.clone();
-    members.push(member("i-new1", NEW, 1, true));
-    members.push(member("i-new2", NEW, 2, false));
-    let g = group(7, 0, 10);
-    let r = Rotation {
-        replacement: Some("i-new1".into()),
-        ..surging("i-old0", &base, 6, 7).enter(Step::Draining, t0())
-    };
-    let view = PoolView {
-        group: &g,
-        members: &members,
-        desired_ami: Some(NEW),
-        quarantined: &BTreeSet::new(),
-    };
+fn cancel_is_refused_only_when_terminating_or_finished() {
+    for step in [Step::Pending, Step::Surging, Step::Cordoned, Step::Draining] {
+        assert_eq!(cancel(&rotation("i-1", step)), Ok(()), "{step:?}");
+    }
     assert_eq!(
-        cancel(&view, std::slice::from_ref(&r), &r),
-        Ok(Some(Undo::Terminate {
-            instance_id: "i-new1".into()
-        }))
-    );
-    // Without a claimed replacement: the newest not-Ready instance since the surge.
-    let r = surging("i-old0", &base, 6, 7);
-    assert_eq!(
-        cancel(&view, std::slice::from_ref(&r), &r),
-        Ok(Some(Undo::Terminate {
-            instance_id: "i-new2".into()
-        }))
-    );
-    let r = rotation("i-old0", Step::Terminating);
-    assert_eq!(
-        cancel(&view, std::slice::from_ref(&r), &r),
+        cancel(&rotation("i-1", Step::Terminating)),
         Err(CancelRefusal::Terminating)
     );
-    let r = rotation("i-old0", Step::Cancelled);
-    assert_eq!(
-        cancel(&view, std::slice::from_ref(&r), &r),
-        Err(CancelRefusal::Finished(Step::Cancelled))
-    );
+    for step in [Step::Done, Step::Failed, Step::Cancelled] {
+        assert_eq!(
+            cancel(&rotation("i-1", step)),
+            Err(CancelRefusal::Finished(step))
+        );
+    }
 }
 
-/// A terminate recorded as under way (its call failed) is repeated in the same pass as a new
-/// surge: the new surge counts from the capacity after that terminate.
+/// A terminate with a decrement in the same pass makes room under MaxSize for a new surge.
 #[test]
 fn a_new_surge_counts_from_the_capacity_after_this_pass_give_backs() {
     let base = old_members(4);
     let mut members = base.clone();
     members.push(member("i-new1", NEW, 1, true));
-    // Base 4, A surged to 5 and is terminating (its decrement still to come).
     let a = Rotation {
         replacement: Some("i-new1".into()),
-        ..surging("i-old0", &base, 4, 5).enter(Step::Terminating, t0())
+        ..surging("i-old0", &base).enter(Step::Terminating, t0())
     }
-    .with_release(Release::Undoing(Undo::Terminate {
-        instance_id: "i-old0".into(),
-    }));
-    let c = Rotation {
-        created_at: t0() + TimeDelta::minutes(5),
-        ..rotation("i-old1", Step::Pending)
-    };
-    let plan = run(
-        &group(5, 0, 10),
-        &members,
-        &[c, a],
-        t0() + TimeDelta::minutes(5),
-    );
+    .with_release(Release::Undoing(terminate("i-old0")));
+    let c = created(rotation("i-old1", Step::Pending), 5);
+    let plan = run(&group(5, 0, 5), &members, &[c.clone(), a.clone()], t0());
     assert_eq!(
         command(&plan, "i-old0"),
         &Command::Terminate { decrement: true }
@@ -537,43 +944,94 @@ fn a_new_surge_counts_from_the_capacity_after_this_pass_give_backs() {
         matches!(
             command(&plan, "i-old1"),
             Command::Surge {
-                base: 4,
-                target: 5,
+                above_max: false,
                 ..
             }
         ),
         "{plan:?}"
     );
-    assert_eq!(plan.capacity, Some(5));
+    // Already leaving: no decrement to come, no room.
+    let mut leaving = members.clone();
+    leaving[0].lifecycle = Lifecycle::Leaving;
+    let plan = run(&group(5, 0, 5), &leaving, &[c.clone(), a], t0());
+    assert_eq!(command(&plan, "i-old1"), &Command::Cordon);
+    // A recorded undo of another instance still in the group also makes room.
+    let mut with_bad = base.clone();
+    with_bad.push(member("i-bad", NEW, 1, false));
+    let failed = surging("i-old2", &base)
+        .enter(Step::Failed, t0())
+        .with_release(Release::Undoing(terminate("i-bad")));
+    let plan = run(
+        &group(5, 0, 5),
+        &with_bad,
+        &[c.clone(), failed.clone()],
+        t0(),
+    );
+    assert!(
+        matches!(command(&plan, "i-old1"), Command::Surge { .. }),
+        "{plan:?}"
+    );
+    // ... but not once it left.
+    with_bad[4].lifecycle = Lifecycle::Leaving;
+    let plan = run(&group(5, 0, 5), &with_bad, &[c.clone(), failed], t0());
+    assert_eq!(command(&plan, "i-old1"), &Command::Cordon);
+    // A chosen undo makes room too (a failed rotation's own bad instance).
+    let mut bad = base.clone();
+    bad.push(member("i-bad", NEW, 1, false));
+    let timing_out = surging("i-old2", &base);
+    let plan = run(
+        &group(5, 0, 5),
+        &bad,
+        &[c, timing_out],
+        t0() + TimeDelta::minutes(21),
+    );
+    assert!(matches!(command(&plan, "i-old2"), Command::Fail { .. }));
+    assert!(
+        matches!(command(&plan, "i-old1"), Command::Surge { .. }),
+        "{plan:?}"
+    );
 }
 
 /// Rotations towards an AMI that is quarantined meanwhile stop: the node is uncordoned, the
-/// surge given back with the rotation's own replacement; terminating ones finish.
+/// surge given back with the rotation's own replacement when it runs no workload.
 #[test]
 fn rotations_towards_a_quarantined_ami_are_cancelled() {
     let base = old_members(6);
     let mut members = base.clone();
-    members.push(member("i-new1", NEW, 1, true));
+    members.push(counted(member("i-new1", NEW, 1, true), 0));
     members.push(member("i-new2", NEW, 2, false));
-    let g = group(8, 0, 10);
+    members.push(counted(member("i-busy", NEW, 3, true), 3));
+    let g = group(9, 0, 10);
     let target = |r: Rotation| Rotation {
         target: Some(NEW.into()),
         ..r
     };
-    let draining = target(Rotation {
-        replacement: Some("i-new1".into()),
-        ..surging("i-old0", &base, 6, 7).enter(Step::Draining, t0())
-    });
-    let waiting = target(surging("i-old1", &base, 6, 8));
+    let draining = target(created(
+        Rotation {
+            replacement: Some("i-new1".into()),
+            ..surging("i-old0", &base).enter(Step::Draining, t0())
+        },
+        0,
+    ));
+    let waiting = target(created(surging("i-old1", &base), 1));
     let terminating = target(rotation("i-old2", Step::Terminating));
+    let busy = target(created(
+        Rotation {
+            replacement: Some("i-busy".into()),
+            ..surging("i-old3", &base).enter(Step::Draining, t0())
+        },
+        3,
+    ));
     let quarantined: BTreeSet<String> = [NEW.to_string()].into();
     let view = PoolView {
         group: &g,
         members: &members,
         desired_ami: Some(OLD),
         quarantined: &quarantined,
+        may_raise_max: false,
+        launch_problem: None,
     };
-    let rotations = [draining, waiting, terminating];
+    let rotations = [draining, waiting, terminating, busy];
     let moving: BTreeSet<&str> = rotations.iter().map(|r| r.instance_id.as_str()).collect();
     let plan = step_pool(&view, &rotations, &moving, t0(), &settings());
     assert_eq!(
@@ -581,9 +1039,7 @@ fn rotations_towards_a_quarantined_ami_are_cancelled() {
         &Command::Cancel {
             image: NEW.into(),
             uncordon: true,
-            undo: Some(Undo::Terminate {
-                instance_id: "i-new1".into()
-            })
+            undo: now_undo("i-new1"),
         }
     );
     assert_eq!(
@@ -591,14 +1047,59 @@ fn rotations_towards_a_quarantined_ami_are_cancelled() {
         &Command::Cancel {
             image: NEW.into(),
             uncordon: false,
-            undo: Some(Undo::Terminate {
-                instance_id: "i-new2".into()
-            })
+            undo: now_undo("i-new2"),
         }
     );
     assert!(matches!(
         command(&plan, "i-old2"),
         Command::Terminate { .. }
     ));
-    assert_eq!(plan.capacity, None);
+    // Its replacement runs workload: never terminated undrained.
+    assert_eq!(
+        command(&plan, "i-old3"),
+        &Command::Cancel {
+            image: NEW.into(),
+            uncordon: true,
+            undo: nothing(),
+        }
+    );
+}
+
+#[test]
+fn command_names_and_give_backs() {
+    let cases = [
+        (Command::Raise { above_max: false }, "raise", true),
+        (Command::DropSurge, "dropSurge", false),
+        (Command::Cordon, "cordon", false),
+        (Command::DrainStep, "drainStep", false),
+        (Command::Terminate { decrement: true }, "terminate", false),
+        (
+            Command::UndoSurge {
+                undo: Undo::Nothing,
+            },
+            "undoSurge",
+            false,
+        ),
+        (
+            Command::ClaimReplacement { id: "i".into() },
+            "claimReplacement",
+            false,
+        ),
+    ];
+    for (c, name, raises) in cases {
+        assert_eq!(c.name(), name);
+        assert_eq!(c.raises(), raises, "{name}");
+    }
+    let finish = Command::Finish {
+        why: FinishReason::InstanceLeft,
+        undo: Some(GiveBack::Later),
+    };
+    assert_eq!(finish.give_back(), Some(GiveBack::Later));
+    assert_eq!(finish.undo(), None);
+    let undo = Command::UndoSurge {
+        undo: terminate("i"),
+    };
+    assert_eq!(undo.undo(), Some(&terminate("i")));
+    assert_eq!(undo.give_back(), now_undo("i"));
+    assert_eq!(Command::Cordon.give_back(), None);
 }

@@ -1,0 +1,143 @@
+//! What nodecycle tells Cluster Autoscaler (CA) and load balancer controllers on nodes (pure):
+//! surge and replacement nodes carry `cluster-autoscaler.kubernetes.io/scale-down-disabled:
+//! "true"` while their rotation runs, old nodes being drained carry the label
+//! `node.kubernetes.io/exclude-from-external-load-balancers`. Each mark nodecycle sets is
+//! itself marked by an annotation of nodecycle's, and only such marks are removed: a user's own
+//! `scale-down-disabled` or exclusion label stays. Recomputed each pass from the step plan
+//! ([`super::step::StepPlan::protect`] and `draining`), so a mark a crash left on a node that
+//! no rotation holds any more is removed on the next pass.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::fleet::Member;
+
+/// CA's annotation: CA never removes a node that carries it with value `"true"`.
+pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+/// nodecycle's annotation beside [`SCALE_DOWN_DISABLED`] when nodecycle set it.
+pub const SCALE_DOWN_DISABLED_BY: &str = "nodecycle.dev/set-scale-down-disabled";
+/// The well-known label service controllers and the AWS Load Balancer Controller read: the
+/// node is taken out of external load balancers' targets.
+pub const EXCLUDE_FROM_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+/// nodecycle's annotation beside [`EXCLUDE_FROM_LB`] when nodecycle set it.
+pub const EXCLUDE_FROM_LB_BY: &str = "nodecycle.dev/set-exclude-from-external-load-balancers";
+/// The taint CA puts on a node it is removing (value: a Unix time, effect `NoSchedule`).
+pub const AUTOSCALER_DELETING_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// One node's marks to change: `Some(true)` set (with nodecycle's marker), `Some(false)`
+/// remove (nodecycle's own only), `None` leave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MarkChange {
+    /// The instance.
+    pub instance: String,
+    /// Its node.
+    pub node: String,
+    /// `scale-down-disabled`.
+    pub scale_down_disabled: Option<bool>,
+    /// `exclude-from-external-load-balancers`.
+    pub exclude_from_lb: Option<bool>,
+}
+
+/// The changes that bring each registered member's marks to what this pass wants: protected
+/// (`protect`) members carry `scale-down-disabled`, draining (`draining`) ones the exclusion
+/// label; nodecycle's marks on any other member go.
+pub fn changes(
+    members: &[Member],
+    protect: &BTreeSet<String>,
+    draining: &BTreeSet<String>,
+) -> Vec<MarkChange> {
+    let want = |set: bool, present: bool, ours: bool| match (set, present, ours) {
+        (true, false, _) => Some(true),
+        (false, true, true) => Some(false),
+        _ => None,
+    };
+    members
+        .iter()
+        .filter_map(|m| {
+            let n = m.node.as_ref()?;
+            let c = MarkChange {
+                instance: m.instance_id.clone(),
+                node: n.name.clone(),
+                scale_down_disabled: want(
+                    protect.contains(&m.instance_id),
+                    n.marks.scale_down_disabled,
+                    n.marks.scale_down_disabled_by_nodecycle,
+                ),
+                exclude_from_lb: want(
+                    draining.contains(&m.instance_id),
+                    n.marks.lb_excluded,
+                    n.marks.lb_excluded_by_nodecycle,
+                ),
+            };
+            (c.scale_down_disabled.is_some() || c.exclude_from_lb.is_some()).then_some(c)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::{Lifecycle, NodeMarks, NodeStatus};
+
+    fn member(id: &str, marks: NodeMarks) -> Member {
+        Member {
+            instance_id: id.into(),
+            availability_zone: "us-east-2a".into(),
+            image_id: None,
+            launch_time: chrono::DateTime::UNIX_EPOCH,
+            lifecycle: Lifecycle::InService,
+            node: Some(NodeStatus {
+                name: format!("node-{id}"),
+                ready: true,
+                unschedulable: false,
+                disrupted: None,
+                evictable_pods: 0,
+                pods_counted: false,
+                marks,
+            }),
+        }
+    }
+
+    #[test]
+    fn sets_what_is_wanted_and_removes_only_its_own_marks() {
+        let ours = NodeMarks {
+            scale_down_disabled: true,
+            scale_down_disabled_by_nodecycle: true,
+            lb_excluded: true,
+            lb_excluded_by_nodecycle: true,
+            ..NodeMarks::default()
+        };
+        let users = NodeMarks {
+            scale_down_disabled: true,
+            lb_excluded: true,
+            ..NodeMarks::default()
+        };
+        let members = vec![
+            member("i-new", NodeMarks::default()),
+            member("i-stale", ours),
+            member("i-user", users),
+            member("i-kept", ours),
+            member("i-old", NodeMarks::default()),
+        ];
+        let protect: BTreeSet<String> = ["i-new".to_string(), "i-kept".to_string()].into();
+        let draining: BTreeSet<String> = ["i-old".to_string(), "i-kept".to_string()].into();
+        let got = changes(&members, &protect, &draining);
+        let by = |id: &str| got.iter().find(|c| c.instance == id).cloned();
+        assert_eq!(
+            by("i-new").map(|c| (c.scale_down_disabled, c.exclude_from_lb)),
+            Some((Some(true), None))
+        );
+        assert_eq!(
+            by("i-stale").map(|c| (c.scale_down_disabled, c.exclude_from_lb)),
+            Some((Some(false), Some(false)))
+        );
+        assert_eq!(by("i-user"), None, "a user's own marks stay");
+        assert_eq!(by("i-kept"), None, "already as wanted");
+        assert_eq!(
+            by("i-old").map(|c| (c.scale_down_disabled, c.exclude_from_lb)),
+            Some((None, Some(true)))
+        );
+    }
+}
