@@ -92,10 +92,10 @@ export class NodecycleStack extends cdk.Stack {
       ],
       Rotator: [
         policyReads,
-        describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"),
+        describe("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"),
         allow("ReadEksReleaseVersions", ["ssm:GetParameters"], [publicParameters]),
         allow("DescribeClustersAndNodeGroups", ["eks:DescribeCluster", "eks:DescribeNodegroup", "eks:DescribeUpdate"], clustersAndNodeGroups),
-        allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:UpdateAutoScalingGroup"], [asgArn], clusterTag),
+        allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:UpdateAutoScalingGroup", "autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses"], [asgArn], clusterTag),
         allow("NewVersionsOfTaggedTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate", "ec2:RunInstances"], [arnOf("ec2", "launch-template/*")], clusterTag),
         allow(
           "LaunchCheckThroughLaunchTemplatesOnly",
