@@ -364,7 +364,9 @@ fn auto_scaling_and_launch_template_changes_need_the_cluster_tag() {
     assert_eq!(
         changes("RotatorFunction"),
         [
+            "autoscaling:ResumeProcesses",
             "autoscaling:SetDesiredCapacity",
+            "autoscaling:SuspendProcesses",
             "autoscaling:TerminateInstanceInAutoScalingGroup",
             "autoscaling:UpdateAutoScalingGroup",
             "ec2:CreateLaunchTemplateVersion",
