@@ -161,6 +161,9 @@ def apply_patches() -> None:
 
     eks_updates.apply_patches()
     eks_access.apply_patches()
+    import asg_fidelity  # SetDesiredCapacity bounds, scaling activities, capacity records
+
+    asg_fidelity.apply_patches()
 
 
 # --------------------------------------------------------------------------
@@ -457,6 +460,11 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
 
         faults.reset()
         eks_access.reset()
+        import asg_fidelity
+        import autoscaler
+
+        asg_fidelity.reset()
+        autoscaler.reset()
         return {}
 
     @op("sqs_create_queue")

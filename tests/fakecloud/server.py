@@ -182,6 +182,9 @@ def main() -> None:
     import faults  # fault injection for AWS and Kubernetes calls
 
     faults.register(op, ControlError)
+    import autoscaler  # the Cluster Autoscaler actor (and Auto Scaling's records)
+
+    autoscaler.register(op, ControlError)
 
     _gate_moto_requests()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

@@ -12,6 +12,7 @@
 // panic with a clear message is the right way to report it.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod autoscaler;
 mod eks;
 mod fakecloud;
 mod faults;
@@ -22,6 +23,9 @@ mod lifecycle;
 mod runtime_api;
 mod token;
 
+pub use autoscaler::{
+    CaAction, CapacityChange, ClusterAutoscaler, ScalingRecords, Termination, WorkloadsStep,
+};
 pub use eks::EksTiming;
 pub use fakecloud::{
     ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, ImageFixture, SECRET_ACCESS_KEY,
