@@ -7,7 +7,7 @@ not like nodecycle, and acts only when the test asks (deterministic, between rot
   capacity (read now) plus ``by``, or, without ``by``, plus the nodes the Pending pods need
   (``ceil(pending / podsPerNode)``); never above ``MaxSize`` (CA caps at the group's max).
 * **Scale down** (``ca_scale_down {group, node?, hold?}``): a node of the group that is
-  *unneeded*: Ready, not annotated ``cluster-autoscaler.kubernetes.io/scale-down-disabled:
+  *unneeded* (Ready or not: CA also removes unready nodes): not annotated ``cluster-autoscaler.kubernetes.io/scale-down-disabled:
   "true"``, not already being deleted, the group above ``MinSize``, and every workload pod on
   it (not DaemonSet, not mirror) can move: it has a controller, is not annotated
   ``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"``, its PodDisruptionBudget allows
@@ -216,8 +216,6 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             return "scale-down disabled by annotation"
         if any(t.get("key") == TO_BE_DELETED for t in _taints(kube, node)):
             return "already being deleted"
-        if not kube.node_ready(node):
-            return "not ready"
         if group.desired_capacity <= group.min_size:
             return f"group at MinSize {group.min_size}"
         pods = [p for _, p in _pods_on(kube, c, node_name) if _live(kube, p)]
