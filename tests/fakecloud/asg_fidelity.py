@@ -161,8 +161,12 @@ def apply_patches() -> None:
 
     original_set = backend_cls.set_desired_capacity
 
-    def set_desired_capacity(self, group_name, desired_capacity):
-        group = self.autoscaling_groups.get(group_name)
+    original_set_call = AutoScalingResponse.set_desired_capacity
+
+    def set_desired_capacity_call(self):
+        """The API call (internal callers, e.g. DeleteNodegroup's emptying, are not checked)."""
+        group = self.autoscaling_backend.autoscaling_groups.get(self._get_param("AutoScalingGroupName"))
+        desired_capacity = self._get_int_param("DesiredCapacity")
         if group is not None and desired_capacity is not None:
             if desired_capacity > group.max_size:
                 raise ValidationError(
@@ -174,6 +178,12 @@ def apply_patches() -> None:
                     f"New SetDesiredCapacity value {desired_capacity} is below min value "
                     f"{group.min_size} for the AutoScalingGroup."
                 )
+        return original_set_call(self)
+
+    AutoScalingResponse.set_desired_capacity = set_desired_capacity_call
+
+    def set_desired_capacity(self, group_name, desired_capacity):
+        group = self.autoscaling_groups.get(group_name)
         before = group.desired_capacity if group is not None else None
         with _op("SetDesiredCapacity"):
             original_set(self, group_name, desired_capacity)
@@ -203,18 +213,20 @@ def apply_patches() -> None:
 
     def update_auto_scaling_group(self, name, *args, **kwargs):
         group = self.autoscaling_groups.get(name)
+        keep = None
         if (
             group is not None
             and not kwargs.get("launch_config_name")
             and not kwargs.get("launch_template")
             and not kwargs.get("mixed_instances_policy")
-            and group.mixed_instances_policy
         ):
             # AWS keeps what the request does not name.
-            kwargs["mixed_instances_policy"] = group.mixed_instances_policy
+            keep = group.mixed_instances_policy
         before = group.desired_capacity if group is not None else None
         with _op("UpdateAutoScalingGroup"):
             out = original_update(self, name, *args, **kwargs)
+        if keep:
+            group.mixed_instances_policy = keep
         if group is not None:
             record_capacity(group, "UpdateAutoScalingGroup", before, group.desired_capacity)
         return out

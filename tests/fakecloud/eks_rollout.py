@@ -25,7 +25,10 @@ on a background timer (``_ticker``) that steps every InProgress version update:
 4. **scale down**: the instances the surge added are terminated (new-image instances
    without pods first, newest first) with the desired capacity lowered, and the maximum size
    is put back; the node group takes the new release/version/launch template version and
-   turns ACTIVE; the update is ``Successful``.
+   turns ACTIVE; the update is ``Successful``. When someone else (Cluster Autoscaler) raised
+   the group's desired capacity above the surge's during the update, EKS skips this step
+   ("exits immediately without bringing the node group back to its original
+   configuration"): desired and maximum size stay (timeline event ``scaleDownSkipped``).
 
 A failure (an armed ``fail_update``, ``NodeCreationFailure``, ``PodEvictionFailure``) marks the
 update ``Failed`` with ``errors: [{errorCode, errorMessage, resourceIds}]`` (the instances
@@ -292,6 +295,12 @@ def _event(st, upd, now: float, event: str, **detail) -> None:
     st.timeline.append({"updateId": upd.id, "t": round(now, 3), "event": event, **detail})
 
 
+def scaled_up_by_others(group, r: Rollout) -> bool:
+    """Someone else (Cluster Autoscaler) raised the desired capacity above what the update's
+    surge set."""
+    return group is not None and r.original is not None and group.desired_capacity > r.original[0] + r.surge
+
+
 def _shrink(region: str, group, r: Rollout, upd, c) -> list:
     """Terminate what the surge added (new-image instances without pods first, newest first)
     with the desired capacity lowered; put the maximum size back. The instances terminated."""
@@ -445,6 +454,13 @@ def _upgrade(region, cluster, ng, st, upd, r, now) -> bool:
 
 def _scale_down(region, cluster, ng, st, upd, r, now) -> bool:
     group = eu._group_of(ACCOUNT_ID, region, st)
+    if scaled_up_by_others(group, r):
+        # EKS: "If the Upgrade workflow determines that Cluster Autoscaler is scaling up the
+        # node group during the scale down phase of the workflow, it exits immediately
+        # without bringing the node group back to its original configuration."
+        _event(st, upd, now, "scaleDownSkipped", desired=group.desired_capacity, max=group.max_size,
+               reason="the desired capacity was raised during the update (Cluster Autoscaler)")
+        r.original = None
     if r.original is not None:
         removed = _shrink(region, group, r, upd, _kube(region, cluster))
         _event(st, upd, now, "scaleDown", terminated=removed, desired=group.desired_capacity, max=group.max_size)

@@ -606,9 +606,10 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// How to give back the unit of `r`'s surge (see the module documentation). With
-    /// `own_first`, the rotation's own replacement is the first choice (cancel, failure).
-    fn choose_undo(&mut self, r: &Rotation, surge: &Surge, own_first: bool) -> GiveBack {
+    /// How to give back the unit of `r`'s surge (see the module documentation). `own`: the
+    /// rotation's own instance, the first choice when it is known podless (its claimed
+    /// replacement on a cancel, the launched instance matched with its surge on a failure).
+    fn choose_undo(&mut self, r: &Rotation, surge: &Surge, own: Option<&str>) -> GiveBack {
         match &surge.release {
             Some(Release::Undoing(Undo::Terminate { instance_id })) => {
                 if self.staying(instance_id) {
@@ -628,16 +629,16 @@ impl<'a> Ctx<'a> {
             }
             _ => {}
         }
-        if own_first
-            && let Some(rep) = &r.replacement
+        if let Some(rep) = own
             && let Some(m) = self.member(rep)
             && m.lifecycle != Lifecycle::Leaving
             && m.podless()
         {
+            self.taken.insert(rep.to_string());
             self.desired -= 1;
             return GiveBack::Now {
                 undo: Undo::Terminate {
-                    instance_id: rep.clone(),
+                    instance_id: rep.to_string(),
                 },
             };
         }
@@ -701,16 +702,17 @@ fn hold(ctx: &mut Ctx<'_>, r: &Rotation) -> Option<String> {
 /// A finished rotation that still owes its surge's unit.
 fn settle(ctx: &mut Ctx<'_>, r: &Rotation) -> Option<Command> {
     let surge = r.surge.as_ref().filter(|s| s.owed())?;
-    match ctx.choose_undo(r, surge, r.step != Step::Done) {
+    let own = r.replacement.as_deref().filter(|_| r.step != Step::Done);
+    match ctx.choose_undo(r, surge, own) {
         GiveBack::Now { undo } => Some(Command::UndoSurge { undo }),
         GiveBack::Later => None,
     }
 }
 
 /// The give-back of `r`'s surge when it ends now without terminating with a decrement.
-fn undo_on_end(ctx: &mut Ctx<'_>, r: &Rotation, own_first: bool) -> Option<GiveBack> {
+fn undo_on_end(ctx: &mut Ctx<'_>, r: &Rotation, own: Option<&str>) -> Option<GiveBack> {
     let surge = r.surge.as_ref().filter(|s| s.active() || s.owed())?;
-    Some(ctx.choose_undo(r, surge, own_first))
+    Some(ctx.choose_undo(r, surge, own))
 }
 
 /// When the wait of a replacement launched at `launched` counts from: its launch, or the
@@ -738,7 +740,7 @@ fn step_one(
     let leaving = member.is_none_or(|m| m.lifecycle == Lifecycle::Leaving);
     let left = |ctx: &mut Ctx<'_>| Command::Finish {
         why: FinishReason::InstanceLeft,
-        undo: undo_on_end(ctx, r, false),
+        undo: undo_on_end(ctx, r, None),
     };
     // A rotation towards a quarantined AMI stops before it terminates anything.
     let towards = r.target.as_deref().or_else(|| {
@@ -756,7 +758,7 @@ fn step_one(
         return Some(Command::Cancel {
             image: image.to_string(),
             uncordon: matches!(r.step, Step::Cordoned | Step::Draining) && member.is_some(),
-            undo: undo_on_end(ctx, r, true),
+            undo: undo_on_end(ctx, r, r.replacement.as_deref()),
         });
     }
     Some(match r.step {
@@ -815,7 +817,7 @@ fn step_one(
                             },
                             halt: true,
                             quarantine: true,
-                            undo: undo_on_end(ctx, r, true),
+                            undo: undo_on_end(ctx, r, Some(m.instance_id.as_str())),
                         }
                     } else {
                         Command::Wait {

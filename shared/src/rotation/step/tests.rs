@@ -584,6 +584,34 @@ fn two_timeouts_in_one_pass_undo_two_distinct_instances() {
     assert_eq!(gone, vec!["i-bad1", "i-bad2"]);
 }
 
+/// A failing rotation gives back the bad instance matched with its own surge, not a newer
+/// not-Ready instance another surge (or Cluster Autoscaler) launched, which the other
+/// rotation, failing in the same pass, gives back.
+#[test]
+fn a_failure_gives_back_its_own_bad_instance_first() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    members.push(member("i-bad-own", NEW, 1, false));
+    members.push(member("i-bad-other", NEW, 2, false));
+    members.push(member("i-bad-ca", NEW, 3, false));
+    let rotations = vec![
+        created(surging("i-old0", &base), 0),
+        created(surging("i-old1", &base), 1),
+    ];
+    let plan = run(
+        &group(9, 0, 10),
+        &members,
+        &rotations,
+        t0() + TimeDelta::minutes(23),
+    );
+    let undo_of = |id: &str| match command(&plan, id) {
+        Command::Fail { undo, .. } => undo.clone(),
+        c => panic!("{id}: {c:?}"),
+    };
+    assert_eq!(undo_of("i-old0"), now_undo("i-bad-own"), "{plan:?}");
+    assert_eq!(undo_of("i-old1"), now_undo("i-bad-other"), "{plan:?}");
+}
+
 #[test]
 fn a_recorded_undo_is_repeated_and_its_target_is_taken() {
     let base = old_members(6);
