@@ -20,7 +20,7 @@ Recorded for tests (control op ``scaling_records``):
 * ``capacity``: every desired capacity change, ``{group, op, from, to, by, t}`` with ``op``
   ``SetDesiredCapacity``, ``TerminateInstanceInAutoScalingGroup`` (with a decrement) or
   ``UpdateAutoScalingGroup``, ``by`` ``api`` (an AWS call) or the actor that made it
-  (``cluster-autoscaler``, see autoscaler.py);
+  (``cluster-autoscaler``, see autoscaler.py; ``eks``, a node group update's rollout);
 * ``terminations``: every instance termination, ``{instance, group, node, pods, op,
   decrement, by, t}`` where ``pods`` are the workload pods (not DaemonSet, not mirror, not
   finished) bound to the instance's node in the Kubernetes stand-in at that moment: an

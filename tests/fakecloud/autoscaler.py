@@ -115,6 +115,17 @@ def _live(kube, pod) -> bool:
     return not kube._get(pod, "metadata", "deletionTimestamp")
 
 
+def _follow(region: str, cluster: str, group: str) -> None:
+    """The kubelets of the group's new instances register (and the nodes of terminated ones
+    go) now, as they would on their own: the stand-in's node sync for the group, also when
+    only an EKS node group update set it up (eks_updates._follow_kube)."""
+    try:
+        import eks_updates
+    except ImportError:
+        return
+    eks_updates._follow_kube(region, cluster, group)
+
+
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in
     import kube
 
@@ -192,6 +203,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
                          "pending": pending, "reason": reason})
         with asg_fidelity.acting_as(CA):
             _asgs(region).set_desired_capacity(group.name, to)
+        _follow(region, c.name, group.name)
         return _log({"action": "scaleUp", "group": group.name, "from": before, "to": to,
                      "pending": pending, "reason": f"{pending} pending pods" if args.get("by") is None
                      else f"asked to add {by}"})
@@ -272,6 +284,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         before = group.desired_capacity
         with asg_fidelity.acting_as(CA):
             _asgs(region).terminate_instance(instance, True)
+        _follow(region, c.name, group.name)
         return _log({"action": "scaleDown", "group": group.name, "node": node_name, "instance": instance,
                      "from": before, "to": group.desired_capacity, "reason": "node unneeded, drained"})
 

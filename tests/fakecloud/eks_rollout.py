@@ -49,6 +49,7 @@ import threading
 import time
 import traceback
 
+import asg_fidelity
 import eks_updates as eu
 from aws_fixtures import ACCOUNT_ID
 
@@ -496,7 +497,8 @@ def step_all() -> None:
             if ng is None:
                 continue
             try:
-                step(region, cluster, ng, st, upd, now)
+                with asg_fidelity.acting_as("eks"):  # its capacity changes are EKS's, not a caller's
+                    step(region, cluster, ng, st, upd, now)
             except Exception as e:  # a bug in the fake: say so once, keep the timer alive
                 msg = traceback.format_exc()
                 if msg not in _REPORTED:

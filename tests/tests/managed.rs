@@ -879,3 +879,67 @@ async fn a_quarantined_release_is_rolled_back_by_a_node_group_update() {
     p.pass(now + chrono::Duration::minutes(5)).await;
     assert_eq!(p.bodies("UpdateNodegroupVersion").len(), versions.len());
 }
+
+/// A node group update beside Cluster Autoscaler: CA scales the node group's Auto Scaling
+/// group up while the update runs; EKS then skips its scale-down (the fake does as EKS does),
+/// and nodecycle never sets the node group's scalingConfig nor the group's capacity, so CA's
+/// size stays.
+#[tokio::test]
+async fn a_managed_update_beside_cluster_autoscaler_keeps_its_scale_up() {
+    let p = mng(3, "    - nodes: \"1\"\n", ALIAS).await;
+    p.cloud.pause_eks();
+    let t0 = at("2026-12-01T10:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    p.pass(t0).await;
+    assert_eq!(p.update().await.unwrap().phase, Phase::InProgress);
+    // EKS's setup and surge (+2), then CA adds 2 for pending pods.
+    p.cloud.advance_eks_time(0.01);
+    let ca = nodecycle_tests::ClusterAutoscaler::attach(&p.cloud, "prod", &p.asg, 4);
+    let up = ca.scale_up(Some(2));
+    assert_eq!(up.action, "scaleUp", "{up:?}");
+    let ca_size = up.to.unwrap();
+    p.cloud.resume_eks();
+    let now = p
+        .pass_until_update_ends(t0 + chrono::Duration::minutes(1), |_| {})
+        .await;
+    assert_eq!(
+        p.update().await.unwrap().phase,
+        Phase::Successful,
+        "{:?} {}",
+        p.update().await,
+        p.calls()
+    );
+    for i in 1..4 {
+        p.pass(now + chrono::Duration::minutes(i)).await;
+    }
+    let images = p.images().await;
+    assert!(images.iter().all(|i| *i == new), "{images:?}");
+    assert_eq!(images.len() as i32, ca_size, "CA's size kept: {images:?}");
+    // nodecycle's EKS calls never carry a scalingConfig; nobody but CA and EKS's own rollout
+    // changed the group's capacity, and nothing went below CA's size after its scale-up.
+    for body in p.bodies("UpdateNodegroupConfig") {
+        assert!(body.get("scalingConfig").is_none(), "{body}");
+    }
+    let records = ca.records();
+    assert!(
+        records
+            .capacity
+            .iter()
+            .all(|c| c.by == "cluster-autoscaler" || c.by == "eks"),
+        "{:?}",
+        records.capacity
+    );
+    let after: Vec<_> = records
+        .capacity
+        .iter()
+        .skip_while(|c| c.by != "cluster-autoscaler")
+        .collect();
+    assert!(after.iter().all(|c| c.to >= ca_size), "{after:?}");
+    let timeline = timeline(&p.calls());
+    assert!(
+        timeline.contains(&"scaleDownSkipped".to_string()),
+        "{timeline:?}"
+    );
+}
