@@ -23,8 +23,10 @@
 //! - `Cordoned` → [`Command::Cordon`]; `Draining` → [`Command::DrainStep`] (both: the old
 //!   instance gone from the group entirely → `Finish`, surge given back).
 //! - `Terminating`: the instance still in service → [`Command::Terminate`] (decrementing
-//!   desired capacity when its surge is active); already leaving → `Finish` (the surge is
-//!   given back unless this rotation's own terminate was recorded as under way).
+//!   desired capacity when its surge is active, unless the group is at `MinSize`: Auto
+//!   Scaling refuses that decrement, and the unit stays with the group); already leaving →
+//!   `Finish` (the surge is given back unless this rotation's own terminate was recorded as
+//!   under way).
 //! - Finished with a surge unit still owed → [`Command::UndoSurge`] (or nothing while the
 //!   unit's launch is still to come).
 //!
@@ -56,7 +58,8 @@
 //! claimed by no rotation, not leaving, known podless ([`Member::podless`]), not-Ready first,
 //! newest first. With none: while a launch is pending the unit stays owed (given back when the
 //! launch comes); else [`Undo::Nothing`] (another writer took the unit, or only instances with
-//! workload hold it: left to the group's scale-down).
+//! workload hold it: left to the group's scale-down). At `MinSize` (another writer scaled the
+//! group down) nothing is given back: a decrement would be refused, the unit is the group's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -498,8 +501,6 @@ struct Ctx<'a> {
     /// Desired capacity once the commands decided so far are performed (+1 per raise, -1 per
     /// terminate with a decrement of an instance still in the group).
     desired: i32,
-    /// `MaxSize` once the raises decided so far are performed.
-    max: i32,
     /// The group's pending launches not matched yet with a surge or an owed unit.
     pending: i32,
     /// Instances that are some rotation's replacement, undo target or match (recorded or
@@ -533,7 +534,6 @@ impl<'a> Ctx<'a> {
         Ctx {
             view,
             desired: view.group.desired_capacity,
-            max: view.group.max_size,
             pending: (view.group.desired_capacity - staying).max(0),
             taken,
             members: view
@@ -592,18 +592,25 @@ impl<'a> Ctx<'a> {
     }
 
     /// Room for one more unit of desired capacity: `Some(false)` under `MaxSize`,
-    /// `Some(true)` by raising `MaxSize` (allowed), `None` without. Counts the unit.
+    /// `Some(true)` by raising `MaxSize` (allowed), `None` without. Counts the unit. (Each
+    /// raise above `MaxSize` lifts it to the desired capacity it makes, so past `MaxSize`
+    /// every further unit is a raise too: `MaxSize` itself needs no counting.)
     fn room(&mut self) -> Option<bool> {
-        if self.desired < self.max {
+        if self.desired < self.view.group.max_size {
             self.desired += 1;
             Some(false)
         } else if self.view.may_raise_max {
             self.desired += 1;
-            self.max += 1;
             Some(true)
         } else {
             None
         }
+    }
+
+    /// A terminate with a decrement keeps the group at or above `MinSize` (Auto Scaling
+    /// refuses it otherwise).
+    fn may_decrement(&self) -> bool {
+        self.desired > self.view.group.min_size
     }
 
     /// How to give back the unit of `r`'s surge (see the module documentation). `own`: the
@@ -613,6 +620,12 @@ impl<'a> Ctx<'a> {
         match &surge.release {
             Some(Release::Undoing(Undo::Terminate { instance_id })) => {
                 if self.staying(instance_id) {
+                    if !self.may_decrement() {
+                        // Refused at MinSize: the unit is the group's now.
+                        return GiveBack::Now {
+                            undo: Undo::Nothing,
+                        };
+                    }
                     self.desired -= 1;
                 }
                 return GiveBack::Now {
@@ -628,6 +641,12 @@ impl<'a> Ctx<'a> {
                 };
             }
             _ => {}
+        }
+        if !self.may_decrement() {
+            // At MinSize (another writer scaled down): the unit is the group's now.
+            return GiveBack::Now {
+                undo: Undo::Nothing,
+            };
         }
         if let Some(rep) = own
             && let Some(m) = self.member(rep)
@@ -844,11 +863,14 @@ fn step_one(
         Step::Cordoned => Command::Cordon,
         Step::Draining => Command::DrainStep,
         Step::Terminating if !leaving => {
-            let decrement = r.surge_active()
+            // At MinSize the terminate goes without a decrement (the group launches a
+            // replacement from the desired AMI): the surge's unit stays with the group.
+            let decrement = (r.surge_active()
                 || matches!(
                     r.surge.as_ref().and_then(|s| s.release.as_ref()),
                     Some(Release::Undoing(Undo::Terminate { instance_id })) if *instance_id == r.instance_id
-                );
+                ))
+                && ctx.may_decrement();
             if decrement {
                 ctx.desired -= 1;
             }

@@ -1131,3 +1131,179 @@ fn command_names_and_give_backs() {
     assert_eq!(undo.give_back(), now_undo("i"));
     assert_eq!(Command::Cordon.give_back(), None);
 }
+
+/// At MinSize (Cluster Autoscaler scaled the group down to it while a surge was active) a
+/// terminate goes without a decrement and nothing is given back: Auto Scaling refuses a
+/// decrement below MinSize, which would leave the rotation retrying forever.
+#[test]
+fn at_min_size_nothing_is_decremented() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 1, true));
+    members.push(counted(member("i-spare", NEW, 2, true), 0));
+    let terminating = Rotation {
+        replacement: Some("i-new1".into()),
+        ..surging("i-old0", &base).enter(Step::Terminating, t0())
+    };
+    let owed = surging("i-old1", &base)
+        .enter(Step::Done, t0())
+        .with_release(Release::Owed);
+    let recorded = surging("i-old2", &base)
+        .enter(Step::Failed, t0())
+        .with_release(Release::Undoing(terminate("i-spare")));
+    let rotations = [terminating, owed, recorded];
+    let at_min = run(&group(8, 8, 10), &members, &rotations, t0());
+    assert_eq!(
+        command(&at_min, "i-old0"),
+        &Command::Terminate { decrement: false },
+        "{at_min:?}"
+    );
+    for id in ["i-old1", "i-old2"] {
+        assert_eq!(
+            command(&at_min, id),
+            &Command::UndoSurge {
+                undo: Undo::Nothing
+            },
+            "{id}: {at_min:?}"
+        );
+    }
+    // One above MinSize: one decrement, the first in order (the in-flight terminate); the
+    // give-backs after it find the group at MinSize.
+    let above = run(&group(9, 8, 10), &members, &rotations, t0());
+    assert_eq!(
+        command(&above, "i-old0"),
+        &Command::Terminate { decrement: true }
+    );
+    assert!(terminated(&above).is_empty(), "{above:?}");
+    // Two above: the recorded undo is repeated too (the owed unit, with no spare left, waits
+    // for the launch desired capacity still owes).
+    let two = run(&group(10, 8, 10), &members, &rotations, t0());
+    assert_eq!(
+        command(&two, "i-old0"),
+        &Command::Terminate { decrement: true }
+    );
+    assert_eq!(terminated(&two), vec!["i-spare".to_string()], "{two:?}");
+}
+
+/// A give-back with a fresh podless instance (not the rotation's own) makes room for a
+/// surge of the same pass at MaxSize; two owed units share one pending launch: the first
+/// waits for it, the second has nothing to give back.
+#[test]
+fn give_backs_count_in_the_capacity_of_the_same_pass() {
+    let base = old_members(4);
+    let mut members = base.clone();
+    members.push(counted(member("i-spare", NEW, 1, true), 0));
+    let owed = surging("i-old0", &base)
+        .enter(Step::Done, t0())
+        .with_release(Release::Owed);
+    let pending = created(rotation("i-old1", Step::Pending), 5);
+    let plan = run(
+        &group(5, 0, 5),
+        &members,
+        &[owed.clone(), pending.clone()],
+        t0(),
+    );
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::UndoSurge {
+            undo: terminate("i-spare")
+        }
+    );
+    assert!(
+        matches!(
+            command(&plan, "i-old1"),
+            Command::Surge {
+                above_max: false,
+                ..
+            }
+        ),
+        "the give-back made room: {plan:?}"
+    );
+    // Two owed units, one pending launch (desired 5, 4 instances).
+    let owed2 = created(
+        surging("i-old2", &base)
+            .enter(Step::Done, t0())
+            .with_release(Release::Owed),
+        1,
+    );
+    let plan = run(&group(5, 0, 6), &base, &[owed, owed2], t0());
+    assert!(
+        plan.commands.iter().all(|(id, _)| id != "i-old0"),
+        "the first waits for the pending launch: {plan:?}"
+    );
+    assert_eq!(
+        command(&plan, "i-old2"),
+        &Command::UndoSurge {
+            undo: Undo::Nothing
+        }
+    );
+}
+
+/// A cancelled rotation's owed unit goes with its own podless replacement first, even when a
+/// not-Ready podless instance would sort first; a done rotation's replacement serves and is
+/// never its undo target.
+#[test]
+fn settling_prefers_the_own_replacement_only_for_unfinished_work() {
+    let base = old_members(4);
+    let mut members = base.clone();
+    members.push(counted(member("i-rep", NEW, 1, true), 0));
+    members.push(member("i-other", NEW, 2, false));
+    let cancelled = Rotation {
+        replacement: Some("i-rep".into()),
+        ..surging("i-old0", &base).enter(Step::Cancelled, t0())
+    }
+    .with_release(Release::Owed);
+    let plan = run(&group(6, 0, 8), &members, &[cancelled], t0());
+    assert_eq!(terminated(&plan), vec!["i-rep".to_string()], "{plan:?}");
+    let done = Rotation {
+        replacement: Some("i-rep".into()),
+        ..surging("i-old0", &base).enter(Step::Done, t0())
+    }
+    .with_release(Release::Owed);
+    let plan = run(&group(6, 0, 8), &members, &[done], t0());
+    assert_eq!(terminated(&plan), vec!["i-other".to_string()], "{plan:?}");
+}
+
+/// A rotation the plan does not move, past `Surging` with an active surge but no claimed
+/// replacement (a record no step writes; legacy), holds no launched instance: the instance
+/// stays free for the surge that launched it.
+#[test]
+fn only_an_unclaimed_surging_rotation_holds_a_launched_instance() {
+    let base = old_members(4);
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 1, false));
+    let odd = surging("i-old0", &base).enter(Step::Draining, t0());
+    let waiting = created(surging("i-old1", &base), 1);
+    let none = BTreeSet::new();
+    let view = PoolView {
+        group: &group(6, 0, 8),
+        members: &members,
+        desired_ami: Some(NEW),
+        quarantined: &none,
+        may_raise_max: false,
+        launch_problem: None,
+    };
+    let moving: BTreeSet<&str> = ["i-old1"].into();
+    let plan = step_pool(&view, &[odd, waiting], &moving, t0(), &settings());
+    assert!(
+        matches!(
+            command(&plan, "i-old1"),
+            Command::Wait {
+                why: WaitReason::Replacement { instance, .. }
+            } if instance == "i-new1"
+        ),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn entering_a_step_clears_the_error() {
+    let r = Rotation {
+        error: Some("drain blocked".into()),
+        ..rotation("i-old0", Step::Draining)
+    };
+    let next = r.enter(Step::Terminating, t0() + TimeDelta::minutes(1));
+    assert_eq!(next.error, None);
+    assert_eq!(next.step, Step::Terminating);
+    assert_eq!(next.step_at, t0() + TimeDelta::minutes(1));
+}
