@@ -11,6 +11,9 @@ Autoscaler; here it is patched to behave like AWS:
   while the group is out of capacity (control op ``insufficient_capacity``), one ``Failed``
   launch activity with the ``InsufficientInstanceCapacity`` message each time the group
   tries to launch. ``MaxRecords`` (1..100) and ``ActivityIds`` filter as in AWS.
+* ``TerminateInstanceInAutoScalingGroup`` with ``ShouldDecrementDesiredCapacity`` on a group
+  whose desired capacity is at ``MinSize`` is refused with a ``ValidationError`` (the wording is
+  the fake's own); moto took the group below ``MinSize``.
 * ``UpdateAutoScalingGroup`` without ``LaunchTemplate``, ``LaunchConfigurationName`` or
   ``MixedInstancesPolicy`` keeps the group's ``MixedInstancesPolicy`` (moto cleared it, so a
   plain ``MaxSize`` change turned a mixed-instances group into a single-type one).
@@ -208,6 +211,26 @@ def apply_patches() -> None:
         return activity
 
     backend_cls.terminate_instance = terminate_instance
+
+    original_terminate_call = AutoScalingResponse.terminate_instance_in_auto_scaling_group
+
+    def terminate_instance_call(self):
+        """The API call: a decrement below MinSize is refused (moto allowed it)."""
+        instance_id = self._get_param("InstanceId")
+        if self._get_bool_param("ShouldDecrementDesiredCapacity", False):
+            group = next(
+                (g for g in self.autoscaling_backend.autoscaling_groups.values()
+                 if any(s.instance.id == instance_id for s in g.instance_states)),
+                None,
+            )
+            if group is not None and group.desired_capacity <= group.min_size:
+                raise ValidationError(
+                    f"Currently, desiredCapacity={group.desired_capacity} is at MinSize={group.min_size}: "
+                    f"decrementing it for instance {instance_id} would go below MinSize."
+                )
+        return original_terminate_call(self)
+
+    AutoScalingResponse.terminate_instance_in_auto_scaling_group = terminate_instance_call
 
     original_update = backend_cls.update_auto_scaling_group
 

@@ -39,6 +39,16 @@ def run(cloud: Cloud):
     code, msg, _ = error_of(asg.set_desired_capacity, AutoScalingGroupName="g", DesiredCapacity=0)
     check(code == "ValidationError" and "below min value 1" in msg, f"below MinSize -> ValidationError ({msg})")
     check(desired(cloud, "g")["DesiredCapacity"] == 3, "a refused SetDesiredCapacity changes nothing")
+    asg.create_auto_scaling_group(AutoScalingGroupName="at-min", MinSize=2, MaxSize=3, DesiredCapacity=2,
+                                  LaunchTemplate={"LaunchTemplateName": "golden"}, AvailabilityZones=["us-east-2a"])
+    first = desired(cloud, "at-min")["Instances"][0]["InstanceId"]
+    code, msg, _ = error_of(asg.terminate_instance_in_auto_scaling_group, InstanceId=first,
+                            ShouldDecrementDesiredCapacity=True)
+    check(code == "ValidationError" and "MinSize" in msg, f"a decrement below MinSize -> ValidationError ({msg})")
+    asg.terminate_instance_in_auto_scaling_group(InstanceId=first, ShouldDecrementDesiredCapacity=False)
+    g = desired(cloud, "at-min")
+    check(g["DesiredCapacity"] == 2 and first not in [i["InstanceId"] for i in g["Instances"]]
+          and len(g["Instances"]) == 2, "without the decrement the group replaces the instance")
 
     # --- DescribeScalingActivities -------------------------------------------------
     acts = asg.describe_scaling_activities(AutoScalingGroupName="g")["Activities"]

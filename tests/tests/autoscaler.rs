@@ -397,6 +397,49 @@ async fn ca_drains_a_node_while_a_rotation_slot_is_free() {
     assert_eq!(surges, 5, "one launch per rotated node, none for CA's");
 }
 
+/// CA scales the group down to its MinSize while surges are active: the terminates that follow
+/// go without a decrement (Auto Scaling refuses one below MinSize, which left the rotation
+/// retrying forever) and the roll ends at MinSize, CA's size.
+#[tokio::test]
+async fn ca_scales_the_group_down_to_min_size_mid_roll() {
+    let mut r = Roll::start(false).await;
+    r.p.adapters
+        .clients
+        .autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(GROUP)
+        .min_size(5)
+        .send()
+        .await
+        .unwrap();
+    r.pass().await;
+    assert_eq!(r.p.desired_capacity().await, 8);
+    for _ in 0..3 {
+        let mut removed = false;
+        for n in r.unrotated_old_nodes().await {
+            if r.ca.scale_down(Some(&n.name), false).action == "scaleDown" {
+                removed = true;
+                break;
+            }
+        }
+        assert!(removed, "CA found an old node to remove: {:?}", r.ca.log());
+        r.ca.workloads_step();
+    }
+    assert_eq!(r.p.desired_capacity().await, 5, "CA at MinSize");
+    let more = r.ca.scale_down(None, false);
+    assert_eq!(more.action, "noScaleDown", "{more:?}");
+    r.finish(40).await;
+    let records = r.assert_end(5).await;
+    assert!(
+        records
+            .terminations
+            .iter()
+            .any(|t| t.by == "api" && t.decrement == Some(false)),
+        "a terminate at MinSize went without a decrement: {:?}",
+        records.terminations
+    );
+}
+
 /// (e) A replacement on a bad AMI (never Ready) still fails the rotation, quarantines the
 /// release and rolls back, with CA scaling up meanwhile; the give-back never takes desired
 /// capacity below what CA set (less nodecycle's units).

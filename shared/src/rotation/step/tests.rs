@@ -1307,3 +1307,44 @@ fn entering_a_step_clears_the_error() {
     assert_eq!(next.step, Step::Terminating);
     assert_eq!(next.step_at, t0() + TimeDelta::minutes(1));
 }
+
+/// A raise above MaxSize counts in the pass's capacity: a decrement after it in the same pass
+/// brings the group back to MaxSize only, so a new surge still needs a raise above it.
+#[test]
+fn a_raise_above_max_size_counts_for_later_surges_of_the_pass() {
+    let base = old_members(4);
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 1, true));
+    let raising = created(surging("i-old0", &base), 0);
+    let terminating = created(
+        Rotation {
+            replacement: Some("i-new1".into()),
+            ..surging("i-old1", &base).enter(Step::Terminating, t0())
+        },
+        1,
+    );
+    let pending = created(rotation("i-old2", Step::Pending), 2);
+    let mut case = Case::new(group(5, 0, 5), &members);
+    case.may_raise_max = true;
+    // i-new1 is the terminating rotation's replacement: the surging one has no supply.
+    let plan = case.run(&[raising, terminating, pending], t0());
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Raise { above_max: true },
+        "{plan:?}"
+    );
+    assert_eq!(
+        command(&plan, "i-old1"),
+        &Command::Terminate { decrement: true }
+    );
+    assert!(
+        matches!(
+            command(&plan, "i-old2"),
+            Command::Surge {
+                above_max: true,
+                ..
+            }
+        ),
+        "{plan:?}"
+    );
+}
