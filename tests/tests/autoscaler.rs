@@ -243,6 +243,15 @@ impl Roll {
     }
 }
 
+/// nodecycle's SetDesiredCapacity calls (each +1 on a fresh read).
+fn raises(records: &ScalingRecords) -> usize {
+    records
+        .capacity
+        .iter()
+        .filter(|c| c.by == "api" && c.op == "SetDesiredCapacity")
+        .count()
+}
+
 /// No instance was terminated (by anyone) while workload pods were bound to its node.
 fn assert_no_undrained_termination(records: &ScalingRecords) {
     let undrained: Vec<_> = records
@@ -339,12 +348,7 @@ async fn ca_removes_an_empty_surge_node_before_it_is_claimed() {
     );
     r.finish(40).await;
     let records = r.assert_end(6).await;
-    let raises = records
-        .capacity
-        .iter()
-        .filter(|c| c.by == "api" && c.op == "SetDesiredCapacity")
-        .count();
-    assert_eq!(raises, 7, "6 surges and one raise again");
+    assert_eq!(raises(&records), 7, "6 surges and one raise again");
 }
 
 /// (d) CA drains an old node while a rotation slot is free: nodecycle does not pick the node
@@ -389,12 +393,11 @@ async fn ca_drains_a_node_while_a_rotation_slot_is_free() {
             .all(|x| x.instance_id != victim.instance),
         "CA's node was never rotated"
     );
-    let surges = records
-        .capacity
-        .iter()
-        .filter(|c| c.by == "api" && c.op == "SetDesiredCapacity")
-        .count();
-    assert_eq!(surges, 5, "one launch per rotated node, none for CA's");
+    assert_eq!(
+        raises(&records),
+        5,
+        "one launch per rotated node, none for CA's"
+    );
 }
 
 /// CA scales the group down to its MinSize while surges are active: the terminates that follow
@@ -575,7 +578,7 @@ async fn surge_nodes_are_protected_and_az_rebalance_is_resumed() {
             assert_eq!(down.action, "noScaleDown", "{down:?}");
             assert!(down.reason.contains("scale-down disabled"), "{down:?}");
         }
-        let suspended = suspended_processes(&r.p).await;
+        let suspended = r.p.suspended_processes().await;
         let in_flight = r.in_flight().await;
         if in_flight > 0 && suspended.contains(&"AZRebalance".to_string()) {
             suspended_while_rolling = true;
@@ -604,26 +607,9 @@ async fn surge_nodes_are_protected_and_az_rebalance_is_resumed() {
     let stats = r.p.cloud.fault_stats();
     assert!(stats.aws.failed >= 1, "the faults were injected: {stats:?}");
     assert_eq!(
-        suspended_processes(&r.p).await,
+        r.p.suspended_processes().await,
         Vec::<String>::new(),
         "AZRebalance resumed after the roll"
     );
     r.assert_end(6).await;
-}
-
-async fn suspended_processes(p: &Pool) -> Vec<String> {
-    let out = p
-        .adapters
-        .clients
-        .autoscaling
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names(GROUP)
-        .send()
-        .await
-        .unwrap();
-    out.auto_scaling_groups()[0]
-        .suspended_processes()
-        .iter()
-        .filter_map(|p| p.process_name().map(str::to_string))
-        .collect()
 }

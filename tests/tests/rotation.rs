@@ -315,7 +315,7 @@ async fn converges_despite_a_crash(op: &'static str, after: bool) {
         p.pass(now).await;
         let in_flight = p.rotations().await.iter().filter(|r| r.in_flight()).count();
         assert!(in_flight <= 2, "budget exceeded after a crash in {op}");
-        let suspended = suspended_processes(&p).await;
+        let suspended = p.suspended_processes().await;
         suspended_while_rolling |= in_flight > 0 && suspended.contains(&"AZRebalance".into());
         let images = p.images().await;
         if in_flight == 0
@@ -332,7 +332,7 @@ async fn converges_despite_a_crash(op: &'static str, after: bool) {
         "crash in {op} (after={after}): AZRebalance suspended during the roll"
     );
     assert_eq!(
-        suspended_processes(&p).await,
+        p.suspended_processes().await,
         Vec::<String>::new(),
         "crash in {op} (after={after}): AZRebalance resumed after the roll"
     );
@@ -363,24 +363,6 @@ async fn converges_despite_a_crash(op: &'static str, after: bool) {
         Some(4),
         "surges all undone"
     );
-}
-
-/// The group's suspended processes.
-async fn suspended_processes(p: &Pool) -> Vec<String> {
-    let out = p
-        .adapters
-        .clients
-        .autoscaling
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names("prod-general")
-        .send()
-        .await
-        .unwrap();
-    out.auto_scaling_groups()[0]
-        .suspended_processes()
-        .iter()
-        .filter_map(|p| p.process_name().map(str::to_string))
-        .collect()
 }
 
 #[tokio::test]

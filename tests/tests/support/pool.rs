@@ -125,4 +125,21 @@ impl Pool {
             .desired_capacity()
             .unwrap()
     }
+
+    /// The group's suspended processes (`AZRebalance`, ...).
+    pub async fn suspended_processes(&self) -> Vec<String> {
+        self.adapters
+            .clients
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names("prod-general")
+            .send()
+            .await
+            .unwrap()
+            .auto_scaling_groups()[0]
+            .suspended_processes()
+            .iter()
+            .filter_map(|p| p.process_name().map(str::to_string))
+            .collect()
+    }
 }
