@@ -203,10 +203,6 @@ fn arn(service: &str, rest: &str) -> String {
     format!("arn:aws:{service}:{REGION}:{ACCOUNT}:{rest}")
 }
 
-fn tag_condition(clusters: &[&str]) -> Value {
-    json!({"StringEquals": {"aws:ResourceTag/eks:cluster-name": clusters}})
-}
-
 #[test]
 fn table_definition_matches_the_code() {
     let t = deployed(MINIMAL);
@@ -314,108 +310,496 @@ fn no_role_may_mutate_with_a_wildcard_resource_or_action() {
     }
 }
 
-#[test]
-fn auto_scaling_and_launch_template_changes_need_the_cluster_tag() {
-    let t = deployed(FULL);
-    let clusters = ["prod", "test-1"];
-    for f in FUNCTIONS {
-        for g in grants_of(&t, f) {
-            let service = g.action.split(':').next().unwrap();
-            if is_read_only(&g.action) || !["autoscaling", "ec2"].contains(&service) {
-                continue;
-            }
-            let launch_template = g.resource.contains(":launch-template/");
-            if service == "autoscaling" || launch_template {
-                assert_eq!(g.condition, tag_condition(&clusters), "{f}: {g:?}");
-                if service == "autoscaling" {
-                    assert_eq!(
-                        g.resource,
-                        arn("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*"),
-                        "{f}"
-                    );
+/// `*` (any run) and `?` (one character) as IAM matches resources and `StringLike`/`ArnLike`.
+fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// A request as IAM sees it: the action, the resource and the condition keys it carries (a key
+/// absent from `context` is absent from the request).
+struct Request<'a> {
+    action: &'a str,
+    resource: String,
+    context: BTreeMap<&'a str, Vec<&'a str>>,
+}
+
+fn request<'a>(action: &'a str, resource: String, context: &[(&'a str, &'a str)]) -> Request<'a> {
+    let mut map: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (k, v) in context {
+        map.entry(k).or_default().push(v);
+    }
+    Request {
+        action,
+        resource,
+        context: map,
+    }
+}
+
+/// Whether a condition block holds for `context` (the operators the template uses:
+/// StringEquals, StringLike, ArnLike, ArnEquals, Bool, Null, and ForAllValues:/ForAnyValue: over
+/// multivalued keys). An operator it does not know fails the test.
+fn holds(condition: &Value, context: &BTreeMap<&str, Vec<&str>>) -> bool {
+    let Some(ops) = condition.as_object() else {
+        return condition.is_null();
+    };
+    ops.iter().all(|(op, keys)| {
+        keys.as_object().unwrap().iter().all(|(key, want)| {
+            let want = strings(want);
+            let have = context.get(key.as_str());
+            let (set, base) = match op.split_once(':') {
+                Some((set, base)) => (Some(set), base),
+                None => (None, op.as_str()),
+            };
+            let matches = |v: &str| {
+                want.iter().any(|w| match base {
+                    "StringEquals" | "ArnEquals" | "Bool" => w == v,
+                    "StringLike" | "ArnLike" => glob(w, v),
+                    other => panic!("operator {other} not modelled"),
+                })
+            };
+            match (set, base) {
+                (None, "Null") => {
+                    assert_eq!(want.len(), 1);
+                    (want[0] == "true") == have.is_none()
                 }
-            } else if g.action == "ec2:RunInstances" {
-                // The other resources of the launch check: only through a launch template
-                // (which itself must carry the tag).
-                assert_eq!(
-                    g.condition,
-                    json!({"ArnLike": {"ec2:LaunchTemplate": arn("ec2", "launch-template/*")}}),
-                    "{f}: {g:?}"
-                );
-            } else {
-                assert_eq!(g.action, "ec2:CreateTags", "{f}: {g:?}");
-                assert_eq!(
-                    g.condition,
-                    json!({"StringEquals": {"ec2:CreateAction": "RunInstances"}}),
-                    "{f}"
+                (None, _) => have.is_some_and(|h| h.len() == 1 && matches(h[0])),
+                (Some("ForAllValues"), _) => have.is_none_or(|h| h.iter().all(|v| matches(v))),
+                (Some("ForAnyValue"), _) => have.is_some_and(|h| h.iter().any(|v| matches(v))),
+                (Some(other), _) => panic!("set operator {other} not modelled"),
+            }
+        })
+    })
+}
+
+/// Whether `function`'s role allows `req` (the template has Allow statements only).
+fn allows(t: &Value, function: &str, req: &Request<'_>) -> bool {
+    grants_of(t, function).iter().any(|g| {
+        g.action == req.action
+            && glob(&g.resource, &req.resource)
+            && holds(&g.condition, &req.context)
+    })
+}
+
+fn launch_template() -> String {
+    arn("ec2", "launch-template/lt-0123456789abcdef0")
+}
+
+fn group() -> String {
+    arn(
+        "autoscaling",
+        "autoScalingGroup:1a2b3c4d-0000-0000-0000-000000000000:autoScalingGroupName/prod-general",
+    )
+}
+
+const CLUSTER_TAG: &str = "aws:ResourceTag/eks:cluster-name";
+const MANAGED_TAG: &str = "aws:ResourceTag/nodecycle.dev/managed";
+const NODEGROUP_TAG: &str = "aws:ResourceTag/eks:nodegroup-name";
+
+#[test]
+fn launch_template_versions_only_on_opted_in_templates_never_on_ones_eks_created() {
+    for params in [MINIMAL, FULL] {
+        let t = deployed(params);
+        for action in [
+            "ec2:CreateLaunchTemplateVersion",
+            "ec2:ModifyLaunchTemplate",
+        ] {
+            let on = |tags: &[(&'static str, &'static str)]| {
+                allows(
+                    &t,
+                    "RotatorFunction",
+                    &request(action, launch_template(), tags),
+                )
+            };
+            // The owner's template of a cluster of the stack, opted in.
+            assert!(
+                on(&[(CLUSTER_TAG, "prod"), (MANAGED_TAG, "true")]),
+                "{action}"
+            );
+            // The cluster tag alone, or an opt-in other than "true": no.
+            assert!(!on(&[(CLUSTER_TAG, "prod")]), "{action}");
+            assert!(
+                !on(&[(CLUSTER_TAG, "prod"), (MANAGED_TAG, "false")]),
+                "{action}"
+            );
+            // Opted in, but another cluster's, or no cluster tag.
+            assert!(
+                !on(&[(CLUSTER_TAG, "other"), (MANAGED_TAG, "true")]),
+                "{action}"
+            );
+            assert!(!on(&[(MANAGED_TAG, "true")]), "{action}");
+            // A template EKS created for a managed node group (tags copied from the owner's
+            // template included): never.
+            assert!(
+                !on(&[
+                    (CLUSTER_TAG, "prod"),
+                    (MANAGED_TAG, "true"),
+                    (NODEGROUP_TAG, "general")
+                ]),
+                "{action}"
+            );
+            for other in [
+                "AmiWatcherFunction",
+                "InterruptionHandlerFunction",
+                "OpsFunction",
+            ] {
+                assert!(
+                    !allows(
+                        &t,
+                        other,
+                        &request(
+                            action,
+                            launch_template(),
+                            &[(CLUSTER_TAG, "prod"), (MANAGED_TAG, "true")]
+                        )
+                    ),
+                    "{other}: {action}"
                 );
             }
         }
     }
-    // Who may change what.
-    let changes = |f: &str| -> BTreeSet<String> {
-        grants_of(&t, f)
-            .into_iter()
-            .filter(|g| !is_read_only(&g.action))
-            .filter(|g| g.action.starts_with("autoscaling:") || g.action.starts_with("ec2:"))
-            .map(|g| g.action)
-            .collect()
-    };
-    assert_eq!(
-        changes("RotatorFunction"),
-        [
-            "autoscaling:SetDesiredCapacity",
-            "autoscaling:TerminateInstanceInAutoScalingGroup",
-            "autoscaling:UpdateAutoScalingGroup",
-            "ec2:CreateLaunchTemplateVersion",
-            "ec2:CreateTags",
-            "ec2:ModifyLaunchTemplate",
-            "ec2:RunInstances",
-        ]
-        .map(String::from)
-        .into()
-    );
-    assert_eq!(
-        changes("OpsFunction"),
-        [
-            "autoscaling:SetDesiredCapacity",
-            "autoscaling:TerminateInstanceInAutoScalingGroup"
-        ]
-        .map(String::from)
-        .into()
-    );
-    assert_eq!(
-        changes("InterruptionHandlerFunction"),
-        [
-            "autoscaling:CompleteLifecycleAction",
-            "autoscaling:RecordLifecycleActionHeartbeat"
-        ]
-        .map(String::from)
-        .into()
-    );
-    assert!(changes("AmiWatcherFunction").is_empty());
 }
 
 #[test]
-fn a_pinned_template_version_can_be_launched_through_tagged_templates() {
-    // Auto Scaling checks the caller's ec2:RunInstances on every resource of the launch when a
-    // group is pointed at a template version.
-    let t = deployed(MINIMAL);
-    let run: BTreeSet<String> = may(&t, "RotatorFunction", "ec2:RunInstances")
-        .into_iter()
-        .map(|g| g.resource)
-        .collect();
+fn groups_are_updated_only_when_the_stack_enables_it() {
+    let tagged = [(CLUSTER_TAG, "prod")];
+    let opted_in = [(CLUSTER_TAG, "prod"), (MANAGED_TAG, "true")];
+    let update = |t: &Value, tags: &[(&'static str, &'static str)]| {
+        allows(
+            t,
+            "RotatorFunction",
+            &request("autoscaling:UpdateAutoScalingGroup", group(), tags),
+        )
+    };
+    let launch_through = |t: &Value, tags: &[(&'static str, &'static str)]| {
+        allows(
+            t,
+            "RotatorFunction",
+            &request("ec2:RunInstances", launch_template(), tags),
+        )
+    };
+    // Default: no UpdateAutoScalingGroup, no RunInstances at all, no PassRole (even with node
+    // roles given).
+    for params in [
+        MINIMAL,
+        &[("Clusters", "prod"), ("NodeRoleArns", NODE_ROLES)][..],
+    ] {
+        let t = deployed(params);
+        assert!(!update(&t, &tagged));
+        assert!(!launch_through(&t, &opted_in));
+        for f in FUNCTIONS {
+            assert!(may(&t, f, "ec2:RunInstances").is_empty(), "{f}");
+            assert!(may(&t, f, "iam:PassRole").is_empty(), "{f}");
+            assert!(
+                may(&t, f, "autoscaling:UpdateAutoScalingGroup").is_empty(),
+                "{f}"
+            );
+        }
+    }
+    // Enabled: tagged groups of the stack's clusters only; the launch check through opted-in
+    // templates only; the launch's other resources only through a template.
+    let t = deployed(&[("Clusters", "prod"), ("AutoScalingGroupUpdates", "Enabled")]);
+    assert!(update(&t, &tagged));
+    assert!(!update(&t, &[(CLUSTER_TAG, "other")]));
+    assert!(!update(&t, &[]));
+    assert!(launch_through(&t, &opted_in));
+    assert!(!launch_through(&t, &tagged));
+    assert!(!launch_through(
+        &t,
+        &[
+            (CLUSTER_TAG, "prod"),
+            (MANAGED_TAG, "true"),
+            (NODEGROUP_TAG, "g")
+        ]
+    ));
+    let lt = launch_template();
     for kind in [
         "instance",
         "volume",
         "network-interface",
         "subnet",
         "security-group",
-        "launch-template",
     ] {
-        assert!(run.contains(&arn("ec2", &format!("{kind}/*"))), "{kind}");
+        let resource = arn("ec2", &format!("{kind}/x-1"));
+        assert!(
+            allows(
+                &t,
+                "RotatorFunction",
+                &request(
+                    "ec2:RunInstances",
+                    resource.clone(),
+                    &[("ec2:LaunchTemplate", &lt)]
+                )
+            ),
+            "{kind}"
+        );
+        assert!(
+            !allows(
+                &t,
+                "RotatorFunction",
+                &request("ec2:RunInstances", resource, &[])
+            ),
+            "{kind} without a template"
+        );
     }
-    assert!(run.contains(&format!("arn:aws:ec2:{REGION}::image/*")));
+    let image = format!("arn:aws:ec2:{REGION}::image/ami-1");
+    assert!(allows(
+        &t,
+        "RotatorFunction",
+        &request("ec2:RunInstances", image, &[("ec2:LaunchTemplate", &lt)])
+    ));
+    let instance = arn("ec2", "instance/i-1");
+    assert!(allows(
+        &t,
+        "RotatorFunction",
+        &request(
+            "ec2:CreateTags",
+            instance.clone(),
+            &[("ec2:CreateAction", "RunInstances")]
+        )
+    ));
+    assert!(!allows(
+        &t,
+        "RotatorFunction",
+        &request("ec2:CreateTags", instance, &[])
+    ));
+    for f in [
+        "AmiWatcherFunction",
+        "InterruptionHandlerFunction",
+        "OpsFunction",
+    ] {
+        assert!(
+            !allows(
+                &t,
+                f,
+                &request("autoscaling:UpdateAutoScalingGroup", group(), &tagged)
+            ),
+            "{f}"
+        );
+    }
+    // The environment tells the rotator (it refuses pinned groups itself when disabled).
+    let env = |t: &Value| {
+        t["Resources"]["RotatorFunction"]["Properties"]["Environment"]["Variables"]["NODECYCLE_AUTOSCALING_GROUP_UPDATES"].clone()
+    };
+    assert_eq!(env(&t), "Enabled");
+    assert_eq!(env(&deployed(MINIMAL)), "Disabled");
+    assert!(try_deployed(&[("Clusters", "prod"), ("AutoScalingGroupUpdates", "yes")]).is_err());
+}
+
+#[test]
+fn group_changes_need_the_cluster_tag() {
+    let t = deployed(&[
+        ("Clusters", "prod,test-1"),
+        ("AutoScalingGroupUpdates", "Enabled"),
+    ]);
+    let changes = |f: &str| -> BTreeSet<String> {
+        grants_of(&t, f)
+            .into_iter()
+            .filter(|g| g.action.starts_with("autoscaling:") && !is_read_only(&g.action))
+            .map(|g| g.action)
+            .collect()
+    };
+    let expected = [
+        (
+            "RotatorFunction",
+            vec![
+                "autoscaling:SetDesiredCapacity",
+                "autoscaling:TerminateInstanceInAutoScalingGroup",
+                "autoscaling:UpdateAutoScalingGroup",
+            ],
+        ),
+        (
+            "OpsFunction",
+            vec![
+                "autoscaling:SetDesiredCapacity",
+                "autoscaling:TerminateInstanceInAutoScalingGroup",
+            ],
+        ),
+        (
+            "InterruptionHandlerFunction",
+            vec![
+                "autoscaling:CompleteLifecycleAction",
+                "autoscaling:RecordLifecycleActionHeartbeat",
+            ],
+        ),
+        ("AmiWatcherFunction", vec![]),
+    ];
+    for (f, actions) in expected {
+        assert_eq!(
+            changes(f),
+            actions.iter().map(|a| a.to_string()).collect(),
+            "{f}"
+        );
+        for action in actions {
+            for cluster in ["prod", "test-1"] {
+                assert!(
+                    allows(&t, f, &request(action, group(), &[(CLUSTER_TAG, cluster)])),
+                    "{f}: {action} {cluster}"
+                );
+            }
+            assert!(
+                !allows(&t, f, &request(action, group(), &[(CLUSTER_TAG, "other")])),
+                "{f}: {action}"
+            );
+            assert!(
+                !allows(&t, f, &request(action, group(), &[])),
+                "{f}: {action} untagged"
+            );
+        }
+    }
+}
+
+/// The partition keys each role may read and write (`dynamodb:LeadingKeys`), and the item
+/// actions: GetItem, PutItem, Query (the Store port's get/put/query), nothing else.
+#[test]
+fn each_role_reaches_only_the_partitions_its_code_uses() {
+    let t = deployed(FULL);
+    let table = "getatt:StateTable.Arn".to_string();
+    let reach = |f: &str, action: &'static str, pk: &'static str| {
+        allows(
+            &t,
+            f,
+            &request(action, table.clone(), &[("dynamodb:LeadingKeys", pk)]),
+        )
+    };
+    let pool = "POOL#prod/general";
+    let cases: [(&str, &[&str], &[&str]); 4] = [
+        (
+            "AmiWatcherFunction",
+            &[pool, "QUARANTINE"],
+            &["LEASE#prod", "EVENT#e-1"],
+        ),
+        (
+            "RotatorFunction",
+            &[pool, "LEASE#prod", "QUARANTINE"],
+            &["EVENT#e-1"],
+        ),
+        (
+            "InterruptionHandlerFunction",
+            &[pool, "EVENT#e-1"],
+            &["LEASE#prod", "QUARANTINE"],
+        ),
+        (
+            "OpsFunction",
+            &[pool, "QUARANTINE"],
+            &["LEASE#prod", "EVENT#e-1"],
+        ),
+    ];
+    for (f, yes, no) in cases {
+        for action in ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"] {
+            for pk in yes {
+                assert!(reach(f, action, pk), "{f}: {action} {pk}");
+            }
+            for pk in no
+                .iter()
+                .chain(&["QUARANTINEX", "AUDIT#x", "pool#prod/general", ""])
+            {
+                assert!(!reach(f, action, pk), "{f}: {action} {pk}");
+            }
+            // A request carrying no partition key (a Scan-like request) is refused.
+            assert!(
+                !allows(&t, f, &request(action, table.clone(), &[])),
+                "{f}: {action}"
+            );
+        }
+        for action in [
+            "dynamodb:Scan",
+            "dynamodb:DeleteItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:BatchWriteItem",
+        ] {
+            assert!(!reach(f, action, pool), "{f}: {action}");
+        }
+    }
+}
+
+/// eks:Describe* only on the stack's clusters and their node groups, only the describes each
+/// function's code calls.
+#[test]
+fn clusters_are_described_only_when_they_are_the_stacks() {
+    let t = deployed(&[("Clusters", "prod,test-1")]);
+    let cluster = |c: &str| arn("eks", &format!("cluster/{c}"));
+    let nodegroup = |c: &str| arn("eks", &format!("nodegroup/{c}/general/1a2b"));
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "AmiWatcherFunction",
+            &["eks:DescribeCluster", "eks:DescribeNodegroup"],
+        ),
+        (
+            "RotatorFunction",
+            &[
+                "eks:DescribeCluster",
+                "eks:DescribeNodegroup",
+                "eks:DescribeUpdate",
+            ],
+        ),
+        ("InterruptionHandlerFunction", &["eks:DescribeCluster"]),
+        (
+            "OpsFunction",
+            &[
+                "eks:DescribeCluster",
+                "eks:DescribeNodegroup",
+                "eks:DescribeUpdate",
+            ],
+        ),
+    ];
+    for (f, actions) in cases {
+        let granted: BTreeSet<String> = grants_of(&t, f)
+            .into_iter()
+            .filter(|g| g.action.starts_with("eks:Describe"))
+            .map(|g| g.action)
+            .collect();
+        assert_eq!(
+            granted,
+            actions.iter().map(|a| a.to_string()).collect(),
+            "{f}"
+        );
+        for action in actions {
+            let resource = if *action == "eks:DescribeNodegroup" {
+                nodegroup
+            } else {
+                cluster
+            };
+            for c in ["prod", "test-1"] {
+                assert!(
+                    allows(&t, f, &request(action, resource(c), &[])),
+                    "{f}: {action} {c}"
+                );
+            }
+            for c in ["staging", "prod-2", "test"] {
+                assert!(
+                    !allows(&t, f, &request(action, resource(c), &[])),
+                    "{f}: {action} {c}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn trace_is_no_log_level() {
+    let err = try_deployed(&[("Clusters", "prod"), ("LogLevel", "TRACE")]).unwrap_err();
+    assert!(err.contains("LogLevel"), "{err}");
+    for level in ["DEBUG", "INFO", "WARN", "ERROR"] {
+        deployed(&[("Clusters", "prod"), ("LogLevel", level)]);
+    }
 }
 
 #[test]
@@ -455,7 +839,11 @@ fn pass_role_only_for_the_node_roles_given() {
     for f in FUNCTIONS {
         assert!(may(&without, f, "iam:PassRole").is_empty(), "{f}");
     }
-    let with = deployed(&[("Clusters", "prod"), ("NodeRoleArns", NODE_ROLES)]);
+    let with = deployed(&[
+        ("Clusters", "prod"),
+        ("NodeRoleArns", NODE_ROLES),
+        ("AutoScalingGroupUpdates", "Enabled"),
+    ]);
     let pass = may(&with, "RotatorFunction", "iam:PassRole");
     let roles: Vec<&str> = pass.iter().map(|g| g.resource.as_str()).collect();
     assert_eq!(roles, NODE_ROLES.split(',').collect::<Vec<_>>());
@@ -628,23 +1016,25 @@ fn every_function_that_talks_to_kubernetes_has_an_access_entry_in_every_cluster(
     let mut entries = BTreeSet::new();
     for (_, e) in resources_of(&t, "AWS::EKS::AccessEntry") {
         assert_eq!(e["Type"], "STANDARD");
-        assert_eq!(e["KubernetesGroups"], json!(["nodecycle"]));
         assert!(e.get("AccessPolicies").is_none(), "no access policy: {e}");
         entries.insert((
             e["ClusterName"].as_str().unwrap().to_string(),
             e["PrincipalArn"].as_str().unwrap().to_string(),
+            e["KubernetesGroups"].to_string(),
         ));
     }
+    // One Kubernetes group per function (deploy/rbac.yaml binds each to what it uses).
     let mut expected = BTreeSet::new();
     for cluster in ["prod", "test-1", "edge_2"] {
-        for f in [
-            "RotatorFunction",
-            "InterruptionHandlerFunction",
-            "OpsFunction",
+        for (f, group) in [
+            ("RotatorFunction", "nodecycle-rotator"),
+            ("InterruptionHandlerFunction", "nodecycle-interruption"),
+            ("OpsFunction", "nodecycle-ops"),
         ] {
             expected.insert((
                 cluster.to_string(),
                 format!("getatt:{}.Arn", role_of(&t, f)),
+                json!([group]).to_string(),
             ));
         }
     }
