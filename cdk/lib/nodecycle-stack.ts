@@ -189,12 +189,12 @@ export class NodecycleStack extends cdk.Stack {
         AmiWatcher: [allow("DescribeCluster", ["eks:DescribeCluster"], [clusterArn]), allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn])],
         Rotator: [
           allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], [clusterArn]),
-          allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup", "eks:DescribeUpdate"], [nodeGroupsArn]),
+          allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn]),
         ],
         InterruptionHandler: [allow("DescribeCluster", ["eks:DescribeCluster"], [clusterArn])],
         Ops: [
           allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], [clusterArn]),
-          allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup", "eks:DescribeUpdate"], [nodeGroupsArn]),
+          allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn]),
         ],
       };
       for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
