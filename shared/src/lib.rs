@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod interruption;
 pub mod managed;
 pub mod metrics;
+pub mod opt_in;
 pub mod plan;
 pub mod policy;
 pub mod port;

@@ -424,6 +424,7 @@ async fn mng_custom() -> Mng {
         .create_launch_template()
         .launch_template_name("custom-general")
         .launch_template_data(lt)
+        .tag_specifications(support::opted_in_template_tags(Some("prod")))
         .send()
         .await
         .unwrap();

@@ -16,6 +16,39 @@ use crate::port::{ErrorKind, PortError};
 pub struct AutoScaling {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
+    group_updates: bool,
+}
+
+/// Environment variable (the stack parameter `AutoScalingGroupUpdates`, `Enabled` or
+/// `Disabled`) saying whether the role may call autoscaling:UpdateAutoScalingGroup.
+pub const GROUP_UPDATES_ENV: &str = "NODECYCLE_AUTOSCALING_GROUP_UPDATES";
+
+/// The stack parameter that grants autoscaling:UpdateAutoScalingGroup.
+pub const GROUP_UPDATES_PARAMETER: &str = "AutoScalingGroupUpdates";
+
+/// Whether [`GROUP_UPDATES_ENV`] enables group updates: `Enabled` only (unset or anything else
+/// is `Disabled`, as the stack's default).
+pub fn group_updates_from_env() -> bool {
+    std::env::var(GROUP_UPDATES_ENV).is_ok_and(|v| v.trim() == "Enabled")
+}
+
+/// The refusal of `what` (an UpdateAutoScalingGroup) that the stack does not allow (`denied`: IAM
+/// said so; else nodecycle refused before asking), naming the parameter that allows it.
+fn updates_not_enabled(what: &str, denied: bool) -> PortError {
+    PortError::new(
+        "autoscaling:UpdateAutoScalingGroup",
+        ErrorKind::AccessDenied,
+        format!(
+            "{what} needs autoscaling:UpdateAutoScalingGroup, {}: deploy the stack with \
+             {GROUP_UPDATES_PARAMETER}=Enabled (and NodeRoleArns for the template's instance \
+             profile role), or point the group at $Latest or $Default",
+            if denied {
+                "which the rotator's role was denied"
+            } else {
+                "which the stack does not grant"
+            }
+        ),
+    )
 }
 
 fn lifecycle(state: &str) -> Lifecycle {
@@ -31,8 +64,21 @@ fn lifecycle(state: &str) -> Lifecycle {
 
 impl AutoScaling {
     /// Wraps the clients.
+    /// Wraps the clients, with group updates enabled (see [`AutoScaling::with_group_updates`]).
     pub fn new(autoscaling: aws_sdk_autoscaling::Client, ec2: aws_sdk_ec2::Client) -> Self {
-        Self { autoscaling, ec2 }
+        Self {
+            autoscaling,
+            ec2,
+            group_updates: true,
+        }
+    }
+
+    /// Whether the role may call autoscaling:UpdateAutoScalingGroup (stack parameter
+    /// `AutoScalingGroupUpdates`). When not, a group on a pinned launch template version is
+    /// refused before any write, with what to change.
+    pub fn with_group_updates(mut self, enabled: bool) -> Self {
+        self.group_updates = enabled;
+        self
     }
 
     async fn group(
@@ -190,6 +236,20 @@ impl GroupOps for AutoScaling {
                 format!("group {group} uses no launch template; nodecycle rotates only groups with launch templates"),
             )
         })?;
+        let pinned = !matches!(t.version.as_str(), "$Latest" | "$Default");
+        if pinned && !self.group_updates {
+            // Refused before any write: a new version the group is never pointed at would be
+            // created again on every pass.
+            let current = template::describe(&self.ec2, &t).await?;
+            if current.image.as_deref() != Some(image) {
+                let what = format!(
+                    "group {group} launches pinned version {} of launch template {}: pointing it \
+                     at a new version",
+                    t.version, current.template_id
+                );
+                return Err(updates_not_enabled(&what, false));
+            }
+        }
         let (version, created) = template::with_image(&self.ec2, &t, image).await?;
         let number = version.number.to_string();
         match t.version.as_str() {
@@ -248,9 +308,18 @@ impl AutoScaling {
             }
             _ => call.launch_template(spec),
         };
-        call.send()
-            .await
-            .map_err(|e| port_error("autoscaling:UpdateAutoScalingGroup", e))?;
+        let name = g.auto_scaling_group_name().unwrap_or_default();
+        call.send().await.map_err(|e| {
+            let e = port_error("autoscaling:UpdateAutoScalingGroup", e);
+            if e.kind == ErrorKind::AccessDenied {
+                updates_not_enabled(
+                    &format!("pointing group {name} at version {number} of {template_id}"),
+                    true,
+                )
+            } else {
+                e
+            }
+        })?;
         Ok(())
     }
 }

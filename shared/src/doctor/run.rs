@@ -147,7 +147,7 @@ async fn check_cluster(
         };
         checks.push(access::entry(cluster, output, arn, mode.as_deref(), entry));
     }
-    checks.push(rbac::check(cluster, ports.rbac.rbac(cluster).await));
+    checks.extend(rbac::check(cluster, ports.rbac.rbac(cluster).await));
 }
 
 async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: &mut Vec<Check>) {

@@ -90,10 +90,18 @@ impl Ports {
         }
     }
 
-    /// [`Ports::from_sdk`] with the table from `NODECYCLE_TABLE` and the prefix from
-    /// `NODECYCLE_POLICY_PREFIX`.
+    /// [`Ports::from_sdk`] with the table from `NODECYCLE_TABLE`, the prefix from
+    /// `NODECYCLE_POLICY_PREFIX`, and group updates as
+    /// [`crate::aws::autoscaling::GROUP_UPDATES_ENV`] says (disabled unless `Enabled`, as the
+    /// stack's default).
     pub fn from_env(config: &aws_config::SdkConfig) -> Result<Ports, HandlerError> {
         let (table, prefix) = crate::handlers::table_and_prefix_from_env()?;
-        Ok(Ports::from_sdk(config, &table, &prefix))
+        let mut ports = Ports::from_sdk(config, &table, &prefix);
+        let c = Clients::new(config);
+        ports.groups = Arc::new(
+            AutoScaling::new(c.autoscaling, c.ec2)
+                .with_group_updates(crate::aws::autoscaling::group_updates_from_env()),
+        );
+        Ok(ports)
     }
 }

@@ -186,6 +186,7 @@ impl Adapters {
             .create_launch_template()
             .launch_template_name(name)
             .launch_template_data(lt)
+            .tag_specifications(opted_in_template_tags(cluster))
             .send()
             .await
             .expect("CreateLaunchTemplate");
@@ -470,4 +471,22 @@ pub fn delivered(cloud: &FakeCloud, queue: &str) -> Vec<serde_json::Value> {
         .iter()
         .map(|m| serde_json::from_str(m.as_str().unwrap()).unwrap())
         .collect()
+}
+
+/// The tags of a launch template its owner opted in for nodecycle to version
+/// (`nodecycle.dev/managed=true`, [`nodecycle::opt_in`]), with the cluster tag the stack's IAM
+/// conditions require when `cluster` is given: what every fixture template carries, as the
+/// docs tell users to tag theirs.
+pub fn opted_in_template_tags(cluster: Option<&str>) -> aws_sdk_ec2::types::TagSpecification {
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    let mut spec = aws_sdk_ec2::types::TagSpecification::builder()
+        .resource_type(aws_sdk_ec2::types::ResourceType::LaunchTemplate)
+        .tags(tag(
+            nodecycle::opt_in::MANAGED_TAG,
+            nodecycle::opt_in::MANAGED_VALUE,
+        ));
+    if let Some(c) = cluster {
+        spec = spec.tags(tag("eks:cluster-name", c));
+    }
+    spec.build()
 }
