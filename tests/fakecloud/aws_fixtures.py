@@ -114,8 +114,27 @@ def apply_patches() -> None:
             _PATCHED = True  # once, even if a patch failed (its error is printed by the caller)
 
 
+def _patch_subnet_addresses() -> None:
+    """moto hands out a subnet's private addresses from one generator per subnet, which
+    concurrent launches into that subnet (Auto Scaling groups scaling out at once) share:
+    one of them fails with a 500 ("generator already executing"), where EC2 launches both.
+    Address handout, reservation and release take one lock."""
+    from moto.ec2.models.subnets import Subnet
+
+    lock = threading.RLock()
+    for name in ("get_available_subnet_ip", "request_ip", "del_subnet_ip"):
+        original = getattr(Subnet, name)
+
+        def locked(self, *args, _original=original, **kw):
+            with lock:
+                return _original(self, *args, **kw)
+
+        setattr(Subnet, name, locked)
+
+
 def _apply_patches() -> None:
     _patch_tag_lookup()
+    _patch_subnet_addresses()
     import ec2_index  # instance, tag and volume lookups by index (same answers)
 
     ec2_index.apply_patches()

@@ -148,6 +148,28 @@ def run(cloud):
             ("template versions", ec2.describe_launch_template_versions, {"LaunchTemplateName": "bulk-0"}),
         ]
 
+    # The serializer's fast path serves every service: a few answers of other protocols.
+    cloud.ctl("create_cluster", name="prod", version="1.30")
+    cloud.ctl("put_parameter", name="/nodecycle/pools/prod/a", value="cluster: prod")
+    ssm, eks, ddb, events = (cloud.client(s) for s in ("ssm", "eks", "dynamodb", "events"))
+    ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
+                     AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+    events.put_rule(Name="r", EventPattern='{"source": ["nodecycle"]}')
+    asg.put_lifecycle_hook(LifecycleHookName="drain", AutoScalingGroupName="api-a",
+                           LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING", HeartbeatTimeout=300)
+    for c in (ssm, eks, ddb, events):
+        c.meta.events.register("before-parse", rec.record)
+    other_services = [
+        ("SSM parameters by path", ssm.get_parameters_by_path, {"Path": "/nodecycle/pools/", "Recursive": True}),
+        ("EKS cluster", eks.describe_cluster, {"name": "prod"}),
+        ("DynamoDB table", ddb.describe_table, {"TableName": "t"}),
+        ("EventBridge rule", events.describe_rule, {"Name": "r"}),
+        ("lifecycle hooks", asg.describe_lifecycle_hooks, {"AutoScalingGroupName": "api-a"}),
+        ("images", ec2.describe_images, {"Owners": ["self"]}),
+        ("subnets", ec2.describe_subnets, {}),
+    ]
+
     rounds = [0]
 
     def compare(step):
@@ -156,6 +178,7 @@ def run(cloud):
         if rounds[0] == 1:
             # Questions moto answers with a 500 (and a traceback on the launcher's stderr): once.
             every = ids()
+            qs += other_services
             qs += [
                 ("a duplicated id", ec2.describe_instances, {"InstanceIds": every[:1] * 2}),
                 ("an unsupported filter", ec2.describe_instances,
@@ -175,7 +198,8 @@ def run(cloud):
     compare("seeding")
     c0 = ids(**{"tag:eks:cluster-name": ["c0"]})
     ec2.create_tags(Resources=c0[:3], Tags=[{"Key": "eks:cluster-name", "Value": "c1"}, {"Key": "team", "Value": "t9"}])
-    compare("CreateTags (a value changed, a key added)")
+    ec2.create_tags(Resources=c0[10:11], Tags=[{"Key": "note", "Value": "a&b<c>\"d'e\n\tf"}])
+    compare("CreateTags (a value changed, a key added, XML's special characters)")
     ec2.delete_tags(Resources=c0[3:5], Tags=[{"Key": "eks:cluster-name"}])
     ec2.delete_tags(Resources=c0[5:7], Tags=[{"Key": "eks:cluster-name", "Value": "c0"}, {"Key": "team", "Value": "no"}])
     compare("DeleteTags (by key, by key and value, a value that does not match)")
