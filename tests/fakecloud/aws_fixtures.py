@@ -298,7 +298,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
 
     eks_updates.register(op, ControlError)
     lifecycle.register(op, ControlError)
-    import bulk_seed  # seed_groups, ec2_index
+    import bulk_seed  # seed_groups, moto_speedups
 
     bulk_seed.register(op, ControlError)
 

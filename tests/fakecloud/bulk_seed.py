@@ -182,8 +182,8 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         aws_fixtures.import_and_patch()
         return seed_groups(args, args.get("region") or "us-east-2", ControlError)
 
-    @op("ec2_index")
-    def ec2_index_op(args):
+    @op("moto_speedups")
+    def moto_speedups_op(args):
         """The indexes' counters; `enabled: false` answers with moto's own walks (and
         serializer) from now on, `true` with the indexes again."""
         if "enabled" in args:

@@ -7,7 +7,7 @@ moto's original function on the same state and any difference recorded), builds 
 through the API and through seed_groups, then, after each of a series of mutations
 (launches, tag writes and deletes, stops, starts, terminations, Auto Scaling scale-out and
 scale-in, terminations in the group, deletion), asks the same questions through boto3 with
-the indexes on and off (control op ``ec2_index``) and compares the raw response bodies
+the indexes on and off (control op ``moto_speedups``) and compares the raw response bodies
 (request ids aside), including every page of paginated answers and the errors. Finally it
 checks that a group made by seed_groups reads like one made through the API.
 
@@ -185,11 +185,11 @@ def run(cloud):
                  {"Filters": [{"Name": "tag:eks:cluster-name", "Values": ["c0"]}, {"Name": "no-such-filter", "Values": ["x"]}]}),
             ]
         for what, fn, kw in qs:
-            cloud.ctl("ec2_index", enabled=True)
+            cloud.ctl("moto_speedups", enabled=True)
             indexed = answer(rec, fn, kw)
-            cloud.ctl("ec2_index", enabled=False)
+            cloud.ctl("moto_speedups", enabled=False)
             moto = answer(rec, fn, kw)
-            cloud.ctl("ec2_index", enabled=True)
+            cloud.ctl("moto_speedups", enabled=True)
             if indexed != moto:
                 raise AssertionError(f"after {step}: {what}: indexed answer differs from moto's\n"
                                      f"indexed: {indexed!r:.2000}\nmoto:    {moto!r:.2000}")
@@ -220,7 +220,7 @@ def run(cloud):
                                       "cluster": "c0"}])
     compare("DeleteAutoScalingGroup, another seed_groups")
 
-    stats = cloud.ctl("ec2_index")
+    stats = cloud.ctl("moto_speedups")
     check(stats["check"] and stats["checked"] > 0 and stats["indexed"] > 0,
           f"check mode compared indexed answers with moto's: {stats['checked']} compared")
     check(stats["mismatches"] == [], f"no indexed answer differed from moto's own on the same state: {stats['mismatches']}")

@@ -23,7 +23,7 @@ and page contents are unchanged.
   values); ``instance-id`` to those ids.
 * **volumes by id**: DescribeVolumes of one id reads it directly.
 
-``set_enabled(False)`` (control op ``ec2_index``) puts moto's original functions back in
+``set_enabled(False)`` (control op ``moto_speedups``) puts moto's original functions back in
 force at once (same state), so a self-check can ask the same question both ways.
 ``FAKECLOUD_INDEX_CHECK=1`` also runs moto's original next to every indexed answer and
 records any difference (``stats()``), which the self-check asserts to be none.

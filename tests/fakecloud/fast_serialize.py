@@ -21,7 +21,7 @@ quoting, ``<x/>`` for empty elements, the same declaration) for the one form mot
 (comments, namespace maps, invalid names, several roots, any error) is left to xmltodict,
 which then answers or raises as it always does.
 
-``set_enabled(False)`` (control op ``ec2_index``) puts the originals back.
+``set_enabled(False)`` (control op ``moto_speedups``) puts the originals back.
 """
 
 from __future__ import annotations
