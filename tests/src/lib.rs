@@ -24,7 +24,8 @@ mod token;
 
 pub use eks::EksTiming;
 pub use fakecloud::{
-    ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, ImageFixture, SECRET_ACCESS_KEY,
+    ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, GroupSeed, ImageFixture,
+    SECRET_ACCESS_KEY, SeededGroups,
 };
 pub use faults::{
     AwsFault, AwsFaults, FaultKind, FaultSpec, FaultStats, Faults, KubeFault, KubeFaults,
