@@ -71,10 +71,20 @@ def _group_requests(spec: dict, region: str, ControlError):  # noqa: N803 - clas
     tags = spec.get("tags") or {}
     if not isinstance(tags, dict):
         raise ControlError(f"group {name}: tags must be an object {{key: value}}")
+    template_tags = spec.get("templateTags") or {}
+    if not isinstance(template_tags, dict):
+        raise ControlError(f"group {name}: templateTags must be an object {{key: value}}")
     lt = {
         "LaunchTemplateName": name,
         "LaunchTemplateData": {"ImageId": image, "InstanceType": spec.get("instanceType", "m5.large")},
     }
+    if template_tags:
+        lt["TagSpecifications"] = [
+            {
+                "ResourceType": "launch-template",
+                "Tags": [{"Key": str(k), "Value": str(v)} for k, v in template_tags.items()],
+            }
+        ]
     asg = {
         "AutoScalingGroupName": name,
         "LaunchTemplate": {"LaunchTemplateName": name, "Version": spec.get("launchTemplateVersion", "$Latest")},

@@ -369,6 +369,8 @@ pub struct GroupSeed {
     pub cluster: Option<String>,
     /// More tags, in order.
     pub tags: Vec<(String, String)>,
+    /// Tags of the launch template itself (not propagated), in order.
+    pub template_tags: Vec<(String, String)>,
 }
 
 impl GroupSeed {
@@ -384,6 +386,7 @@ impl GroupSeed {
             subnet: None,
             cluster: None,
             tags: Vec::new(),
+            template_tags: Vec::new(),
         }
     }
 
@@ -417,6 +420,13 @@ impl GroupSeed {
         self
     }
 
+    /// Adds a tag of the launch template.
+    pub fn template_tag(mut self, key: &str, value: &str) -> Self {
+        self.template_tags
+            .push((key.to_string(), value.to_string()));
+        self
+    }
+
     /// The control-op arguments of this group.
     pub fn to_json(&self) -> Value {
         let mut v = json!({
@@ -428,6 +438,11 @@ impl GroupSeed {
             "max": self.max,
             "tags": self
                 .tags
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect::<serde_json::Map<String, Value>>(),
+            "templateTags": self
+                .template_tags
                 .iter()
                 .map(|(k, v)| (k.clone(), json!(v)))
                 .collect::<serde_json::Map<String, Value>>(),

@@ -92,6 +92,12 @@ async fn one_pass_serves_every_pool_in_time_with_calls_growing_with_pools_not_no
                     .max(desired + 2)
                     .subnet(subnet)
                     .cluster(&cluster)
+                    // Opted in: the rotator writes versions only of templates tagged so.
+                    .template_tag("eks:cluster-name", &cluster)
+                    .template_tag(
+                        nodecycle::opt_in::MANAGED_TAG,
+                        nodecycle::opt_in::MANAGED_VALUE,
+                    )
             })
             .collect();
         let seeded = cloud.seed_groups(&groups, true);
