@@ -232,6 +232,10 @@ export class NodecycleStack extends cdk.Stack {
         environment.NODECYCLE_REPLACEMENT_TIMEOUT = c.replacementTimeout;
         environment.NODECYCLE_NODEGROUP_WAVE = c.nodeGroupWave;
       }
+      if (key === "InterruptionHandler") {
+        // Only this hook's lifecycle actions are answered (checked in code, not only by the rule).
+        environment.NODECYCLE_LIFECYCLE_HOOK = c.lifecycleHookName;
+      }
       const fn = new lambda.Function(this, `${key}Function`, {
         description: f.description,
         runtime: lambda.Runtime.PROVIDED_AL2023,

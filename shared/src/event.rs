@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 pub mod interruption;
+pub mod served;
 
 /// An EventBridge envelope with an untyped `detail`.
 pub type Envelope = aws_lambda_events::eventbridge::EventBridgeEvent<Value>;
@@ -51,7 +52,8 @@ pub fn parse_input(payload: &Value) -> Result<Input, InvalidEvent> {
             other => Err(InvalidEvent::new(
                 "(payload)",
                 format!(
-                    "expected a JSON object (an EventBridge event or a custom input), got {other}"
+                    "expected a JSON object (an EventBridge event or a custom input), got {}",
+                    crate::problem::shorten(&other.to_string())
                 ),
             )),
         };
@@ -125,7 +127,11 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
                 }
             }
             (source, detail_type) => WatcherTrigger::Ignored {
-                what: format!("{source} / {detail_type}"),
+                what: format!(
+                    "{} / {}",
+                    crate::problem::shorten(source),
+                    crate::problem::shorten(detail_type)
+                ),
             },
         }),
         Input::Custom(Value::Null) => Ok(WatcherTrigger::Pass { only: None }),
@@ -147,7 +153,10 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
                                 _ => {
                                     return Err(InvalidEvent::new(
                                         format!("pools[{i}]"),
-                                        format!("expected \"<cluster>/<name>\", got {p}"),
+                                        format!(
+                                            "expected \"<cluster>/<name>\", got {}",
+                                            crate::problem::shorten(&p.to_string())
+                                        ),
                                     ));
                                 }
                             }
@@ -166,7 +175,10 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
         }
         Input::Custom(other) => Err(InvalidEvent::new(
             "(payload)",
-            format!("unexpected input {other}"),
+            format!(
+                "unexpected input {}",
+                crate::problem::shorten(&other.to_string())
+            ),
         )),
     }
 }
@@ -213,7 +225,10 @@ fn string_list(
             Some(s) if !s.is_empty() && check(s) => Ok(s.to_string()),
             _ => Err(InvalidEvent::new(
                 format!("{field}[{i}]"),
-                format!("expected {what}, got {v}"),
+                format!(
+                    "expected {what}, got {}",
+                    crate::problem::shorten(&v.to_string())
+                ),
             )),
         })
         .collect()
@@ -228,7 +243,10 @@ pub fn rotator_selection(payload: &Value) -> Result<Selection, InvalidEvent> {
         other => {
             return Err(InvalidEvent::new(
                 "(payload)",
-                format!("unexpected input {other}"),
+                format!(
+                    "unexpected input {}",
+                    crate::problem::shorten(&other.to_string())
+                ),
             ));
         }
     };

@@ -2,6 +2,27 @@
 
 use std::fmt;
 
+/// Longest part of a user's string a message, response or log line quotes.
+pub const QUOTE_MAX: usize = 80;
+
+/// A user string in quotes (Rust debug escaping), shortened to its first [`QUOTE_MAX`]
+/// characters and `...`, so that a pasted blob (or a hostile 1 MB value) cannot flood a
+/// message, a response or a log line.
+pub fn quote(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_MAX) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}...", &text[..end]),
+    }
+}
+
+/// A user string as it is, shortened like [`quote`] (for text shown without quotes).
+pub fn shorten(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(QUOTE_MAX) {
+        None => text.into(),
+        Some((end, _)) => format!("{}...", &text[..end]).into(),
+    }
+}
+
 /// How serious a [`Problem`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

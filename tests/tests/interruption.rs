@@ -172,6 +172,9 @@ async fn env(size: i32) -> Env {
         )),
         instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
         lifecycle: lifecycle.clone(),
+        deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
+            &cloud.sdk_config().await,
+        )),
         store: table.clone(),
         announce: a.announce(table.clone()),
         kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),

@@ -86,6 +86,8 @@ pub enum CheckKind {
     Rbac,
     /// An EventBridge rule of the stack is enabled.
     EventRule,
+    /// A pool's `architecture` runs on its node group's instance types.
+    Architecture,
 }
 
 impl CheckKind {
@@ -102,6 +104,7 @@ impl CheckKind {
             CheckKind::AccessEntry => "accessEntry",
             CheckKind::Rbac => "rbac",
             CheckKind::EventRule => "eventRule",
+            CheckKind::Architecture => "architecture",
         }
     }
 }

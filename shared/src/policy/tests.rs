@@ -318,7 +318,7 @@ fn document_shape_problems() {
         (
             "cluster: [prod\n".into(),
             vec![
-                "(document): not a valid YAML or JSON document: did not find expected ',' or ']' at line 2 column 1, while parsing a flow sequence at line 1 column 10".into(),
+                "(document): not a valid YAML or JSON document: while parsing a flow sequence, expected ',' or ']' at byte 15 line 2 column 1".into(),
             ],
         ),
         (

@@ -279,6 +279,7 @@ impl Adapters {
                 self.clients.ec2.clone(),
             )),
             parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
+            node_groups: Arc::new(self.groups.clone()),
             store: table.clone(),
             announce: self.announce(table),
             kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),

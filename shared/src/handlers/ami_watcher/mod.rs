@@ -96,16 +96,6 @@ fn references(term_value: &str, name: &str) -> bool {
     term_value.starts_with("arn:") && term_value.ends_with(&format!(":parameter{normalised}"))
 }
 
-/// `cluster/name` read from a document that failed validation, if both are plain strings.
-fn pool_of_invalid(text: &str) -> Option<String> {
-    let v: Value = serde_norway::from_str(text).ok()?;
-    Some(format!(
-        "{}/{}",
-        v.get("cluster")?.as_str()?,
-        v.get("name")?.as_str()?
-    ))
-}
-
 impl AmiWatcher {
     /// Handles one invocation at `now`.
     pub async fn handle(&self, payload: &Value, now: DateTime<Utc>) -> Result<Value, HandlerError> {
@@ -138,7 +128,7 @@ impl AmiWatcher {
                 let using: Vec<PolicyDocument> = all
                     .into_iter()
                     .filter(|d| {
-                        policy::parse(&d.text).policy.is_some_and(|p| {
+                        policy::parse_document(d).policy.is_some_and(|p| {
                             p.ami_selector_terms.iter().any(|t| {
                                 t.ssm_parameter
                                     .as_deref()
@@ -169,7 +159,7 @@ impl AmiWatcher {
         // Promotion chains are checked across every policy of the pass.
         let chains: BTreeMap<String, Option<String>> = docs
             .iter()
-            .filter_map(|d| policy::parse(&d.text).policy)
+            .filter_map(|d| policy::parse_document(d).policy)
             .map(|p| {
                 let from = p.promotion.as_ref().and_then(|x| x.from.clone());
                 (p.pool_id(), from)
@@ -193,12 +183,13 @@ impl AmiWatcher {
         let mut outcomes = Vec::new();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
         for doc in docs {
-            let parsed = policy::parse(&doc.text);
+            let parsed = policy::parse_document(&doc);
             let Some(policy) = parsed.policy else {
                 let problems: Vec<String> =
                     parsed.problems.errors().map(ToString::to_string).collect();
                 let message = format!("policy {} is invalid: {}", doc.source, problems.join("; "));
-                outcomes.push(self.record_invalid(&doc, &message, now).await);
+                let pool = parsed.pool.map(|p| p.to_string());
+                outcomes.push(self.record_invalid(&doc.source, pool, &message, now).await);
                 continue;
             };
             let pool = policy.pool_id();
@@ -225,7 +216,10 @@ impl AmiWatcher {
             seen.insert(pool.clone(), doc.source.clone());
             if let Some(problem) = chain_problems.get(&pool) {
                 let message = format!("policy {} is invalid: {problem}", doc.source);
-                outcomes.push(self.record_invalid(&doc, &message, now).await);
+                outcomes.push(
+                    self.record_invalid(&doc.source, Some(pool), &message, now)
+                        .await,
+                );
                 continue;
             }
             outcomes.push(
@@ -289,6 +283,33 @@ impl AmiWatcher {
         let choice = self
             .choose(resolver, policy, record.as_ref(), quarantined, now)
             .await;
+        // A new desired AMI must run on the group's instance types, else the pool is invalid
+        // (its desired AMI stays, so the rotator never writes the image into a template).
+        if let choose::Choice::Take { ami, .. } = &choice
+            && record
+                .as_ref()
+                .and_then(|r| r.desired.as_ref())
+                .map(|d| &d.id)
+                != Some(&ami.id)
+        {
+            match self.misfit(policy, ami).await {
+                Ok(None) => {}
+                Ok(Some(why)) => {
+                    let message = format!("policy {source} is invalid: {why}");
+                    return self
+                        .record_invalid(source, Some(pool.clone()), &message, now)
+                        .await;
+                }
+                Err(e) => {
+                    let message = format!(
+                        "cannot read the instance types of the node group to check {} ({}) against them: {e}",
+                        ami.id, ami.architecture
+                    );
+                    tracing::warn!(pool = %pool, source = %source, decision = "kept", reason = %message);
+                    return outcome("failed", None, None, Some(message), None);
+                }
+            }
+        }
         let written = self
             .announce
             .update_pool(&pool, now, |rec| match &choice {
@@ -377,17 +398,20 @@ impl AmiWatcher {
         }
     }
 
+    /// Records `message` as the last error of `pool` (the pool the document is for, known only
+    /// from valid names: the path's, or a file's own) and reports the document `invalid`. With
+    /// no pool, nothing is written.
     async fn record_invalid(
         &self,
-        doc: &PolicyDocument,
+        source: &str,
+        pool: Option<String>,
         message: &str,
         now: DateTime<Utc>,
     ) -> PoolOutcome {
-        let pool = pool_of_invalid(&doc.text);
-        tracing::error!(source = %doc.source, pool = ?pool, decision = "invalid", reason = %message, "policy rejected; the pool keeps its last desired AMI");
+        tracing::error!(source = %source, pool = ?pool, decision = "invalid", reason = %message, "policy rejected; the pool keeps its last desired AMI");
         let mut outcome = PoolOutcome {
             pool: pool.clone(),
-            source: doc.source.clone(),
+            source: source.to_string(),
             status: "invalid",
             desired: None,
             previous: None,
@@ -405,6 +429,28 @@ impl AmiWatcher {
             }
         }
         outcome
+    }
+
+    /// Why images of `ami`'s architecture cannot run on the pool's node group, if they cannot
+    /// ([`crate::ami::instance_types::check`], its problems joined).
+    async fn misfit(
+        &self,
+        policy: &Policy,
+        ami: &crate::ami::resolve::Ami,
+    ) -> Result<Option<String>, PortError> {
+        let facts = self
+            .groups
+            .instance_types(&policy.cluster, &policy.node_group)
+            .await?;
+        let problems = crate::ami::instance_types::check(
+            ami.architecture,
+            policy.architecture.is_some(),
+            &policy.node_group,
+            &facts,
+        );
+        let errors: Vec<String> = problems.errors().map(ToString::to_string).collect();
+        Ok((!errors.is_empty())
+            .then(|| format!("{} ({}): {}", ami.id, ami.name, errors.join("; "))))
     }
 
     /// Applies `obs` to the pool record with a conditional write, re-reading on conflict.
