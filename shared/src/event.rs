@@ -7,6 +7,7 @@ use serde_json::Value;
 
 pub mod interruption;
 pub mod served;
+pub mod verify;
 
 /// An EventBridge envelope with an untyped `detail`.
 pub type Envelope = aws_lambda_events::eventbridge::EventBridgeEvent<Value>;

@@ -1,5 +1,6 @@
 //! The deployment's own account and region: STS GetCallerIdentity (which needs no IAM
-//! permission) once per process, and the SDK configuration's region.
+//! permission) once per process, and the SDK configuration's region; plus the accounts and
+//! regions configured to be served (`NODECYCLE_SERVED_ACCOUNTS`, `NODECYCLE_SERVED_REGIONS`).
 
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
@@ -45,10 +46,16 @@ impl Deployment for OwnAccount {
                         "no account in the response",
                     )
                 })?;
-                Ok(Served {
+                let env = |name: &str| std::env::var(name).unwrap_or_default();
+                Served {
                     accounts: vec![account],
                     regions: self.region.iter().cloned().collect(),
-                })
+                }
+                .with_extra(
+                    &env(crate::event::served::ACCOUNTS_ENV),
+                    &env(crate::event::served::REGIONS_ENV),
+                )
+                .map_err(|e| PortError::new("configuration", ErrorKind::Other, e))
             })
             .await
             .cloned()

@@ -133,11 +133,8 @@ impl NodeGroups {
             .await
             .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
         let Some(group) = out.auto_scaling_groups().first() else {
-            return Err(PortError::new(
-                "autoscaling:DescribeAutoScalingGroups",
-                ErrorKind::NotFound,
-                format!("Auto Scaling group {name} does not exist"),
-            ));
+            // A group that does not exist launches nothing: nothing to check.
+            return Ok((String::new(), Vec::new(), false));
         };
         if let Some(lt) = group
             .mixed_instances_policy()
@@ -202,14 +199,22 @@ impl NodeGroups {
         cluster: &str,
         name: &str,
     ) -> Result<(String, Vec<String>, bool), PortError> {
-        let out = self
+        let out = match self
             .eks
             .describe_nodegroup()
             .cluster_name(cluster)
             .nodegroup_name(name)
             .send()
             .await
-            .map_err(|e| port_error("eks:DescribeNodegroup", e))?;
+            .map_err(|e| port_error("eks:DescribeNodegroup", e))
+        {
+            Ok(out) => out,
+            // A node group that does not exist launches nothing: nothing to check.
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                return Ok((String::new(), Vec::new(), false));
+            }
+            Err(e) => return Err(e),
+        };
         let Some(ng) = out.nodegroup() else {
             return Ok((String::new(), Vec::new(), false));
         };

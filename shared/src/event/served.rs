@@ -6,8 +6,9 @@ use async_trait::async_trait;
 use crate::port::PortError;
 use crate::problem::quote;
 
-/// The accounts and regions whose events this deployment acts on. Today its own account and
-/// region ([`crate::aws::identity::OwnAccount`]); a list, so that serving more is configuration.
+/// The accounts and regions whose events this deployment acts on: its own account and region
+/// ([`crate::aws::identity::OwnAccount`]) and those configured in [`ACCOUNTS_ENV`] and
+/// [`REGIONS_ENV`] ([`Served::with_extra`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Served {
     /// 12-digit account ids.
@@ -38,6 +39,58 @@ impl Served {
         };
         one("account", account, &self.accounts)?;
         one("region", region, &self.regions)
+    }
+}
+
+/// Environment variable listing more accounts to serve (comma-separated 12-digit ids).
+pub const ACCOUNTS_ENV: &str = "NODECYCLE_SERVED_ACCOUNTS";
+/// Environment variable listing more regions to serve (comma-separated region names).
+pub const REGIONS_ENV: &str = "NODECYCLE_SERVED_REGIONS";
+
+impl Served {
+    /// This set plus the comma-separated `accounts` and `regions` (configuration: empty adds
+    /// nothing). `Err` names the entry that is not a 12-digit account id or a region name.
+    pub fn with_extra(mut self, accounts: &str, regions: &str) -> Result<Served, String> {
+        let items = |text: &str| -> Vec<String> {
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        for a in items(accounts) {
+            if a.len() != 12 || !a.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!(
+                    "{ACCOUNTS_ENV}: {} is not an account id; expected 12 digits",
+                    quote(&a)
+                ));
+            }
+            if !self.accounts.contains(&a) {
+                self.accounts.push(a);
+            }
+        }
+        for r in items(regions) {
+            let parts: Vec<&str> = r.split('-').collect();
+            let region_like = parts.len() >= 3
+                && parts.iter().all(|p| {
+                    !p.is_empty()
+                        && p.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                })
+                && parts
+                    .last()
+                    .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
+            if !region_like {
+                return Err(format!(
+                    "{REGIONS_ENV}: {} is not a region name; expected one like us-east-2",
+                    quote(&r)
+                ));
+            }
+            if !self.regions.contains(&r) {
+                self.regions.push(r);
+            }
+        }
+        Ok(self)
     }
 }
 
@@ -78,6 +131,18 @@ mod tests {
         assert!(s.check(None, Some("us-east-2")).is_err());
         assert!(s.check(Some("123456789012"), None).is_err());
         assert!(Served::default().check(Some("1"), Some("r")).is_err());
+        // More accounts and regions by configuration.
+        let more = s
+            .clone()
+            .with_extra(" 210987654321, 123456789012 ,", "eu-west-1,us-gov-west-1")
+            .unwrap();
+        assert_eq!(more.accounts, ["123456789012", "210987654321"]);
+        assert_eq!(more.check(Some("210987654321"), Some("eu-west-1")), Ok(()));
+        assert_eq!(s.clone().with_extra("", ""), Ok(s.clone()));
+        let e = s.clone().with_extra("12345", "").unwrap_err();
+        assert!(e.starts_with("NODECYCLE_SERVED_ACCOUNTS: \"12345\""), "{e}");
+        let e = s.clone().with_extra("", "Europe").unwrap_err();
+        assert!(e.starts_with("NODECYCLE_SERVED_REGIONS: \"Europe\""), "{e}");
         let e = s.check(Some(&"9".repeat(1 << 20)), None).unwrap_err();
         assert!(e.len() < 300, "{}", e.len());
     }

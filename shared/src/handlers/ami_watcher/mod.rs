@@ -83,6 +83,16 @@ pub struct Report {
     pub aws_calls: BTreeMap<&'static str, u32>,
 }
 
+/// Whether [`AmiWatcher::record_invalid`] may create the pool's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    /// Only an existing record gets the error (an invalid document: it creates nothing).
+    Existing,
+    /// A valid policy that cannot be resolved (a promotion cycle, an architecture its group
+    /// does not run): the error is recorded as any failed resolution is.
+    Always,
+}
+
 /// True when an `ssmParameter` term value (name or ARN) refers to parameter `name`.
 fn references(term_value: &str, name: &str) -> bool {
     if term_value == name {
@@ -185,11 +195,18 @@ impl AmiWatcher {
         for doc in docs {
             let parsed = policy::parse_document(&doc);
             let Some(policy) = parsed.policy else {
-                let problems: Vec<String> =
-                    parsed.problems.errors().map(ToString::to_string).collect();
-                let message = format!("policy {} is invalid: {}", doc.source, problems.join("; "));
+                let message = format!(
+                    "policy {} is invalid: {}",
+                    doc.source,
+                    parsed.problems.error_summary()
+                );
+                // An invalid document never creates a record: the error goes on the record of
+                // the pool its path owns only when that pool is already managed.
                 let pool = parsed.pool.map(|p| p.to_string());
-                outcomes.push(self.record_invalid(&doc.source, pool, &message, now).await);
+                outcomes.push(
+                    self.record_invalid(&doc.source, pool, &message, Record::Existing, now)
+                        .await,
+                );
                 continue;
             };
             let pool = policy.pool_id();
@@ -217,7 +234,7 @@ impl AmiWatcher {
             if let Some(problem) = chain_problems.get(&pool) {
                 let message = format!("policy {} is invalid: {problem}", doc.source);
                 outcomes.push(
-                    self.record_invalid(&doc.source, Some(pool), &message, now)
+                    self.record_invalid(&doc.source, Some(pool), &message, Record::Always, now)
                         .await,
                 );
                 continue;
@@ -297,7 +314,7 @@ impl AmiWatcher {
                 Ok(Some(why)) => {
                     let message = format!("policy {source} is invalid: {why}");
                     return self
-                        .record_invalid(source, Some(pool.clone()), &message, now)
+                        .record_invalid(source, Some(pool.clone()), &message, Record::Always, now)
                         .await;
                 }
                 Err(e) => {
@@ -400,12 +417,13 @@ impl AmiWatcher {
 
     /// Records `message` as the last error of `pool` (the pool the document is for, known only
     /// from valid names: the path's, or a file's own) and reports the document `invalid`. With
-    /// no pool, nothing is written.
+    /// no pool nothing is written, nor with [`Record::Existing`] when the pool has no record.
     async fn record_invalid(
         &self,
         source: &str,
         pool: Option<String>,
         message: &str,
+        when: Record,
         now: DateTime<Utc>,
     ) -> PoolOutcome {
         tracing::error!(source = %source, pool = ?pool, decision = "invalid", reason = %message, "policy rejected; the pool keeps its last desired AMI");
@@ -419,6 +437,19 @@ impl AmiWatcher {
             waiting: None,
         };
         if let Some(pool) = pool {
+            if when == Record::Existing {
+                match state::load_pool(self.store.as_ref(), &pool).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        tracing::info!(source = %source, pool = %pool, decision = "not recorded", "the pool has no record; an invalid document creates none");
+                        return outcome;
+                    }
+                    Err(e) => {
+                        tracing::warn!(source = %source, pool = %pool, error = %e, "cannot read the pool record; the error is not recorded");
+                        return outcome;
+                    }
+                }
+            }
             let obs = Observation::Failed {
                 at: now,
                 message: message.to_string(),

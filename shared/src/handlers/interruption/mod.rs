@@ -28,9 +28,8 @@ use serde_json::{Value, json};
 
 use super::HandlerError;
 use crate::clock::Clock;
-use crate::event::interruption::{
-    ClassifiedEvent, InstanceState, Interruption, interruption_event,
-};
+use crate::event::interruption::{ClassifiedEvent, Interruption, interruption_event};
+use crate::event::verify;
 use crate::interruption::{
     InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, pool_of, pool_of_group,
 };
@@ -252,29 +251,6 @@ fn refused(c: &ClassifiedEvent, why: String) -> Value {
     json!({"event": c.id, "kind": kind, "decision": "refused", "reason": why})
 }
 
-/// Why a state change that claims the instance is going away (`shutting-down`, `terminated`)
-/// or stopping is not believed: EC2 reports it in a state that does not follow from the claim
-/// (`running`, `pending`). `None` when EC2 agrees, or does not know the instance (it is then
-/// not ours, and nothing is done anyway).
-fn state_claim_refused(claim: &InstanceState, info: Option<&InstanceInfo>) -> Option<String> {
-    let info = info?;
-    let ec2 = InstanceState::parse(&info.state);
-    let agrees = if claim.is_gone() {
-        ec2.is_gone()
-    } else if claim.is_stopping() {
-        ec2.is_stopping() || ec2.is_gone()
-    } else {
-        true
-    };
-    (!agrees).then(|| {
-        format!(
-            "the event says {} is {claim:?}, but EC2 reports it {}: nothing is done to its node",
-            info.instance_id,
-            crate::problem::quote(&info.state)
-        )
-    })
-}
-
 fn log_outcome(c: &ClassifiedEvent, o: &Outcome) {
     if o.action == Action::Ignored {
         // Not ours: already one debug line where it was decided.
@@ -321,8 +297,9 @@ impl InterruptionHandler {
             _ => {}
         }
 
-        // Verified before anything is written: who the event is about, whose hook it is, and
-        // (a state change) what EC2 says of the instance.
+        // Verified before anything is written: who the event is about, and what EC2 says of
+        // the instance (a state change: its state; a lifecycle action: its group), whose hook
+        // a lifecycle action is.
         if let Err(why) = self.verify(&c).await {
             return Ok(refused(&c, why));
         }
@@ -339,10 +316,22 @@ impl InterruptionHandler {
                     .instance(instance_id)
                     .await
                     .map_err(internal)?;
-                if let Some(why) = state_claim_refused(state, info.as_ref()) {
+                if let Err(why) = verify::state_claim(state, info.as_ref()) {
                     return Ok(refused(&c, why));
                 }
                 Some(info)
+            }
+            Interruption::LifecycleTerminate(a) => {
+                let info = self
+                    .instances
+                    .instance(&a.instance_id)
+                    .await
+                    .map_err(internal)?;
+                let hook = &self.settings.lifecycle_hook;
+                if let Err(why) = verify::lifecycle_claim(a, hook, info.as_ref()) {
+                    return Ok(refused(&c, why));
+                }
+                None
             }
             _ => None,
         };
@@ -423,8 +412,8 @@ impl InterruptionHandler {
         Ok(json!({"event": c.id, "kind": kind, "outcomes": outcomes}))
     }
 
-    /// Checks what an event claims about itself before it may act: its account and region are
-    /// served, and a lifecycle action is of the configured hook. `Err(why)` refuses it.
+    /// Checks that an event is about an account and region this deployment serves.
+    /// `Err(why)` refuses it.
     async fn verify(&self, c: &ClassifiedEvent) -> Result<(), String> {
         if matches!(c.event, Interruption::Tick | Interruption::Ignored { .. }) {
             return Ok(());
@@ -432,17 +421,7 @@ impl InterruptionHandler {
         let served = self.deployment.served().await.map_err(|e| {
             format!("cannot tell which accounts are served ({e}); acting on nothing")
         })?;
-        served.check(c.account.as_deref(), c.region.as_deref())?;
-        if let Interruption::LifecycleTerminate(a) = &c.event
-            && a.hook != self.settings.lifecycle_hook
-        {
-            return Err(format!(
-                "lifecycle hook {} is not nodecycle's ({}): another tool's action is never completed",
-                crate::problem::quote(&a.hook),
-                self.settings.lifecycle_hook
-            ));
-        }
-        Ok(())
+        served.check(c.account.as_deref(), c.region.as_deref())
     }
 
     /// The pools of every document: only what locating an instance's pool and reacting needs

@@ -167,13 +167,19 @@ impl OpsHandler {
                 return refused;
             }
         };
-        let policies = self.policies().await?;
+        let (policies, invalid) = self.policies().await?;
         if let Request::Status { pool } = &req {
+            let invalid: Vec<&status::Invalid> = invalid
+                .iter()
+                .filter(|i| pool.is_none() || i.pool.as_ref() == pool.as_ref())
+                .collect();
             let selected: Vec<&Policy> = match pool {
                 None => policies.values().collect(),
+                // An invalid policy's pool is shown as such, not as unknown.
+                Some(_) if !invalid.is_empty() => Vec::new(),
                 Some(p) => vec![find(&policies, p)?],
             };
-            return status::status(self, &selected, now).await;
+            return status::status(self, &selected, &invalid, now).await;
         }
         if let Request::Promotion { release } = &req {
             return promotion::journey(self, &policies, release, now).await;
@@ -277,8 +283,11 @@ impl OpsHandler {
         result
     }
 
-    /// Every valid policy by pool id (invalid ones are reported by the ami-watcher).
-    async fn policies(&self) -> Result<BTreeMap<String, Policy>, HandlerError> {
+    /// Every valid policy by pool id, and every invalid document (the pool its path owns, if
+    /// any, and its problems): `status` shows them, nothing else acts on them.
+    async fn policies(
+        &self,
+    ) -> Result<(BTreeMap<String, Policy>, Vec<status::Invalid>), HandlerError> {
         let docs = self
             .rotator
             .policies
@@ -286,12 +295,21 @@ impl OpsHandler {
             .await
             .map_err(|e| internal(format!("cannot list policies: {e}")))?;
         let mut out = BTreeMap::new();
+        let mut invalid = Vec::new();
         for doc in docs {
-            if let Some(p) = policy::parse_document(&doc).policy {
-                out.entry(p.pool_id()).or_insert(p);
+            let parsed = policy::parse_document(&doc);
+            match parsed.policy {
+                Some(p) => {
+                    out.entry(p.pool_id()).or_insert(p);
+                }
+                None => invalid.push(status::Invalid {
+                    source: doc.source,
+                    pool: parsed.pool.map(|p| p.to_string()),
+                    problems: parsed.problems.error_summary(),
+                }),
             }
         }
-        Ok(out)
+        Ok((out, invalid))
     }
 
     fn by(&self, inv: &Invocation, reason: &str, now: DateTime<Utc>) -> OperatorAction {

@@ -767,24 +767,37 @@ impl RotatorHandler {
 
 impl RotatorHandler {
     /// Why `image` may not be written for the pool's node group, if it may not: its
-    /// architecture (as the pool record knows the image) does not run on the group's instance
-    /// types. An image the record does not know is not checked here (the ami-watcher checked
-    /// it when it became desired; `pin` checks the pool's architecture); instance types that
-    /// cannot be read stop the write too (fail closed).
+    /// architecture does not run on the group's instance types. The architecture is the
+    /// record's for an image it knows (desired, previous, history), else the pool's (the
+    /// policy's `architecture`, else the desired AMI's: what `pin` checked a pinned image
+    /// against); with none known, the image is not written. Instance types that cannot be read
+    /// stop the write too (fail closed).
     pub(super) async fn image_misfit(
         &self,
         policy: &Policy,
         record: Option<&state::PoolRecord>,
         image: &str,
     ) -> Option<String> {
-        let arch = record.and_then(|r| {
+        let known = record.and_then(|r| {
             r.desired
                 .iter()
                 .chain(r.previous_desired.iter())
                 .chain(r.history.iter().map(|h| &h.ami))
                 .find(|a| a.id == image)
                 .map(|a| a.architecture)
-        })?;
+        });
+        let pool_arch = || {
+            policy.architecture.or_else(|| {
+                record
+                    .and_then(|r| r.desired.as_ref())
+                    .map(|a| a.architecture)
+            })
+        };
+        let Some(arch) = known.or_else(pool_arch) else {
+            return Some(format!(
+                "{image} is not written into the node group: its architecture is unknown (not resolved for the pool, no architecture in the policy)"
+            ));
+        };
         let facts = match self
             .node_groups
             .instance_types(&policy.cluster, &policy.node_group)
