@@ -84,7 +84,7 @@ export class NodecycleStack extends cdk.Stack {
       AmiWatcher: [
         policyReads,
         allow("ReadPublicAmiParameters", ["ssm:GetParameter", "ssm:GetParameters"], [publicParameters]),
-        allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
+        allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
         allow("DescribeClusters", ["eks:DescribeCluster", "eks:DescribeNodegroup"], clustersAndNodeGroups),
         state("PoolState"),
         eventsOut(),
@@ -92,7 +92,7 @@ export class NodecycleStack extends cdk.Stack {
       ],
       Rotator: [
         policyReads,
-        describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"),
+        describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes"),
         allow("ReadEksReleaseVersions", ["ssm:GetParameters"], [publicParameters]),
         allow("DescribeClustersAndNodeGroups", ["eks:DescribeCluster", "eks:DescribeNodegroup", "eks:DescribeUpdate"], clustersAndNodeGroups),
         allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:UpdateAutoScalingGroup"], [asgArn], clusterTag),

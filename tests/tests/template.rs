@@ -894,3 +894,17 @@ fn every_function_may_put_events_on_the_default_bus_only_as_nodecycle() {
         }
     }
 }
+
+#[test]
+fn images_are_checked_against_instance_types_and_lifecycle_actions_against_the_hook() {
+    let t = deployed(FULL);
+    // The architecture check before an image becomes desired or is written into a group.
+    for f in ["AmiWatcherFunction", "RotatorFunction"] {
+        let reads = may(&t, f, "ec2:DescribeInstanceTypes");
+        assert_eq!(reads.len(), 1, "{f}: {reads:?}");
+    }
+    // Only the stack's hook is answered: the handler is told its name.
+    let env =
+        &t["Resources"]["InterruptionHandlerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(env["NODECYCLE_LIFECYCLE_HOOK"], "drain-first", "{env}");
+}
