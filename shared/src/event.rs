@@ -100,6 +100,10 @@ pub enum WatcherTrigger {
     },
 }
 
+/// Longest parameter name a Parameter Store Change may carry (SSM's own limit is 1011
+/// characters with the path; a longer one is no parameter's).
+pub const MAX_PARAMETER_NAME: usize = 2048;
+
 /// Classifies an ami-watcher payload.
 pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> {
     match parse_input(payload)? {
@@ -116,12 +120,22 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
                             "missing or not a string; expected the parameter name",
                         )
                     })?;
-                let operation = e
-                    .detail
-                    .get("operation")
-                    .and_then(Value::as_str)
-                    .unwrap_or("Update")
-                    .to_string();
+                if name.chars().count() > MAX_PARAMETER_NAME {
+                    return Err(InvalidEvent::new(
+                        "detail.name",
+                        format!(
+                            "{} characters long; expected a parameter name of at most {MAX_PARAMETER_NAME}",
+                            name.chars().count()
+                        ),
+                    ));
+                }
+                let operation = crate::problem::shorten(
+                    e.detail
+                        .get("operation")
+                        .and_then(Value::as_str)
+                        .unwrap_or("Update"),
+                )
+                .into_owned();
                 WatcherTrigger::ParameterChanged {
                     name: name.to_string(),
                     operation,
@@ -381,6 +395,23 @@ mod tests {
             "cluster"
         );
         assert!(rotator_selection(&json!([1])).is_err());
+    }
+
+    #[test]
+    fn parameter_names_are_bounded() {
+        let mut e = sample("parameter-store-change.json");
+        e["detail"]["name"] = json!(format!("/{}", "p".repeat(1 << 20)));
+        let err = watcher_trigger(&e).unwrap_err();
+        assert_eq!(err.field, "detail.name");
+        assert!(err.message.len() < 200, "{err}");
+        e["detail"]["name"] = json!("/nodecycle/pools/prod/general");
+        e["detail"]["operation"] = json!("o".repeat(1 << 20));
+        match watcher_trigger(&e).unwrap() {
+            WatcherTrigger::ParameterChanged { operation, .. } => {
+                assert!(operation.len() < 100, "{}", operation.len())
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::Architecture;
-use crate::policy::NodeGroup;
+use crate::policy::{NodeGroup, Policy};
 use crate::problem::Problems;
 
 /// The instance types a node group launches and the architectures each supports.
@@ -95,6 +95,18 @@ pub fn check(
     problems
 }
 
+/// [`check`] for a policy as written: its `architecture` against the instance types of its
+/// node group. A policy without `architecture` takes its group's own (nothing to check here;
+/// each image the ami-watcher resolves is checked with [`check`]). This is what `nodecycle
+/// doctor` and `nodecycle validate --live` run; the facts come from
+/// [`crate::ami::resolve::NodeGroupCatalog::instance_types`].
+pub fn check_policy(policy: &Policy, facts: &GroupTypes) -> Problems {
+    match policy.architecture {
+        Some(arch) => check(arch, true, &policy.node_group, facts),
+        None => Problems::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +160,22 @@ mod tests {
             &facts(&[("m6g.large", &["arm64"])]),
         );
         assert!(p.errors().next().unwrap().path == "nodeGroup.managedNodeGroup");
+    }
+
+    #[test]
+    fn a_policy_is_checked_when_it_sets_its_architecture() {
+        let x86 = facts(&[("m5.large", &["x86_64"])]);
+        let policy = |arch: &str| {
+            crate::policy::parse(&format!(
+                "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\n{arch}amiSelectorTerms: [{{ alias: bottlerocket@latest }}]\n"
+            ))
+            .policy
+            .unwrap()
+        };
+        let p = check_policy(&policy("architecture: arm64\n"), &x86);
+        assert_eq!(p.errors().next().unwrap().path, "architecture");
+        assert!(!check_policy(&policy("architecture: x86_64\n"), &x86).has_errors());
+        assert!(!check_policy(&policy(""), &x86).has_errors());
     }
 
     #[test]

@@ -166,8 +166,7 @@ async fn check_architecture(ports: Ports<'_>, policy: &Policy, checks: &mut Vec<
     checks.push(match facts {
         Err(e) => Check::unreadable(CheckKind::Architecture, &pool, &e),
         Ok(facts) => {
-            let problems =
-                crate::ami::instance_types::check(arch, true, &policy.node_group, &facts);
+            let problems = crate::ami::instance_types::check_policy(policy, &facts);
             let errors: Vec<String> = problems.errors().map(ToString::to_string).collect();
             if errors.is_empty() {
                 Check::ok(
