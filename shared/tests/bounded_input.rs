@@ -49,7 +49,28 @@ fn laughs(a: usize, b: usize, c: usize) -> String {
     )
 }
 
+/// Values in `v`, keys included: what [`nodecycle::policy::limits::MAX_NODES`] bounds.
+fn nodes(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => 1 + items.iter().map(nodes).sum::<usize>(),
+        Value::Object(map) => 1 + map.values().map(|v| 1 + nodes(v)).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+/// The bound is checked on saphyr-parser's events, the document read by serde_norway: what
+/// the check lets through must be no bigger once serde_norway has expanded it.
+fn the_check_bounds_what_is_deserialized(text: &str) {
+    use nodecycle::policy::limits;
+    if limits::check(text).is_ok()
+        && let Ok(v) = serde_norway::from_str::<Value>(text)
+    {
+        assert!(nodes(&v) <= limits::MAX_NODES, "{} values", nodes(&v));
+    }
+}
+
 fn parse_all_ways(text: &str) {
+    the_check_bounds_what_is_deserialized(text);
     let parsed = nodecycle::policy::parse(text);
     // Every message quotes at most a prefix of what it was given.
     for p in &parsed.problems.0 {
