@@ -315,15 +315,8 @@ impl Fleet {
         }
     }
 
-    /// A rotator pass at `now`, then time for the stand-in to register new instances.
     async fn pass(&self, now: DateTime<Utc>) -> Value {
-        let report = self
-            .rotator
-            .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
-            .await
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(400));
-        report
+        rotator_pass(&self.rotator, now).await
     }
 
     /// The handler's answer to `event`, with `seconds` of invocation left.

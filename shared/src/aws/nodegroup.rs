@@ -18,6 +18,18 @@ pub struct NodeGroups {
     eks: aws_sdk_eks::Client,
 }
 
+/// The launch template a group launches from: its own, or its mixed instances policy's.
+fn template_of(
+    group: &aws_sdk_autoscaling::types::AutoScalingGroup,
+) -> Option<&aws_sdk_autoscaling::types::LaunchTemplateSpecification> {
+    group.launch_template().or_else(|| {
+        group
+            .mixed_instances_policy()
+            .and_then(|m| m.launch_template())
+            .and_then(|t| t.launch_template_specification())
+    })
+}
+
 impl NodeGroups {
     /// Wraps the clients.
     pub fn new(
@@ -53,7 +65,11 @@ impl NodeGroups {
         }
     }
 
-    async fn asg_image(&self, name: &str) -> Result<GroupImage, PortError> {
+    /// Auto Scaling group `name`, `None` when it does not exist.
+    async fn describe_group(
+        &self,
+        name: &str,
+    ) -> Result<Option<aws_sdk_autoscaling::types::AutoScalingGroup>, PortError> {
         let out = self
             .autoscaling
             .describe_auto_scaling_groups()
@@ -61,21 +77,18 @@ impl NodeGroups {
             .send()
             .await
             .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
-        let Some(group) = out.auto_scaling_groups().first() else {
+        Ok(out.auto_scaling_groups().first().cloned())
+    }
+
+    async fn asg_image(&self, name: &str) -> Result<GroupImage, PortError> {
+        let Some(group) = self.describe_group(name).await? else {
             return Err(PortError::new(
                 "autoscaling:DescribeAutoScalingGroups",
                 ErrorKind::NotFound,
                 format!("Auto Scaling group {name} does not exist"),
             ));
         };
-        let spec = group.launch_template().cloned().or_else(|| {
-            group
-                .mixed_instances_policy()
-                .and_then(|m| m.launch_template())
-                .and_then(|t| t.launch_template_specification())
-                .cloned()
-        });
-        if let Some(spec) = spec {
+        if let Some(spec) = template_of(&group) {
             return self
                 .launch_template_image(
                     spec.launch_template_id(),
@@ -84,23 +97,30 @@ impl NodeGroups {
                 )
                 .await;
         }
-        if let Some(lc) = group.launch_configuration_name() {
-            let out = self
-                .autoscaling
-                .describe_launch_configurations()
-                .launch_configuration_names(lc)
-                .send()
-                .await
-                .map_err(|e| port_error("autoscaling:DescribeLaunchConfigurations", e))?;
-            if let Some(id) = out
-                .launch_configurations()
-                .first()
-                .and_then(|c| c.image_id())
-            {
-                return Ok(GroupImage::Image(id.to_string()));
-            }
+        if let Some(lc) = group.launch_configuration_name()
+            && let Some(id) = self
+                .launch_configuration(lc)
+                .await?
+                .and_then(|c| c.image_id().map(str::to_string))
+        {
+            return Ok(GroupImage::Image(id));
         }
         Ok(GroupImage::Unknown)
+    }
+
+    /// Launch configuration `name`, `None` when it does not exist.
+    async fn launch_configuration(
+        &self,
+        name: &str,
+    ) -> Result<Option<aws_sdk_autoscaling::types::LaunchConfiguration>, PortError> {
+        let out = self
+            .autoscaling
+            .describe_launch_configurations()
+            .launch_configuration_names(name)
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:DescribeLaunchConfigurations", e))?;
+        Ok(out.launch_configurations().first().cloned())
     }
 
     /// The instance type of a launch template version (`by attributes` when it has
@@ -125,14 +145,7 @@ impl NodeGroups {
     }
 
     async fn asg_types(&self, name: &str) -> Result<(String, Vec<String>, bool), PortError> {
-        let out = self
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(name)
-            .send()
-            .await
-            .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
-        let Some(group) = out.auto_scaling_groups().first() else {
+        let Some(group) = self.describe_group(name).await? else {
             // A group that does not exist launches nothing: nothing to check.
             return Ok((String::new(), Vec::new(), false));
         };
@@ -155,17 +168,8 @@ impl NodeGroups {
                     by_attributes,
                 ));
             }
-            if let Some(spec) = lt.launch_template_specification() {
-                return self
-                    .template_types(
-                        spec.launch_template_id(),
-                        spec.launch_template_name(),
-                        spec.version(),
-                    )
-                    .await;
-            }
         }
-        if let Some(spec) = group.launch_template() {
+        if let Some(spec) = template_of(&group) {
             return self
                 .template_types(
                     spec.launch_template_id(),
@@ -175,18 +179,10 @@ impl NodeGroups {
                 .await;
         }
         if let Some(lc) = group.launch_configuration_name() {
-            let out = self
-                .autoscaling
-                .describe_launch_configurations()
-                .launch_configuration_names(lc)
-                .send()
-                .await
-                .map_err(|e| port_error("autoscaling:DescribeLaunchConfigurations", e))?;
-            let types = out
-                .launch_configurations()
-                .first()
-                .and_then(|c| c.instance_type())
-                .map(str::to_string)
+            let types = self
+                .launch_configuration(lc)
+                .await?
+                .and_then(|c| c.instance_type().map(str::to_string))
                 .into_iter()
                 .collect();
             return Ok((format!("launch configuration {lc}"), types, false));
@@ -199,24 +195,14 @@ impl NodeGroups {
         cluster: &str,
         name: &str,
     ) -> Result<(String, Vec<String>, bool), PortError> {
-        let out = match self
-            .eks
-            .describe_nodegroup()
-            .cluster_name(cluster)
-            .nodegroup_name(name)
-            .send()
-            .await
-            .map_err(|e| port_error("eks:DescribeNodegroup", e))
-        {
-            Ok(out) => out,
+        let ng = match self.describe_nodegroup(cluster, name).await {
+            Ok(Some(ng)) => ng,
             // A node group that does not exist launches nothing: nothing to check.
+            Ok(None) => return Ok((String::new(), Vec::new(), false)),
             Err(e) if e.kind == ErrorKind::NotFound => {
                 return Ok((String::new(), Vec::new(), false));
             }
             Err(e) => return Err(e),
-        };
-        let Some(ng) = out.nodegroup() else {
-            return Ok((String::new(), Vec::new(), false));
         };
         if !ng.instance_types().is_empty() {
             return Ok((
@@ -273,7 +259,12 @@ impl NodeGroups {
             .collect())
     }
 
-    async fn managed_image(&self, cluster: &str, name: &str) -> Result<GroupImage, PortError> {
+    /// Managed node group `name` of `cluster` (`None` when EKS answers without one).
+    async fn describe_nodegroup(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<Option<aws_sdk_eks::types::Nodegroup>, PortError> {
         let out = self
             .eks
             .describe_nodegroup()
@@ -282,7 +273,11 @@ impl NodeGroups {
             .send()
             .await
             .map_err(|e| port_error("eks:DescribeNodegroup", e))?;
-        let Some(ng) = out.nodegroup() else {
+        Ok(out.nodegroup().cloned())
+    }
+
+    async fn managed_image(&self, cluster: &str, name: &str) -> Result<GroupImage, PortError> {
+        let Some(ng) = self.describe_nodegroup(cluster, name).await? else {
             return Ok(GroupImage::Unknown);
         };
         if let Some(lt) = ng.launch_template() {

@@ -472,3 +472,21 @@ pub fn delivered(cloud: &FakeCloud, queue: &str) -> Vec<serde_json::Value> {
         .map(|m| serde_json::from_str(m.as_str().unwrap()).unwrap())
         .collect()
 }
+
+/// A rotator pass over every pool at `now` (two minutes to run), then time for the stand-in to
+/// register nodes for the instances it launched.
+pub async fn rotator_pass(
+    rotator: &nodecycle::handlers::rotator::RotatorHandler,
+    now: chrono::DateTime<chrono::Utc>,
+) -> serde_json::Value {
+    let report = rotator
+        .handle(
+            &serde_json::json!({}),
+            now,
+            std::time::Instant::now() + std::time::Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    report
+}
