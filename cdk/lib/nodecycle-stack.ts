@@ -105,14 +105,14 @@ export class NodecycleStack extends cdk.Stack {
       AmiWatcher: [
         policyReads,
         allow("ReadPublicAmiParameters", ["ssm:GetParameter", "ssm:GetParameters"], [publicParameters]),
-        allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
+        allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
         state("PoolState", "POOL#*", "QUARANTINE"),
         eventsOut(),
         allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],
       Rotator: [
         policyReads,
-        describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions"),
+        describe("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes"),
         allow("ReadEksReleaseVersions", ["ssm:GetParameters"], [publicParameters]),
         allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asgArn], clusterTag),
         allow("NewVersionsOfOptedInTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate"], [arnOf("ec2", "launch-template/*")], optedInTemplate),
@@ -130,7 +130,7 @@ export class NodecycleStack extends cdk.Stack {
         policyReads,
         describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions"),
         allow("UndoSurgeOfTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asgArn], clusterTag),
-        state("StateAndAudit", "POOL#*", "QUARANTINE"),
+        state("StateAndAudit", "POOL#*", "QUARANTINE", "AUDIT"),
         eventsOut(),
         allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],
@@ -280,6 +280,10 @@ export class NodecycleStack extends cdk.Stack {
       }
       if (key === "Rotator") {
         environment.NODECYCLE_AUTOSCALING_GROUP_UPDATES = c.autoScalingGroupUpdates ? "Enabled" : "Disabled";
+      }
+      if (key === "InterruptionHandler") {
+        // Only this hook's lifecycle actions are answered (checked in code, not only by the rule).
+        environment.NODECYCLE_LIFECYCLE_HOOK = c.lifecycleHookName;
       }
       const fn = new lambda.Function(this, `${key}Function`, {
         description: f.description,

@@ -65,6 +65,18 @@ pub trait NodeGroupCatalog: Send + Sync {
         cluster: &str,
         group: &NodeGroup,
     ) -> Result<GroupImage, PortError>;
+
+    /// The instance types the node group launches (its launch template's, its mixed instances
+    /// policy's overrides, or the managed node group's `instanceTypes`) with the architectures
+    /// each supports (`ec2:DescribeInstanceTypes`), for [`super::instance_types::check`]. The
+    /// default knows none (nothing to check).
+    async fn instance_types(
+        &self,
+        _cluster: &str,
+        _group: &NodeGroup,
+    ) -> Result<super::instance_types::GroupTypes, PortError> {
+        Ok(super::instance_types::GroupTypes::default())
+    }
 }
 
 /// What a node group currently launches.

@@ -21,6 +21,10 @@ pub(crate) struct TemplateVersion {
     pub(crate) template_id: String,
     pub(crate) number: i64,
     pub(crate) image: Option<String>,
+    /// The version's instance type, when it names one.
+    pub(crate) instance_type: Option<String>,
+    /// The version picks instance types by attributes (`InstanceRequirements`).
+    pub(crate) by_attributes: bool,
 }
 
 /// Describes the version `t` names (the id wins over the name).
@@ -54,6 +58,13 @@ pub(crate) async fn describe(
             .launch_template_data()
             .and_then(|d| d.image_id())
             .map(str::to_string),
+        instance_type: v
+            .launch_template_data()
+            .and_then(|d| d.instance_type())
+            .map(|t| t.as_str().to_string()),
+        by_attributes: v
+            .launch_template_data()
+            .is_some_and(|d| d.instance_requirements().is_some()),
     })
 }
 
@@ -128,6 +139,7 @@ pub(crate) async fn with_image(
             template_id: current.template_id,
             number,
             image: Some(image.to_string()),
+            ..current
         },
         true,
     ))

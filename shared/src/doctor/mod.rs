@@ -103,6 +103,8 @@ pub enum CheckKind {
     Rbac,
     /// An EventBridge rule of the stack is enabled.
     EventRule,
+    /// A pool's `architecture` runs on its node group's instance types.
+    Architecture,
 }
 
 impl CheckKind {
@@ -119,6 +121,7 @@ impl CheckKind {
             CheckKind::AccessEntry => "accessEntry",
             CheckKind::Rbac => "rbac",
             CheckKind::EventRule => "eventRule",
+            CheckKind::Architecture => "architecture",
         }
     }
 }

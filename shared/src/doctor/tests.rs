@@ -276,6 +276,24 @@ fn each_fault_fails_its_own_check() {
             )],
         ),
         (
+            "an architecture the group's instance types do not run",
+            |w| {
+                w.parameters.insert(
+                    "/nodecycle/pools/prod/general".into(),
+                    "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: prod-general }\narchitecture: arm64\namiSelectorTerms:\n  - alias: al2023@latest\n".into(),
+                );
+                w.instance_types.insert(
+                    "prod-general".into(),
+                    crate::ami::instance_types::GroupTypes {
+                        source: "launch template lt-general version 1".into(),
+                        types: vec![("m5.large".into(), Some(vec!["x86_64".into()]))],
+                        by_attributes: false,
+                    },
+                );
+            },
+            vec![(Status::Fail, CheckKind::Architecture, "prod/general".into())],
+        ),
+        (
             "disabled rule",
             |w| {
                 w.rules.insert("spot".into(), "DISABLED".into());

@@ -47,6 +47,8 @@ pub struct Ports {
     pub instances: Arc<dyn InstanceLookup>,
     /// Lifecycle actions.
     pub lifecycle: Arc<dyn LifecycleOps>,
+    /// The accounts and regions whose events are acted on (the deployment's own).
+    pub deployment: Arc<dyn crate::event::served::Deployment>,
     /// CloudWatch alarm states (promotion alarms).
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
     /// The account's default event bus (events out).
@@ -80,6 +82,7 @@ impl Ports {
             store: Arc::new(Table::new(c.dynamodb.clone(), table)),
             instances: Arc::new(Ec2Instances::new(c.ec2.clone())),
             lifecycle: Arc::new(LifecycleActions::new(c.autoscaling.clone())),
+            deployment: Arc::new(crate::aws::identity::OwnAccount::new(config)),
             alarms: Arc::new(crate::aws::cloudwatch::CloudWatch::new(
                 c.cloudwatch.clone(),
             )),

@@ -280,6 +280,7 @@ impl Adapters {
                 self.clients.ec2.clone(),
             )),
             parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
+            node_groups: Arc::new(self.groups.clone()),
             store: table.clone(),
             announce: self.announce(table),
             kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
@@ -489,4 +490,22 @@ pub fn opted_in_template_tags(cluster: Option<&str>) -> aws_sdk_ec2::types::TagS
         spec = spec.tags(tag("eks:cluster-name", c));
     }
     spec.build()
+}
+
+/// A rotator pass over every pool at `now` (two minutes to run), then time for the stand-in to
+/// register nodes for the instances it launched.
+pub async fn rotator_pass(
+    rotator: &nodecycle::handlers::rotator::RotatorHandler,
+    now: chrono::DateTime<chrono::Utc>,
+) -> serde_json::Value {
+    let report = rotator
+        .handle(
+            &serde_json::json!({}),
+            now,
+            std::time::Instant::now() + std::time::Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    report
 }

@@ -35,9 +35,21 @@ fn event_time(doc: &Value) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// A policy document that is invalid: nothing acts on it, `status` lists it (`invalid`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Invalid {
+    /// Where it was read (the parameter name).
+    pub source: String,
+    /// The pool its parameter path owns, when the path names one.
+    pub pool: Option<String>,
+    /// Its errors, bounded ([`crate::problem::summary`]).
+    pub problems: String,
+}
+
 pub(super) async fn status(
     ops: &OpsHandler,
     policies: &[&Policy],
+    invalid: &[&Invalid],
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let mut problems = Vec::new();
@@ -55,6 +67,7 @@ pub(super) async fn status(
     Ok(json!({
         "at": instant(now),
         "pools": pools,
+        "invalid": invalid,
         "quarantine": quarantined,
         "problems": problems,
     }))
