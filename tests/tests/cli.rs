@@ -227,7 +227,7 @@ fn budget_prints_the_allowance() {
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(
         v,
-        serde_json::json!({"reason": "Drifted", "total": 19, "disrupting": 0, "allowed": 0, "limitedBy": 2, "nextChange": "2026-12-07T01:00:00Z"})
+        serde_json::json!({"reason": "Drifted", "total": 19, "disrupting": 0, "allowed": 0, "limitedBy": "disruption.budgets[2]", "nextChange": "2026-12-07T01:00:00Z"})
     );
     // Wednesday 10:00 UTC: 15% of 19 rounds up to 3, the "3" budget ties; one already disrupting.
     let out = run(
@@ -248,7 +248,8 @@ fn budget_prints_the_allowance() {
     );
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["allowed"], 2);
-    assert_eq!(v["limitedBy"], 0);
+    // The budget is named as `status` names it: its field path.
+    assert_eq!(v["limitedBy"], "disruption.budgets[0]");
     assert_eq!(v["reason"], "Expired");
     assert_eq!(
         run(

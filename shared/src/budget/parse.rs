@@ -362,5 +362,26 @@ fn parse_reasons(v: &Value, path: &str, problems: &mut Problems) -> Option<Vec<R
             }
         }
     }
+    // Karpenter budgets paste unchanged: reasons nodecycle never disrupts for are accepted,
+    // and said to limit nothing here.
+    let never: Vec<&str> = out
+        .iter()
+        .filter(|r| !r.applied_by_nodecycle())
+        .map(|r| r.name())
+        .collect();
+    if ok && !never.is_empty() {
+        let scope = if never.len() == out.len() {
+            "this budget limits nothing here (it applies to no reason nodecycle disrupts for)"
+        } else {
+            "this budget limits only its Drifted and Expired disruptions here"
+        };
+        problems.warning(
+            path,
+            format!(
+                "nodecycle never disrupts nodes for {} (it does not consolidate; only Drifted and Expired are budgeted): accepted so Karpenter budgets paste unchanged, but {scope}",
+                never.join(" or ")
+            ),
+        );
+    }
     ok.then_some(out)
 }
