@@ -14,7 +14,8 @@
 //!    rotation starts meanwhile (both would replace nodes of the same group), in-flight ones
 //!    still advance. EKS cannot pause an update: if the Drifted budget closes meanwhile the
 //!    update runs on, and the plan says so.
-//! 2. Gates (halted, paused, unresolved AMI, untrusted snapshot) start nothing.
+//! 2. Gates (stopped, halted, paused, unresolved AMI, untrusted snapshot) start nothing; while
+//!    the deployment is stopped a recorded start EKS never received is not issued either.
 //! 3. When nodes run another image than the desired AMI, or the group launches another image:
 //!    - node-level rotations still in flight: wait for them;
 //!    - `allowed(Drifted) == 0`: wait (the budget message says until when);
@@ -144,7 +145,12 @@ pub fn plan_managed(
             desired.unwrap_or_default()
         )));
     }
-    let running = update.filter(|u| !u.phase.is_finished() && superseded.is_none());
+    // While the deployment is stopped, a start recorded but never issued to EKS stays unissued;
+    // an update EKS runs goes on (EKS cannot pause one).
+    let stopped = matches!(base.gate, Some(super::Gate::Stopped(_)));
+    let running = update.filter(|u| {
+        !u.phase.is_finished() && superseded.is_none() && !(stopped && u.update_id.is_none())
+    });
     let action = if running.is_none() && status != "ACTIVE" {
         let why = format!(
             "node group is {status}, not ACTIVE, and no update of nodecycle's is running: nothing starts until it is ACTIVE"
@@ -163,6 +169,11 @@ pub fn plan_managed(
             u.image, u.max_unavailable
         );
         drop_starts(&mut base, &why);
+        if stopped {
+            base.decisions.push(Decision::pool(DecisionKind::NodeGroupUpdate, format!(
+                "the deployment is stopped, but EKS cannot pause update {id}: it runs to completion (its nodes are EKS's to replace)"
+            )));
+        }
         if base.allowed.drifted == 0 && drifted > 0 {
             base.decisions.push(Decision::pool(DecisionKind::NodeGroupUpdate, format!(
                 "Drifted budget is now 0, but EKS cannot pause update {id}: it runs to completion"

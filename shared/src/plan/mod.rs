@@ -44,7 +44,9 @@
 //! `ignoreBudgets` up to `maxConcurrent` in flight per request, otherwise within the `Drifted`
 //! allowance. Gates apply to them like to any start.
 //!
-//! Nothing starts, not even forced expiry, when the pool is halted, paused (operator or
+//! Nothing starts, not even forced expiry, when the deployment is stopped (its in-flight
+//! rotations then hold at their step too, but `Interrupted` ones: [`Gate::holds`]), the pool is
+//! halted, paused (operator or
 //! policy), the desired AMI is unresolved (fail closed: design principle "unknown AMI: rotate
 //! nothing"), or the snapshot lists an instance twice. Forced expiry bypasses budgets only.
 //!
@@ -312,6 +314,17 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
     // 2. Advance every in-flight rotation (waiting maintenance rotations only when released).
     for (id, r) in &c.in_flight {
         if counts.maintenance_waiting.contains_key(id) {
+            continue;
+        }
+        if let Some(g) = gate.as_ref().filter(|g| g.holds(r)) {
+            decisions.push(Decision::instance(
+                DecisionKind::Gate,
+                id,
+                format!(
+                    "holding {id}: {:?} rotation stays at step {:?} ({g})",
+                    r.reason, r.step
+                ),
+            ));
             continue;
         }
         let forced = if r.forced { ", forced" } else { "" };
