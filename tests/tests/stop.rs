@@ -245,7 +245,10 @@ async fn stop_holds_every_pool_in_one_request_spot_drains_go_on_and_start_restor
         "prod/a rotates again"
     );
     assert_ne!(d.launches("prod-a").await, old_image);
-    assert!(d.rotations("prod/b").await.is_empty(), "prod/b stays paused");
+    assert!(
+        d.rotations("prod/b").await.is_empty(),
+        "prod/b stays paused"
+    );
     let b = d
         .operator
         .ok(json!({"action": "status", "pool": "prod/b"}), t1)

@@ -239,7 +239,11 @@ impl RotatorHandler {
                         p.reason
                     )
                 })
-                .or_else(|| policy.paused.then(|| "policy has paused: true".to_string())),
+                .or_else(|| {
+                    policy
+                        .paused
+                        .then(|| "policy sets paused: true".to_string())
+                }),
             halted: record
                 .as_ref()
                 .and_then(|r| r.halted.as_ref())
