@@ -95,13 +95,14 @@ fn the_committed_picture_is_what_its_readme_command_draws() {
         "docs/simulate.svg is stale: regenerate it with `nodecycle {} --svg docs/simulate.svg` (see README)",
         PICTURE_ARGS.join(" ")
     );
-    let readme = std::fs::read_to_string(nodecycle_tests::repo_path("README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(nodecycle_tests::repo_path("docs/development.md")).unwrap();
     assert!(
         readme.contains(&format!(
             "{} --svg docs/simulate.svg",
             PICTURE_ARGS.join(" ")
         )),
-        "README gives the command that regenerates docs/simulate.svg"
+        "docs/development.md gives the command that regenerates docs/simulate.svg"
     );
 }
 
