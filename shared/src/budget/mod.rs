@@ -20,7 +20,7 @@ use std::str::FromStr;
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 
-pub use parse::parse_budgets;
+pub use parse::{BUDGET_FIELDS, parse_budgets};
 pub use schedule::Schedule;
 pub use window::Window;
 

@@ -15,6 +15,8 @@ use crate::problem::{self, Problems};
 /// Karpenter's `MaxItems` for `budgets`.
 const MAX_BUDGETS: usize = 50;
 
+/// The fields of one budget, in the order error messages list them.
+pub const BUDGET_FIELDS: [&str; 5] = ["nodes", "schedule", "duration", "timeZone", "reasons"];
 const FIELDS: &str = "nodes, schedule, duration, timeZone, reasons";
 const REASONS: &str = "Drifted, Expired, Underutilized, Empty";
 const NODES_EXPECTED: &str = "expected a whole number of nodes such as \"3\" or a percentage from 0% to 100% such as \"15%\"";
@@ -96,7 +98,7 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
             .any(|p| p.severity == problem::Severity::Error)
     };
     for key in map.keys() {
-        if !["nodes", "schedule", "duration", "timeZone", "reasons"].contains(&key.as_str()) {
+        if !BUDGET_FIELDS.contains(&key.as_str()) {
             problems.error(
                 problem::join(path, key),
                 format!("unknown field; expected one of {FIELDS}"),

@@ -225,6 +225,11 @@ pub struct Decision {
     pub kind: DecisionKind,
     /// A sentence saying what and why.
     pub message: String,
+    /// For a pool-level `Wait`: the reason whose candidates wait for its budget (not
+    /// serialized). Lets [`managed::plan_managed`] drop the node-level Drifted waits, which a
+    /// managed node group never has: its drift is the node group update's.
+    #[serde(skip)]
+    pub waits_for: Option<RotationReason>,
 }
 
 impl Decision {
@@ -233,6 +238,7 @@ impl Decision {
             instance_id: None,
             kind,
             message,
+            waits_for: None,
         }
     }
 
@@ -241,6 +247,15 @@ impl Decision {
             instance_id: Some(id.to_string()),
             kind,
             message,
+            waits_for: None,
+        }
+    }
+
+    /// A pool-level `Wait`: candidates of `reason` wait for its budget.
+    pub(crate) fn budget_wait(reason: RotationReason, message: String) -> Decision {
+        Decision {
+            waits_for: Some(reason),
+            ..Decision::pool(DecisionKind::Wait, message)
         }
     }
 }
