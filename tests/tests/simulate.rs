@@ -92,7 +92,7 @@ fn the_committed_picture_is_what_its_readme_command_draws() {
     let committed = std::fs::read(nodecycle_tests::repo_path("docs/simulate.svg")).unwrap();
     assert!(
         drawn == committed,
-        "docs/simulate.svg is stale: regenerate it with `nodecycle {} --svg docs/simulate.svg` (see README)",
+        "docs/simulate.svg is stale: regenerate it with `nodecycle {} --svg docs/simulate.svg` (see docs/development.md)",
         PICTURE_ARGS.join(" ")
     );
     let readme =

@@ -2,6 +2,8 @@
 //! 2 bad input (invalid policy, bad arguments).
 
 mod budget;
+#[cfg(test)]
+mod doc_commands;
 mod doctor;
 mod drain;
 mod ops;
