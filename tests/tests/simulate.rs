@@ -143,12 +143,19 @@ fn a_forecast_from_policy_files_prints_the_contract_and_draws_it() {
                 "rotations",
                 "blocked",
                 "done",
-                "maxInFlight"
+                "maxInFlight",
+                "maxInFlightAt",
+                "maxInFlightWhy"
             ]
         );
         for r in p["rotations"].as_array().unwrap() {
             let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
-            assert_eq!(keys, ["instance", "reason", "start", "end"]);
+            assert_eq!(
+                keys,
+                ["instance", "reason", "start", "end", "forced", "wave"]
+            );
+            // Only the managed node group's replacements are update waves.
+            assert_eq!(r["wave"], p["pool"] == "prod/golden", "{r}");
         }
     }
     // test/general: 10 nodes, budget "2": 5 rounds of 15 minutes from the start.
