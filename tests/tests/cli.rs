@@ -403,20 +403,8 @@ fn drain_cordons_and_drains_through_the_binary() {
 #[tokio::test]
 async fn validate_live_previews_the_first_pass_and_writes_nothing() {
     use nodecycle::state::Store;
-    use nodecycle_tests::{ImageFixture, SyncNodes};
-    let cloud = FakeCloud::start();
-    cloud.create_cluster("prod", "1.30");
-    let kube = cloud.create_kube("prod");
-    let old = cloud.register_image(
-        ImageFixture::new("golden-1")
-            .owner("self")
-            .created("2024-01-01T00:00:00Z"),
-    );
-    let new = cloud.register_image(
-        ImageFixture::new("golden-2")
-            .owner("self")
-            .created("2024-06-01T00:00:00Z"),
-    );
+    use nodecycle_tests::SyncNodes;
+    let (cloud, kube, old, new) = pool::golden_cloud();
     let a = Adapters::new(&cloud).await;
     a.create_group("prod-general", &old, "m5.large", 3, 6, Some("prod"))
         .await;

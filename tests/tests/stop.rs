@@ -18,7 +18,7 @@ use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
 use nodecycle::handlers::rotator::{EksConnector, RotatorHandler};
 use nodecycle::rotation::Rotation;
 use nodecycle::state::Store;
-use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn, SyncNodes};
+use nodecycle_tests::{FakeCloud, KubeStandIn, SyncNodes};
 use serde_json::{Value, json};
 use support::*;
 
@@ -37,19 +37,7 @@ struct Deployment {
 /// Two drifted pools of 3 nodes in cluster prod (`prod/a`, `prod/b`: golden-1 running,
 /// golden-2 published and resolved by a watcher pass).
 async fn deployment() -> Deployment {
-    let cloud = FakeCloud::start();
-    cloud.create_cluster("prod", "1.30");
-    let kube = cloud.create_kube("prod");
-    let old = cloud.register_image(
-        ImageFixture::new("golden-1")
-            .owner("self")
-            .created("2024-01-01T00:00:00Z"),
-    );
-    cloud.register_image(
-        ImageFixture::new("golden-2")
-            .owner("self")
-            .created("2024-06-01T00:00:00Z"),
-    );
+    let (cloud, kube, old, _) = pool::golden_cloud();
     let a = Adapters::new(&cloud).await;
     for group in ["prod-a", "prod-b"] {
         a.create_group(group, &old, "m5.large", 3, 7, Some("prod"))
@@ -103,13 +91,7 @@ async fn deployment() -> Deployment {
 
 impl Deployment {
     async fn rotations(&self, pool: &str) -> Vec<Rotation> {
-        self.table
-            .query(&format!("POOL#{pool}"), "ROT#")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(_, v)| serde_json::from_value(v.value).unwrap())
-            .collect()
+        rotations_of(&self.table, pool).await
     }
 
     async fn pass(&self, now: DateTime<Utc>) -> Value {
