@@ -116,7 +116,7 @@ export class NodecycleStack extends cdk.Stack {
         allow("ReadEksReleaseVersions", ["ssm:GetParameters"], [publicParameters]),
         allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asgArn], clusterTag),
         allow("NewVersionsOfOptedInTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate"], [arnOf("ec2", "launch-template/*")], optedInTemplate),
-        state("RotationState", "POOL#*", "LEASE#*", "QUARANTINE"),
+        state("RotationState", "POOL#*", "LEASE#*", "QUARANTINE", "DEPLOYMENT"),
         eventsOut(),
       ],
       InterruptionHandler: [
@@ -130,7 +130,7 @@ export class NodecycleStack extends cdk.Stack {
         policyReads,
         describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions"),
         allow("UndoSurgeOfTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asgArn], clusterTag),
-        state("StateAndAudit", "POOL#*", "QUARANTINE", "AUDIT"),
+        state("StateAndAudit", "POOL#*", "QUARANTINE", "AUDIT", "DEPLOYMENT"),
         eventsOut(),
         allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],

@@ -202,7 +202,7 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
 /// target's `Input`): every pool (`{}`, `null`, or a `Scheduled Event`), the pools named in
 /// `pools` (`"<cluster>/<name>"`), the pools of the clusters named in `clusters`, or, with
 /// both, the named pools of those clusters. One schedule target per group of clusters is how
-/// passes fan out past what one invocation serves (README, *Scale*).
+/// passes fan out past what one invocation serves (docs/operations.md, *Scaling out*).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
     /// Only these pools (`<cluster>/<name>`).

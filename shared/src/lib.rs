@@ -25,6 +25,7 @@ pub mod promotion;
 pub mod rotation;
 pub mod simulate;
 pub mod state;
+pub mod stop;
 
 #[cfg(feature = "aws")]
 pub mod aws;

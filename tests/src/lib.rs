@@ -12,6 +12,7 @@
 // panic with a clear message is the right way to report it.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod docs;
 mod eks;
 mod fakecloud;
 mod faults;

@@ -684,22 +684,23 @@ fn each_role_reaches_only_the_partitions_its_code_uses() {
         (
             "AmiWatcherFunction",
             &[pool, "QUARANTINE"],
-            &["LEASE#prod", "EVENT#e-1", "AUDIT"],
+            &["LEASE#prod", "EVENT#e-1", "AUDIT", "DEPLOYMENT"],
         ),
         (
             "RotatorFunction",
-            &[pool, "LEASE#prod", "QUARANTINE"],
+            // DEPLOYMENT: the stop switch (read each pass).
+            &[pool, "LEASE#prod", "QUARANTINE", "DEPLOYMENT"],
             &["EVENT#e-1"],
         ),
         (
             "InterruptionHandlerFunction",
             &[pool, "EVENT#e-1"],
-            &["LEASE#prod", "QUARANTINE"],
+            &["LEASE#prod", "QUARANTINE", "DEPLOYMENT", "AUDIT"],
         ),
         (
             "OpsFunction",
             // AUDIT: requests refused at parsing or naming no known pool.
-            &[pool, "QUARANTINE", "AUDIT"],
+            &[pool, "QUARANTINE", "AUDIT", "DEPLOYMENT"],
             &["LEASE#prod", "EVENT#e-1"],
         ),
     ];

@@ -1,5 +1,5 @@
 //! Resolution of a pool's `amiSelectorTerms` against AWS through narrow ports
-//! (Karpenter's AMI selection; README "AMI resolution"). One [`Resolver`] serves one pass: it memoises every SSM
+//! (Karpenter's AMI selection; docs/concepts.md, "The desired AMI and how it is resolved"). One [`Resolver`] serves one pass: it memoises every SSM
 //! parameter, image query and cluster version, so a pass costs one call per distinct
 //! alias/term/cluster, not one per pool.
 //!

@@ -329,7 +329,7 @@ pub fn hooks(
             format!(
                 "rename it: aws autoscaling delete-lifecycle-hook --auto-scaling-group-name \
                  {group} --lifecycle-hook-name {}, then put-lifecycle-hook \
-                 --lifecycle-hook-name {configured} (README: Lifecycle hook); or, if nodecycle \
+                 --lifecycle-hook-name {configured} (docs/concepts.md, Lifecycle hook); or, if nodecycle \
                  should answer {}, deploy the stack with that hook name",
                 foreign[0], foreign[0]
             ),

@@ -188,7 +188,7 @@ impl Check {
     pub fn unreadable(check: CheckKind, subject: impl Into<String>, error: &PortError) -> Self {
         let fix = match error.kind {
             ErrorKind::AccessDenied => format!(
-                "grant the operator {} (see README: nodecycle doctor), or run with credentials \
+                "grant the operator {} (see docs/reference.md, nodecycle doctor), or run with credentials \
                  that have it",
                 error.operation
             ),

@@ -260,6 +260,39 @@ const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
 /// Path passed to [`crate::budget::parse_budgets`].
 const BUDGETS_PATH: &str = "disruption.budgets";
 
+/// Every field path a policy document may hold, each parent before its fields: `nodeGroup`,
+/// `nodeGroup.autoScalingGroup`, ..., the fields of list items with `[]`
+/// (`amiSelectorTerms[].alias`, `disruption.budgets[].nodes`). Built from the lists the parser
+/// names in its "unknown field; expected one of" errors, so a field it accepts is listed here
+/// (docs/policy-reference.md is checked against this list by `tests/tests/docs.rs`). The keys
+/// of `amiSelectorTerms[].tags` are the user's tag keys, not fields.
+pub fn field_paths() -> Vec<String> {
+    let mut out = Vec::new();
+    for top in FIELDS {
+        out.push(top.to_string());
+        let (prefix, children): (String, &[&str]) = match top {
+            "nodeGroup" => (format!("{top}."), &NODE_GROUP_FIELDS),
+            "amiSelectorTerms" => (format!("{top}[]."), &terms::TERM_FIELDS),
+            "disruption" => (format!("{top}."), &DISRUPTION_FIELDS),
+            "interruption" => (format!("{top}."), &INTERRUPTION_FIELDS),
+            "promotion" => (format!("{top}."), &PROMOTION_FIELDS),
+            _ => (String::new(), &[]),
+        };
+        for child in children {
+            let path = format!("{prefix}{child}");
+            out.push(path.clone());
+            if path == BUDGETS_PATH {
+                out.extend(
+                    crate::budget::BUDGET_FIELDS
+                        .iter()
+                        .map(|f| format!("{BUDGETS_PATH}[].{f}")),
+                );
+            }
+        }
+    }
+    out
+}
+
 /// Parses a YAML or JSON policy document (JSON is YAML) and validates it completely.
 ///
 /// A document that is not YAML, holds several YAML documents, or repeats a key in one

@@ -1161,3 +1161,77 @@ fn expansion_is_refused_at_its_path() {
     assert!(e[0].starts_with("y[3"), "{e:?}");
     assert!(e[0].contains("more than 10000 values"), "{e:?}");
 }
+
+/// A document holding `path` (a [`field_paths`] entry) with value `leaf`, list items as
+/// one-element lists, beside the fields every document needs.
+fn document_with(path: &str, leaf: serde_json::Value) -> serde_json::Value {
+    fn set(at: &mut serde_json::Value, parts: &[&str], leaf: serde_json::Value) {
+        let Some((first, rest)) = parts.split_first() else {
+            *at = leaf;
+            return;
+        };
+        let (key, item) = match first.strip_suffix("[]") {
+            Some(k) => (k, true),
+            None => (*first, false),
+        };
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        let slot = map.entry(key.to_string()).or_insert(serde_json::json!({}));
+        if item {
+            if !slot.is_array() {
+                *slot = serde_json::json!([{}]);
+            }
+            if let Some(first_item) = slot.get_mut(0) {
+                set(first_item, rest, leaf);
+            }
+        } else {
+            set(slot, rest, leaf);
+        }
+    }
+    let mut doc = serde_json::json!({
+        "cluster": "prod",
+        "name": "general",
+        "nodeGroup": {"autoScalingGroup": "prod-general"},
+        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+    });
+    let parts: Vec<&str> = path.split('.').collect();
+    set(&mut doc, &parts, leaf);
+    doc
+}
+
+/// Whether parsing `doc` reports the field at `path` (`[]` read as `[0]`) as unknown.
+fn reported_unknown(doc: &serde_json::Value, path: &str) -> bool {
+    let shown = path.replace("[]", "[0]");
+    parse(&doc.to_string())
+        .problems
+        .0
+        .iter()
+        .any(|p| p.path == shown && p.message.starts_with("unknown field"))
+}
+
+/// `field_paths` is what the parser accepts: every path listed is taken as a field (its
+/// value may be wrong, it is never "unknown"), and a made-up field beside it is refused, so
+/// the check can fail. docs/policy-reference.md is compared with this list.
+#[test]
+fn field_paths_are_the_fields_the_parser_accepts() {
+    let paths = field_paths();
+    assert!(paths.len() > 30, "{paths:?}");
+    for path in &paths {
+        let doc = document_with(path, serde_json::Value::Null);
+        assert!(
+            !reported_unknown(&doc, path),
+            "{path} is listed but refused"
+        );
+        let sibling = match path.rsplit_once('.') {
+            Some((parent, _)) => format!("{parent}.madeUpField"),
+            None => "madeUpField".to_string(),
+        };
+        let doc = document_with(&sibling, serde_json::Value::Null);
+        assert!(
+            reported_unknown(&doc, &sibling),
+            "{sibling} beside {path} is not refused: {:?}",
+            parse(&doc.to_string()).problems
+        );
+    }
+}

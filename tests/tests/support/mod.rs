@@ -361,6 +361,21 @@ impl Adapters {
     }
 }
 
+/// Every rotation record of `pool` in `table`.
+pub async fn rotations_of(
+    table: &nodecycle::aws::dynamodb::Table,
+    pool: &str,
+) -> Vec<nodecycle::rotation::Rotation> {
+    use nodecycle::state::Store;
+    table
+        .query(&format!("POOL#{pool}"), "ROT#")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| serde_json::from_value(v.value).unwrap())
+        .collect()
+}
+
 pub fn now() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now()
 }

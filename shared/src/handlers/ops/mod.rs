@@ -3,13 +3,15 @@
 //! response (see [`request`] for the shapes). Mutating requests need a `reason`, are written
 //! to an audit record (`AUDIT#<time>#<request id>` under the pool's partition; for the
 //! deployment-wide `quarantine`/`unquarantine`, under the `QUARANTINE` partition next to the
-//! quarantine records) and are idempotent when repeated.
+//! quarantine records; for `stop`/`start`, under the `DEPLOYMENT` partition next to the stop
+//! switch) and are idempotent when repeated.
 
 pub mod promotion;
 mod quarantine;
 pub mod request;
 mod rotations;
 mod status;
+mod stop;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -197,6 +199,16 @@ impl OpsHandler {
             log_outcome(inv, None, Some(&target.to_string()), req.action(), &result);
             return result;
         }
+        if let Request::Stop { reason } | Request::Start { reason } = &req {
+            let stopped = matches!(req, Request::Stop { .. });
+            let audit = self
+                .audit_start(crate::stop::DEPLOYMENT_PK, payload, inv, now)
+                .await?;
+            let result = self.stop_switch(&policies, stopped, reason, inv, now).await;
+            self.audit_finish(&audit, payload, inv, &result, now).await;
+            log_outcome(inv, None, Some("deployment"), req.action(), &result);
+            return result;
+        }
         let pool = req.pool().unwrap_or_default().to_string();
         let policy = match find(&policies, &pool) {
             Ok(p) => p,
@@ -276,7 +288,9 @@ impl OpsHandler {
             Request::Status { .. }
             | Request::Promotion { .. }
             | Request::Quarantine { .. }
-            | Request::Unquarantine { .. } => Err(internal("handled above")),
+            | Request::Unquarantine { .. }
+            | Request::Stop { .. }
+            | Request::Start { .. } => Err(internal("handled above")),
         };
         self.audit_finish(&audit, payload, inv, &result, now).await;
         log_outcome(inv, Some(&pool), None, req.action(), &result);

@@ -26,6 +26,8 @@ pub const ACTIONS: &[&str] = &[
     "quarantine",
     "unquarantine",
     "promotion",
+    "stop",
+    "start",
 ];
 
 /// Default `maxConcurrent` of an `ignoreBudgets` rotation.
@@ -122,6 +124,16 @@ pub enum Request {
         /// Alias release version (`v20241109`, `1.26.0`) or image id.
         release: Release,
     },
+    /// Turn the deployment's stop switch on: every pool holds (see [`crate::stop`]).
+    Stop {
+        /// Why.
+        reason: String,
+    },
+    /// Turn the stop switch off: pools not paused of their own go on.
+    Start {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Request {
@@ -138,14 +150,18 @@ impl Request {
             Request::Quarantine { .. } => "quarantine",
             Request::Unquarantine { .. } => "unquarantine",
             Request::Promotion { .. } => "promotion",
+            Request::Stop { .. } => "stop",
+            Request::Start { .. } => "start",
         }
     }
 
     /// The pool a per-pool mutating request is about (`None` for `status`, `promotion` and the
-    /// deployment-wide `quarantine`/`unquarantine`).
+    /// deployment-wide `quarantine`/`unquarantine`/`stop`/`start`).
     pub fn pool(&self) -> Option<&str> {
         match self {
             Request::Status { .. }
+            | Request::Stop { .. }
+            | Request::Start { .. }
             | Request::Quarantine { .. }
             | Request::Unquarantine { .. }
             | Request::Promotion { .. } => None,
@@ -175,6 +191,7 @@ fn fields_of(action: &str) -> &'static [&'static str] {
         "cancel" => &["action", "pool", "instance", "reason"],
         "quarantine" | "unquarantine" => &["action", "ami", "release", "reason"],
         "promotion" => &["action", "release"],
+        "stop" | "start" => &["action", "reason"],
         _ => &["action", "pool", "reason"],
     }
 }
@@ -592,6 +609,8 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
         "promotion" => f
             .release(true)
             .map(|release| Request::Promotion { release }),
+        "stop" => f.reason().map(|reason| Request::Stop { reason }),
+        "start" => f.reason().map(|reason| Request::Start { reason }),
         other => {
             let pool = f.pool(true);
             let reason = f.reason();
@@ -756,25 +775,25 @@ mod tests {
             (
                 json!([]),
                 vec![
-                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
                 ],
             ),
             (
                 json!({}),
                 vec![
-                    "action: required (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                    "action: required (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
                 ],
             ),
             (
                 json!({"action": 3}),
                 vec![
-                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
                 ],
             ),
             (
                 json!({"action": "reboot", "pool": "prod/general"}),
                 vec![
-                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
                 ],
             ),
             (

@@ -396,7 +396,7 @@ impl RotatorHandler {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
                 )),
-                Ok(kube) => match ClusterView::read(kube.as_ref()).await {
+                Ok(kube) => match ClusterView::read(kube.as_ref(), self.store.as_ref()).await {
                     Ok(view) => Ok((kube, Arc::new(view))),
                     Err(e) => Err(format!(
                         "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"
@@ -547,7 +547,9 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<observe::Observed, String> {
-        let view = ClusterView::read(kube).await.map_err(|e| e.to_string())?;
+        let view = ClusterView::read(kube, self.store.as_ref())
+            .await
+            .map_err(|e| e.to_string())?;
         self.observe(policy, kube, &view, now)
             .await
             .map_err(|e| e.to_string())
