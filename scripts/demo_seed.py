@@ -79,6 +79,13 @@ def table_from_template():
     ddb.update_time_to_live(TableName=os.environ["NODECYCLE_TABLE"], TimeToLiveSpecification=props["TimeToLiveSpecification"])
 
 
+def opted_in(cluster):
+    """The tags of a launch template nodecycle may version (docs/iam-and-rbac.md): the cluster tag
+    the stack's IAM conditions require and the owner's opt-in nodecycle.dev/managed=true."""
+    return [{"ResourceType": "launch-template", "Tags": [{"Key": "eks:cluster-name", "Value": cluster},
+                                                         {"Key": "nodecycle.dev/managed", "Value": "true"}]}]
+
+
 def group(name, cluster, image, size):
     """A self-managed node group: launch template on `image`, Auto Scaling group of `size`, and the
     Kubernetes stand-in registering a Ready node for each of its instances."""
@@ -86,7 +93,7 @@ def group(name, cluster, image, size):
     ec2.create_launch_template(
         LaunchTemplateName=name,
         LaunchTemplateData={"ImageId": image, "InstanceType": "m7i.large"},
-        TagSpecifications=[{"ResourceType": "launch-template", "Tags": [{"Key": "eks:cluster-name", "Value": cluster}]}],
+        TagSpecifications=opted_in(cluster),
     )
     boto3.client("autoscaling").create_auto_scaling_group(
         AutoScalingGroupName=name,
@@ -111,7 +118,7 @@ def managed_group(name, cluster, template, image, size):
     boto3.client("ec2").create_launch_template(
         LaunchTemplateName=template,
         LaunchTemplateData={"ImageId": image, "InstanceType": "m5.large"},
-        TagSpecifications=[{"ResourceType": "launch-template", "Tags": [{"Key": "eks:cluster-name", "Value": cluster}]}],
+        TagSpecifications=opted_in(cluster),
     )
     control("sync_nodes", cluster=cluster, ready=True)
     created = control(

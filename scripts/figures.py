@@ -1,4 +1,4 @@
-"""The README's figures: per function binary, init time (process start to its first
+"""The figures of docs/development.md: per function binary, init time (process start to its first
 `GET /runtime/invocation/next`), time to handle a typical event cold (first invocation of the
 process) and warm (the following ones), and peak RSS (VmHWM); artefact sizes; what weighs what.
 
@@ -7,7 +7,7 @@ interface: long-poll `next` with the request id, deadline and function ARN heade
 `/error`, `/init/error`), with the environment template.yaml gives each function, against the
 fake cloud (tests/fakecloud/server.py: moto and the Kubernetes API stand-ins) seeded as
 `scripts/demo.sh` seeds it (scripts/demo_seed.py: two clusters, four pools, 19 nodes).
-`scripts/figures.sh` builds the binaries and runs this; see README, Figures.
+`scripts/figures.sh` builds the binaries and runs this; see docs/development.md, Figures.
 
 Usage: figures.py measure --bin-dir DIR [--runs N] [--warm N]   (DIR/<binary>/bootstrap)
        figures.py sizes --zip-dir DIR                             (DIR/<binary>/bootstrap.zip)
@@ -39,7 +39,7 @@ TABLE = "nodecycle-figures"
 FUNCTIONS = ["AmiWatcherFunction", "RotatorFunction", "InterruptionHandlerFunction", "OpsFunction"]
 BINARIES = ["ami-watcher", "rotator", "interruption-handler", "ops"]
 # Zipped arm64 sizes before the size work (opt-level 3, thin LTO, stripped; `sam build`), bytes
-# rounded as README recorded them: MB.
+# rounded as docs/development.md records them: MB.
 BEFORE_ZIP_MB = {"ami-watcher": 5.3, "rotator": 7.4, "interruption-handler": 6.6, "ops": 7.4}
 
 

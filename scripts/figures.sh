@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's figures (section Figures): per function, init time, cold and warm handle time and
+# The figures of docs/development.md (section Figures): per function, init time, cold and warm handle time and
 # peak RSS of the release binaries under a Lambda Runtime API emulator against the fake cloud
 # (x86_64 binaries: this machine's architecture, a proxy for arm64), the memory headroom over
 # template.yaml's MemorySize, and the zipped arm64 artefact sizes.
@@ -39,13 +39,13 @@ functions=(ami-watcher rotator interruption-handler ops)
 
 if $build; then
   # cargo-lambda and the zig it links with (Python package ziglang, found through `python3`) from
-  # the deploy venv README's Deploy section makes, when not on PATH already.
+  # the deploy venv docs/getting-started.md makes, when not on PATH already.
   deploy="$HOME/.cache/nodecycle/deploy/bin"
   if ! command -v cargo-lambda >/dev/null && [ -x "$deploy/cargo-lambda" ]; then
     export PATH="$deploy:$PATH"
   fi
   command -v cargo-lambda >/dev/null || {
-    echo "cargo-lambda not found: pip install cargo-lambda==1.9.2 (README, Deploy, Prerequisites)" >&2
+    echo "cargo-lambda not found: pip install cargo-lambda==1.9.2 (docs/getting-started.md, Prerequisites)" >&2
     exit 1
   }
   for f in "${functions[@]}"; do

@@ -5,7 +5,9 @@
 #     scripts/cfn/cfn.py: cfn-lint on the source does not look inside Fn::ForEach bodies the way
 #     CloudFormation expands them, nor at what SAM generates);
 #   * `sam validate --lint`;
-#   * checkov on the translated template, every accepted finding in scripts/cfn/checkov-baseline.yaml.
+#   * checkov on the translated template, every accepted finding in scripts/cfn/checkov-baseline.yaml;
+#   * parliament (an IAM policy linter) on every role policy of the translated template, for each
+#     parameter set, every accepted finding in scripts/cfn/parliament-baseline.yaml.
 # Installs its tools into venvs of their own next to NODECYCLE_VENV (moto's venv is untouched):
 # $NODECYCLE_LINT_VENV (default "$NODECYCLE_VENV-lint"), "$NODECYCLE_LINT_VENV-cfn-lint-1.51",
 # "$NODECYCLE_LINT_VENV-checkov". Translated templates are left in $NODECYCLE_CFN_OUT
@@ -59,3 +61,6 @@ done
 
 echo "==> checkov (baseline scripts/cfn/checkov-baseline.yaml)" >&2
 "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/scan.py "$NODECYCLE_LINT_VENV-checkov/bin/checkov" "${translated[@]}"
+
+echo "==> parliament on the role policies (baseline scripts/cfn/parliament-baseline.yaml)" >&2
+"$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/iam_lint.py template.yaml

@@ -9,6 +9,8 @@ export interface Config {
   amiParameterPaths: string[];
   parameterKmsKeyArn?: string;
   nodeRoleArns: string[];
+  /** AutoScalingGroupUpdates=Enabled: the rotator may point pinned groups at new versions. */
+  autoScalingGroupUpdates: boolean;
   createAccessEntries: boolean;
   watchSchedule: string;
   replacementTimeout: string;
@@ -71,6 +73,7 @@ export function readConfig(get: (name: string) => unknown): Config {
     amiParameterPaths: list("AmiParameterPaths", /^\/[A-Za-z0-9_.\-/]+$/),
     parameterKmsKeyArn: optional(str("ParameterKmsKeyArn", "", /^(|arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key\/[A-Za-z0-9-]+)$/)),
     nodeRoleArns: list("NodeRoleArns", /^arn:aws[a-z-]*:iam::[0-9]{12}:role\/[A-Za-z0-9+=,.@_/-]+$/),
+    autoScalingGroupUpdates: str("AutoScalingGroupUpdates", "Disabled", undefined, ["Disabled", "Enabled"]) === "Enabled",
     createAccessEntries: str("CreateAccessEntries", "true", undefined, ["true", "false"]) === "true",
     watchSchedule: str("WatchSchedule", "rate(15 minutes)"),
     replacementTimeout: str("ReplacementTimeout", "15m"),
@@ -79,7 +82,7 @@ export function readConfig(get: (name: string) => unknown): Config {
     interruptionLifecycleGroup: optional(str("InterruptionLifecycleGroup", "")),
     interruptionHeartbeatTimeout: int("InterruptionHeartbeatTimeout", 300, 30, 7200),
     opsInvokerArn: optional(str("OpsInvokerArn", "", /^(|arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)\/.+|[0-9]{12})$/)),
-    logLevel: str("LogLevel", "INFO", undefined, ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"]),
+    logLevel: str("LogLevel", "INFO", undefined, ["DEBUG", "INFO", "WARN", "ERROR", "FATAL"]),
     systemLogLevel: str("SystemLogLevel", "WARN", undefined, ["DEBUG", "INFO", "WARN"]),
     logRetentionDays: retention,
     reservedConcurrency: reserved === 0 ? undefined : reserved,

@@ -27,6 +27,16 @@ const FUNCTIONS = {
 } as const;
 type FunctionKey = keyof typeof FUNCTIONS;
 
+/** The Kubernetes group of each function that talks to Kubernetes (deploy/rbac.yaml binds them). */
+const KUBERNETES_GROUPS: Record<Exclude<FunctionKey, "AmiWatcher">, string> = {
+  Rotator: "nodecycle-rotator",
+  InterruptionHandler: "nodecycle-interruption",
+  Ops: "nodecycle-ops",
+};
+
+/** The tag a launch template's owner sets to let nodecycle write its versions. */
+const MANAGED_TAG = "nodecycle.dev/managed";
+
 /** Sets the CloudFormation logical id of a construct's resource (or of the resource itself). */
 function logicalId(c: IConstruct, id: string): void {
   const res = c instanceof cdk.CfnResource ? c : (c.node.defaultChild as cdk.CfnResource);
@@ -46,6 +56,17 @@ export class NodecycleStack extends cdk.Stack {
     super(scope, id, props);
     const c = config;
     const clusterTag = { StringEquals: { "aws:ResourceTag/eks:cluster-name": c.clusters } };
+    // Launch templates: the cluster tag, the owner's opt-in, and never one EKS created for a
+    // managed node group (EKS tags those eks:nodegroup-name).
+    const optedInTemplate = {
+      StringEquals: { "aws:ResourceTag/eks:cluster-name": c.clusters, [`aws:ResourceTag/${MANAGED_TAG}`]: "true" },
+      Null: { "aws:ResourceTag/eks:nodegroup-name": "true" },
+    };
+    // The partition keys a role may read and write (docs/iam-and-rbac.md, Table keys).
+    const leadingKeys = (...prefixes: string[]) => ({
+      "ForAllValues:StringLike": { "dynamodb:LeadingKeys": prefixes },
+      Null: { "dynamodb:LeadingKeys": "false" },
+    });
     // Events out: the default bus only, with source nodecycle only.
     const eventsOut = (): iam.PolicyStatement => allow("EventsOutToDefaultBus", ["events:PutEvents"], [arnOf("events", "event-bus/default")], { StringEquals: { "events:source": "nodecycle" } });
     const describe = (...actions: string[]) => allow("Describe", actions, ["*"]);
@@ -76,56 +97,40 @@ export class NodecycleStack extends cdk.Stack {
       arnOf("ssm", "parameter" + c.policyPrefix + "*"),
     ]);
     const publicParameters = sub("arn:${AWS::Partition}:ssm:${AWS::Region}::parameter/aws/service/*");
-    const clustersAndNodeGroups = [arnOf("eks", "cluster/*"), arnOf("eks", "nodegroup/*")];
-    const state = (sid: string) => allow(sid, ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"], [table.tableArn]);
+    const state = (sid: string, ...prefixes: string[]) =>
+      allow(sid, ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"], [table.tableArn], leadingKeys(...prefixes));
     const asgArn = arnOf("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*");
 
     const statements: Record<FunctionKey, iam.PolicyStatement[]> = {
       AmiWatcher: [
         policyReads,
         allow("ReadPublicAmiParameters", ["ssm:GetParameter", "ssm:GetParameters"], [publicParameters]),
-        allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
-        allow("DescribeClusters", ["eks:DescribeCluster", "eks:DescribeNodegroup"], clustersAndNodeGroups),
-        state("PoolState"),
+        allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], ["*"]),
+        state("PoolState", "POOL#*", "QUARANTINE"),
         eventsOut(),
         allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],
       Rotator: [
         policyReads,
-        describe("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"),
+        describe("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations", "autoscaling:DescribeScalingActivities", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes"),
         allow("ReadEksReleaseVersions", ["ssm:GetParameters"], [publicParameters]),
-        allow("DescribeClustersAndNodeGroups", ["eks:DescribeCluster", "eks:DescribeNodegroup", "eks:DescribeUpdate"], clustersAndNodeGroups),
-        allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:UpdateAutoScalingGroup", "autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses"], [asgArn], clusterTag),
-        allow("NewVersionsOfTaggedTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate", "ec2:RunInstances"], [arnOf("ec2", "launch-template/*")], clusterTag),
-        allow(
-          "LaunchCheckThroughLaunchTemplatesOnly",
-          ["ec2:RunInstances"],
-          [
-            ...["instance", "volume", "network-interface", "subnet", "security-group", "key-pair"].map((k) => arnOf("ec2", `${k}/*`)),
-            sub("arn:${AWS::Partition}:ec2:${AWS::Region}::image/*"),
-          ],
-          { ArnLike: { "ec2:LaunchTemplate": arnOf("ec2", "launch-template/*") } },
-        ),
-        allow("TagOnLaunchOnly", ["ec2:CreateTags"], ["instance", "volume", "network-interface"].map((k) => arnOf("ec2", `${k}/*`)), {
-          StringEquals: { "ec2:CreateAction": "RunInstances" },
-        }),
-        state("RotationState"),
+        allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses"], [asgArn], clusterTag),
+        allow("NewVersionsOfOptedInTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate"], [arnOf("ec2", "launch-template/*")], optedInTemplate),
+        state("RotationState", "POOL#*", "LEASE#*", "QUARANTINE", "DEPLOYMENT"),
         eventsOut(),
       ],
       InterruptionHandler: [
         policyReads,
         allow("DescribeInstances", ["ec2:DescribeInstances"], ["*"]),
-        allow("DescribeClusters", ["eks:DescribeCluster"], [arnOf("eks", "cluster/*")]),
-        state("State"),
+        state("State", "POOL#*", "EVENT#*"),
         eventsOut(),
         allow("AnswerLifecycleActionsOfClusterGroups", ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"], [asgArn], clusterTag),
       ],
       Ops: [
         policyReads,
         describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions"),
-        allow("DescribeClustersAndNodeGroups", ["eks:DescribeCluster", "eks:DescribeNodegroup", "eks:DescribeUpdate"], clustersAndNodeGroups),
         allow("UndoSurgeOfTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asgArn], clusterTag),
-        state("StateAndAudit"),
+        state("StateAndAudit", "POOL#*", "QUARANTINE", "AUDIT", "DEPLOYMENT"),
         eventsOut(),
         allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],
@@ -161,11 +166,11 @@ export class NodecycleStack extends cdk.Stack {
     }
 
     // Per-cluster and per-parameter-path permissions, and the optional ones.
-    const rolePolicy = (id: string, role: iam.Role, name: string, statement: iam.PolicyStatement) => {
+    const rolePolicy = (id: string, role: iam.Role, name: string, ...statements: iam.PolicyStatement[]) => {
       const p = new iam.CfnRolePolicy(this, id, {
         roleName: role.roleName,
         policyName: name,
-        policyDocument: new iam.PolicyDocument({ statements: [statement] }),
+        policyDocument: new iam.PolicyDocument({ statements }),
       });
       logicalId(p, id);
     };
@@ -177,13 +182,31 @@ export class NodecycleStack extends cdk.Stack {
         `nodegroups-${alnum(cluster)}`,
         allow("UpdateNodeGroupsOfNamedCluster", ["eks:UpdateNodegroupVersion", "eks:UpdateNodegroupConfig"], [arnOf("eks", `nodegroup/${cluster}/*/*`)]),
       );
+      // eks:Describe* on this cluster and its node groups only, exactly the actions each uses.
+      const clusterArn = arnOf("eks", `cluster/${cluster}`);
+      const nodeGroupsArn = arnOf("eks", `nodegroup/${cluster}/*/*`);
+      const describes: Record<FunctionKey, iam.PolicyStatement[]> = {
+        AmiWatcher: [allow("DescribeCluster", ["eks:DescribeCluster"], [clusterArn]), allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn])],
+        Rotator: [
+          allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], [clusterArn]),
+          allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn]),
+        ],
+        InterruptionHandler: [allow("DescribeCluster", ["eks:DescribeCluster"], [clusterArn])],
+        Ops: [
+          allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], [clusterArn]),
+          allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn]),
+        ],
+      };
+      for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
+        rolePolicy(`${key}DescribesCluster${alnum(cluster)}`, roles[key], `describe-cluster-${alnum(cluster)}`, ...describes[key]);
+      }
       if (c.createAccessEntries) {
-        for (const key of ["Rotator", "InterruptionHandler", "Ops"] as FunctionKey[]) {
+        for (const key of ["Rotator", "InterruptionHandler", "Ops"] as const) {
           const entry = new CfnAccessEntry(this, `${key}AccessEntry${alnum(cluster)}`, {
             clusterName: cluster,
             principalArn: roles[key].roleArn,
             type: "STANDARD",
-            kubernetesGroups: ["nodecycle"],
+            kubernetesGroups: [KUBERNETES_GROUPS[key]],
           });
           logicalId(entry, `${key}AccessEntry${alnum(cluster)}`);
         }
@@ -197,7 +220,30 @@ export class NodecycleStack extends cdk.Stack {
         allow("ReadNamedAmiParameters", ["ssm:GetParameter", "ssm:GetParameters"], [arnOf("ssm", `parameter${p}*`)]),
       );
     }
-    if (c.nodeRoleArns.length > 0) {
+    if (c.autoScalingGroupUpdates) {
+      // Pointing a group on a pinned launch template version at a new version: Auto Scaling
+      // checks the caller's ec2:RunInstances on every resource of the launch on that call.
+      rolePolicy(
+        "RotatorAutoScalingGroupUpdates",
+        roles.Rotator,
+        "autoscaling-group-updates",
+        allow("PointTaggedGroupsAtNewVersions", ["autoscaling:UpdateAutoScalingGroup"], [asgArn], clusterTag),
+        allow("LaunchCheckOnOptedInTemplatesOnly", ["ec2:RunInstances"], [arnOf("ec2", "launch-template/*")], optedInTemplate),
+        allow(
+          "LaunchCheckThroughLaunchTemplatesOnly",
+          ["ec2:RunInstances"],
+          [
+            ...["instance", "volume", "network-interface", "subnet", "security-group", "key-pair"].map((k) => arnOf("ec2", `${k}/*`)),
+            sub("arn:${AWS::Partition}:ec2:${AWS::Region}::image/*"),
+          ],
+          { ArnLike: { "ec2:LaunchTemplate": arnOf("ec2", "launch-template/*") } },
+        ),
+        allow("TagOnLaunchOnly", ["ec2:CreateTags"], ["instance", "volume", "network-interface"].map((k) => arnOf("ec2", `${k}/*`)), {
+          StringEquals: { "ec2:CreateAction": "RunInstances" },
+        }),
+      );
+    }
+    if (c.nodeRoleArns.length > 0 && c.autoScalingGroupUpdates) {
       rolePolicy(
         "RotatorPassNodeRoles",
         roles.Rotator,
@@ -231,6 +277,13 @@ export class NodecycleStack extends cdk.Stack {
       if (key === "Rotator" || key === "Ops") {
         environment.NODECYCLE_REPLACEMENT_TIMEOUT = c.replacementTimeout;
         environment.NODECYCLE_NODEGROUP_WAVE = c.nodeGroupWave;
+      }
+      if (key === "Rotator") {
+        environment.NODECYCLE_AUTOSCALING_GROUP_UPDATES = c.autoScalingGroupUpdates ? "Enabled" : "Disabled";
+      }
+      if (key === "InterruptionHandler") {
+        // Only this hook's lifecycle actions are answered (checked in code, not only by the rule).
+        environment.NODECYCLE_LIFECYCLE_HOOK = c.lifecycleHookName;
       }
       const fn = new lambda.Function(this, `${key}Function`, {
         description: f.description,

@@ -50,6 +50,7 @@ PARAMETER_SETS: dict[str, dict[str, str]] = {
         "ParameterKmsKeyArn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab",
         "NodeRoleArns": f"arn:aws:iam::{ACCOUNT}:role/prod-nodes,arn:aws:iam::{ACCOUNT}:role/test-nodes",
         "CreateAccessEntries": "true",
+        "AutoScalingGroupUpdates": "Enabled",
         "WatchSchedule": "rate(5 minutes)",
         "ReplacementTimeout": "20m",
         "NodeGroupWave": "15m",

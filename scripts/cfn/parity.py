@@ -15,7 +15,8 @@ the same values (scripts/cfn/cfn.py) and compares, by logical id:
   * table keys, TTL, billing, encryption, protection; queue settings and queue policy; log groups;
   * alarms; outputs; and that neither has a resource type the other lacks.
 Exit 1 on any difference (each printed), 0 when equal. Before comparing, it checks that the
-comparison notices a removed permission (so a broken normalisation cannot pass silently).
+comparison notices a removed permission and a dropped condition (so a broken normalisation cannot
+pass silently).
 """
 
 from __future__ import annotations
@@ -232,6 +233,15 @@ def main() -> int:
         mutated["roles"]["RotatorFunctionRole"]["grants"].pop()
         if not diff(sam, mutated):
             print("parity: the comparison does not notice a missing permission", file=sys.stderr)
+            return 1
+
+        # ... and a grant whose condition differs (a dropped tag or partition key condition).
+        mutated = copy.deepcopy(cdk)
+        grants = mutated["roles"]["RotatorFunctionRole"]["grants"]
+        i = next(i for i, g in enumerate(grants) if "dynamodb:LeadingKeys" in g[4])
+        grants[i] = grants[i][:4] + (canon(None),)
+        if not diff(sam, mutated):
+            print("parity: the comparison does not notice a missing condition", file=sys.stderr)
             return 1
 
         differences = diff(sam, cdk)

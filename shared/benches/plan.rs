@@ -116,6 +116,7 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
             desired_ami: Some(NEW.to_string()),
             paused: None,
             halted: None,
+            stopped: None,
         },
         group: Group {
             name: format!("bench-{index:03}"),

@@ -121,7 +121,7 @@ pub enum HaltCause {
 
 /// An event's `detail`. Common to every kind: `eventId`, `at`, and `pool`, `cluster` (absent
 /// only for a quarantine no pool caused); the other fields are set where they apply (see
-/// README, *Events out*) and omitted otherwise.
+/// docs/reference.md, *Events out*) and omitted otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Detail {

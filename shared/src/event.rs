@@ -6,6 +6,8 @@
 use serde_json::Value;
 
 pub mod interruption;
+pub mod served;
+pub mod verify;
 
 /// An EventBridge envelope with an untyped `detail`.
 pub type Envelope = aws_lambda_events::eventbridge::EventBridgeEvent<Value>;
@@ -51,7 +53,8 @@ pub fn parse_input(payload: &Value) -> Result<Input, InvalidEvent> {
             other => Err(InvalidEvent::new(
                 "(payload)",
                 format!(
-                    "expected a JSON object (an EventBridge event or a custom input), got {other}"
+                    "expected a JSON object (an EventBridge event or a custom input), got {}",
+                    crate::problem::shorten(&other.to_string())
                 ),
             )),
         };
@@ -97,6 +100,10 @@ pub enum WatcherTrigger {
     },
 }
 
+/// Longest parameter name a Parameter Store Change may carry (SSM's own limit is 1011
+/// characters with the path; a longer one is no parameter's).
+pub const MAX_PARAMETER_NAME: usize = 2048;
+
 /// Classifies an ami-watcher payload.
 pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> {
     match parse_input(payload)? {
@@ -113,19 +120,33 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
                             "missing or not a string; expected the parameter name",
                         )
                     })?;
-                let operation = e
-                    .detail
-                    .get("operation")
-                    .and_then(Value::as_str)
-                    .unwrap_or("Update")
-                    .to_string();
+                if name.chars().count() > MAX_PARAMETER_NAME {
+                    return Err(InvalidEvent::new(
+                        "detail.name",
+                        format!(
+                            "{} characters long; expected a parameter name of at most {MAX_PARAMETER_NAME}",
+                            name.chars().count()
+                        ),
+                    ));
+                }
+                let operation = crate::problem::shorten(
+                    e.detail
+                        .get("operation")
+                        .and_then(Value::as_str)
+                        .unwrap_or("Update"),
+                )
+                .into_owned();
                 WatcherTrigger::ParameterChanged {
                     name: name.to_string(),
                     operation,
                 }
             }
             (source, detail_type) => WatcherTrigger::Ignored {
-                what: format!("{source} / {detail_type}"),
+                what: format!(
+                    "{} / {}",
+                    crate::problem::shorten(source),
+                    crate::problem::shorten(detail_type)
+                ),
             },
         }),
         Input::Custom(Value::Null) => Ok(WatcherTrigger::Pass { only: None }),
@@ -147,7 +168,10 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
                                 _ => {
                                     return Err(InvalidEvent::new(
                                         format!("pools[{i}]"),
-                                        format!("expected \"<cluster>/<name>\", got {p}"),
+                                        format!(
+                                            "expected \"<cluster>/<name>\", got {}",
+                                            crate::problem::shorten(&p.to_string())
+                                        ),
                                     ));
                                 }
                             }
@@ -166,7 +190,10 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
         }
         Input::Custom(other) => Err(InvalidEvent::new(
             "(payload)",
-            format!("unexpected input {other}"),
+            format!(
+                "unexpected input {}",
+                crate::problem::shorten(&other.to_string())
+            ),
         )),
     }
 }
@@ -175,7 +202,7 @@ pub fn watcher_trigger(payload: &Value) -> Result<WatcherTrigger, InvalidEvent> 
 /// target's `Input`): every pool (`{}`, `null`, or a `Scheduled Event`), the pools named in
 /// `pools` (`"<cluster>/<name>"`), the pools of the clusters named in `clusters`, or, with
 /// both, the named pools of those clusters. One schedule target per group of clusters is how
-/// passes fan out past what one invocation serves (README, *Scale*).
+/// passes fan out past what one invocation serves (docs/operations.md, *Scaling out*).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
     /// Only these pools (`<cluster>/<name>`).
@@ -213,7 +240,10 @@ fn string_list(
             Some(s) if !s.is_empty() && check(s) => Ok(s.to_string()),
             _ => Err(InvalidEvent::new(
                 format!("{field}[{i}]"),
-                format!("expected {what}, got {v}"),
+                format!(
+                    "expected {what}, got {}",
+                    crate::problem::shorten(&v.to_string())
+                ),
             )),
         })
         .collect()
@@ -228,7 +258,10 @@ pub fn rotator_selection(payload: &Value) -> Result<Selection, InvalidEvent> {
         other => {
             return Err(InvalidEvent::new(
                 "(payload)",
-                format!("unexpected input {other}"),
+                format!(
+                    "unexpected input {}",
+                    crate::problem::shorten(&other.to_string())
+                ),
             ));
         }
     };
@@ -362,6 +395,23 @@ mod tests {
             "cluster"
         );
         assert!(rotator_selection(&json!([1])).is_err());
+    }
+
+    #[test]
+    fn parameter_names_are_bounded() {
+        let mut e = sample("parameter-store-change.json");
+        e["detail"]["name"] = json!(format!("/{}", "p".repeat(1 << 20)));
+        let err = watcher_trigger(&e).unwrap_err();
+        assert_eq!(err.field, "detail.name");
+        assert!(err.message.len() < 200, "{err}");
+        e["detail"]["name"] = json!("/nodecycle/pools/prod/general");
+        e["detail"]["operation"] = json!("o".repeat(1 << 20));
+        match watcher_trigger(&e).unwrap() {
+            WatcherTrigger::ParameterChanged { operation, .. } => {
+                assert!(operation.len() < 100, "{}", operation.len())
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -126,6 +126,10 @@ pub struct Gates {
     pub paused: Option<String>,
     /// Halted after a failed rotation, with its reason.
     pub halted: Option<String>,
+    /// The deployment's stop switch is on ([`crate::stop`]), with its message: every pool
+    /// holds.
+    #[serde(default)]
+    pub stopped: Option<String>,
 }
 
 /// Everything the planner sees about one pool at one instant.

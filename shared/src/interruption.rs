@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::policy::{NodeGroup, Policy};
+use crate::policy::{NodeGroup, PoolRef};
 use crate::port::PortError;
 
 /// Tag naming the Auto Scaling group of an instance.
@@ -92,7 +92,7 @@ pub struct NotOurs(pub String);
 
 /// The pool of an instance: the policy whose cluster matches the instance's cluster tag and whose
 /// node group matches its Auto Scaling group (self-managed) or `eks:nodegroup-name` (managed).
-pub fn pool_of<'a>(info: &InstanceInfo, policies: &'a [Policy]) -> Result<&'a Policy, NotOurs> {
+pub fn pool_of<'a>(info: &InstanceInfo, policies: &'a [PoolRef]) -> Result<&'a PoolRef, NotOurs> {
     let id = &info.instance_id;
     let cluster = info.cluster();
     let mut candidates = policies
@@ -118,7 +118,7 @@ pub fn pool_of<'a>(info: &InstanceInfo, policies: &'a [Policy]) -> Result<&'a Po
 }
 
 /// The pool whose self-managed group is `group` (lifecycle actions name the group).
-pub fn pool_of_group<'a>(group: &str, policies: &'a [Policy]) -> Option<&'a Policy> {
+pub fn pool_of_group<'a>(group: &str, policies: &'a [PoolRef]) -> Option<&'a PoolRef> {
     policies
         .iter()
         .find(|p| matches!(&p.node_group, NodeGroup::AutoScalingGroup(g) if g == group))
@@ -128,7 +128,7 @@ pub fn pool_of_group<'a>(group: &str, policies: &'a [Policy]) -> Option<&'a Poli
 mod tests {
     use super::*;
 
-    fn policy(cluster: &str, group: &str) -> Policy {
+    fn policy(cluster: &str, group: &str) -> PoolRef {
         let node_group = match group.strip_prefix("mng:") {
             Some(g) => format!("{{ managedNodeGroup: {g} }}"),
             None => format!("{{ autoScalingGroup: {group} }}"),
@@ -138,6 +138,7 @@ mod tests {
             group.replace(':', "-")
         ))
         .policy
+        .map(|p| PoolRef::from(&p))
         .unwrap()
     }
 
@@ -220,7 +221,7 @@ mod tests {
             }
         }
         assert_eq!(
-            pool_of_group("prod-general", &policies).map(Policy::pool_id),
+            pool_of_group("prod-general", &policies).map(PoolRef::pool_id),
             Some("prod/prod-general".into())
         );
         assert!(pool_of_group("spot", &policies).is_none());

@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod interruption;
 pub mod managed;
 pub mod metrics;
+pub mod opt_in;
 pub mod plan;
 pub mod policy;
 pub mod port;
@@ -24,6 +25,7 @@ pub mod promotion;
 pub mod rotation;
 pub mod simulate;
 pub mod state;
+pub mod stop;
 
 #[cfg(feature = "aws")]
 pub mod aws;

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import secrets
+import threading
 import urllib.request
 
 ACCOUNT_ID = "123456789012"
@@ -87,24 +88,59 @@ def _patch_tag_lookup() -> None:
             return scan(self, filters)
         results = []
         for rid in dict.fromkeys(ids):
-            for key, value in dict(self.tags.get(rid) or {}).items():
-                results.append({
-                    "resource_id": rid,
-                    "key": key,
-                    "value": value,
-                    "resource_type": EC2_PREFIX_TO_RESOURCE.get(get_prefix(rid), ""),
-                })
+            tags = dict(self.tags.get(rid) or {})
+            if not tags:
+                continue
+            rtype = EC2_PREFIX_TO_RESOURCE.get(get_prefix(rid), "")
+            for key, value in tags.items():
+                results.append({"resource_id": rid, "key": key, "value": value, "resource_type": rtype})
         return results
 
     TagBackend.describe_tags = describe_tags
 
 
+_PATCH_LOCK = threading.RLock()
+
+
 def apply_patches() -> None:
+    """Patch moto once; a second caller waits until the first has finished."""
     global _PATCHED
-    if _PATCHED:
-        return
-    _PATCHED = True
+    with _PATCH_LOCK:
+        if _PATCHED:
+            return
+        try:
+            _apply_patches()
+        finally:
+            _PATCHED = True  # once, even if a patch failed (its error is printed by the caller)
+
+
+def _patch_subnet_addresses() -> None:
+    """moto hands out a subnet's private addresses from one generator per subnet, which
+    concurrent launches into that subnet (Auto Scaling groups scaling out at once) share:
+    one of them fails with a 500 ("generator already executing"), where EC2 launches both.
+    Address handout, reservation and release take one lock."""
+    from moto.ec2.models.subnets import Subnet
+
+    lock = threading.RLock()
+    for name in ("get_available_subnet_ip", "request_ip", "del_subnet_ip"):
+        original = getattr(Subnet, name)
+
+        def locked(self, *args, _original=original, **kw):
+            with lock:
+                return _original(self, *args, **kw)
+
+        setattr(Subnet, name, locked)
+
+
+def _apply_patches() -> None:
     _patch_tag_lookup()
+    _patch_subnet_addresses()
+    import ec2_index  # instance, tag and volume lookups by index (same answers)
+
+    ec2_index.apply_patches()
+    import fast_serialize  # moto's response serializer: same bytes, less time
+
+    fast_serialize.apply_patches()
     from moto.core.responses import ActionResult
     from moto.ec2.exceptions import InvalidAMIIdError, MalformedAMIIdError
     from moto.ec2.models.amis import Ami
@@ -265,6 +301,9 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
 
     eks_updates.register(op, ControlError)
     lifecycle.register(op, ControlError)
+    import bulk_seed  # seed_groups, moto_speedups
+
+    bulk_seed.register(op, ControlError)
 
     @op("put_parameter")
     def put_parameter(args):

@@ -167,8 +167,12 @@ def run(cloud: Cloud):
     check(code == "ResourceNotFoundException" and status == 404, "unknown update id -> 404")
 
     # --- custom launch template node group --------------------------------------
+    # Tagged as the docs tell users to tag the templates nodecycle versions.
     lt = cloud.ec2.create_launch_template(LaunchTemplateName="custom",
-                                          LaunchTemplateData={"ImageId": old, "InstanceType": "m5.xlarge"})["LaunchTemplate"]
+                                          LaunchTemplateData={"ImageId": old, "InstanceType": "m5.xlarge"},
+                                          TagSpecifications=[{"ResourceType": "launch-template", "Tags": [
+                                              {"Key": "eks:cluster-name", "Value": CLUSTER},
+                                              {"Key": "nodecycle.dev/managed", "Value": "true"}]}])["LaunchTemplate"]
     cloud.ec2.create_launch_template_version(LaunchTemplateId=lt["LaunchTemplateId"],
                                              LaunchTemplateData={"ImageId": new, "InstanceType": "m5.xlarge"})
     ng2 = cloud.ctl("create_nodegroup", cluster=CLUSTER, nodegroup="custom", size=3,

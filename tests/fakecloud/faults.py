@@ -26,6 +26,11 @@ classify them as they would in AWS:
   ``InternalFailure`` / ``ServiceUnavailable``, EC2 ``InternalError`` / ``Unavailable``,
   awsJson ``InternalServerError`` / ``ServiceUnavailable``, EKS ``ServerException`` /
   ``ServiceUnavailableException``);
+* ``access_denied``: the service's answer to a caller whose IAM policy does not allow the
+  call (never a default kind; it models a role without the grant): awsQuery HTTP 403
+  ``AccessDenied``, EC2 HTTP 403 ``UnauthorizedOperation``, awsJson HTTP 400 and rest-json
+  HTTP 403 ``AccessDeniedException``, each "User: ... is not authorized to perform:
+  <service>:<operation> ...";
 * ``reset``: the connection is dropped without an answer, before the call is carried out;
 * ``reset_after``: the call *is* carried out, then the connection is dropped without the
   answer (a retried non-idempotent call then meets its own effect, as in AWS).
@@ -52,7 +57,7 @@ from urllib.parse import parse_qs, unquote
 
 _LOCK = threading.Lock()
 
-AWS_KINDS = ("throttle", "500", "503", "reset", "reset_after")
+AWS_KINDS = ("throttle", "500", "503", "access_denied", "reset", "reset_after")
 KUBE_KINDS = ("429", "500", "503", "reset", "reset_after")
 DEFAULT_AWS_KINDS = ["throttle", "500", "503", "reset"]
 DEFAULT_KUBE_KINDS = ["429", "500", "503", "reset"]
@@ -233,11 +238,16 @@ def _aws_error(kind: str, service: str, operation: str, protocol: str, model: di
     """(status, headers, body) of the error the real service sends for `kind`."""
     meta = (model or {}).get("metadata", {})
     request_id = str(uuid.uuid4())
+    denied = (
+        f"User: arn:aws:sts::123456789012:assumed-role/fakecloud/session is not authorized to perform: "
+        f"{service}:{operation} because no identity-based policy allows the {service}:{operation} action"
+    )
     if protocol == "ec2":
         code, status, message = {
             "throttle": ("RequestLimitExceeded", 503, "Request limit exceeded."),
             "500": ("InternalError", 500, "An internal error has occurred"),
             "503": ("Unavailable", 503, "The server is overloaded and can't handle the request"),
+            "access_denied": ("UnauthorizedOperation", 403, f"You are not authorized to perform this operation. {denied}"),
         }[kind]
         body = (
             '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -250,6 +260,7 @@ def _aws_error(kind: str, service: str, operation: str, protocol: str, model: di
             "throttle": ("Throttling", 400, "Sender", "Rate exceeded"),
             "500": ("InternalFailure", 500, "Receiver", "An internal error occurred."),
             "503": ("ServiceUnavailable", 503, "Receiver", "The request has failed due to a temporary failure of the server."),
+            "access_denied": ("AccessDenied", 403, "Sender", denied),
         }[kind]
         ns = meta.get("xmlNamespace") or ""
         body = (
@@ -262,6 +273,7 @@ def _aws_error(kind: str, service: str, operation: str, protocol: str, model: di
             "throttle": ("ThrottlingException", 429, "Rate exceeded"),
             "500": ("ServerException", 500, "An internal server error occurred."),
             "503": ("ServiceUnavailableException", 503, "The service is unavailable. Try again later."),
+            "access_denied": ("AccessDeniedException", 403, denied),
         }[kind]
         headers = [("Content-Type", "application/json"), ("x-amzn-ErrorType", code),
                    ("x-amzn-RequestId", request_id)]
@@ -283,6 +295,7 @@ def _aws_error(kind: str, service: str, operation: str, protocol: str, model: di
         "throttle": (throttle[0], 400, throttle[1]),
         "500": ("InternalServerError", 500, "Internal server error"),
         "503": ("ServiceUnavailable", 503, "The service is currently unavailable or busy."),
+        "access_denied": ("AccessDeniedException", 400, denied),
     }[kind]
     ctype = f"application/x-amz-json-{meta.get('jsonVersion') or '1.0'}"
     body = json.dumps({"__type": ns + code, "message": message}).encode()
@@ -324,7 +337,7 @@ def wrap_aws(original):
             _drop_connection(environ.get("werkzeug.socket"))
             raise ConnectionResetError(f"fakecloud fault: reset after {service}:{operation}")
         status, headers, body = _aws_error(kind, service, operation, protocol, model)
-        reason = {400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error",
+        reason = {400: "Bad Request", 403: "Forbidden", 429: "Too Many Requests", 500: "Internal Server Error",
                   503: "Service Unavailable"}[status]
         start_response(f"{status} {reason}", headers + [("Content-Length", str(len(body)))])
         return [body]

@@ -256,7 +256,9 @@ EVENTS_V1 = Resource("events", "Event", "events.k8s.io", "v1", True, EVENT_FIELD
 RBAC_GROUP = "rbac.authorization.k8s.io"
 CLUSTERROLES = Resource("clusterroles", "ClusterRole", RBAC_GROUP, "v1", False, dict(META_FIELDS))
 CLUSTERROLEBINDINGS = Resource("clusterrolebindings", "ClusterRoleBinding", RBAC_GROUP, "v1", False, dict(META_FIELDS))
-RBAC_RESOURCES = (CLUSTERROLES, CLUSTERROLEBINDINGS)
+ROLES = Resource("roles", "Role", RBAC_GROUP, "v1", True, dict(META_FIELDS))
+ROLEBINDINGS = Resource("rolebindings", "RoleBinding", RBAC_GROUP, "v1", True, dict(META_FIELDS))
+RBAC_RESOURCES = (CLUSTERROLES, CLUSTERROLEBINDINGS, ROLES, ROLEBINDINGS)
 
 
 # --------------------------------------------------------------------------
@@ -991,7 +993,8 @@ class KubeCluster:
         self.changed = threading.Condition(self.lock)
         self.store: dict[str, Store] = {
             p: Store(self, p)
-            for p in ("nodes", "pods", "poddisruptionbudgets", "events", "clusterroles", "clusterrolebindings")
+            for p in ("nodes", "pods", "poddisruptionbudgets", "events", "clusterroles", "clusterrolebindings",
+                      "roles", "rolebindings")
         }
         self.terminating: dict[tuple[str, str], float] = {}  # pod key -> wall-clock deadline
         self.disrupted: dict[tuple[str, str], dict[str, float]] = {}  # pdb key -> {pod: time}
@@ -1706,9 +1709,16 @@ def validate_rbac(res: Resource, obj: dict, name: str, old: dict | None = None):
     """`pkg/apis/rbac/validation`: ValidatePolicyRule for each ClusterRole rule
     (cluster scope: nonResourceURLs allowed, not mixed with resources); for a
     ClusterRoleBinding the roleRef (ClusterRole of rbac.authorization.k8s.io,
-    named, immutable on update) and each subject."""
+    named, immutable on update) and each subject. A Role's rules as a
+    ClusterRole's, without nonResourceURLs (namespace scope); a RoleBinding's
+    roleRef may also name a Role (of its own namespace)."""
     causes: list[tuple[str, str, str]] = []
-    if res is CLUSTERROLES:
+    if res is ROLES:
+        for i, rule in enumerate(obj.get("rules") or []):
+            if isinstance(rule, dict) and rule.get("nonResourceURLs"):
+                causes.append((f"rules[{i}].nonResourceURLs", "Invalid value",
+                               f"{json.dumps(rule['nonResourceURLs'])}: namespaced rules cannot apply to non-resource URLs"))
+    if res in (CLUSTERROLES, ROLES):
         rules = obj.get("rules") or []
         if not isinstance(rules, list):
             raise bad_request("rules must be a list")
@@ -1735,9 +1745,10 @@ def validate_rbac(res: Resource, obj: dict, name: str, old: dict | None = None):
         if ref.get("apiGroup") != RBAC_GROUP:
             causes.append(("roleRef.apiGroup", "Unsupported value",
                            f'"{ref.get("apiGroup") or ""}": supported values: "{RBAC_GROUP}"'))
-        if ref.get("kind") != "ClusterRole":
+        kinds = ("ClusterRole", "Role") if res is ROLEBINDINGS else ("ClusterRole",)
+        if ref.get("kind") not in kinds:
             causes.append(("roleRef.kind", "Unsupported value",
-                           f'"{ref.get("kind") or ""}": supported values: "ClusterRole"'))
+                           f'"{ref.get("kind") or ""}": supported values: ' + ", ".join(f'"{k}"' for k in kinds)))
         if not ref.get("name"):
             causes.append(("roleRef.name", "Required value", ""))
         for i, subject in enumerate(obj.get("subjects") or []):
@@ -1792,6 +1803,15 @@ ROUTES = [
      None),
     (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/clusterrolebindings/(?P<name>[^/]+)$"), CLUSTERROLEBINDINGS,
      "item", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/roles$"), ROLES, "collection", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/roles$"), ROLES, "collection", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/roles/(?P<name>[^/]+)$"), ROLES,
+     "item", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/rolebindings$"), ROLEBINDINGS, "collection", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/rolebindings$"), ROLEBINDINGS,
+     "collection", None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/rolebindings/(?P<name>[^/]+)$"),
+     ROLEBINDINGS, "item", None),
 ]
 
 PATCH_TYPES = {

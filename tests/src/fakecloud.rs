@@ -285,6 +285,43 @@ impl FakeCloud {
         KubeStandIn::create(self.control.clone(), cluster, DEFAULT_REGION)
     }
 
+    /// Creates many self-managed node groups at once (control op `seed_groups`): for each, the
+    /// launch template and Auto Scaling group the SDK requests would create, made by moto from
+    /// those same requests in process, so its instances are launched by the group as usual.
+    /// With `nodes`, every cluster's Kubernetes stand-in (if any) registers a Node per
+    /// running instance of that cluster, as `sync_nodes` would, without following EC2 after.
+    pub fn seed_groups(&self, groups: &[GroupSeed], nodes: bool) -> SeededGroups {
+        let specs: Vec<Value> = groups.iter().map(GroupSeed::to_json).collect();
+        let out = self.control("seed_groups", json!({ "groups": specs, "nodes": nodes }));
+        let count = |k: &str| {
+            out[k]
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or_else(|| panic!("seed_groups answers {k}: {out}"))
+        };
+        SeededGroups {
+            groups: count("groups"),
+            instances: count("instances"),
+            launch_templates: out["launchTemplates"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            nodes: out["nodes"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), usize::try_from(v.as_u64()?).ok()?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            seconds: out["seconds"].as_f64().unwrap_or_default(),
+        }
+    }
+
     /// The launcher's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -306,6 +343,133 @@ impl Drop for FakeCloud {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A self-managed node group for [`FakeCloud::seed_groups`]: launch template `name` launching
+/// `image` as `instance_type`, Auto Scaling group `name` with `desired` instances (`min`..`max`),
+/// in `subnet` (else the default subnet of us-east-2a), tagged `eks:cluster-name=<cluster>` and
+/// `tags`, all propagated to the instances.
+#[derive(Debug, Clone)]
+pub struct GroupSeed {
+    /// Launch template and group name.
+    pub name: String,
+    /// AMI id the template launches.
+    pub image: String,
+    /// Instance type (default `m5.large`).
+    pub instance_type: String,
+    /// Desired capacity.
+    pub desired: u32,
+    /// Minimum size (default 0).
+    pub min: u32,
+    /// Maximum size (default `desired`).
+    pub max: u32,
+    /// Subnet id (VPCZoneIdentifier).
+    pub subnet: Option<String>,
+    /// Value of the `eks:cluster-name` tag.
+    pub cluster: Option<String>,
+    /// More tags, in order.
+    pub tags: Vec<(String, String)>,
+    /// Tags of the launch template itself (not propagated), in order.
+    pub template_tags: Vec<(String, String)>,
+}
+
+impl GroupSeed {
+    /// `desired` instances of `image`, as m5.large, at most `desired`.
+    pub fn new(name: &str, image: &str, desired: u32) -> GroupSeed {
+        GroupSeed {
+            name: name.to_string(),
+            image: image.to_string(),
+            instance_type: "m5.large".to_string(),
+            desired,
+            min: 0,
+            max: desired,
+            subnet: None,
+            cluster: None,
+            tags: Vec::new(),
+            template_tags: Vec::new(),
+        }
+    }
+
+    /// Maximum size.
+    pub fn max(mut self, max: u32) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// Instance type.
+    pub fn instance_type(mut self, instance_type: &str) -> Self {
+        self.instance_type = instance_type.to_string();
+        self
+    }
+
+    /// Launch into `subnet`.
+    pub fn subnet(mut self, subnet: &str) -> Self {
+        self.subnet = Some(subnet.to_string());
+        self
+    }
+
+    /// Tag `eks:cluster-name=<cluster>`.
+    pub fn cluster(mut self, cluster: &str) -> Self {
+        self.cluster = Some(cluster.to_string());
+        self
+    }
+
+    /// Adds a propagated tag.
+    pub fn tag(mut self, key: &str, value: &str) -> Self {
+        self.tags.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Adds a tag of the launch template.
+    pub fn template_tag(mut self, key: &str, value: &str) -> Self {
+        self.template_tags
+            .push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// The control-op arguments of this group.
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({
+            "name": self.name,
+            "image": self.image,
+            "instanceType": self.instance_type,
+            "desired": self.desired,
+            "min": self.min,
+            "max": self.max,
+            "tags": self
+                .tags
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect::<serde_json::Map<String, Value>>(),
+            "templateTags": self
+                .template_tags
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect::<serde_json::Map<String, Value>>(),
+        });
+        if let Some(subnet) = &self.subnet {
+            v["subnet"] = json!(subnet);
+        }
+        if let Some(cluster) = &self.cluster {
+            v["cluster"] = json!(cluster);
+        }
+        v
+    }
+}
+
+/// What [`FakeCloud::seed_groups`] made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeededGroups {
+    /// Groups created.
+    pub groups: usize,
+    /// Instances launched (their desired capacities).
+    pub instances: usize,
+    /// Launch template id per group name.
+    pub launch_templates: std::collections::BTreeMap<String, String>,
+    /// Nodes each seeded cluster's stand-in holds afterwards (clusters with a stand-in).
+    pub nodes: std::collections::BTreeMap<String, usize>,
+    /// How long the fake cloud took.
+    pub seconds: f64,
 }
 
 /// An AMI to seed with [`FakeCloud::register_image`].

@@ -39,6 +39,9 @@ pub enum AwsFault {
     Http500,
     /// HTTP 503 in the service's shape (`ServiceUnavailable`, `Unavailable`, ...).
     Http503,
+    /// The service's answer to a caller whose IAM policy does not allow the call
+    /// (`AccessDenied`, `UnauthorizedOperation`, `AccessDeniedException`); never a default.
+    AccessDenied,
     /// The connection drops without an answer; the call is not carried out.
     Reset,
     /// The call is carried out, then the connection drops without the answer.
@@ -51,6 +54,7 @@ impl FaultKind for AwsFault {
             AwsFault::Throttle => "throttle",
             AwsFault::Http500 => "500",
             AwsFault::Http503 => "503",
+            AwsFault::AccessDenied => "access_denied",
             AwsFault::Reset => "reset",
             AwsFault::ResetAfter => "reset_after",
         }

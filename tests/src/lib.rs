@@ -13,6 +13,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod autoscaler;
+pub mod docs;
 mod eks;
 mod fakecloud;
 mod faults;
@@ -28,7 +29,8 @@ pub use autoscaler::{
 };
 pub use eks::EksTiming;
 pub use fakecloud::{
-    ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, ImageFixture, SECRET_ACCESS_KEY,
+    ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, GroupSeed, ImageFixture,
+    SECRET_ACCESS_KEY, SeededGroups,
 };
 pub use faults::{
     AwsFault, AwsFaults, FaultKind, FaultSpec, FaultStats, Faults, KubeFault, KubeFaults,

@@ -227,7 +227,7 @@ fn budget_prints_the_allowance() {
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(
         v,
-        serde_json::json!({"reason": "Drifted", "total": 19, "disrupting": 0, "allowed": 0, "limitedBy": 2, "nextChange": "2026-12-07T01:00:00Z"})
+        serde_json::json!({"reason": "Drifted", "total": 19, "disrupting": 0, "allowed": 0, "limitedBy": "disruption.budgets[2]", "nextChange": "2026-12-07T01:00:00Z"})
     );
     // Wednesday 10:00 UTC: 15% of 19 rounds up to 3, the "3" budget ties; one already disrupting.
     let out = run(
@@ -248,7 +248,8 @@ fn budget_prints_the_allowance() {
     );
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["allowed"], 2);
-    assert_eq!(v["limitedBy"], 0);
+    // The budget is named as `status` names it: its field path.
+    assert_eq!(v["limitedBy"], "disruption.budgets[0]");
     assert_eq!(v["reason"], "Expired");
     assert_eq!(
         run(
@@ -395,4 +396,130 @@ fn drain_cordons_and_drains_through_the_binary() {
         &[],
     );
     assert_eq!(out.status.code(), Some(2), "bad duration");
+}
+
+/// `validate --live`: what the first pass would do for a policy not stored yet, from the live
+/// group, with or without the state table, and nothing written anywhere.
+#[tokio::test]
+async fn validate_live_previews_the_first_pass_and_writes_nothing() {
+    use nodecycle::state::Store;
+    use nodecycle_tests::SyncNodes;
+    let (cloud, kube, old, new) = pool::golden_cloud();
+    let a = Adapters::new(&cloud).await;
+    a.create_group("prod-general", &old, "m5.large", 3, 6, Some("prod"))
+        .await;
+    kube.sync_nodes(SyncNodes::default());
+    kube.wait_for("nodes", std::time::Duration::from_secs(30), |s| {
+        (s.nodes.len() == 3).then_some(())
+    });
+    let table = a.table("cli-live").await;
+    let text = |paused: bool| {
+        format!(
+            "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n    - nodes: \"1\"\npaused: {paused}\n"
+        )
+    };
+    let live = |file: &str, env: &[(&str, &str)]| {
+        let out = run(&["validate", "--live", file], Some(&cloud), env);
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                stdout(&out),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out.status.code(), v["pools"][0].clone())
+    };
+
+    // Unpaused, without the table: the terms resolve to golden-2, every node is drifted, the
+    // first pass moves the launch template and starts one rotation (budget "1").
+    let (code, p) = live(&temp_file("live.yaml", &text(false)), &[]);
+    assert_eq!(code, Some(0), "{p}");
+    assert_eq!(
+        (p["firstPass"].clone(), p["table"].clone()),
+        (true.into(), false.into())
+    );
+    assert_eq!(p["watcher"]["status"], "changed", "{p}");
+    assert_eq!(p["desired"]["ami"], new.as_str());
+    assert_eq!(p["plan"]["candidates"].as_array().unwrap().len(), 3, "{p}");
+    let actions: Vec<&str> = p["plan"]["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["updateLaunchTemplate", "startRotation"], "{p}");
+    assert!(
+        p["plan"]["blocked"]
+            .as_str()
+            .unwrap()
+            .contains("Drifted budget"),
+        "{p}"
+    );
+
+    // Paused, with the table: the same candidates, nothing starts, the pause says why.
+    let (code, p) = live(
+        &temp_file("live-paused.yaml", &text(true)),
+        &[("NODECYCLE_TABLE", "cli-live")],
+    );
+    assert_eq!(code, Some(0), "{p}");
+    assert_eq!(p["table"], true);
+    assert_eq!(p["plan"]["candidates"].as_array().unwrap().len(), 3, "{p}");
+    assert_eq!(p["plan"]["actions"], serde_json::json!([]), "{p}");
+    assert_eq!(
+        p["plan"]["blocked"],
+        "pool paused: policy sets paused: true"
+    );
+
+    // An arm64 policy for the x86_64 m5.large group: the architecture check says so, the
+    // watcher would not take the image, nothing would start, and validate exits 1.
+    let arm = text(false).replace("architecture: x86_64", "architecture: arm64");
+    let (code, p) = live(&temp_file("live-arm.yaml", &arm), &[]);
+    assert_eq!(code, Some(1), "{p}");
+    let problems = p["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|m| m.as_str().unwrap().starts_with("architecture")
+                && m.as_str().unwrap().contains("m5.large")),
+        "{p}"
+    );
+    assert_eq!(p["plan"]["actions"], serde_json::json!([]), "{p}");
+
+    // Nothing was written: no state, no policy, the group still launches golden-1.
+    for prefix in ["STATE", "ROT#", "AUDIT#"] {
+        let items = table.query("POOL#prod/general", prefix).await.unwrap();
+        assert!(items.is_empty(), "{prefix}: {items:?}");
+    }
+    let stored = nodecycle::policy::source::PolicySource::all(a.policies().as_ref())
+        .await
+        .unwrap();
+    assert!(stored.is_empty(), "{stored:?}");
+    assert_eq!(a.group_images("prod-general").await, vec![old.clone(); 3]);
+    let (group, _) = nodecycle::fleet::GroupOps::describe(
+        &nodecycle::aws::autoscaling::AutoScaling::new(
+            a.clients.autoscaling.clone(),
+            a.clients.ec2.clone(),
+        ),
+        "prod-general",
+    )
+    .await
+    .unwrap();
+    assert_eq!(group.launch_template_image.as_deref(), Some(old.as_str()));
+}
+
+/// An AL2023 version without its `v` is refused at validation with the alias to write.
+#[test]
+fn validate_refuses_an_amazon_linux_version_without_v() {
+    let file = temp_file(
+        "no-v.yaml",
+        "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: g }\namiSelectorTerms:\n  - alias: al2023@20240807\n",
+    );
+    let out = run(&["validate", &file], None, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stdout(&out).contains("amiSelectorTerms[0].alias: invalid al2023 version \"20240807\"")
+            && stdout(&out).contains("did you mean \"al2023@v20240807\"?"),
+        "{}",
+        stdout(&out)
+    );
 }

@@ -39,6 +39,8 @@ enum Fault {
     None,
     UntaggedGroup,
     UntaggedLaunchTemplate,
+    NotOptedIn,
+    LegacyGroup,
     MissingAccessEntry,
     MissingRbacBinding,
     InvalidPolicy,
@@ -106,28 +108,37 @@ fn fail(check: &str, subject: &str) -> (String, String, String) {
 }
 
 /// The Kubernetes objects of deploy/rbac.yaml, applied through the API as `kubectl apply` would
-/// create them (all of them, or only the ClusterRole).
-fn apply_rbac(kube: &KubeStandIn, with_binding: bool) {
+/// create them (all of them, or all but the ClusterRoleBinding of `without_binding`).
+fn apply_rbac(kube: &KubeStandIn, without_binding: Option<&str>) {
     let text = std::fs::read_to_string(nodecycle_tests::repo_path("deploy/rbac.yaml")).unwrap();
     let client = kube.client();
     for doc in serde_norway::Deserializer::from_str(&text) {
         let obj = Value::deserialize(doc).unwrap();
-        let plural = match obj["kind"].as_str().unwrap() {
-            "ClusterRole" => "clusterroles",
-            "ClusterRoleBinding" if with_binding => "clusterrolebindings",
-            _ => continue,
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        let path = match (
+            obj["kind"].as_str().unwrap(),
+            obj["metadata"]["namespace"].as_str(),
+        ) {
+            ("ClusterRole", _) => "clusterroles".to_owned(),
+            ("ClusterRoleBinding", _) if without_binding == Some(name) => continue,
+            ("ClusterRoleBinding", _) => "clusterrolebindings".to_owned(),
+            ("Role", Some(ns)) => format!("namespaces/{ns}/roles"),
+            ("RoleBinding", Some(ns)) => format!("namespaces/{ns}/rolebindings"),
+            (kind, _) => panic!("deploy/rbac.yaml: unexpected {kind} {name}"),
         };
-        let r = client.post(
-            &format!("/apis/rbac.authorization.k8s.io/v1/{plural}"),
-            &obj,
-        );
+        let r = client.post(&format!("/apis/rbac.authorization.k8s.io/v1/{path}"), &obj);
         assert_eq!(r.status, 201, "{}", r.raw);
     }
 }
 
-fn ec2_tags(cluster: Option<&str>) -> Vec<aws_sdk_ec2::types::TagSpecification> {
+/// The tags of a template: opted in for `cluster` as the docs say, or (`opted_in` false) with
+/// the cluster tag only, or none (`cluster` `None`).
+fn ec2_tags(cluster: Option<&str>, opted_in: bool) -> Vec<aws_sdk_ec2::types::TagSpecification> {
     cluster
         .map(|c| {
+            if opted_in {
+                return support::opted_in_template_tags(Some(c));
+            }
             aws_sdk_ec2::types::TagSpecification::builder()
                 .resource_type(aws_sdk_ec2::types::ResourceType::LaunchTemplate)
                 .tags(
@@ -162,16 +173,25 @@ async fn deployment(fault: Fault) -> FakeCloud {
         if fault == Fault::MissingAccessEntry && output == "OpsRoleArn" {
             continue;
         }
+        // Each role mapped to its function's group (the single group of earlier releases with
+        // Fault::LegacyGroup).
+        let group = match fault {
+            Fault::LegacyGroup => "nodecycle",
+            _ => nodecycle::doctor::kubernetes_group(output).unwrap(),
+        };
         eks.create_access_entry()
             .cluster_name(CLUSTER)
             .principal_arn(role_arn(role))
             .r#type("STANDARD")
-            .kubernetes_groups("nodecycle")
+            .kubernetes_groups(group)
             .send()
             .await
             .expect("CreateAccessEntry");
     }
-    apply_rbac(&kube, fault != Fault::MissingRbacBinding);
+    apply_rbac(
+        &kube,
+        (fault == Fault::MissingRbacBinding).then_some("nodecycle-interruption"),
+    );
 
     // The state table as the template defines it.
     let adapters = support::Adapters::new(&cloud).await;
@@ -189,6 +209,7 @@ async fn deployment(fault: Fault) -> FakeCloud {
         )
         .set_tag_specifications(Some(ec2_tags(
             (fault != Fault::UntaggedLaunchTemplate).then_some(CLUSTER),
+            fault != Fault::NotOptedIn,
         )))
         .send()
         .await
@@ -246,7 +267,7 @@ async fn deployment(fault: Fault) -> FakeCloud {
                 .image_id(&image)
                 .build(),
         )
-        .set_tag_specifications(Some(ec2_tags(Some(CLUSTER))))
+        .set_tag_specifications(Some(ec2_tags(Some(CLUSTER), true)))
         .send()
         .await
         .expect("CreateLaunchTemplate");
@@ -415,7 +436,60 @@ async fn missing_access_entry() {
 #[tokio::test]
 async fn missing_rbac_binding() {
     let (out, v) = diagnose(Fault::MissingRbacBinding).await;
-    assert_eq!(problems(&v), vec![fail("rbac", CLUSTER)], "{v:#}");
+    assert_eq!(
+        problems(&v),
+        vec![fail("rbac", &format!("{CLUSTER}/nodecycle-interruption"))],
+        "{v:#}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// A template with the cluster tag but not the opt-in: nodecycle may not version it.
+#[tokio::test]
+async fn launch_template_not_opted_in() {
+    let (out, v) = diagnose(Fault::NotOptedIn).await;
+    assert_eq!(
+        problems(&v),
+        vec![fail("launchTemplate", "prod/general")],
+        "{v:#}"
+    );
+    let line = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "launchTemplate" && c["subject"] == "prod/general")
+        .unwrap();
+    assert!(
+        line["detail"]
+            .as_str()
+            .unwrap()
+            .contains("lacks tag nodecycle.dev/managed=true"),
+        "{line}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// A cluster still on the single group of earlier releases: every access entry fails, naming
+/// the function's own group.
+#[tokio::test]
+async fn access_entries_on_the_single_group_of_earlier_releases() {
+    let (out, v) = diagnose(Fault::LegacyGroup).await;
+    let expected: Vec<_> = ROLES
+        .iter()
+        .map(|(output, _)| fail("accessEntry", &format!("{CLUSTER}/{output}")))
+        .collect();
+    assert_eq!(problems(&v), expected, "{v:#}");
+    let fixes: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == "accessEntry")
+        .map(|c| c["fix"].as_str().unwrap())
+        .collect();
+    assert!(
+        fixes[0].ends_with("--kubernetes-groups nodecycle-rotator"),
+        "{fixes:?}"
+    );
     assert_eq!(out.status.code(), Some(1));
 }
 

@@ -1,6 +1,8 @@
 //! The fake cloud fails and refuses the way AWS does, as the real Rust SDK sees it: injected
 //! throttling, 500/503 and dropped connections are classified and retried by the SDK as in
 //! AWS (`faults`), and lifecycle actions are refused unless one is active (`lifecycle_wait`).
+//! Groups made by `seed_groups` read like groups made through the API, and the fake cloud's
+//! indexed answers are moto's own (`moto_speedups`).
 
 // Test code: helpers outside #[test] fns panic on failure too.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -16,8 +18,9 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use nodecycle_tests::{
-    AwsFault, AwsFaults, FakeCloud, Faults, ImageFixture, KubeFault, KubeFaults,
+    AwsFault, AwsFaults, FakeCloud, Faults, GroupSeed, ImageFixture, KubeFault, KubeFaults,
 };
+use serde_json::json;
 
 /// Clients with the SDK's standard retry mode (3 attempts), backing off 1 ms instead of 1 s.
 async fn config(cloud: &FakeCloud) -> aws_config::SdkConfig {
@@ -453,5 +456,231 @@ async fn cloudwatch_alarms_over_cbor_behave_as_the_service() {
     assert_eq!(
         aws_sdk_cloudwatch::error::ProvideErrorMetadata::code(&err),
         Some("ResourceNotFound")
+    );
+}
+
+/// What the Rust SDK reads of a group, without what differs between two groups by
+/// construction (names, ids, addresses, times).
+async fn group_view(a: &support::Adapters, name: &str) -> String {
+    let out = a
+        .clients
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(name)
+        .send()
+        .await
+        .unwrap();
+    let g = &out.auto_scaling_groups()[0];
+    let lt = g.launch_template().unwrap();
+    let tags: Vec<_> = g
+        .tags()
+        .iter()
+        .map(|t| {
+            (
+                t.key(),
+                t.value(),
+                t.propagate_at_launch(),
+                t.resource_type(),
+            )
+        })
+        .collect();
+    let members: Vec<_> = g
+        .instances()
+        .iter()
+        .map(|i| {
+            (
+                i.availability_zone(),
+                i.lifecycle_state().map(|s| s.as_str().to_string()),
+                i.health_status(),
+                i.launch_template().and_then(|t| t.version()),
+                i.protected_from_scale_in(),
+                i.instance_type(),
+            )
+        })
+        .collect();
+    let ids: Vec<String> = g
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
+    let described = a
+        .clients
+        .ec2
+        .describe_instances()
+        .set_instance_ids(Some(ids))
+        .send()
+        .await
+        .unwrap();
+    let mut instances: Vec<String> = described
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| {
+            let mut tags: Vec<(String, String)> = i
+                .tags()
+                .iter()
+                .map(|t| {
+                    let (k, v) = (t.key().unwrap_or_default(), t.value().unwrap_or_default());
+                    let v = if v == name || v.starts_with("lt-") {
+                        "X"
+                    } else {
+                        v
+                    };
+                    (k.to_string(), v.to_string())
+                })
+                .collect();
+            tags.sort();
+            format!(
+                "{:?}",
+                (
+                    i.image_id(),
+                    i.instance_type(),
+                    i.state().and_then(|s| s.name()),
+                    i.placement().and_then(|p| p.availability_zone()),
+                    i.subnet_id().is_some(),
+                    i.private_ip_address().map(|ip| ip.starts_with("10.3.")),
+                    i.architecture(),
+                    i.root_device_name(),
+                    i.block_device_mappings().len(),
+                    i.network_interfaces().len(),
+                    tags,
+                )
+            )
+        })
+        .collect();
+    instances.sort();
+    let versions = a
+        .clients
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_name(name)
+        .send()
+        .await
+        .unwrap();
+    let data: Vec<_> = versions
+        .launch_template_versions()
+        .iter()
+        .map(|v| {
+            (
+                v.version_number(),
+                v.default_version(),
+                v.launch_template_data().and_then(|d| d.image_id()),
+                v.launch_template_data().and_then(|d| d.instance_type()),
+            )
+        })
+        .collect();
+    format!(
+        "{:?}",
+        (
+            g.min_size(),
+            g.max_size(),
+            g.desired_capacity(),
+            lt.version(),
+            g.vpc_zone_identifier(),
+            g.availability_zones(),
+            g.health_check_type(),
+            tags,
+            members,
+            instances,
+            data
+        )
+    )
+}
+
+/// Every page of DescribeInstances for `filter` = `values`, 5 reservations a page: (reservation
+/// ids, instance ids, whether a next page is announced).
+async fn pages(a: &support::Adapters, filter: &str, values: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = a
+            .clients
+            .ec2
+            .describe_instances()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name(filter)
+                    .set_values(Some(values.iter().map(|v| v.to_string()).collect()))
+                    .build(),
+            )
+            .max_results(5)
+            .set_next_token(token.clone())
+            .send()
+            .await
+            .unwrap();
+        for r in page.reservations() {
+            let ids: Vec<_> = r.instances().iter().map(|i| i.instance_id()).collect();
+            out.push(format!("{:?} {ids:?}", r.reservation_id()));
+        }
+        token = page.next_token().map(str::to_string);
+        out.push(format!("next: {token:?}"));
+        if token.is_none() {
+            return out;
+        }
+    }
+}
+
+#[tokio::test]
+async fn seeded_groups_read_like_groups_made_through_the_api_and_indexed_answers_are_motos() {
+    let cloud = FakeCloud::start();
+    let a = support::Adapters::new(&cloud).await;
+    let image = cloud.register_image(ImageFixture::new("golden-1").owner("self"));
+    let subnet = a.create_subnet("10.3.0.0/16", "10.3.0.0/17").await;
+    a.create_group_in("api-g", &image, "m5.large", 3, 5, Some("c0"), Some(&subnet))
+        .await;
+    let seeded = cloud.seed_groups(
+        &[GroupSeed::new("seed-g", &image, 3)
+            .max(5)
+            .subnet(&subnet)
+            .cluster("c0")],
+        false,
+    );
+    assert_eq!((seeded.groups, seeded.instances), (1, 3), "{seeded:?}");
+    assert!(seeded.launch_templates["seed-g"].starts_with("lt-"));
+    assert_eq!(
+        group_view(&a, "seed-g").await,
+        group_view(&a, "api-g").await,
+        "a seeded group reads like one made through the API"
+    );
+
+    // More reservations than a page, then the same questions with moto's own walks.
+    cloud.seed_groups(
+        &(0..6)
+            .map(|i| {
+                GroupSeed::new(&format!("more-{i}"), &image, 2)
+                    .subnet(&subnet)
+                    .cluster(if i % 2 == 0 { "c0" } else { "c1" })
+            })
+            .collect::<Vec<_>>(),
+        false,
+    );
+    let questions = [
+        ("tag:eks:cluster-name", vec!["c0"]),
+        ("tag:eks:cluster-name", vec!["c1", "c0"]),
+        ("tag:aws:autoscaling:groupName", vec!["more-1", "api-g"]),
+        ("instance-state-name", vec!["running"]),
+    ];
+    let mut indexed = Vec::new();
+    for (filter, values) in &questions {
+        indexed.push(pages(&a, filter, values).await);
+    }
+    let off = cloud.control("moto_speedups", json!({"enabled": false}));
+    assert_eq!(off["enabled"], json!(false));
+    for ((filter, values), answer) in questions.iter().zip(&indexed) {
+        assert_eq!(
+            &pages(&a, filter, values).await,
+            answer,
+            "{filter}={values:?}: moto's own answer"
+        );
+    }
+    let on = cloud.control("moto_speedups", json!({"enabled": true}));
+    assert!(
+        on["indexed"].as_u64().unwrap() > 0,
+        "the indexes answered: {on}"
+    );
+    assert_eq!(
+        indexed[0].len(),
+        5 + 1,
+        "seed-g, api-g and 3 more in c0: one page of 5: {indexed:?}"
     );
 }

@@ -172,6 +172,9 @@ async fn env(size: i32) -> Env {
         )),
         instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
         lifecycle: lifecycle.clone(),
+        deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
+            &cloud.sdk_config().await,
+        )),
         store: table.clone(),
         announce: a.announce(table.clone()),
         kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
@@ -550,7 +553,16 @@ async fn warning_then_state_changes_drain_once_then_remove_the_node_and_close_th
         ))
         .await;
     assert_eq!(out["outcomes"][0]["action"], "drained", "{out}");
-    // The instance stops (instance-action stop) then shuts down: no second drain.
+    // The instance stops (instance-action stop) then shuts down: no second drain. EC2 says
+    // so too (a state change EC2 does not confirm is refused).
+    e.adapters
+        .clients
+        .ec2
+        .stop_instances()
+        .instance_ids(&instance)
+        .send()
+        .await
+        .unwrap();
     let mut stopping = event(
         "instance-state-change.json",
         &instance,
@@ -564,6 +576,14 @@ async fn warning_then_state_changes_drain_once_then_remove_the_node_and_close_th
     assert_eq!(node_patches(&s, &node), 1);
     assert_eq!(evictions(&s, "web-a"), 1);
 
+    e.adapters
+        .clients
+        .ec2
+        .terminate_instances()
+        .instance_ids(&instance)
+        .send()
+        .await
+        .unwrap();
     let out = e
         .handle(&event(
             "instance-state-change.json",
@@ -669,7 +689,8 @@ async fn instances_of_other_clusters_and_unknown_instances_are_ignored_quietly()
             .await;
         assert_eq!(out["outcomes"][0]["action"], "ignored", "{file}: {out}");
     }
-    // An unmanaged group's lifecycle action.
+    // A lifecycle action of an unmanaged group, naming an instance EC2 has in another group:
+    // refused before the pool is looked for.
     let mut lca = event(
         "asg-terminate-lifecycle-action.json",
         &other,
@@ -678,7 +699,14 @@ async fn instances_of_other_clusters_and_unknown_instances_are_ignored_quietly()
     );
     lca["detail"]["AutoScalingGroupName"] = json!("dev-general");
     let out = e.handle(&lca).await;
-    assert_eq!(out["outcomes"][0]["action"], "ignored", "{out}");
+    assert_eq!(out["decision"], "refused", "{out}");
+    assert!(
+        out["reason"]
+            .as_str()
+            .unwrap()
+            .contains("is in group \"prod-general\", not in \"dev-general\""),
+        "{out}"
+    );
     assert!(e.lifecycle.calls().is_empty());
     // Nothing touched, nothing recorded under the pool.
     let s = e.kube.state();

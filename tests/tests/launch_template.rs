@@ -1,6 +1,9 @@
 //! The Auto Scaling adapter's `set_image` against moto: what it changes depends on how the group
 //! names its launch template (`$Latest`, `$Default`, a pinned version, a mixed instances policy),
-//! and repeating it changes nothing.
+//! and repeating it changes nothing. It writes only templates their owner opted in
+//! (`nodecycle.dev/managed=true`, never one EKS created), and points a pinned group at a new
+//! version only when the stack allows UpdateAutoScalingGroup; refusals change nothing and say
+//! what to do.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -40,6 +43,15 @@ async fn fixture() -> Fixture {
 
 impl Fixture {
     async fn template(&self, name: &str) -> String {
+        self.template_tagged(name, support::opted_in_template_tags(Some("prod")))
+            .await
+    }
+
+    async fn template_tagged(
+        &self,
+        name: &str,
+        tags: aws_sdk_ec2::types::TagSpecification,
+    ) -> String {
         let data = aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
             .image_id(&self.old)
             .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
@@ -50,6 +62,7 @@ impl Fixture {
             .create_launch_template()
             .launch_template_name(name)
             .launch_template_data(data)
+            .tag_specifications(tags)
             .send()
             .await
             .unwrap()
@@ -234,4 +247,142 @@ async fn a_pinned_plain_group_is_repointed() {
     assert_eq!(f.asg.set_image("g-pinned", &f.new).await.unwrap(), "2");
     assert_eq!(f.versions(&id).await.0, 2);
     let _ = &f.old;
+}
+
+fn launch_template_tags(pairs: &[(&str, &str)]) -> aws_sdk_ec2::types::TagSpecification {
+    let mut spec = aws_sdk_ec2::types::TagSpecification::builder()
+        .resource_type(aws_sdk_ec2::types::ResourceType::LaunchTemplate);
+    for (k, v) in pairs {
+        spec = spec.tags(aws_sdk_ec2::types::Tag::builder().key(*k).value(*v).build());
+    }
+    spec.build()
+}
+
+#[tokio::test]
+async fn a_template_not_opted_in_is_never_written() {
+    let f = fixture().await;
+    for (name, tags) in [
+        // The cluster tag alone (what earlier releases asked for).
+        ("lt-cluster-only", vec![("eks:cluster-name", "prod")]),
+        (
+            "lt-not-true",
+            vec![
+                ("eks:cluster-name", "prod"),
+                ("nodecycle.dev/managed", "yes"),
+            ],
+        ),
+        // A template EKS created for a managed node group, the owner's tags copied into it.
+        (
+            "lt-eks",
+            vec![
+                ("eks:cluster-name", "prod"),
+                ("nodecycle.dev/managed", "true"),
+                ("eks:nodegroup-name", "golden"),
+            ],
+        ),
+    ] {
+        let id = f.template_tagged(name, launch_template_tags(&tags)).await;
+        for version in ["$Latest", "$Default", "1"] {
+            let group = format!("g-{name}-{}", version.trim_start_matches('$'));
+            f.group(&group, Some(Fixture::spec(&id, version)), None)
+                .await;
+            let e = f.asg.set_image(&group, &f.new).await.unwrap_err();
+            assert_eq!(e.kind, nodecycle::port::ErrorKind::AccessDenied, "{e}");
+            if name == "lt-eks" {
+                assert!(
+                    e.message
+                        .contains("created by EKS for managed node group golden"),
+                    "{e}"
+                );
+            } else {
+                assert_eq!(
+                    e.message,
+                    format!(
+                        "launch template {id} lacks tag nodecycle.dev/managed=true; add it to let \
+                         nodecycle write versions"
+                    )
+                );
+            }
+            // Nothing written: no version, the default and the group as they were.
+            assert_eq!(f.versions(&id).await, (1, 1), "{name} {version}");
+            let g = f.describe(&group).await;
+            assert_eq!(g.launch_template().unwrap().version(), Some(version));
+        }
+    }
+    // The owner opts in: the same template is versioned.
+    let id = f
+        .template_tagged(
+            "lt-opted-in",
+            launch_template_tags(&[("nodecycle.dev/managed", "true")]),
+        )
+        .await;
+    f.group("g-opted-in", Some(Fixture::spec(&id, "$Latest")), None)
+        .await;
+    assert_eq!(f.asg.set_image("g-opted-in", &f.new).await.unwrap(), "2");
+}
+
+#[tokio::test]
+async fn a_pinned_group_without_group_updates_is_refused_before_any_write() {
+    let f = fixture().await;
+    let asg = f.asg.clone().with_group_updates(false);
+    let id = f.template("lt-pinned-off").await;
+    f.group("g-pinned-off", Some(Fixture::spec(&id, "1")), None)
+        .await;
+    let e = asg.set_image("g-pinned-off", &f.new).await.unwrap_err();
+    assert_eq!(e.kind, nodecycle::port::ErrorKind::AccessDenied, "{e}");
+    assert_eq!(e.operation, "autoscaling:UpdateAutoScalingGroup");
+    assert!(e.message.contains("AutoScalingGroupUpdates=Enabled"), "{e}");
+    assert!(e.message.contains("pinned version 1"), "{e}");
+    // No version a group is never pointed at (it would be created again every pass).
+    assert_eq!(f.versions(&id).await, (1, 1));
+    assert_eq!(
+        f.describe("g-pinned-off")
+            .await
+            .launch_template()
+            .unwrap()
+            .version(),
+        Some("1")
+    );
+    // $Latest and $Default need no group update: they work with updates disabled.
+    let latest = f.template("lt-latest-off").await;
+    f.group(
+        "g-latest-off",
+        Some(Fixture::spec(&latest, "$Latest")),
+        None,
+    )
+    .await;
+    assert_eq!(asg.set_image("g-latest-off", &f.new).await.unwrap(), "2");
+    // A pinned group whose version already launches the image needs nothing either.
+    assert_eq!(f.asg.set_image("g-pinned-off", &f.new).await.unwrap(), "2");
+    assert_eq!(asg.set_image("g-pinned-off", &f.new).await.unwrap(), "2");
+}
+
+#[tokio::test]
+async fn a_denied_group_update_names_the_parameter() {
+    let f = fixture().await;
+    let id = f.template("lt-denied").await;
+    f.group("g-denied", Some(Fixture::spec(&id, "1")), None)
+        .await;
+    // The role lacks the grant (the stack deployed with AutoScalingGroupUpdates=Disabled while
+    // the function was told Enabled, or a boundary denies it).
+    f._cloud.faults(
+        nodecycle_tests::Faults::new().aws(
+            nodecycle_tests::AwsFaults::new(1.0)
+                .kinds(&[nodecycle_tests::AwsFault::AccessDenied])
+                .operations(&["autoscaling:UpdateAutoScalingGroup"]),
+        ),
+    );
+    let e = f.asg.set_image("g-denied", &f.new).await.unwrap_err();
+    assert_eq!(e.kind, nodecycle::port::ErrorKind::AccessDenied, "{e}");
+    assert_eq!(e.operation, "autoscaling:UpdateAutoScalingGroup");
+    assert!(
+        e.message
+            .starts_with(&format!("pointing group g-denied at version 2 of {id}")),
+        "{e}"
+    );
+    assert!(
+        e.message.contains("which the rotator's role was denied"),
+        "{e}"
+    );
+    assert!(e.message.contains("AutoScalingGroupUpdates=Enabled"), "{e}");
 }

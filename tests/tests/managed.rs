@@ -424,6 +424,7 @@ async fn mng_custom() -> Mng {
         .create_launch_template()
         .launch_template_name("custom-general")
         .launch_template_data(lt)
+        .tag_specifications(support::opted_in_template_tags(Some("prod")))
         .send()
         .await
         .unwrap();
@@ -586,6 +587,9 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
     assert_eq!(v["update"], "start", "{v}");
     assert_eq!(v["maxUnavailable"], 1, "{v}");
     assert_eq!(v["drifted"], 3, "{v}");
+    // What `nodecycle plan` prints: the update start is the pass's first action.
+    assert_eq!(v["actions"][0]["action"], "startNodeGroupUpdate", "{v}");
+    assert_eq!(v["actions"][0]["maxUnavailable"], 1, "{v}");
     assert!(p.update().await.is_none());
     assert!(p.bodies("UpdateNodegroupVersion").is_empty());
 

@@ -92,16 +92,17 @@ fn the_committed_picture_is_what_its_readme_command_draws() {
     let committed = std::fs::read(nodecycle_tests::repo_path("docs/simulate.svg")).unwrap();
     assert!(
         drawn == committed,
-        "docs/simulate.svg is stale: regenerate it with `nodecycle {} --svg docs/simulate.svg` (see README)",
+        "docs/simulate.svg is stale: regenerate it with `nodecycle {} --svg docs/simulate.svg` (see docs/development.md)",
         PICTURE_ARGS.join(" ")
     );
-    let readme = std::fs::read_to_string(nodecycle_tests::repo_path("README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(nodecycle_tests::repo_path("docs/development.md")).unwrap();
     assert!(
         readme.contains(&format!(
             "{} --svg docs/simulate.svg",
             PICTURE_ARGS.join(" ")
         )),
-        "README gives the command that regenerates docs/simulate.svg"
+        "docs/development.md gives the command that regenerates docs/simulate.svg"
     );
 }
 
@@ -142,12 +143,19 @@ fn a_forecast_from_policy_files_prints_the_contract_and_draws_it() {
                 "rotations",
                 "blocked",
                 "done",
-                "maxInFlight"
+                "maxInFlight",
+                "maxInFlightAt",
+                "maxInFlightWhy"
             ]
         );
         for r in p["rotations"].as_array().unwrap() {
             let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
-            assert_eq!(keys, ["instance", "reason", "start", "end"]);
+            assert_eq!(
+                keys,
+                ["instance", "reason", "start", "end", "forced", "wave"]
+            );
+            // Only the managed node group's replacements are update waves.
+            assert_eq!(r["wave"], p["pool"] == "prod/golden", "{r}");
         }
     }
     // test/general: 10 nodes, budget "2": 5 rounds of 15 minutes from the start.

@@ -203,10 +203,6 @@ fn arn(service: &str, rest: &str) -> String {
     format!("arn:aws:{service}:{REGION}:{ACCOUNT}:{rest}")
 }
 
-fn tag_condition(clusters: &[&str]) -> Value {
-    json!({"StringEquals": {"aws:ResourceTag/eks:cluster-name": clusters}})
-}
-
 #[test]
 fn table_definition_matches_the_code() {
     let t = deployed(MINIMAL);
@@ -314,110 +310,500 @@ fn no_role_may_mutate_with_a_wildcard_resource_or_action() {
     }
 }
 
-#[test]
-fn auto_scaling_and_launch_template_changes_need_the_cluster_tag() {
-    let t = deployed(FULL);
-    let clusters = ["prod", "test-1"];
-    for f in FUNCTIONS {
-        for g in grants_of(&t, f) {
-            let service = g.action.split(':').next().unwrap();
-            if is_read_only(&g.action) || !["autoscaling", "ec2"].contains(&service) {
-                continue;
-            }
-            let launch_template = g.resource.contains(":launch-template/");
-            if service == "autoscaling" || launch_template {
-                assert_eq!(g.condition, tag_condition(&clusters), "{f}: {g:?}");
-                if service == "autoscaling" {
-                    assert_eq!(
-                        g.resource,
-                        arn("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*"),
-                        "{f}"
-                    );
+/// `*` (any run) and `?` (one character) as IAM matches resources and `StringLike`/`ArnLike`.
+fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// A request as IAM sees it: the action, the resource and the condition keys it carries (a key
+/// absent from `context` is absent from the request).
+struct Request<'a> {
+    action: &'a str,
+    resource: String,
+    context: BTreeMap<&'a str, Vec<&'a str>>,
+}
+
+fn request<'a>(action: &'a str, resource: String, context: &[(&'a str, &'a str)]) -> Request<'a> {
+    let mut map: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (k, v) in context {
+        map.entry(k).or_default().push(v);
+    }
+    Request {
+        action,
+        resource,
+        context: map,
+    }
+}
+
+/// Whether a condition block holds for `context` (the operators the template uses:
+/// StringEquals, StringLike, ArnLike, ArnEquals, Bool, Null, and ForAllValues:/ForAnyValue: over
+/// multivalued keys). An operator it does not know fails the test.
+fn holds(condition: &Value, context: &BTreeMap<&str, Vec<&str>>) -> bool {
+    let Some(ops) = condition.as_object() else {
+        return condition.is_null();
+    };
+    ops.iter().all(|(op, keys)| {
+        keys.as_object().unwrap().iter().all(|(key, want)| {
+            let want = strings(want);
+            let have = context.get(key.as_str());
+            let (set, base) = match op.split_once(':') {
+                Some((set, base)) => (Some(set), base),
+                None => (None, op.as_str()),
+            };
+            let matches = |v: &str| {
+                want.iter().any(|w| match base {
+                    "StringEquals" | "ArnEquals" | "Bool" => w == v,
+                    "StringLike" | "ArnLike" => glob(w, v),
+                    other => panic!("operator {other} not modelled"),
+                })
+            };
+            match (set, base) {
+                (None, "Null") => {
+                    assert_eq!(want.len(), 1);
+                    (want[0] == "true") == have.is_none()
                 }
-            } else if g.action == "ec2:RunInstances" {
-                // The other resources of the launch check: only through a launch template
-                // (which itself must carry the tag).
-                assert_eq!(
-                    g.condition,
-                    json!({"ArnLike": {"ec2:LaunchTemplate": arn("ec2", "launch-template/*")}}),
-                    "{f}: {g:?}"
-                );
-            } else {
-                assert_eq!(g.action, "ec2:CreateTags", "{f}: {g:?}");
-                assert_eq!(
-                    g.condition,
-                    json!({"StringEquals": {"ec2:CreateAction": "RunInstances"}}),
-                    "{f}"
+                (None, _) => have.is_some_and(|h| h.len() == 1 && matches(h[0])),
+                (Some("ForAllValues"), _) => have.is_none_or(|h| h.iter().all(|v| matches(v))),
+                (Some("ForAnyValue"), _) => have.is_some_and(|h| h.iter().any(|v| matches(v))),
+                (Some(other), _) => panic!("set operator {other} not modelled"),
+            }
+        })
+    })
+}
+
+/// Whether `function`'s role allows `req` (the template has Allow statements only).
+fn allows(t: &Value, function: &str, req: &Request<'_>) -> bool {
+    grants_of(t, function).iter().any(|g| {
+        g.action == req.action
+            && glob(&g.resource, &req.resource)
+            && holds(&g.condition, &req.context)
+    })
+}
+
+fn launch_template() -> String {
+    arn("ec2", "launch-template/lt-0123456789abcdef0")
+}
+
+fn group() -> String {
+    arn(
+        "autoscaling",
+        "autoScalingGroup:1a2b3c4d-0000-0000-0000-000000000000:autoScalingGroupName/prod-general",
+    )
+}
+
+const CLUSTER_TAG: &str = "aws:ResourceTag/eks:cluster-name";
+const MANAGED_TAG: &str = "aws:ResourceTag/nodecycle.dev/managed";
+const NODEGROUP_TAG: &str = "aws:ResourceTag/eks:nodegroup-name";
+
+#[test]
+fn launch_template_versions_only_on_opted_in_templates_never_on_ones_eks_created() {
+    for params in [MINIMAL, FULL] {
+        let t = deployed(params);
+        for action in [
+            "ec2:CreateLaunchTemplateVersion",
+            "ec2:ModifyLaunchTemplate",
+        ] {
+            let on = |tags: &[(&'static str, &'static str)]| {
+                allows(
+                    &t,
+                    "RotatorFunction",
+                    &request(action, launch_template(), tags),
+                )
+            };
+            // The owner's template of a cluster of the stack, opted in.
+            assert!(
+                on(&[(CLUSTER_TAG, "prod"), (MANAGED_TAG, "true")]),
+                "{action}"
+            );
+            // The cluster tag alone, or an opt-in other than "true": no.
+            assert!(!on(&[(CLUSTER_TAG, "prod")]), "{action}");
+            assert!(
+                !on(&[(CLUSTER_TAG, "prod"), (MANAGED_TAG, "false")]),
+                "{action}"
+            );
+            // Opted in, but another cluster's, or no cluster tag.
+            assert!(
+                !on(&[(CLUSTER_TAG, "other"), (MANAGED_TAG, "true")]),
+                "{action}"
+            );
+            assert!(!on(&[(MANAGED_TAG, "true")]), "{action}");
+            // A template EKS created for a managed node group (tags copied from the owner's
+            // template included): never.
+            assert!(
+                !on(&[
+                    (CLUSTER_TAG, "prod"),
+                    (MANAGED_TAG, "true"),
+                    (NODEGROUP_TAG, "general")
+                ]),
+                "{action}"
+            );
+            for other in [
+                "AmiWatcherFunction",
+                "InterruptionHandlerFunction",
+                "OpsFunction",
+            ] {
+                assert!(
+                    !allows(
+                        &t,
+                        other,
+                        &request(
+                            action,
+                            launch_template(),
+                            &[(CLUSTER_TAG, "prod"), (MANAGED_TAG, "true")]
+                        )
+                    ),
+                    "{other}: {action}"
                 );
             }
         }
     }
-    // Who may change what.
-    let changes = |f: &str| -> BTreeSet<String> {
-        grants_of(&t, f)
-            .into_iter()
-            .filter(|g| !is_read_only(&g.action))
-            .filter(|g| g.action.starts_with("autoscaling:") || g.action.starts_with("ec2:"))
-            .map(|g| g.action)
-            .collect()
-    };
-    assert_eq!(
-        changes("RotatorFunction"),
-        [
-            "autoscaling:ResumeProcesses",
-            "autoscaling:SetDesiredCapacity",
-            "autoscaling:SuspendProcesses",
-            "autoscaling:TerminateInstanceInAutoScalingGroup",
-            "autoscaling:UpdateAutoScalingGroup",
-            "ec2:CreateLaunchTemplateVersion",
-            "ec2:CreateTags",
-            "ec2:ModifyLaunchTemplate",
-            "ec2:RunInstances",
-        ]
-        .map(String::from)
-        .into()
-    );
-    assert_eq!(
-        changes("OpsFunction"),
-        [
-            "autoscaling:SetDesiredCapacity",
-            "autoscaling:TerminateInstanceInAutoScalingGroup"
-        ]
-        .map(String::from)
-        .into()
-    );
-    assert_eq!(
-        changes("InterruptionHandlerFunction"),
-        [
-            "autoscaling:CompleteLifecycleAction",
-            "autoscaling:RecordLifecycleActionHeartbeat"
-        ]
-        .map(String::from)
-        .into()
-    );
-    assert!(changes("AmiWatcherFunction").is_empty());
 }
 
 #[test]
-fn a_pinned_template_version_can_be_launched_through_tagged_templates() {
-    // Auto Scaling checks the caller's ec2:RunInstances on every resource of the launch when a
-    // group is pointed at a template version.
-    let t = deployed(MINIMAL);
-    let run: BTreeSet<String> = may(&t, "RotatorFunction", "ec2:RunInstances")
-        .into_iter()
-        .map(|g| g.resource)
-        .collect();
+fn groups_are_updated_only_when_the_stack_enables_it() {
+    let tagged = [(CLUSTER_TAG, "prod")];
+    let opted_in = [(CLUSTER_TAG, "prod"), (MANAGED_TAG, "true")];
+    let update = |t: &Value, tags: &[(&'static str, &'static str)]| {
+        allows(
+            t,
+            "RotatorFunction",
+            &request("autoscaling:UpdateAutoScalingGroup", group(), tags),
+        )
+    };
+    let launch_through = |t: &Value, tags: &[(&'static str, &'static str)]| {
+        allows(
+            t,
+            "RotatorFunction",
+            &request("ec2:RunInstances", launch_template(), tags),
+        )
+    };
+    // Default: no UpdateAutoScalingGroup, no RunInstances at all, no PassRole (even with node
+    // roles given).
+    for params in [
+        MINIMAL,
+        &[("Clusters", "prod"), ("NodeRoleArns", NODE_ROLES)][..],
+    ] {
+        let t = deployed(params);
+        assert!(!update(&t, &tagged));
+        assert!(!launch_through(&t, &opted_in));
+        for f in FUNCTIONS {
+            assert!(may(&t, f, "ec2:RunInstances").is_empty(), "{f}");
+            assert!(may(&t, f, "iam:PassRole").is_empty(), "{f}");
+            assert!(
+                may(&t, f, "autoscaling:UpdateAutoScalingGroup").is_empty(),
+                "{f}"
+            );
+        }
+    }
+    // Enabled: tagged groups of the stack's clusters only; the launch check through opted-in
+    // templates only; the launch's other resources only through a template.
+    let t = deployed(&[("Clusters", "prod"), ("AutoScalingGroupUpdates", "Enabled")]);
+    assert!(update(&t, &tagged));
+    assert!(!update(&t, &[(CLUSTER_TAG, "other")]));
+    assert!(!update(&t, &[]));
+    assert!(launch_through(&t, &opted_in));
+    assert!(!launch_through(&t, &tagged));
+    assert!(!launch_through(
+        &t,
+        &[
+            (CLUSTER_TAG, "prod"),
+            (MANAGED_TAG, "true"),
+            (NODEGROUP_TAG, "g")
+        ]
+    ));
+    let lt = launch_template();
     for kind in [
         "instance",
         "volume",
         "network-interface",
         "subnet",
         "security-group",
-        "launch-template",
     ] {
-        assert!(run.contains(&arn("ec2", &format!("{kind}/*"))), "{kind}");
+        let resource = arn("ec2", &format!("{kind}/x-1"));
+        assert!(
+            allows(
+                &t,
+                "RotatorFunction",
+                &request(
+                    "ec2:RunInstances",
+                    resource.clone(),
+                    &[("ec2:LaunchTemplate", &lt)]
+                )
+            ),
+            "{kind}"
+        );
+        assert!(
+            !allows(
+                &t,
+                "RotatorFunction",
+                &request("ec2:RunInstances", resource, &[])
+            ),
+            "{kind} without a template"
+        );
     }
-    assert!(run.contains(&format!("arn:aws:ec2:{REGION}::image/*")));
+    let image = format!("arn:aws:ec2:{REGION}::image/ami-1");
+    assert!(allows(
+        &t,
+        "RotatorFunction",
+        &request("ec2:RunInstances", image, &[("ec2:LaunchTemplate", &lt)])
+    ));
+    let instance = arn("ec2", "instance/i-1");
+    assert!(allows(
+        &t,
+        "RotatorFunction",
+        &request(
+            "ec2:CreateTags",
+            instance.clone(),
+            &[("ec2:CreateAction", "RunInstances")]
+        )
+    ));
+    assert!(!allows(
+        &t,
+        "RotatorFunction",
+        &request("ec2:CreateTags", instance, &[])
+    ));
+    for f in [
+        "AmiWatcherFunction",
+        "InterruptionHandlerFunction",
+        "OpsFunction",
+    ] {
+        assert!(
+            !allows(
+                &t,
+                f,
+                &request("autoscaling:UpdateAutoScalingGroup", group(), &tagged)
+            ),
+            "{f}"
+        );
+    }
+    // The environment tells the rotator (it refuses pinned groups itself when disabled).
+    let env = |t: &Value| {
+        t["Resources"]["RotatorFunction"]["Properties"]["Environment"]["Variables"]["NODECYCLE_AUTOSCALING_GROUP_UPDATES"].clone()
+    };
+    assert_eq!(env(&t), "Enabled");
+    assert_eq!(env(&deployed(MINIMAL)), "Disabled");
+    assert!(try_deployed(&[("Clusters", "prod"), ("AutoScalingGroupUpdates", "yes")]).is_err());
+}
+
+#[test]
+fn group_changes_need_the_cluster_tag() {
+    let t = deployed(&[
+        ("Clusters", "prod,test-1"),
+        ("AutoScalingGroupUpdates", "Enabled"),
+    ]);
+    let changes = |f: &str| -> BTreeSet<String> {
+        grants_of(&t, f)
+            .into_iter()
+            .filter(|g| g.action.starts_with("autoscaling:") && !is_read_only(&g.action))
+            .map(|g| g.action)
+            .collect()
+    };
+    let expected = [
+        (
+            "RotatorFunction",
+            vec![
+                "autoscaling:ResumeProcesses",
+                "autoscaling:SetDesiredCapacity",
+                "autoscaling:SuspendProcesses",
+                "autoscaling:TerminateInstanceInAutoScalingGroup",
+                "autoscaling:UpdateAutoScalingGroup",
+            ],
+        ),
+        (
+            "OpsFunction",
+            vec![
+                "autoscaling:SetDesiredCapacity",
+                "autoscaling:TerminateInstanceInAutoScalingGroup",
+            ],
+        ),
+        (
+            "InterruptionHandlerFunction",
+            vec![
+                "autoscaling:CompleteLifecycleAction",
+                "autoscaling:RecordLifecycleActionHeartbeat",
+            ],
+        ),
+        ("AmiWatcherFunction", vec![]),
+    ];
+    for (f, actions) in expected {
+        assert_eq!(
+            changes(f),
+            actions.iter().map(|a| a.to_string()).collect(),
+            "{f}"
+        );
+        for action in actions {
+            for cluster in ["prod", "test-1"] {
+                assert!(
+                    allows(&t, f, &request(action, group(), &[(CLUSTER_TAG, cluster)])),
+                    "{f}: {action} {cluster}"
+                );
+            }
+            assert!(
+                !allows(&t, f, &request(action, group(), &[(CLUSTER_TAG, "other")])),
+                "{f}: {action}"
+            );
+            assert!(
+                !allows(&t, f, &request(action, group(), &[])),
+                "{f}: {action} untagged"
+            );
+        }
+    }
+}
+
+/// The partition keys each role may read and write (`dynamodb:LeadingKeys`), and the item
+/// actions: GetItem, PutItem, Query (the Store port's get/put/query), nothing else.
+#[test]
+fn each_role_reaches_only_the_partitions_its_code_uses() {
+    let t = deployed(FULL);
+    let table = "getatt:StateTable.Arn".to_string();
+    let reach = |f: &str, action: &'static str, pk: &'static str| {
+        allows(
+            &t,
+            f,
+            &request(action, table.clone(), &[("dynamodb:LeadingKeys", pk)]),
+        )
+    };
+    let pool = "POOL#prod/general";
+    let cases: [(&str, &[&str], &[&str]); 4] = [
+        (
+            "AmiWatcherFunction",
+            &[pool, "QUARANTINE"],
+            &["LEASE#prod", "EVENT#e-1", "AUDIT", "DEPLOYMENT"],
+        ),
+        (
+            "RotatorFunction",
+            // DEPLOYMENT: the stop switch (read each pass).
+            &[pool, "LEASE#prod", "QUARANTINE", "DEPLOYMENT"],
+            &["EVENT#e-1"],
+        ),
+        (
+            "InterruptionHandlerFunction",
+            &[pool, "EVENT#e-1"],
+            &["LEASE#prod", "QUARANTINE", "DEPLOYMENT", "AUDIT"],
+        ),
+        (
+            "OpsFunction",
+            // AUDIT: requests refused at parsing or naming no known pool.
+            &[pool, "QUARANTINE", "AUDIT", "DEPLOYMENT"],
+            &["LEASE#prod", "EVENT#e-1"],
+        ),
+    ];
+    for (f, yes, no) in cases {
+        for action in ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"] {
+            for pk in yes {
+                assert!(reach(f, action, pk), "{f}: {action} {pk}");
+            }
+            for pk in no
+                .iter()
+                .chain(&["QUARANTINEX", "AUDIT#x", "pool#prod/general", ""])
+            {
+                assert!(!reach(f, action, pk), "{f}: {action} {pk}");
+            }
+            // A request carrying no partition key (a Scan-like request) is refused.
+            assert!(
+                !allows(&t, f, &request(action, table.clone(), &[])),
+                "{f}: {action}"
+            );
+        }
+        for action in [
+            "dynamodb:Scan",
+            "dynamodb:DeleteItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:BatchWriteItem",
+        ] {
+            assert!(!reach(f, action, pool), "{f}: {action}");
+        }
+    }
+}
+
+/// eks:Describe* only on the stack's clusters and their node groups, only the describes each
+/// function's code calls.
+#[test]
+fn clusters_are_described_only_when_they_are_the_stacks() {
+    let t = deployed(&[("Clusters", "prod,test-1")]);
+    let cluster = |c: &str| arn("eks", &format!("cluster/{c}"));
+    let nodegroup = |c: &str| arn("eks", &format!("nodegroup/{c}/general/1a2b"));
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "AmiWatcherFunction",
+            &["eks:DescribeCluster", "eks:DescribeNodegroup"],
+        ),
+        (
+            "RotatorFunction",
+            &[
+                "eks:DescribeCluster",
+                "eks:DescribeNodegroup",
+                "eks:DescribeUpdate",
+            ],
+        ),
+        ("InterruptionHandlerFunction", &["eks:DescribeCluster"]),
+        (
+            "OpsFunction",
+            &[
+                "eks:DescribeCluster",
+                "eks:DescribeNodegroup",
+                "eks:DescribeUpdate",
+            ],
+        ),
+    ];
+    for (f, actions) in cases {
+        let granted: BTreeSet<String> = grants_of(&t, f)
+            .into_iter()
+            .filter(|g| g.action.starts_with("eks:Describe"))
+            .map(|g| g.action)
+            .collect();
+        assert_eq!(
+            granted,
+            actions.iter().map(|a| a.to_string()).collect(),
+            "{f}"
+        );
+        for action in actions {
+            let resource = if *action == "eks:DescribeNodegroup" {
+                nodegroup
+            } else {
+                cluster
+            };
+            for c in ["prod", "test-1"] {
+                assert!(
+                    allows(&t, f, &request(action, resource(c), &[])),
+                    "{f}: {action} {c}"
+                );
+            }
+            for c in ["staging", "prod-2", "test"] {
+                assert!(
+                    !allows(&t, f, &request(action, resource(c), &[])),
+                    "{f}: {action} {c}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn trace_is_no_log_level() {
+    let err = try_deployed(&[("Clusters", "prod"), ("LogLevel", "TRACE")]).unwrap_err();
+    assert!(err.contains("LogLevel"), "{err}");
+    for level in ["DEBUG", "INFO", "WARN", "ERROR"] {
+        deployed(&[("Clusters", "prod"), ("LogLevel", level)]);
+    }
 }
 
 #[test]
@@ -457,7 +843,11 @@ fn pass_role_only_for_the_node_roles_given() {
     for f in FUNCTIONS {
         assert!(may(&without, f, "iam:PassRole").is_empty(), "{f}");
     }
-    let with = deployed(&[("Clusters", "prod"), ("NodeRoleArns", NODE_ROLES)]);
+    let with = deployed(&[
+        ("Clusters", "prod"),
+        ("NodeRoleArns", NODE_ROLES),
+        ("AutoScalingGroupUpdates", "Enabled"),
+    ]);
     let pass = may(&with, "RotatorFunction", "iam:PassRole");
     let roles: Vec<&str> = pass.iter().map(|g| g.resource.as_str()).collect();
     assert_eq!(roles, NODE_ROLES.split(',').collect::<Vec<_>>());
@@ -630,23 +1020,25 @@ fn every_function_that_talks_to_kubernetes_has_an_access_entry_in_every_cluster(
     let mut entries = BTreeSet::new();
     for (_, e) in resources_of(&t, "AWS::EKS::AccessEntry") {
         assert_eq!(e["Type"], "STANDARD");
-        assert_eq!(e["KubernetesGroups"], json!(["nodecycle"]));
         assert!(e.get("AccessPolicies").is_none(), "no access policy: {e}");
         entries.insert((
             e["ClusterName"].as_str().unwrap().to_string(),
             e["PrincipalArn"].as_str().unwrap().to_string(),
+            e["KubernetesGroups"].to_string(),
         ));
     }
+    // One Kubernetes group per function (deploy/rbac.yaml binds each to what it uses).
     let mut expected = BTreeSet::new();
     for cluster in ["prod", "test-1", "edge_2"] {
-        for f in [
-            "RotatorFunction",
-            "InterruptionHandlerFunction",
-            "OpsFunction",
+        for (f, group) in [
+            ("RotatorFunction", "nodecycle-rotator"),
+            ("InterruptionHandlerFunction", "nodecycle-interruption"),
+            ("OpsFunction", "nodecycle-ops"),
         ] {
             expected.insert((
                 cluster.to_string(),
                 format!("getatt:{}.Arn", role_of(&t, f)),
+                json!([group]).to_string(),
             ));
         }
     }
@@ -895,4 +1287,538 @@ fn every_function_may_put_events_on_the_default_bus_only_as_nodecycle() {
             }
         }
     }
+}
+
+/// An adapter source file as the operation scan reads it.
+struct Source {
+    /// The text as written.
+    text: String,
+    /// The same text (same byte offsets) with comments and the contents of string and char
+    /// literals blanked, so braces, calls and `fn` inside them do not count.
+    code: Vec<u8>,
+}
+
+impl Source {
+    fn read(rel: &str) -> Source {
+        let text = std::fs::read_to_string(nodecycle_tests::repo_path(rel)).unwrap();
+        let b = text.as_bytes();
+        let mut code = b.to_vec();
+        let mut i = 0;
+        let blank = |code: &mut Vec<u8>, from: usize, to: usize| {
+            for c in &mut code[from..to] {
+                if *c != b'\n' {
+                    *c = b' ';
+                }
+            }
+        };
+        while i < b.len() {
+            match b[i] {
+                b'/' if b.get(i + 1) == Some(&b'/') => {
+                    let end = text[i..].find('\n').map_or(b.len(), |n| i + n);
+                    blank(&mut code, i, end);
+                    i = end;
+                }
+                b'/' if b.get(i + 1) == Some(&b'*') => {
+                    let end = text[i + 2..].find("*/").map_or(b.len(), |n| i + 2 + n + 2);
+                    blank(&mut code, i, end);
+                    i = end;
+                }
+                b'r' if (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#'))
+                    && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) =>
+                {
+                    let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
+                    if b.get(i + 1 + hashes) != Some(&b'"') {
+                        i += 1;
+                        continue;
+                    }
+                    let close = format!("\"{}", "#".repeat(hashes));
+                    let start = i + 2 + hashes;
+                    let end = text[start..].find(&close).map_or(b.len(), |n| start + n);
+                    blank(&mut code, start, end);
+                    i = end + close.len();
+                }
+                b'"' => {
+                    let mut j = i + 1;
+                    while j < b.len() && b[j] != b'"' {
+                        j += if b[j] == b'\\' { 2 } else { 1 };
+                    }
+                    blank(&mut code, i + 1, j.min(b.len()));
+                    i = j + 1;
+                }
+                b'\'' => {
+                    // A char literal ('x', '\n', '\''), not a lifetime ('a).
+                    let len = if b.get(i + 1) == Some(&b'\\') {
+                        b[i + 2..].iter().position(|c| *c == b'\'').map(|n| n + 3)
+                    } else {
+                        let ch = text[i + 1..].chars().next().map_or(1, char::len_utf8);
+                        (b.get(i + 1 + ch) == Some(&b'\'')).then_some(ch + 2)
+                    };
+                    match len {
+                        Some(n) => {
+                            blank(&mut code, i + 1, i + n - 1);
+                            i += n;
+                        }
+                        None => i += 1,
+                    }
+                }
+                _ => i += 1,
+            }
+        }
+        Source { text, code }
+    }
+
+    /// The offset just past the brace that closes the one at `open`.
+    fn close(&self, open: usize) -> usize {
+        let mut depth = 0;
+        for (i, c) in self.code.iter().enumerate().skip(open) {
+            match c {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return i + 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        panic!("unbalanced braces");
+    }
+
+    fn code_str(&self) -> &str {
+        std::str::from_utf8(&self.code).unwrap()
+    }
+}
+
+fn ident_before(code: &[u8], end: usize) -> (usize, String) {
+    let mut start = end;
+    while start > 0 && (code[start - 1].is_ascii_alphanumeric() || code[start - 1] == b'_') {
+        start -= 1;
+    }
+    (
+        start,
+        String::from_utf8_lossy(&code[start..end]).into_owned(),
+    )
+}
+
+fn skip_space_back(code: &[u8], mut i: usize) -> usize {
+    while i > 0 && code[i - 1].is_ascii_whitespace() {
+        i -= 1;
+    }
+    i
+}
+
+/// `describe_auto_scaling_groups` -> `DescribeAutoScalingGroups`.
+fn pascal(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// One function of an adapter file: its key (`Trait::method` in a trait impl, `Type::name` in
+/// an inherent impl, `name` at module level), whether it is `pub`, the SDK operations its body
+/// calls, and the names it calls.
+#[derive(Debug)]
+struct AdapterFn {
+    key: String,
+    public: bool,
+    ops: BTreeSet<String>,
+    calls: BTreeSet<String>,
+}
+
+/// The SDK operation (`service:Operation`) of the `.send()` at `send` in `s`, found from the
+/// chain's first builder call and checked against the operation its error is labelled with.
+fn operation_at(s: &Source, send: usize, body_end: usize, body_start: usize) -> String {
+    let code = &s.code;
+    let mut i = skip_space_back(code, send);
+    let mut builder = None;
+    loop {
+        // `.name(...)` going backwards.
+        if i == 0 || code[i - 1] != b')' {
+            break;
+        }
+        let mut depth = 0;
+        let mut j = i;
+        while j > 0 {
+            j -= 1;
+            match code[j] {
+                b')' => depth += 1,
+                b'(' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (start, name) = ident_before(code, skip_space_back(code, j));
+        let dot = skip_space_back(code, start);
+        if dot == 0 || code[dot - 1] != b'.' {
+            break;
+        }
+        builder = Some(name);
+        i = skip_space_back(code, dot - 1);
+    }
+    // The chain started on a variable (`req.send()`, `call.send()`): its `let` names the builder.
+    if builder.is_none() || builder.as_deref() == Some("into_paginator") {
+        let (_, var) = ident_before(code, i);
+        let text = s.code_str();
+        let let_at = [format!("let mut {var} ="), format!("let {var} =")]
+            .iter()
+            .filter_map(|p| {
+                text[body_start..send]
+                    .rfind(p.as_str())
+                    .map(|n| body_start + n)
+            })
+            .max()
+            .unwrap_or_else(|| panic!("SDK call at {send}: no builder for {var}"));
+        let after = &text[let_at..send];
+        let mut k = 0;
+        while let Some(n) = after[k..].find('(') {
+            let (_, name) = ident_before(after.as_bytes(), k + n);
+            let before = skip_space_back(after.as_bytes(), k + n - name.len());
+            if before > 0 && after.as_bytes()[before - 1] == b'.' && !name.is_empty() {
+                builder = Some(name);
+                break;
+            }
+            k += n + 1;
+        }
+    }
+    let builder = builder.unwrap_or_else(|| panic!("SDK call at {send}: no builder"));
+    let op = pascal(&builder);
+    // The label: the first `"<service>:<Operation>` string after the call.
+    let needle = format!(":{op}");
+    let mut from = send;
+    loop {
+        let n = s.text[from..body_end].find(&needle).unwrap_or_else(|| {
+            panic!(
+                "{builder}(): no \"<service>:{op}\" label for its errors in {:?}",
+                &s.text[send.min(body_end)..body_end]
+            )
+        });
+        let at = from + n;
+        let (start, service) = ident_before(s.text.as_bytes(), at);
+        if start > 0
+            && s.text.as_bytes()[start - 1] == b'"'
+            && !service.is_empty()
+            && service
+                .bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
+            return format!("{service}:{op}");
+        }
+        from = at + 1;
+    }
+}
+
+fn scan(rel: &str) -> Vec<AdapterFn> {
+    let s = Source::read(rel);
+    let code = s.code_str();
+    // Test modules are not adapters.
+    let tests = code
+        .find("mod tests {")
+        .map(|n| (n, s.close(n + "mod tests ".len())));
+    // impl blocks: (start, end, key prefix, trait?).
+    let mut impls = Vec::new();
+    let mut k = 0;
+    while let Some(n) = code[k..].find("impl") {
+        let at = k + n;
+        k = at + 4;
+        let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+        if (at > 0 && word(s.code[at - 1])) || s.code.get(at + 4).is_some_and(|c| word(*c)) {
+            continue;
+        }
+        let Some(open) = code[at..].find('{').map(|n| at + n) else {
+            break;
+        };
+        // `impl<T> Trait for Type` / `impl Type`, generics dropped.
+        let mut header = code[at + 4..open].trim();
+        if header.starts_with('<') {
+            header = header.split_once('>').map_or(header, |(_, h)| h.trim());
+        }
+        let last = |p: &str| {
+            p.split("::")
+                .last()
+                .unwrap()
+                .split('<')
+                .next()
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        let (prefix, is_trait) = match header.split_once(" for ") {
+            Some((t, _)) => (last(t), true),
+            None => (last(header), false),
+        };
+        impls.push((open, s.close(open), prefix, is_trait));
+    }
+    let mut out = Vec::new();
+    let mut k = 0;
+    while let Some(n) = code[k..].find("fn ") {
+        let at = k + n;
+        k = at + 3;
+        if at > 0 && (s.code[at - 1].is_ascii_alphanumeric() || s.code[at - 1] == b'_') {
+            continue;
+        }
+        if tests.is_some_and(|(a, b)| at > a && at < b) {
+            continue;
+        }
+        let name_end = code[at + 3..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map(|n| at + 3 + n)
+            .unwrap();
+        let name = code[at + 3..name_end].to_string();
+        // The body (a declaration without one, `fn x();`, has none).
+        let (Some(open), semi) = (code[name_end..].find('{'), code[name_end..].find(';')) else {
+            continue;
+        };
+        if semi.is_some_and(|s| s < open) {
+            continue;
+        }
+        let open = name_end + open;
+        let end = s.close(open);
+        let line_start = code[..at].rfind('\n').map_or(0, |n| n + 1);
+        let public = code[line_start..at].trim_start().starts_with("pub ");
+        let enclosing = impls
+            .iter()
+            .filter(|(a, b, _, _)| at > *a && at < *b)
+            .min_by_key(|(a, b, _, _)| b - a);
+        let (key, public) = match enclosing {
+            Some((_, _, prefix, true)) => (format!("{prefix}::{name}"), true),
+            Some((_, _, prefix, false)) => (format!("{prefix}::{name}"), public),
+            None => (name.clone(), false),
+        };
+        let mut ops = BTreeSet::new();
+        let mut calls = BTreeSet::new();
+        let body = &code[open..end];
+        let mut j = 0;
+        while let Some(m) = body[j..].find(".send()") {
+            let send = open + j + m;
+            ops.insert(operation_at(&s, send, end, open));
+            j += m + 1;
+        }
+        let mut j = 0;
+        while let Some(m) = body[j..].find('(') {
+            let (start, called) = ident_before(body.as_bytes(), j + m);
+            if !called.is_empty() {
+                let prefixed = body[..start].ends_with("template::");
+                calls.insert(if prefixed {
+                    format!("template::{called}")
+                } else {
+                    called
+                });
+            }
+            j += m + 1;
+        }
+        out.push(AdapterFn {
+            key,
+            public,
+            ops,
+            calls,
+        });
+        k = end;
+    }
+    out
+}
+
+/// Every adapter function's transitive SDK operations, by key (calls resolved by name within
+/// the file, and `template::x` to the launch template module).
+fn adapter_operations() -> BTreeMap<String, BTreeSet<String>> {
+    let template = scan("shared/src/aws/template.rs");
+    let files: Vec<String> = std::fs::read_dir(nodecycle_tests::repo_path("shared/src/aws"))
+        .unwrap()
+        .map(|e| {
+            format!(
+                "shared/src/aws/{}",
+                e.unwrap().file_name().to_string_lossy()
+            )
+        })
+        .filter(|p| p.ends_with(".rs") && !p.ends_with("/template.rs"))
+        .collect();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let fns = scan(&file);
+        let resolve = |start: &AdapterFn| -> BTreeSet<String> {
+            let mut ops = BTreeSet::new();
+            let mut seen = BTreeSet::new();
+            let mut todo = vec![start];
+            while let Some(f) = todo.pop() {
+                if !seen.insert(f.key.clone()) {
+                    continue;
+                }
+                ops.extend(f.ops.iter().cloned());
+                for c in &f.calls {
+                    if let Some(t) = c.strip_prefix("template::") {
+                        todo.extend(template.iter().filter(|f| f.key == t));
+                    } else {
+                        todo.extend(fns.iter().filter(|f| f.key.rsplit("::").next() == Some(c)));
+                    }
+                }
+                // The template module's helpers call each other too.
+                if template.iter().any(|t| std::ptr::eq(t, f)) {
+                    for c in &f.calls {
+                        todo.extend(template.iter().filter(|t| &t.key == c));
+                    }
+                }
+            }
+            ops
+        };
+        for f in fns.iter().filter(|f| f.public) {
+            let ops = resolve(f);
+            if !ops.is_empty() {
+                out.entry(f.key.clone()).or_default().extend(ops);
+            }
+        }
+    }
+    // The EKS connection of the Kubernetes client (endpoint and CA).
+    let kube: BTreeSet<String> = scan("shared/src/kube/client/access.rs")
+        .into_iter()
+        .flat_map(|f| f.ops)
+        .collect();
+    out.insert("KubeConnector::connect".into(), kube);
+    out
+}
+
+/// Grants that no SDK call of the code makes but that AWS checks on the function's behalf, each
+/// with the call it serves.
+const GRANTS_WITHOUT_A_CALL: [(&str, &str); 7] = [
+    (
+        "logs:CreateLogStream",
+        "the Lambda runtime writes the function's log",
+    ),
+    (
+        "logs:PutLogEvents",
+        "the Lambda runtime writes the function's log",
+    ),
+    (
+        "sqs:SendMessage",
+        "Lambda's OnFailure destination sends with the role",
+    ),
+    (
+        "kms:Decrypt",
+        "SSM decrypts SecureString parameters for the caller",
+    ),
+    (
+        "iam:PassRole",
+        "Auto Scaling checks it on UpdateAutoScalingGroup",
+    ),
+    (
+        "ec2:RunInstances",
+        "Auto Scaling checks it on UpdateAutoScalingGroup",
+    ),
+    (
+        "ec2:CreateTags",
+        "Auto Scaling checks it on UpdateAutoScalingGroup",
+    ),
+];
+
+/// Operations AWS lets every principal call without a grant (an explicit deny aside).
+const NEEDS_NO_GRANT: &[&str] = &["sts:GetCallerIdentity"];
+
+#[test]
+fn every_role_grants_what_its_code_calls_and_no_more() {
+    let adapters = adapter_operations();
+    // The scan sees the calls (a broken scan must not pass by seeing nothing).
+    assert!(adapters["GroupOps::set_image"].contains("ec2:CreateLaunchTemplateVersion"));
+    assert!(adapters["GroupOps::set_image"].contains("autoscaling:UpdateAutoScalingGroup"));
+    assert!(adapters["GroupOps::set_image"].contains("ec2:DescribeLaunchTemplates"));
+    assert!(adapters["Store::query"].contains("dynamodb:Query"));
+    assert!(adapters["KubeConnector::connect"].contains("eks:DescribeCluster"));
+
+    // Every adapter method that reaches an SDK call is someone's, or no Lambda's.
+    use nodecycle::port::uses::{FUNCTIONS as USES, NOT_IN_LAMBDAS};
+    let listed: BTreeSet<&str> = USES
+        .iter()
+        .flat_map(|(_, m)| m.iter().copied())
+        .chain(NOT_IN_LAMBDAS.iter().copied())
+        .collect();
+    for key in adapters.keys() {
+        assert!(
+            listed.contains(key.as_str()),
+            "{key} calls AWS ({:?}) but nodecycle::port::uses lists it nowhere",
+            adapters[key]
+        );
+    }
+
+    let widened = [
+        ("Clusters", "prod,test-1"),
+        ("AutoScalingGroupUpdates", "Enabled"),
+        ("NodeRoleArns", NODE_ROLES),
+        (
+            "ParameterKmsKeyArn",
+            "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        ),
+    ];
+    for params in [MINIMAL, &widened[..]] {
+        let t = deployed(params);
+        let updates = params.contains(&("AutoScalingGroupUpdates", "Enabled"));
+        for (function, methods) in USES {
+            let mut calls = BTreeSet::new();
+            for m in methods {
+                // A listed method must exist and call AWS (no stale entries).
+                let ops = adapters.get(*m).unwrap_or_else(|| {
+                    panic!("{function}: {m} is listed but no adapter method of that name calls AWS")
+                });
+                calls.extend(ops.iter().cloned());
+            }
+            let granted: BTreeSet<String> = grants_of(&t, function)
+                .into_iter()
+                .map(|g| g.action)
+                .collect();
+            for op in &calls {
+                if NEEDS_NO_GRANT.contains(&op.as_str()) {
+                    assert!(!granted.contains(op.as_str()), "{function} is granted {op}");
+                    continue;
+                }
+                // Without AutoScalingGroupUpdates the rotator refuses a pinned group itself
+                // before the call (tests/tests/launch_template.rs).
+                if op == "autoscaling:UpdateAutoScalingGroup" && !updates {
+                    assert!(!granted.contains(op.as_str()), "{function}");
+                    continue;
+                }
+                assert!(
+                    granted.contains(op.as_str()),
+                    "{function} calls {op}; its role does not grant it ({params:?})"
+                );
+            }
+            for action in &granted {
+                if is_read_only(action) || calls.contains(action) {
+                    continue;
+                }
+                let (_, why) = GRANTS_WITHOUT_A_CALL
+                    .iter()
+                    .find(|(a, _)| a == action)
+                    .unwrap_or_else(|| {
+                        panic!("{function} may {action}, which its code never calls")
+                    });
+                if why.contains("UpdateAutoScalingGroup") {
+                    assert!(
+                        calls.contains("autoscaling:UpdateAutoScalingGroup") && updates,
+                        "{function}: {action}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn images_are_checked_against_instance_types_and_lifecycle_actions_against_the_hook() {
+    let t = deployed(FULL);
+    // The architecture check before an image becomes desired or is written into a group.
+    for f in ["AmiWatcherFunction", "RotatorFunction"] {
+        let reads = may(&t, f, "ec2:DescribeInstanceTypes");
+        assert_eq!(reads.len(), 1, "{f}: {reads:?}");
+    }
+    // Only the stack's hook is answered: the handler is told its name.
+    let env =
+        &t["Resources"]["InterruptionHandlerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(env["NODECYCLE_LIFECYCLE_HOOK"], "drain-first", "{env}");
 }

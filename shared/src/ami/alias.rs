@@ -395,6 +395,15 @@ impl Alias {
                 family,
                 version: version.to_string(),
             });
+        } else if matches!(family, Family::Al2 | Family::Al2023)
+            && version.starts_with(|c: char| c.is_ascii_digit())
+        {
+            // EKS-optimized Amazon Linux releases are named `v<date>`: the parameter path of
+            // any other version does not exist, which resolution would only say much later.
+            return Err(AliasError::AmazonLinuxVersion {
+                family,
+                version: version.to_string(),
+            });
         } else if is_release_version(version) {
             AliasVersion::Pinned(version.to_string())
         } else {
@@ -429,6 +438,14 @@ pub enum AliasError {
     },
     /// A version that is neither `latest` nor a release version (the version as written).
     InvalidVersion(String),
+    /// An AL2/AL2023 version without the leading `v` of EKS release names (`20240807`, or a
+    /// managed node group release version such as `1.30.4-20240807`).
+    AmazonLinuxVersion {
+        /// `al2` or `al2023`.
+        family: Family,
+        /// The version as written.
+        version: String,
+    },
 }
 
 impl fmt::Display for AliasError {
@@ -458,6 +475,19 @@ impl fmt::Display for AliasError {
                 write!(
                     f,
                     "invalid version {version:?}; expected \"latest\" in lowercase"
+                )
+            }
+            AliasError::AmazonLinuxVersion { family, version } => {
+                // `20240807`, or the date of a release version `1.30.4-20240807`.
+                let date = version.rsplit('-').next().unwrap_or(version);
+                let hint = if date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit()) {
+                    format!(" (did you mean \"{family}@v{date}\"?)")
+                } else {
+                    String::new()
+                };
+                write!(
+                    f,
+                    "invalid {family} version {version:?}; expected \"latest\" or an EKS release such as \"v20240807\" (a 'v' and the release date){hint}"
                 )
             }
             AliasError::InvalidVersion(version) => write!(
@@ -544,9 +574,37 @@ mod tests {
                 AliasError::InvalidVersion("v2024/08".into()),
             ),
             ("al2023@ v1", AliasError::InvalidVersion(" v1".into())),
+            (
+                "al2023@20240807",
+                AliasError::AmazonLinuxVersion {
+                    family: Family::Al2023,
+                    version: "20240807".into(),
+                },
+            ),
+            (
+                "al2@1.29.3-20240807",
+                AliasError::AmazonLinuxVersion {
+                    family: Family::Al2,
+                    version: "1.29.3-20240807".into(),
+                },
+            ),
         ];
         for (text, error) in cases {
             assert_eq!(Alias::parse(text), Err(error), "{text}");
         }
+    }
+
+    #[test]
+    fn an_amazon_linux_version_without_v_is_refused_with_the_alias_to_write() {
+        let message = |t: &str| Alias::parse(t).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            message("al2023@20240807").contains("did you mean \"al2023@v20240807\"?"),
+            "{}",
+            message("al2023@20240807")
+        );
+        assert!(message("al2@1.29.3-20240807").contains("did you mean \"al2@v20240807\"?"));
+        assert!(!message("al2023@2024").contains("did you mean"));
+        // Bottlerocket versions take no `v` (one is dropped).
+        assert!(Alias::parse("bottlerocket@1.26.0").is_ok());
     }
 }

@@ -2,6 +2,7 @@
 //! matching images. Resolution against AWS (through the [`resolve`] ports) is in `resolve`.
 
 pub mod alias;
+pub mod instance_types;
 pub mod resolve;
 pub mod select;
 

@@ -1,5 +1,5 @@
 //! Resolution of a pool's `amiSelectorTerms` against AWS through narrow ports
-//! (Karpenter's AMI selection; README "AMI resolution"). One [`Resolver`] serves one pass: it memoises every SSM
+//! (Karpenter's AMI selection; docs/concepts.md, "The desired AMI and how it is resolved"). One [`Resolver`] serves one pass: it memoises every SSM
 //! parameter, image query and cluster version, so a pass costs one call per distinct
 //! alias/term/cluster, not one per pool.
 //!
@@ -65,6 +65,18 @@ pub trait NodeGroupCatalog: Send + Sync {
         cluster: &str,
         group: &NodeGroup,
     ) -> Result<GroupImage, PortError>;
+
+    /// The instance types the node group launches (its launch template's, its mixed instances
+    /// policy's overrides, or the managed node group's `instanceTypes`) with the architectures
+    /// each supports (`ec2:DescribeInstanceTypes`), for [`super::instance_types::check`]. The
+    /// default knows none (nothing to check).
+    async fn instance_types(
+        &self,
+        _cluster: &str,
+        _group: &NodeGroup,
+    ) -> Result<super::instance_types::GroupTypes, PortError> {
+        Ok(super::instance_types::GroupTypes::default())
+    }
 }
 
 /// What a node group currently launches.

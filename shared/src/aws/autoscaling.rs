@@ -16,7 +16,46 @@ use crate::port::{ErrorKind, PortError};
 pub struct AutoScaling {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
+    group_updates: bool,
 }
+
+/// Environment variable (the stack parameter `AutoScalingGroupUpdates`, `Enabled` or
+/// `Disabled`) saying whether the role may call autoscaling:UpdateAutoScalingGroup.
+pub const GROUP_UPDATES_ENV: &str = "NODECYCLE_AUTOSCALING_GROUP_UPDATES";
+
+/// The stack parameter that grants autoscaling:UpdateAutoScalingGroup.
+pub const GROUP_UPDATES_PARAMETER: &str = "AutoScalingGroupUpdates";
+
+/// Whether [`GROUP_UPDATES_ENV`] enables group updates: `Enabled` only (unset or anything else
+/// is `Disabled`, as the stack's default).
+pub fn group_updates_from_env() -> bool {
+    std::env::var(GROUP_UPDATES_ENV).is_ok_and(|v| v.trim() == "Enabled")
+}
+
+/// The refusal of `what` (an UpdateAutoScalingGroup) that the stack does not allow (`denied`: IAM
+/// said so; else nodecycle refused before asking), naming the parameter that allows it and
+/// `otherwise`, the way to do without.
+fn updates_not_enabled(what: &str, denied: bool, otherwise: &str) -> PortError {
+    PortError::new(
+        "autoscaling:UpdateAutoScalingGroup",
+        ErrorKind::AccessDenied,
+        format!(
+            "{what} needs autoscaling:UpdateAutoScalingGroup, {}: deploy the stack with \
+             {GROUP_UPDATES_PARAMETER}=Enabled, or {otherwise}",
+            if denied {
+                "which the rotator's role was denied"
+            } else {
+                "which the stack does not grant"
+            }
+        ),
+    )
+}
+
+/// How a group on a pinned launch template version does without group updates.
+const PINNED_OTHERWISE: &str = "point the group at $Latest or $Default (with the parameter, NodeRoleArns names the template's instance profile role)";
+/// How a policy with `disruption.surgeAboveMaxSize` does without group updates.
+const MAX_SIZE_OTHERWISE: &str =
+    "leave disruption.surgeAboveMaxSize unset (a group at MaxSize then rotates without a surge)";
 
 fn lifecycle(state: &str) -> Lifecycle {
     match state {
@@ -31,8 +70,21 @@ fn lifecycle(state: &str) -> Lifecycle {
 
 impl AutoScaling {
     /// Wraps the clients.
+    /// Wraps the clients, with group updates enabled (see [`AutoScaling::with_group_updates`]).
     pub fn new(autoscaling: aws_sdk_autoscaling::Client, ec2: aws_sdk_ec2::Client) -> Self {
-        Self { autoscaling, ec2 }
+        Self {
+            autoscaling,
+            ec2,
+            group_updates: true,
+        }
+    }
+
+    /// Whether the role may call autoscaling:UpdateAutoScalingGroup (stack parameter
+    /// `AutoScalingGroupUpdates`). When not, a group on a pinned launch template version is
+    /// refused before any write, with what to change.
+    pub fn with_group_updates(mut self, enabled: bool) -> Self {
+        self.group_updates = enabled;
+        self
     }
 
     async fn group(
@@ -90,13 +142,25 @@ impl GroupOps for AutoScaling {
     }
 
     async fn set_max_size(&self, group: &str, max: i32) -> Result<(), PortError> {
+        let what = format!("setting the MaxSize of group {group} to {max} for a surge");
+        if !self.group_updates {
+            // Refused before asking: the stack grants no group updates.
+            return Err(updates_not_enabled(&what, false, MAX_SIZE_OTHERWISE));
+        }
         self.autoscaling
             .update_auto_scaling_group()
             .auto_scaling_group_name(group)
             .max_size(max)
             .send()
             .await
-            .map_err(|e| port_error("autoscaling:UpdateAutoScalingGroup", e))?;
+            .map_err(
+                |e| match port_error("autoscaling:UpdateAutoScalingGroup", e) {
+                    e if e.kind == ErrorKind::AccessDenied => {
+                        updates_not_enabled(&what, true, MAX_SIZE_OTHERWISE)
+                    }
+                    e => e,
+                },
+            )?;
         Ok(())
     }
 
@@ -258,6 +322,20 @@ impl GroupOps for AutoScaling {
                 format!("group {group} uses no launch template; nodecycle rotates only groups with launch templates"),
             )
         })?;
+        let pinned = !matches!(t.version.as_str(), "$Latest" | "$Default");
+        if pinned && !self.group_updates {
+            // Refused before any write: a new version the group is never pointed at would be
+            // created again on every pass.
+            let current = template::describe(&self.ec2, &t).await?;
+            if current.image.as_deref() != Some(image) {
+                let what = format!(
+                    "group {group} launches pinned version {} of launch template {}: pointing it \
+                     at a new version",
+                    t.version, current.template_id
+                );
+                return Err(updates_not_enabled(&what, false, PINNED_OTHERWISE));
+            }
+        }
         let (version, created) = template::with_image(&self.ec2, &t, image).await?;
         let number = version.number.to_string();
         match t.version.as_str() {
@@ -316,9 +394,19 @@ impl AutoScaling {
             }
             _ => call.launch_template(spec),
         };
-        call.send()
-            .await
-            .map_err(|e| port_error("autoscaling:UpdateAutoScalingGroup", e))?;
+        let name = g.auto_scaling_group_name().unwrap_or_default();
+        call.send().await.map_err(|e| {
+            let e = port_error("autoscaling:UpdateAutoScalingGroup", e);
+            if e.kind == ErrorKind::AccessDenied {
+                updates_not_enabled(
+                    &format!("pointing group {name} at version {number} of {template_id}"),
+                    true,
+                    PINNED_OTHERWISE,
+                )
+            } else {
+                e
+            }
+        })?;
         Ok(())
     }
 }

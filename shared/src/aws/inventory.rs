@@ -279,10 +279,7 @@ impl PolicyDocuments for Ssm {
             .parameters_by_path(prefix)
             .await?
             .into_iter()
-            .map(|p| PolicyDocument {
-                source: p.name,
-                text: p.value,
-            })
+            .map(|p| PolicyDocument::parameter(prefix, p.name, p.value))
             .collect())
     }
 }

@@ -11,6 +11,7 @@ pub mod ec2;
 pub mod eks;
 #[cfg(feature = "doctor")]
 pub mod eventbridge;
+pub mod identity;
 pub mod interruption;
 pub mod inventory;
 pub mod managed;

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use super::port_error;
 use super::template::{self, TemplateSpec};
 use crate::ami::Architecture;
+use crate::ami::instance_types::GroupTypes;
 use crate::ami::resolve::{GroupImage, NodeGroupCatalog};
 use crate::policy::NodeGroup;
 use crate::port::{ErrorKind, PortError};
@@ -15,6 +16,18 @@ pub struct NodeGroups {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
     eks: aws_sdk_eks::Client,
+}
+
+/// The launch template a group launches from: its own, or its mixed instances policy's.
+fn template_of(
+    group: &aws_sdk_autoscaling::types::AutoScalingGroup,
+) -> Option<&aws_sdk_autoscaling::types::LaunchTemplateSpecification> {
+    group.launch_template().or_else(|| {
+        group
+            .mixed_instances_policy()
+            .and_then(|m| m.launch_template())
+            .and_then(|t| t.launch_template_specification())
+    })
 }
 
 impl NodeGroups {
@@ -52,7 +65,11 @@ impl NodeGroups {
         }
     }
 
-    async fn asg_image(&self, name: &str) -> Result<GroupImage, PortError> {
+    /// Auto Scaling group `name`, `None` when it does not exist.
+    async fn describe_group(
+        &self,
+        name: &str,
+    ) -> Result<Option<aws_sdk_autoscaling::types::AutoScalingGroup>, PortError> {
         let out = self
             .autoscaling
             .describe_auto_scaling_groups()
@@ -60,21 +77,18 @@ impl NodeGroups {
             .send()
             .await
             .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
-        let Some(group) = out.auto_scaling_groups().first() else {
+        Ok(out.auto_scaling_groups().first().cloned())
+    }
+
+    async fn asg_image(&self, name: &str) -> Result<GroupImage, PortError> {
+        let Some(group) = self.describe_group(name).await? else {
             return Err(PortError::new(
                 "autoscaling:DescribeAutoScalingGroups",
                 ErrorKind::NotFound,
                 format!("Auto Scaling group {name} does not exist"),
             ));
         };
-        let spec = group.launch_template().cloned().or_else(|| {
-            group
-                .mixed_instances_policy()
-                .and_then(|m| m.launch_template())
-                .and_then(|t| t.launch_template_specification())
-                .cloned()
-        });
-        if let Some(spec) = spec {
+        if let Some(spec) = template_of(&group) {
             return self
                 .launch_template_image(
                     spec.launch_template_id(),
@@ -83,26 +97,174 @@ impl NodeGroups {
                 )
                 .await;
         }
-        if let Some(lc) = group.launch_configuration_name() {
-            let out = self
-                .autoscaling
-                .describe_launch_configurations()
-                .launch_configuration_names(lc)
-                .send()
-                .await
-                .map_err(|e| port_error("autoscaling:DescribeLaunchConfigurations", e))?;
-            if let Some(id) = out
-                .launch_configurations()
-                .first()
-                .and_then(|c| c.image_id())
-            {
-                return Ok(GroupImage::Image(id.to_string()));
-            }
+        if let Some(lc) = group.launch_configuration_name()
+            && let Some(id) = self
+                .launch_configuration(lc)
+                .await?
+                .and_then(|c| c.image_id().map(str::to_string))
+        {
+            return Ok(GroupImage::Image(id));
         }
         Ok(GroupImage::Unknown)
     }
 
-    async fn managed_image(&self, cluster: &str, name: &str) -> Result<GroupImage, PortError> {
+    /// Launch configuration `name`, `None` when it does not exist.
+    async fn launch_configuration(
+        &self,
+        name: &str,
+    ) -> Result<Option<aws_sdk_autoscaling::types::LaunchConfiguration>, PortError> {
+        let out = self
+            .autoscaling
+            .describe_launch_configurations()
+            .launch_configuration_names(name)
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:DescribeLaunchConfigurations", e))?;
+        Ok(out.launch_configurations().first().cloned())
+    }
+
+    /// The instance type of a launch template version (`by attributes` when it has
+    /// `InstanceRequirements`), with where it was read.
+    async fn template_types(
+        &self,
+        id: Option<&str>,
+        name: Option<&str>,
+        version: Option<&str>,
+    ) -> Result<(String, Vec<String>, bool), PortError> {
+        let spec = TemplateSpec {
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            version: version.unwrap_or("$Default").to_string(),
+        };
+        let v = template::describe(&self.ec2, &spec).await?;
+        Ok((
+            format!("launch template {} version {}", v.template_id, v.number),
+            v.instance_type.into_iter().collect(),
+            v.by_attributes,
+        ))
+    }
+
+    async fn asg_types(&self, name: &str) -> Result<(String, Vec<String>, bool), PortError> {
+        let Some(group) = self.describe_group(name).await? else {
+            // A group that does not exist launches nothing: nothing to check.
+            return Ok((String::new(), Vec::new(), false));
+        };
+        if let Some(lt) = group
+            .mixed_instances_policy()
+            .and_then(|m| m.launch_template())
+        {
+            let overrides = lt.overrides();
+            let by_attributes = overrides
+                .iter()
+                .any(|o| o.instance_requirements().is_some());
+            let types: Vec<String> = overrides
+                .iter()
+                .filter_map(|o| o.instance_type().map(str::to_string))
+                .collect();
+            if !types.is_empty() || by_attributes {
+                return Ok((
+                    "mixed instances policy overrides".to_string(),
+                    types,
+                    by_attributes,
+                ));
+            }
+        }
+        if let Some(spec) = template_of(&group) {
+            return self
+                .template_types(
+                    spec.launch_template_id(),
+                    spec.launch_template_name(),
+                    spec.version(),
+                )
+                .await;
+        }
+        if let Some(lc) = group.launch_configuration_name() {
+            let types = self
+                .launch_configuration(lc)
+                .await?
+                .and_then(|c| c.instance_type().map(str::to_string))
+                .into_iter()
+                .collect();
+            return Ok((format!("launch configuration {lc}"), types, false));
+        }
+        Ok((String::new(), Vec::new(), false))
+    }
+
+    async fn managed_types(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<(String, Vec<String>, bool), PortError> {
+        let ng = match self.describe_nodegroup(cluster, name).await {
+            Ok(Some(ng)) => ng,
+            // A node group that does not exist launches nothing: nothing to check.
+            Ok(None) => return Ok((String::new(), Vec::new(), false)),
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                return Ok((String::new(), Vec::new(), false));
+            }
+            Err(e) => return Err(e),
+        };
+        if !ng.instance_types().is_empty() {
+            return Ok((
+                "the managed node group's instanceTypes".to_string(),
+                ng.instance_types().to_vec(),
+                false,
+            ));
+        }
+        match ng.launch_template() {
+            Some(lt) => self.template_types(lt.id(), lt.name(), lt.version()).await,
+            None => Ok((String::new(), Vec::new(), false)),
+        }
+    }
+
+    /// What EC2 says each of `types` supports (`None` for a type it does not describe).
+    async fn architectures(
+        &self,
+        types: &[String],
+    ) -> Result<Vec<(String, Option<Vec<String>>)>, PortError> {
+        let mut known = std::collections::HashMap::new();
+        for chunk in types.chunks(100) {
+            let wanted: Vec<aws_sdk_ec2::types::InstanceType> = chunk
+                .iter()
+                .map(|t| aws_sdk_ec2::types::InstanceType::from(t.as_str()))
+                .collect();
+            let mut pages = self
+                .ec2
+                .describe_instance_types()
+                .set_instance_types(Some(wanted))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| port_error("ec2:DescribeInstanceTypes", e))?;
+                for t in page.instance_types() {
+                    let Some(name) = t.instance_type() else {
+                        continue;
+                    };
+                    let archs: Vec<String> = t
+                        .processor_info()
+                        .map(|p| {
+                            p.supported_architectures()
+                                .iter()
+                                .map(|a| a.as_str().to_string())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    known.insert(name.as_str().to_string(), archs);
+                }
+            }
+        }
+        Ok(types
+            .iter()
+            .map(|t| (t.clone(), known.get(t).cloned()))
+            .collect())
+    }
+
+    /// Managed node group `name` of `cluster` (`None` when EKS answers without one).
+    async fn describe_nodegroup(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<Option<aws_sdk_eks::types::Nodegroup>, PortError> {
         let out = self
             .eks
             .describe_nodegroup()
@@ -111,7 +273,11 @@ impl NodeGroups {
             .send()
             .await
             .map_err(|e| port_error("eks:DescribeNodegroup", e))?;
-        let Some(ng) = out.nodegroup() else {
+        Ok(out.nodegroup().cloned())
+    }
+
+    async fn managed_image(&self, cluster: &str, name: &str) -> Result<GroupImage, PortError> {
+        let Some(ng) = self.describe_nodegroup(cluster, name).await? else {
             return Ok(GroupImage::Unknown);
         };
         if let Some(lt) = ng.launch_template() {
@@ -141,5 +307,27 @@ impl NodeGroupCatalog for NodeGroups {
             NodeGroup::AutoScalingGroup(name) => self.asg_image(name).await,
             NodeGroup::ManagedNodeGroup(name) => self.managed_image(cluster, name).await,
         }
+    }
+
+    async fn instance_types(
+        &self,
+        cluster: &str,
+        group: &NodeGroup,
+    ) -> Result<GroupTypes, PortError> {
+        let (source, types, by_attributes) = match group {
+            NodeGroup::AutoScalingGroup(name) => self.asg_types(name).await?,
+            NodeGroup::ManagedNodeGroup(name) => self.managed_types(cluster, name).await?,
+        };
+        let mut types_unique = Vec::new();
+        for t in types {
+            if !types_unique.contains(&t) {
+                types_unique.push(t);
+            }
+        }
+        Ok(GroupTypes {
+            source,
+            types: self.architectures(&types_unique).await?,
+            by_attributes,
+        })
     }
 }

@@ -139,9 +139,8 @@ impl crate::policy::source::PolicySource for SsmPolicies {
             .parameters_by_path(&self.prefix)
             .await?
             .into_iter()
-            .map(|p| crate::policy::source::PolicyDocument {
-                source: p.name,
-                text: p.value,
+            .map(|p| {
+                crate::policy::source::PolicyDocument::parameter(&self.prefix, p.name, p.value)
             })
             .collect())
     }
@@ -150,14 +149,9 @@ impl crate::policy::source::PolicySource for SsmPolicies {
         &self,
         source: &str,
     ) -> Result<Option<crate::policy::source::PolicyDocument>, PortError> {
-        Ok(self
-            .ssm
-            .parameter(source)
-            .await?
-            .map(|p| crate::policy::source::PolicyDocument {
-                source: p.name,
-                text: p.value,
-            }))
+        Ok(self.ssm.parameter(source).await?.map(|p| {
+            crate::policy::source::PolicyDocument::parameter(&self.prefix, p.name, p.value)
+        }))
     }
 
     fn contains(&self, name: &str) -> bool {

@@ -21,6 +21,10 @@ pub(crate) struct TemplateVersion {
     pub(crate) template_id: String,
     pub(crate) number: i64,
     pub(crate) image: Option<String>,
+    /// The version's instance type, when it names one.
+    pub(crate) instance_type: Option<String>,
+    /// The version picks instance types by attributes (`InstanceRequirements`).
+    pub(crate) by_attributes: bool,
 }
 
 /// Describes the version `t` names (the id wins over the name).
@@ -54,11 +58,53 @@ pub(crate) async fn describe(
             .launch_template_data()
             .and_then(|d| d.image_id())
             .map(str::to_string),
+        instance_type: v
+            .launch_template_data()
+            .and_then(|d| d.instance_type())
+            .map(|t| t.as_str().to_string()),
+        by_attributes: v
+            .launch_template_data()
+            .is_some_and(|d| d.instance_requirements().is_some()),
     })
 }
 
+/// Fails closed unless template `template_id` is opted in ([`crate::opt_in`]): tagged
+/// `nodecycle.dev/managed=true` and not created by EKS for a managed node group (its tags read
+/// with ec2:DescribeLaunchTemplates). The refusal is [`ErrorKind::AccessDenied`] for
+/// `ec2:CreateLaunchTemplateVersion`, saying which tag to add.
+pub(crate) async fn ensure_opted_in(
+    ec2: &aws_sdk_ec2::Client,
+    template_id: &str,
+) -> Result<(), PortError> {
+    let out = ec2
+        .describe_launch_templates()
+        .launch_template_ids(template_id)
+        .send()
+        .await
+        .map_err(|e| port_error("ec2:DescribeLaunchTemplates", e))?;
+    let tags: std::collections::BTreeMap<String, String> = out
+        .launch_templates()
+        .first()
+        .map(|t| {
+            t.tags()
+                .iter()
+                .filter_map(|tag| Some((tag.key()?.to_owned(), tag.value()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    match crate::opt_in::refusal(template_id, &tags) {
+        None => Ok(()),
+        Some(why) => Err(PortError::new(
+            "ec2:CreateLaunchTemplateVersion",
+            ErrorKind::AccessDenied,
+            why,
+        )),
+    }
+}
+
 /// The version of `t`'s template that launches `image`: `t`'s own version when it already does
-/// (`created = false`), else a new version from it with only the image changed.
+/// (`created = false`), else a new version from it with only the image changed, once the
+/// template is opted in ([`ensure_opted_in`]; nothing is written otherwise).
 pub(crate) async fn with_image(
     ec2: &aws_sdk_ec2::Client,
     t: &TemplateSpec,
@@ -68,6 +114,7 @@ pub(crate) async fn with_image(
     if current.image.as_deref() == Some(image) {
         return Ok((current, false));
     }
+    ensure_opted_in(ec2, &current.template_id).await?;
     let out = ec2
         .create_launch_template_version()
         .launch_template_id(&current.template_id)
@@ -92,6 +139,7 @@ pub(crate) async fn with_image(
             template_id: current.template_id,
             number,
             image: Some(image.to_string()),
+            ..current
         },
         true,
     ))

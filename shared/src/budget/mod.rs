@@ -20,7 +20,7 @@ use std::str::FromStr;
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 
-pub use parse::parse_budgets;
+pub use parse::{BUDGET_FIELDS, parse_budgets};
 pub use schedule::Schedule;
 pub use window::Window;
 
@@ -57,6 +57,12 @@ impl Reason {
             Reason::Underutilized => "Underutilized",
             Reason::Empty => "Empty",
         }
+    }
+
+    /// Whether nodecycle ever disrupts a node for this reason (Drifted, Expired). Karpenter's
+    /// consolidation reasons (Underutilized, Empty) are accepted in budgets and never apply.
+    pub fn applied_by_nodecycle(self) -> bool {
+        matches!(self, Reason::Drifted | Reason::Expired)
     }
 
     /// Parses an exact (case-sensitive) reason name; `None` for anything else.
@@ -213,7 +219,8 @@ pub fn open_spans(
 }
 
 /// The allowance for one reason. Serializes as
-/// `{"reason","total","disrupting","allowed","limitedBy","nextChange"}` with `nextChange` in
+/// `{"reason","total","disrupting","allowed","limitedBy","nextChange"}` with `limitedBy` the
+/// budget's field path (`"disruption.budgets[1]"`) or null, `nextChange` in
 /// RFC 3339 UTC, seconds precision, `Z` suffix (or null).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -227,12 +234,26 @@ pub struct Allowance {
     /// How many more nodes may start being disrupted now.
     pub allowed: u32,
     /// Index (document order) of the active budget giving the minimum, lowest index on ties;
-    /// `None` when no active budget applies to the reason.
+    /// `None` when no active budget applies to the reason. Serialized as its field path,
+    /// `"disruption.budgets[i]"` (as `status` and `validate` name a budget), or null.
+    #[serde(serialize_with = "serialize_budget_path")]
     pub limited_by: Option<usize>,
     /// Next instant at which a budget applying to the reason becomes active or inactive, if
     /// within [`HORIZON_DAYS`] days.
     #[serde(serialize_with = "serialize_instant")]
     pub next_change: Option<DateTime<Utc>>,
+}
+
+/// The field path of budget `i` of a policy: `disruption.budgets[i]`.
+pub fn budget_path(i: usize) -> String {
+    format!("disruption.budgets[{i}]")
+}
+
+fn serialize_budget_path<S: Serializer>(i: &Option<usize>, s: S) -> Result<S::Ok, S::Error> {
+    match i {
+        Some(i) => s.serialize_str(&budget_path(*i)),
+        None => s.serialize_none(),
+    }
 }
 
 fn serialize_instant<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {

@@ -15,6 +15,8 @@ use crate::problem::{self, Problems};
 /// Karpenter's `MaxItems` for `budgets`.
 const MAX_BUDGETS: usize = 50;
 
+/// The fields of one budget, in the order error messages list them.
+pub const BUDGET_FIELDS: [&str; 5] = ["nodes", "schedule", "duration", "timeZone", "reasons"];
 const FIELDS: &str = "nodes, schedule, duration, timeZone, reasons";
 const REASONS: &str = "Drifted, Expired, Underutilized, Empty";
 const NODES_EXPECTED: &str = "expected a whole number of nodes such as \"3\" or a percentage from 0% to 100% such as \"15%\"";
@@ -96,7 +98,7 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
             .any(|p| p.severity == problem::Severity::Error)
     };
     for key in map.keys() {
-        if !["nodes", "schedule", "duration", "timeZone", "reasons"].contains(&key.as_str()) {
+        if !BUDGET_FIELDS.contains(&key.as_str()) {
             problems.error(
                 problem::join(path, key),
                 format!("unknown field; expected one of {FIELDS}"),
@@ -361,6 +363,27 @@ fn parse_reasons(v: &Value, path: &str, problems: &mut Problems) -> Option<Vec<R
                 );
             }
         }
+    }
+    // Karpenter budgets paste unchanged: reasons nodecycle never disrupts for are accepted,
+    // and said to limit nothing here.
+    let never: Vec<&str> = out
+        .iter()
+        .filter(|r| !r.applied_by_nodecycle())
+        .map(|r| r.name())
+        .collect();
+    if ok && !never.is_empty() {
+        let scope = if never.len() == out.len() {
+            "this budget limits nothing here (it applies to no reason nodecycle disrupts for)"
+        } else {
+            "this budget limits only its Drifted and Expired disruptions here"
+        };
+        problems.warning(
+            path,
+            format!(
+                "nodecycle never disrupts nodes for {} (it does not consolidate; only Drifted and Expired are budgeted): accepted so Karpenter budgets paste unchanged, but {scope}",
+                never.join(" or ")
+            ),
+        );
     }
     ok.then_some(out)
 }

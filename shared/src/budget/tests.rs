@@ -613,7 +613,7 @@ mod evaluation {
         let a = evaluate(&b, Reason::Drifted, 40, 1, at("2024-06-03T10:00:30.250Z"));
         assert_eq!(
             serde_json::to_string(&a).unwrap(),
-            r#"{"reason":"Drifted","total":40,"disrupting":1,"allowed":2,"limitedBy":1,"nextChange":"2024-06-03T17:00:00Z"}"#
+            r#"{"reason":"Drifted","total":40,"disrupting":1,"allowed":2,"limitedBy":"disruption.budgets[1]","nextChange":"2024-06-03T17:00:00Z"}"#
         );
         let a = evaluate(&[], Reason::Empty, 3, 0, at("2024-06-03T10:00:00Z"));
         assert_eq!(
@@ -1673,4 +1673,34 @@ mod spans {
             .is_empty()
         );
     }
+}
+
+/// Karpenter's consolidation reasons paste unchanged and are said to limit nothing here.
+#[test]
+fn reasons_nodecycle_never_applies_are_accepted_with_a_warning() {
+    let parse = |yaml: &str| {
+        let v: serde_json::Value = serde_norway::from_str(yaml).unwrap();
+        let mut problems = crate::problem::Problems::new();
+        let budgets = super::parse_budgets(Some(&v), "disruption.budgets", &mut problems);
+        (budgets, problems)
+    };
+    let (budgets, problems) = parse("- nodes: \"0\"\n  reasons: [Underutilized]\n");
+    assert!(!problems.has_errors(), "{problems:?}");
+    assert_eq!(budgets.len(), 1);
+    let warnings: Vec<String> = problems.warnings().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("disruption.budgets[0].reasons: warning: nodecycle never disrupts nodes for Underutilized"), "{}", warnings[0]);
+    assert!(
+        warnings[0].contains("limits nothing here"),
+        "{}",
+        warnings[0]
+    );
+    let (_, problems) = parse("- nodes: \"1\"\n  reasons: [Drifted, Empty]\n");
+    let warnings: Vec<String> = problems.warnings().map(ToString::to_string).collect();
+    assert!(
+        warnings[0].contains("limits only its Drifted and Expired disruptions"),
+        "{warnings:?}"
+    );
+    let (_, problems) = parse("- nodes: \"1\"\n  reasons: [Drifted, Expired]\n");
+    assert_eq!(problems.warnings().count(), 0);
 }

@@ -1,8 +1,9 @@
 //! Each cluster the stack serves exists, and each function role that talks to Kubernetes has an
-//! EKS access entry there mapping it to the Kubernetes group `nodecycle`.
+//! EKS access entry there mapping it to its function's Kubernetes group
+//! ([`super::KUBERNETES_GROUPS`]).
 
 use super::port::{AccessEntryFacts, ClusterFacts};
-use super::{Check, CheckKind, KUBERNETES_GROUP};
+use super::{Check, CheckKind, LEGACY_KUBERNETES_GROUP, kubernetes_group};
 use crate::port::PortError;
 
 /// The `cluster` check.
@@ -79,9 +80,17 @@ pub fn entry(
     entry: Result<Option<AccessEntryFacts>, PortError>,
 ) -> Check {
     let subject = format!("{cluster}/{output}");
+    let Some(group) = kubernetes_group(output) else {
+        return Check::fail(
+            CheckKind::AccessEntry,
+            subject,
+            format!("stack output {output} names no function that talks to Kubernetes"),
+            "report this bug: doctor checks access entries of the rotator, interruption-handler and ops roles only",
+        );
+    };
     let create = format!(
         "aws eks create-access-entry --cluster-name {cluster} --principal-arn {role_arn} --type \
-         STANDARD --kubernetes-groups {KUBERNETES_GROUP}"
+         STANDARD --kubernetes-groups {group}"
     );
     if !uses_access_entries(mode) {
         return Check::warn(
@@ -89,12 +98,12 @@ pub fn entry(
             subject,
             format!(
                 "cluster {cluster} authenticates with the aws-auth ConfigMap only (CONFIG_MAP): \
-                 doctor cannot see whether {role_arn} is mapped to group {KUBERNETES_GROUP}"
+                 doctor cannot see whether {role_arn} is mapped to group {group}"
             ),
             format!(
                 "aws eks update-cluster-config --name {cluster} --access-config \
                  authenticationMode=API_AND_CONFIG_MAP, then {create}; or make sure aws-auth \
-                 mapRoles maps it to groups [{KUBERNETES_GROUP}]"
+                 mapRoles maps it to groups [{group}]"
             ),
         );
     }
@@ -127,7 +136,7 @@ pub fn entry(
             ),
         );
     }
-    if !e.kubernetes_groups.iter().any(|g| g == KUBERNETES_GROUP) {
+    if !e.kubernetes_groups.iter().any(|g| g == group) {
         let groups = if e.kubernetes_groups.is_empty() {
             "no Kubernetes group".to_owned()
         } else {
@@ -136,15 +145,18 @@ pub fn entry(
         return Check::fail(
             CheckKind::AccessEntry,
             subject,
-            format!("the access entry of {role_arn} maps it to {groups}, not {KUBERNETES_GROUP}"),
+            format!("the access entry of {role_arn} maps it to {groups}, not {group}"),
             format!(
-                "aws eks update-access-entry --cluster-name {cluster} --principal-arn {} \
+                "update the stack (its access entries set the group), or aws eks \
+                 update-access-entry --cluster-name {cluster} --principal-arn {} \
                  --kubernetes-groups {}",
                 e.principal_arn,
                 e.kubernetes_groups
                     .iter()
                     .map(String::as_str)
-                    .chain([KUBERNETES_GROUP])
+                    // The single group of earlier releases goes (deploy/rbac.yaml, Migration).
+                    .filter(|g| *g != LEGACY_KUBERNETES_GROUP)
+                    .chain([group])
                     .collect::<Vec<_>>()
                     .join(" ")
             ),
@@ -153,7 +165,7 @@ pub fn entry(
     Check::ok(
         CheckKind::AccessEntry,
         subject,
-        format!("{role_arn}: STANDARD entry with group {KUBERNETES_GROUP}"),
+        format!("{role_arn}: STANDARD entry with group {group}"),
     )
 }
 
@@ -191,13 +203,13 @@ mod tests {
             (
                 "mapped",
                 Some("API"),
-                Ok(Some(e(&["nodecycle"], "STANDARD"))),
+                Ok(Some(e(&["nodecycle-rotator"], "STANDARD"))),
                 Status::Ok,
             ),
             (
                 "mapped with others",
                 Some("API_AND_CONFIG_MAP"),
-                Ok(Some(e(&["x", "nodecycle"], "STANDARD"))),
+                Ok(Some(e(&["x", "nodecycle-rotator"], "STANDARD"))),
                 Status::Ok,
             ),
             ("missing", Some("API"), Ok(None), Status::Fail),
@@ -214,6 +226,18 @@ mod tests {
                 Status::Fail,
             ),
             (
+                "another function's group",
+                Some("API"),
+                Ok(Some(e(&["nodecycle-ops"], "STANDARD"))),
+                Status::Fail,
+            ),
+            (
+                "the single group of earlier releases",
+                Some("API"),
+                Ok(Some(e(&["nodecycle"], "STANDARD"))),
+                Status::Fail,
+            ),
+            (
                 "wrong type",
                 Some("API"),
                 Ok(Some(e(&[], "EC2_LINUX"))),
@@ -223,7 +247,7 @@ mod tests {
             (
                 "mode unknown",
                 None,
-                Ok(Some(e(&["nodecycle"], "STANDARD"))),
+                Ok(Some(e(&["nodecycle-rotator"], "STANDARD"))),
                 Status::Ok,
             ),
         ];
@@ -236,6 +260,18 @@ mod tests {
             );
             assert_eq!(c.subject, "prod/RotatorRoleArn");
         }
+        // Migrating from the single group: the fix replaces it with the function's own group.
+        let c = entry(
+            "prod",
+            "OpsRoleArn",
+            ROLE,
+            Some("API"),
+            Ok(Some(e(&["x", "nodecycle"], "STANDARD"))),
+        );
+        assert!(
+            c.fix.ends_with("--kubernetes-groups x nodecycle-ops"),
+            "{c}"
+        );
     }
 
     #[test]

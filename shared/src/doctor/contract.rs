@@ -73,7 +73,7 @@ pub fn read(
                     CheckKind::Stack,
                     stack,
                     "no such CloudFormation stack in this account and region",
-                    "deploy it (sam deploy --guided, see README: Deploy), or name yours with \
+                    "deploy it (sam deploy --guided, see docs/getting-started.md), or name yours with \
                      --stack / NODECYCLE_STACK and check AWS_REGION",
                 ),
                 Contract::default(),

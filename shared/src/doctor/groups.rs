@@ -188,7 +188,8 @@ pub fn template_label(t: &TemplateRef) -> String {
 }
 
 /// The `launchTemplate` check: the template nodecycle creates versions of for this pool (a
-/// self-managed group's, or a managed node group's custom one) is tagged for `cluster`.
+/// self-managed group's, or a managed node group's custom one) is tagged for `cluster` and
+/// opted in (`nodecycle.dev/managed=true`, [`crate::opt_in`]), and EKS did not create it.
 pub fn launch_template(
     pool: &str,
     cluster: &str,
@@ -222,14 +223,36 @@ pub fn launch_template(
                 t.id
             ),
         ),
-        None => Check::ok(
-            CheckKind::LaunchTemplate,
-            pool,
-            format!(
-                "launch template {} ({}), tagged {CLUSTER_TAG}={cluster}",
-                t.name, t.id
+        None => match crate::opt_in::refusal(&t.id, &t.tags) {
+            Some(p) => Check::fail(
+                CheckKind::LaunchTemplate,
+                pool,
+                p,
+                if t.tags.contains_key(crate::opt_in::EKS_NODEGROUP_TAG) {
+                    "create a launch template of your own for the node group (eks update-nodegroup-version \
+                     --launch-template), tagged as the docs say (docs/iam-and-rbac.md)"
+                        .to_owned()
+                } else {
+                    format!(
+                        "aws ec2 create-tags --resources {} --tags Key={},Value={}",
+                        t.id,
+                        crate::opt_in::MANAGED_TAG,
+                        crate::opt_in::MANAGED_VALUE
+                    )
+                },
             ),
-        ),
+            None => Check::ok(
+                CheckKind::LaunchTemplate,
+                pool,
+                format!(
+                    "launch template {} ({}), tagged {CLUSTER_TAG}={cluster} and {}={}",
+                    t.name,
+                    t.id,
+                    crate::opt_in::MANAGED_TAG,
+                    crate::opt_in::MANAGED_VALUE
+                ),
+            ),
+        },
     }
 }
 
@@ -306,7 +329,7 @@ pub fn hooks(
             format!(
                 "rename it: aws autoscaling delete-lifecycle-hook --auto-scaling-group-name \
                  {group} --lifecycle-hook-name {}, then put-lifecycle-hook \
-                 --lifecycle-hook-name {configured} (README: Lifecycle hook); or, if nodecycle \
+                 --lifecycle-hook-name {configured} (docs/concepts.md, Lifecycle hook); or, if nodecycle \
                  should answer {}, deploy the stack with that hook name",
                 foreign[0], foreign[0]
             ),
@@ -477,10 +500,41 @@ mod tests {
             name: "n".into(),
             tags: tags(pairs),
         };
+        let managed = (crate::opt_in::MANAGED_TAG, "true");
         assert_eq!(
-            launch_template("p", "prod", &lt(), Ok(Some(t(&[(CLUSTER_TAG, "prod")])))).status,
+            launch_template(
+                "p",
+                "prod",
+                &lt(),
+                Ok(Some(t(&[(CLUSTER_TAG, "prod"), managed])))
+            )
+            .status,
             Status::Ok
         );
+        // The cluster tag alone: nodecycle may not write it (nor may its role).
+        let c = launch_template("p", "prod", &lt(), Ok(Some(t(&[(CLUSTER_TAG, "prod")]))));
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.detail.contains("lacks tag nodecycle.dev/managed=true"),
+            "{c}"
+        );
+        assert_eq!(
+            c.fix,
+            "aws ec2 create-tags --resources lt-1 --tags Key=nodecycle.dev/managed,Value=true"
+        );
+        // A template EKS created for a managed node group: never.
+        let c = launch_template(
+            "p",
+            "prod",
+            &lt(),
+            Ok(Some(t(&[
+                (CLUSTER_TAG, "prod"),
+                managed,
+                ("eks:nodegroup-name", "golden"),
+            ]))),
+        );
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.detail.contains("created by EKS"), "{c}");
         let c = launch_template("p", "prod", &lt(), Ok(Some(t(&[("team", "x")]))));
         assert_eq!(
             (c.status, c.check),

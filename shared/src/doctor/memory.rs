@@ -40,6 +40,8 @@ pub struct World {
     pub rbac: BTreeMap<String, RbacFacts>,
     /// Rule name -> state.
     pub rules: BTreeMap<String, String>,
+    /// Node group name (ASG or managed) -> its instance types.
+    pub instance_types: BTreeMap<String, crate::ami::instance_types::GroupTypes>,
     /// Operations that answer AccessDenied.
     pub denied: Vec<String>,
 }
@@ -67,7 +69,32 @@ impl World {
             clusters: self,
             rbac: self,
             rules: self,
+            node_types: self,
         }
+    }
+}
+
+#[async_trait]
+impl crate::ami::resolve::NodeGroupCatalog for World {
+    async fn current_image(
+        &self,
+        _cluster: &str,
+        _group: &crate::policy::NodeGroup,
+    ) -> Result<crate::ami::resolve::GroupImage, PortError> {
+        Ok(crate::ami::resolve::GroupImage::Unknown)
+    }
+
+    async fn instance_types(
+        &self,
+        _cluster: &str,
+        group: &crate::policy::NodeGroup,
+    ) -> Result<crate::ami::instance_types::GroupTypes, PortError> {
+        self.deny("ec2:DescribeInstanceTypes")?;
+        let name = match group {
+            crate::policy::NodeGroup::AutoScalingGroup(n)
+            | crate::policy::NodeGroup::ManagedNodeGroup(n) => n,
+        };
+        Ok(self.instance_types.get(name).cloned().unwrap_or_default())
     }
 }
 
@@ -95,10 +122,7 @@ impl PolicyDocuments for World {
             .parameters
             .iter()
             .filter(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| PolicyDocument {
-                source: k.clone(),
-                text: v.clone(),
-            })
+            .map(|(k, v)| PolicyDocument::parameter(prefix, k.clone(), v.clone()))
             .collect())
     }
 }

@@ -29,8 +29,25 @@ pub mod table;
 #[cfg(test)]
 mod tests;
 
-/// Kubernetes group every function role is mapped to (deploy/rbac.yaml binds it).
-pub const KUBERNETES_GROUP: &str = "nodecycle";
+/// The Kubernetes group of each function role that talks to Kubernetes, by the stack output
+/// naming the role (access entries map each role to its group; deploy/rbac.yaml binds each
+/// group to what its function's code uses).
+pub const KUBERNETES_GROUPS: [(&str, &str); 3] = [
+    ("RotatorRoleArn", "nodecycle-rotator"),
+    ("InterruptionHandlerRoleArn", "nodecycle-interruption"),
+    ("OpsRoleArn", "nodecycle-ops"),
+];
+/// The single group every function role was mapped to before one group per function.
+pub const LEGACY_KUBERNETES_GROUP: &str = "nodecycle";
+
+/// The Kubernetes group of the role named by stack output `output` (`None`: a role that does not
+/// talk to Kubernetes).
+pub fn kubernetes_group(output: &str) -> Option<&'static str> {
+    KUBERNETES_GROUPS
+        .iter()
+        .find(|(o, _)| *o == output)
+        .map(|(_, g)| *g)
+}
 /// Tag the stack's IAM conditions require on groups and launch templates.
 pub const CLUSTER_TAG: &str = "eks:cluster-name";
 /// Default stack name (`--stack`, `NODECYCLE_STACK`).
@@ -80,12 +97,14 @@ pub enum CheckKind {
     LaunchTemplate,
     /// A self-managed group's terminate lifecycle hooks use the configured name.
     LifecycleHook,
-    /// A function role's EKS access entry maps it to the Kubernetes group `nodecycle`.
+    /// A function role's EKS access entry maps it to its function's Kubernetes group.
     AccessEntry,
-    /// The cluster's RBAC grants group `nodecycle` every rule of deploy/rbac.yaml.
+    /// The cluster's RBAC grants each function's group every rule deploy/rbac.yaml gives it.
     Rbac,
     /// An EventBridge rule of the stack is enabled.
     EventRule,
+    /// A pool's `architecture` runs on its node group's instance types.
+    Architecture,
 }
 
 impl CheckKind {
@@ -102,6 +121,7 @@ impl CheckKind {
             CheckKind::AccessEntry => "accessEntry",
             CheckKind::Rbac => "rbac",
             CheckKind::EventRule => "eventRule",
+            CheckKind::Architecture => "architecture",
         }
     }
 }
@@ -168,7 +188,7 @@ impl Check {
     pub fn unreadable(check: CheckKind, subject: impl Into<String>, error: &PortError) -> Self {
         let fix = match error.kind {
             ErrorKind::AccessDenied => format!(
-                "grant the operator {} (see README: nodecycle doctor), or run with credentials \
+                "grant the operator {} (see docs/reference.md, nodecycle doctor), or run with credentials \
                  that have it",
                 error.operation
             ),

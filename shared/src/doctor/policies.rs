@@ -43,7 +43,7 @@ pub fn check(
     let mut pools: BTreeMap<String, String> = BTreeMap::new();
     let mut groups: BTreeMap<(String, String), String> = BTreeMap::new();
     for doc in documents {
-        let parsed = crate::policy::parse(&doc.text);
+        let parsed = crate::policy::parse_document(&doc);
         let source = doc.source;
         let Some(policy) = parsed.policy else {
             let problems: Vec<String> = parsed.problems.0.iter().map(ToString::to_string).collect();
@@ -139,10 +139,7 @@ mod tests {
     use crate::doctor::Status;
 
     fn doc(source: &str, text: &str) -> PolicyDocument {
-        PolicyDocument {
-            source: source.into(),
-            text: text.into(),
-        }
+        PolicyDocument::file(source, text)
     }
 
     fn policy(cluster: &str, name: &str, group: &str) -> String {

@@ -163,11 +163,13 @@ pub struct PolicyRule {
     pub non_resource_urls: Vec<String>,
 }
 
-/// A ClusterRole (rules as served: aggregated roles already filled in).
+/// A ClusterRole (rules as served: aggregated roles already filled in), or a Role.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterRoleFacts {
     /// Name.
     pub name: String,
+    /// A Role's namespace (empty for a ClusterRole).
+    pub namespace: String,
     /// Rules.
     pub rules: Vec<PolicyRule>,
 }
@@ -181,12 +183,15 @@ pub struct SubjectFacts {
     pub name: String,
 }
 
-/// A ClusterRoleBinding.
+/// A ClusterRoleBinding, or a RoleBinding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BindingFacts {
     /// Name.
     pub name: String,
-    /// `roleRef.kind` (always `ClusterRole` for a ClusterRoleBinding).
+    /// A RoleBinding's namespace (empty for a ClusterRoleBinding).
+    pub namespace: String,
+    /// `roleRef.kind` (always `ClusterRole` for a ClusterRoleBinding; `Role` or `ClusterRole`
+    /// for a RoleBinding).
     pub role_kind: String,
     /// `roleRef.name`.
     pub role_name: String,
@@ -194,19 +199,24 @@ pub struct BindingFacts {
     pub subjects: Vec<SubjectFacts>,
 }
 
-/// A cluster's cluster-wide RBAC objects.
+/// A cluster's cluster-wide RBAC objects, and those of the Events namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RbacFacts {
     /// Every ClusterRole.
     pub cluster_roles: Vec<ClusterRoleFacts>,
     /// Every ClusterRoleBinding.
     pub bindings: Vec<BindingFacts>,
+    /// The Roles of namespace [`crate::kube::EVENTS_NAMESPACE`].
+    pub roles: Vec<ClusterRoleFacts>,
+    /// The RoleBindings of namespace [`crate::kube::EVENTS_NAMESPACE`].
+    pub role_bindings: Vec<BindingFacts>,
 }
 
-/// Kubernetes: read a cluster's ClusterRoles and ClusterRoleBindings.
+/// Kubernetes: read a cluster's ClusterRoles and ClusterRoleBindings, and the Roles and
+/// RoleBindings of the namespace nodecycle writes Events in.
 #[async_trait]
 pub trait RbacInfo: Send + Sync {
-    /// Everything cluster-scoped RBAC has in `cluster`.
+    /// Everything cluster-scoped RBAC has in `cluster`, and the Events namespace's.
     async fn rbac(&self, cluster: &str) -> Result<RbacFacts, PortError>;
 }
 

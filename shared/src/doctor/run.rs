@@ -24,6 +24,8 @@ pub struct Ports<'a> {
     pub rbac: &'a dyn RbacInfo,
     /// EventBridge rules.
     pub rules: &'a dyn EventRules,
+    /// What node groups launch on (instance types and their architectures).
+    pub node_types: &'a dyn crate::ami::resolve::NodeGroupCatalog,
 }
 
 /// What to check.
@@ -147,10 +149,45 @@ async fn check_cluster(
         };
         checks.push(access::entry(cluster, output, arn, mode.as_deref(), entry));
     }
-    checks.push(rbac::check(cluster, ports.rbac.rbac(cluster).await));
+    checks.extend(rbac::check(cluster, ports.rbac.rbac(cluster).await));
+}
+
+/// A pool whose policy fixes `architecture`: it runs on the group's instance types (without
+/// `architecture`, the pool takes the group's own, and the ami-watcher checks each new image).
+async fn check_architecture(ports: Ports<'_>, policy: &Policy, checks: &mut Vec<Check>) {
+    let Some(arch) = policy.architecture else {
+        return;
+    };
+    let pool = policy.pool_id();
+    let facts = ports
+        .node_types
+        .instance_types(&policy.cluster, &policy.node_group)
+        .await;
+    checks.push(match facts {
+        Err(e) => Check::unreadable(CheckKind::Architecture, &pool, &e),
+        Ok(facts) => {
+            let problems = crate::ami::instance_types::check_policy(policy, &facts);
+            let errors: Vec<String> = problems.errors().map(ToString::to_string).collect();
+            if errors.is_empty() {
+                Check::ok(
+                    CheckKind::Architecture,
+                    &pool,
+                    format!("{arch} runs on the node group's instance types"),
+                )
+            } else {
+                Check::fail(
+                    CheckKind::Architecture,
+                    &pool,
+                    errors.join("; "),
+                    "set the policy's architecture to what the group's instance types run (or remove it), or change the group's instance types; until then the pool is invalid and nothing is launched",
+                )
+            }
+        }
+    });
 }
 
 async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: &mut Vec<Check>) {
+    check_architecture(ports, policy, checks).await;
     let pool = policy.pool_id();
     let cluster = policy.cluster.as_str();
     match &policy.node_group {

@@ -31,15 +31,6 @@ fn tags(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn manifest_rules() -> Vec<PolicyRule> {
-    use serde::Deserialize as _;
-    serde_norway::Deserializer::from_str(super::rbac::MANIFEST)
-        .map(|d| serde_json::Value::deserialize(d).unwrap())
-        .find(|v| v["kind"] == "ClusterRole")
-        .map(|v| serde_json::from_value(v["rules"].clone()).unwrap())
-        .unwrap()
-}
-
 /// prod: self-managed pool `general` (ASG prod-general, template lt-general, our hook) and
 /// managed pool `golden` (node group golden, custom template lt-golden).
 fn healthy() -> World {
@@ -125,7 +116,7 @@ fn healthy() -> World {
             TemplateFacts {
                 id: id.into(),
                 name: id.into(),
-                tags: tags(&[(CLUSTER_TAG, "prod")]),
+                tags: tags(&[(CLUSTER_TAG, "prod"), (crate::opt_in::MANAGED_TAG, "true")]),
             },
         );
     }
@@ -142,28 +133,14 @@ fn healthy() -> World {
             .iter()
             .map(|r| AccessEntryFacts {
                 principal_arn: format!("{ROLE_PREFIX}{r}"),
-                kubernetes_groups: vec!["nodecycle".into()],
+                kubernetes_groups: vec![super::kubernetes_group(r).unwrap().into()],
                 entry_type: "STANDARD".into(),
             })
             .collect(),
     );
     w.rbac.insert(
         "prod".into(),
-        RbacFacts {
-            cluster_roles: vec![ClusterRoleFacts {
-                name: "nodecycle".into(),
-                rules: manifest_rules(),
-            }],
-            bindings: vec![BindingFacts {
-                name: "nodecycle".into(),
-                role_kind: "ClusterRole".into(),
-                role_name: "nodecycle".into(),
-                subjects: vec![SubjectFacts {
-                    kind: "Group".into(),
-                    name: "nodecycle".into(),
-                }],
-            }],
-        },
+        super::rbac::facts_from(super::rbac::MANIFEST).unwrap(),
     );
     w.rules.insert("tick".into(), "ENABLED".into());
     w.rules.insert("spot".into(), "ENABLED".into());
@@ -209,6 +186,8 @@ fn a_healthy_deployment_passes_every_check() {
             AccessEntry,
             AccessEntry,
             Rbac,
+            Rbac,
+            Rbac,
             Group,
             LaunchTemplate,
             LifecycleHook,
@@ -235,6 +214,21 @@ fn each_fault_fails_its_own_check() {
             vec![(Status::Fail, CheckKind::Group, "prod/general".into())],
         ),
         (
+            "launch template not opted in",
+            |w| {
+                w.templates
+                    .get_mut("lt-general")
+                    .unwrap()
+                    .tags
+                    .remove(crate::opt_in::MANAGED_TAG);
+            },
+            vec![(
+                Status::Fail,
+                CheckKind::LaunchTemplate,
+                "prod/general".into(),
+            )],
+        ),
+        (
             "untagged launch template",
             |w| {
                 w.templates.get_mut("lt-golden").unwrap().tags.clear();
@@ -255,9 +249,17 @@ fn each_fault_fails_its_own_check() {
         (
             "missing RBAC binding",
             |w| {
-                w.rbac.get_mut("prod").unwrap().bindings.clear();
+                w.rbac
+                    .get_mut("prod")
+                    .unwrap()
+                    .bindings
+                    .retain(|b| b.name != "nodecycle-interruption");
             },
-            vec![(Status::Fail, CheckKind::Rbac, "prod".into())],
+            vec![(
+                Status::Fail,
+                CheckKind::Rbac,
+                "prod/nodecycle-interruption".into(),
+            )],
         ),
         (
             "invalid policy",
@@ -272,6 +274,24 @@ fn each_fault_fails_its_own_check() {
                 CheckKind::Policy,
                 "/nodecycle/pools/prod/bad".into(),
             )],
+        ),
+        (
+            "an architecture the group's instance types do not run",
+            |w| {
+                w.parameters.insert(
+                    "/nodecycle/pools/prod/general".into(),
+                    "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: prod-general }\narchitecture: arm64\namiSelectorTerms:\n  - alias: al2023@latest\n".into(),
+                );
+                w.instance_types.insert(
+                    "prod-general".into(),
+                    crate::ami::instance_types::GroupTypes {
+                        source: "launch template lt-general version 1".into(),
+                        types: vec![("m5.large".into(), Some(vec!["x86_64".into()]))],
+                        by_attributes: false,
+                    },
+                );
+            },
+            vec![(Status::Fail, CheckKind::Architecture, "prod/general".into())],
         ),
         (
             "disabled rule",
@@ -392,7 +412,8 @@ fn cluster_selection() {
             .iter()
             .filter(|c| c.check == CheckKind::Rbac)
             .count(),
-        1
+        3,
+        "one per function group, for the cluster once"
     );
 }
 

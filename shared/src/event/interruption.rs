@@ -11,6 +11,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Input, InvalidEvent, parse_input};
+use crate::problem::{quote, shorten};
+
+/// Longest event id accepted (EventBridge ids are 36-character UUIDs; the id is part of the
+/// deduplication key, which DynamoDB bounds).
+pub const MAX_EVENT_ID: usize = 128;
+/// Longest Auto Scaling group or lifecycle hook name (Auto Scaling's own limit).
+pub const MAX_AWS_NAME: usize = 255;
+/// Longest lifecycle action token (Auto Scaling's are 36-character UUIDs).
+pub const MAX_TOKEN: usize = 128;
 
 /// EC2 instance states of a state-change notification.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -139,12 +148,39 @@ impl Interruption {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClassifiedEvent {
-    /// EventBridge event id (`None` for custom inputs).
+    /// EventBridge event id (`None` for custom inputs), at most [`MAX_EVENT_ID`] characters.
     pub id: Option<String>,
+    /// The account the event says it is about (`None` for custom inputs).
+    pub account: Option<String>,
+    /// The region the event says it is about (`None` for custom inputs).
+    pub region: Option<String>,
     /// Event time (`None` when absent).
     pub time: Option<DateTime<Utc>>,
     /// What to do.
     pub event: Interruption,
+}
+
+/// The instant a warning's deadlines (when PDB-blocked pods are deleted, when the instance is
+/// due to stop) count from: the event's `time` when it is neither in the future nor older than
+/// `max_age` (the longest any delivery of the rules can take); else `now`, with why. A time that
+/// claims the warning came long ago must not make the handler skip PDBs on its first step.
+pub fn deadline_base(
+    time: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    max_age: chrono::Duration,
+) -> (DateTime<Utc>, Option<String>) {
+    match time {
+        None => (now, Some("the event has no time".to_string())),
+        Some(t) if t > now => (now, Some(format!("the event time {t} is in the future"))),
+        Some(t) if now - t > max_age => (
+            now,
+            Some(format!(
+                "the event time {t} is older than any delivery can be ({} s)",
+                max_age.num_seconds()
+            )),
+        ),
+        Some(t) => (t, None),
+    }
 }
 
 /// EC2 instance ids look like `i-` followed by 8 or 17 hex digits.
@@ -167,6 +203,27 @@ fn detail_str<'a>(detail: &'a Value, key: &str, what: &str) -> Result<&'a str, I
         })
 }
 
+/// [`detail_str`] of at most `max` characters.
+fn bounded_str<'a>(
+    detail: &'a Value,
+    key: &str,
+    what: &str,
+    max: usize,
+) -> Result<&'a str, InvalidEvent> {
+    let s = detail_str(detail, key, what)?;
+    if s.chars().count() > max {
+        return Err(InvalidEvent::new(
+            format!("detail.{key}"),
+            format!(
+                "{} is {} characters long; expected {what} of at most {max}",
+                quote(s),
+                s.chars().count()
+            ),
+        ));
+    }
+    Ok(s)
+}
+
 fn instance_at(detail: &Value, key: &str) -> Result<String, InvalidEvent> {
     let id = detail_str(detail, key, "an EC2 instance id (i-...)")?;
     if is_instance_id(id) {
@@ -174,7 +231,10 @@ fn instance_at(detail: &Value, key: &str) -> Result<String, InvalidEvent> {
     } else {
         Err(InvalidEvent::new(
             format!("detail.{key}"),
-            format!("{id:?} is not an EC2 instance id; expected i- and 8 or 17 hex digits"),
+            format!(
+                "{} is not an EC2 instance id; expected i- and 8 or 17 hex digits",
+                quote(id)
+            ),
         ))
     }
 }
@@ -204,7 +264,11 @@ fn health(detail: &Value, resources: Option<&[String]>) -> Result<Interruption, 
         .unwrap_or("");
     if service != "EC2" || category != "scheduledChange" {
         return Ok(Interruption::Ignored {
-            what: format!("AWS Health Event service {service:?} category {category:?}"),
+            what: format!(
+                "AWS Health Event service {} category {}",
+                quote(service),
+                quote(category)
+            ),
         });
     }
     let start = detail_str(
@@ -216,7 +280,8 @@ fn health(detail: &Value, resources: Option<&[String]>) -> Result<Interruption, 
         InvalidEvent::new(
             "detail.startTime",
             format!(
-                "{start:?} is not a time; expected RFC 2822 like \"Sat, 05 Dec 2026 15:10:09 GMT\""
+                "{} is not a time; expected RFC 2822 like \"Sat, 05 Dec 2026 15:10:09 GMT\"",
+                quote(start)
             ),
         )
     })?;
@@ -255,11 +320,13 @@ fn health(detail: &Value, resources: Option<&[String]>) -> Result<Interruption, 
             }
         }
     }
-    let event_type_code = detail
+    let event_type_code: String = detail
         .get("eventTypeCode")
         .and_then(Value::as_str)
         .unwrap_or("")
-        .to_string();
+        .chars()
+        .take(MAX_AWS_NAME)
+        .collect();
     if instance_ids.is_empty() {
         return Ok(Interruption::Ignored {
             what: format!("AWS Health Event {event_type_code} without EC2 instances"),
@@ -279,12 +346,23 @@ fn lifecycle(detail: &Value) -> Result<Interruption, InvalidEvent> {
         .unwrap_or("");
     if transition != "autoscaling:EC2_INSTANCE_TERMINATING" {
         return Ok(Interruption::Ignored {
-            what: format!("lifecycle transition {transition:?}"),
+            what: format!("lifecycle transition {}", quote(transition)),
         });
     }
     let token = match detail.get("LifecycleActionToken") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= MAX_TOKEN => {
+            Some(s.clone())
+        }
+        Some(Value::String(s)) if !s.is_empty() => {
+            return Err(InvalidEvent::new(
+                "detail.LifecycleActionToken",
+                format!(
+                    "{} characters long; expected a lifecycle action token of at most {MAX_TOKEN}",
+                    s.chars().count()
+                ),
+            ));
+        }
         Some(_) => {
             return Err(InvalidEvent::new(
                 "detail.LifecycleActionToken",
@@ -293,13 +371,20 @@ fn lifecycle(detail: &Value) -> Result<Interruption, InvalidEvent> {
         }
     };
     Ok(Interruption::LifecycleTerminate(LifecycleAction {
-        group: detail_str(
+        group: bounded_str(
             detail,
             "AutoScalingGroupName",
             "the Auto Scaling group name",
+            MAX_AWS_NAME,
         )?
         .to_string(),
-        hook: detail_str(detail, "LifecycleHookName", "the lifecycle hook name")?.to_string(),
+        hook: bounded_str(
+            detail,
+            "LifecycleHookName",
+            "the lifecycle hook name",
+            MAX_AWS_NAME,
+        )?
+        .to_string(),
         token,
         instance_id: instance_at(detail, "EC2InstanceId")?,
     }))
@@ -318,15 +403,23 @@ pub fn interruption_event(payload: &Value) -> Result<ClassifiedEvent, InvalidEve
             Some(other) => {
                 return Err(InvalidEvent::new(
                     "time",
-                    format!("{other} is not an RFC 3339 time"),
+                    format!("{} is not an RFC 3339 time", shorten(&other.to_string())),
                 ));
             }
         }
-        if obj
-            .get("id")
-            .is_some_and(|v| !v.is_string() && !v.is_null())
-        {
-            return Err(InvalidEvent::new("id", "expected a string"));
+        match obj.get("id") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(id)) if id.chars().count() > MAX_EVENT_ID => {
+                return Err(InvalidEvent::new(
+                    "id",
+                    format!(
+                        "{} characters long; expected an EventBridge event id of at most {MAX_EVENT_ID} characters (a UUID)",
+                        id.chars().count()
+                    ),
+                ));
+            }
+            Some(Value::String(_)) => {}
+            Some(_) => return Err(InvalidEvent::new("id", "expected a string")),
         }
         if obj.get("detail").is_some_and(|d| !d.is_object()) {
             return Err(InvalidEvent::new("detail", "expected an object"));
@@ -337,6 +430,8 @@ pub fn interruption_event(payload: &Value) -> Result<ClassifiedEvent, InvalidEve
         Input::Custom(Value::Null) => {
             return Ok(ClassifiedEvent {
                 id: None,
+                account: None,
+                region: None,
                 time: None,
                 event: Interruption::Tick,
             });
@@ -344,6 +439,8 @@ pub fn interruption_event(payload: &Value) -> Result<ClassifiedEvent, InvalidEve
         Input::Custom(Value::Object(o)) if o.is_empty() => {
             return Ok(ClassifiedEvent {
                 id: None,
+                account: None,
+                region: None,
                 time: None,
                 event: Interruption::Tick,
             });
@@ -351,7 +448,10 @@ pub fn interruption_event(payload: &Value) -> Result<ClassifiedEvent, InvalidEve
         Input::Custom(other) => {
             return Err(InvalidEvent::new(
                 "(payload)",
-                format!("expected an EventBridge event or {{}}, got {other}"),
+                format!(
+                    "expected an EventBridge event or {{}}, got {}",
+                    shorten(&other.to_string())
+                ),
             ));
         }
     };
@@ -392,11 +492,13 @@ pub fn interruption_event(payload: &Value) -> Result<ClassifiedEvent, InvalidEve
         ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action") => lifecycle(d)?,
         (_, "Scheduled Event") => Interruption::Tick,
         (source, detail_type) => Interruption::Ignored {
-            what: format!("{source} / {detail_type}"),
+            what: format!("{} / {}", shorten(source), shorten(detail_type)),
         },
     };
     Ok(ClassifiedEvent {
         id: e.id.clone().filter(|s| !s.is_empty()),
+        account: e.account.clone(),
+        region: e.region.clone(),
         time: e.time,
         event,
     })
@@ -419,6 +521,55 @@ mod tests {
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn deadlines_count_from_a_believable_time() {
+        let now = t("2026-12-01T10:00:00Z");
+        let age = chrono::Duration::seconds(240);
+        assert_eq!(
+            deadline_base(Some(t("2026-12-01T09:59:00Z")), now, age),
+            (t("2026-12-01T09:59:00Z"), None)
+        );
+        for (time, why) in [
+            (Some(t("1970-01-01T00:00:00Z")), "older than any delivery"),
+            (Some(t("2026-12-01T09:55:59Z")), "older than any delivery"),
+            (Some(t("2027-01-01T00:00:00Z")), "in the future"),
+            (None, "no time"),
+        ] {
+            let (base, reason) = deadline_base(time, now, age);
+            assert_eq!(base, now);
+            assert!(reason.unwrap().contains(why), "{time:?}");
+        }
+    }
+
+    #[test]
+    fn strings_are_bounded() {
+        let mut e = sample("spot-interruption-warning.json");
+        e["id"] = json!("x".repeat(4096));
+        let err = interruption_event(&e).unwrap_err();
+        assert_eq!(err.field, "id");
+        assert!(err.message.len() < 200, "{err}");
+        e["id"] = json!("7bf73129-1428-4cd3-a780-95db273d1602");
+        e["detail"]["instance-id"] = json!("y".repeat(1 << 20));
+        let err = interruption_event(&e).unwrap_err();
+        assert_eq!(err.field, "detail.instance-id");
+        assert!(err.message.len() < 300, "{}", err.message.len());
+        let mut e = sample("asg-terminate-lifecycle-action.json");
+        e["detail"]["LifecycleHookName"] = json!("h".repeat(300));
+        assert_eq!(
+            interruption_event(&e).unwrap_err().field,
+            "detail.LifecycleHookName"
+        );
+        let mut e = sample("spot-interruption-warning.json");
+        e["detail-type"] = json!("d".repeat(1 << 20));
+        match interruption_event(&e).unwrap().event {
+            Interruption::Ignored { what } => assert!(what.len() < 300, "{}", what.len()),
+            other => panic!("{other:?}"),
+        }
+        let c = interruption_event(&sample("spot-interruption-warning.json")).unwrap();
+        assert_eq!(c.account.as_deref(), Some("123456789012"));
+        assert_eq!(c.region.as_deref(), Some("us-east-2"));
     }
 
     #[test]

@@ -5,6 +5,8 @@ pub mod ami_watcher;
 #[cfg(feature = "kube")]
 pub mod interruption;
 #[cfg(feature = "kube")]
+pub mod onboard;
+#[cfg(feature = "kube")]
 pub mod ops;
 #[cfg(feature = "kube")]
 pub mod rotator;

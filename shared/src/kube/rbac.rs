@@ -1,9 +1,10 @@
 //! [`RbacInfo`] over the Kubernetes API of EKS clusters: every ClusterRole and
-//! ClusterRoleBinding (`rbac.authorization.k8s.io/v1`), read with the caller's EKS token.
+//! ClusterRoleBinding, and the Roles and RoleBindings of the Events namespace
+//! (`rbac.authorization.k8s.io/v1`), read with the caller's EKS token.
 
 use ::kube::api::{Api, ListParams};
 use async_trait::async_trait;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use serde::de::DeserializeOwned;
 
 use super::client::EksKube;
@@ -110,6 +111,36 @@ fn rule(r: k8s_openapi::api::rbac::v1::PolicyRule) -> PolicyRule {
     }
 }
 
+fn role(r: ClusterRole) -> ClusterRoleFacts {
+    ClusterRoleFacts {
+        name: r.metadata.name.unwrap_or_default(),
+        namespace: String::new(),
+        rules: r.rules.unwrap_or_default().into_iter().map(rule).collect(),
+    }
+}
+
+fn binding(
+    name: Option<String>,
+    namespace: Option<String>,
+    role_ref: k8s_openapi::api::rbac::v1::RoleRef,
+    subjects: Option<Vec<k8s_openapi::api::rbac::v1::Subject>>,
+) -> BindingFacts {
+    BindingFacts {
+        name: name.unwrap_or_default(),
+        namespace: namespace.unwrap_or_default(),
+        role_kind: role_ref.kind,
+        role_name: role_ref.name,
+        subjects: subjects
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| SubjectFacts {
+                kind: s.kind,
+                name: s.name,
+            })
+            .collect(),
+    }
+}
+
 #[async_trait]
 impl RbacInfo for EksRbac {
     async fn rbac(&self, cluster: &str) -> Result<RbacFacts, PortError> {
@@ -117,37 +148,54 @@ impl RbacInfo for EksRbac {
             .await
             .map_err(port_error)?;
         let client = kube.client().await.map_err(port_error)?;
-        let roles: Api<ClusterRole> = Api::all(client.clone());
-        let bindings: Api<ClusterRoleBinding> = Api::all(client);
-        let roles = list_all(&roles, "list clusterroles.rbac.authorization.k8s.io").await?;
-        let bindings = list_all(
-            &bindings,
+        let ns = super::EVENTS_NAMESPACE;
+        let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+        let cluster_bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+        let roles: Api<Role> = Api::namespaced(client.clone(), ns);
+        let role_bindings: Api<RoleBinding> = Api::namespaced(client, ns);
+        let cluster_roles = list_all(
+            &cluster_roles,
+            "list clusterroles.rbac.authorization.k8s.io",
+        )
+        .await?;
+        let cluster_bindings = list_all(
+            &cluster_bindings,
             "list clusterrolebindings.rbac.authorization.k8s.io",
         )
         .await?;
+        let roles = list_all(
+            &roles,
+            &format!("list roles.rbac.authorization.k8s.io in namespace {ns}"),
+        )
+        .await?;
+        let role_bindings = list_all(
+            &role_bindings,
+            &format!("list rolebindings.rbac.authorization.k8s.io in namespace {ns}"),
+        )
+        .await?;
         Ok(RbacFacts {
-            cluster_roles: roles
+            cluster_roles: cluster_roles.into_iter().map(role).collect(),
+            bindings: cluster_bindings
+                .into_iter()
+                .map(|b| binding(b.metadata.name, None, b.role_ref, b.subjects))
+                .collect(),
+            roles: roles
                 .into_iter()
                 .map(|r| ClusterRoleFacts {
                     name: r.metadata.name.unwrap_or_default(),
+                    namespace: r.metadata.namespace.unwrap_or_default(),
                     rules: r.rules.unwrap_or_default().into_iter().map(rule).collect(),
                 })
                 .collect(),
-            bindings: bindings
+            role_bindings: role_bindings
                 .into_iter()
-                .map(|b| BindingFacts {
-                    name: b.metadata.name.unwrap_or_default(),
-                    role_kind: b.role_ref.kind,
-                    role_name: b.role_ref.name,
-                    subjects: b
-                        .subjects
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|s| SubjectFacts {
-                            kind: s.kind,
-                            name: s.name,
-                        })
-                        .collect(),
+                .map(|b| {
+                    binding(
+                        b.metadata.name,
+                        b.metadata.namespace,
+                        b.role_ref,
+                        b.subjects,
+                    )
                 })
                 .collect(),
         })

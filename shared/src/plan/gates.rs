@@ -1,5 +1,6 @@
 //! Gates: pool-level states in which no rotation starts (strongest first). In-flight rotations
-//! still advance; the launch template still moves unless the pool is halted or paused.
+//! still advance, except under [`Gate::Stopped`] (see [`Gate::holds`]); the launch template
+//! still moves unless the deployment is stopped or the pool is halted or paused.
 
 use std::fmt;
 
@@ -7,11 +8,15 @@ use serde::Serialize;
 
 use super::classify::Classified;
 use crate::fleet::Snapshot;
+use crate::rotation::{Rotation, RotationReason};
 
 /// Why nothing starts in a pool this pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "gate", content = "reason", rename_all = "camelCase")]
 pub enum Gate {
+    /// The deployment's stop switch is on ([`crate::stop`]): nothing starts, the launch
+    /// template stays, in-flight rotations hold at their step (but `Interrupted` ones).
+    Stopped(String),
     /// Halted after a failed rotation or node group update.
     Halted(String),
     /// Paused by an operator or the policy.
@@ -25,6 +30,7 @@ pub enum Gate {
 impl fmt::Display for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Gate::Stopped(r) => write!(f, "{r}"),
             Gate::Halted(r) => write!(f, "pool halted: {r}"),
             Gate::Paused(r) => write!(f, "pool paused: {r}"),
             Gate::Untrusted(ids) => write!(
@@ -51,15 +57,25 @@ impl Gate {
         })
     }
 
-    /// Halted or paused: the launch template does not move either.
+    /// Stopped, halted or paused: the launch template does not move either.
     pub fn freezes_template(&self) -> bool {
-        matches!(self, Gate::Halted(_) | Gate::Paused(_))
+        matches!(self, Gate::Stopped(_) | Gate::Halted(_) | Gate::Paused(_))
+    }
+
+    /// Whether the in-flight rotation `r` stays at its step this pass: every rotation while
+    /// the deployment is stopped, except `Interrupted` ones (a Spot reclaim, a terminate
+    /// lifecycle hook or a rebalance `replace`: the instance goes whatever nodecycle does, so
+    /// its drain goes on). Settling a finished rotation's surge is no step and never held.
+    pub fn holds(&self, r: &Rotation) -> bool {
+        matches!(self, Gate::Stopped(_)) && r.reason != RotationReason::Interrupted
     }
 }
 
 /// The strongest gate of the pool, if any.
 pub(super) fn gate(snapshot: &Snapshot, c: &Classified<'_>) -> Option<Gate> {
-    if let Some(reason) = &snapshot.gates.halted {
+    if let Some(reason) = &snapshot.gates.stopped {
+        Some(Gate::Stopped(reason.clone()))
+    } else if let Some(reason) = &snapshot.gates.halted {
         Some(Gate::Halted(reason.clone()))
     } else if let Some(reason) = Gate::paused(snapshot) {
         Some(Gate::Paused(reason))

@@ -14,7 +14,8 @@
 //!    rotation starts meanwhile (both would replace nodes of the same group), in-flight ones
 //!    still advance. EKS cannot pause an update: if the Drifted budget closes meanwhile the
 //!    update runs on, and the plan says so.
-//! 2. Gates (halted, paused, unresolved AMI, untrusted snapshot) start nothing.
+//! 2. Gates (stopped, halted, paused, unresolved AMI, untrusted snapshot) start nothing; while
+//!    the deployment is stopped a recorded start EKS never received is not issued either.
 //! 3. When nodes run another image than the desired AMI, or the group launches another image:
 //!    - node-level rotations still in flight: wait for them;
 //!    - `allowed(Drifted) == 0`: wait (the budget message says until when);
@@ -59,18 +60,57 @@ pub enum UpdateAction {
 }
 
 /// A managed node group's plan: the node group update and the node-level plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// Serializes as the node-level plan's JSON plus `drifted` and the update decision (`update`:
+/// `none`, `continue`, or `start` with `image` and `maxUnavailable`); when the update starts,
+/// `actions` begins with `{"action": "startNodeGroupUpdate", "image", "maxUnavailable"}`, the
+/// executor's first act of the pass, so `actions` lists everything the pass does.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagedPlan {
     /// The node-level plan (budgets, candidates, actions, decisions), adjusted as above. Its
     /// `blocked` says why the update does not start, when it does not.
-    #[serde(flatten)]
     pub plan: Plan,
     /// Nodes (in service) running an image other than the desired AMI.
     pub drifted: u32,
     /// The node group update decision.
-    #[serde(flatten)]
     pub update: UpdateAction,
+}
+
+impl Serialize for ManagedPlan {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Fields<'a> {
+            #[serde(flatten)]
+            plan: &'a Plan,
+            drifted: u32,
+            #[serde(flatten)]
+            update: &'a UpdateAction,
+        }
+        let mut value = serde_json::to_value(Fields {
+            plan: &self.plan,
+            drifted: self.drifted,
+            update: &self.update,
+        })
+        .map_err(serde::ser::Error::custom)?;
+        if let UpdateAction::Start {
+            image,
+            max_unavailable,
+        } = &self.update
+            && let Some(actions) = value
+                .get_mut("actions")
+                .and_then(serde_json::Value::as_array_mut)
+        {
+            actions.insert(
+                0,
+                serde_json::json!({
+                    "action": "startNodeGroupUpdate",
+                    "image": image,
+                    "maxUnavailable": max_unavailable,
+                }),
+            );
+        }
+        value.serialize(serializer)
+    }
 }
 
 /// Days ahead searched for a Drifted window long enough for an update.
@@ -129,6 +169,10 @@ pub fn plan_managed(
         },
         "drifted nodes are replaced by the node group update, not node by node",
     );
+    // The node-level plan's "Drifted candidates wait for the Drifted budget" is not what
+    // happens to them: the update decision below says whether (and how wide) it starts.
+    base.decisions
+        .retain(|d| d.waits_for != Some(RotationReason::Drifted));
 
     let gated = base.gate.is_some();
 
@@ -144,7 +188,12 @@ pub fn plan_managed(
             desired.unwrap_or_default()
         )));
     }
-    let running = update.filter(|u| !u.phase.is_finished() && superseded.is_none());
+    // While the deployment is stopped, a start recorded but never issued to EKS stays unissued;
+    // an update EKS runs goes on (EKS cannot pause one).
+    let stopped = matches!(base.gate, Some(super::Gate::Stopped(_)));
+    let running = update.filter(|u| {
+        !u.phase.is_finished() && superseded.is_none() && !(stopped && u.update_id.is_none())
+    });
     let action = if running.is_none() && status != "ACTIVE" {
         let why = format!(
             "node group is {status}, not ACTIVE, and no update of nodecycle's is running: nothing starts until it is ACTIVE"
@@ -163,6 +212,11 @@ pub fn plan_managed(
             u.image, u.max_unavailable
         );
         drop_starts(&mut base, &why);
+        if stopped {
+            base.decisions.push(Decision::pool(DecisionKind::NodeGroupUpdate, format!(
+                "the deployment is stopped, but EKS cannot pause update {id}: it runs to completion (its nodes are EKS's to replace)"
+            )));
+        }
         if base.allowed.drifted == 0 && drifted > 0 {
             base.decisions.push(Decision::pool(DecisionKind::NodeGroupUpdate, format!(
                 "Drifted budget is now 0, but EKS cannot pause update {id}: it runs to completion"
@@ -701,6 +755,49 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Issue 25: `nodecycle plan` of a managed node group whose update starts printed
+    /// `actions: []` and a decision "not starting: Drifted budget ..." (the node-level plan's
+    /// wait for the drifted candidates the update replaces).
+    #[test]
+    fn the_plan_of_a_managed_group_says_what_the_pass_does_to_it() {
+        let wait_decisions = |p: &ManagedPlan| {
+            p.plan
+                .decisions
+                .iter()
+                .filter(|d| d.instance_id.is_none() && d.kind == DecisionKind::Wait)
+                .count()
+        };
+        // Six drifted nodes, budget 2: the update starts two wide.
+        let mut s = snapshot(budgets("    - nodes: \"2\"\n"), fleet(6, 0), vec![]);
+        s.group.launch_template_image = Some(OLD.to_string());
+        let p = plan_managed(&s, &group(None, "ACTIVE"), now());
+        assert_eq!(p.update, start(2));
+        let json = serde_json::to_value(&p).expect("serializes");
+        assert_eq!(
+            json["actions"],
+            serde_json::json!([{"action": "startNodeGroupUpdate", "image": NEW, "maxUnavailable": 2}]),
+            "{json}"
+        );
+        assert_eq!(json["update"], "start");
+        assert_eq!(wait_decisions(&p), 0, "{:?}", p.plan.decisions);
+        let update_decisions = p
+            .plan
+            .decisions
+            .iter()
+            .filter(|d| d.kind == DecisionKind::NodeGroupUpdate)
+            .count();
+        assert_eq!(update_decisions, 1, "{:?}", p.plan.decisions);
+        // A closed window: nothing starts, and one decision (the update's) says why.
+        let window0 = "    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 12 * * *\"\n      duration: 1h\n";
+        let mut s = snapshot(budgets(window0), fleet(6, 0), vec![]);
+        s.group.launch_template_image = Some(OLD.to_string());
+        let p = plan_managed(&s, &group(None, "ACTIVE"), at("2026-12-05T12:30:00Z"));
+        assert_eq!(p.update, UpdateAction::None);
+        let json = serde_json::to_value(&p).expect("serializes");
+        assert_eq!(json["actions"], serde_json::json!([]), "{json}");
+        assert_eq!(wait_decisions(&p), 1, "{:?}", p.plan.decisions);
     }
 
     #[test]

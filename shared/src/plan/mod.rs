@@ -44,7 +44,9 @@
 //! `ignoreBudgets` up to `maxConcurrent` in flight per request, otherwise within the `Drifted`
 //! allowance. Gates apply to them like to any start.
 //!
-//! Nothing starts, not even forced expiry, when the pool is halted, paused (operator or
+//! Nothing starts, not even forced expiry, when the deployment is stopped (its in-flight
+//! rotations then hold at their step too, but `Interrupted` ones: [`Gate::holds`]), the pool is
+//! halted, paused (operator or
 //! policy), the desired AMI is unresolved (fail closed: design principle "unknown AMI: rotate
 //! nothing"), or the snapshot lists an instance twice. Forced expiry bypasses budgets only.
 //!
@@ -223,6 +225,11 @@ pub struct Decision {
     pub kind: DecisionKind,
     /// A sentence saying what and why.
     pub message: String,
+    /// For a pool-level `Wait`: the reason whose candidates wait for its budget (not
+    /// serialized). Lets [`managed::plan_managed`] drop the node-level Drifted waits, which a
+    /// managed node group never has: its drift is the node group update's.
+    #[serde(skip)]
+    pub waits_for: Option<RotationReason>,
 }
 
 impl Decision {
@@ -231,6 +238,7 @@ impl Decision {
             instance_id: None,
             kind,
             message,
+            waits_for: None,
         }
     }
 
@@ -239,6 +247,15 @@ impl Decision {
             instance_id: Some(id.to_string()),
             kind,
             message,
+            waits_for: None,
+        }
+    }
+
+    /// A pool-level `Wait`: candidates of `reason` wait for its budget.
+    pub(crate) fn budget_wait(reason: RotationReason, message: String) -> Decision {
+        Decision {
+            waits_for: Some(reason),
+            ..Decision::pool(DecisionKind::Wait, message)
         }
     }
 }
@@ -312,6 +329,17 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
     // 2. Advance every in-flight rotation (waiting maintenance rotations only when released).
     for (id, r) in &c.in_flight {
         if counts.maintenance_waiting.contains_key(id) {
+            continue;
+        }
+        if let Some(g) = gate.as_ref().filter(|g| g.holds(r)) {
+            decisions.push(Decision::instance(
+                DecisionKind::Gate,
+                id,
+                format!(
+                    "holding {id}: {:?} rotation stays at step {:?} ({g})",
+                    r.reason, r.step
+                ),
+            ));
             continue;
         }
         let forced = if r.forced { ", forced" } else { "" };

@@ -126,8 +126,8 @@ pub(super) fn start(
             continue;
         };
         let why = budget_message(budgets, r, counts.total, counts.disrupting, started, now);
-        decisions.push(Decision::pool(
-            DecisionKind::Wait,
+        decisions.push(Decision::budget_wait(
+            reason,
             format!("not starting: {why}; {count} {reason:?} candidate(s) wait"),
         ));
         parts.push(why);

@@ -97,6 +97,7 @@ pub(super) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rota
             desired_ami: Some(NEW.to_string()),
             paused: None,
             halted: None,
+            stopped: None,
         },
         group: Group {
             name: "prod-general".to_string(),
@@ -1245,4 +1246,68 @@ fn a_queued_rotation_serializes_without_queue_fields_when_absent() {
     );
     assert_eq!(v["reason"], "Manual");
     assert_eq!(v["forced"], true);
+}
+
+/// The deployment's stop switch: nothing starts (forced expiry and queued operator rotations
+/// included), the launch template stays, every in-flight rotation holds at its step except an
+/// `Interrupted` one, whose drain goes on; the pool's own pause is not what holds it.
+#[test]
+fn a_stopped_deployment_holds_everything_but_interruptions() {
+    let p = policy(
+        "disruption:\n  budgets:\n    - nodes: \"5\"\nexpireAfter: 24h\nterminationGracePeriod: 1h\n",
+    );
+    let members = vec![
+        member("i-drift", OLD, 2),
+        member("i-forced", NEW, 48),
+        member("i-draining", OLD, 3),
+        member("i-spot", OLD, 3),
+        member("i-fresh", NEW, 1),
+    ];
+    let rotations = vec![
+        rotation("i-draining", RotationReason::Drifted, Step::Draining),
+        rotation("i-spot", RotationReason::Interrupted, Step::Draining),
+    ];
+    let mut s = snapshot(p, members, rotations);
+    s.group.launch_template_image = Some(OLD.to_string());
+    // Running: the template moves, both rotations advance, the drifted and the forced start.
+    let running = plan(&s, now());
+    assert!(matches!(
+        running.actions.first(),
+        Some(Action::UpdateLaunchTemplate { .. })
+    ));
+    assert_eq!(advanced(&running), ["i-draining", "i-spot"]);
+    assert_eq!(started_ids(&running), ["i-forced", "i-drift"]);
+
+    s.gates.stopped = Some("deployment stopped by oncall: incident 42".into());
+    let stopped = plan(&s, now());
+    assert_eq!(
+        stopped.gate,
+        Some(Gate::Stopped(
+            "deployment stopped by oncall: incident 42".into()
+        ))
+    );
+    assert!(
+        !stopped
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::UpdateLaunchTemplate { .. })),
+        "{:?}",
+        stopped.actions
+    );
+    assert_eq!(
+        advanced(&stopped),
+        ["i-spot"],
+        "only the interruption moves"
+    );
+    assert!(started_ids(&stopped).is_empty());
+    assert_eq!(
+        stopped.blocked.as_deref(),
+        Some("deployment stopped by oncall: incident 42")
+    );
+    assert!(has_message(&stopped, "holding i-draining"));
+    assert!(!has_message(&stopped, "holding i-spot"));
+    // The switch is the strongest gate: a paused or halted pool shows the stop.
+    s.gates.paused = Some("by ops".into());
+    s.gates.halted = Some("rotation failed".into());
+    assert!(matches!(plan(&s, now()).gate, Some(Gate::Stopped(_))));
 }

@@ -18,15 +18,9 @@ pub(super) fn describe(value: &Value) -> String {
     }
 }
 
-/// A user string in quotes, shortened to 80 characters so a pasted blob cannot flood messages.
+/// A user string in quotes, shortened ([`crate::problem::quote`]).
 pub(super) fn quote(text: &str) -> String {
-    const MAX: usize = 80;
-    if text.chars().count() <= MAX {
-        format!("{text:?}")
-    } else {
-        let head: String = text.chars().take(MAX).collect();
-        format!("{head:?}...")
-    }
+    crate::problem::quote(text)
 }
 
 /// Pushes `<path>: expected <expected>, got <value>`.

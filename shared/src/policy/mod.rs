@@ -33,8 +33,12 @@ use crate::budget::Budget;
 use crate::duration;
 use crate::problem::{Problems, join};
 use fields::{NameRule, describe, eks_name, quote, unknown_field, unknown_value, wrong_type};
+pub use pool_id::PoolId;
+use source::{Owner, PolicyDocument};
 
 mod fields;
+pub mod limits;
+mod pool_id;
 pub mod source;
 mod terms;
 #[cfg(test)]
@@ -127,12 +131,114 @@ impl Policy {
     }
 }
 
+/// What the interruption handler needs of a policy: the pool, its node group and how its nodes
+/// react to interruptions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolRef {
+    /// EKS cluster name.
+    pub cluster: String,
+    /// Pool name.
+    pub name: String,
+    /// The node group.
+    pub node_group: NodeGroup,
+    /// `interruption.rebalance`.
+    pub rebalance: RebalanceAction,
+    /// `terminationGracePeriod`.
+    pub termination_grace_period: Option<Duration>,
+}
+
+impl PoolRef {
+    /// `<cluster>/<name>`.
+    pub fn pool_id(&self) -> String {
+        format!("{}/{}", self.cluster, self.name)
+    }
+}
+
+impl From<&Policy> for PoolRef {
+    fn from(p: &Policy) -> Self {
+        PoolRef {
+            cluster: p.cluster.clone(),
+            name: p.name.clone(),
+            node_group: p.node_group.clone(),
+            rebalance: p.rebalance,
+            termination_grace_period: p.termination_grace_period,
+        }
+    }
+}
+
+/// The [`PoolRef`] of a document: within the bounds of [`limits`], only `cluster`, `name` (with
+/// the path's ownership), `nodeGroup`, `interruption` and `terminationGracePeriod` are read and
+/// validated, so that a mistake in any other field (a budget, a term) never stops an
+/// interruption drain of the pool. `Err` with the problems of those fields.
+pub fn locate(doc: &PolicyDocument) -> Result<PoolRef, Problems> {
+    let mut problems = Problems::new();
+    let value = match read(&doc.text) {
+        Ok(v) => v,
+        Err((path, message)) => {
+            problems.error(path, message);
+            return Err(problems);
+        }
+    };
+    if let Owner::NoPool(why) = &doc.owner {
+        problems.error("", why.clone());
+        return Err(problems);
+    }
+    let Value::Object(map) = &value else {
+        problems.error("", format!("expected an object, got {}", describe(&value)));
+        return Err(problems);
+    };
+    let field = |k: &str| map.get(k);
+    let cluster = field("cluster").and_then(|v| {
+        fields::name(
+            v,
+            "cluster",
+            &eks_name("the EKS cluster name", pool_id::MAX_CLUSTER),
+            &mut problems,
+        )
+    });
+    let name = field("name").and_then(|v| {
+        fields::name(
+            v,
+            "name",
+            &eks_name("the pool name", pool_id::MAX_NAME),
+            &mut problems,
+        )
+    });
+    let (cluster, name) = identity(map, &doc.owner, cluster, name, &mut problems);
+    let node_group = match field("nodeGroup") {
+        Some(v) => validate_node_group(v, &mut problems),
+        None => {
+            problems.error("nodeGroup", "required field is missing");
+            None
+        }
+    };
+    let rebalance = field("interruption")
+        .map(|v| validate_interruption(v, &mut problems))
+        .unwrap_or_default();
+    let termination_grace_period =
+        field("terminationGracePeriod").and_then(|v| validate_grace_period(v, &mut problems));
+    match (cluster, name, node_group) {
+        (Some(cluster), Some(name), Some(node_group)) if !problems.has_errors() => Ok(PoolRef {
+            cluster,
+            name,
+            node_group,
+            rebalance,
+            termination_grace_period,
+        }),
+        _ => Err(problems),
+    }
+}
+
 /// Result of parsing a document: the policy when there is no error, and every problem found
 /// (warnings may accompany a valid policy).
 #[derive(Debug, Clone)]
 pub struct Parsed {
     /// `Some` exactly when `problems` has no error.
     pub policy: Option<Policy>,
+    /// The pool the document is for, also when it is invalid: the one its parameter path
+    /// names, else (a file) the one it names when both names are valid. `None` when neither
+    /// is known: nothing may be recorded for it.
+    pub pool: Option<PoolId>,
     /// Every error and warning, in document order.
     pub problems: Problems,
 }
@@ -158,40 +264,113 @@ const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
 /// Path passed to [`crate::budget::parse_budgets`].
 const BUDGETS_PATH: &str = "disruption.budgets";
 
+/// Every field path a policy document may hold, each parent before its fields: `nodeGroup`,
+/// `nodeGroup.autoScalingGroup`, ..., the fields of list items with `[]`
+/// (`amiSelectorTerms[].alias`, `disruption.budgets[].nodes`). Built from the lists the parser
+/// names in its "unknown field; expected one of" errors, so a field it accepts is listed here
+/// (docs/policy-reference.md is checked against this list by `tests/tests/docs.rs`). The keys
+/// of `amiSelectorTerms[].tags` are the user's tag keys, not fields.
+pub fn field_paths() -> Vec<String> {
+    let mut out = Vec::new();
+    for top in FIELDS {
+        out.push(top.to_string());
+        let (prefix, children): (String, &[&str]) = match top {
+            "nodeGroup" => (format!("{top}."), &NODE_GROUP_FIELDS),
+            "amiSelectorTerms" => (format!("{top}[]."), &terms::TERM_FIELDS),
+            "disruption" => (format!("{top}."), &DISRUPTION_FIELDS),
+            "interruption" => (format!("{top}."), &INTERRUPTION_FIELDS),
+            "promotion" => (format!("{top}."), &PROMOTION_FIELDS),
+            _ => (String::new(), &[]),
+        };
+        for child in children {
+            let path = format!("{prefix}{child}");
+            out.push(path.clone());
+            if path == BUDGETS_PATH {
+                out.extend(
+                    crate::budget::BUDGET_FIELDS
+                        .iter()
+                        .map(|f| format!("{BUDGETS_PATH}[].{f}")),
+                );
+            }
+        }
+    }
+    out
+}
+
 /// Parses a YAML or JSON policy document (JSON is YAML) and validates it completely.
 ///
 /// A document that is not YAML, holds several YAML documents, or repeats a key in one
 /// mapping gives one problem at the document path (displayed as `(document)`), with the
-/// parser's line and column. Otherwise the problems are those of [`validate`].
-/// Never panics.
+/// parser's line and column; so does a document beyond the bounds of [`limits`] (bytes,
+/// values after alias expansion, depth), at the path where the bound was passed. Otherwise the
+/// problems are those of [`validate`]. Never panics; memory is bounded by [`limits`].
 pub fn parse(text: &str) -> Parsed {
+    parse_owned(text, &Owner::Document)
+}
+
+/// [`parse`] for a document read from a source: a parameter path owns its pool
+/// ([`source::Owner`]), so the document may leave out `cluster` and `name` and may not name
+/// another pool.
+pub fn parse_document(doc: &PolicyDocument) -> Parsed {
+    parse_owned(&doc.text, &doc.owner)
+}
+
+fn parse_owned(text: &str, owner: &Owner) -> Parsed {
     let mut problems = Problems::new();
+    let path_pool = match owner {
+        Owner::Path(id) => Some(id.clone()),
+        Owner::Document | Owner::NoPool(_) => None,
+    };
+    let value = match read(text) {
+        Ok(value) => value,
+        Err((path, message)) => {
+            problems.error(path, message);
+            return Parsed {
+                policy: None,
+                pool: path_pool,
+                problems,
+            };
+        }
+    };
+    let policy = validate_owned(&value, owner, &mut problems);
+    let pool = path_pool.or_else(|| {
+        let (cluster, name) = (
+            value.get("cluster")?.as_str()?,
+            value.get("name")?.as_str()?,
+        );
+        PoolId::new(cluster, name).ok()
+    });
+    Parsed {
+        policy: if problems.has_errors() { None } else { policy },
+        pool: if matches!(owner, Owner::NoPool(_)) {
+            None
+        } else {
+            pool
+        },
+        problems,
+    }
+}
+
+/// The document as a JSON value, within [`limits`]: `Err((path, message))` when it is beyond
+/// them or not one YAML/JSON document (repeated keys included).
+pub(crate) fn read(text: &str) -> Result<Value, (String, String)> {
+    limits::check(text).map_err(|e| (e.path, e.message))?;
     // `serde_json::Value` silently keeps the last of repeated keys; `serde_norway::Value`
     // reports them, so the text is read with it first.
     let value = serde_norway::from_str::<serde_norway::Value>(text)
         .and_then(|_| serde_norway::from_str::<Value>(text));
-    match value {
-        Ok(value) => {
-            let policy = validate(&value, &mut problems);
-            Parsed {
-                policy: if problems.has_errors() { None } else { policy },
-                problems,
-            }
-        }
-        Err(e) => {
-            let e = e.to_string();
-            let hint = if e.contains("duplicate entry with key") {
-                "; expected each key at most once per mapping"
-            } else {
-                ""
-            };
-            problems.error("", format!("not a valid YAML or JSON document: {e}{hint}"));
-            Parsed {
-                policy: None,
-                problems,
-            }
-        }
-    }
+    value.map_err(|e| {
+        let e = e.to_string();
+        let hint = if e.contains("duplicate entry with key") {
+            "; expected each key at most once per mapping"
+        } else {
+            ""
+        };
+        (
+            String::new(),
+            format!("not a valid YAML or JSON document: {e}{hint}"),
+        )
+    })
 }
 
 /// Validates a parsed document and pushes every problem found, never stopping at the first.
@@ -207,7 +386,17 @@ pub fn parse(text: &str) -> Parsed {
 /// false, and the default budgets when `disruption.budgets` is absent. Version gates that
 /// depend on the cluster's Kubernetes version are not checked here (resolution does).
 pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
+    validate_owned(value, &Owner::Document, problems)
+}
+
+/// [`validate`] for a document owned by `owner`: with [`Owner::Path`], `cluster` and `name`
+/// default to the path's and must equal them when given; with [`Owner::NoPool`], the document is
+/// invalid whatever it holds.
+pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> Option<Policy> {
     let errors_before = problems.errors().count();
+    if let Owner::NoPool(why) = owner {
+        problems.error("", why.clone());
+    }
     let Value::Object(doc) = value else {
         let shape = format!("an object with the fields {}", FIELDS.join(", "));
         let message = match value {
@@ -237,11 +426,18 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
                 cluster = fields::name(
                     field,
                     "cluster",
-                    &eks_name("the EKS cluster name", 100),
+                    &eks_name("the EKS cluster name", pool_id::MAX_CLUSTER),
                     problems,
                 )
             }
-            "name" => name = fields::name(field, "name", &eks_name("the pool name", 63), problems),
+            "name" => {
+                name = fields::name(
+                    field,
+                    "name",
+                    &eks_name("the pool name", pool_id::MAX_NAME),
+                    problems,
+                )
+            }
             "nodeGroup" => node_group = validate_node_group(field, problems),
             "architecture" => architecture = validate_architecture(field, problems),
             "variant" => variant = validate_variant(field, problems),
@@ -269,12 +465,8 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
         }
     }
 
+    let (cluster, name) = identity(doc, owner, cluster, name, problems);
     let required = [
-        ("cluster", "the EKS cluster name"),
-        (
-            "name",
-            "the pool name (letters, digits, '-' and '_', at most 63 characters)",
-        ),
         (
             "nodeGroup",
             "an object with exactly one of autoScalingGroup, managedNodeGroup, e.g. { autoScalingGroup: my-asg }",
@@ -314,6 +506,66 @@ pub fn validate(value: &Value, problems: &mut Problems) -> Option<Policy> {
         promotion,
         surge_above_max_size,
     })
+}
+
+/// The pool's `cluster` and `name` after ownership: a file's document must name both; a
+/// parameter's may leave them out (the path's are taken) and may not name another pool (an
+/// error at the field naming both pools). `cluster`/`name` are the fields' valid values.
+fn identity(
+    doc: &serde_json::Map<String, Value>,
+    owner: &Owner,
+    cluster: Option<String>,
+    name: Option<String>,
+    problems: &mut Problems,
+) -> (Option<String>, Option<String>) {
+    match owner {
+        Owner::Path(id) => {
+            let mut own = |field: &str, given: Option<String>, path_part: &str, what: &str| {
+                match given {
+                    Some(g) if g != path_part => {
+                        problems.error(
+                            field,
+                            format!(
+                                "{} names pool {}, but its parameter path is that of pool {id}; expected {field}: {path_part} (or no {field}: the path names the {what})",
+                                quote(&g),
+                                if field == "cluster" {
+                                    format!("{g}/{}", id.name)
+                                } else {
+                                    format!("{}/{g}", id.cluster)
+                                },
+                            ),
+                        );
+                        None
+                    }
+                    Some(g) => Some(g),
+                    // Invalid when given (already reported), the path's when left out.
+                    None if doc.contains_key(field) => None,
+                    None => Some(path_part.to_string()),
+                }
+            };
+            let cluster = own("cluster", cluster, &id.cluster, "cluster");
+            let name = own("name", name, &id.name, "pool");
+            (cluster, name)
+        }
+        Owner::Document | Owner::NoPool(_) => {
+            let required = [
+                ("cluster", "the EKS cluster name"),
+                (
+                    "name",
+                    "the pool name (letters, digits, '-' and '_', at most 63 characters)",
+                ),
+            ];
+            for (field, expected) in required {
+                if !doc.contains_key(field) {
+                    problems.error(
+                        field,
+                        format!("required field is missing; expected {expected}"),
+                    );
+                }
+            }
+            (cluster, name)
+        }
+    }
 }
 
 /// Staged promotion (`promotion`, a nodecycle extension): which upstream pool proves releases

@@ -318,7 +318,7 @@ fn document_shape_problems() {
         (
             "cluster: [prod\n".into(),
             vec![
-                "(document): not a valid YAML or JSON document: did not find expected ',' or ']' at line 2 column 1, while parsing a flow sequence at line 1 column 10".into(),
+                "(document): not a valid YAML or JSON document: while parsing a flow sequence, expected ',' or ']' at byte 15 line 2 column 1".into(),
             ],
         ),
         (
@@ -1031,4 +1031,207 @@ fn promotion_rules() {
         vec!["promotion.soakTime"]
     );
     assert_eq!(problems("  {}\n"), vec!["promotion"], "empty");
+}
+
+fn at(path: &str, text: &str) -> PolicyDocument {
+    PolicyDocument::parameter("/nodecycle/pools/", path, text)
+}
+
+#[test]
+fn a_parameter_path_owns_its_pool() {
+    // The path names the pool: cluster and name may be left out.
+    let body = "nodeGroup: { autoScalingGroup: prod-general }\namiSelectorTerms: [{ alias: al2023@latest }]\n";
+    let parsed = parse_document(&at("/nodecycle/pools/prod/general", body));
+    let p = parsed.policy.expect("valid");
+    assert_eq!(p.pool_id(), "prod/general");
+    // The same names as the path: valid.
+    assert!(
+        parse_document(&at("/nodecycle/pools/prod/general", BASE))
+            .policy
+            .is_some()
+    );
+    // Another pool's names: invalid, naming both pools; the pool is still the path's.
+    let parsed = parse_document(&at("/nodecycle/pools/test/general", BASE));
+    assert!(parsed.policy.is_none());
+    assert_eq!(
+        parsed.pool.map(|p| p.to_string()),
+        Some("test/general".into())
+    );
+    let e: Vec<String> = parsed.problems.errors().map(ToString::to_string).collect();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("cluster: \"prod\" names pool prod/general, but its parameter path is that of pool test/general"), "{}", e[0]);
+    let parsed = parse_document(&at("/nodecycle/pools/prod/other", BASE));
+    let e = parsed.problems.errors().next().unwrap().to_string();
+    assert!(e.starts_with("name: \"general\" names pool prod/general, but its parameter path is that of pool prod/other"), "{e}");
+    // A path that names no pool defines nothing.
+    let parsed = parse_document(&at("/nodecycle/pools/prod", BASE));
+    assert!(parsed.policy.is_none());
+    assert_eq!(parsed.pool, None);
+    assert!(
+        parsed
+            .problems
+            .errors()
+            .next()
+            .unwrap()
+            .to_string()
+            .contains("names no pool"),
+        "{:?}",
+        parsed.problems
+    );
+    // A file names its own pool, as before.
+    assert_eq!(
+        parse_document(&PolicyDocument::file("p.yaml", BASE))
+            .policy
+            .map(|p| p.pool_id()),
+        Some("prod/general".into())
+    );
+    let e = messages(body);
+    assert!(
+        e.iter().any(|m| m.starts_with("cluster: required")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn invalid_names_give_no_pool() {
+    for doc in [
+        "cluster: \"prod#x\"\nname: \"..\"\n",
+        &format!("cluster: prod\nname: {}\n", "a".repeat(300)),
+        "cluster: prod\nname: \"a/b\"\n",
+    ] {
+        let parsed = parse(doc);
+        assert!(parsed.policy.is_none());
+        assert_eq!(parsed.pool, None, "{doc}");
+    }
+    let parsed = parse("cluster: prod\nname: general\n");
+    assert_eq!(
+        parsed.pool.map(|p| p.to_string()),
+        Some("prod/general".into())
+    );
+}
+
+#[test]
+fn the_interruption_handler_reads_only_what_locates_a_pool() {
+    // A broken budget and unknown fields elsewhere do not hide the pool.
+    let text = format!(
+        "{BASE}disruption: {{ budgets: [{{ nodes: lots }}] }}\nterminationGracePeriod: 1h\ninterruption: {{ rebalance: cordon }}\nwhatever: 1\n"
+    );
+    assert!(parse(&text).policy.is_none());
+    let r = locate(&PolicyDocument::file("p", text)).unwrap();
+    assert_eq!(r.pool_id(), "prod/general");
+    assert_eq!(r.rebalance, RebalanceAction::Cordon);
+    assert_eq!(r.termination_grace_period, Some(Duration::from_secs(3600)));
+    // Ownership holds here too.
+    assert!(locate(&at("/nodecycle/pools/test/general", BASE)).is_err());
+    let body = "nodeGroup: { autoScalingGroup: g }\n";
+    assert_eq!(
+        locate(&at("/nodecycle/pools/test/x", body))
+            .unwrap()
+            .pool_id(),
+        "test/x"
+    );
+    // Without a node group there is no pool to find.
+    assert!(locate(&PolicyDocument::file("p", "cluster: prod\nname: general\n")).is_err());
+    // And the bounds hold.
+    let e = locate(&PolicyDocument::file("p", limits_doc())).unwrap_err();
+    assert!(
+        e.errors()
+            .next()
+            .unwrap()
+            .message
+            .contains("more than 10000")
+    );
+}
+
+/// The report's 1,486-byte document (expands to 3,000,000 values).
+fn limits_doc() -> String {
+    let list = |item: &str, n: usize| vec![item; n].join(",");
+    format!(
+        "{BASE}x: &a [{}]\ny: &b [{}]\nz: [{}]\n",
+        list("1", 300),
+        list("*a", 200),
+        list("*b", 50)
+    )
+}
+
+#[test]
+fn expansion_is_refused_at_its_path() {
+    let e = messages(&limits_doc());
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("y[3"), "{e:?}");
+    assert!(e[0].contains("more than 10000 values"), "{e:?}");
+}
+
+/// A document holding `path` (a [`field_paths`] entry) with value `leaf`, list items as
+/// one-element lists, beside the fields every document needs.
+fn document_with(path: &str, leaf: serde_json::Value) -> serde_json::Value {
+    fn set(at: &mut serde_json::Value, parts: &[&str], leaf: serde_json::Value) {
+        let Some((first, rest)) = parts.split_first() else {
+            *at = leaf;
+            return;
+        };
+        let (key, item) = match first.strip_suffix("[]") {
+            Some(k) => (k, true),
+            None => (*first, false),
+        };
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        let slot = map.entry(key.to_string()).or_insert(serde_json::json!({}));
+        if item {
+            if !slot.is_array() {
+                *slot = serde_json::json!([{}]);
+            }
+            if let Some(first_item) = slot.get_mut(0) {
+                set(first_item, rest, leaf);
+            }
+        } else {
+            set(slot, rest, leaf);
+        }
+    }
+    let mut doc = serde_json::json!({
+        "cluster": "prod",
+        "name": "general",
+        "nodeGroup": {"autoScalingGroup": "prod-general"},
+        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+    });
+    let parts: Vec<&str> = path.split('.').collect();
+    set(&mut doc, &parts, leaf);
+    doc
+}
+
+/// Whether parsing `doc` reports the field at `path` (`[]` read as `[0]`) as unknown.
+fn reported_unknown(doc: &serde_json::Value, path: &str) -> bool {
+    let shown = path.replace("[]", "[0]");
+    parse(&doc.to_string())
+        .problems
+        .0
+        .iter()
+        .any(|p| p.path == shown && p.message.starts_with("unknown field"))
+}
+
+/// `field_paths` is what the parser accepts: every path listed is taken as a field (its
+/// value may be wrong, it is never "unknown"), and a made-up field beside it is refused, so
+/// the check can fail. docs/policy-reference.md is compared with this list.
+#[test]
+fn field_paths_are_the_fields_the_parser_accepts() {
+    let paths = field_paths();
+    assert!(paths.len() > 30, "{paths:?}");
+    for path in &paths {
+        let doc = document_with(path, serde_json::Value::Null);
+        assert!(
+            !reported_unknown(&doc, path),
+            "{path} is listed but refused"
+        );
+        let sibling = match path.rsplit_once('.') {
+            Some((parent, _)) => format!("{parent}.madeUpField"),
+            None => "madeUpField".to_string(),
+        };
+        let doc = document_with(&sibling, serde_json::Value::Null);
+        assert!(
+            reported_unknown(&doc, &sibling),
+            "{sibling} beside {path} is not refused: {:?}",
+            parse(&doc.to_string()).problems
+        );
+    }
 }

@@ -31,6 +31,8 @@ pub use crate::managed::ManagedGroupOps;
 pub use crate::policy::source::PolicySource;
 pub use crate::state::Store;
 
+pub mod uses;
+
 #[cfg(feature = "aws")]
 mod ports;
 #[cfg(feature = "aws")]

@@ -47,6 +47,8 @@ pub struct Ports {
     pub instances: Arc<dyn InstanceLookup>,
     /// Lifecycle actions.
     pub lifecycle: Arc<dyn LifecycleOps>,
+    /// The accounts and regions whose events are acted on (the deployment's own).
+    pub deployment: Arc<dyn crate::event::served::Deployment>,
     /// CloudWatch alarm states (promotion alarms).
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
     /// The account's default event bus (events out).
@@ -80,6 +82,7 @@ impl Ports {
             store: Arc::new(Table::new(c.dynamodb.clone(), table)),
             instances: Arc::new(Ec2Instances::new(c.ec2.clone())),
             lifecycle: Arc::new(LifecycleActions::new(c.autoscaling.clone())),
+            deployment: Arc::new(crate::aws::identity::OwnAccount::new(config)),
             alarms: Arc::new(crate::aws::cloudwatch::CloudWatch::new(
                 c.cloudwatch.clone(),
             )),
@@ -90,10 +93,18 @@ impl Ports {
         }
     }
 
-    /// [`Ports::from_sdk`] with the table from `NODECYCLE_TABLE` and the prefix from
-    /// `NODECYCLE_POLICY_PREFIX`.
+    /// [`Ports::from_sdk`] with the table from `NODECYCLE_TABLE`, the prefix from
+    /// `NODECYCLE_POLICY_PREFIX`, and group updates as
+    /// [`crate::aws::autoscaling::GROUP_UPDATES_ENV`] says (disabled unless `Enabled`, as the
+    /// stack's default).
     pub fn from_env(config: &aws_config::SdkConfig) -> Result<Ports, HandlerError> {
         let (table, prefix) = crate::handlers::table_and_prefix_from_env()?;
-        Ok(Ports::from_sdk(config, &table, &prefix))
+        let mut ports = Ports::from_sdk(config, &table, &prefix);
+        let c = Clients::new(config);
+        ports.groups = Arc::new(
+            AutoScaling::new(c.autoscaling, c.ec2)
+                .with_group_updates(crate::aws::autoscaling::group_updates_from_env()),
+        );
+        Ok(ports)
     }
 }

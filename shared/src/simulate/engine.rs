@@ -134,6 +134,8 @@ impl Pool {
             blocked: Vec::new(),
             done: None,
             max_in_flight: 0,
+            max_in_flight_at: None,
+            max_in_flight_why: None,
             promotion: None,
             desired_change: desired_change.as_ref().map(|(at, _)| *at),
             closed: Vec::new(),
@@ -474,6 +476,35 @@ impl Pool {
         });
     }
 
+    /// What the rotations in flight now are: forced ones (no budget wait), budgeted ones by
+    /// reason, and the nodes of a node group update wave.
+    fn in_flight_why(&self, wave: usize) -> String {
+        let mut forced = 0;
+        let mut by_reason: std::collections::BTreeMap<String, usize> = Default::default();
+        for r in &self.running {
+            match self.out.rotations.get(r.out) {
+                Some(span) if span.forced => forced += 1,
+                Some(span) => *by_reason.entry(format!("{:?}", span.reason)).or_default() += 1,
+                None => {}
+            }
+        }
+        let mut parts = Vec::new();
+        if forced > 0 {
+            parts.push(format!(
+                "{forced} forced (past expireAfter + terminationGracePeriod, an interruption or an emergency rotation: no budget wait)"
+            ));
+        }
+        for (reason, n) in by_reason {
+            parts.push(format!("{n} {reason} within its budget"));
+        }
+        if wave > 0 {
+            parts.push(format!(
+                "{wave} in a node group update wave (maxUnavailable: the Drifted allowance when the update started)"
+            ));
+        }
+        parts.join(", ")
+    }
+
     /// In-flight high-water mark and the `done` stretch, after the pass at `t`.
     fn track(&mut self, t: DateTime<Utc>) {
         let wave = self
@@ -482,7 +513,11 @@ impl Pool {
             .and_then(|m| m.wave.as_ref())
             .map_or(0, |w| w.nodes.len());
         let in_flight = u32::try_from(self.running.len() + wave).unwrap_or(u32::MAX);
-        self.out.max_in_flight = self.out.max_in_flight.max(in_flight);
+        if in_flight > self.out.max_in_flight {
+            self.out.max_in_flight = in_flight;
+            self.out.max_in_flight_at = Some(t);
+            self.out.max_in_flight_why = Some(self.in_flight_why(wave));
+        }
         let changed = self.desired_change.as_ref().is_none_or(|(at, _)| t >= *at);
         let all = changed
             && self.final_desired.as_deref().is_some_and(|d| {

@@ -146,6 +146,7 @@ impl PoolStart {
                     desired_ami: Some(CURRENT_AMI.to_string()),
                     paused: None,
                     halted: None,
+                    stopped: None,
                 },
                 group: Group {
                     name: group_name,
@@ -203,8 +204,8 @@ pub struct Forecast {
 }
 
 /// One pool's forecast. Serializes as
-/// `{"pool", "nodes", "rotations", "blocked", "done", "maxInFlight"}`, plus `promotion` for a
-/// pool with `promotion`.
+/// `{"pool", "nodes", "rotations", "blocked", "done", "maxInFlight", "maxInFlightAt",
+/// "maxInFlightWhy"}`, plus `promotion` for a pool with `promotion`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolForecast {
@@ -225,6 +226,12 @@ pub struct PoolForecast {
     pub done: Option<DateTime<Utc>>,
     /// The most rotations in flight at once.
     pub max_in_flight: u32,
+    /// When that many were first in flight (null: none ever was).
+    #[serde(serialize_with = "optional_instant")]
+    pub max_in_flight_at: Option<DateTime<Utc>>,
+    /// What they were then: forced ones (no budget wait), budgeted ones per reason, the nodes
+    /// of a node group update wave; so a count above a budget says why.
+    pub max_in_flight_why: Option<String>,
     /// For a pool with `promotion`: when its upstream was done and its desired AMI changes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub promotion: Option<PromotionForecast>,
@@ -239,7 +246,7 @@ pub struct PoolForecast {
     pub managed: bool,
 }
 
-/// One rotation. Serializes as `{"instance", "reason", "start", "end"}`.
+/// One rotation. Serializes as `{"instance", "reason", "start", "end", "forced", "wave"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RotationSpan {
     /// The instance replaced.
@@ -254,10 +261,8 @@ pub struct RotationSpan {
     #[serde(serialize_with = "instant")]
     pub end: DateTime<Utc>,
     /// Started without budget (forced expiry, interruption, emergency).
-    #[serde(skip)]
     pub forced: bool,
     /// Part of a managed node group update.
-    #[serde(skip)]
     pub wave: bool,
     /// The instance that replaced it, once done within the forecast.
     #[serde(skip)]

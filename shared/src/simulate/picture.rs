@@ -1,34 +1,45 @@
 //! The forecast drawn: an SVG (one row per pool, time across) and a self-contained HTML page
 //! around it. Hand-written markup, deterministic: the same forecast gives the same bytes.
 //!
-//! Days and hours are marked in [`Forecast::time_zone`]. Each rotation is a bar (stacked when
-//! several are in flight), stretches where a reason's budgets allow no node are shaded per
-//! reason, waits on a gate (paused, halted, a node group waiting for a window) are hatched, the
-//! change of the desired AMI is a dashed line and the moment a pool is done a green mark.
+//! Days and hours are marked in [`Forecast::time_zone`], and every time written in the picture
+//! and the page carries its UTC offset. Drawn 900 px wide, so that it reads 1:1 on a typical
+//! page: each rotation is a bar at least [`MIN_BAR_W`] wide, and bars that would touch as drawn
+//! go to separate lanes (stacked when several are in flight); stretches where a reason's budgets
+//! allow no node are shaded per reason (both reasons at once: a shading of its own), waits on a
+//! gate (paused, halted, stopped, a node group waiting for a window) are a hatched band at the
+//! top of the row, the change of the desired AMI is a dashed line and the moment a pool is done
+//! a green mark in the row's bottom band, clear of the bars. Every shading is in the legend.
 //! Every element carries a `<title>` with its details (shown on hover).
 
 use std::fmt::Write as _;
 
-use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, TimeZone, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
-use super::{BlockKind, Forecast, PoolForecast, RotationSpan, format_instant};
+use super::{BlockKind, Forecast, PoolForecast, RotationSpan};
 use crate::budget::Reason;
 use crate::rotation::RotationReason;
 
-const LABEL_W: f64 = 210.0;
-const PLOT_W: f64 = 1200.0;
+const LABEL_W: f64 = 150.0;
+const PLOT_W: f64 = 730.0;
 const RIGHT_PAD: f64 = 20.0;
-const TOP: f64 = 76.0;
+const TOP: f64 = 80.0;
 const LANE_H: f64 = 12.0;
 const BAR_H: f64 = 9.0;
-const ROW_MIN_H: f64 = 38.0;
-const LEGEND_H: f64 = 58.0;
+/// Height of the gate band at the top of a row, and of the done band at its bottom.
+const GATE_BAND: f64 = 9.0;
+const DONE_BAND: f64 = 15.0;
+const ROW_MIN_H: f64 = 42.0;
+/// The narrowest bar drawn (a 10-minute rotation in a week is under 1 px), and the gap kept
+/// between bars of one lane.
+pub const MIN_BAR_W: f64 = 4.0;
+const BAR_GAP: f64 = 1.0;
+const LEGEND_LINE_H: f64 = 18.0;
 
 const STYLE: &str = "text{fill:#1a202c}.t{font-size:15px;font-weight:bold}.s{fill:#4a5568}\
 .p{font-weight:bold}.nd{fill:#c53030}.day{stroke:#a0aec0}.hr{stroke:#e2e8f0}\
 .rowa{fill:#ffffff}.rowb{fill:#f7fafc}.cd{fill:#ed8936;fill-opacity:.28}\
-.ce{fill:#9f7aea;fill-opacity:.28}.gate{fill:url(#hatch)}\
+.ce{fill:#9f7aea;fill-opacity:.28}.cb{fill:#718096;fill-opacity:.30}.gate{fill:url(#hatch)}\
 .Drifted{fill:#3182ce}.Expired{fill:#805ad5}.forced{fill:#c53030}.other{fill:#718096}\
 .wave{fill:#2c5282}.ami{stroke:#2d3748;stroke-dasharray:4 3}.done{fill:#38a169}\
 .doneline{stroke:#38a169;stroke-width:2}";
@@ -64,8 +75,13 @@ pub fn svg(forecast: &Forecast) -> String {
     );
     let _ = writeln!(
         s,
-        "<text class=\"s\" x=\"10\" y=\"38\">days and hours in {}; one row per pool, one bar per rotation</text>",
-        esc(&zone_name(layout.zone))
+        "<text class=\"s\" x=\"10\" y=\"38\">days and hours in {}{}; one row per pool, one bar per rotation</text>",
+        esc(&zone_name(layout.zone)),
+        if layout.zone == Tz::UTC {
+            ""
+        } else {
+            " (the zone of every budget window)"
+        }
     );
     for (i, pool) in forecast.pools.iter().enumerate() {
         layout.row(&mut s, i, pool);
@@ -91,26 +107,31 @@ pub fn html(forecast: &Forecast) -> String {
     );
     let _ = writeln!(
         s,
-        "<h1>nodecycle simulate</h1>\n<p>From {} to {} ({}). Hover a bar or a shaded stretch for its details.</p>",
-        esc(&format_instant(forecast.from)),
-        esc(&format_instant(forecast.to)),
-        esc(&zone)
+        "<h1>nodecycle simulate</h1>\n<p>From {} to {}. The chart's days and hours and every time on this page are in {zone} (each with its UTC offset); the JSON of <code>nodecycle simulate</code> is in UTC. Hover a bar or a shaded stretch for its details.</p>",
+        esc(&zoned(forecast.from, forecast.time_zone)),
+        esc(&zoned(forecast.to, forecast.time_zone)),
+        zone = esc(&zone)
     );
     s.push_str("<p id=\"detail\">&#160;</p>\n<div class=\"chart\" id=\"chart\">\n");
     s.push_str(&svg(forecast));
-    s.push_str("</div>\n<table>\n<tr><th>pool</th><th>nodes</th><th>done</th><th>rotations</th><th>max in flight</th><th>waits</th></tr>\n");
+    s.push_str("</div>\n<table>\n<tr><th>pool</th><th>kind</th><th>nodes</th><th>done</th><th>rotations</th><th>max in flight</th><th>waits</th></tr>\n");
+    let zone = forecast.time_zone;
     for p in &forecast.pools {
         let done = p
             .done
-            .map_or_else(|| "not by the end".to_string(), format_instant);
+            .map_or_else(|| "not by the end".to_string(), |t| zoned(t, zone));
+        let most = match (&p.max_in_flight_at, &p.max_in_flight_why) {
+            (Some(at), Some(why)) => format!("{} ({}: {why})", p.max_in_flight, zoned(*at, zone)),
+            _ => p.max_in_flight.to_string(),
+        };
         let waits: Vec<String> = p
             .blocked
             .iter()
             .map(|b| {
                 format!(
                     "{} to {}: {:?} waits: {}",
-                    format_instant(b.from),
-                    format_instant(b.to),
+                    zoned(b.from, zone),
+                    zoned(b.to, zone),
                     b.reason,
                     b.why
                 )
@@ -118,12 +139,13 @@ pub fn html(forecast: &Forecast) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&p.pool),
+            kind(p),
             p.nodes,
             esc(&done),
             p.rotations.len(),
-            p.max_in_flight,
+            esc(&most),
             waits
                 .iter()
                 .map(|w| esc(w))
@@ -161,24 +183,29 @@ struct Layout {
 
 impl Layout {
     fn new(f: &Forecast) -> Layout {
-        let mut rows = Vec::new();
-        let mut lanes = Vec::new();
-        let mut y = TOP;
-        for p in &f.pools {
-            let l = assign_lanes(&p.rotations);
-            let count = l.iter().max().map_or(1, |m| m + 1);
-            let h = (10.0 + LANE_H * count as f64 + 6.0).max(ROW_MIN_H);
-            rows.push((y, h));
-            lanes.push(l);
-            y += h;
-        }
-        Layout {
+        let mut layout = Layout {
             from: f.from,
             to: f.to,
             zone: f.time_zone,
-            rows,
-            lanes,
+            rows: Vec::new(),
+            lanes: Vec::new(),
+        };
+        let mut y = TOP;
+        for p in &f.pools {
+            let l = assign_lanes(&p.rotations, |r| layout.bar_extent(r));
+            let count = l.iter().max().map_or(1, |m| m + 1);
+            let h = (GATE_BAND + 3.0 + LANE_H * count as f64 + DONE_BAND).max(ROW_MIN_H);
+            layout.rows.push((y, h));
+            layout.lanes.push(l);
+            y += h;
         }
+        layout
+    }
+
+    /// Where a rotation's bar is drawn: from its start, at least [`MIN_BAR_W`] wide.
+    fn bar_extent(&self, r: &RotationSpan) -> (f64, f64) {
+        let (x0, x1) = (self.x(r.start), self.x(r.end));
+        (x0, x1.max(x0 + MIN_BAR_W))
     }
 
     fn plot_bottom(&self) -> f64 {
@@ -190,7 +217,7 @@ impl Layout {
     }
 
     fn height(&self) -> f64 {
-        self.plot_bottom() + LEGEND_H
+        self.plot_bottom() + 16.0 + LEGEND_LINE_H * self.legend_lines().len() as f64
     }
 
     fn x(&self, t: DateTime<Utc>) -> f64 {
@@ -199,10 +226,10 @@ impl Layout {
         LABEL_W + PLOT_W * (t - self.from).num_seconds() as f64 / span
     }
 
+    /// `Thu 03 Dec 16:30 UTC+08:00`: local time with its offset.
     fn local(&self, t: DateTime<Utc>) -> String {
-        t.with_timezone(&self.zone)
-            .format("%a %d %b %H:%M")
-            .to_string()
+        let local = t.with_timezone(&self.zone);
+        format!("{} {}", local.format("%a %d %b %H:%M"), offset(local))
     }
 
     fn span(&self, a: DateTime<Utc>, b: DateTime<Utc>) -> String {
@@ -244,7 +271,7 @@ impl Layout {
         let px_per_hour = PLOT_W / ((self.to - self.from).num_minutes().max(1) as f64 / 60.0);
         let step = [1u32, 3, 6, 12]
             .into_iter()
-            .find(|h| px_per_hour * f64::from(*h) >= 26.0)
+            .find(|h| px_per_hour * f64::from(*h) >= 24.0)
             .unwrap_or(24);
         let (days, hours) = self.ticks(step);
         let (top, bottom) = (TOP - 4.0, self.plot_bottom());
@@ -254,7 +281,7 @@ impl Layout {
                 let _ = writeln!(
                     s,
                     "<line class=\"hr\" x1=\"{x:.1}\" y1=\"{top:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\"/>\
-                     <text class=\"s\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"9\">{h:02}</text>",
+                     <text class=\"s\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11\">{h:02}</text>",
                     TOP - 6.0
                 );
             }
@@ -305,17 +332,13 @@ impl Layout {
             "<rect class=\"{class}\" x=\"0\" y=\"{y:.1}\" width=\"{:.0}\" height=\"{h:.1}\"/>",
             self.width()
         );
-        let kind = if pool.managed {
-            "managed node group"
-        } else {
-            "node group"
-        };
         let _ = writeln!(
             s,
-            "<text class=\"p\" x=\"10\" y=\"{:.1}\">{}<title>{} ({kind})</title></text>",
+            "<text class=\"p\" x=\"10\" y=\"{:.1}\">{}<title>{} ({})</title></text>",
             y + 15.0,
             esc(&pool.pool),
-            esc(&pool.pool)
+            esc(&pool.pool),
+            kind(pool)
         );
         let status = match pool.done {
             Some(d) => format!(
@@ -332,27 +355,19 @@ impl Layout {
             y + 29.0,
             esc(&status)
         );
-        for c in &pool.closed {
-            let (class, what) = match c.reason {
-                Reason::Expired => ("ce", "Expired"),
-                _ => ("cd", "Drifted"),
-            };
-            let budget = c
-                .budget
-                .map(|i| format!(" (disruption.budgets[{i}])"))
-                .unwrap_or_default();
+        for (class, from, to, what) in closed_pieces(pool) {
             self.stretch(
                 s,
                 (y, h),
-                (c.from, c.to),
+                (from, to),
                 class,
-                &format!("{what} budget closed{budget}: {}", self.span(c.from, c.to)),
+                &format!("{what}: {}", self.span(from, to)),
             );
         }
         for b in pool.blocked.iter().filter(|b| b.kind == BlockKind::Gate) {
             self.stretch(
                 s,
-                (y, h),
+                (y + 1.0, GATE_BAND - 1.0),
                 (b.from, b.to),
                 "gate",
                 &format!(
@@ -383,11 +398,12 @@ impl Layout {
             let x = self.x(d);
             let _ = writeln!(
                 s,
-                "<g><line class=\"doneline\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
+                "<g><line class=\"doneline\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
                  <path class=\"done\" d=\"M{x:.1} {:.1}l5 6l-5 6l-5 -6z\"/>\
                  <title>done: every node runs the desired AMI from {}</title></g>",
-                y + h,
-                y + h - 13.0,
+                y + h - DONE_BAND,
+                y + h - 1.0,
+                y + h - DONE_BAND + 1.0,
                 esc(&self.local(d))
             );
         }
@@ -415,9 +431,9 @@ impl Layout {
     }
 
     fn bar(&self, s: &mut String, y: f64, lane: usize, r: &RotationSpan) {
-        let (x0, x1) = (self.x(r.start), self.x(r.end));
-        let width = (x1 - x0).max(2.0);
-        let top = y + 8.0 + LANE_H * lane as f64;
+        let (x0, x1) = self.bar_extent(r);
+        let width = x1 - x0;
+        let top = y + GATE_BAND + 3.0 + LANE_H * lane as f64;
         let class = match r.reason {
             _ if r.forced => "forced",
             _ if r.wave => "wave",
@@ -442,63 +458,161 @@ impl Layout {
         );
     }
 
-    fn legend(&self, s: &mut String) {
-        let y = self.plot_bottom() + 22.0;
-        let items: [(&str, &str); 9] = [
-            ("Drifted", "Drifted rotation"),
-            ("wave", "node group update wave"),
-            ("Expired", "Expired rotation"),
-            ("forced", "forced (no budget wait)"),
-            ("other", "Manual / Maintenance / Interrupted"),
-            ("cd", "Drifted budget closed"),
-            ("ce", "Expired budget closed"),
-            ("gate", "waiting: gate or window fit"),
-            ("done", "done (every node on the desired AMI)"),
-        ];
+    /// The legend's entries laid out in lines: `(class, label, x)` per line; class `ami` is
+    /// the dashed line.
+    fn legend_lines(&self) -> Vec<Vec<(&'static str, &'static str, f64)>> {
+        let mut lines = vec![Vec::new()];
         let mut x = 10.0;
-        let mut line = 0.0;
-        for (class, label) in items {
-            let width = 22.0 + 6.2 * label.len() as f64;
-            if x + width > self.width() {
+        for (class, label) in LEGEND {
+            let width = 24.0 + 6.0 * label.len() as f64;
+            if x + width > self.width() - 10.0 {
                 x = 10.0;
-                line += 18.0;
+                lines.push(Vec::new());
             }
-            let _ = writeln!(
-                s,
-                "<rect class=\"{class}\" x=\"{x:.1}\" y=\"{:.1}\" width=\"14\" height=\"10\"/>\
-                 <text x=\"{:.1}\" y=\"{:.1}\">{label}</text>",
-                y + line - 9.0,
-                x + 18.0,
-                y + line
-            );
+            if let Some(line) = lines.last_mut() {
+                line.push((class, label, x));
+            }
             x += width;
         }
-        let _ = writeln!(
-            s,
-            "<line class=\"ami\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
-             <text x=\"{:.1}\" y=\"{:.1}\">desired AMI changes</text>",
-            y + line - 10.0,
-            y + line + 2.0,
-            x + 6.0,
-            y + line
-        );
+        lines
+    }
+
+    fn legend(&self, s: &mut String) {
+        let top = self.plot_bottom() + 22.0;
+        for (i, line) in self.legend_lines().into_iter().enumerate() {
+            let y = top + LEGEND_LINE_H * i as f64;
+            for (class, label, x) in line {
+                if class == "ami" {
+                    let _ = writeln!(
+                        s,
+                        "<line class=\"ami\" x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\"/>",
+                        x + 7.0,
+                        y - 11.0,
+                        x + 7.0,
+                        y + 2.0
+                    );
+                } else if class == "done" {
+                    let _ = writeln!(
+                        s,
+                        "<path class=\"done\" d=\"M{:.1} {:.1}l5 6l-5 6l-5 -6z\"/>",
+                        x + 7.0,
+                        y - 10.0
+                    );
+                } else {
+                    let _ = writeln!(
+                        s,
+                        "<rect class=\"{class}\" x=\"{x:.1}\" y=\"{:.1}\" width=\"14\" height=\"10\"/>",
+                        y - 9.0
+                    );
+                }
+                let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{y:.1}\">{label}</text>", x + 18.0);
+            }
+        }
     }
 }
 
-/// The lane of each rotation (in order): the first lane free at its start.
-fn assign_lanes(rotations: &[RotationSpan]) -> Vec<usize> {
-    let mut ends: Vec<DateTime<Utc>> = Vec::new();
+/// Every mark and shading the picture draws, with its legend label (the legend shows all).
+pub const LEGEND: [(&str, &str); 11] = [
+    ("Drifted", "Drifted rotation"),
+    ("Expired", "Expired rotation"),
+    ("forced", "forced (no budget wait)"),
+    ("wave", "node group update wave"),
+    ("other", "Manual / Maintenance / Interrupted"),
+    ("cd", "Drifted budget closed"),
+    ("ce", "Expired budget closed"),
+    ("cb", "both budgets closed"),
+    ("gate", "waiting on a gate or a window fit (band)"),
+    ("ami", "desired AMI changes"),
+    ("done", "done: every node on the desired AMI"),
+];
+
+/// `self-managed node group` or `managed node group`.
+fn kind(pool: &PoolForecast) -> &'static str {
+    if pool.managed {
+        "managed node group"
+    } else {
+        "self-managed node group"
+    }
+}
+
+/// `UTC` or `UTC+08:00`.
+fn offset(local: DateTime<Tz>) -> String {
+    let secs = local.offset().fix().local_minus_utc();
+    if secs == 0 {
+        "UTC".to_string()
+    } else {
+        format!("UTC{}", local.format("%:z"))
+    }
+}
+
+/// `2026-12-05 00:30 UTC+08:00`: an instant in `zone`, with its offset.
+fn zoned(t: DateTime<Utc>, zone: Tz) -> String {
+    let local = t.with_timezone(&zone);
+    format!("{} {}", local.format("%Y-%m-%d %H:%M"), offset(local))
+}
+
+/// The closed stretches of a pool cut where the reasons overlap: `(class, from, to, title)`,
+/// Drifted only (`cd`), Expired only (`ce`), both (`cb`), so no two shadings ever overlap.
+fn closed_pieces(pool: &PoolForecast) -> Vec<(&'static str, DateTime<Utc>, DateTime<Utc>, String)> {
+    let mut edges: Vec<DateTime<Utc>> = pool.closed.iter().flat_map(|c| [c.from, c.to]).collect();
+    edges.sort();
+    edges.dedup();
+    let closed_at = |reason: Reason, t: DateTime<Utc>| {
+        pool.closed
+            .iter()
+            .find(|c| c.reason == reason && c.from <= t && t < c.to)
+    };
+    let name = |c: &super::Closed| {
+        c.budget
+            .map(|i| format!(" (disruption.budgets[{i}])"))
+            .unwrap_or_default()
+    };
+    let mut out: Vec<(&'static str, DateTime<Utc>, DateTime<Utc>, String)> = Vec::new();
+    for pair in edges.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let piece = match (closed_at(Reason::Drifted, a), closed_at(Reason::Expired, a)) {
+            (Some(d), Some(e)) => Some((
+                "cb",
+                format!(
+                    "Drifted budget closed{} and Expired budget closed{}",
+                    name(d),
+                    name(e)
+                ),
+            )),
+            (Some(d), None) => Some(("cd", format!("Drifted budget closed{}", name(d)))),
+            (None, Some(e)) => Some(("ce", format!("Expired budget closed{}", name(e)))),
+            (None, None) => None,
+        };
+        let Some((class, title)) = piece else {
+            continue;
+        };
+        match out.last_mut() {
+            Some(last) if last.0 == class && last.2 == a && last.3 == title => last.2 = b,
+            _ => out.push((class, a, b, title)),
+        }
+    }
+    out
+}
+
+/// The lane of each rotation (in order): the first lane whose last bar, as drawn (`extent`),
+/// ends at least [`BAR_GAP`] before this one starts, so no two bars touch.
+fn assign_lanes(
+    rotations: &[RotationSpan],
+    extent: impl Fn(&RotationSpan) -> (f64, f64),
+) -> Vec<usize> {
+    let mut ends: Vec<f64> = Vec::new();
     rotations
         .iter()
         .map(|r| {
+            let (x0, x1) = extent(r);
             let lane = ends
                 .iter()
-                .position(|e| *e <= r.start)
+                .position(|e| *e + BAR_GAP <= x0)
                 .unwrap_or(ends.len());
             if lane == ends.len() {
-                ends.push(r.end);
+                ends.push(x1);
             } else {
-                ends[lane] = r.end;
+                ends[lane] = x1;
             }
             lane
         })

@@ -336,12 +336,14 @@ fn the_examples_forecast_is_deterministic_and_serializes_to_the_contract() {
             "rotations",
             "blocked",
             "done",
-            "maxInFlight"
+            "maxInFlight",
+            "maxInFlightAt",
+            "maxInFlightWhy"
         ]
     );
     assert_eq!(
         keys(&v["pools"][0]["rotations"][0]),
-        ["instance", "reason", "start", "end"]
+        ["instance", "reason", "start", "end", "forced", "wave"]
     );
     assert_eq!(
         keys(&v["pools"][0]["blocked"][0]),
@@ -760,4 +762,133 @@ fn a_promotion_cycle_changes_nothing() {
             .iter()
             .all(|p| p.rotations.is_empty() && p.done.is_none())
     );
+}
+
+/// Forced rotations carry `forced` in the JSON, and a `maxInFlight` above the budget says why.
+#[test]
+fn forced_rotations_say_so_and_max_in_flight_gives_its_reason() {
+    let s = settings(MONDAY, 1, 10);
+    let p = pol(
+        "forced",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"1\"\nexpireAfter: 24h\nterminationGracePeriod: 1h\n",
+    );
+    // Three nodes 30 hours old: past expireAfter + terminationGracePeriod, all forced at once.
+    let start = PoolStart::synthetic(p, 3, s.from, TimeDelta::hours(30), DateTime::<Utc>::MAX_UTC);
+    let f = run(start, &s);
+    assert_eq!(f.max_in_flight, 3);
+    let v = serde_json::to_value(&f).unwrap();
+    let rotations = v["rotations"].as_array().unwrap();
+    assert_eq!(rotations.len(), 3);
+    assert!(
+        rotations.iter().all(|r| r["forced"] == true),
+        "{rotations:?}"
+    );
+    assert_eq!(v["maxInFlightAt"], "2026-11-30T00:00:00Z");
+    let why = v["maxInFlightWhy"].as_str().unwrap();
+    assert!(why.starts_with("3 forced"), "{why}");
+    // Within budget: one Drifted at a time, said as such.
+    let p = pol(
+        "budgeted",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"1\"\n",
+    );
+    let f = run(
+        PoolStart::synthetic(p, 3, s.from, TimeDelta::zero(), s.from),
+        &s,
+    );
+    assert_eq!(f.max_in_flight, 1);
+    assert!(f.rotations.iter().all(|r| !r.forced));
+    assert_eq!(
+        f.max_in_flight_why.as_deref(),
+        Some("1 Drifted within its budget")
+    );
+}
+
+/// The picture reads at 900 px: that wide, every bar at least `MIN_BAR_W`, no two bars of a
+/// lane touching, shadings never stacked on one another, and every class drawn in the legend.
+#[test]
+fn the_picture_is_readable_at_900_pixels() {
+    let s = settings(MONDAY, 7, 10);
+    let policies = [
+        pol(
+            "a",
+            false,
+            "disruption:\n  budgets:\n    - nodes: \"1\"\n    - nodes: \"0\"\n      schedule: \"0 17 * * *\"\n      duration: 16h\n      reasons: [Drifted]\n    - nodes: \"0\"\n      schedule: \"0 20 * * *\"\n      duration: 4h\n      reasons: [Expired]\nexpireAfter: 100h\n",
+        ),
+        pol("b", true, "disruption:\n  budgets:\n    - nodes: \"2\"\n"),
+    ];
+    let pools = policies
+        .iter()
+        .map(|p| {
+            PoolStart::synthetic(
+                p.clone(),
+                6,
+                s.from,
+                TimeDelta::hours(90),
+                s.from + min(300),
+            )
+        })
+        .collect();
+    let f = simulate(pools, &s);
+    let svg = picture::svg(&f);
+    assert!(svg.contains("width=\"900\""), "{}", &svg[..200]);
+    let attr = |el: &str, name: &str| -> Option<f64> {
+        let start = el.find(&format!(" {name}=\""))? + name.len() + 3;
+        el[start..].split('"').next()?.parse().ok()
+    };
+    let class = |el: &str| -> Option<String> {
+        let start = el.find(" class=\"")? + 8;
+        el[start..].split('"').next().map(str::to_string)
+    };
+    let rects: Vec<&str> = svg
+        .split("<rect")
+        .skip(1)
+        .map(|r| r.split('>').next().unwrap_or_default())
+        .collect();
+    let legend: BTreeSet<&str> = picture::LEGEND.iter().map(|(c, _)| *c).collect();
+    let mut bars: BTreeMap<(u64, u64), Vec<(f64, f64)>> = BTreeMap::new();
+    let mut shades: BTreeMap<u64, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rects {
+        let Some(c) = class(r) else { continue };
+        if c == "rowa" || c == "rowb" {
+            continue;
+        }
+        assert!(
+            legend.contains(c.as_str()),
+            "class {c} drawn but not in the legend"
+        );
+        let (x, w, y) = (
+            attr(r, "x").unwrap(),
+            attr(r, "width").unwrap(),
+            attr(r, "y").unwrap(),
+        );
+        match c.as_str() {
+            "Drifted" | "Expired" | "forced" | "wave" | "other" => {
+                assert!(w >= picture::MIN_BAR_W - 1e-9, "bar {w} px wide: {r}");
+                bars.entry((y.to_bits(), 0)).or_default().push((x, x + w));
+            }
+            "cd" | "ce" | "cb" => shades.entry(y.to_bits()).or_default().push((x, x + w)),
+            _ => {}
+        }
+    }
+    assert!(!bars.is_empty());
+    for spans in bars.values_mut().chain(shades.values_mut()) {
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for pair in spans.windows(2) {
+            // Coordinates are printed to 0.1 px.
+            assert!(
+                pair[0].1 <= pair[1].0 + 0.11,
+                "overlap in one lane: {pair:?}"
+            );
+        }
+    }
+    // Both reasons closed at once somewhere: drawn as its own shading.
+    assert!(svg.contains("class=\"cb\""));
+    // Every time written carries its offset; the hour labels are 11 px.
+    assert!(svg.contains(" UTC"));
+    assert!(!svg.contains("font-size=\"9\""));
+    let html = picture::html(&f);
+    assert!(html.contains("the JSON of <code>nodecycle simulate</code> is in UTC"));
+    assert!(html.contains("self-managed node group"));
 }

@@ -186,6 +186,7 @@ impl Adapters {
             .create_launch_template()
             .launch_template_name(name)
             .launch_template_data(lt)
+            .tag_specifications(opted_in_template_tags(cluster))
             .send()
             .await
             .expect("CreateLaunchTemplate");
@@ -279,6 +280,7 @@ impl Adapters {
                 self.clients.ec2.clone(),
             )),
             parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
+            node_groups: Arc::new(self.groups.clone()),
             store: table.clone(),
             announce: self.announce(table),
             kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
@@ -357,6 +359,21 @@ impl Adapters {
         t.create_if_missing().await.expect("create table");
         Arc::new(t)
     }
+}
+
+/// Every rotation record of `pool` in `table`.
+pub async fn rotations_of(
+    table: &nodecycle::aws::dynamodb::Table,
+    pool: &str,
+) -> Vec<nodecycle::rotation::Rotation> {
+    use nodecycle::state::Store;
+    table
+        .query(&format!("POOL#{pool}"), "ROT#")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| serde_json::from_value(v.value).unwrap())
+        .collect()
 }
 
 pub fn now() -> chrono::DateTime<chrono::Utc> {
@@ -470,4 +487,40 @@ pub fn delivered(cloud: &FakeCloud, queue: &str) -> Vec<serde_json::Value> {
         .iter()
         .map(|m| serde_json::from_str(m.as_str().unwrap()).unwrap())
         .collect()
+}
+
+/// The tags of a launch template its owner opted in for nodecycle to version
+/// (`nodecycle.dev/managed=true`, [`nodecycle::opt_in`]), with the cluster tag the stack's IAM
+/// conditions require when `cluster` is given: what every fixture template carries, as the
+/// docs tell users to tag theirs.
+pub fn opted_in_template_tags(cluster: Option<&str>) -> aws_sdk_ec2::types::TagSpecification {
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    let mut spec = aws_sdk_ec2::types::TagSpecification::builder()
+        .resource_type(aws_sdk_ec2::types::ResourceType::LaunchTemplate)
+        .tags(tag(
+            nodecycle::opt_in::MANAGED_TAG,
+            nodecycle::opt_in::MANAGED_VALUE,
+        ));
+    if let Some(c) = cluster {
+        spec = spec.tags(tag("eks:cluster-name", c));
+    }
+    spec.build()
+}
+
+/// A rotator pass over every pool at `now` (two minutes to run), then time for the stand-in to
+/// register nodes for the instances it launched.
+pub async fn rotator_pass(
+    rotator: &nodecycle::handlers::rotator::RotatorHandler,
+    now: chrono::DateTime<chrono::Utc>,
+) -> serde_json::Value {
+    let report = rotator
+        .handle(
+            &serde_json::json!({}),
+            now,
+            std::time::Instant::now() + std::time::Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    report
 }

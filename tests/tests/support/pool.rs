@@ -31,7 +31,9 @@ pub fn at(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
-pub async fn pool(nodes: i32, budgets: &str, never_ready_new: bool) -> Pool {
+/// A fake cloud with cluster `prod` (1.30) and its Kubernetes stand-in, and the team's images
+/// `golden-1` (older) and `golden-2`: `(cloud, kube, golden-1 id, golden-2 id)`.
+pub fn golden_cloud() -> (FakeCloud, KubeStandIn, String, String) {
     let cloud = FakeCloud::start();
     cloud.create_cluster("prod", "1.30");
     let kube = cloud.create_kube("prod");
@@ -45,6 +47,11 @@ pub async fn pool(nodes: i32, budgets: &str, never_ready_new: bool) -> Pool {
             .owner("self")
             .created("2024-06-01T00:00:00Z"),
     );
+    (cloud, kube, old, new)
+}
+
+pub async fn pool(nodes: i32, budgets: &str, never_ready_new: bool) -> Pool {
+    let (cloud, kube, old, new) = golden_cloud();
     let a = Adapters::new(&cloud).await;
     a.create_group("prod-general", &old, "m5.large", nodes, nodes + 4, None)
         .await;

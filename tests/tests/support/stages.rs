@@ -12,7 +12,7 @@ use nodecycle::aws::dynamodb::Table;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::rotation::Rotation;
-use nodecycle::state::{PoolRecord, Store};
+use nodecycle::state::PoolRecord;
 use nodecycle_tests::{FakeCloud, KubeStandIn, SyncNodes};
 use serde_json::{Value, json};
 
@@ -176,13 +176,7 @@ impl Stages {
     }
 
     pub async fn rotations(&self, pool: &str) -> Vec<Rotation> {
-        self.table
-            .query(&format!("POOL#{pool}"), "ROT#")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(_, v)| serde_json::from_value(v.value).unwrap())
-            .collect()
+        super::rotations_of(&self.table, pool).await
     }
 
     /// The images the instances of `asg` run.

@@ -79,6 +79,11 @@ pub async fn run(args: Args) -> u8 {
     let stacks = Stacks::from_config(&config);
     let rules = Rules::from_config(&config);
     let rbac = EksRbac::new(config.clone());
+    let node_types = nodecycle::aws::nodegroup::NodeGroups::new(
+        clients.autoscaling.clone(),
+        clients.ec2.clone(),
+        clients.eks.clone(),
+    );
     let ports = Ports {
         stack: &stacks,
         table: &inventory,
@@ -87,6 +92,7 @@ pub async fn run(args: Args) -> u8 {
         clusters: &inventory,
         rbac: &rbac,
         rules: &rules,
+        node_types: &node_types,
     };
     let options = Options {
         stack,

@@ -2,6 +2,8 @@
 //! 2 bad input (invalid policy, bad arguments).
 
 mod budget;
+#[cfg(test)]
+mod doc_commands;
 mod doctor;
 mod drain;
 mod ops;
@@ -23,7 +25,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Validate policy files; one line per problem (`<file>: <path>: <message>`), exit 2 if any error.
+    /// Validate policy files; one line per problem (`<file>: <path>: <message>`), exit 2 if any
+    /// error. With --live, also what the first pass would do for each (JSON), changing nothing.
     Validate(validate::Args),
     /// Resolve a policy's amiSelectorTerms against AWS and print the desired AMI and candidates.
     Resolve(resolve::Args),
@@ -53,6 +56,10 @@ enum Command {
     Unquarantine(ops::QuarantineArgs),
     /// A release's journey through the promotion chains: per pool, desired since, promoted, soak, rolled back.
     Promotion(ops::PromotionArgs),
+    /// Hold every pool of the deployment at its next step boundary (interruptions go on); audited.
+    Stop(ops::ReasonArgs),
+    /// Undo `stop`: pools not paused of their own go on; audited.
+    Start(ops::ReasonArgs),
     /// Show what the rotator would do for a pool now (or at --at), changing nothing.
     Plan(plan::Args),
     /// Forecast the rollout over days (policy files or --live), as JSON and an SVG/HTML picture.
@@ -64,7 +71,7 @@ enum Command {
 /// Runs the parsed command and returns the process exit code.
 pub async fn run(cli: Cli) -> u8 {
     match cli.command {
-        Command::Validate(a) => validate::run(a),
+        Command::Validate(a) => validate::run(a).await,
         Command::Resolve(a) => resolve::run(a).await,
         Command::Budget(a) => budget::run(a),
         Command::Run(a) => run::run(a).await,
@@ -79,6 +86,8 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Quarantine(a) => ops::run(ops::quarantine_request("quarantine", a)).await,
         Command::Unquarantine(a) => ops::run(ops::quarantine_request("unquarantine", a)).await,
         Command::Promotion(a) => ops::run(ops::promotion_request(a)).await,
+        Command::Stop(a) => ops::run(ops::switch_request("stop", a)).await,
+        Command::Start(a) => ops::run(ops::switch_request("start", a)).await,
         Command::Plan(a) => plan::run(a).await,
         Command::Simulate(a) => simulate::run(a).await,
         Command::Doctor(a) => doctor::run(a).await,

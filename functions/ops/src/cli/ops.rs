@@ -1,5 +1,5 @@
 //! Operator subcommands: `nodecycle status|rotate|pin|unpin|pause|resume|cancel|quarantine|
-//! unquarantine|promotion`. Each builds
+//! unquarantine|promotion|stop|start`. Each builds
 //! the ops function's JSON request and runs the same handler in-process (AWS configuration of
 //! the environment, `NODECYCLE_TABLE`). Validation is the handler's: every problem is listed.
 
@@ -90,6 +90,19 @@ pub struct QuarantineArgs {
     reason: Option<String>,
 }
 
+/// `nodecycle stop|start --reason R`
+#[derive(Debug, clap::Args)]
+pub struct ReasonArgs {
+    /// Why (required; written to the audit record and shown by status).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+/// The request of `nodecycle stop|start`.
+pub fn switch_request(action: &str, a: ReasonArgs) -> Value {
+    with_reason(json!({"action": action}), a.reason)
+}
+
 /// `nodecycle promotion RELEASE`
 #[derive(Debug, clap::Args)]
 pub struct PromotionArgs {
@@ -173,7 +186,9 @@ pub fn promotion_request(a: PromotionArgs) -> Value {
     json!({"action": "promotion", "release": a.release})
 }
 
-/// Who runs the CLI, for the audit record.
+/// Who runs the CLI, for the audit record: `local:$USER`, as the shell says (self-asserted,
+/// not an authenticated identity: the DynamoDB writes themselves are in CloudTrail under the
+/// operator's credentials).
 pub fn local_invocation() -> nodecycle::handlers::ops::Invocation {
     let now = chrono::Utc::now();
     nodecycle::handlers::ops::Invocation {

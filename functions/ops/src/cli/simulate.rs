@@ -211,7 +211,7 @@ async fn live(pools: &[String], now: DateTime<Utc>) -> Result<Vec<PoolStart>, u8
         .map_err(|e| fail(format!("cannot list policies: {e}")))?;
     let mut policies = Vec::new();
     for doc in docs {
-        let parsed = nodecycle::policy::parse(&doc.text);
+        let parsed = nodecycle::policy::parse_document(&doc);
         match parsed.policy {
             Some(p) => policies.push(p),
             None => eprintln!(

@@ -1,4 +1,4 @@
-//! `nodecycle validate <POLICY_FILE>...`
+//! `nodecycle validate <POLICY_FILE>...` and `nodecycle validate --live <POLICY_FILE>...`
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
@@ -6,6 +6,10 @@ pub struct Args {
     /// Policy files (YAML or JSON).
     #[arg(required = true, value_name = "POLICY_FILE")]
     files: Vec<String>,
+    /// Also read the live group (and the state table when NODECYCLE_TABLE is set) and print
+    /// what nodecycle's first pass would do for each valid file, changing nothing.
+    #[arg(long)]
+    live: bool,
 }
 
 /// Prints every problem of every file (errors and warnings, `<file>: <path>: <message>`), then
@@ -13,8 +17,25 @@ pub struct Args {
 /// an upstream that is none of the files a warning (it may be deployed from elsewhere; the
 /// ami-watcher checks the chains across every deployed policy). Exit 0 when no file has an
 /// error, 2 otherwise.
-pub fn run(args: Args) -> u8 {
+pub async fn run(args: Args) -> u8 {
+    let code = check(&args);
+    if !args.live || code != 0 {
+        return code;
+    }
+    live(&args.files).await
+}
+
+/// The offline checks (see [`run`]); with `--live` their lines go to stderr, so that stdout
+/// is the JSON alone.
+fn check(args: &Args) -> u8 {
     use nodecycle::promotion::{ChainProblem, chain_problems};
+    let say = |line: String| {
+        if args.live {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     let mut failed = false;
     let mut chains = std::collections::BTreeMap::new();
     let mut files = std::collections::BTreeMap::new();
@@ -22,14 +43,14 @@ pub fn run(args: Args) -> u8 {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) => {
-                println!("{path}: cannot read: {e}");
+                say(format!("{path}: cannot read: {e}"));
                 failed = true;
                 continue;
             }
         };
         let parsed = nodecycle::policy::parse(&text);
         for problem in &parsed.problems.0 {
-            println!("{path}: {problem}");
+            say(format!("{path}: {problem}"));
         }
         failed |= parsed.problems.has_errors();
         if let Some(p) = &parsed.policy {
@@ -41,14 +62,63 @@ pub fn run(args: Args) -> u8 {
     for (pool, problem) in chain_problems(&chains) {
         let path = files.get(&pool).map(String::as_str).unwrap_or_default();
         match problem {
-            ChainProblem::UnknownUpstream { upstream, .. } => println!(
+            ChainProblem::UnknownUpstream { upstream, .. } => say(format!(
                 "{path}: promotion.from: warning: upstream pool {upstream} is not among the files given; the ami-watcher checks it against every deployed policy"
-            ),
+            )),
             other => {
-                println!("{path}: {other}");
+                say(format!("{path}: {other}"));
                 failed = true;
             }
         }
     }
     if failed { 2 } else { 0 }
+}
+
+/// `--live`: for each file, what the first pass would do
+/// ([`nodecycle::handlers::onboard::first_pass`]), as `{"pools": [...]}` on stdout. Uses the
+/// environment's AWS configuration and Kubernetes access (as `plan`); the state table only
+/// when `NODECYCLE_TABLE` is set (else no quarantine, no record, no upstream is known: said in
+/// each entry's `table`). Exit 0 when every file was previewed, 1 when a live read failed or
+/// a pool's AMI does not resolve (its entry says why).
+async fn live(files: &[String]) -> u8 {
+    use nodecycle::handlers::onboard;
+    use nodecycle::policy::source::{DEFAULT_PREFIX, PREFIX_ENV, PolicyDocument};
+    nodecycle::logging::init();
+    let config = nodecycle::aws::load_config().await;
+    let table = std::env::var(nodecycle::state::TABLE_ENV)
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    let prefix = std::env::var(PREFIX_ENV).unwrap_or_else(|_| DEFAULT_PREFIX.to_string());
+    let ports = nodecycle::port::Ports::from_sdk(&config, table.as_deref().unwrap_or("-"), &prefix);
+    let settings = match nodecycle::handlers::rotator::Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            super::print_json(&serde_json::json!({"error": e.message}));
+            return 1;
+        }
+    };
+    let mut out = Vec::new();
+    let mut failed = false;
+    for path in files {
+        let Ok(policy) = super::load_policy(path) else {
+            return 2;
+        };
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let doc = PolicyDocument::file(path.clone(), text);
+        let store = table.as_ref().map(|_| ports.store.clone());
+        let now = chrono::Utc::now();
+        match onboard::first_pass(&ports, store, doc, &policy, settings.clone(), now).await {
+            Ok(v) => {
+                failed |= matches!(v["watcher"]["status"].as_str(), Some("failed" | "invalid"))
+                    || v["problems"].as_array().is_some_and(|p| !p.is_empty());
+                out.push(v);
+            }
+            Err(e) => {
+                failed = true;
+                out.push(serde_json::json!({"pool": policy.pool_id(), "error": e}));
+            }
+        }
+    }
+    super::print_json(&serde_json::json!({ "pools": out }));
+    u8::from(failed)
 }

@@ -66,7 +66,7 @@ impl AmiWatcher {
                     .await
             }
             None => {
-                self.follow(resolver, policy, record, quarantined, now)
+                self.follow(resolver, policy, record, quarantined, min_age, now)
                     .await
             }
         };
@@ -106,13 +106,17 @@ impl AmiWatcher {
         }
     }
 
-    /// A pool without `promotion.from`: what its terms resolve to, unless quarantined.
+    /// A pool without `promotion.from`: what its terms resolve to, unless quarantined or
+    /// younger than `min_age` (`promotion.minAge`); then the best candidate of the same
+    /// architecture and variant that is neither (the newest one old enough), unless the
+    /// current desired AMI ranks above it (a pool never moves back).
     async fn follow(
         &self,
         resolver: &Resolver<'_>,
         policy: &Policy,
         record: Option<&PoolRecord>,
         quarantined: &Quarantined,
+        min_age: Option<TimeDelta>,
         now: DateTime<Utc>,
     ) -> Choice {
         let r = match resolver.resolve(policy, now).await {
@@ -123,32 +127,54 @@ impl AmiWatcher {
                 };
             }
         };
-        let Some(q) = quarantined.covers(&r.desired.id, &release_of(&r.desired)) else {
+        let young = |a: &Ami| min_age.is_some_and(|m| !promotion::old_enough(a, m, now));
+        let quarantine = quarantined.covers(&r.desired.id, &release_of(&r.desired));
+        if quarantine.is_none() && !young(&r.desired) {
             return Choice::Take {
                 ami: Box::new(r.desired),
                 kubernetes_version: r.kubernetes_version,
                 promoted: None,
             };
+        }
+        // The terms' best is quarantined or too young: the best candidate that is neither
+        // (quarantined images are no candidates), else the pool keeps what it has (a pool
+        // without a desired AMI yet starts from what its group launches).
+        let why = match quarantine {
+            Some(q) => format!(
+                "the terms resolve to {} ({}), which is quarantined: {}",
+                r.desired.id,
+                release_of(&r.desired),
+                q.reason
+            ),
+            None => format!(
+                "{} ({}) was created at {}: younger than promotion.minAge",
+                r.desired.id,
+                release_of(&r.desired),
+                r.desired.creation_date
+            ),
         };
-        // The terms' best is quarantined: the best candidate that is not (quarantined images
-        // are no candidates), else the pool keeps what it has (a pool without a desired AMI yet
-        // starts from what its group launches).
-        let why = format!(
-            "the terms resolve to {} ({}), which is quarantined: {}",
-            r.desired.id,
-            release_of(&r.desired),
-            q.reason
-        );
         let current = record
             .and_then(|rec| rec.desired.as_ref())
             .map(|d| d.id.clone());
-        match r
-            .candidates
-            .into_iter()
-            .find(|c| quarantined.covers(&c.id, &release_of(c)).is_none())
+        let (architecture, variant) = (r.desired.architecture, r.desired.variant);
+        let usable = |c: &Ami| {
+            c.architecture == architecture
+                && c.variant == variant
+                && quarantined.covers(&c.id, &release_of(c)).is_none()
+                && !young(c)
+        };
+        let best = r.candidates.iter().position(usable);
+        let current_rank = current
+            .as_ref()
+            .and_then(|id| r.candidates.iter().position(|c| &c.id == id));
+        if let (Some(b), Some(c)) = (best, current_rank)
+            && c < b
         {
+            return Choice::Keep { why };
+        }
+        match best.and_then(|b| r.candidates.into_iter().nth(b)) {
             Some(best) if Some(&best.id) != current.as_ref() => {
-                tracing::info!(pool = %policy.pool_id(), image = %best.id, decision = "quarantine skipped", reason = %why, "the best candidate that is not quarantined");
+                tracing::info!(pool = %policy.pool_id(), image = %best.id, decision = "candidate taken", reason = %why, "the best candidate neither quarantined nor younger than promotion.minAge");
                 Choice::Take {
                     ami: Box::new(best),
                     kubernetes_version: r.kubernetes_version,

@@ -83,6 +83,16 @@ pub struct Report {
     pub aws_calls: BTreeMap<&'static str, u32>,
 }
 
+/// Whether [`AmiWatcher::record_invalid`] may create the pool's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    /// Only an existing record gets the error (an invalid document: it creates nothing).
+    Existing,
+    /// A valid policy that cannot be resolved (a promotion cycle, an architecture its group
+    /// does not run): the error is recorded as any failed resolution is.
+    Always,
+}
+
 /// True when an `ssmParameter` term value (name or ARN) refers to parameter `name`.
 fn references(term_value: &str, name: &str) -> bool {
     if term_value == name {
@@ -94,16 +104,6 @@ fn references(term_value: &str, name: &str) -> bool {
         format!("/{name}")
     };
     term_value.starts_with("arn:") && term_value.ends_with(&format!(":parameter{normalised}"))
-}
-
-/// `cluster/name` read from a document that failed validation, if both are plain strings.
-fn pool_of_invalid(text: &str) -> Option<String> {
-    let v: Value = serde_norway::from_str(text).ok()?;
-    Some(format!(
-        "{}/{}",
-        v.get("cluster")?.as_str()?,
-        v.get("name")?.as_str()?
-    ))
 }
 
 impl AmiWatcher {
@@ -138,7 +138,7 @@ impl AmiWatcher {
                 let using: Vec<PolicyDocument> = all
                     .into_iter()
                     .filter(|d| {
-                        policy::parse(&d.text).policy.is_some_and(|p| {
+                        policy::parse_document(d).policy.is_some_and(|p| {
                             p.ami_selector_terms.iter().any(|t| {
                                 t.ssm_parameter
                                     .as_deref()
@@ -169,7 +169,7 @@ impl AmiWatcher {
         // Promotion chains are checked across every policy of the pass.
         let chains: BTreeMap<String, Option<String>> = docs
             .iter()
-            .filter_map(|d| policy::parse(&d.text).policy)
+            .filter_map(|d| policy::parse_document(d).policy)
             .map(|p| {
                 let from = p.promotion.as_ref().and_then(|x| x.from.clone());
                 (p.pool_id(), from)
@@ -193,12 +193,20 @@ impl AmiWatcher {
         let mut outcomes = Vec::new();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
         for doc in docs {
-            let parsed = policy::parse(&doc.text);
+            let parsed = policy::parse_document(&doc);
             let Some(policy) = parsed.policy else {
-                let problems: Vec<String> =
-                    parsed.problems.errors().map(ToString::to_string).collect();
-                let message = format!("policy {} is invalid: {}", doc.source, problems.join("; "));
-                outcomes.push(self.record_invalid(&doc, &message, now).await);
+                let message = format!(
+                    "policy {} is invalid: {}",
+                    doc.source,
+                    parsed.problems.error_summary()
+                );
+                // An invalid document never creates a record: the error goes on the record of
+                // the pool its path owns only when that pool is already managed.
+                let pool = parsed.pool.map(|p| p.to_string());
+                outcomes.push(
+                    self.record_invalid(&doc.source, pool, &message, Record::Existing, now)
+                        .await,
+                );
                 continue;
             };
             let pool = policy.pool_id();
@@ -225,7 +233,10 @@ impl AmiWatcher {
             seen.insert(pool.clone(), doc.source.clone());
             if let Some(problem) = chain_problems.get(&pool) {
                 let message = format!("policy {} is invalid: {problem}", doc.source);
-                outcomes.push(self.record_invalid(&doc, &message, now).await);
+                outcomes.push(
+                    self.record_invalid(&doc.source, Some(pool), &message, Record::Always, now)
+                        .await,
+                );
                 continue;
             }
             outcomes.push(
@@ -289,6 +300,33 @@ impl AmiWatcher {
         let choice = self
             .choose(resolver, policy, record.as_ref(), quarantined, now)
             .await;
+        // A new desired AMI must run on the group's instance types, else the pool is invalid
+        // (its desired AMI stays, so the rotator never writes the image into a template).
+        if let choose::Choice::Take { ami, .. } = &choice
+            && record
+                .as_ref()
+                .and_then(|r| r.desired.as_ref())
+                .map(|d| &d.id)
+                != Some(&ami.id)
+        {
+            match self.misfit(policy, ami).await {
+                Ok(None) => {}
+                Ok(Some(why)) => {
+                    let message = format!("policy {source} is invalid: {why}");
+                    return self
+                        .record_invalid(source, Some(pool.clone()), &message, Record::Always, now)
+                        .await;
+                }
+                Err(e) => {
+                    let message = format!(
+                        "cannot read the instance types of the node group to check {} ({}) against them: {e}",
+                        ami.id, ami.architecture
+                    );
+                    tracing::warn!(pool = %pool, source = %source, decision = "kept", reason = %message);
+                    return outcome("failed", None, None, Some(message), None);
+                }
+            }
+        }
         let written = self
             .announce
             .update_pool(&pool, now, |rec| match &choice {
@@ -377,17 +415,21 @@ impl AmiWatcher {
         }
     }
 
+    /// Records `message` as the last error of `pool` (the pool the document is for, known only
+    /// from valid names: the path's, or a file's own) and reports the document `invalid`. With
+    /// no pool nothing is written, nor with [`Record::Existing`] when the pool has no record.
     async fn record_invalid(
         &self,
-        doc: &PolicyDocument,
+        source: &str,
+        pool: Option<String>,
         message: &str,
+        when: Record,
         now: DateTime<Utc>,
     ) -> PoolOutcome {
-        let pool = pool_of_invalid(&doc.text);
-        tracing::error!(source = %doc.source, pool = ?pool, decision = "invalid", reason = %message, "policy rejected; the pool keeps its last desired AMI");
+        tracing::error!(source = %source, pool = ?pool, decision = "invalid", reason = %message, "policy rejected; the pool keeps its last desired AMI");
         let mut outcome = PoolOutcome {
             pool: pool.clone(),
-            source: doc.source.clone(),
+            source: source.to_string(),
             status: "invalid",
             desired: None,
             previous: None,
@@ -395,6 +437,19 @@ impl AmiWatcher {
             waiting: None,
         };
         if let Some(pool) = pool {
+            if when == Record::Existing {
+                match state::load_pool(self.store.as_ref(), &pool).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        tracing::info!(source = %source, pool = %pool, decision = "not recorded", "the pool has no record; an invalid document creates none");
+                        return outcome;
+                    }
+                    Err(e) => {
+                        tracing::warn!(source = %source, pool = %pool, error = %e, "cannot read the pool record; the error is not recorded");
+                        return outcome;
+                    }
+                }
+            }
             let obs = Observation::Failed {
                 at: now,
                 message: message.to_string(),
@@ -405,6 +460,28 @@ impl AmiWatcher {
             }
         }
         outcome
+    }
+
+    /// Why images of `ami`'s architecture cannot run on the pool's node group, if they cannot
+    /// ([`crate::ami::instance_types::check`], its problems joined).
+    async fn misfit(
+        &self,
+        policy: &Policy,
+        ami: &crate::ami::resolve::Ami,
+    ) -> Result<Option<String>, PortError> {
+        let facts = self
+            .groups
+            .instance_types(&policy.cluster, &policy.node_group)
+            .await?;
+        let problems = crate::ami::instance_types::check(
+            ami.architecture,
+            policy.architecture.is_some(),
+            &policy.node_group,
+            &facts,
+        );
+        let errors: Vec<String> = problems.errors().map(ToString::to_string).collect();
+        Ok((!errors.is_empty())
+            .then(|| format!("{} ({}): {}", ami.id, ami.name, errors.join("; "))))
     }
 
     /// Applies `obs` to the pool record with a conditional write, re-reading on conflict.

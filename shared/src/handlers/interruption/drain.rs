@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::event::interruption::{ClassifiedEvent, Interruption};
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, DrainError, NodeOps};
-use crate::policy::Policy;
+use crate::policy::PoolRef;
 use crate::state;
 
 impl InterruptionHandler {
@@ -20,7 +20,7 @@ impl InterruptionHandler {
     pub(super) async fn drain_now(
         &self,
         c: &ClassifiedEvent,
-        policy: &Policy,
+        policy: &PoolRef,
         instance_id: &str,
         clock: &Clock,
         deadline: Instant,
@@ -68,7 +68,14 @@ impl InterruptionHandler {
             Interruption::InterruptionWarning { .. } => "CapacityReservationInterruption",
             _ => "InstanceStopping",
         };
-        let event_time = c.time.unwrap_or(clock.now()).min(clock.now());
+        let (event_time, untrusted) = crate::event::interruption::deadline_base(
+            c.time,
+            clock.now(),
+            chrono_of(self.settings.max_event_age),
+        );
+        if let Some(why) = &untrusted {
+            tracing::warn!(pool, instance = instance_id, decision = "event time not trusted", reason = %why, "deadlines count from now: PDBs are honoured as for a fresh warning");
+        }
         let force_at = event_time + chrono_of(self.settings.force_after);
         let gone_at = event_time + chrono_of(self.settings.notice);
         let mut state = match k::start_drain(kube, instance_id, reason, None, clock.now()).await {

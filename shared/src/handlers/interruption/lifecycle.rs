@@ -11,7 +11,7 @@ use crate::clock::Clock;
 use crate::event::interruption::LifecycleAction;
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, DrainError, DrainState};
-use crate::policy::Policy;
+use crate::policy::PoolRef;
 use crate::port::ErrorKind;
 use crate::rotation::{Rotation, RotationReason, Step, rotation_sk};
 use crate::state;
@@ -64,7 +64,7 @@ impl InterruptionHandler {
     /// Auto Scaling instance-terminate lifecycle action.
     pub(super) async fn lifecycle_action(
         &self,
-        policy: &Policy,
+        policy: &PoolRef,
         a: &LifecycleAction,
         clock: &Clock,
         deadline: Instant,
@@ -99,7 +99,7 @@ impl InterruptionHandler {
 
     pub(super) async fn lifecycle_drain(
         &self,
-        policy: &Policy,
+        policy: &PoolRef,
         a: &LifecycleAction,
         clock: &Clock,
         deadline: Instant,
@@ -243,7 +243,7 @@ impl InterruptionHandler {
     /// lifecycle record that the schedule tick completes once the rotation is past draining.
     pub(super) async fn hand_over(
         &self,
-        policy: &Policy,
+        policy: &PoolRef,
         a: &LifecycleAction,
         drain: DrainState,
         clock: &Clock,

@@ -29,12 +29,13 @@ use serde_json::{Value, json};
 use super::HandlerError;
 use crate::clock::Clock;
 use crate::event::interruption::{ClassifiedEvent, Interruption, interruption_event};
+use crate::event::verify;
 use crate::interruption::{
     InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, pool_of, pool_of_group,
 };
 use crate::kube::{KubeConnector, NodeOps};
 use crate::policy::source::PolicySource;
-use crate::policy::{self, Policy};
+use crate::policy::{self, PoolRef};
 use crate::port::{ErrorKind, PortError};
 use crate::state::{self, Store};
 
@@ -67,7 +68,18 @@ pub struct Settings {
     pub retention: chrono::Duration,
     /// A claim still `started` after this long belongs to a crashed invocation (default 10m).
     pub stale_claim: chrono::Duration,
+    /// The lifecycle hook whose actions are answered (`NODECYCLE_LIFECYCLE_HOOK`, the stack's
+    /// `LifecycleHookName`, default `nodecycle-drain`): another tool's hook is never completed.
+    pub lifecycle_hook: String,
+    /// The oldest an event can be when it is delivered (`NODECYCLE_MAX_EVENT_AGE`, default 4m:
+    /// the interruption rules retry for 120 s, the function's asynchronous queue keeps an event
+    /// 120 s more). A warning whose time is older (or in the future) is not trusted to have
+    /// used up the time PDBs are honoured: its deadlines count from its handling.
+    pub max_event_age: Duration,
 }
+
+/// Default of [`Settings::lifecycle_hook`] (the template's `LifecycleHookName` default).
+pub const DEFAULT_LIFECYCLE_HOOK: &str = "nodecycle-drain";
 
 impl Default for Settings {
     fn default() -> Self {
@@ -80,6 +92,8 @@ impl Default for Settings {
             reserve: Duration::from_secs(10),
             retention: chrono::Duration::days(7),
             stale_claim: chrono::Duration::minutes(10),
+            lifecycle_hook: DEFAULT_LIFECYCLE_HOOK.to_string(),
+            max_event_age: Duration::from_secs(240),
         }
     }
 }
@@ -92,7 +106,13 @@ impl Settings {
             ("NODECYCLE_FORCE_AFTER", &mut s.force_after),
             ("NODECYCLE_HEARTBEAT", &mut s.heartbeat_every),
             ("NODECYCLE_DRAIN_POLL", &mut s.poll),
+            ("NODECYCLE_MAX_EVENT_AGE", &mut s.max_event_age),
         ])?;
+        if let Ok(hook) = std::env::var("NODECYCLE_LIFECYCLE_HOOK")
+            && !hook.is_empty()
+        {
+            s.lifecycle_hook = hook;
+        }
         Ok(s)
     }
 }
@@ -106,6 +126,8 @@ pub struct InterruptionHandler {
     pub instances: Arc<dyn InstanceLookup>,
     /// Auto Scaling lifecycle actions.
     pub lifecycle: Arc<dyn LifecycleOps>,
+    /// The accounts and regions whose events are acted on.
+    pub deployment: Arc<dyn crate::event::served::Deployment>,
     /// The state table.
     pub store: Arc<dyn Store>,
     /// Records transitions' events and puts them on the bus (same table as `store`).
@@ -222,6 +244,13 @@ pub fn event_sk(time: DateTime<Utc>, instance: &str) -> String {
     )
 }
 
+/// The answer to an event refused before it acted (one log line with why; nothing changed).
+fn refused(c: &ClassifiedEvent, why: String) -> Value {
+    let kind = c.event.kind();
+    tracing::warn!(event_id = c.id.as_deref().unwrap_or(""), kind, decision = "refused", reason = %why, "event refused; nothing changed");
+    json!({"event": c.id, "kind": kind, "decision": "refused", "reason": why})
+}
+
 fn log_outcome(c: &ClassifiedEvent, o: &Outcome) {
     if o.action == Action::Ignored {
         // Not ours: already one debug line where it was decided.
@@ -268,6 +297,44 @@ impl InterruptionHandler {
             _ => {}
         }
 
+        // Verified before anything is written: who the event is about, and what EC2 says of
+        // the instance (a state change: its state; a lifecycle action: its group), whose hook
+        // a lifecycle action is.
+        if let Err(why) = self.verify(&c).await {
+            return Ok(refused(&c, why));
+        }
+        let first_instance = match &c.event {
+            Interruption::InterruptionWarning { instance_id, .. }
+            | Interruption::Rebalance { instance_id }
+            | Interruption::StateChange { instance_id, .. } => Some(instance_id.clone()),
+            _ => None,
+        };
+        let known = match &c.event {
+            Interruption::StateChange { instance_id, state } => {
+                let info = self
+                    .instances
+                    .instance(instance_id)
+                    .await
+                    .map_err(internal)?;
+                if let Err(why) = verify::state_claim(state, info.as_ref()) {
+                    return Ok(refused(&c, why));
+                }
+                Some(info)
+            }
+            Interruption::LifecycleTerminate(a) => {
+                let info = self
+                    .instances
+                    .instance(&a.instance_id)
+                    .await
+                    .map_err(internal)?;
+                let hook = &self.settings.lifecycle_hook;
+                if let Err(why) = verify::lifecycle_claim(a, hook, info.as_ref()) {
+                    return Ok(refused(&c, why));
+                }
+                None
+            }
+            _ => None,
+        };
         // Deduplicate by event id, concurrently with loading what locating the instance needs.
         let event_key = c.id.as_ref().map(|id| format!("EVENT#{id}"));
         let claim = async {
@@ -276,16 +343,11 @@ impl InterruptionHandler {
                 None => Ok(None),
             }
         };
-        let first_instance = match &c.event {
-            Interruption::InterruptionWarning { instance_id, .. }
-            | Interruption::Rebalance { instance_id }
-            | Interruption::StateChange { instance_id, .. } => Some(instance_id.clone()),
-            _ => None,
-        };
         let lookup = async {
-            match &first_instance {
-                Some(id) => self.instances.instance(id).await.map(Some),
-                None => Ok(None),
+            match (&known, &first_instance) {
+                (Some(info), _) => Ok(Some(info.clone())),
+                (None, Some(id)) => self.instances.instance(id).await.map(Some),
+                (None, None) => Ok(None),
             }
         };
         let (claim, policies, info) = tokio::join!(claim, self.load_policies(), lookup);
@@ -350,14 +412,32 @@ impl InterruptionHandler {
         Ok(json!({"event": c.id, "kind": kind, "outcomes": outcomes}))
     }
 
-    pub(super) async fn load_policies(&self) -> Result<Vec<Policy>, PortError> {
+    /// Checks that an event is about an account and region this deployment serves.
+    /// `Err(why)` refuses it.
+    async fn verify(&self, c: &ClassifiedEvent) -> Result<(), String> {
+        if matches!(c.event, Interruption::Tick | Interruption::Ignored { .. }) {
+            return Ok(());
+        }
+        let served = self.deployment.served().await.map_err(|e| {
+            format!("cannot tell which accounts are served ({e}); acting on nothing")
+        })?;
+        served.check(c.account.as_deref(), c.region.as_deref())
+    }
+
+    /// The pools of every document: only what locating an instance's pool and reacting needs
+    /// is read ([`policy::locate`]), so a mistake elsewhere in a policy never stops a drain.
+    pub(super) async fn load_policies(&self) -> Result<Vec<PoolRef>, PortError> {
         let docs = self.policies.all().await?;
-        let mut out = Vec::new();
+        let mut out: Vec<PoolRef> = Vec::new();
         for doc in docs {
-            match policy::parse(&doc.text).policy {
-                Some(p) => out.push(p),
-                None => {
-                    tracing::warn!(source = %doc.source, decision = "skipped", "invalid policy; the ami-watcher reports why")
+            match policy::locate(&doc) {
+                Ok(p) if out.iter().any(|o| o.pool_id() == p.pool_id()) => {
+                    tracing::warn!(source = %doc.source, pool = %p.pool_id(), decision = "skipped", "pool defined twice; the ami-watcher reports why")
+                }
+                Ok(p) => out.push(p),
+                Err(problems) => {
+                    let first = problems.errors().next().map(ToString::to_string);
+                    tracing::warn!(source = %doc.source, decision = "skipped", problem = ?first, "policy names no pool; the ami-watcher reports why")
                 }
             }
         }
@@ -367,7 +447,7 @@ impl InterruptionHandler {
     pub(super) async fn dispatch(
         &self,
         c: &ClassifiedEvent,
-        policies: &[Policy],
+        policies: &[PoolRef],
         info: Option<Option<InstanceInfo>>,
         clock: &Clock,
         deadline: Instant,
@@ -440,8 +520,8 @@ impl InterruptionHandler {
         &self,
         instance_id: &str,
         info: Option<&InstanceInfo>,
-        policies: &'a [Policy],
-    ) -> Result<&'a Policy, Box<Outcome>> {
+        policies: &'a [PoolRef],
+    ) -> Result<&'a PoolRef, Box<Outcome>> {
         let why = match info {
             None => format!("{instance_id} is not known to EC2 in this account and region"),
             Some(info) => match pool_of(info, policies) {
@@ -527,7 +607,7 @@ impl InterruptionHandler {
         }
     }
 
-    pub(super) async fn connect(&self, policy: &Policy) -> Result<Arc<dyn NodeOps>, HandlerError> {
+    pub(super) async fn connect(&self, policy: &PoolRef) -> Result<Arc<dyn NodeOps>, HandlerError> {
         self.kube.connect(&policy.cluster).await.map_err(|e| {
             internal(format!(
                 "cluster {} unreachable: {e}; the event is retried",
@@ -544,6 +624,7 @@ impl InterruptionHandler {
             policies: ports.policies.clone(),
             instances: ports.instances.clone(),
             lifecycle: ports.lifecycle.clone(),
+            deployment: ports.deployment.clone(),
             store: ports.store.clone(),
             announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             kube: ports.kube.clone(),

@@ -6,7 +6,7 @@ use super::{Action, InterruptionHandler, Outcome, claim_sk, internal};
 use crate::clock::Clock;
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, NodeEvent};
-use crate::policy::{Policy, RebalanceAction};
+use crate::policy::{PoolRef, RebalanceAction};
 use crate::rotation::{Rotation, RotationReason};
 use crate::state;
 
@@ -14,7 +14,7 @@ impl InterruptionHandler {
     /// Rebalance recommendation, per the pool's `interruption.rebalance`.
     pub(super) async fn rebalance(
         &self,
-        policy: &Policy,
+        policy: &PoolRef,
         instance_id: &str,
         clock: &Clock,
     ) -> Result<Outcome, HandlerError> {
@@ -61,7 +61,7 @@ impl InterruptionHandler {
 
     pub(super) async fn cordon_only(
         &self,
-        policy: &Policy,
+        policy: &PoolRef,
         instance_id: &str,
     ) -> Result<Outcome, HandlerError> {
         let pool = policy.pool_id();

@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::event::interruption::InstanceState;
 use crate::handlers::HandlerError;
 use crate::kube as k;
-use crate::policy::Policy;
+use crate::policy::PoolRef;
 use crate::rotation::{Release, Rotation, RotationReason, Step, rotation_sk};
 use crate::state::{self, Versioned};
 
@@ -75,7 +75,7 @@ impl InterruptionHandler {
     /// Health scheduled change: a `Maintenance` rotation with the change's start as deadline.
     pub(super) async fn maintenance(
         &self,
-        policy: &Policy,
+        policy: &PoolRef,
         instance_id: &str,
         start: DateTime<Utc>,
         code: &str,
@@ -104,7 +104,7 @@ impl InterruptionHandler {
     /// Shutting down / terminated: delete the Node object and close the instance's rotation.
     pub(super) async fn gone(
         &self,
-        policy: &Policy,
+        policy: &PoolRef,
         instance_id: &str,
         state_name: &InstanceState,
         clock: &Clock,

@@ -3,13 +3,15 @@
 //! response (see [`request`] for the shapes). Mutating requests need a `reason`, are written
 //! to an audit record (`AUDIT#<time>#<request id>` under the pool's partition; for the
 //! deployment-wide `quarantine`/`unquarantine`, under the `QUARANTINE` partition next to the
-//! quarantine records) and are idempotent when repeated.
+//! quarantine records; for `stop`/`start`, under the `DEPLOYMENT` partition next to the stop
+//! switch) and are idempotent when repeated.
 
 pub mod promotion;
 mod quarantine;
 pub mod request;
 mod rotations;
 mod status;
+mod stop;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +30,60 @@ pub use request::{Request, Target};
 
 /// Audit records are kept this long.
 const AUDIT_RETENTION_DAYS: i64 = 400;
+/// Partition of the audit records of requests that name no pool nodecycle manages: refused at
+/// parsing, or naming an unknown pool (never a partition named after hostile input).
+pub const AUDIT_PK: &str = "AUDIT";
+/// Largest part of a request or response (its JSON) an audit record keeps: a valid request is
+/// smaller; of a larger one the record keeps its first [`AUDIT_PREFIX`] bytes and its size.
+pub const AUDIT_MAX_BYTES: usize = 64 * 1024;
+/// What an audit record keeps of a request larger than [`AUDIT_MAX_BYTES`].
+pub const AUDIT_PREFIX: usize = 1024;
+/// Longest caller (client context `custom.caller`) accepted.
+pub const MAX_CALLER: usize = 256;
+/// Most problems one refusal lists (the rest are counted).
+const MAX_PROBLEMS: usize = 20;
+
+/// Where an audit record was written, to add the outcome.
+struct Audit {
+    pk: String,
+    sk: String,
+    version: u64,
+}
+
+/// `value` as it is when its JSON is at most [`AUDIT_MAX_BYTES`], else
+/// `{"truncated": true, "bytes": <size>, "prefix": <its first AUDIT_PREFIX bytes>}`.
+fn bounded(value: &Value) -> Value {
+    let text = value.to_string();
+    if text.len() <= AUDIT_MAX_BYTES {
+        return value.clone();
+    }
+    let mut end = AUDIT_PREFIX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    json!({"truncated": true, "bytes": text.len(), "prefix": &text[..end]})
+}
+
+fn audit_doc(payload: &Value, inv: &Invocation, outcome: Value, now: DateTime<Utc>) -> Value {
+    json!({
+        "at": now.to_rfc3339_opts(SecondsFormat::Millis, true),
+        "requestId": inv.request_id,
+        "caller": inv.caller.as_deref().map(crate::problem::shorten),
+        "request": bounded(payload),
+        "outcome": outcome,
+    })
+}
+
+/// The caller is written to records (`by`): at most [`MAX_CALLER`] characters.
+fn check_caller(inv: &Invocation) -> Result<(), Vec<String>> {
+    match &inv.caller {
+        Some(c) if c.chars().count() > MAX_CALLER => Err(vec![format!(
+            "caller: {} characters; expected at most {MAX_CALLER} (client context custom.caller)",
+            c.chars().count()
+        )]),
+        _ => Ok(()),
+    }
+}
 /// A repeated identical `rotate` within this window returns the first outcome.
 const REPEAT_WINDOW_MINUTES: i64 = 60;
 
@@ -52,10 +108,20 @@ pub struct OpsHandler {
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
 }
 
+/// `InvalidRequest` listing the problems, at most [`MAX_PROBLEMS`] of them.
 fn invalid(problems: Vec<String>) -> HandlerError {
+    let more = problems.len().saturating_sub(MAX_PROBLEMS);
+    let mut message = problems
+        .into_iter()
+        .take(MAX_PROBLEMS)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if more > 0 {
+        message.push_str(&format!("; and {more} more problems"));
+    }
     HandlerError {
         error_type: "InvalidRequest".into(),
-        message: problems.join("; "),
+        message,
     }
 }
 
@@ -80,23 +146,42 @@ fn fnv(text: &str) -> u64 {
 
 impl OpsHandler {
     /// Handles one request at `now`.
+    ///
+    /// A mutating request (and any request refused at parsing, whatever it meant to do) is
+    /// audited before it acts: its audit record is written first, and when that write fails the
+    /// request is refused with nothing changed; the outcome is added to the record afterwards.
+    /// A request naming a pool no policy defines is audited under [`AUDIT_PK`], as is one refused
+    /// at parsing. `status` and `promotion` only read and are not audited.
     pub async fn handle(
         &self,
         payload: &Value,
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let req = request::parse(payload).map_err(|problems| {
-            tracing::warn!(request_id = %inv.request_id, problems = ?problems, decision = "rejected", "invalid request");
-            invalid(problems)
-        })?;
-        let policies = self.policies().await?;
+        let req = match request::parse(payload).and_then(|r| check_caller(inv).map(|()| r)) {
+            Ok(r) => r,
+            Err(problems) => {
+                let refused = Err(invalid(problems));
+                tracing::warn!(request_id = %inv.request_id, decision = "rejected", error = ?refused.as_ref().err().map(|e| &e.message), "invalid request");
+                if let Ok(audit) = self.audit_start(AUDIT_PK, payload, inv, now).await {
+                    self.audit_finish(&audit, payload, inv, &refused, now).await;
+                }
+                return refused;
+            }
+        };
+        let (policies, invalid) = self.policies().await?;
         if let Request::Status { pool } = &req {
+            let invalid: Vec<&status::Invalid> = invalid
+                .iter()
+                .filter(|i| pool.is_none() || i.pool.as_ref() == pool.as_ref())
+                .collect();
             let selected: Vec<&Policy> = match pool {
                 None => policies.values().collect(),
+                // An invalid policy's pool is shown as such, not as unknown.
+                Some(_) if !invalid.is_empty() => Vec::new(),
                 Some(p) => vec![find(&policies, p)?],
             };
-            return status::status(self, &selected, now).await;
+            return status::status(self, &selected, &invalid, now).await;
         }
         if let Request::Promotion { release } = &req {
             return promotion::journey(self, &policies, release, now).await;
@@ -104,17 +189,41 @@ impl OpsHandler {
         if let Request::Quarantine { target, reason } | Request::Unquarantine { target, reason } =
             &req
         {
+            let audit = self.audit_start(QUARANTINE_PK, payload, inv, now).await?;
             let result = if matches!(req, Request::Quarantine { .. }) {
                 self.quarantine(&policies, target, reason, inv, now).await
             } else {
                 self.unquarantine(&policies, target, reason, inv, now).await
             };
-            self.audit(QUARANTINE_PK, payload, inv, &result, now).await;
+            self.audit_finish(&audit, payload, inv, &result, now).await;
             log_outcome(inv, None, Some(&target.to_string()), req.action(), &result);
             return result;
         }
+        if let Request::Stop { reason } | Request::Start { reason } = &req {
+            let stopped = matches!(req, Request::Stop { .. });
+            let audit = self
+                .audit_start(crate::stop::DEPLOYMENT_PK, payload, inv, now)
+                .await?;
+            let result = self.stop_switch(&policies, stopped, reason, inv, now).await;
+            self.audit_finish(&audit, payload, inv, &result, now).await;
+            log_outcome(inv, None, Some("deployment"), req.action(), &result);
+            return result;
+        }
         let pool = req.pool().unwrap_or_default().to_string();
-        let policy = find(&policies, &pool)?;
+        let policy = match find(&policies, &pool) {
+            Ok(p) => p,
+            Err(e) => {
+                let refused = Err(e);
+                if let Ok(audit) = self.audit_start(AUDIT_PK, payload, inv, now).await {
+                    self.audit_finish(&audit, payload, inv, &refused, now).await;
+                }
+                log_outcome(inv, Some(&pool), None, req.action(), &refused);
+                return refused;
+            }
+        };
+        let audit = self
+            .audit_start(&state::pool_pk(&pool), payload, inv, now)
+            .await?;
         let result = match &req {
             Request::Rotate {
                 target,
@@ -179,16 +288,20 @@ impl OpsHandler {
             Request::Status { .. }
             | Request::Promotion { .. }
             | Request::Quarantine { .. }
-            | Request::Unquarantine { .. } => Err(internal("handled above")),
+            | Request::Unquarantine { .. }
+            | Request::Stop { .. }
+            | Request::Start { .. } => Err(internal("handled above")),
         };
-        self.audit(&state::pool_pk(&pool), payload, inv, &result, now)
-            .await;
+        self.audit_finish(&audit, payload, inv, &result, now).await;
         log_outcome(inv, Some(&pool), None, req.action(), &result);
         result
     }
 
-    /// Every valid policy by pool id (invalid ones are reported by the ami-watcher).
-    async fn policies(&self) -> Result<BTreeMap<String, Policy>, HandlerError> {
+    /// Every valid policy by pool id, and every invalid document (the pool its path owns, if
+    /// any, and its problems): `status` shows them, nothing else acts on them.
+    async fn policies(
+        &self,
+    ) -> Result<(BTreeMap<String, Policy>, Vec<status::Invalid>), HandlerError> {
         let docs = self
             .rotator
             .policies
@@ -196,12 +309,21 @@ impl OpsHandler {
             .await
             .map_err(|e| internal(format!("cannot list policies: {e}")))?;
         let mut out = BTreeMap::new();
+        let mut invalid = Vec::new();
         for doc in docs {
-            if let Some(p) = policy::parse(&doc.text).policy {
-                out.entry(p.pool_id()).or_insert(p);
+            let parsed = policy::parse_document(&doc);
+            match parsed.policy {
+                Some(p) => {
+                    out.entry(p.pool_id()).or_insert(p);
+                }
+                None => invalid.push(status::Invalid {
+                    source: doc.source,
+                    pool: parsed.pool.map(|p| p.to_string()),
+                    problems: parsed.problems.error_summary(),
+                }),
             }
         }
-        Ok(out)
+        Ok((out, invalid))
     }
 
     fn by(&self, inv: &Invocation, reason: &str, now: DateTime<Utc>) -> OperatorAction {
@@ -212,35 +334,61 @@ impl OpsHandler {
         }
     }
 
-    /// Writes the audit record of a request under partition `pk`.
-    async fn audit(
+    /// Writes the audit record of a request before it acts (`outcome: started`): the request
+    /// (bounded: [`bounded`]), caller, request id and time, under partition `pk`. `Err` when the
+    /// record cannot be written: the request is then refused, nothing done.
+    async fn audit_start(
         &self,
         pk: &str,
+        payload: &Value,
+        inv: &Invocation,
+        now: DateTime<Utc>,
+    ) -> Result<Audit, HandlerError> {
+        let sk = format!(
+            "AUDIT#{}#{}",
+            now.to_rfc3339_opts(SecondsFormat::Millis, true),
+            inv.request_id
+        );
+        let doc = audit_doc(payload, inv, json!({"started": true}), now);
+        let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
+        match self.rotator.store.put(pk, &sk, &doc, None, Some(ttl)).await {
+            Ok(version) => Ok(Audit {
+                pk: pk.to_string(),
+                sk,
+                version,
+            }),
+            Err(e) => {
+                tracing::error!(partition = pk, request_id = %inv.request_id, error = %e, decision = "refused", "cannot write the audit record; the request is refused, nothing was done");
+                Err(internal(format!(
+                    "cannot write the audit record ({e}); the request was refused and nothing was changed: retry when the table accepts writes"
+                )))
+            }
+        }
+    }
+
+    /// Adds the outcome to the audit record written by [`Self::audit_start`]. A failure is
+    /// logged loudly (the request was performed; its record says `started`).
+    async fn audit_finish(
+        &self,
+        audit: &Audit,
         payload: &Value,
         inv: &Invocation,
         result: &Result<Value, HandlerError>,
         now: DateTime<Utc>,
     ) {
         let outcome = match result {
-            Ok(v) => json!({"ok": true, "response": v}),
+            Ok(v) => json!({"ok": true, "response": bounded(v)}),
             Err(e) => json!({"ok": false, "errorType": e.error_type, "errorMessage": e.message}),
         };
-        let doc = json!({
-            "at": now.to_rfc3339_opts(SecondsFormat::Millis, true),
-            "requestId": inv.request_id,
-            "caller": inv.caller,
-            "request": payload,
-            "outcome": outcome,
-        });
-        let sk = format!(
-            "AUDIT#{}#{}",
-            now.to_rfc3339_opts(SecondsFormat::Millis, true),
-            inv.request_id
-        );
+        let doc = audit_doc(payload, inv, outcome, now);
         let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
-        if let Err(e) = self.rotator.store.put(pk, &sk, &doc, None, Some(ttl)).await {
-            // The request was performed; losing its audit record must be loud.
-            tracing::error!(partition = pk, request_id = %inv.request_id, error = %e, audit = %doc, "cannot write the audit record");
+        if let Err(e) = self
+            .rotator
+            .store
+            .put(&audit.pk, &audit.sk, &doc, Some(audit.version), Some(ttl))
+            .await
+        {
+            tracing::error!(partition = %audit.pk, request_id = %inv.request_id, error = %e, outcome = %bounded(&doc["outcome"]), "cannot write the outcome to the audit record (it says started)");
         }
     }
 
@@ -404,7 +552,8 @@ fn find<'a>(
     policies.get(pool).ok_or_else(|| {
         let known: Vec<&str> = policies.keys().map(String::as_str).collect();
         invalid1(format!(
-            "pool: unknown {pool:?} (known: {})",
+            "pool: unknown {} (known: {})",
+            crate::problem::quote(pool),
             if known.is_empty() {
                 "none".to_string()
             } else {

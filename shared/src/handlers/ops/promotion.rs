@@ -388,10 +388,14 @@ impl OpsHandler {
 
     /// The `promotion` section of a pool's status: its upstream, each candidate release's soak
     /// progress there and what the watcher would take (`next`); `null` without `promotion`.
+    /// For a pool with `minAge` and no `from`, `next` is `{"state": "waiting", "why"}` while
+    /// the watcher holds a newer image back (`wait`, the record's `promotionWait`), else
+    /// `{"state": "current"}`.
     pub(super) async fn promotion_status(
         &self,
         policy: &Policy,
         quarantined: &Quarantined,
+        wait: Option<&str>,
         now: DateTime<Utc>,
         problems: &mut Vec<String>,
     ) -> Value {
@@ -408,6 +412,12 @@ impl OpsHandler {
             "candidates": [],
             "next": null,
         });
+        if promo.from.is_none() {
+            out["next"] = match wait {
+                Some(why) => json!({"state": "waiting", "why": why}),
+                None => json!({"state": "current"}),
+            };
+        }
         if let Some((upstream, record, list, proof)) =
             self.upstream_view(policy, quarantined, now, problems).await
         {

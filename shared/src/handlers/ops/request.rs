@@ -5,7 +5,14 @@
 
 use serde_json::{Map, Value};
 
+use crate::policy::PoolId;
+use crate::problem::{quote, shorten};
 use crate::promotion::{Release, Target as Quarantined};
+
+/// Longest `reason`, in bytes (it is written to the audit record and to pool records).
+pub const MAX_REASON_BYTES: usize = 1024;
+/// Most instances one `rotate` may list.
+pub const MAX_INSTANCES: usize = 1000;
 
 /// Actions, in the order error messages list them.
 pub const ACTIONS: &[&str] = &[
@@ -19,6 +26,8 @@ pub const ACTIONS: &[&str] = &[
     "quarantine",
     "unquarantine",
     "promotion",
+    "stop",
+    "start",
 ];
 
 /// Default `maxConcurrent` of an `ignoreBudgets` rotation.
@@ -115,6 +124,16 @@ pub enum Request {
         /// Alias release version (`v20241109`, `1.26.0`) or image id.
         release: Release,
     },
+    /// Turn the deployment's stop switch on: every pool holds (see [`crate::stop`]).
+    Stop {
+        /// Why.
+        reason: String,
+    },
+    /// Turn the stop switch off: pools not paused of their own go on.
+    Start {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Request {
@@ -131,14 +150,18 @@ impl Request {
             Request::Quarantine { .. } => "quarantine",
             Request::Unquarantine { .. } => "unquarantine",
             Request::Promotion { .. } => "promotion",
+            Request::Stop { .. } => "stop",
+            Request::Start { .. } => "start",
         }
     }
 
     /// The pool a per-pool mutating request is about (`None` for `status`, `promotion` and the
-    /// deployment-wide `quarantine`/`unquarantine`).
+    /// deployment-wide `quarantine`/`unquarantine`/`stop`/`start`).
     pub fn pool(&self) -> Option<&str> {
         match self {
             Request::Status { .. }
+            | Request::Stop { .. }
+            | Request::Start { .. }
             | Request::Quarantine { .. }
             | Request::Unquarantine { .. }
             | Request::Promotion { .. } => None,
@@ -168,6 +191,7 @@ fn fields_of(action: &str) -> &'static [&'static str] {
         "cancel" => &["action", "pool", "instance", "reason"],
         "quarantine" | "unquarantine" => &["action", "ami", "release", "reason"],
         "promotion" => &["action", "release"],
+        "stop" | "start" => &["action", "reason"],
         _ => &["action", "pool", "reason"],
     }
 }
@@ -207,13 +231,6 @@ pub fn is_release_version(s: &str) -> bool {
 const RELEASE_FORMS: &str =
     "v20241109 for AL2023/AL2, 1.26.0 for Bottlerocket, or an image id ami-...";
 
-/// `<cluster>/<name>`: two non-empty parts without spaces.
-fn is_pool_id(s: &str) -> bool {
-    let mut parts = s.split('/');
-    let ok = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && !p.contains(char::is_whitespace));
-    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
-}
-
 struct Fields<'a> {
     obj: &'a Map<String, Value>,
     problems: Vec<String>,
@@ -246,12 +263,23 @@ impl Fields<'_> {
     fn pool(&mut self, required: bool) -> Option<String> {
         let present = self.obj.get("pool").is_some_and(|v| !v.is_null());
         match self.string("pool") {
-            Some(p) if is_pool_id(&p) => Some(p),
-            Some(p) => {
-                self.problems
-                    .push(format!("pool: expected \"<cluster>/<name>\", got {p:?}"));
-                None
-            }
+            Some(p) => match PoolId::parse(&p) {
+                Ok(_) => Some(p),
+                Err(_) if !p.contains('/') => {
+                    self.problems.push(format!(
+                        "pool: expected \"<cluster>/<name>\", got {}",
+                        quote(&p)
+                    ));
+                    None
+                }
+                Err(why) => {
+                    self.problems.push(format!(
+                        "pool: expected \"<cluster>/<name>\", got {} ({why})",
+                        quote(&p)
+                    ));
+                    None
+                }
+            },
             None => {
                 if required && !present {
                     self.problems
@@ -265,6 +293,13 @@ impl Fields<'_> {
     fn reason(&mut self) -> Option<String> {
         let present = self.obj.get("reason").is_some_and(|v| !v.is_null());
         match self.string("reason") {
+            Some(r) if r.trim().len() > MAX_REASON_BYTES => {
+                self.problems.push(format!(
+                    "reason: {} bytes; expected at most {MAX_REASON_BYTES} (a short why: it is written to the audit record)",
+                    r.trim().len()
+                ));
+                None
+            }
             Some(r) if !r.trim().is_empty() => Some(r.trim().to_string()),
             Some(_) => {
                 self.problems
@@ -287,8 +322,10 @@ impl Fields<'_> {
         match self.string(name) {
             Some(i) if is_instance_id(&i) => Some(i),
             Some(i) => {
-                self.problems
-                    .push(format!("{name}: {i:?} is not an instance id (i-...)"));
+                self.problems.push(format!(
+                    "{name}: {} is not an instance id (i-...)",
+                    quote(&i)
+                ));
                 None
             }
             None => {
@@ -309,6 +346,13 @@ impl Fields<'_> {
                     .push("instances: empty; list instance ids or use \"all\": true".to_string());
                 Some(None)
             }
+            Some(Value::Array(items)) if items.len() > MAX_INSTANCES => {
+                self.problems.push(format!(
+                    "instances: {} listed; expected at most {MAX_INSTANCES} (or \"all\": true)",
+                    items.len()
+                ));
+                Some(None)
+            }
             Some(Value::Array(items)) => {
                 let mut ids: Vec<String> = Vec::new();
                 let mut ok = true;
@@ -316,7 +360,8 @@ impl Fields<'_> {
                     match item.as_str() {
                         Some(id) if !is_instance_id(id) => {
                             self.problems.push(format!(
-                                "instances[{i}]: {id:?} is not an instance id (i-...)"
+                                "instances[{i}]: {} is not an instance id (i-...)",
+                                quote(id)
                             ));
                             ok = false;
                         }
@@ -368,8 +413,10 @@ impl Fields<'_> {
         match self.string("release") {
             Some(r) if is_release_version(&r) || is_ami_id(&r) => Some(Release(r)),
             Some(r) => {
-                self.problems
-                    .push(format!("release: {r:?} is not a release ({RELEASE_FORMS})"));
+                self.problems.push(format!(
+                    "release: {} is not a release ({RELEASE_FORMS})",
+                    quote(&r)
+                ));
                 None
             }
             None => {
@@ -389,7 +436,7 @@ impl Fields<'_> {
             Some(a) if is_ami_id(&a) => Some(a),
             Some(a) => {
                 self.problems
-                    .push(format!("ami: {a:?} is not an AMI id (ami-...)"));
+                    .push(format!("ami: {} is not an AMI id (ami-...)", quote(&a)));
                 None
             }
             None => None,
@@ -427,7 +474,8 @@ impl Fields<'_> {
                 match n {
                     None => {
                         self.problems.push(format!(
-                            "maxConcurrent: expected a whole number from 1 to {MAX_CONCURRENT_LIMIT}, got {v}"
+                            "maxConcurrent: expected a whole number from 1 to {MAX_CONCURRENT_LIMIT}, got {}",
+                            shorten(&v.to_string())
                         ));
                         None
                     }
@@ -467,7 +515,8 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
         Some(Value::String(a)) if ACTIONS.contains(&a.as_str()) => Some(a.as_str()),
         Some(Value::String(a)) => {
             f.problems.push(format!(
-                "action: unknown {a:?} (expected one of {})",
+                "action: unknown {} (expected one of {})",
+                quote(a),
                 ACTIONS.join(", ")
             ));
             None
@@ -517,7 +566,7 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
                 Some(a) if is_ami_id(&a) => Some(a),
                 Some(a) => {
                     f.problems
-                        .push(format!("ami: {a:?} is not an AMI id (ami-...)"));
+                        .push(format!("ami: {} is not an AMI id (ami-...)", quote(&a)));
                     None
                 }
                 None => {
@@ -560,6 +609,8 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
         "promotion" => f
             .release(true)
             .map(|release| Request::Promotion { release }),
+        "stop" => f.reason().map(|reason| Request::Stop { reason }),
+        "start" => f.reason().map(|reason| Request::Start { reason }),
         other => {
             let pool = f.pool(true);
             let reason = f.reason();
@@ -577,7 +628,8 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
     for key in obj.keys() {
         if !allowed.contains(&key.as_str()) {
             f.problems.push(format!(
-                "{key}: not a field of {action} (fields: {})",
+                "{}: not a field of {action} (fields: {})",
+                shorten(key),
                 allowed.join(", ")
             ));
         }
@@ -723,25 +775,25 @@ mod tests {
             (
                 json!([]),
                 vec![
-                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
                 ],
             ),
             (
                 json!({}),
                 vec![
-                    "action: required (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                    "action: required (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
                 ],
             ),
             (
                 json!({"action": 3}),
                 vec![
-                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
                 ],
             ),
             (
                 json!({"action": "reboot", "pool": "prod/general"}),
                 vec![
-                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion)",
+                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
                 ],
             ),
             (
@@ -751,7 +803,7 @@ mod tests {
             (
                 json!({"action": "status", "pool": "a/b/c", "verbose": true}),
                 vec![
-                    "pool: expected \"<cluster>/<name>\", got \"a/b/c\"",
+                    "pool: expected \"<cluster>/<name>\", got \"a/b/c\" (name: \"b/c\" contains '/'; expected only letters, digits, '-' and '_')",
                     "verbose: not a field of status (fields: action, pool)",
                 ],
             ),

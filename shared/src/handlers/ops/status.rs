@@ -35,9 +35,21 @@ fn event_time(doc: &Value) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// A policy document that is invalid: nothing acts on it, `status` lists it (`invalid`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Invalid {
+    /// Where it was read (the parameter name).
+    pub source: String,
+    /// The pool its parameter path owns, when the path names one.
+    pub pool: Option<String>,
+    /// Its errors, bounded ([`crate::problem::summary`]).
+    pub problems: String,
+}
+
 pub(super) async fn status(
     ops: &OpsHandler,
     policies: &[&Policy],
+    invalid: &[&Invalid],
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let mut problems = Vec::new();
@@ -48,13 +60,16 @@ pub(super) async fn status(
             None
         }
     };
+    let stopped = super::stop::status_of(ops, &mut problems).await;
     let mut pools = Vec::new();
     for policy in policies {
         pools.push(pool_status(ops, policy, quarantined.as_ref(), now).await?);
     }
     Ok(json!({
         "at": instant(now),
+        "stopped": stopped,
         "pools": pools,
+        "invalid": invalid,
         "quarantine": quarantined,
         "problems": problems,
     }))
@@ -164,7 +179,7 @@ async fn pool_status(
                     reason.to_string(),
                     json!({
                         "allowed": a.allowed,
-                        "limitedBy": a.limited_by.map(|i| format!("disruption.budgets[{i}]")),
+                        "limitedBy": a.limited_by.map(budget::budget_path),
                         "nextChange": a.next_change.map(instant),
                     }),
                 );
@@ -222,7 +237,11 @@ async fn pool_status(
 
     // Promotion: the upstream's candidates (the quarantine unread: shown as nothing proven).
     let promotion = match quarantined {
-        Some(q) => ops.promotion_status(policy, q, now, &mut problems).await,
+        Some(q) => {
+            let wait = record.as_ref().and_then(|r| r.promotion_wait.as_deref());
+            ops.promotion_status(policy, q, wait, now, &mut problems)
+                .await
+        }
         None if policy.promotion.is_some() => {
             json!({"from": policy.promotion.as_ref().and_then(|p| p.from.clone()), "candidates": [], "next": null})
         }

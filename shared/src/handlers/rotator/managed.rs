@@ -204,6 +204,12 @@ impl RotatorHandler {
                 max_unavailable,
             } => {
                 let pool = policy.pool_id();
+                if let Some(why) = self.image_misfit(policy, ctx.record.as_ref(), image).await {
+                    // No node group update launches the image.
+                    tracing::error!(pool = %pool, image = %image, decision = "blocked", reason = %why);
+                    report.blocked = Some(why);
+                    return Ok(());
+                }
                 let mut fresh = ManagedUpdate::starting(&pool, image, *max_unavailable, now);
                 // The previous update's config was never restored: it is still the original.
                 fresh.original_config = update.as_ref().and_then(|v| {

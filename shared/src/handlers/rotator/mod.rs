@@ -127,6 +127,9 @@ pub struct RotatorHandler {
     pub managed: Arc<dyn ManagedGroupOps>,
     /// SSM parameters (release versions of EKS-published AMIs).
     pub parameters: Arc<dyn ParameterStore>,
+    /// What node groups launch on (instance types, for the architecture check before an image
+    /// is written into a launch template or a node group update).
+    pub node_groups: Arc<dyn crate::ami::resolve::NodeGroupCatalog>,
     /// The state table.
     pub store: Arc<dyn Store>,
     /// Records transitions' events and puts them on the bus (same table as `store`).
@@ -282,8 +285,13 @@ impl RotatorHandler {
             .map_err(|e| internal(format!("cannot list policies: {e}")))?;
         let mut by_cluster: BTreeMap<String, Vec<Policy>> = BTreeMap::new();
         let mut configured = BTreeSet::new();
+        let mut seen = BTreeSet::new();
         for doc in docs {
-            match policy::parse(&doc.text).policy {
+            match policy::parse_document(&doc).policy {
+                // The first document of a pool wins (the ami-watcher reports the second).
+                Some(p) if !seen.insert(p.pool_id()) => {
+                    tracing::warn!(source = %doc.source, pool = %p.pool_id(), decision = "skipped", "pool defined twice; the ami-watcher reports why")
+                }
                 Some(p) if selection.includes(&p.cluster, &p.pool_id()) => {
                     configured.insert(p.cluster.clone());
                     by_cluster.entry(p.cluster.clone()).or_default().push(p)
@@ -392,7 +400,7 @@ impl RotatorHandler {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
                 )),
-                Ok(kube) => match ClusterView::read(kube.as_ref()).await {
+                Ok(kube) => match ClusterView::read(kube.as_ref(), self.store.as_ref()).await {
                     Ok(view) => Ok((kube, Arc::new(view))),
                     Err(e) => Err(format!(
                         "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"
@@ -543,7 +551,9 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<observe::Observed, String> {
-        let view = ClusterView::read(kube).await.map_err(|e| e.to_string())?;
+        let view = ClusterView::read(kube, self.store.as_ref())
+            .await
+            .map_err(|e| e.to_string())?;
         self.observe(policy, kube, &view, now)
             .await
             .map_err(|e| e.to_string())
@@ -729,6 +739,15 @@ impl RotatorHandler {
         report.blocked = plan.blocked.clone();
         for action in &plan.actions {
             if let Action::UpdateLaunchTemplate { image } = action {
+                if let Some(why) = self
+                    .image_misfit(ctx.policy, ctx.record.as_ref(), image)
+                    .await
+                {
+                    // Nothing launches the image: no template write, no surge this pass.
+                    tracing::error!(pool = %plan.pool, image = %image, decision = "blocked", reason = %why);
+                    report.blocked = Some(why);
+                    return Ok(());
+                }
                 let group = &ctx.snapshot.group.name;
                 match self.groups.set_image(group, image).await {
                     Ok(version) => {
@@ -754,6 +773,65 @@ impl RotatorHandler {
 }
 
 impl RotatorHandler {
+    /// Why `image` may not be written for the pool's node group, if it may not: its
+    /// architecture does not run on the group's instance types. The architecture is the
+    /// record's for an image it knows (desired, previous, history), else the pool's (the
+    /// policy's `architecture`, else the desired AMI's: what `pin` checked a pinned image
+    /// against); with none known, the image is not written. Instance types that cannot be read
+    /// stop the write too (fail closed).
+    pub(super) async fn image_misfit(
+        &self,
+        policy: &Policy,
+        record: Option<&state::PoolRecord>,
+        image: &str,
+    ) -> Option<String> {
+        let known = record.and_then(|r| {
+            r.desired
+                .iter()
+                .chain(r.previous_desired.iter())
+                .chain(r.history.iter().map(|h| &h.ami))
+                .find(|a| a.id == image)
+                .map(|a| a.architecture)
+        });
+        let pool_arch = || {
+            policy.architecture.or_else(|| {
+                record
+                    .and_then(|r| r.desired.as_ref())
+                    .map(|a| a.architecture)
+            })
+        };
+        let Some(arch) = known.or_else(pool_arch) else {
+            return Some(format!(
+                "{image} is not written into the node group: its architecture is unknown (not resolved for the pool, no architecture in the policy)"
+            ));
+        };
+        let facts = match self
+            .node_groups
+            .instance_types(&policy.cluster, &policy.node_group)
+            .await
+        {
+            Ok(f) => f,
+            Err(e) => {
+                return Some(format!(
+                    "cannot read the node group's instance types to check {image} ({arch}) against them: {e}; nothing launched this pass"
+                ));
+            }
+        };
+        let problems = crate::ami::instance_types::check(
+            arch,
+            policy.architecture.is_some(),
+            &policy.node_group,
+            &facts,
+        );
+        let errors: Vec<String> = problems.errors().map(ToString::to_string).collect();
+        (!errors.is_empty()).then(|| {
+            format!(
+                "{image} is not written into the node group: {}; the pool is invalid until fixed",
+                errors.join("; ")
+            )
+        })
+    }
+
     /// The rotator over `ports`.
     pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
         RotatorHandler {
@@ -761,6 +839,7 @@ impl RotatorHandler {
             groups: ports.groups.clone(),
             managed: ports.managed.clone(),
             parameters: ports.parameters.clone(),
+            node_groups: ports.node_groups.clone(),
             store: ports.store.clone(),
             announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             kube: ports.kube.clone(),

@@ -25,13 +25,21 @@ const PER_NODE_POD_LISTS: usize = 8;
 pub(super) struct ClusterView {
     by_instance: HashMap<String, k::NodeInfo>,
     pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
+    /// The deployment's stop switch as read with the nodes ([`crate::stop::gate`]: unreadable
+    /// is stopped).
+    stopped: Option<String>,
 }
 
 impl ClusterView {
-    /// Lists the cluster's nodes.
-    pub(super) async fn read(kube: &dyn NodeOps) -> Result<ClusterView, PortError> {
+    /// Lists the cluster's nodes and reads the stop switch (one GetItem per cluster and pass).
+    pub(super) async fn read(
+        kube: &dyn NodeOps,
+        store: &dyn state::Store,
+    ) -> Result<ClusterView, PortError> {
         let nodes = kube.list_nodes().await?;
+        let stopped = crate::stop::gate(store).await;
         Ok(ClusterView {
+            stopped,
             by_instance: nodes
                 .into_iter()
                 .filter_map(|n| {
@@ -266,11 +274,16 @@ impl RotatorHandler {
                         p.reason
                     )
                 })
-                .or_else(|| policy.paused.then(|| "policy has paused: true".to_string())),
+                .or_else(|| {
+                    policy
+                        .paused
+                        .then(|| "policy sets paused: true".to_string())
+                }),
             halted: record
                 .as_ref()
                 .and_then(|r| r.halted.as_ref())
                 .map(|h| h.message.clone()),
+            stopped: view.stopped.clone(),
         };
         Ok(Observed {
             snapshot: Snapshot {

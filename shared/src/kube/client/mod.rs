@@ -585,13 +585,13 @@ impl NodeOps for EksKube {
     }
 
     async fn record_event(&self, node: &NodeInfo, event: &NodeEvent) -> Result<(), KubeError> {
-        let events: Api<Event> = Api::namespaced(self.client().await?, "default");
+        let events: Api<Event> = Api::namespaced(self.client().await?, super::EVENTS_NAMESPACE);
         let now = k8s_openapi::jiff::Timestamp::now();
         let name = format!("{}.{:x}", node.name, now.as_nanosecond());
         let object = Event {
             metadata: ObjectMeta {
                 name: Some(name),
-                namespace: Some("default".to_owned()),
+                namespace: Some(super::EVENTS_NAMESPACE.to_owned()),
                 ..ObjectMeta::default()
             },
             involved_object: ObjectReference {

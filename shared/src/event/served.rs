@@ -1,0 +1,149 @@
+//! Which accounts and regions a deployment acts for: an event about any other is refused before
+//! it changes anything, whatever delivered it (a mis-scoped rule, a direct invoke).
+
+use async_trait::async_trait;
+
+use crate::port::PortError;
+use crate::problem::quote;
+
+/// The accounts and regions whose events this deployment acts on: its own account and region
+/// ([`crate::aws::identity::OwnAccount`]) and those configured in [`ACCOUNTS_ENV`] and
+/// [`REGIONS_ENV`] ([`Served::with_extra`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Served {
+    /// 12-digit account ids.
+    pub accounts: Vec<String>,
+    /// Region names (`us-east-2`).
+    pub regions: Vec<String>,
+}
+
+impl Served {
+    /// `Ok` when the event's `account` and `region` are served; else why not (quoting at most a
+    /// prefix of what the event says). A missing account or region is refused: it cannot be
+    /// checked.
+    pub fn check(&self, account: Option<&str>, region: Option<&str>) -> Result<(), String> {
+        let one = |what: &str, got: Option<&str>, served: &[String]| match got {
+            Some(g) if served.iter().any(|s| s == g) => Ok(()),
+            Some(g) => Err(format!(
+                "the event's {what} {} is not one this deployment serves ({})",
+                quote(g),
+                if served.is_empty() {
+                    "none".to_string()
+                } else {
+                    served.join(", ")
+                }
+            )),
+            None => Err(format!(
+                "the event has no {what}; expected an EventBridge event of a served {what}"
+            )),
+        };
+        one("account", account, &self.accounts)?;
+        one("region", region, &self.regions)
+    }
+}
+
+/// Environment variable listing more accounts to serve (comma-separated 12-digit ids).
+pub const ACCOUNTS_ENV: &str = "NODECYCLE_SERVED_ACCOUNTS";
+/// Environment variable listing more regions to serve (comma-separated region names).
+pub const REGIONS_ENV: &str = "NODECYCLE_SERVED_REGIONS";
+
+impl Served {
+    /// This set plus the comma-separated `accounts` and `regions` (configuration: empty adds
+    /// nothing). `Err` names the entry that is not a 12-digit account id or a region name.
+    pub fn with_extra(mut self, accounts: &str, regions: &str) -> Result<Served, String> {
+        let items = |text: &str| -> Vec<String> {
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        for a in items(accounts) {
+            if a.len() != 12 || !a.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!(
+                    "{ACCOUNTS_ENV}: {} is not an account id; expected 12 digits",
+                    quote(&a)
+                ));
+            }
+            if !self.accounts.contains(&a) {
+                self.accounts.push(a);
+            }
+        }
+        for r in items(regions) {
+            let parts: Vec<&str> = r.split('-').collect();
+            let region_like = parts.len() >= 3
+                && parts.iter().all(|p| {
+                    !p.is_empty()
+                        && p.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                })
+                && parts
+                    .last()
+                    .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
+            if !region_like {
+                return Err(format!(
+                    "{REGIONS_ENV}: {} is not a region name; expected one like us-east-2",
+                    quote(&r)
+                ));
+            }
+            if !self.regions.contains(&r) {
+                self.regions.push(r);
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// Where the served accounts and regions come from.
+#[async_trait]
+pub trait Deployment: Send + Sync {
+    /// The accounts and regions served.
+    async fn served(&self) -> Result<Served, PortError>;
+}
+
+/// A fixed set (configuration, tests).
+#[async_trait]
+impl Deployment for Served {
+    async fn served(&self) -> Result<Served, PortError> {
+        Ok(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_served_accounts_and_regions() {
+        let s = Served {
+            accounts: vec!["123456789012".into()],
+            regions: vec!["us-east-2".into()],
+        };
+        assert_eq!(s.check(Some("123456789012"), Some("us-east-2")), Ok(()));
+        let e = s
+            .check(Some("999999999999"), Some("us-east-2"))
+            .unwrap_err();
+        assert!(e.contains("account \"999999999999\""), "{e}");
+        let e = s
+            .check(Some("123456789012"), Some("eu-west-1"))
+            .unwrap_err();
+        assert!(e.contains("region \"eu-west-1\""), "{e}");
+        assert!(s.check(None, Some("us-east-2")).is_err());
+        assert!(s.check(Some("123456789012"), None).is_err());
+        assert!(Served::default().check(Some("1"), Some("r")).is_err());
+        // More accounts and regions by configuration.
+        let more = s
+            .clone()
+            .with_extra(" 210987654321, 123456789012 ,", "eu-west-1,us-gov-west-1")
+            .unwrap();
+        assert_eq!(more.accounts, ["123456789012", "210987654321"]);
+        assert_eq!(more.check(Some("210987654321"), Some("eu-west-1")), Ok(()));
+        assert_eq!(s.clone().with_extra("", ""), Ok(s.clone()));
+        let e = s.clone().with_extra("12345", "").unwrap_err();
+        assert!(e.starts_with("NODECYCLE_SERVED_ACCOUNTS: \"12345\""), "{e}");
+        let e = s.clone().with_extra("", "Europe").unwrap_err();
+        assert!(e.starts_with("NODECYCLE_SERVED_REGIONS: \"Europe\""), "{e}");
+        let e = s.check(Some(&"9".repeat(1 << 20)), None).unwrap_err();
+        assert!(e.len() < 300, "{}", e.len());
+    }
+}

@@ -1,0 +1,106 @@
+//! A pool's identity, `<cluster>/<name>`, with both names valid: the key of every record
+//! nodecycle writes for the pool, so nothing is written under a name that is not one.
+
+use std::fmt;
+
+use super::fields::{self, eks_name};
+use crate::problem::Problems;
+
+/// Longest EKS cluster name.
+pub const MAX_CLUSTER: usize = 100;
+/// Longest pool name (a Kubernetes label value).
+pub const MAX_NAME: usize = 63;
+
+/// `<cluster>/<name>`: the cluster an EKS cluster name (1-100 characters, letters, digits, `-`
+/// and `_`, a letter or digit first), the name a pool name (the same characters, 1-63). Neither
+/// holds `/`, `#`, `.`, spaces or control characters.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PoolId {
+    /// EKS cluster name.
+    pub cluster: String,
+    /// Pool name.
+    pub name: String,
+}
+
+impl PoolId {
+    /// Checks both names; the error lists every broken rule, naming `cluster` and `name`.
+    pub fn new(cluster: &str, name: &str) -> Result<PoolId, String> {
+        let mut problems = Problems::new();
+        let cluster = check(cluster, "cluster", true, &mut problems);
+        let name = check(name, "name", false, &mut problems);
+        match (cluster, name) {
+            (Some(cluster), Some(name)) => Ok(PoolId { cluster, name }),
+            _ => Err(problems
+                .errors()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")),
+        }
+    }
+
+    /// Parses `<cluster>/<name>`.
+    pub fn parse(text: &str) -> Result<PoolId, String> {
+        match text.split_once('/') {
+            Some((cluster, name)) => PoolId::new(cluster, name),
+            None => Err(format!("{} is not <cluster>/<name>", fields::quote(text))),
+        }
+    }
+}
+
+/// The rule of `cluster` (`is_cluster`) or of a pool `name`; pushes its problems at `path`.
+pub(super) fn check(
+    text: &str,
+    path: &str,
+    is_cluster: bool,
+    problems: &mut Problems,
+) -> Option<String> {
+    let rule = if is_cluster {
+        eks_name("the EKS cluster name", MAX_CLUSTER)
+    } else {
+        eks_name("the pool name", MAX_NAME)
+    };
+    fields::name(
+        &serde_json::Value::String(text.to_string()),
+        path,
+        &rule,
+        problems,
+    )
+}
+
+impl fmt::Display for PoolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.cluster, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert_eq!(
+            PoolId::parse("prod/general").map(|p| p.to_string()),
+            Ok("prod/general".into())
+        );
+        for bad in [
+            "prod#x/..",
+            "prod/gen/eral",
+            "prod",
+            "/general",
+            "prod/",
+            "prod/gen eral",
+            "prod/-x",
+            "prod/a.b",
+        ] {
+            assert!(PoolId::parse(bad).is_err(), "{bad}");
+        }
+        let long = format!("prod/{}", "a".repeat(300));
+        let e = PoolId::parse(&long).unwrap_err();
+        assert!(e.contains("name: too long (300 characters)"), "{e}");
+        // A message quotes at most a prefix of what it was given.
+        assert!(e.len() < 400, "{}", e.len());
+        let e = PoolId::parse(&format!("{}x", "#".repeat(1 << 20))).unwrap_err();
+        assert!(e.len() < 400, "{}", e.len());
+    }
+}
