@@ -234,8 +234,10 @@ async fn one_pass_serves_every_pool_in_time_with_calls_growing_with_pools_not_no
     // Calls grow with pools and pages, not nodes: a constant per pool (observe, plan, one
     // start with its surge, records) plus the retried throttles.
     let per_pool = (stats.aws.calls - stats.aws.failed) as f64 / total_pools as f64;
+    // 22: observe, plan, one start with its surge, records, plus the Cluster Autoscaler work's
+    // SuspendProcesses and the architecture check's DescribeInstanceTypes (one each a pool).
     assert!(
-        per_pool <= 20.0,
+        per_pool <= 22.0,
         "{per_pool:.1} AWS calls per pool: more than observe + one start need"
     );
     // Nodes listed once per cluster; pods per candidate node for at most 8 candidates of a
