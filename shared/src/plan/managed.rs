@@ -199,12 +199,12 @@ pub fn plan_managed(
             "node group is {status}, not ACTIVE, and no update of nodecycle's is running: nothing starts until it is ACTIVE"
         );
         drop_starts(&mut base, &why);
-        base.decisions.push(Decision::pool(
+        hold(
+            &mut base,
             DecisionKind::Gate,
             format!("not starting: {why}"),
-        ));
-        base.blocked = Some(why);
-        UpdateAction::None
+            why,
+        )
     } else if let Some(u) = running {
         let id = u.update_id.as_deref().unwrap_or("(starting)");
         let why = format!(
@@ -257,12 +257,12 @@ pub fn plan_managed(
                 "{what}: the node group update waits for {in_flight} node-level rotation(s) in flight"
             );
             drop_starts(&mut base, &why);
-            base.decisions.push(Decision::pool(
+            hold(
+                &mut base,
                 DecisionKind::Wait,
                 format!("not starting: {why}"),
-            ));
-            base.blocked = Some(why);
-            UpdateAction::None
+                why,
+            )
         } else if base.allowed.drifted == 0 {
             let why = budget_message(
                 &snapshot.policy.budgets,
@@ -272,22 +272,14 @@ pub fn plan_managed(
                 0,
                 now,
             );
-            base.decisions.push(Decision::pool(
-                DecisionKind::Wait,
-                format!("not starting the node group update: {why}; {what}"),
-            ));
-            base.blocked = Some(why);
-            UpdateAction::None
+            let said = format!("not starting the node group update: {why}; {what}");
+            hold(&mut base, DecisionKind::Wait, said, why)
         } else {
             let max_unavailable = base.allowed.drifted.min(MAX_UNAVAILABLE_LIMIT);
             match window_fit(snapshot, &base, drifted, max_unavailable, group.wave, now) {
                 Err(why) => {
-                    base.decisions.push(Decision::pool(
-                        DecisionKind::Wait,
-                        format!("not starting the node group update: {why}; {what}"),
-                    ));
-                    base.blocked = Some(why);
-                    UpdateAction::None
+                    let said = format!("not starting the node group update: {why}; {what}");
+                    hold(&mut base, DecisionKind::Wait, said, why)
                 }
                 Ok(fit) => {
                     drop_starts(&mut base, "the node group update replaces nodes this pass");
@@ -390,6 +382,14 @@ fn window_fit(
             super::instant(close)
         )),
     }
+}
+
+/// Starts no update this pass: says `said` as a pool decision of `kind` and records `why` as
+/// what blocks the pool.
+fn hold(base: &mut Plan, kind: DecisionKind, said: String, why: String) -> UpdateAction {
+    base.decisions.push(Decision::pool(kind, said));
+    base.blocked = Some(why);
+    UpdateAction::None
 }
 
 fn fmt(d: TimeDelta) -> String {

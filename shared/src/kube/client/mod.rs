@@ -301,6 +301,23 @@ fn build_client(access: &ClusterAccess, token: &EksToken) -> Result<::kube::Clie
     ::kube::Client::try_from(config).map_err(|e| config_error(&e))
 }
 
+/// `builder` with a JSON `body` (content type and accept JSON); a request that cannot be built
+/// is a transport error of `operation`.
+fn json_request(
+    builder: http::request::Builder,
+    body: &serde_json::Value,
+    operation: &str,
+) -> Result<http::Request<Vec<u8>>, KubeError> {
+    builder
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json")
+        .body(body.to_string().into_bytes())
+        .map_err(|e| KubeError::Transport {
+            operation: operation.to_string(),
+            message: e.to_string(),
+        })
+}
+
 fn transport(operation: &str, e: &::kube::Error) -> KubeError {
     KubeError::Transport {
         operation: operation.to_owned(),
@@ -524,17 +541,14 @@ impl NodeOps for EksKube {
             "metadata": { "name": pod.name, "namespace": pod.namespace },
             "deleteOptions": { "preconditions": { "uid": pod.uid } },
         });
-        let request = http::Request::post(format!(
-            "/api/v1/namespaces/{}/pods/{}/eviction",
-            pod.namespace, pod.name
-        ))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json")
-        .body(body.to_string().into_bytes())
-        .map_err(|e| KubeError::Transport {
-            operation: operation.clone(),
-            message: e.to_string(),
-        })?;
+        let request = json_request(
+            http::Request::post(format!(
+                "/api/v1/namespaces/{}/pods/{}/eviction",
+                pod.namespace, pod.name
+            )),
+            &body,
+            &operation,
+        )?;
         let (code, body) = self.raw(&operation, request).await?;
         Ok(eviction_outcome(code, &body))
     }
@@ -548,17 +562,14 @@ impl NodeOps for EksKube {
         });
         // Preconditioned on the pod's uid: repeating it is safe.
         retrying(&operation, || async {
-            let request = http::Request::delete(format!(
-                "/api/v1/namespaces/{}/pods/{}",
-                pod.namespace, pod.name
-            ))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json")
-            .body(body.to_string().into_bytes())
-            .map_err(|e| KubeError::Transport {
-                operation: operation.clone(),
-                message: e.to_string(),
-            })?;
+            let request = json_request(
+                http::Request::delete(format!(
+                    "/api/v1/namespaces/{}/pods/{}",
+                    pod.namespace, pod.name
+                )),
+                &body,
+                &operation,
+            )?;
             let (code, body) = self.raw(&operation, request).await?;
             match code {
                 200..=299 => Ok(true),
