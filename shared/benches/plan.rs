@@ -7,7 +7,8 @@ use std::hint::black_box;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use criterion::{Criterion, criterion_group, criterion_main};
-use nodecycle::fleet::{Gates, Group, Lifecycle, Member, NodeStatus, Snapshot};
+use nodecycle::fleet::{Gates, Group, Lifecycle, Member, NodeStatus};
+use nodecycle::plan::Snapshot;
 use nodecycle::plan::plan;
 use nodecycle::policy;
 use nodecycle::rotation::{Rotation, RotationReason, Step};

@@ -1,11 +1,9 @@
 //! What the rotator observes about one pool (pure data, built by adapters): the group, its
-//! instances joined with EC2 and the Kubernetes nodes, and the in-flight rotations.
+//! instances joined with EC2 and the Kubernetes nodes (with the recorded rotations, the
+//! planner's [`crate::plan::Snapshot`]).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-
-use crate::policy::Policy;
-use crate::rotation::Rotation;
 
 /// Auto Scaling lifecycle state of an instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,21 +128,6 @@ pub struct Gates {
     /// holds.
     #[serde(default)]
     pub stopped: Option<String>,
-}
-
-/// Everything the planner sees about one pool at one instant.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Snapshot {
-    /// The pool's policy.
-    pub policy: Policy,
-    /// Desired AMI, pause and halt.
-    pub gates: Gates,
-    /// The group.
-    pub group: Group,
-    /// Its instances.
-    pub members: Vec<Member>,
-    /// Rotations recorded for this pool (any step, including recently finished ones).
-    pub rotations: Vec<Rotation>,
 }
 
 /// An instance of the group as Auto Scaling and EC2 report it (before joining with Kubernetes).

@@ -9,14 +9,11 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::ami::resolve::Ami;
 use crate::port::PortError;
-use crate::state::PoolRecord;
 
 /// The most EKS accepts for `updateConfig.maxUnavailable`.
 pub const MAX_UNAVAILABLE_LIMIT: u32 = 100;
-
-/// Sort key of a pool's managed node group update record.
-pub const UPDATE_SK: &str = "MNGUPDATE";
 
 /// A launch template as a node group names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,7 +163,8 @@ impl Phase {
     }
 }
 
-/// The pool's managed node group update, stored at ([`crate::state::pool_pk`], [`UPDATE_SK`]).
+/// The pool's managed node group update, stored under the pool's partition
+/// ([`crate::state::keys::UPDATE_SK`]).
 /// One record per pool: a new update replaces a finished one with a conditional write, so two
 /// rotators never start two updates.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -317,17 +315,17 @@ pub struct ReleaseError {
     pub retry: bool,
 }
 
-/// Where to read which EKS release `ami` is, from the provenance recorded for it in `record`
-/// (desired, previous or history). An AMI that did not come from an EKS-published parameter
-/// (an `id`/`name`/`tags` term, a pin outside the history) has no known release: the error says
-/// what to do.
-pub fn release_parameters(record: &PoolRecord, ami: &str) -> Result<ReleaseLookup, String> {
-    let known = record
-        .desired
-        .iter()
-        .chain(record.previous_desired.iter())
-        .chain(record.history.iter().rev().map(|h| &h.ami))
-        .find(|a| a.id == ami);
+/// Where to read which EKS release `ami` is, from the provenance recorded for it among the
+/// AMIs the pool resolved to (`desired`, then `known`: previous, history newest first; see
+/// [`crate::state::PoolRecord::known_amis`]). An AMI that did not come from an EKS-published
+/// parameter (an `id`/`name`/`tags` term, a pin outside the history) has no known release: the
+/// error says what to do.
+pub fn release_parameters<'a>(
+    desired: Option<&Ami>,
+    known: impl IntoIterator<Item = &'a Ami>,
+    ami: &str,
+) -> Result<ReleaseLookup, String> {
+    let known = known.into_iter().find(|a| a.id == ami);
     let Some(found) = known else {
         return Err(format!(
             "{ami} is not an AMI this pool ever resolved to, so its EKS release is unknown; a managed node group without an image in its launch template can only move to EKS releases: pin an AMI from the pool's history or give the node group a launch template"
@@ -349,7 +347,7 @@ pub fn release_parameters(record: &PoolRecord, ami: &str) -> Result<ReleaseLooku
                 name: found.name.clone(),
                 parent: parent.to_string(),
                 release_dir,
-                current: record.desired.as_ref().is_some_and(|d| d.id == ami),
+                current: desired.is_some_and(|d| d.id == ami),
             })
         }
         _ => Err(format!(
@@ -573,12 +571,12 @@ mod tests {
 
     #[test]
     fn release_of_an_alias_ami_comes_from_the_recommended_json() {
-        let record = PoolRecord {
-            desired: Some(ami("ami-new", "alias", Some(&format!("{REC}/image_id")))),
-            previous_desired: Some(ami("ami-old", "alias", Some(&format!("{REC}/image_id")))),
-            ..PoolRecord::default()
-        };
-        let new = release_parameters(&record, "ami-new").unwrap_or_else(|e| panic!("{e}"));
+        let record = [
+            ami("ami-new", "alias", Some(&format!("{REC}/image_id"))),
+            ami("ami-old", "alias", Some(&format!("{REC}/image_id"))),
+        ];
+        let new = release_parameters(record.first(), &record, "ami-new")
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(new.parent, REC);
         assert!(new.current);
         let base = REC.trim_end_matches("/recommended");
@@ -587,7 +585,8 @@ mod tests {
         assert_eq!(release_version(&v, &new), Ok("1.30.6-20241101".into()));
 
         // Rollback to the previous AMI: `recommended` moved on; its own release directory has it.
-        let old = release_parameters(&record, "ami-old").unwrap_or_else(|e| panic!("{e}"));
+        let old = release_parameters(record.first(), &record, "ami-old")
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(!old.current);
         let v = values(&[
             (REC, &json("ami-new", "1.30.6-20241101")),
@@ -619,11 +618,9 @@ mod tests {
         let latest = "/aws/service/bottlerocket/aws-k8s-1.30/x86_64/latest";
         let mut a = ami("ami-br", "alias", Some(&format!("{latest}/image_id")));
         a.name = "bottlerocket-aws-k8s-1.30-x86_64-v1.20.3-5d9ac849".into();
-        let record = PoolRecord {
-            desired: Some(a),
-            ..PoolRecord::default()
-        };
-        let l = release_parameters(&record, "ami-br").unwrap_or_else(|e| panic!("{e}"));
+        let record = [a];
+        let l =
+            release_parameters(record.first(), &record, "ami-br").unwrap_or_else(|e| panic!("{e}"));
         let v = values(&[
             (&format!("{latest}/image_id"), "ami-br"),
             (&format!("{latest}/image_version"), "1.20.3-5d9ac849"),
@@ -639,16 +636,13 @@ mod tests {
 
     #[test]
     fn an_ami_from_an_id_term_or_unknown_has_no_release() {
-        let record = PoolRecord {
-            desired: Some(ami("ami-x", "id", None)),
-            ..PoolRecord::default()
-        };
-        let e = release_parameters(&record, "ami-x").unwrap_err();
+        let record = [ami("ami-x", "id", None)];
+        let e = release_parameters(record.first(), &record, "ami-x").unwrap_err();
         assert!(
             e.contains("not from an EKS-published parameter") && e.contains("launch template"),
             "{e}"
         );
-        let e = release_parameters(&record, "ami-never").unwrap_err();
+        let e = release_parameters(record.first(), &record, "ami-never").unwrap_err();
         assert!(e.contains("not an AMI this pool ever resolved to"), "{e}");
     }
 }

@@ -16,7 +16,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::fleet::{Lifecycle, Snapshot};
+use crate::fleet::Lifecycle;
+use crate::plan::Snapshot;
 use crate::plan::{self, Allowed, Drift};
 
 /// The CloudWatch namespace.

@@ -47,7 +47,7 @@ impl World {
     async fn record(&self, pool: &str) -> PoolRecord {
         let v = self
             .table
-            .get(&state::pool_pk(pool), state::POOL_STATE_SK)
+            .get(&state::keys::pool_pk(pool), state::keys::POOL_STATE_SK)
             .await
             .unwrap()
             .expect("record exists");
@@ -118,7 +118,10 @@ async fn scheduled_pass_resolves_every_pool_and_records_history() {
     // An invalid document creates no record (its error is in the report; status lists it).
     assert!(
         w.table
-            .get(&state::pool_pk("prod/broken"), state::POOL_STATE_SK)
+            .get(
+                &state::keys::pool_pk("prod/broken"),
+                state::keys::POOL_STATE_SK
+            )
             .await
             .unwrap()
             .is_none()

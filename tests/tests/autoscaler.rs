@@ -203,7 +203,8 @@ impl Roll {
         let records = self.ca.records();
         assert_no_undrained_termination(&records);
         assert_never_lowered(&records);
-        let quarantine = nodecycle::state::load_quarantine(self.p.table.as_ref())
+        let quarantine = nodecycle::state::Repository::new(self.p.table.clone())
+            .quarantine()
             .await
             .unwrap();
         assert!(
@@ -215,7 +216,8 @@ impl Roll {
             rotations.iter().all(|r| r.step == Step::Done),
             "every rotation done: {rotations:?}"
         );
-        let record = nodecycle::state::load_pool(self.p.table.as_ref(), "prod/general")
+        let record = nodecycle::state::Repository::new(self.p.table.clone())
+            .pool("prod/general")
             .await
             .unwrap()
             .unwrap();
@@ -466,13 +468,15 @@ async fn a_bad_ami_still_quarantines_beside_ca() {
         rotations.iter().any(|x| x.step == Step::Failed),
         "a rotation failed: {rotations:?}"
     );
-    let quarantine = nodecycle::state::load_quarantine(r.p.table.as_ref())
+    let quarantine = nodecycle::state::Repository::new(r.p.table.clone())
+        .quarantine()
         .await
         .unwrap();
     assert_eq!(quarantine.0.len(), 1, "the release is quarantined");
     // Rolled back: the pool's desired AMI is the old one again, and the pool rolls back to
     // it (CA's instance on the bad AMI is replaced too).
-    let record = nodecycle::state::load_pool(r.p.table.as_ref(), "prod/general")
+    let record = nodecycle::state::Repository::new(r.p.table.clone())
+        .pool("prod/general")
         .await
         .unwrap()
         .unwrap();

@@ -184,7 +184,8 @@ async fn a_failed_rotation_halts_once_and_events_the_bus_refused_are_put_by_a_la
         racing_passes(&p, now).await;
         now += chrono::Duration::minutes(5);
     }
-    let record = nodecycle::state::load_pool(p.table.as_ref(), "prod/general")
+    let record = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
         .await
         .unwrap()
         .unwrap();

@@ -103,7 +103,7 @@ async fn fleet(nodes: i32, policy: &str, resolve: bool) -> Fleet {
         instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
         lifecycle: Arc::new(LifecycleActions::new(a.clients.autoscaling.clone())),
         deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(&config)),
-        store: table.clone(),
+        state: nodecycle::state::Repository::new(table.clone()),
         announce: a.announce(table.clone()),
         kube: Arc::new(EksConnector::new(config)),
         settings: Settings {
@@ -335,7 +335,8 @@ impl Fleet {
     }
 
     async fn record(&self) -> nodecycle::state::PoolRecord {
-        nodecycle::state::load_pool(self.table.as_ref(), "prod/general")
+        nodecycle::state::Repository::new(self.table.clone())
+            .pool("prod/general")
             .await
             .unwrap()
             .unwrap()

@@ -175,7 +175,7 @@ async fn env(size: i32) -> Env {
         deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
             &cloud.sdk_config().await,
         )),
-        store: table.clone(),
+        state: nodecycle::state::Repository::new(table.clone()),
         announce: a.announce(table.clone()),
         kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
         settings: Settings {
@@ -395,7 +395,8 @@ fn handled_events(e: &Env) -> Vec<Value> {
 }
 
 async fn outbox_len(e: &Env) -> usize {
-    nodecycle::state::load_pool(e.table.as_ref(), "prod/general")
+    nodecycle::state::Repository::new(e.table.clone())
+        .pool("prod/general")
         .await
         .unwrap()
         .map_or(0, |r| r.outbox.len())
@@ -408,14 +409,18 @@ async fn outbox_len(e: &Env) -> usize {
 async fn interruption_handled_is_put_once_and_a_refused_put_waits_for_the_sweep() {
     let e = env(2).await;
     // The pool has a record (the ami-watcher resolved it).
-    nodecycle::state::update_pool(e.table.as_ref(), "prod/general", Utc::now(), |r| {
-        nodecycle::state::PoolRecord {
-            kubernetes_version: Some("1.30".into()),
-            ..r.clone()
-        }
-    })
-    .await
-    .unwrap();
+    let now = Utc::now();
+    nodecycle::state::Repository::new(e.table.clone())
+        .update_pool(
+            "prod/general",
+            |r| nodecycle::state::PoolRecord {
+                kubernetes_version: Some("1.30".into()),
+                ..r.clone()
+            },
+            |before, after| nodecycle::announce::stage::stage_pool(before, after, now),
+        )
+        .await
+        .unwrap();
     support::capture(&e.cloud, "interruptions").await;
     let (first, _) = e.nodes[0].clone();
     let ev = event(
@@ -458,7 +463,8 @@ async fn interruption_handled_is_put_once_and_a_refused_put_waits_for_the_sweep(
     e.cloud.clear_faults();
     let announce = e.adapters.announce(e.table.clone());
     for _ in 0..2 {
-        let record = nodecycle::state::load_pool(e.table.as_ref(), "prod/general")
+        let record = nodecycle::state::Repository::new(e.table.clone())
+            .pool("prod/general")
             .await
             .unwrap();
         announce

@@ -17,8 +17,9 @@ use nodecycle::aws::dynamodb::Table;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::ops::{Invocation, OpsHandler};
 use nodecycle::handlers::rotator::RotatorHandler;
-use nodecycle::managed::{ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
+use nodecycle::managed::{ManagedUpdate, Phase, UpdateTarget};
 use nodecycle::state::Store;
+use nodecycle::state::keys::UPDATE_SK;
 use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn};
 use serde_json::{Value, json};
 use support::*;
@@ -174,7 +175,8 @@ impl Mng {
     }
 
     async fn halted(&self) -> Option<String> {
-        nodecycle::state::load_pool(self.table.as_ref(), "prod/general")
+        nodecycle::state::Repository::new(self.table.clone())
+            .pool("prod/general")
             .await
             .unwrap()
             .and_then(|r| r.halted)
@@ -846,13 +848,20 @@ async fn a_quarantined_release_is_rolled_back_by_a_node_group_update() {
         },
         outbox: Vec::new(),
     };
-    nodecycle::state::put_quarantine(p.table.as_ref(), &q)
+    // As the rotator records it: its event staged in the outbox.
+    let q = nodecycle::promotion::Quarantine {
+        outbox: vec![nodecycle::announce::stage::quarantined(&q)],
+        ..q
+    };
+    nodecycle::state::Repository::new(p.table.clone())
+        .put_quarantine(&q)
         .await
         .unwrap();
     let now = now + chrono::Duration::minutes(1);
     p.watcher.handle(&json!({}), now).await.unwrap();
     let report = p.pass(now).await;
-    let rec = nodecycle::state::load_pool(p.table.as_ref(), "prod/general")
+    let rec = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
         .await
         .unwrap()
         .unwrap();

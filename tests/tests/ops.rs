@@ -418,7 +418,8 @@ async fn resume_after_a_halt() {
         .await;
     assert_eq!(r["changed"], true, "{r}");
     assert!(r["resumed"]["halted"]["message"].is_string(), "{r}");
-    let record = nodecycle::state::load_pool(p.table.as_ref(), "prod/general")
+    let record = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
         .await
         .unwrap()
         .unwrap();
@@ -540,7 +541,8 @@ async fn cancel_mid_drain_leaves_the_node_schedulable_and_undoes_the_surge() {
         instances.iter().any(|(i, _)| *i == victim),
         "the old node stays"
     );
-    let record = nodecycle::state::load_pool(p.table.as_ref(), "prod/general")
+    let record = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
         .await
         .unwrap()
         .unwrap();

@@ -129,7 +129,8 @@ impl Stages {
     }
 
     async fn record(&self, pool: &str) -> PoolRecord {
-        state::load_pool(self.table.as_ref(), pool)
+        state::Repository::new(self.table.clone())
+            .pool(pool)
             .await
             .unwrap()
             .unwrap_or_default()
@@ -147,7 +148,7 @@ impl Stages {
 
     async fn rotations(&self, pool: &str) -> Vec<Rotation> {
         self.table
-            .query(&state::pool_pk(pool), "ROT#")
+            .query(&state::keys::pool_pk(pool), "ROT#")
             .await
             .unwrap()
             .into_iter()
@@ -377,7 +378,8 @@ async fn operator_quarantine_is_recorded_audited_idempotent_and_lifted() {
     assert_eq!(item["liftReason"], "fixed upstream");
     assert_eq!(item["liftedBy"], "arn:aws:iam::123456789012:user/alice");
     assert!(
-        state::load_quarantine(s.table.as_ref())
+        state::Repository::new(s.table.clone())
+            .quarantine()
             .await
             .unwrap()
             .0
@@ -417,7 +419,7 @@ async fn operator_quarantine_is_recorded_audited_idempotent_and_lifted() {
     // Nothing was audited under the pools for these.
     let pool_audit = s
         .table
-        .query(&state::pool_pk("test/general"), "AUDIT#")
+        .query(&state::keys::pool_pk("test/general"), "AUDIT#")
         .await
         .unwrap();
     assert!(pool_audit.is_empty());

@@ -93,7 +93,8 @@ async fn a_replacement_that_never_becomes_ready_halts_the_pool() {
             .unwrap()
             .contains("not Ready within 15m")
     );
-    let record = nodecycle::state::load_pool(p.table.as_ref(), "prod/general")
+    let record = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
         .await
         .unwrap()
         .unwrap();

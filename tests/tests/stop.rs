@@ -68,7 +68,7 @@ async fn deployment() -> Deployment {
         deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
             &cloud.sdk_config().await,
         )),
-        store: table.clone(),
+        state: nodecycle::state::Repository::new(table.clone()),
         announce: a.announce(table.clone()),
         kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
         settings: Settings {

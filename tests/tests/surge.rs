@@ -144,15 +144,10 @@ async fn a_lease_held_by_another_invocation_of_the_same_process_and_instant_is_r
         std::process::id(),
         now.timestamp_nanos_opt().unwrap()
     );
-    let taken = nodecycle::state::acquire_lease(
-        p.table.as_ref(),
-        "cluster/prod",
-        &same,
-        now,
-        chrono::Duration::minutes(5),
-    )
-    .await
-    .unwrap();
+    let taken = nodecycle::state::Repository::new(p.table.clone())
+        .acquire_lease("cluster/prod", &same, now, chrono::Duration::minutes(5))
+        .await
+        .unwrap();
     assert!(taken.is_ok());
     let report = p
         .rotator

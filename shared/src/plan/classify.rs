@@ -4,8 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::Snapshot;
 use super::{Decision, DecisionKind};
-use crate::fleet::{Member, Snapshot};
+use crate::fleet::Member;
 use crate::rotation::Rotation;
 
 /// The snapshot, classified.

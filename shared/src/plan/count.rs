@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 
+use super::Snapshot;
 use super::classify::Classified;
 use super::{
     Allowed, Assessment, Decision, DecisionKind, Drift, Need, assess, describe_need, instant,
     maintenance,
 };
 use crate::budget;
-use crate::fleet::{Lifecycle, Member, Snapshot};
+use crate::fleet::{Lifecycle, Member};
 use crate::rotation::{Rotation, Step};
 
 /// A candidate with its ordering key.

@@ -6,8 +6,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::Snapshot;
 use super::classify::Classified;
-use crate::fleet::Snapshot;
 use crate::rotation::{Rotation, RotationReason};
 
 /// Why nothing starts in a pool this pass.

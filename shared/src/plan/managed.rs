@@ -35,8 +35,9 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
+use super::Snapshot;
 use super::{Action, Decision, DecisionKind, Plan, budget_message, plan};
-use crate::fleet::{Lifecycle, Snapshot};
+use crate::fleet::Lifecycle;
 use crate::managed::{MAX_UNAVAILABLE_LIMIT, ManagedUpdate, Phase};
 use crate::rotation::{RotationReason, Step};
 

@@ -78,11 +78,25 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 
-use crate::fleet::Snapshot;
 use crate::rotation::{Rotation, RotationReason, Step};
 pub use assess::{Assessment, Drift, Expiry, Need, assess};
 pub use gates::Gate;
 pub(crate) use start::budget_message;
+
+/// Everything the planner sees about one pool at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The pool's policy.
+    pub policy: crate::policy::Policy,
+    /// Desired AMI, pause and halt.
+    pub gates: crate::fleet::Gates,
+    /// The group.
+    pub group: crate::fleet::Group,
+    /// Its instances.
+    pub members: Vec<crate::fleet::Member>,
+    /// Rotations recorded for this pool (any step, including recently finished ones).
+    pub rotations: Vec<Rotation>,
+}
 
 /// What one rotator pass does for one pool. Serializes (camelCase) as the `nodecycle plan`
 /// output: `{"pool", "allowed": {"Drifted", "Expired"}, "total", "disrupting", "candidates",

@@ -6,10 +6,11 @@ use std::sync::OnceLock;
 use chrono::{DateTime, TimeDelta, Utc};
 use proptest::prelude::*;
 
+use super::Snapshot;
 use super::tests::{NEW, OLD, at, policy, snapshot};
 use super::*;
 use crate::budget;
-use crate::fleet::{Lifecycle, Member, NodeStatus, Snapshot};
+use crate::fleet::{Lifecycle, Member, NodeStatus};
 use crate::policy::Policy;
 use crate::rotation::{Rotation, RotationReason, Step};
 

@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, TimeDelta, Utc};
 use proptest::prelude::*;
 
+use super::Snapshot;
 use super::managed::{NodeGroupState, UpdateAction, plan_managed};
 use super::tests::{NEW, OLD, at, policy, snapshot};
 use super::*;
-use crate::fleet::{Lifecycle, Member, NodeStatus, Snapshot};
+use crate::fleet::{Lifecycle, Member, NodeStatus};
 use crate::managed::{ManagedUpdate, Phase};
 use crate::rotation::{Queue, Rotation, RotationReason, Step};
 

@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use super::Snapshot;
 use super::classify::Classified;
 use super::count::Counts;
 use super::gates::Gate;
 use super::{Action, Allowed, Decision, DecisionKind, describe_need, instant, maintenance};
 use crate::budget::{self, Budget};
-use crate::fleet::{Lifecycle, Member, Snapshot};
+use crate::fleet::{Lifecycle, Member};
 use crate::rotation::{Rotation, RotationReason};
 
 /// How many budget changes ahead [`budget_message`] looks for the instant a blocking budget lifts.

@@ -5,8 +5,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
 
+use super::Snapshot;
 use super::*;
-use crate::fleet::{Gates, Group, Lifecycle, Member, NodeStatus, Snapshot};
+use crate::fleet::{Gates, Group, Lifecycle, Member, NodeStatus};
 use crate::policy::Policy;
 use crate::rotation::{Rotation, RotationReason, Step, Surge};
 

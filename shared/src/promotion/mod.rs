@@ -8,7 +8,7 @@
 //!   none changing state during the soak.
 //! - `promotion.minAge` (with or without `from`): only images created at least that long ago.
 //! - A quarantined image or release is never a candidate, in any pool; a pool whose desired AMI
-//!   is quarantined rolls back to [`rollback_target`] (normally the previous desired AMI).
+//!   is quarantined rolls back to [`crate::state::PoolRecord::rollback_target`] (normally the previous desired AMI).
 
 pub mod ledger;
 pub mod quarantine;
@@ -19,26 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 
 use crate::ami::resolve::Ami;
-use crate::state::PoolRecord;
 pub use ledger::{Alarms, Proof, SoakPeriod};
 pub use quarantine::{Cause, Quarantine, Quarantined, Target};
 pub use release::{Release, release_of};
-
-/// The AMI a pool whose desired AMI is quarantined goes back to: its previous desired AMI when
-/// that is not quarantined, else the newest AMI of its history (by last observation) that is
-/// not quarantined and is not the current one. `None` when there is nothing to go back to.
-pub fn rollback_target(record: &PoolRecord, quarantined: &Quarantined) -> Option<Ami> {
-    let current = record.desired.as_ref().map(|a| a.id.as_str());
-    let ok = |a: &Ami| {
-        Some(a.id.as_str()) != current && quarantined.covers(&a.id, &release_of(a)).is_none()
-    };
-    if let Some(prev) = record.previous_desired.as_ref().filter(|a| ok(a)) {
-        return Some(prev.clone());
-    }
-    let mut history: Vec<_> = record.history.iter().filter(|h| ok(&h.ami)).collect();
-    history.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(b.ami.id.cmp(&a.ami.id)));
-    history.first().map(|h| h.ami.clone())
-}
 
 /// True when `ami` was created at least `min_age` before `now` (an unreadable creation date
 /// counts as too young: fail closed).
@@ -184,7 +167,7 @@ mod tests {
 /// The image every node of the pool runs, Ready, when the pool is fully on its desired AMI:
 /// every member in service with a Ready node on the desired AMI, at least as many as the
 /// group's desired capacity, no rotation of the pool in flight, the pool not halted.
-pub fn fully_on(snapshot: &crate::fleet::Snapshot) -> Option<&str> {
+pub fn fully_on(snapshot: &crate::plan::Snapshot) -> Option<&str> {
     let desired = snapshot.gates.desired_ami.as_deref()?;
     if snapshot.gates.halted.is_some() || snapshot.members.is_empty() {
         return None;
@@ -229,48 +212,6 @@ pub enum Rollback {
         /// What to do.
         reason: String,
     },
-}
-
-/// The rollback `record` needs under `quarantined`, if any (see [`Rollback`]).
-pub fn rollback(record: &PoolRecord, quarantined: &Quarantined) -> Option<Rollback> {
-    if let Some(pin) = &record.pin {
-        let release = record
-            .history
-            .iter()
-            .find(|h| h.ami.id == pin.ami)
-            .map(|h| release_of(&h.ami))
-            .unwrap_or_else(|| Release(pin.ami.clone()));
-        if let Some(q) = quarantined.covers(&pin.ami, &release) {
-            return Some(Rollback::Unpin {
-                reason: format!("pinned {} is quarantined: {}", pin.ami, q.reason),
-            });
-        }
-        return None;
-    }
-    let desired = record.desired.as_ref()?;
-    let q = quarantined.covers(&desired.id, &release_of(desired))?;
-    let ours = match &q.cause {
-        Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => *pool == record.pool,
-        Cause::Operator { .. } => false,
-    };
-    let reason = format!(
-        "{} ({}) is quarantined: {}",
-        desired.id,
-        release_of(desired),
-        q.reason
-    );
-    Some(match rollback_target(record, quarantined) {
-        Some(target) => Rollback::To {
-            target,
-            reason,
-            lift_halt: ours && record.halted.is_some(),
-        },
-        None => Rollback::Nowhere {
-            reason: format!(
-                "{reason}; the pool has no earlier AMI to go back to: pin one (nodecycle pin) or lift the quarantine"
-            ),
-        },
-    })
 }
 
 /// One CloudWatch alarm's state.

@@ -1,13 +1,10 @@
 //! Quarantine: an image or a release excluded from every pool's candidates, with who, why and
-//! when. Stored once for the whole deployment (partition `QUARANTINE`), read by every pass.
+//! when. Stored once for the whole deployment (see [`crate::state::keys`]), read by every pass.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::Release;
-
-/// Partition of the quarantine items.
-pub const QUARANTINE_PK: &str = "QUARANTINE";
 
 /// What is quarantined.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -17,16 +14,6 @@ pub enum Target {
     Ami(String),
     /// Every image of a release (alias release version, or image id for other terms).
     Release(Release),
-}
-
-impl Target {
-    /// Sort key of its item.
-    pub fn sk(&self) -> String {
-        match self {
-            Target::Ami(id) => format!("Q#AMI#{id}"),
-            Target::Release(r) => format!("Q#REL#{r}"),
-        }
-    }
 }
 
 impl std::fmt::Display for Target {

@@ -312,8 +312,3 @@ impl Rotation {
         self
     }
 }
-
-/// Sort key of a rotation item under the pool's partition.
-pub fn rotation_sk(instance_id: &str) -> String {
-    format!("ROT#{instance_id}")
-}

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::BlockKind;
 use crate::budget::{self, Budget, Reason};
-use crate::fleet::Snapshot;
+use crate::plan::Snapshot;
 use crate::plan::managed::UpdateAction;
 use crate::plan::{Plan, maintenance};
 use crate::rotation::RotationReason;

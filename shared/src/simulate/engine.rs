@@ -11,8 +11,9 @@ use super::{
     Blocked, ManagedStart, PoolForecast, PoolStart, RotationSpan, Settings, ceil_minute,
     ready_member,
 };
-use crate::fleet::{Lifecycle, NodeStatus, Snapshot};
+use crate::fleet::{Lifecycle, NodeStatus};
 use crate::managed::{ManagedUpdate, Phase};
+use crate::plan::Snapshot;
 use crate::plan::managed::{NodeGroupState, UpdateAction, plan_managed};
 use crate::plan::{self, Action, maintenance};
 use crate::rotation::{Rotation, RotationReason, Step};

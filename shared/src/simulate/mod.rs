@@ -44,8 +44,9 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use chrono_tz::Tz;
 use serde::{Serialize, Serializer};
 
-use crate::fleet::{Gates, Group, Lifecycle, Member, NodeStatus, Snapshot};
+use crate::fleet::{Gates, Group, Lifecycle, Member, NodeStatus};
 use crate::managed::ManagedUpdate;
+use crate::plan::Snapshot;
 use crate::policy::{NodeGroup, Policy};
 use crate::rotation::RotationReason;
 

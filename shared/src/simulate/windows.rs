@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::Closed;
 use crate::budget::{self, Reason};
-use crate::fleet::Snapshot;
+use crate::plan::Snapshot;
 
 /// Every instant in `(from, to]` at which a budget applying to Drifted or Expired becomes
 /// active or inactive, in order.

@@ -250,7 +250,7 @@ impl Adapters {
             images: Arc::new(self.ec2.clone()),
             clusters: Arc::new(self.eks.clone()),
             groups: Arc::new(self.groups.clone()),
-            store: table.clone(),
+            state: nodecycle::state::Repository::new(table.clone()),
             announce: self.announce(table),
             alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
                 self.clients.cloudwatch.clone(),
@@ -281,7 +281,7 @@ impl Adapters {
             )),
             parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
             node_groups: Arc::new(self.groups.clone()),
-            store: table.clone(),
+            state: nodecycle::state::Repository::new(table.clone()),
             announce: self.announce(table),
             kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
             settings: Settings {

@@ -162,7 +162,8 @@ impl Stages {
     }
 
     pub async fn record(&self, pool: &str) -> PoolRecord {
-        nodecycle::state::load_pool(self.table.as_ref(), pool)
+        nodecycle::state::Repository::new(self.table.clone())
+            .pool(pool)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("no record of {pool}"))
@@ -170,7 +171,8 @@ impl Stages {
 
     /// The live quarantine list.
     pub async fn quarantined(&self) -> nodecycle::promotion::Quarantined {
-        nodecycle::state::load_quarantine(self.table.as_ref())
+        nodecycle::state::Repository::new(self.table.clone())
+            .quarantine()
             .await
             .unwrap()
     }

@@ -42,8 +42,7 @@ pub async fn run(args: Args) -> u8 {
         Ok((_, plan)) => plan,
         Err(e) => return fail(e),
     };
-    let record = match nodecycle::state::load_pool(rotator.store.as_ref(), &policy.pool_id()).await
-    {
+    let record = match rotator.state.pool(&policy.pool_id()).await {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot read the pool's state: {e}")),
     };

@@ -11,7 +11,7 @@ use crate::ami::alias::{Alias, AliasVersion};
 use crate::ami::resolve::{Ami, GroupImage, Resolver};
 use crate::policy::{Policy, SelectorTerm};
 use crate::promotion::{self, Proof, Quarantined, Release, release_of};
-use crate::state::{self, PoolRecord, ReleaseHow};
+use crate::state::{PoolRecord, ReleaseHow};
 
 /// The outcome for one pool.
 pub(super) enum Choice {
@@ -201,7 +201,7 @@ impl AmiWatcher {
             };
         };
         let pool = policy.pool_id();
-        let up = match state::load_pool(self.store.as_ref(), upstream).await {
+        let up = match self.state.pool(upstream).await {
             Ok(Some(up)) => up,
             Ok(None) => {
                 return Choice::Keep {

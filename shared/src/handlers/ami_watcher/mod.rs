@@ -23,7 +23,7 @@ use crate::event::{WatcherTrigger, watcher_trigger};
 use crate::policy::source::{PolicyDocument, PolicySource};
 use crate::policy::{self, Policy};
 use crate::port::PortError;
-use crate::state::{self, Observation, PoolRecord, Store};
+use crate::state::{self, Observation, PoolRecord};
 
 /// The handler and its ports.
 #[derive(Clone)]
@@ -39,7 +39,7 @@ pub struct AmiWatcher {
     /// Node group images (for pools without `architecture`).
     pub groups: Arc<dyn NodeGroupCatalog>,
     /// The state table.
-    pub store: Arc<dyn Store>,
+    pub state: crate::state::Repository,
     /// Records transitions' events and puts them on the bus (same table as `store`).
     pub announce: crate::announce::Announcer,
     /// CloudWatch alarm states (`promotion.alarms`).
@@ -159,13 +159,11 @@ impl AmiWatcher {
 
         // Fail closed: without the quarantine nothing is resolved (a quarantined AMI could
         // come back).
-        let quarantined = state::load_quarantine(self.store.as_ref())
-            .await
-            .map_err(|e| {
-                HandlerError::internal(format!(
-                    "cannot read the quarantine: {e}; nothing was resolved"
-                ))
-            })?;
+        let quarantined = self.state.quarantine().await.map_err(|e| {
+            HandlerError::internal(format!(
+                "cannot read the quarantine: {e}; nothing was resolved"
+            ))
+        })?;
         // Promotion chains are checked across every policy of the pass.
         let chains: BTreeMap<String, Option<String>> = docs
             .iter()
@@ -285,7 +283,7 @@ impl AmiWatcher {
             error,
             waiting,
         };
-        let record = match state::load_pool(self.store.as_ref(), &pool).await {
+        let record = match self.state.pool(&pool).await {
             Ok(r) => r,
             Err(e) => {
                 return outcome(
@@ -438,7 +436,7 @@ impl AmiWatcher {
         };
         if let Some(pool) = pool {
             if when == Record::Existing {
-                match state::load_pool(self.store.as_ref(), &pool).await {
+                match self.state.pool(&pool).await {
                     Ok(Some(_)) => {}
                     Ok(None) => {
                         tracing::info!(source = %source, pool = %pool, decision = "not recorded", "the pool has no record; an invalid document creates none");
@@ -509,7 +507,7 @@ impl AmiWatcher {
             images: ports.images.clone(),
             clusters: ports.clusters.clone(),
             groups: ports.node_groups.clone(),
-            store: ports.store.clone(),
+            state: crate::state::Repository::new(ports.store.clone()),
             announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             alarms: ports.alarms.clone(),
             metrics: ports.metrics.clone(),

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use super::{InterruptionHandler, Outcome};
 use crate::handlers::HandlerError;
-use crate::port::{ErrorKind, PortError};
+use crate::port::PortError;
+use crate::state::ClaimKey;
 
 /// Where a claim stands (stored as `status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,12 +47,12 @@ pub(super) enum Claim {
 }
 
 impl InterruptionHandler {
-    /// Claims `pk`/`sk` for `what`, runs `work` if the claim is ours and settles the claim
+    /// Claims `key` for `what`, runs `work` if the claim is ours and settles the claim
     /// `done` or `failed` by its result; when another delivery holds or finished it, returns
     /// `skipped(claim)` instead, without running `work`.
     pub(super) async fn claimed<W, F>(
         &self,
-        (pk, sk): (&str, &str),
+        key: &ClaimKey,
         what: &str,
         now: impl Fn() -> DateTime<Utc>,
         skipped: impl FnOnce(Option<&ClaimDoc>) -> Outcome,
@@ -62,7 +63,7 @@ impl InterruptionHandler {
         F: Future<Output = Result<Outcome, HandlerError>>,
     {
         let version = match self
-            .claim(pk, sk, what, now())
+            .claim(key, what, now())
             .await
             .map_err(super::internal)?
         {
@@ -74,17 +75,16 @@ impl InterruptionHandler {
             Ok(o) => (ClaimStatus::Done, o.details.clone()),
             Err(_) => (ClaimStatus::Failed, Value::Null),
         };
-        self.settle(pk, sk, version, status, what, details, now())
+        self.settle(key, version, status, what, details, now())
             .await;
         result
     }
 
-    /// Claims `pk`/`sk` for this invocation: a new item, or one left `failed` or stale by an
+    /// Claims `key` for this invocation: a new item, or one left `failed` or stale by an
     /// earlier invocation.
     pub(super) async fn claim(
         &self,
-        pk: &str,
-        sk: &str,
+        key: &ClaimKey,
         what: &str,
         now: DateTime<Utc>,
     ) -> Result<Claim, PortError> {
@@ -94,19 +94,16 @@ impl InterruptionHandler {
             what: what.to_string(),
             details: Value::Null,
         });
-        let ttl = Some(now + self.settings.retention);
-        match self.store.put(pk, sk, &doc, None, ttl).await {
-            Ok(v) => return Ok(Claim::Ours(v)),
-            Err(e) if e.kind == ErrorKind::Conflict => {}
-            Err(e) => return Err(e),
+        let ttl = now + self.settings.retention;
+        if let Some(v) = self.state.put_claim(key, &doc, None, ttl).await? {
+            return Ok(Claim::Ours(v));
         }
-        let Some(current) = self.store.get(pk, sk).await? else {
+        let Some(current) = self.state.claim(key).await? else {
             // Expired between the two calls: try once more.
-            return match self.store.put(pk, sk, &doc, None, ttl).await {
-                Ok(v) => Ok(Claim::Ours(v)),
-                Err(e) if e.kind == ErrorKind::Conflict => Ok(Claim::Taken(None)),
-                Err(e) => Err(e),
-            };
+            return Ok(match self.state.put_claim(key, &doc, None, ttl).await? {
+                Some(v) => Claim::Ours(v),
+                None => Claim::Taken(None),
+            });
         };
         let existing: Option<ClaimDoc> = serde_json::from_value(current.value).ok();
         let stale = match &existing {
@@ -121,23 +118,23 @@ impl InterruptionHandler {
         if !stale {
             return Ok(Claim::Taken(existing));
         }
-        match self
-            .store
-            .put(pk, sk, &doc, Some(current.version), ttl)
-            .await
-        {
-            Ok(v) => Ok(Claim::Ours(v)),
-            Err(e) if e.kind == ErrorKind::Conflict => Ok(Claim::Taken(existing)),
-            Err(e) => Err(e),
-        }
+        Ok(
+            match self
+                .state
+                .put_claim(key, &doc, Some(current.version), ttl)
+                .await?
+            {
+                Some(v) => Claim::Ours(v),
+                None => Claim::Taken(existing),
+            },
+        )
     }
 
     /// Marks a claim `done` or `failed` (best effort: a lost write only means a retry re-checks).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn settle(
         &self,
-        pk: &str,
-        sk: &str,
+        key: &ClaimKey,
         version: u64,
         status: ClaimStatus,
         what: &str,
@@ -150,18 +147,9 @@ impl InterruptionHandler {
             what: what.to_string(),
             details,
         });
-        if let Err(e) = self
-            .store
-            .put(
-                pk,
-                sk,
-                &doc,
-                Some(version),
-                Some(now + self.settings.retention),
-            )
-            .await
-        {
-            tracing::warn!(pk, sk, error = %e, "could not settle claim");
+        let ttl = now + self.settings.retention;
+        if let Err(e) = self.state.put_claim(key, &doc, Some(version), ttl).await {
+            tracing::warn!(claim = %key, error = %e, "could not settle claim");
         }
     }
 }

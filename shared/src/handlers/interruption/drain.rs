@@ -5,13 +5,13 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{Action, InterruptionHandler, Outcome, chrono_of, claim_sk, internal};
+use super::{Action, InterruptionHandler, Outcome, chrono_of, internal};
 use crate::clock::Clock;
 use crate::event::interruption::{ClassifiedEvent, Interruption};
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, DrainError, NodeOps};
 use crate::policy::PoolRef;
-use crate::state;
+use crate::state::ClaimKey;
 
 impl InterruptionHandler {
     /// Spot / Capacity Reservation warning, or the instance stopping: cordon, taint and evict
@@ -26,10 +26,9 @@ impl InterruptionHandler {
         deadline: Instant,
     ) -> Result<Outcome, HandlerError> {
         let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
-        let sk = claim_sk(instance_id, "drain");
+        let key = ClaimKey::work(&pool, instance_id, "drain");
         self.claimed(
-            (&pk, &sk),
+            &key,
             c.event.kind(),
             || clock.now(),
             |doc| {

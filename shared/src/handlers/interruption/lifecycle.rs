@@ -6,15 +6,14 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{Action, InterruptionHandler, Outcome, claim_sk, internal, lifecycle_sk};
+use super::{Action, InterruptionHandler, Outcome, internal};
 use crate::clock::Clock;
 use crate::event::interruption::LifecycleAction;
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, DrainError, DrainState};
 use crate::policy::PoolRef;
-use crate::port::ErrorKind;
-use crate::rotation::{Rotation, RotationReason, Step, rotation_sk};
-use crate::state;
+use crate::rotation::{Rotation, RotationReason, Step};
+use crate::state::{self, ClaimKey, Versioned};
 
 impl InterruptionHandler {
     /// Why the instance needs no drain before its lifecycle action completes, if it does not.
@@ -23,10 +22,8 @@ impl InterruptionHandler {
         pool: &str,
         instance_id: &str,
     ) -> Result<Option<String>, HandlerError> {
-        let pk = state::pool_pk(pool);
-        if let Some(v) = self
-            .store
-            .get(&pk, &claim_sk(instance_id, "drain"))
+        if let Some(v) = (self.state)
+            .claim(&ClaimKey::work(pool, instance_id, "drain"))
             .await
             .map_err(internal)?
             && v.value["status"] == "done"
@@ -36,12 +33,10 @@ impl InterruptionHandler {
                 v.value["what"].as_str().unwrap_or("interruption")
             )));
         }
-        if let Some(v) = self
-            .store
-            .get(&pk, &rotation_sk(instance_id))
+        if let Some(Versioned { value: Some(r), .. }) = (self.state)
+            .rotation(pool, instance_id)
             .await
             .map_err(internal)?
-            && let Ok(r) = serde_json::from_value::<Rotation>(v.value)
         {
             let drained = r
                 .drain
@@ -70,11 +65,10 @@ impl InterruptionHandler {
         deadline: Instant,
     ) -> Result<Outcome, HandlerError> {
         let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
-        let sk = claim_sk(&a.instance_id, "lifecycle");
+        let key = ClaimKey::work(&pool, &a.instance_id, "lifecycle");
         let id = a.instance_id.as_str();
         self.claimed(
-            (&pk, &sk),
+            &key,
             "TerminateLifecycleAction",
             || clock.now(),
             |_| {
@@ -197,24 +191,24 @@ impl InterruptionHandler {
     /// any other record (finished, or in flight before its drain: `Pending`, `Surging`,
     /// `Cordoned`) is replaced, keeping its surge and replacement so their capacity is
     /// accounted for. Never swallowed by a stale record.
-    pub(super) async fn take_over(&self, pk: &str, ours: Rotation) -> Result<(), HandlerError> {
-        let sk = rotation_sk(&ours.instance_id);
+    pub(super) async fn take_over(&self, ours: Rotation) -> Result<(), HandlerError> {
         for _ in 0..state::WRITE_ATTEMPTS {
-            let current = self.store.get(pk, &sk).await.map_err(internal)?;
-            let before: Option<Rotation> = current
-                .as_ref()
-                .and_then(|v| serde_json::from_value(v.value.clone()).ok());
+            let current = (self.state)
+                .rotation(&ours.pool, &ours.instance_id)
+                .await
+                .map_err(internal)?;
+            let before: Option<Rotation> = current.as_ref().and_then(|v| v.value.clone());
             let (expected, next) = match &current {
                 None => (None, ours.clone()),
-                Some(v) => match serde_json::from_value::<Rotation>(v.value.clone()) {
-                    Ok(r)
+                Some(v) => match &v.value {
+                    Some(r)
                         if r.in_flight()
                             && matches!(r.step, Step::Draining | Step::Terminating) =>
                     {
                         tracing::info!(instance = %r.instance_id, step = ?r.step, decision = "kept", "a rotation already drains this instance; it completes the drain");
                         return Ok(());
                     }
-                    Ok(r) if r.in_flight() => (
+                    Some(r) if r.in_flight() => (
                         Some(v.version),
                         Rotation {
                             surge: r.surge.clone(),
@@ -262,24 +256,19 @@ impl InterruptionHandler {
                 now,
             )
         };
-        let pk = state::pool_pk(&pool);
-        self.take_over(&pk, rotation).await?;
+        self.take_over(rotation).await?;
         let open = json!({"status": "open", "action": a, "since": now});
-        match self
-            .store
-            .put(
-                &pk,
-                &lifecycle_sk(&a.instance_id),
+        // Already open (a retried hand-over): kept.
+        (self.state)
+            .put_lifecycle_handover(
+                &pool,
+                &a.instance_id,
                 &open,
                 None,
-                Some(now + self.settings.retention),
+                now + self.settings.retention,
             )
             .await
-        {
-            Ok(_) => {}
-            Err(e) if e.kind == ErrorKind::Conflict => {}
-            Err(e) => return Err(internal(e)),
-        }
+            .map_err(internal)?;
         self.lifecycle
             .heartbeat(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
             .await
@@ -299,9 +288,11 @@ impl InterruptionHandler {
         let mut outcomes = Vec::new();
         for policy in &policies {
             let pool = policy.pool_id();
-            let pk = state::pool_pk(&pool);
-            let open = self.store.query(&pk, "LCA#").await.map_err(internal)?;
-            for (sk, v) in open {
+            let open = (self.state)
+                .lifecycle_handovers(&pool)
+                .await
+                .map_err(internal)?;
+            for v in open {
                 if v.value["status"] != "open" {
                     continue;
                 }
@@ -343,14 +334,13 @@ impl InterruptionHandler {
                 };
                 if finished {
                     let doc = json!({"status": "done", "action": a, "at": clock.now()});
-                    let _ = self
-                        .store
-                        .put(
-                            &pk,
-                            &sk,
+                    let _ = (self.state)
+                        .put_lifecycle_handover(
+                            &pool,
+                            &a.instance_id,
                             &doc,
                             Some(v.version),
-                            Some(clock.now() + self.settings.retention),
+                            clock.now() + self.settings.retention,
                         )
                         .await;
                 }

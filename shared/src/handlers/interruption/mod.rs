@@ -37,7 +37,7 @@ use crate::kube::{KubeConnector, NodeOps};
 use crate::policy::source::PolicySource;
 use crate::policy::{self, PoolRef};
 use crate::port::{ErrorKind, PortError};
-use crate::state::{self, Store};
+use crate::state::{self, ClaimKey};
 
 mod claim;
 mod drain;
@@ -129,7 +129,7 @@ pub struct InterruptionHandler {
     /// The accounts and regions whose events are acted on.
     pub deployment: Arc<dyn crate::event::served::Deployment>,
     /// The state table.
-    pub store: Arc<dyn Store>,
+    pub state: crate::state::Repository,
     /// Records transitions' events and puts them on the bus (same table as `store`).
     pub announce: crate::announce::Announcer,
     /// Kubernetes access per cluster.
@@ -226,24 +226,6 @@ pub(super) fn chrono_of(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
-/// Sort key of the claim of `kind` work on `instance` (pool partition).
-pub(super) fn claim_sk(instance: &str, kind: &str) -> String {
-    format!("CLAIM#{instance}#{kind}")
-}
-
-/// Sort key of an open lifecycle action handed to the rotator (pool partition).
-pub(super) fn lifecycle_sk(instance: &str) -> String {
-    format!("LCA#{instance}")
-}
-
-/// Sort key of an event record (pool partition).
-pub fn event_sk(time: DateTime<Utc>, instance: &str) -> String {
-    format!(
-        "EVT#{}#{instance}",
-        time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-    )
-}
-
 /// The answer to an event refused before it acted (one log line with why; nothing changed).
 fn refused(c: &ClassifiedEvent, why: String) -> Value {
     let kind = c.event.kind();
@@ -336,10 +318,10 @@ impl InterruptionHandler {
             _ => None,
         };
         // Deduplicate by event id, concurrently with loading what locating the instance needs.
-        let event_key = c.id.as_ref().map(|id| format!("EVENT#{id}"));
+        let event_key = c.id.as_deref().map(ClaimKey::event);
         let claim = async {
             match &event_key {
-                Some(pk) => self.claim(pk, "EVENT", kind, clock.now()).await.map(Some),
+                Some(key) => self.claim(key, kind, clock.now()).await.map(Some),
                 None => Ok(None),
             }
         };
@@ -363,13 +345,13 @@ impl InterruptionHandler {
             (Err(e), _) | (_, Err(e)) => Err(internal(e)),
             (Ok(policies), Ok(info)) => self.dispatch(&c, &policies, info, &clock, deadline).await,
         };
-        if let (Some(pk), Some(v)) = (&event_key, version) {
+        if let (Some(key), Some(v)) = (&event_key, version) {
             let status = if result.is_ok() {
                 ClaimStatus::Done
             } else {
                 ClaimStatus::Failed
             };
-            self.settle(pk, "EVENT", v, status, kind, Value::Null, clock.now())
+            self.settle(key, v, status, kind, Value::Null, clock.now())
                 .await;
         }
         let outcomes = result?;
@@ -549,7 +531,7 @@ impl InterruptionHandler {
         events: Vec<crate::bus::BusEvent>,
         now: DateTime<Utc>,
     ) {
-        match state::load_pool(self.store.as_ref(), pool).await {
+        match self.state.pool(pool).await {
             Ok(Some(_)) => {}
             Ok(None) => return self.announce.put_now(&events).await,
             Err(e) => {
@@ -587,19 +569,12 @@ impl InterruptionHandler {
             "eventTime": time,
             "handledAt": now,
         });
-        let pk = state::pool_pk(pool);
-        let ttl = Some(now + self.settings.retention);
-        let sk = event_sk(time, &o.instance);
-        let result = match self.store.put(&pk, &sk, &doc, None, ttl).await {
-            Err(e) if e.kind == ErrorKind::Conflict => {
-                // Another event for the instance in the same second.
-                let tail = c.id.as_deref().unwrap_or(c.event.kind());
-                self.store
-                    .put(&pk, &format!("{sk}#{tail}"), &doc, None, ttl)
-                    .await
-            }
-            other => other,
-        };
+        let ttl = now + self.settings.retention;
+        // Another event for the instance in the same second goes under this tail.
+        let tail = c.id.as_deref().unwrap_or(c.event.kind());
+        let result = (self.state)
+            .log_event(pool, time, &o.instance, tail, &doc, ttl)
+            .await;
         if let Err(e) = result
             && e.kind != ErrorKind::Conflict
         {
@@ -625,7 +600,7 @@ impl InterruptionHandler {
             instances: ports.instances.clone(),
             lifecycle: ports.lifecycle.clone(),
             deployment: ports.deployment.clone(),
-            store: ports.store.clone(),
+            state: crate::state::Repository::new(ports.store.clone()),
             announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             kube: ports.kube.clone(),
             settings,

@@ -2,13 +2,13 @@
 
 use serde_json::json;
 
-use super::{Action, InterruptionHandler, Outcome, claim_sk, internal};
+use super::{Action, InterruptionHandler, Outcome, internal};
 use crate::clock::Clock;
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, NodeEvent};
 use crate::policy::{PoolRef, RebalanceAction};
 use crate::rotation::{Rotation, RotationReason};
-use crate::state;
+use crate::state::ClaimKey;
 
 impl InterruptionHandler {
     /// Rebalance recommendation, per the pool's `interruption.rebalance`.
@@ -19,10 +19,9 @@ impl InterruptionHandler {
         clock: &Clock,
     ) -> Result<Outcome, HandlerError> {
         let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
-        let sk = claim_sk(instance_id, "rebalance");
+        let key = ClaimKey::work(&pool, instance_id, "rebalance");
         self.claimed(
-            (&pk, &sk),
+            &key,
             "RebalanceRecommendation",
             || clock.now(),
             |_| {

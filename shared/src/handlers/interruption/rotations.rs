@@ -4,14 +4,14 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::{Action, InterruptionHandler, Outcome, claim_sk, internal};
+use super::{Action, InterruptionHandler, Outcome, internal};
 use crate::clock::Clock;
 use crate::event::interruption::InstanceState;
 use crate::handlers::HandlerError;
 use crate::kube as k;
 use crate::policy::PoolRef;
-use crate::rotation::{Release, Rotation, RotationReason, Step, rotation_sk};
-use crate::state::{self, Versioned};
+use crate::rotation::{Release, Rotation, RotationReason, Step};
+use crate::state::{self, ClaimKey, Versioned};
 
 impl InterruptionHandler {
     /// Records a `Pending` rotation unless one is in flight (a finished one is replaced).
@@ -20,8 +20,6 @@ impl InterruptionHandler {
         rotation: Rotation,
         why: &str,
     ) -> Result<Outcome, HandlerError> {
-        let pk = state::pool_pk(&rotation.pool);
-        let sk = rotation_sk(&rotation.instance_id);
         let outcome = |action: Action, reason: String| {
             Outcome::new(&rotation.instance_id, Some(&rotation.pool), action, reason).with(json!({
                 "reason": rotation.reason,
@@ -30,10 +28,14 @@ impl InterruptionHandler {
             }))
         };
         for _ in 0..state::WRITE_ATTEMPTS {
-            let (before, expected) = match self.store.get(&pk, &sk).await.map_err(internal)? {
+            let current = (self.state)
+                .rotation(&rotation.pool, &rotation.instance_id)
+                .await
+                .map_err(internal)?;
+            let (before, expected) = match current {
                 None => (None, None),
-                Some(v) => match serde_json::from_value::<Rotation>(v.value) {
-                    Ok(r) if r.in_flight() => {
+                Some(v) => match v.value {
+                    Some(r) if r.in_flight() => {
                         return Ok(outcome(
                             Action::Skipped,
                             format!(
@@ -42,8 +44,8 @@ impl InterruptionHandler {
                             ),
                         ));
                     }
-                    Ok(r) => (Some(r), Some(v.version)),
-                    Err(_) => (None, Some(v.version)),
+                    Some(r) => (Some(r), Some(v.version)),
+                    None => (None, Some(v.version)),
                 },
             };
             // A finished record's unput events are kept.
@@ -110,10 +112,9 @@ impl InterruptionHandler {
         clock: &Clock,
     ) -> Result<Outcome, HandlerError> {
         let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
-        let sk = claim_sk(instance_id, "gone");
+        let key = ClaimKey::work(&pool, instance_id, "gone");
         self.claimed(
-            (&pk, &sk),
+            &key,
             "StateChange",
             || clock.now(),
             |_| {
@@ -165,15 +166,15 @@ impl InterruptionHandler {
         instance_id: &str,
         clock: &Clock,
     ) -> Result<Option<Step>, HandlerError> {
-        let pk = state::pool_pk(pool);
-        let sk = rotation_sk(instance_id);
         for _ in 0..state::WRITE_ATTEMPTS {
-            let Some(Versioned { value, version }) =
-                self.store.get(&pk, &sk).await.map_err(internal)?
+            let Some(Versioned {
+                value: Some(r),
+                version,
+            }) = (self.state)
+                .rotation(pool, instance_id)
+                .await
+                .map_err(internal)?
             else {
-                return Ok(None);
-            };
-            let Ok(r) = serde_json::from_value::<Rotation>(value) else {
                 return Ok(None);
             };
             if !r.in_flight() {

@@ -23,16 +23,12 @@ use super::HandlerError;
 use super::rotator::RotatorHandler;
 use crate::ami::resolve::{ImageCatalog, ImageQuery};
 use crate::policy::{self, NodeGroup, Policy};
-use crate::promotion::quarantine::QUARANTINE_PK;
 use crate::rotation::Rotation;
-use crate::state::{self, OperatorAction, Pin, PoolRecord, Versioned};
+use crate::state::{AuditRecord, AuditScope, OperatorAction, Pin, PoolRecord, Versioned};
 pub use request::{Request, Target};
 
 /// Audit records are kept this long.
 const AUDIT_RETENTION_DAYS: i64 = 400;
-/// Partition of the audit records of requests that name no pool nodecycle manages: refused at
-/// parsing, or naming an unknown pool (never a partition named after hostile input).
-pub const AUDIT_PK: &str = "AUDIT";
 /// Largest part of a request or response (its JSON) an audit record keeps: a valid request is
 /// smaller; of a larger one the record keeps its first [`AUDIT_PREFIX`] bytes and its size.
 pub const AUDIT_MAX_BYTES: usize = 64 * 1024;
@@ -42,13 +38,6 @@ pub const AUDIT_PREFIX: usize = 1024;
 pub const MAX_CALLER: usize = 256;
 /// Most problems one refusal lists (the rest are counted).
 const MAX_PROBLEMS: usize = 20;
-
-/// Where an audit record was written, to add the outcome.
-struct Audit {
-    pk: String,
-    sk: String,
-    version: u64,
-}
 
 /// `value` as it is when its JSON is at most [`AUDIT_MAX_BYTES`], else
 /// `{"truncated": true, "bytes": <size>, "prefix": <its first AUDIT_PREFIX bytes>}`.
@@ -150,7 +139,7 @@ impl OpsHandler {
     /// A mutating request (and any request refused at parsing, whatever it meant to do) is
     /// audited before it acts: its audit record is written first, and when that write fails the
     /// request is refused with nothing changed; the outcome is added to the record afterwards.
-    /// A request naming a pool no policy defines is audited under [`AUDIT_PK`], as is one refused
+    /// A request naming a pool no policy defines is audited under [`AuditScope::Unscoped`], as is one refused
     /// at parsing. `status` and `promotion` only read and are not audited.
     pub async fn handle(
         &self,
@@ -163,7 +152,10 @@ impl OpsHandler {
             Err(problems) => {
                 let refused = Err(invalid(problems));
                 tracing::warn!(request_id = %inv.request_id, decision = "rejected", error = ?refused.as_ref().err().map(|e| &e.message), "invalid request");
-                if let Ok(audit) = self.audit_start(AUDIT_PK, payload, inv, now).await {
+                if let Ok(audit) = self
+                    .audit_start(AuditScope::Unscoped, payload, inv, now)
+                    .await
+                {
                     self.audit_finish(&audit, payload, inv, &refused, now).await;
                 }
                 return refused;
@@ -189,7 +181,9 @@ impl OpsHandler {
         if let Request::Quarantine { target, reason } | Request::Unquarantine { target, reason } =
             &req
         {
-            let audit = self.audit_start(QUARANTINE_PK, payload, inv, now).await?;
+            let audit = self
+                .audit_start(AuditScope::Quarantine, payload, inv, now)
+                .await?;
             let result = if matches!(req, Request::Quarantine { .. }) {
                 self.quarantine(&policies, target, reason, inv, now).await
             } else {
@@ -202,7 +196,7 @@ impl OpsHandler {
         if let Request::Stop { reason } | Request::Start { reason } = &req {
             let stopped = matches!(req, Request::Stop { .. });
             let audit = self
-                .audit_start(crate::stop::DEPLOYMENT_PK, payload, inv, now)
+                .audit_start(AuditScope::Deployment, payload, inv, now)
                 .await?;
             let result = self.stop_switch(&policies, stopped, reason, inv, now).await;
             self.audit_finish(&audit, payload, inv, &result, now).await;
@@ -214,7 +208,10 @@ impl OpsHandler {
             Ok(p) => p,
             Err(e) => {
                 let refused = Err(e);
-                if let Ok(audit) = self.audit_start(AUDIT_PK, payload, inv, now).await {
+                if let Ok(audit) = self
+                    .audit_start(AuditScope::Unscoped, payload, inv, now)
+                    .await
+                {
                     self.audit_finish(&audit, payload, inv, &refused, now).await;
                 }
                 log_outcome(inv, Some(&pool), None, req.action(), &refused);
@@ -222,7 +219,7 @@ impl OpsHandler {
             }
         };
         let audit = self
-            .audit_start(&state::pool_pk(&pool), payload, inv, now)
+            .audit_start(AuditScope::Pool(&pool), payload, inv, now)
             .await?;
         let result = match &req {
             Request::Rotate {
@@ -335,30 +332,24 @@ impl OpsHandler {
     }
 
     /// Writes the audit record of a request before it acts (`outcome: started`): the request
-    /// (bounded: [`bounded`]), caller, request id and time, under partition `pk`. `Err` when the
+    /// (bounded: [`bounded`]), caller, request id and time, under `scope`. `Err` when the
     /// record cannot be written: the request is then refused, nothing done.
     async fn audit_start(
         &self,
-        pk: &str,
+        scope: AuditScope<'_>,
         payload: &Value,
         inv: &Invocation,
         now: DateTime<Utc>,
-    ) -> Result<Audit, HandlerError> {
-        let sk = format!(
-            "AUDIT#{}#{}",
-            now.to_rfc3339_opts(SecondsFormat::Millis, true),
-            inv.request_id
-        );
+    ) -> Result<AuditRecord, HandlerError> {
         let doc = audit_doc(payload, inv, json!({"started": true}), now);
         let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
-        match self.rotator.store.put(pk, &sk, &doc, None, Some(ttl)).await {
-            Ok(version) => Ok(Audit {
-                pk: pk.to_string(),
-                sk,
-                version,
-            }),
+        match (self.rotator.state)
+            .audit_start(scope, &inv.request_id, &doc, now, ttl)
+            .await
+        {
+            Ok(audit) => Ok(audit),
             Err(e) => {
-                tracing::error!(partition = pk, request_id = %inv.request_id, error = %e, decision = "refused", "cannot write the audit record; the request is refused, nothing was done");
+                tracing::error!(partition = %scope.partition(), request_id = %inv.request_id, error = %e, decision = "refused", "cannot write the audit record; the request is refused, nothing was done");
                 Err(internal(format!(
                     "cannot write the audit record ({e}); the request was refused and nothing was changed: retry when the table accepts writes"
                 )))
@@ -370,7 +361,7 @@ impl OpsHandler {
     /// logged loudly (the request was performed; its record says `started`).
     async fn audit_finish(
         &self,
-        audit: &Audit,
+        audit: &AuditRecord,
         payload: &Value,
         inv: &Invocation,
         result: &Result<Value, HandlerError>,
@@ -382,13 +373,8 @@ impl OpsHandler {
         };
         let doc = audit_doc(payload, inv, outcome, now);
         let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
-        if let Err(e) = self
-            .rotator
-            .store
-            .put(&audit.pk, &audit.sk, &doc, Some(audit.version), Some(ttl))
-            .await
-        {
-            tracing::error!(partition = %audit.pk, request_id = %inv.request_id, error = %e, outcome = %bounded(&doc["outcome"]), "cannot write the outcome to the audit record (it says started)");
+        if let Err(e) = self.rotator.state.audit_finish(audit, &doc, ttl).await {
+            tracing::error!(partition = %audit.partition(), request_id = %inv.request_id, error = %e, outcome = %bounded(&doc["outcome"]), "cannot write the outcome to the audit record (it says started)");
         }
     }
 
@@ -446,9 +432,7 @@ impl OpsHandler {
                 "ami: {ami} does not exist or is not available (DescribeImages, state=available)"
             )));
         };
-        let record = state::load_pool(self.rotator.store.as_ref(), &pool)
-            .await
-            .map_err(internal)?;
+        let record = self.rotator.state.pool(&pool).await.map_err(internal)?;
         let pool_arch = policy.architecture.or_else(|| {
             record
                 .as_ref()
@@ -503,6 +487,7 @@ impl OpsHandler {
     ) -> Result<BTreeMap<String, Versioned<Rotation>>, HandlerError> {
         Ok(self
             .rotator
+            .state
             .rotations(pool)
             .await
             .map_err(internal)?

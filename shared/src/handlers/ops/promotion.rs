@@ -14,8 +14,8 @@ use super::{OpsHandler, instant, internal};
 use crate::handlers::HandlerError;
 use crate::policy::{Policy, Promotion};
 use crate::promotion::{self, Alarms, Quarantine, Quarantined, Release, SoakPeriod, Target};
-use crate::rotation::{Rotation, Step};
-use crate::state::{self, PoolRecord, ReleaseHow};
+use crate::rotation::Step;
+use crate::state::{PoolRecord, ReleaseHow};
 
 /// Where a candidate release stands in the upstream pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -314,17 +314,13 @@ impl OpsHandler {
 
     /// Failed rotations of `pool` by target image.
     async fn failed_rotations(&self, pool: &str) -> Result<BTreeMap<String, usize>, String> {
-        let rotations = self
-            .rotator
-            .store
-            .query(&state::pool_pk(pool), "ROT#")
+        let rotations = (self.rotator.state)
+            .rotations(pool)
             .await
             .map_err(|e| format!("cannot read the rotations of {pool}: {e}"))?;
         let mut out = BTreeMap::new();
-        for (_, v) in rotations {
-            let Ok(r) = serde_json::from_value::<Rotation>(v.value) else {
-                continue;
-            };
+        for v in rotations {
+            let r = v.value;
             if let (Step::Failed, Some(target)) = (r.step, r.target) {
                 *out.entry(target).or_default() += 1;
             }
@@ -343,8 +339,8 @@ impl OpsHandler {
     ) -> Option<(String, Option<PoolRecord>, Vec<Candidate>, promotion::Proof)> {
         let promo = policy.promotion.as_ref()?;
         let upstream = promo.from.clone()?;
-        let store = self.rotator.store.as_ref();
-        let record = match state::load_pool(store, &upstream).await {
+        let store = &self.rotator.state;
+        let record = match store.pool(&upstream).await {
             Ok(r) => r,
             Err(e) => {
                 problems.push(format!("cannot read upstream pool {upstream}: {e}"));
@@ -447,7 +443,10 @@ pub(super) async fn journey(
     release: &Release,
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
-    let quarantined = state::load_quarantine(ops.rotator.store.as_ref())
+    let quarantined = ops
+        .rotator
+        .state
+        .quarantine()
         .await
         .map_err(|e| internal(format!("cannot read the quarantine: {e}")))?;
     let records = ops.records(policies).await?;

@@ -16,7 +16,7 @@ use super::{Invocation, OpsHandler, internal};
 use crate::handlers::HandlerError;
 use crate::policy::Policy;
 use crate::promotion::{self, Cause, Quarantine, Quarantined, Release, Rollback, Target};
-use crate::state::{self, PoolRecord, ReleaseHow};
+use crate::state::{PoolRecord, ReleaseHow};
 
 /// The targets that name the same thing as `target` (an image id also as a release).
 fn equivalents(target: &Target) -> Vec<Target> {
@@ -50,12 +50,12 @@ pub fn effects(
     let mut out = Vec::new();
     for (pool, record) in records {
         let Some(record) = record else { continue };
-        if promotion::rollback(record, &only).is_none() {
+        if record.rollback(&only).is_none() {
             continue;
         }
         let desired = record.effective_desired().map(str::to_string);
         let release = record.desired.as_ref().map(promotion::release_of);
-        let effect = match promotion::rollback(record, all) {
+        let effect = match record.rollback(all) {
             Some(Rollback::To { target, .. }) => json!({
                 "then": "rollBack",
                 "to": target.id,
@@ -119,7 +119,10 @@ impl OpsHandler {
     ) -> Result<BTreeMap<String, Option<PoolRecord>>, HandlerError> {
         let mut out = BTreeMap::new();
         for pool in policies.keys() {
-            let record = state::load_pool(self.rotator.store.as_ref(), pool)
+            let record = self
+                .rotator
+                .state
+                .pool(pool)
                 .await
                 .map_err(|e| internal(format!("cannot read pool {pool}: {e}")))?;
             out.insert(pool.clone(), record);
@@ -135,9 +138,10 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = self.rotator.store.as_ref();
+        let store = &self.rotator.state;
         let read = || async {
-            state::load_quarantine(store)
+            store
+                .quarantine()
                 .await
                 .map_err(|e| internal(format!("cannot read the quarantine: {e}")))
         };
@@ -201,18 +205,16 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = self.rotator.store.as_ref();
-        let all = state::load_quarantine(store)
+        let store = &self.rotator.state;
+        let all = store
+            .quarantine()
             .await
             .map_err(|e| internal(format!("cannot read the quarantine: {e}")))?;
         let by = self.by(inv, reason, now);
         let mut lifted = Vec::new();
         for t in equivalents(target) {
             let entry = all.0.iter().find(|q| q.target == t).cloned();
-            if state::lift_quarantine(store, &t, &by)
-                .await
-                .map_err(internal)?
-            {
+            if store.lift_quarantine(&t, &by).await.map_err(internal)? {
                 lifted.extend(entry);
             }
         }
@@ -339,10 +341,10 @@ pub(crate) mod tests {
         let old = ami("ami-00000001", "v20241101");
         let bad = ami("ami-00000002", "v20241109");
         let mut pinned = record("prod/a", bad.clone(), Some(old.clone()));
-        pinned.pin = Some(state::Pin {
+        pinned.pin = Some(crate::state::Pin {
             ami: old.id.clone(),
             name: None,
-            by: state::OperatorAction {
+            by: crate::state::OperatorAction {
                 reason: "hold".into(),
                 at: t(0),
                 by: None,

@@ -30,18 +30,17 @@ impl OpsHandler {
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
         let targets = match target {
             Target::All => "all".to_string(),
             Target::Instances(ids) => ids.join(","),
         };
-        let key = format!(
-            "REQ#rotate#{:016x}",
-            fnv(&format!(
-                "{pool}|{targets}|{reason}|{ignore_budgets}|{max_concurrent}"
-            ))
-        );
-        let earlier = self.rotator.store.get(&pk, &key).await.map_err(internal)?;
+        let key = fnv(&format!(
+            "{pool}|{targets}|{reason}|{ignore_budgets}|{max_concurrent}"
+        ));
+        let earlier = (self.rotator.state)
+            .rotate_request(&pool, key)
+            .await
+            .map_err(internal)?;
         if let Some(e) = &earlier {
             let at = e
                 .value
@@ -150,10 +149,8 @@ impl OpsHandler {
         let doc = json!({"at": instant(now), "requestId": inv.request_id, "response": response});
         let ttl =
             now + chrono::Duration::minutes(REPEAT_WINDOW_MINUTES) + chrono::Duration::days(1);
-        if let Err(e) = self
-            .rotator
-            .store
-            .put(&pk, &key, &doc, earlier.map(|e| e.version), Some(ttl))
+        if let Err(e) = (self.rotator.state)
+            .put_rotate_request(&pool, key, &doc, earlier.map(|e| e.version), ttl)
             .await
         {
             tracing::warn!(pool = %pool, error = %e, "cannot record the request for repeats; a repeat re-checks every instance");
@@ -179,7 +176,12 @@ impl OpsHandler {
         // rotation alone, and the surge's undo is recorded before it is performed.
         let mut claimed = None;
         for _ in 0..state::WRITE_ATTEMPTS {
-            let records = self.rotator.rotations(&pool).await.map_err(internal)?;
+            let records = self
+                .rotator
+                .state
+                .rotations(&pool)
+                .await
+                .map_err(internal)?;
             let Some(v) = records
                 .iter()
                 .find(|v| v.value.instance_id == instance)

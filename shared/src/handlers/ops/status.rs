@@ -15,7 +15,6 @@ use crate::handlers::HandlerError;
 use crate::plan::{self, Drift, Expiry};
 use crate::policy::Policy;
 use crate::rotation::Rotation;
-use crate::state;
 
 /// Interruptions handled within this window are shown.
 const INTERRUPTION_WINDOW_HOURS: i64 = 24;
@@ -53,7 +52,7 @@ pub(super) async fn status(
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let mut problems = Vec::new();
-    let quarantined = match state::load_quarantine(ops.rotator.store.as_ref()).await {
+    let quarantined = match ops.rotator.state.quarantine().await {
         Ok(q) => Some(q),
         Err(e) => {
             problems.push(format!("cannot read the quarantine: {e}"));
@@ -82,9 +81,9 @@ async fn pool_status(
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let pool = policy.pool_id();
-    let store = ops.rotator.store.as_ref();
+    let store = &ops.rotator.state;
     let internal = |e: crate::port::PortError| HandlerError::internal(e.to_string());
-    let record = state::load_pool(store, &pool).await.map_err(internal)?;
+    let record = store.pool(&pool).await.map_err(internal)?;
     let mut problems = Vec::new();
 
     // Desired AMI and where it came from.
@@ -192,11 +191,11 @@ async fn pool_status(
     if rotations.is_empty() {
         // Without a snapshot, still show the records.
         rotations = store
-            .query(&state::pool_pk(&pool), "ROT#")
+            .rotations(&pool)
             .await
             .map_err(internal)?
             .into_iter()
-            .filter_map(|(_, v)| serde_json::from_value(v.value).ok())
+            .map(|v| v.value)
             .collect();
     }
     rotations.sort_by(|a, b| (a.created_at, &a.instance_id).cmp(&(b.created_at, &b.instance_id)));
@@ -224,15 +223,15 @@ async fn pool_status(
 
     // Interruptions handled by the interruption handler (EVT# items) in the last 24h.
     let interruptions: Vec<Value> = store
-        .query(&state::pool_pk(&pool), "EVT#")
+        .event_log(&pool)
         .await
         .map_err(internal)?
         .into_iter()
         .filter(|(_, v)| {
-            event_time(&v.value)
+            event_time(v)
                 .is_none_or(|t| now - t < chrono::Duration::hours(INTERRUPTION_WINDOW_HOURS))
         })
-        .map(|(sk, v)| json!({"id": sk, "event": v.value}))
+        .map(|(sk, v)| json!({"id": sk, "event": v}))
         .collect();
 
     // Promotion: the upstream's candidates (the quarantine unread: shown as nothing proven).

@@ -10,8 +10,7 @@ use serde_json::{Value, json};
 use super::{Invocation, OpsHandler, internal};
 use crate::handlers::HandlerError;
 use crate::policy::Policy;
-use crate::state;
-use crate::stop::{self, StopSwitch};
+use crate::stop::StopSwitch;
 
 impl OpsHandler {
     /// Flips the switch to `stopped` and answers `{"action", "requestId", "changed",
@@ -25,7 +24,7 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = self.rotator.store.as_ref();
+        let store = &self.rotator.state;
         let switch = StopSwitch {
             stopped,
             reason: reason.to_string(),
@@ -33,7 +32,7 @@ impl OpsHandler {
             at: Some(now),
             request_id: Some(inv.request_id.clone()),
         };
-        let (before, changed) = stop::set(store, &switch).await.map_err(internal)?;
+        let (before, changed) = store.set_stop_switch(&switch).await.map_err(internal)?;
         let in_force = if stopped {
             if changed {
                 Some(switch)
@@ -47,7 +46,7 @@ impl OpsHandler {
         let mut pools = Vec::new();
         let (mut free, mut paused) = (Vec::new(), Vec::new());
         for (id, policy) in policies {
-            let record = state::load_pool(store, id).await.map_err(internal)?;
+            let record = store.pool(id).await.map_err(internal)?;
             let own = match record.and_then(|r| r.paused) {
                 Some(p) => json!({"by": "operator", "reason": p.reason, "caller": p.by}),
                 None if policy.paused => {
@@ -83,7 +82,7 @@ impl OpsHandler {
 
 /// The switch for `status`: the one in force, or null; unreadable is said in `problems`.
 pub(super) async fn status_of(ops: &OpsHandler, problems: &mut Vec<String>) -> Value {
-    match stop::load(ops.rotator.store.as_ref()).await {
+    match ops.rotator.state.stop_switch().await {
         Ok(s) => json!(s),
         Err(e) => {
             problems.push(format!(

@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 
 use super::{PoolReport, RotatorHandler};
 use crate::clock::Clock;
-use crate::fleet::Snapshot;
 use crate::kube::{self as k, DrainState, NodeOps};
+use crate::plan::Snapshot;
 use crate::plan::{self, Action};
 use crate::policy::Policy;
 use crate::port::ErrorKind;

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::RotatorHandler;
-use crate::state;
 
 /// Attempts to give a lease back before leaving it to expire.
 const RELEASE_ATTEMPTS: u32 = 4;
@@ -52,7 +51,7 @@ impl RotatorHandler {
             name: format!("cluster/{cluster}"),
             holder: holder.to_string(),
         };
-        match state::acquire_lease(self.store.as_ref(), &held.name, holder, now, ttl).await {
+        match self.state.acquire_lease(&held.name, holder, now, ttl).await {
             Ok(Ok(())) => Ok(held),
             Ok(Err(lease)) => Err(format!(
                 "lease held by {} until {}",
@@ -72,7 +71,11 @@ impl RotatorHandler {
     pub(super) async fn release(&self, held: &Held, now: DateTime<Utc>) {
         let mut wait = Duration::from_millis(100);
         for attempt in 1..=RELEASE_ATTEMPTS {
-            match state::release_lease(self.store.as_ref(), &held.name, &held.holder, now).await {
+            match self
+                .state
+                .release_lease(&held.name, &held.holder, now)
+                .await
+            {
                 Ok(()) => return,
                 Err(e) if attempt < RELEASE_ATTEMPTS => {
                     tracing::warn!(lease = %held.name, attempt, error = %e, "could not release the lease; retrying");

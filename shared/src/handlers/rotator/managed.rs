@@ -8,55 +8,14 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 
 use super::{PoolCtx, PoolReport, RotatorHandler, log_decisions};
-use crate::fleet::Snapshot;
-use crate::managed::{self, ManagedGroup, ManagedUpdate, Phase, UPDATE_SK, UpdateTarget};
+use crate::managed::{self, ManagedGroup, ManagedUpdate, Phase, UpdateTarget};
+use crate::plan::Snapshot;
 use crate::plan::managed::{ManagedPlan, NodeGroupState, UpdateAction, plan_managed};
 use crate::policy::Policy;
 use crate::port::{ErrorKind, PortError};
-use crate::state::{self, Versioned};
+use crate::state::Versioned;
 
 impl RotatorHandler {
-    /// The pool's update record.
-    async fn load_update(&self, pool: &str) -> Result<Option<Versioned<ManagedUpdate>>, PortError> {
-        let Some(v) = self.store.get(&state::pool_pk(pool), UPDATE_SK).await? else {
-            return Ok(None);
-        };
-        let value = serde_json::from_value(v.value).map_err(|e| {
-            PortError::other(
-                "state:decode",
-                format!("unreadable node group update record of {pool}: {e}"),
-            )
-        })?;
-        Ok(Some(Versioned {
-            value,
-            version: v.version,
-        }))
-    }
-
-    /// Writes `update` over `expected`; `Ok(None)` when another writer won.
-    async fn save_update(
-        &self,
-        update: &ManagedUpdate,
-        expected: Option<u64>,
-    ) -> Result<Option<u64>, PortError> {
-        let doc = serde_json::to_value(update).map_err(|e| PortError::other("encode", e))?;
-        match self
-            .store
-            .put(
-                &state::pool_pk(&update.pool),
-                UPDATE_SK,
-                &doc,
-                expected,
-                None,
-            )
-            .await
-        {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Follows the recorded update with `DescribeUpdate`; a failed or cancelled one halts the
     /// pool (also set in `snapshot.gates`). With `persist` false nothing is written: the
     /// observation only shapes the returned record and the snapshot (`plan`, `status`).
@@ -69,7 +28,7 @@ impl RotatorHandler {
         persist: bool,
     ) -> Result<Option<Versioned<ManagedUpdate>>, PortError> {
         let pool = snapshot.policy.pool_id();
-        let Some(mut v) = self.load_update(&pool).await? else {
+        let Some(mut v) = self.state.managed_update(&pool).await? else {
             return Ok(None);
         };
         if persist && let Some(config) = v.value.config_to_restore() {
@@ -104,9 +63,13 @@ impl RotatorHandler {
                 version: v.version,
             }));
         }
-        let Some(version) = self.save_update(&next, Some(v.version)).await? else {
+        let Some(version) = self
+            .state
+            .put_managed_update(&next, Some(v.version))
+            .await?
+        else {
             // Another rotator recorded it first; its view wins this pass.
-            return self.load_update(&pool).await;
+            return self.state.managed_update(&pool).await;
         };
         tracing::info!(pool = %pool, update = %id, phase = ?next.phase, errors = ?next.errors, decision = "node group update observed");
         if let Some(why) = next.halt_reason() {
@@ -144,7 +107,11 @@ impl RotatorHandler {
             ..v.value.clone()
         };
         tracing::info!(pool = %v.value.pool, config = ?config, decision = "updateConfig restored", "the node group's updateConfig is back as before the update");
-        match self.save_update(&restored, Some(v.version)).await? {
+        match self
+            .state
+            .put_managed_update(&restored, Some(v.version))
+            .await?
+        {
             Some(version) => Ok(Versioned {
                 value: restored,
                 version,
@@ -223,7 +190,7 @@ impl RotatorHandler {
                 // Replaces a finished record, or creates the first: conditional, so two rotators
                 // never start two updates.
                 let expected = update.as_ref().map(|v| v.version);
-                if let Some(version) = self.save_update(&fresh, expected).await? {
+                if let Some(version) = self.state.put_managed_update(&fresh, expected).await? {
                     tracing::info!(pool = %pool, image = %image, max_unavailable, decision = "node group update recorded", "starting the node group update");
                     let v = Versioned {
                         value: fresh,
@@ -267,7 +234,7 @@ impl RotatorHandler {
                 if u.original_config.is_none() {
                     u.original_config = Some(group.update_config());
                 }
-                let Some(next) = self.save_update(&u, Some(version)).await? else {
+                let Some(next) = self.state.put_managed_update(&u, Some(version)).await? else {
                     return Ok(());
                 };
                 version = next;
@@ -294,7 +261,7 @@ impl RotatorHandler {
                 u.update_id = Some(id);
                 u.phase = Phase::InProgress;
                 u.phase_at = now;
-                self.save_update(&u, Some(version)).await?;
+                self.state.put_managed_update(&u, Some(version)).await?;
                 Ok(())
             }
             Err(e) if e.kind == ErrorKind::Conflict || e.kind.is_retryable() => {
@@ -321,7 +288,11 @@ impl RotatorHandler {
         u.phase = Phase::Failed;
         u.phase_at = now;
         u.errors = vec![why];
-        if self.save_update(&u, Some(version)).await?.is_some()
+        if self
+            .state
+            .put_managed_update(&u, Some(version))
+            .await?
+            .is_some()
             && let Some(halt) = u.halt_reason()
         {
             self.halt(&u.pool, &halt, now).await?;
@@ -360,11 +331,15 @@ impl RotatorHandler {
                 .map_err(retry)?;
             return Ok(UpdateTarget::LaunchTemplate { id, version });
         }
-        let record = state::load_pool(self.store.as_ref(), pool)
+        let record = self
+            .state
+            .pool(pool)
             .await
             .map_err(|e| Retry(e.to_string()))?
             .unwrap_or_default();
-        let lookup = managed::release_parameters(&record, image).map_err(Rejected)?;
+        let lookup =
+            managed::release_parameters(record.desired.as_ref(), record.known_amis(), image)
+                .map_err(Rejected)?;
         let values = self
             .parameters
             .get_parameters(&lookup.parameters())

@@ -17,16 +17,17 @@ use super::HandlerError;
 use crate::ami::resolve::ParameterStore;
 use crate::clock::Clock;
 use crate::event::{Input, Selection, parse_input};
-use crate::fleet::{GroupOps, Snapshot};
+use crate::fleet::GroupOps;
 use crate::kube::NodeOps;
 pub use crate::kube::{EksConnector, KubeConnector};
 use crate::managed::{ManagedGroup, ManagedGroupOps};
+use crate::plan::Snapshot;
 use crate::plan::{self, Action};
 use crate::policy::source::PolicySource;
 use crate::policy::{self, Policy};
 use crate::port::PortError;
 use crate::rotation::step::StepSettings;
-use crate::state::{self, Store};
+use crate::state;
 
 mod execute;
 mod lease;
@@ -131,7 +132,7 @@ pub struct RotatorHandler {
     /// is written into a launch template or a node group update).
     pub node_groups: Arc<dyn crate::ami::resolve::NodeGroupCatalog>,
     /// The state table.
-    pub store: Arc<dyn Store>,
+    pub state: crate::state::Repository,
     /// Records transitions' events and puts them on the bus (same table as `store`).
     pub announce: crate::announce::Announcer,
     /// Kubernetes access per cluster.
@@ -306,9 +307,10 @@ impl RotatorHandler {
         }
         // Fail closed: without the quarantine no pool may move (a quarantined AMI could come
         // back).
-        let quarantined = state::load_quarantine(self.store.as_ref())
-            .await
-            .map_err(|e| internal(format!("cannot read the quarantine: {e}; rotating nothing")))?;
+        let quarantined =
+            self.state.quarantine().await.map_err(|e| {
+                internal(format!("cannot read the quarantine: {e}; rotating nothing"))
+            })?;
         let holder: Arc<str> = lease::holder(request_id).into();
         let quarantined = Arc::new(quarantined);
         let permits = Arc::new(Semaphore::new(self.settings.pool_concurrency.max(1)));
@@ -400,7 +402,7 @@ impl RotatorHandler {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
                 )),
-                Ok(kube) => match ClusterView::read(kube.as_ref(), self.store.as_ref()).await {
+                Ok(kube) => match ClusterView::read(kube.as_ref(), &self.state).await {
                     Ok(view) => Ok((kube, Arc::new(view))),
                     Err(e) => Err(format!(
                         "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"
@@ -551,7 +553,7 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<observe::Observed, String> {
-        let view = ClusterView::read(kube, self.store.as_ref())
+        let view = ClusterView::read(kube, &self.state)
             .await
             .map_err(|e| e.to_string())?;
         self.observe(policy, kube, &view, now)
@@ -611,7 +613,7 @@ impl RotatorHandler {
         if let Some(rollback) = observed
             .record
             .as_ref()
-            .and_then(|r| crate::promotion::rollback(r, &quarantined))
+            .and_then(|r| r.rollback(&quarantined))
         {
             self.roll_back(policy, rollback, now, report).await?;
             observed = self.observe(policy, kube.as_ref(), view, now).await?;
@@ -840,7 +842,7 @@ impl RotatorHandler {
             managed: ports.managed.clone(),
             parameters: ports.parameters.clone(),
             node_groups: ports.node_groups.clone(),
-            store: ports.store.clone(),
+            state: crate::state::Repository::new(ports.store.clone()),
             announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             kube: ports.kube.clone(),
             settings,
@@ -871,7 +873,7 @@ mod tests {
             cause,
             outbox: Vec::new(),
         };
-        let event = crate::bus::quarantined(&q);
+        let event = crate::announce::stage::quarantined(&q);
         Quarantine {
             outbox: if waiting { vec![event] } else { Vec::new() },
             ..q

@@ -6,14 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 
 use super::RotatorHandler;
-use crate::fleet::{Gates, Member, NodeStatus, Snapshot};
+use crate::fleet::{Gates, Member, NodeStatus};
 use crate::kube::{self as k, NodeOps};
 use crate::managed::ManagedGroup;
-use crate::plan;
+use crate::plan::{self, Snapshot};
 use crate::policy::{NodeGroup, Policy};
 use crate::port::{ErrorKind, PortError};
-use crate::rotation::Rotation;
-use crate::state::{self, Versioned};
 
 /// Above this many candidates in one pool, their pods are counted from one list of the
 /// cluster's pods (shared by the cluster's pools this pass) instead of one list per node.
@@ -25,7 +23,8 @@ const PER_NODE_POD_LISTS: usize = 8;
 pub(super) struct ClusterView {
     by_instance: HashMap<String, k::NodeInfo>,
     pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
-    /// The deployment's stop switch as read with the nodes ([`crate::stop::gate`]: unreadable
+    /// The deployment's stop switch as read with the nodes
+    /// ([`crate::state::Repository::stop_gate`]: unreadable
     /// is stopped).
     stopped: Option<String>,
 }
@@ -34,10 +33,10 @@ impl ClusterView {
     /// Lists the cluster's nodes and reads the stop switch (one GetItem per cluster and pass).
     pub(super) async fn read(
         kube: &dyn NodeOps,
-        store: &dyn state::Store,
+        state: &crate::state::Repository,
     ) -> Result<ClusterView, PortError> {
         let nodes = kube.list_nodes().await?;
-        let stopped = crate::stop::gate(store).await;
+        let stopped = state.stop_gate().await;
         Ok(ClusterView {
             stopped,
             by_instance: nodes
@@ -142,27 +141,6 @@ impl RotatorHandler {
         }
     }
 
-    /// Every rotation record of `pool` (unreadable ones are logged and skipped).
-    pub(crate) async fn rotations(
-        &self,
-        pool: &str,
-    ) -> Result<Vec<Versioned<Rotation>>, PortError> {
-        let items = self.store.query(&state::pool_pk(pool), "ROT#").await?;
-        let mut out = Vec::new();
-        for (sk, v) in items {
-            match serde_json::from_value::<Rotation>(v.value) {
-                Ok(r) => out.push(Versioned {
-                    value: r,
-                    version: v.version,
-                }),
-                Err(e) => {
-                    tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored")
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// Builds the snapshot of one pool, with the cluster's nodes and pods from `view`.
     pub(super) async fn observe(
         &self,
@@ -179,7 +157,7 @@ impl RotatorHandler {
             }
         };
         let pool = policy.pool_id();
-        let record = state::load_pool(self.store.as_ref(), &pool).await?;
+        let record = self.state.pool(&pool).await?;
         let (group, instances) = self.groups.describe(&group_name).await?;
         let mut members: Vec<Member> = instances
             .into_iter()
@@ -200,7 +178,7 @@ impl RotatorHandler {
             .as_ref()
             .and_then(|r| r.desired.as_ref())
             .map(|a| a.id.clone());
-        let records = self.rotations(&pool).await?;
+        let records = self.state.rotations(&pool).await?;
         // Instances a surge may give back (launched since a surge that holds or owes a unit):
         // their pods are counted, so only a podless one is ever terminated.
         let surged: Vec<&crate::rotation::Surge> = records

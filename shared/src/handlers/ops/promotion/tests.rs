@@ -244,9 +244,9 @@ fn ami(id: &str, version: &str) -> Ami {
     crate::handlers::ops::quarantine::tests::ami(id, version)
 }
 
-fn history(amis: &[&Ami]) -> Vec<state::HistoryEntry> {
+fn history(amis: &[&Ami]) -> Vec<crate::state::HistoryEntry> {
     amis.iter()
-        .map(|a| state::HistoryEntry {
+        .map(|a| crate::state::HistoryEntry {
             ami: (*a).clone(),
             first_seen: t(0),
             last_seen: t(0),

@@ -1,91 +1,16 @@
-//! State recorded in the DynamoDB table: the item model, the pure merge rules that make
-//! concurrent writers safe, and the narrow [`Store`] port.
-//!
-//! Table: partition key `pk` (S), sort key `sk` (S), TTL attribute `ttl` (N, epoch seconds).
-//! Every item also has `version` (N, bumped by each write; writes are conditional on it) and
-//! `doc` (S, the item's JSON document).
+//! The records of the state table (pure): their types, as stored in an item's `doc`, and the
+//! merge rules that make concurrent writers safe. No I/O, no key formats (see
+//! [`super::keys`]), no bus: an outbox holds leaf [`crate::bus::BusEvent`] values that the
+//! announcer staged.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ami::resolve::Ami;
-use crate::port::PortError;
+use crate::promotion::{Cause, Quarantined, Release, Rollback, release_of};
 
-/// Environment variable naming the table.
-pub const TABLE_ENV: &str = "NODECYCLE_TABLE";
-/// Partition key attribute.
-pub const PK: &str = "pk";
-/// Sort key attribute.
-pub const SK: &str = "sk";
-/// TTL attribute (epoch seconds).
-pub const TTL: &str = "ttl";
-/// Optimistic-concurrency attribute.
-pub const VERSION: &str = "version";
-/// JSON document attribute.
-pub const DOC: &str = "doc";
 /// Entries kept in a pool's resolution history.
 pub const HISTORY_LIMIT: usize = 100;
-
-/// A stored document with the version it was read at.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Versioned<T> {
-    /// The document.
-    pub value: T,
-    /// Version to pass back to a conditional write.
-    pub version: u64,
-}
-
-/// Key-value document storage with optimistic concurrency (the DynamoDB table).
-#[async_trait]
-pub trait Store: Send + Sync {
-    /// Reads one item (strongly consistent).
-    async fn get(
-        &self,
-        pk: &str,
-        sk: &str,
-    ) -> Result<Option<Versioned<serde_json::Value>>, PortError>;
-
-    /// Writes one item if its current version is `expected` (`None` = the item must not exist).
-    /// Returns the new version. A lost race is a [`crate::port::ErrorKind::Conflict`] error.
-    async fn put(
-        &self,
-        pk: &str,
-        sk: &str,
-        doc: &serde_json::Value,
-        expected: Option<u64>,
-        ttl: Option<DateTime<Utc>>,
-    ) -> Result<u64, PortError>;
-
-    /// Waits before attempt `attempt` (1-based) of a conditional write that lost a race, so
-    /// that contenders spread out; the default does not wait.
-    async fn backoff(&self, _attempt: usize) {}
-
-    /// Every item of partition `pk` whose sort key starts with `sk_prefix`, all pages.
-    async fn query(
-        &self,
-        pk: &str,
-        sk_prefix: &str,
-    ) -> Result<Vec<(String, Versioned<serde_json::Value>)>, PortError>;
-}
-
-/// The error of a conditional write that kept losing to other writers for
-/// [`WRITE_ATTEMPTS`] attempts.
-pub fn too_many_conflicts() -> PortError {
-    PortError::new(
-        "state:write",
-        crate::port::ErrorKind::Conflict,
-        "too many conflicts",
-    )
-}
-
-/// Partition key of a pool's items.
-pub fn pool_pk(pool: &str) -> String {
-    format!("POOL#{pool}")
-}
-
-/// Sort key of a pool's state record.
-pub const POOL_STATE_SK: &str = "STATE";
 
 /// One AMI the pool resolved to at some point.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -374,77 +299,6 @@ impl PoolRecord {
     }
 }
 
-/// How many times a conditional write is retried after losing a race.
-pub const WRITE_ATTEMPTS: usize = 8;
-
-/// Reads the pool record, applies `change`, stages the events of the transition in the
-/// record's outbox ([`crate::bus::stage_pool`] at `now`) and writes it back conditionally,
-/// re-reading on a lost race. Returns the record before and after (as written). A record that
-/// `change` leaves equal is not written. Putting the staged events is the caller's
-/// ([`crate::announce::Announcer::update_pool`]); left in the outbox, a sweep puts them.
-pub async fn update_pool(
-    store: &dyn Store,
-    pool: &str,
-    now: DateTime<Utc>,
-    change: impl Fn(&PoolRecord) -> PoolRecord + Send + Sync,
-) -> Result<(PoolRecord, PoolRecord), PortError> {
-    use crate::port::ErrorKind;
-    let pk = pool_pk(pool);
-    let mut last = None;
-    for attempt in 0..WRITE_ATTEMPTS {
-        if attempt > 0 {
-            store.backoff(attempt).await;
-        }
-        let current = store.get(&pk, POOL_STATE_SK).await?;
-        let (before, expected) = match current {
-            Some(v) => {
-                let rec: PoolRecord = serde_json::from_value(v.value).map_err(|e| {
-                    PortError::new(
-                        "state:decode",
-                        ErrorKind::Other,
-                        format!("pool record {pool}: {e}"),
-                    )
-                })?;
-                (rec, Some(v.version))
-            }
-            None => (
-                PoolRecord {
-                    pool: pool.to_string(),
-                    ..PoolRecord::default()
-                },
-                None,
-            ),
-        };
-        let after = change(&before);
-        if expected.is_some() && after == before {
-            return Ok((before, after));
-        }
-        let after = crate::bus::stage_pool(&before, after, now);
-        let doc = serde_json::to_value(&after)
-            .map_err(|e| PortError::new("state:encode", ErrorKind::Other, e.to_string()))?;
-        match store.put(&pk, POOL_STATE_SK, &doc, expected, None).await {
-            Ok(_) => return Ok((before, after)),
-            Err(e) if e.kind == ErrorKind::Conflict => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(too_many_conflicts))
-}
-
-/// Reads the pool record (`None` if the pool was never resolved).
-pub async fn load_pool(store: &dyn Store, pool: &str) -> Result<Option<PoolRecord>, PortError> {
-    match store.get(&pool_pk(pool), POOL_STATE_SK).await? {
-        None => Ok(None),
-        Some(v) => serde_json::from_value(v.value).map(Some).map_err(|e| {
-            PortError::new(
-                "state:decode",
-                crate::port::ErrorKind::Other,
-                format!("pool record {pool}: {e}"),
-            )
-        }),
-    }
-}
-
 /// A lease: one holder at a time until it expires.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -455,184 +309,78 @@ pub struct Lease {
     pub expires: DateTime<Utc>,
 }
 
-/// Takes the lease `name` for `holder` until `now + ttl` if it is free, expired or already
-/// ours. Returns the current holder when someone else has it.
-pub async fn acquire_lease(
-    store: &dyn Store,
-    name: &str,
-    holder: &str,
-    now: DateTime<Utc>,
-    ttl: chrono::Duration,
-) -> Result<Result<(), Lease>, PortError> {
-    let pk = format!("LEASE#{name}");
-    let current = store.get(&pk, "LEASE").await?;
-    let expected = match &current {
-        Some(v) => {
-            let lease: Option<Lease> = serde_json::from_value(v.value.clone()).ok();
-            if let Some(l) = lease.filter(|l| l.holder != holder && l.expires > now) {
-                return Ok(Err(l));
-            }
-            Some(v.version)
-        }
-        None => None,
-    };
-    let lease = Lease {
-        holder: holder.to_string(),
-        expires: now + ttl,
-    };
-    let doc = serde_json::to_value(&lease).map_err(|e| {
-        PortError::new("state:encode", crate::port::ErrorKind::Other, e.to_string())
-    })?;
-    match store
-        .put(
-            &pk,
-            "LEASE",
-            &doc,
-            expected,
-            Some(now + ttl + chrono::Duration::days(1)),
-        )
-        .await
-    {
-        Ok(_) => Ok(Ok(())),
-        Err(e) if e.kind == crate::port::ErrorKind::Conflict => {
-            // Someone wrote it first, or our own write landed and its answer was lost (the
-            // SDK's retry then conflicts with it): the record says which.
-            let now_held = store
-                .get(&pk, "LEASE")
-                .await?
-                .and_then(|v| serde_json::from_value::<Lease>(v.value).ok());
-            match now_held {
-                Some(l) if l.holder == holder => Ok(Ok(())),
-                Some(l) => Ok(Err(l)),
-                None => Ok(Err(Lease {
-                    holder: "another invocation".into(),
-                    expires: now + ttl,
-                })),
-            }
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Gives the lease back (expires it now) if `holder` still has it.
-pub async fn release_lease(
-    store: &dyn Store,
-    name: &str,
-    holder: &str,
-    now: DateTime<Utc>,
-) -> Result<(), PortError> {
-    let pk = format!("LEASE#{name}");
-    if let Some(v) = store.get(&pk, "LEASE").await? {
-        let ours = serde_json::from_value::<Lease>(v.value).is_ok_and(|l| l.holder == holder);
-        if ours {
-            let doc = serde_json::to_value(Lease {
-                holder: holder.to_string(),
-                expires: now,
-            })
-            .map_err(|e| {
-                PortError::new("state:encode", crate::port::ErrorKind::Other, e.to_string())
-            })?;
-            // Losing this race only means someone else took an expired lease: fine. Any other
-            // failure is the caller's to retry: a lease left held stalls the cluster.
-            match store
-                .put(
-                    &pk,
-                    "LEASE",
-                    &doc,
-                    Some(v.version),
-                    Some(now + chrono::Duration::days(1)),
-                )
-                .await
-            {
-                Err(e) if e.kind != crate::port::ErrorKind::Conflict => return Err(e),
-                _ => {}
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Every quarantine in force (lifted entries are kept for the audit, not returned).
-pub async fn load_quarantine(
-    store: &dyn Store,
-) -> Result<crate::promotion::Quarantined, PortError> {
-    let items = store
-        .query(crate::promotion::quarantine::QUARANTINE_PK, "Q#")
-        .await?;
-    let mut out = Vec::new();
-    for (sk, v) in items {
-        if v.value.get("liftedAt").is_some_and(|l| !l.is_null()) {
-            continue;
-        }
-        match serde_json::from_value::<crate::promotion::Quarantine>(v.value) {
-            Ok(q) => out.push(q),
-            Err(e) => tracing::error!(sk = %sk, error = %e, "unreadable quarantine item ignored"),
-        }
-    }
-    Ok(crate::promotion::Quarantined(out))
-}
-
-/// Records a quarantine with its *AMI Quarantined* event staged in the record's outbox:
-/// `Ok(Some(event))` with the event it staged, `Ok(None)` when the target was already
-/// quarantined (the first entry, with its reason, stays; nothing staged).
-pub async fn put_quarantine(
-    store: &dyn Store,
-    q: &crate::promotion::Quarantine,
-) -> Result<Option<crate::bus::BusEvent>, PortError> {
-    use crate::port::ErrorKind;
-    let pk = crate::promotion::quarantine::QUARANTINE_PK;
-    let sk = q.target.sk();
-    let event = crate::bus::quarantined(q);
-    let staged = crate::promotion::Quarantine {
-        outbox: vec![event.clone()],
-        ..q.clone()
-    };
-    let doc = serde_json::to_value(&staged)
-        .map_err(|e| PortError::new("state:encode", ErrorKind::Other, e.to_string()))?;
-    for _ in 0..WRITE_ATTEMPTS {
-        let current = store.get(pk, &sk).await?;
-        let expected = match &current {
-            None => None,
-            Some(v) if v.value.get("liftedAt").is_some_and(|l| !l.is_null()) => Some(v.version),
-            Some(_) => return Ok(None),
+/// Promotion decisions over a pool record (pure; see [`crate::promotion`]).
+impl PoolRecord {
+    /// The AMI this pool, when its desired AMI is quarantined goes back to: its previous desired AMI when
+    /// that is not quarantined, else the newest AMI of its history (by last observation) that is
+    /// not quarantined and is not the current one. `None` when there is nothing to go back to.
+    pub fn rollback_target(&self, quarantined: &Quarantined) -> Option<Ami> {
+        let record = self;
+        let current = record.desired.as_ref().map(|a| a.id.as_str());
+        let ok = |a: &Ami| {
+            Some(a.id.as_str()) != current && quarantined.covers(&a.id, &release_of(a)).is_none()
         };
-        match store.put(pk, &sk, &doc, expected, None).await {
-            Ok(_) => return Ok(Some(event)),
-            Err(e) if e.kind == ErrorKind::Conflict => continue,
-            Err(e) => return Err(e),
+        if let Some(prev) = record.previous_desired.as_ref().filter(|a| ok(a)) {
+            return Some(prev.clone());
         }
+        let mut history: Vec<_> = record.history.iter().filter(|h| ok(&h.ami)).collect();
+        history.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(b.ami.id.cmp(&a.ami.id)));
+        history.first().map(|h| h.ami.clone())
     }
-    Err(too_many_conflicts())
-}
 
-/// Lifts the quarantine of `target` (kept as an audit record with who/when/why); `Ok(false)`
-/// when it was not quarantined.
-pub async fn lift_quarantine(
-    store: &dyn Store,
-    target: &crate::promotion::Target,
-    by: &OperatorAction,
-) -> Result<bool, PortError> {
-    use crate::port::ErrorKind;
-    let pk = crate::promotion::quarantine::QUARANTINE_PK;
-    let sk = target.sk();
-    for _ in 0..WRITE_ATTEMPTS {
-        let Some(v) = store.get(pk, &sk).await? else {
-            return Ok(false);
+    /// The rollback this record needs under `quarantined`, if any (see [`Rollback`]).
+    pub fn rollback(&self, quarantined: &Quarantined) -> Option<Rollback> {
+        let record = self;
+        if let Some(pin) = &record.pin {
+            let release = record
+                .history
+                .iter()
+                .find(|h| h.ami.id == pin.ami)
+                .map(|h| release_of(&h.ami))
+                .unwrap_or_else(|| Release(pin.ami.clone()));
+            if let Some(q) = quarantined.covers(&pin.ami, &release) {
+                return Some(Rollback::Unpin {
+                    reason: format!("pinned {} is quarantined: {}", pin.ami, q.reason),
+                });
+            }
+            return None;
+        }
+        let desired = record.desired.as_ref()?;
+        let q = quarantined.covers(&desired.id, &release_of(desired))?;
+        let ours = match &q.cause {
+            Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => {
+                *pool == record.pool
+            }
+            Cause::Operator { .. } => false,
         };
-        if v.value.get("liftedAt").is_some_and(|l| !l.is_null()) {
-            return Ok(false);
-        }
-        let mut doc = v.value.clone();
-        doc["liftedAt"] = serde_json::json!(by.at);
-        doc["liftedBy"] = serde_json::json!(by.by);
-        doc["liftReason"] = serde_json::json!(by.reason);
-        match store.put(pk, &sk, &doc, Some(v.version), None).await {
-            Ok(_) => return Ok(true),
-            Err(e) if e.kind == ErrorKind::Conflict => continue,
-            Err(e) => return Err(e),
-        }
+        let reason = format!(
+            "{} ({}) is quarantined: {}",
+            desired.id,
+            release_of(desired),
+            q.reason
+        );
+        Some(match record.rollback_target(quarantined) {
+            Some(target) => Rollback::To {
+                target,
+                reason,
+                lift_halt: ours && record.halted.is_some(),
+            },
+            None => Rollback::Nowhere {
+                reason: format!(
+                    "{reason}; the pool has no earlier AMI to go back to: pin one (nodecycle pin) or lift the quarantine"
+                ),
+            },
+        })
     }
-    Err(too_many_conflicts())
+
+    /// Every AMI this pool ever resolved to, most relevant first: desired, previous, then the
+    /// history newest first (see [`crate::managed::release_parameters`]).
+    pub fn known_amis(&self) -> impl Iterator<Item = &Ami> {
+        self.desired
+            .iter()
+            .chain(self.previous_desired.iter())
+            .chain(self.history.iter().rev().map(|h| &h.ami))
+    }
 }
 
 #[cfg(test)]

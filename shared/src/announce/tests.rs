@@ -2,9 +2,10 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::*;
+use super::stage::*;
+use crate::bus::*;
 use crate::rotation::{Rotation, RotationReason, Step};
-use crate::state::tests::ami;
+use crate::state::record::tests::ami;
 use crate::state::{OperatorAction, Pin, PoolRecord, RecordedError};
 
 fn t(minutes: i64) -> DateTime<Utc> {
@@ -79,8 +80,8 @@ fn a_rotation_event_carries_the_transition_and_a_derived_id() {
         ("prod/general", "prod", Some("i-1"))
     );
     assert_eq!(
-        (d.from_step, d.step),
-        (Some(Step::Surging), Some(Step::Failed))
+        (d.from_step.as_deref(), d.step.as_deref()),
+        (Some("Surging"), Some("Failed"))
     );
     assert_eq!(d.reason.as_deref(), Some("Drifted"));
     assert_eq!(d.replacement.as_deref(), Some("i-2"));

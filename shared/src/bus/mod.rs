@@ -1,6 +1,8 @@
-//! Events out (pure): which recorded transitions nodecycle announces on the account's default
-//! EventBridge bus, the event each becomes, and the outbox that makes the announcement survive
-//! a crash between recording a transition and putting its event.
+//! Events out (a leaf: these types depend on no record): the events nodecycle puts on the
+//! account's default EventBridge bus, the rules of the outbox that makes an announcement
+//! survive a crash between recording a transition and putting its event, and the
+//! [`EventSink`] port. Which transition becomes which event is decided in one place,
+//! [`crate::announce::stage`].
 //!
 //! Every event has source [`SOURCE`], a detail-type from [`Kind`] and a [`Detail`] whose
 //! `eventId` is derived from the transition (kind, pool, instance, AMI, time of the
@@ -8,7 +10,7 @@
 //!
 //! # Outbox
 //! A transition's event is computed from the record before and after the write that makes it
-//! ([`stage_rotation`], [`stage_pool`]) and stored *in that write*, in the record's `outbox`.
+//! ([`crate::announce::stage`]) and stored *in that write*, in the record's `outbox`.
 //! Only the writer whose conditional write succeeded has it; a writer that lost the race
 //! re-reads, finds no transition, and stages nothing. After the write the writer puts what it
 //! staged and removes what the bus accepted from the outbox (a second conditional write).
@@ -19,10 +21,6 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
-
-use crate::promotion::{Cause, Quarantine, Target};
-use crate::rotation::{Rotation, Step};
-use crate::state::{PoolRecord, ReleaseHow};
 
 /// `source` of every event nodecycle puts.
 pub const SOURCE: &str = "nodecycle";
@@ -104,7 +102,7 @@ impl Kind {
     }
 
     /// Lower-case, dash-separated detail-type: the first part of an `eventId`.
-    fn slug(self) -> String {
+    pub fn slug(self) -> String {
         self.detail_type().to_ascii_lowercase().replace(' ', "-")
     }
 }
@@ -145,12 +143,13 @@ pub struct Detail {
     /// Rotations: started without waiting for a budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forced: Option<bool>,
-    /// Rotations: the step entered.
+    /// Rotations: the step entered (`Surging`, `Cordoned`, ..., as the rotation record names
+    /// it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<Step>,
+    pub step: Option<String>,
     /// Rotations: the step left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_step: Option<Step>,
+    pub from_step: Option<String>,
     /// Rotations: the replacement instance, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replacement: Option<String>,
@@ -220,11 +219,13 @@ impl BusEvent {
     }
 }
 
-fn stamp(t: DateTime<Utc>) -> String {
+/// `t` as an `eventId` part (RFC 3339, milliseconds, `Z`).
+pub fn stamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-fn clip(text: &str) -> String {
+/// `text` cut to [`TEXT_LIMIT`] characters (an ellipsis marks the cut).
+pub fn clip(text: &str) -> String {
     if text.chars().count() <= TEXT_LIMIT {
         text.to_string()
     } else {
@@ -240,7 +241,9 @@ fn cluster_of(pool: &str) -> String {
         .to_string()
 }
 
-fn event(kind: Kind, pool: &str, at: DateTime<Utc>, parts: &[&str]) -> BusEvent {
+/// The event `kind` of `pool` at `at`, id `<kind slug>:<pool>:<parts...>:<at>`, every other
+/// detail field unset.
+pub fn event(kind: Kind, pool: &str, at: DateTime<Utc>, parts: &[&str]) -> BusEvent {
     let mut id = format!("{}:{pool}", kind.slug());
     for p in parts {
         id.push(':');
@@ -258,162 +261,6 @@ fn event(kind: Kind, pool: &str, at: DateTime<Utc>, parts: &[&str]) -> BusEvent 
             ..Detail::default()
         },
     }
-}
-
-/// The event of a rotation record's write from `before` (`None`: the record is new) to
-/// `after`, if the write is a transition worth announcing: leaving `Pending` (or a new record
-/// that starts past it) is *started*; entering `Done`, `Failed` or `Cancelled` from an
-/// unfinished step is *finished*, *failed*, *cancelled*. Anything else (a drain step, a
-/// surge given back, a new `Pending` record) is none. The id is
-/// `<kind>:<pool>:<instance>:<step>:<step time>`.
-pub fn rotation_transition(before: Option<&Rotation>, after: &Rotation) -> Option<BusEvent> {
-    let started_before = before.is_some_and(|b| b.in_flight() && b.step != Step::Pending);
-    let kind = match after.step {
-        Step::Done | Step::Failed | Step::Cancelled if before.is_some_and(|b| b.in_flight()) => {
-            match after.step {
-                Step::Done => Kind::RotationFinished,
-                Step::Failed => Kind::RotationFailed,
-                _ => Kind::RotationCancelled,
-            }
-        }
-        Step::Surging | Step::Cordoned | Step::Draining | Step::Terminating if !started_before => {
-            Kind::RotationStarted
-        }
-        _ => return None,
-    };
-    let step = format!("{:?}", after.step);
-    let mut e = event(
-        kind,
-        &after.pool,
-        after.step_at,
-        &[&after.instance_id, &step],
-    );
-    let d = &mut e.detail;
-    d.instance = Some(after.instance_id.clone());
-    d.reason = Some(format!("{:?}", after.reason));
-    d.forced = Some(after.forced);
-    d.step = Some(after.step);
-    d.from_step = before.filter(|b| b.in_flight()).map(|b| b.step);
-    d.replacement = after.replacement.clone();
-    if matches!(kind, Kind::RotationFailed | Kind::RotationCancelled) {
-        d.error = after.error.as_deref().map(clip);
-    }
-    Some(e)
-}
-
-fn stopped(r: &PoolRecord) -> bool {
-    r.halted.is_some() || r.paused.is_some()
-}
-
-/// The events of a pool record's write from `before` to `after` at `now`:
-/// - *Pool Halted* (`cause: failure`) when `halted` is set, (`cause: operator`) when `paused`
-///   is set; id `pool-halted:<pool>:<time of the halt or pause>`;
-/// - *Pool Resumed* when neither is set any more; id from the time of what was lifted;
-/// - *Desired AMI Changed* when the effective desired AMI (the pin, else the resolved AMI)
-///   changes to another AMI; id `desired-ami-changed:<pool>:<ami>:<now>`.
-pub fn pool_transitions(
-    before: &PoolRecord,
-    after: &PoolRecord,
-    now: DateTime<Utc>,
-) -> Vec<BusEvent> {
-    let pool = if after.pool.is_empty() {
-        before.pool.as_str()
-    } else {
-        after.pool.as_str()
-    };
-    let mut out = Vec::new();
-    if let (None, Some(h)) = (&before.halted, &after.halted) {
-        let mut e = event(Kind::PoolHalted, pool, h.at, &[]);
-        e.detail.cause = Some(HaltCause::Failure);
-        e.detail.reason = Some(clip(&h.message));
-        out.push(e);
-    }
-    if let (None, Some(p)) = (&before.paused, &after.paused) {
-        let mut e = event(Kind::PoolHalted, pool, p.at, &["paused"]);
-        e.detail.cause = Some(HaltCause::Operator);
-        e.detail.reason = Some(clip(&p.reason));
-        e.detail.by = p.by.clone();
-        out.push(e);
-    }
-    if stopped(before) && !stopped(after) {
-        let lifted = before
-            .halted
-            .as_ref()
-            .map(|h| (h.at, h.message.as_str()))
-            .or(before.paused.as_ref().map(|p| (p.at, p.reason.as_str())));
-        if let Some((lifted_at, why)) = lifted {
-            let mut e = event(Kind::PoolResumed, pool, lifted_at, &[]);
-            e.detail.at = now;
-            e.detail.reason = Some(clip(why));
-            e.detail.cause = Some(if before.halted.is_some() {
-                HaltCause::Failure
-            } else {
-                HaltCause::Operator
-            });
-            out.push(e);
-        }
-    }
-    let (was, is) = (before.effective_desired(), after.effective_desired());
-    if let Some(ami) = is.filter(|a| Some(*a) != was) {
-        let mut e = event(Kind::DesiredAmiChanged, pool, now, &[ami]);
-        let d = &mut e.detail;
-        d.ami = Some(ami.to_string());
-        d.ami_name = match &after.pin {
-            Some(p) => p.name.clone(),
-            None => after.desired.as_ref().map(|a| a.name.clone()),
-        };
-        d.previous_ami = was.map(str::to_string);
-        d.resolved_ami = after.desired.as_ref().map(|a| a.id.clone());
-        d.pinned = Some(after.pin.is_some());
-        d.by = after.pin.as_ref().and_then(|p| p.by.by.clone());
-        out.push(e);
-    }
-    let promoted = after
-        .releases
-        .iter()
-        .filter(|r| !before.releases.contains(r))
-        .filter_map(|r| match &r.how {
-            ReleaseHow::Promoted { from, proven_at } => Some((r, from, proven_at)),
-            ReleaseHow::RolledBack { .. } => None,
-        });
-    for (r, from, proven_at) in promoted {
-        let release = r.release.to_string();
-        let mut e = event(Kind::AmiPromoted, pool, r.at, &[&release, &r.image]);
-        let d = &mut e.detail;
-        d.ami = Some(r.image.clone());
-        d.release = Some(release);
-        d.upstream = Some(from.clone());
-        d.proven_at = Some(*proven_at);
-        out.push(e);
-    }
-    out
-}
-
-/// The *AMI Quarantined* event of quarantine entry `q` (recorded by the write that created
-/// it). Id `ami-quarantined:<pool or ->:<target sort key>:<time of the quarantine>`.
-pub fn quarantined(q: &Quarantine) -> BusEvent {
-    let pool = match &q.cause {
-        Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => pool.as_str(),
-        Cause::Operator { .. } => "",
-    };
-    let sk = q.target.sk();
-    let mut e = event(Kind::AmiQuarantined, pool, q.at, &[&sk]);
-    if pool.is_empty() {
-        e.detail.event_id = format!("{}:-:{sk}:{}", Kind::AmiQuarantined.slug(), stamp(q.at));
-    }
-    let d = &mut e.detail;
-    match &q.target {
-        Target::Ami(id) => d.ami = Some(id.clone()),
-        Target::Release(r) => d.release = Some(r.to_string()),
-    }
-    d.reason = Some(clip(&q.reason));
-    d.by = Some(q.by.clone());
-    match &q.cause {
-        Cause::ReplacementNotReady { instance, .. } => d.instance = Some(instance.clone()),
-        Cause::Alarm { alarm, .. } => d.error = Some(format!("alarm {alarm} in ALARM")),
-        Cause::Operator { request_id } => d.source_event_id = Some(request_id.clone()),
-    }
-    e
 }
 
 /// The *Interruption Handled* event: the handler did `action` (`drained`, ...) about
@@ -445,7 +292,7 @@ pub fn interruption_handled(
 }
 
 /// `outbox` with `new` appended unless an entry has its id, at most [`OUTBOX_LIMIT`] long.
-fn append(mut outbox: Vec<BusEvent>, new: impl IntoIterator<Item = BusEvent>) -> Vec<BusEvent> {
+pub fn append(mut outbox: Vec<BusEvent>, new: impl IntoIterator<Item = BusEvent>) -> Vec<BusEvent> {
     for e in new {
         if !outbox.iter().any(|o| o.id() == e.id()) {
             outbox.push(e);
@@ -456,23 +303,6 @@ fn append(mut outbox: Vec<BusEvent>, new: impl IntoIterator<Item = BusEvent>) ->
         outbox.drain(..excess);
     }
     outbox
-}
-
-/// `after`, ready to be written over `before`: its outbox is the stored one (`before`'s,
-/// which a new record replacing a finished one inherits) plus the event of this transition.
-pub fn stage_rotation(before: Option<&Rotation>, mut after: Rotation) -> Rotation {
-    let stored = before.map(|b| b.outbox.clone()).unwrap_or_default();
-    after.outbox = append(stored, rotation_transition(before, &after));
-    after
-}
-
-/// `after`, ready to be written over `before` at `now`: `after`'s outbox (the change derives
-/// it from `before`'s, and may remove entries already put) plus the events of this write
-/// ([`pool_transitions`]).
-pub fn stage_pool(before: &PoolRecord, mut after: PoolRecord, now: DateTime<Utc>) -> PoolRecord {
-    let new = pool_transitions(before, &after, now);
-    after.outbox = append(std::mem::take(&mut after.outbox), new);
-    after
 }
 
 /// The entries of `after`'s outbox that `before`'s did not have: what the write staged.
@@ -548,6 +378,3 @@ pub fn without(outbox: &[BusEvent], ids: &[String]) -> Vec<BusEvent> {
         .cloned()
         .collect()
 }
-
-#[cfg(test)]
-mod tests;

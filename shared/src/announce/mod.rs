@@ -1,6 +1,7 @@
 //! Announcing recorded transitions on the bus: the writes that stage a transition's event in
 //! the record they change ([`crate::bus`] decides which), the put that follows a won write, and
-//! the sweep that puts what a crashed or refused writer left behind.
+//! the sweep that puts what a crashed or refused writer left behind. Which transition puts
+//! which event is decided here, in [`stage`] (pure); the records only carry the outbox.
 //!
 //! Contract: an event is staged only by the writer whose conditional write recorded the
 //! transition, so a retried or concurrent pass that finds the transition already recorded
@@ -9,19 +10,23 @@
 //! once [`bus::SETTLE`] old (the same `eventId`), or dropped with an error log once
 //! [`bus::MAX_AGE`] old.
 
+pub mod stage;
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
 use crate::bus::{self, BusEvent, EventSink};
-use crate::port::{ErrorKind, PortError};
+use crate::port::PortError;
 use crate::rotation::Rotation;
-use crate::state::{self, PoolRecord, Store, Versioned};
+use crate::state::{PoolRecord, Repository, Store, Versioned};
 
 /// The state table and the bus, for handlers that record transitions.
 #[derive(Clone)]
 pub struct Announcer {
-    store: Arc<dyn Store>,
+    state: Repository,
     sink: Arc<dyn EventSink>,
 }
 
@@ -38,16 +43,19 @@ pub struct Swept {
 impl Announcer {
     /// Announces through `sink`, recording in `store`.
     pub fn new(store: Arc<dyn Store>, sink: Arc<dyn EventSink>) -> Announcer {
-        Announcer { store, sink }
+        Announcer {
+            state: Repository::new(store),
+            sink,
+        }
     }
 
     /// The state table.
-    pub fn store(&self) -> &dyn Store {
-        self.store.as_ref()
+    pub fn state(&self) -> &Repository {
+        &self.state
     }
 
-    /// [`state::update_pool`] (which stages the write's events), then puts what this write
-    /// staged and removes it from the record's outbox. Returns the record before and after the
+    /// [`Repository::update_pool`] with the write's events staged ([`stage::stage_pool`]),
+    /// then puts what this write staged and removes it from the record's outbox. Returns the record before and after the
     /// change (the outbox as written).
     pub async fn update_pool(
         &self,
@@ -55,7 +63,10 @@ impl Announcer {
         now: DateTime<Utc>,
         change: impl Fn(&PoolRecord) -> PoolRecord + Send + Sync,
     ) -> Result<(PoolRecord, PoolRecord), PortError> {
-        let (before, after) = state::update_pool(self.store(), pool, now, change).await?;
+        let (before, after) = self
+            .state
+            .update_pool(pool, change, |b, a| stage::stage_pool(b, a, now))
+            .await?;
         let staged: Vec<BusEvent> = bus::staged(&before.outbox, &after.outbox)
             .into_iter()
             .cloned()
@@ -77,7 +88,7 @@ impl Announcer {
         expected: Option<u64>,
         ttl: Option<DateTime<Utc>>,
     ) -> Result<Option<Versioned<Rotation>>, PortError> {
-        let next = bus::stage_rotation(before, next);
+        let next = stage::stage_rotation(before, next);
         let staged: Vec<BusEvent> = bus::staged(
             before.map(|b| b.outbox.as_slice()).unwrap_or_default(),
             &next.outbox,
@@ -85,7 +96,7 @@ impl Announcer {
         .into_iter()
         .cloned()
         .collect();
-        let Some(version) = write_rotation(self.store(), &next, expected, ttl).await? else {
+        let Some(version) = self.state.put_rotation(&next, expected, ttl).await? else {
             return Ok(None);
         };
         let written = Versioned {
@@ -98,21 +109,29 @@ impl Announcer {
         Ok(Some(self.deliver_rotation(written, &staged, ttl).await))
     }
 
-    /// [`state::put_quarantine`] (which stages the *AMI Quarantined* event), then puts it.
-    /// `Ok(false)` when the target was already quarantined (nothing staged).
+    /// [`Repository::put_quarantine`] with its *AMI Quarantined* event staged in the
+    /// record's outbox ([`stage::quarantined`]), then puts it. `Ok(false)` when the target was
+    /// already quarantined (nothing staged).
     pub async fn put_quarantine(
         &self,
         q: &crate::promotion::Quarantine,
     ) -> Result<bool, PortError> {
-        let Some(staged) = state::put_quarantine(self.store(), q).await? else {
-            return Ok(false);
+        let event = stage::quarantined(q);
+        let staged = crate::promotion::Quarantine {
+            outbox: vec![event.clone()],
+            ..q.clone()
         };
-        let accepted = self.put(std::slice::from_ref(&staged)).await;
-        if !accepted.is_empty() {
-            let sk = q.target.sk();
-            if let Err(e) = remove_from(self.store(), QUARANTINE_PK, &sk, &accepted).await {
-                tracing::warn!(error = %e, "quarantine event put; removing it from the outbox failed (the sweep will put it again)");
-            }
+        if !self.state.put_quarantine(&staged).await? {
+            return Ok(false);
+        }
+        let accepted = self.put(std::slice::from_ref(&event)).await;
+        // Nothing accepted: nothing to remove (the sweep puts it).
+        if let Err(e) = self
+            .state
+            .remove_quarantine_events(&q.target, &accepted)
+            .await
+        {
+            tracing::warn!(error = %e, "quarantine event put; removing it from the outbox failed (the sweep will put it again)");
         }
         Ok(true)
     }
@@ -148,7 +167,7 @@ impl Announcer {
                 ..v.value.clone()
             };
             let ttl = crate::rotation::retention(&next);
-            match write_rotation(self.store(), &next, Some(v.version), ttl).await {
+            match self.state.put_rotation(&next, Some(v.version), ttl).await {
                 Ok(Some(version)) => {
                     *v = Versioned {
                         value: next,
@@ -199,8 +218,7 @@ impl Announcer {
             let Some(gone) = self.sweep_outbox(&q.outbox, now, &mut swept).await else {
                 continue;
             };
-            let sk = q.target.sk();
-            if let Err(e) = remove_from(self.store(), QUARANTINE_PK, &sk, &gone).await {
+            if let Err(e) = self.state.remove_quarantine_events(&q.target, &gone).await {
                 tracing::warn!(error = %e, "outbox sweep: removing put events failed (the next sweep puts them again)");
             }
         }
@@ -241,11 +259,17 @@ impl Announcer {
     /// Removes the events `ids` (put on the bus) from pool `pool`'s outbox. A failed removal
     /// is logged: the next sweep puts them again, with the same ids.
     async fn remove_from_pool(&self, pool: &str, ids: &[String], now: DateTime<Utc>) {
-        let result = state::update_pool(self.store(), pool, now, |r| PoolRecord {
-            outbox: bus::without(&r.outbox, ids),
-            ..r.clone()
-        })
-        .await;
+        let result = self
+            .state
+            .update_pool(
+                pool,
+                |r| PoolRecord {
+                    outbox: bus::without(&r.outbox, ids),
+                    ..r.clone()
+                },
+                |b, a| stage::stage_pool(b, a, now),
+            )
+            .await;
         if let Err(e) = result {
             tracing::warn!(pool, error = %e, "events put; removing them from the pool outbox failed (the next sweep puts them again)");
         }
@@ -267,7 +291,11 @@ impl Announcer {
         };
         // Conditional on the version just written: a writer that moved on since keeps the
         // entries, and the sweep puts them again (same eventId).
-        match write_rotation(self.store(), &next, Some(written.version), ttl).await {
+        match self
+            .state
+            .put_rotation(&next, Some(written.version), ttl)
+            .await
+        {
             Ok(Some(version)) => {
                 written = Versioned {
                     value: next,
@@ -281,76 +309,6 @@ impl Announcer {
         }
         written
     }
-}
-
-use crate::promotion::quarantine::QUARANTINE_PK;
-
-/// Writes `rotation` as it is, conditionally; `Ok(None)` when another writer won.
-async fn write_rotation(
-    store: &dyn Store,
-    rotation: &Rotation,
-    expected: Option<u64>,
-    ttl: Option<DateTime<Utc>>,
-) -> Result<Option<u64>, PortError> {
-    let doc = serde_json::to_value(rotation).map_err(|e| PortError::other("encode", e))?;
-    match store
-        .put(
-            &state::pool_pk(&rotation.pool),
-            &crate::rotation::rotation_sk(&rotation.instance_id),
-            &doc,
-            expected,
-            ttl,
-        )
-        .await
-    {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Removes the entries `ids` from the `outbox` of item (`pk`, `sk`), re-reading on a lost race
-/// (the item's other fields are kept as they are; its TTL is not touched by the store).
-async fn remove_from(
-    store: &dyn Store,
-    pk: &str,
-    sk: &str,
-    ids: &[String],
-) -> Result<(), PortError> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    for _ in 0..state::WRITE_ATTEMPTS {
-        let Some(v) = store.get(pk, sk).await? else {
-            return Ok(());
-        };
-        let outbox: Vec<BusEvent> = v
-            .value
-            .get("outbox")
-            .and_then(|o| serde_json::from_value(o.clone()).ok())
-            .unwrap_or_default();
-        let kept = bus::without(&outbox, ids);
-        if kept.len() == outbox.len() {
-            return Ok(());
-        }
-        let mut doc = v.value.clone();
-        if let Some(map) = doc.as_object_mut() {
-            if kept.is_empty() {
-                map.remove("outbox");
-            } else {
-                map.insert(
-                    "outbox".into(),
-                    serde_json::to_value(&kept).map_err(|e| PortError::other("encode", e))?,
-                );
-            }
-        }
-        match store.put(pk, sk, &doc, Some(v.version), None).await {
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind == ErrorKind::Conflict => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(state::too_many_conflicts())
 }
 
 fn ids(events: &[&BusEvent]) -> Vec<String> {

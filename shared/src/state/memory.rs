@@ -1,0 +1,118 @@
+//! An in-memory [`Store`] that behaves as the table does (conditional writes on versions,
+//! sort-key prefix queries in key order), recording each item's TTL so tests can check it.
+//! Test support only (`test-support` feature): no deployed function uses it.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::{Store, Versioned};
+use crate::port::{ErrorKind, PortError};
+
+/// One stored item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// The document and its version.
+    pub doc: Versioned<Value>,
+    /// When the table would expire it.
+    pub ttl: Option<DateTime<Utc>>,
+}
+
+/// The table in memory.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    items: Mutex<BTreeMap<(String, String), Item>>,
+}
+
+impl MemoryStore {
+    /// An empty table.
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    /// Every item, by (`pk`, `sk`).
+    pub fn items(&self) -> BTreeMap<(String, String), Item> {
+        self.items.lock().map(|i| i.clone()).unwrap_or_default()
+    }
+
+    /// The item at (`pk`, `sk`).
+    pub fn item(&self, pk: &str, sk: &str) -> Option<Item> {
+        self.items().get(&(pk.to_string(), sk.to_string())).cloned()
+    }
+
+    /// Stores `doc` at (`pk`, `sk`) at version 1 whatever is there: an item as an earlier
+    /// version of nodecycle (or an operator) wrote it.
+    pub fn seed(&self, pk: &str, sk: &str, doc: Value) {
+        if let Ok(mut items) = self.items.lock() {
+            items.insert(
+                (pk.to_string(), sk.to_string()),
+                Item {
+                    doc: Versioned {
+                        value: doc,
+                        version: 1,
+                    },
+                    ttl: None,
+                },
+            );
+        }
+    }
+
+    fn poisoned(e: impl std::fmt::Display) -> PortError {
+        PortError::new("memory", ErrorKind::Other, e.to_string())
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<Value>>, PortError> {
+        Ok(self.item(pk, sk).map(|i| i.doc))
+    }
+
+    async fn put(
+        &self,
+        pk: &str,
+        sk: &str,
+        doc: &Value,
+        expected: Option<u64>,
+        ttl: Option<DateTime<Utc>>,
+    ) -> Result<u64, PortError> {
+        let mut items = self.items.lock().map_err(Self::poisoned)?;
+        let key = (pk.to_string(), sk.to_string());
+        let current = items.get(&key).map(|i| i.doc.version);
+        if current != expected {
+            return Err(PortError::new(
+                "memory:put",
+                ErrorKind::Conflict,
+                format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
+            ));
+        }
+        let version = current.map_or(1, |v| v + 1);
+        items.insert(
+            key,
+            Item {
+                doc: Versioned {
+                    value: doc.clone(),
+                    version,
+                },
+                ttl,
+            },
+        );
+        Ok(version)
+    }
+
+    async fn query(
+        &self,
+        pk: &str,
+        sk_prefix: &str,
+    ) -> Result<Vec<(String, Versioned<Value>)>, PortError> {
+        Ok(self
+            .items()
+            .into_iter()
+            .filter(|((p, s), _)| p == pk && s.starts_with(sk_prefix))
+            .map(|((_, s), i)| (s, i.doc))
+            .collect())
+    }
+}
