@@ -10,7 +10,7 @@
 //! Each top-level module belongs to one layer and uses only modules of its own layer or lower
 //! ones, with no circle within a layer (scripts/layers.py checks these lines):
 //! - L0 base: problem, duration, clock, error, opt_in
-//! - L1 model: policy, ami, budget, fleet, rotation, bus, promotion, managed, stop, plan, simulate, metrics, event, interruption
+//! - L1 model: image, policy, ami, budget, fleet, rotation, bus, promotion, managed, stop, plan, simulate, metrics, event, interruption
 //! - L2 port: port
 //! - L3 state: state, announce
 //! - L4 adapters: aws, kube
@@ -26,6 +26,7 @@ pub mod doctor;
 pub mod duration;
 pub mod event;
 pub mod fleet;
+pub mod image;
 pub mod interruption;
 pub mod managed;
 pub mod metrics;

@@ -584,7 +584,12 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
         "cluster: prod\nname: general\nnodeGroup: { managedNodeGroup: general }\narchitecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\ndisruption:\n  budgets:\n    - nodes: \"1\"\n",
     );
     let kube = p.rotator.kube.connect("prod").await.unwrap();
-    let (_, preview) = p.rotator.preview(&policy, kube.as_ref(), t0).await.unwrap();
+    let (_, preview) = p
+        .rotator
+        .planner()
+        .preview(&policy, kube.as_ref(), t0)
+        .await
+        .unwrap();
     let v = serde_json::to_value(&preview).unwrap();
     assert_eq!(v["update"], "start", "{v}");
     assert_eq!(v["maxUnavailable"], 1, "{v}");
@@ -706,6 +711,7 @@ async fn status_and_plan_read_a_running_update_without_moving_it_while_fake_time
         );
         let (_, preview) = p
             .rotator
+            .planner()
             .preview(&policy, kube.as_ref(), now)
             .await
             .unwrap();

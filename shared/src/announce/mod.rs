@@ -109,6 +109,18 @@ impl Announcer {
         Ok(Some(self.deliver_rotation(written, &staged, ttl).await))
     }
 
+    /// [`Announcer::put_rotation`] expiring as the rotation's step says
+    /// ([`crate::rotation::retention`]: a finished one after its retention, never in flight).
+    pub async fn record_rotation(
+        &self,
+        before: Option<&Rotation>,
+        next: Rotation,
+        expected: Option<u64>,
+    ) -> Result<Option<Versioned<Rotation>>, PortError> {
+        let ttl = crate::rotation::retention(&next);
+        self.put_rotation(before, next, expected, ttl).await
+    }
+
     /// [`Repository::put_quarantine`] with its *AMI Quarantined* event staged in the
     /// record's outbox ([`stage::quarantined`]), then puts it. `Ok(false)` when the target was
     /// already quarantined (nothing staged).

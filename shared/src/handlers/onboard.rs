@@ -151,7 +151,10 @@ pub async fn first_pass(
         .connect(&policy.cluster)
         .await
         .map_err(|e| format!("cluster {} unreachable: {e}", policy.cluster))?;
-    let (_snapshot, preview) = rotator.preview(policy, kube.as_ref(), now).await?;
+    let (_snapshot, preview) = rotator
+        .planner()
+        .preview(policy, kube.as_ref(), now)
+        .await?;
     let facts = base
         .node_groups
         .instance_types(&policy.cluster, &policy.node_group)

@@ -27,10 +27,10 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::ami::alias::Alias;
-use crate::ami::{Architecture, Variant};
 use crate::budget::Budget;
 use crate::duration;
+use crate::image::alias::Alias;
+use crate::image::{Architecture, Variant};
 use crate::problem::{Problems, join};
 use fields::{NameRule, describe, eks_name, quote, unknown_field, unknown_value, wrong_type};
 pub use pool_id::PoolId;

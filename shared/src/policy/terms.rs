@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::SelectorTerm;
 use super::fields::{describe, free_text, object, quote, string, unknown_field, wrong_type};
-use crate::ami::alias::Alias;
+use crate::image::alias::Alias;
 use crate::problem::{Problems, index, join};
 
 /// Fields of one term, in the order error messages list them.

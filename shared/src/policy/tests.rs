@@ -7,7 +7,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::ami::alias::{AliasVersion, Family};
+use crate::image::alias::{AliasVersion, Family};
 use crate::problem::Severity;
 
 /// A valid document; tests replace or append lines.

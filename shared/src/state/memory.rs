@@ -1,6 +1,6 @@
 //! An in-memory [`Store`] that behaves as the table does (conditional writes on versions,
 //! sort-key prefix queries in key order), recording each item's TTL so tests can check it.
-//! Test support only (`test-support` feature): no deployed function uses it.
+//! Tests use it as the table; [`super::Scratch`] keeps its writes in one.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -46,15 +46,20 @@ impl MemoryStore {
     /// Stores `doc` at (`pk`, `sk`) at version 1 whatever is there: an item as an earlier
     /// version of nodecycle (or an operator) wrote it.
     pub fn seed(&self, pk: &str, sk: &str, doc: Value) {
+        self.insert(pk, sk, doc, 1, None);
+    }
+
+    /// Stores `doc` at (`pk`, `sk`) at `version` whatever is there (no condition).
+    pub fn insert(&self, pk: &str, sk: &str, doc: Value, version: u64, ttl: Option<DateTime<Utc>>) {
         if let Ok(mut items) = self.items.lock() {
             items.insert(
                 (pk.to_string(), sk.to_string()),
                 Item {
                     doc: Versioned {
                         value: doc,
-                        version: 1,
+                        version,
                     },
-                    ttl: None,
+                    ttl,
                 },
             );
         }

@@ -22,7 +22,6 @@ use crate::rotation::Rotation;
 use crate::stop::StopSwitch;
 
 pub mod keys;
-#[cfg(any(test, feature = "test-support"))]
 pub mod memory;
 pub mod record;
 mod scratch;

@@ -2,23 +2,22 @@
 //! `nodecycle validate --live` runs the first pass over (see [`crate::handlers::onboard`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::memory::MemoryStore;
 use super::{Store, Versioned};
 use crate::port::{ErrorKind, PortError};
-
-type Items = BTreeMap<(String, String), Versioned<Value>>;
 
 /// A store whose writes stay in memory over an optional read-only base (the state table):
 /// reads see the base with this process's writes on top. Conditional writes behave as the
 /// table's do (a stale version is a conflict).
 pub struct Scratch {
     base: Option<Arc<dyn Store>>,
-    written: Mutex<Items>,
+    written: MemoryStore,
 }
 
 impl Scratch {
@@ -26,20 +25,16 @@ impl Scratch {
     pub fn new(base: Option<Arc<dyn Store>>) -> Self {
         Scratch {
             base,
-            written: Mutex::new(BTreeMap::new()),
+            written: MemoryStore::new(),
         }
-    }
-
-    fn written(&self) -> Items {
-        self.written.lock().map(|w| w.clone()).unwrap_or_default()
     }
 }
 
 #[async_trait]
 impl Store for Scratch {
     async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<Value>>, PortError> {
-        if let Some(v) = self.written().get(&(pk.to_string(), sk.to_string())) {
-            return Ok(Some(v.clone()));
+        if let Some(v) = self.written.get(pk, sk).await? {
+            return Ok(Some(v));
         }
         match &self.base {
             Some(b) => b.get(pk, sk).await,
@@ -53,7 +48,7 @@ impl Store for Scratch {
         sk: &str,
         doc: &Value,
         expected: Option<u64>,
-        _ttl: Option<DateTime<Utc>>,
+        ttl: Option<DateTime<Utc>>,
     ) -> Result<u64, PortError> {
         let current = self.get(pk, sk).await?.map(|v| v.version);
         if current != expected {
@@ -64,17 +59,7 @@ impl Store for Scratch {
             ));
         }
         let version = expected.map_or(1, |v| v + 1);
-        let mut written = self
-            .written
-            .lock()
-            .map_err(|e| PortError::new("scratch:put", ErrorKind::Other, e.to_string()))?;
-        written.insert(
-            (pk.to_string(), sk.to_string()),
-            Versioned {
-                value: doc.clone(),
-                version,
-            },
-        );
+        self.written.insert(pk, sk, doc.clone(), version, ttl);
         Ok(version)
     }
 
@@ -87,11 +72,7 @@ impl Store for Scratch {
             Some(b) => b.query(pk, sk_prefix).await?.into_iter().collect(),
             None => BTreeMap::new(),
         };
-        for ((p, s), v) in self.written() {
-            if p == pk && s.starts_with(sk_prefix) {
-                out.insert(s, v);
-            }
-        }
+        out.extend(self.written.query(pk, sk_prefix).await?);
         Ok(out.into_iter().collect())
     }
 }

@@ -518,3 +518,41 @@ fn key_formats_are_those_of_the_items_in_users_tables() {
         ("STATE", "MNGUPDATE", "LEASE", "STOP")
     );
 }
+
+#[tokio::test]
+async fn scratch_writes_stay_in_memory_over_the_table_and_stay_conditional() {
+    let (mem, _) = repo();
+    mem.seed(
+        "POOL#prod/general",
+        "STATE",
+        json!({"pool": "prod/general"}),
+    );
+    let scratch = Arc::new(Scratch::new(Some(mem.clone())));
+    let repo = Repository::new(scratch.clone());
+    // Reads come from the table; a write over the table's version lands in memory only.
+    let (_, after) = repo
+        .update_pool(
+            "prod/general",
+            |r| PoolRecord {
+                kubernetes_version: Some("1.31".into()),
+                ..r.clone()
+            },
+            same,
+        )
+        .await
+        .unwrap();
+    assert_eq!(repo.pool("prod/general").await.unwrap(), Some(after));
+    assert_eq!(
+        mem.item("POOL#prod/general", "STATE").unwrap().doc.version,
+        1
+    );
+    let err = scratch
+        .put("POOL#prod/general", "STATE", &json!({}), Some(1), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Conflict, "the scratch copy is at 2");
+    let r = rotation("i-1");
+    repo.put_rotation(&r, None, None).await.unwrap();
+    assert_eq!(repo.rotations("prod/general").await.unwrap().len(), 1);
+    assert!(mem.item("POOL#prod/general", "ROT#i-1").is_none());
+}

@@ -292,17 +292,23 @@ impl Adapters {
         }
     }
 
-    /// The ops handler over `rotator`, with DescribeImages and CloudWatch over these adapters.
+    /// The ops handler over `rotator`'s ports, with DescribeImages and CloudWatch over these adapters.
     pub fn ops(
         &self,
         rotator: nodecycle::handlers::rotator::RotatorHandler,
     ) -> nodecycle::handlers::ops::OpsHandler {
         nodecycle::handlers::ops::OpsHandler {
-            rotator,
+            policies: rotator.policies,
+            groups: rotator.groups,
+            managed: rotator.managed,
+            state: rotator.state,
+            announce: rotator.announce,
+            kube: rotator.kube,
             images: Arc::new(self.ec2.clone()),
             alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
                 self.clients.cloudwatch.clone(),
             )),
+            node_group_wave: rotator.settings.node_group_wave,
         }
     }
 

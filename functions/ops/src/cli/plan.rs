@@ -38,7 +38,7 @@ pub async fn run(args: Args) -> u8 {
         Err(e) => return fail(format!("cluster {} unreachable: {e}", policy.cluster)),
     };
     let at = args.at.unwrap_or_else(Utc::now);
-    let plan = match rotator.preview(&policy, kube.as_ref(), at).await {
+    let plan = match rotator.planner().preview(&policy, kube.as_ref(), at).await {
         Ok((_, plan)) => plan,
         Err(e) => return fail(e),
     };

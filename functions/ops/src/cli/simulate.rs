@@ -4,7 +4,7 @@
 //!
 //! The forecast itself is `nodecycle::simulate` (pure); this file reads the inputs: policy files
 //! and options, or with `--live` each pool's state exactly as `status` reads it
-//! (`RotatorHandler::preview`: read-only, no lease, nothing written).
+//! (`Planner::preview`: read-only, no lease, nothing written).
 
 use std::collections::BTreeMap;
 
@@ -242,6 +242,7 @@ async fn live(pools: &[String], now: DateTime<Utc>) -> Result<Vec<PoolStart>, u8
             ))
         })?;
         let (snapshot, preview) = rotator
+            .planner()
             .preview(&policy, kube.as_ref(), now)
             .await
             .map_err(|e| fail(format!("{pool}: {e}")))?;

@@ -20,11 +20,16 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
 use super::HandlerError;
-use super::rotator::RotatorHandler;
+use super::rotator::{KubeConnector, Planner, Settings};
 use crate::ami::resolve::{ImageCatalog, ImageQuery};
+use crate::fleet::GroupOps;
+use crate::managed::ManagedGroupOps;
+use crate::policy::source::PolicySource;
 use crate::policy::{self, NodeGroup, Policy};
 use crate::rotation::Rotation;
-use crate::state::{AuditRecord, AuditScope, OperatorAction, Pin, PoolRecord, Versioned};
+use crate::state::{
+    AuditRecord, AuditScope, OperatorAction, Pin, PoolRecord, Repository, Versioned,
+};
 pub use request::{Request, Target};
 
 /// Audit records are kept this long.
@@ -85,16 +90,29 @@ pub struct Invocation {
     pub caller: Option<String>,
 }
 
-/// The handler and its ports (the rotator's, plus DescribeImages for `pin`).
+/// The handler and the ports its actions use. `status` plans through the rotator's
+/// [`Planner`] (the same snapshot and plan a pass would make); nothing here runs a pass.
 #[derive(Clone)]
 pub struct OpsHandler {
-    /// Policies, groups, state, Kubernetes: shared with the rotator (status builds the same
-    /// snapshot and plan the rotator would).
-    pub rotator: RotatorHandler,
-    /// DescribeImages.
+    /// Policy documents.
+    pub policies: Arc<dyn PolicySource>,
+    /// Auto Scaling groups (read by `status`'s plan).
+    pub groups: Arc<dyn GroupOps>,
+    /// EKS managed node groups (the group behind one; `status`'s plan).
+    pub managed: Arc<dyn ManagedGroupOps>,
+    /// The state table.
+    pub state: Repository,
+    /// Records transitions' events and puts them on the bus (same table as `state`).
+    pub announce: crate::announce::Announcer,
+    /// Kubernetes access per cluster (`cancel` uncordons; `status` lists nodes).
+    pub kube: Arc<dyn KubeConnector>,
+    /// DescribeImages (`pin`).
     pub images: Arc<dyn ImageCatalog>,
     /// CloudWatch alarm states (`status` shows what the promotion alarms hold back).
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
+    /// The rotator's expected node group update wave ([`Settings::node_group_wave`]), for
+    /// `status`'s plan.
+    pub node_group_wave: std::time::Duration,
 }
 
 /// `InvalidRequest` listing the problems, at most [`MAX_PROBLEMS`] of them.
@@ -300,7 +318,6 @@ impl OpsHandler {
         &self,
     ) -> Result<(BTreeMap<String, Policy>, Vec<status::Invalid>), HandlerError> {
         let docs = self
-            .rotator
             .policies
             .all()
             .await
@@ -343,7 +360,7 @@ impl OpsHandler {
     ) -> Result<AuditRecord, HandlerError> {
         let doc = audit_doc(payload, inv, json!({"started": true}), now);
         let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
-        match (self.rotator.state)
+        match (self.state)
             .audit_start(scope, &inv.request_id, &doc, now, ttl)
             .await
         {
@@ -373,7 +390,7 @@ impl OpsHandler {
         };
         let doc = audit_doc(payload, inv, outcome, now);
         let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
-        if let Err(e) = self.rotator.state.audit_finish(audit, &doc, ttl).await {
+        if let Err(e) = self.state.audit_finish(audit, &doc, ttl).await {
             tracing::error!(partition = %audit.partition(), request_id = %inv.request_id, error = %e, outcome = %bounded(&doc["outcome"]), "cannot write the outcome to the audit record (it says started)");
         }
     }
@@ -391,7 +408,7 @@ impl OpsHandler {
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
         let by = self.by(inv, reason, now);
-        let (before, after) = (self.rotator.announce)
+        let (before, after) = (self.announce)
             .update_pool(&pool, now, |r| change(r, by.clone()).0)
             .await
             .map_err(internal)?;
@@ -432,7 +449,7 @@ impl OpsHandler {
                 "ami: {ami} does not exist or is not available (DescribeImages, state=available)"
             )));
         };
-        let record = self.rotator.state.pool(&pool).await.map_err(internal)?;
+        let record = self.state.pool(&pool).await.map_err(internal)?;
         let pool_arch = policy.architecture.or_else(|| {
             record
                 .as_ref()
@@ -486,7 +503,6 @@ impl OpsHandler {
         pool: &str,
     ) -> Result<BTreeMap<String, Versioned<Rotation>>, HandlerError> {
         Ok(self
-            .rotator
             .state
             .rotations(pool)
             .await
@@ -502,7 +518,7 @@ impl OpsHandler {
         match &policy.node_group {
             NodeGroup::AutoScalingGroup(g) => Ok(g.clone()),
             NodeGroup::ManagedNodeGroup(name) => self
-                .rotator
+                .planner()
                 .managed_group(&policy.cluster, name)
                 .await
                 .map(|(asg, _)| asg)
@@ -564,12 +580,28 @@ pub(crate) fn rotation_summary(r: &Rotation) -> Value {
 }
 
 impl OpsHandler {
-    /// The ops handler over `ports` (its rotator with `settings`).
-    pub fn new(ports: &crate::port::Ports, settings: super::rotator::Settings) -> Self {
+    /// The ops handler over `ports` (planning with the rotator's `settings`).
+    pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
         OpsHandler {
-            rotator: RotatorHandler::new(ports, settings),
+            policies: ports.policies.clone(),
+            groups: ports.groups.clone(),
+            managed: ports.managed.clone(),
+            state: Repository::new(ports.store.clone()),
+            announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
+            kube: ports.kube.clone(),
             images: ports.images.clone(),
             alarms: ports.alarms.clone(),
+            node_group_wave: settings.node_group_wave,
+        }
+    }
+
+    /// The rotator's read-only use case over these ports: one pool observed and planned.
+    fn planner(&self) -> Planner<'_> {
+        Planner {
+            groups: self.groups.as_ref(),
+            managed: self.managed.as_ref(),
+            state: &self.state,
+            node_group_wave: self.node_group_wave,
         }
     }
 }
@@ -578,6 +610,6 @@ impl OpsHandler {
 pub fn from_env(config: &aws_config::SdkConfig) -> Result<OpsHandler, HandlerError> {
     Ok(OpsHandler::new(
         &crate::port::Ports::from_env(config)?,
-        super::rotator::Settings::from_env()?,
+        Settings::from_env()?,
     ))
 }

@@ -314,7 +314,7 @@ impl OpsHandler {
 
     /// Failed rotations of `pool` by target image.
     async fn failed_rotations(&self, pool: &str) -> Result<BTreeMap<String, usize>, String> {
-        let rotations = (self.rotator.state)
+        let rotations = (self.state)
             .rotations(pool)
             .await
             .map_err(|e| format!("cannot read the rotations of {pool}: {e}"))?;
@@ -339,7 +339,7 @@ impl OpsHandler {
     ) -> Option<(String, Option<PoolRecord>, Vec<Candidate>, promotion::Proof)> {
         let promo = policy.promotion.as_ref()?;
         let upstream = promo.from.clone()?;
-        let store = &self.rotator.state;
+        let store = &self.state;
         let record = match store.pool(&upstream).await {
             Ok(r) => r,
             Err(e) => {
@@ -444,7 +444,6 @@ pub(super) async fn journey(
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let quarantined = ops
-        .rotator
         .state
         .quarantine()
         .await

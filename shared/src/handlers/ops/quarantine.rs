@@ -120,7 +120,6 @@ impl OpsHandler {
         let mut out = BTreeMap::new();
         for pool in policies.keys() {
             let record = self
-                .rotator
                 .state
                 .pool(pool)
                 .await
@@ -138,7 +137,7 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = &self.rotator.state;
+        let store = &self.state;
         let read = || async {
             store
                 .quarantine()
@@ -159,7 +158,7 @@ impl OpsHandler {
                     },
                     outbox: Vec::new(),
                 };
-                if (self.rotator.announce.put_quarantine(&q).await).map_err(internal)? {
+                if (self.announce.put_quarantine(&q).await).map_err(internal)? {
                     all.0.push(q.clone());
                     (q, true)
                 } else {
@@ -205,7 +204,7 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = &self.rotator.state;
+        let store = &self.state;
         let all = store
             .quarantine()
             .await

@@ -37,7 +37,7 @@ impl OpsHandler {
         let key = fnv(&format!(
             "{pool}|{targets}|{reason}|{ignore_budgets}|{max_concurrent}"
         ));
-        let earlier = (self.rotator.state)
+        let earlier = (self.state)
             .rotate_request(&pool, key)
             .await
             .map_err(internal)?;
@@ -59,7 +59,6 @@ impl OpsHandler {
         }
         let group = self.group_name(policy).await?;
         let (_, instances) = self
-            .rotator
             .groups
             .describe(&group)
             .await
@@ -122,8 +121,8 @@ impl OpsHandler {
             // Replaces a finished record (keeping its unput events), conditionally.
             let old = existing.get(id);
             match self
-                .rotator
-                .put_rotation(old.map(|v| &v.value), rotation, old.map(|v| v.version))
+                .announce
+                .record_rotation(old.map(|v| &v.value), rotation, old.map(|v| v.version))
                 .await
             {
                 Ok(Some(_)) => queued.push(id.clone()),
@@ -149,7 +148,7 @@ impl OpsHandler {
         let doc = json!({"at": instant(now), "requestId": inv.request_id, "response": response});
         let ttl =
             now + chrono::Duration::minutes(REPEAT_WINDOW_MINUTES) + chrono::Duration::days(1);
-        if let Err(e) = (self.rotator.state)
+        if let Err(e) = (self.state)
             .put_rotate_request(&pool, key, &doc, earlier.map(|e| e.version), ttl)
             .await
         {
@@ -176,12 +175,7 @@ impl OpsHandler {
         // rotation alone, and the surge's undo is recorded before it is performed.
         let mut claimed = None;
         for _ in 0..state::WRITE_ATTEMPTS {
-            let records = self
-                .rotator
-                .state
-                .rotations(&pool)
-                .await
-                .map_err(internal)?;
+            let records = self.state.rotations(&pool).await.map_err(internal)?;
             let Some(v) = records
                 .iter()
                 .find(|v| v.value.instance_id == instance)
@@ -223,8 +217,8 @@ impl OpsHandler {
                 cancelled = cancelled.with_release(Release::Owed);
             }
             if let Some(saved) = self
-                .rotator
-                .put_rotation(Some(&v.value), cancelled, Some(v.version))
+                .announce
+                .record_rotation(Some(&v.value), cancelled, Some(v.version))
                 .await
                 .map_err(internal)?
             {
@@ -241,7 +235,7 @@ impl OpsHandler {
         let mut problems = Vec::new();
         // Kubernetes: make the node schedulable again.
         if matches!(rot.step, Step::Cordoned | Step::Draining) {
-            match self.rotator.kube.connect(&policy.cluster).await {
+            match self.kube.connect(&policy.cluster).await {
                 Err(e) => problems.push(format!(
                     "cluster {} unreachable ({e}): uncordon the node of {instance} by hand",
                     policy.cluster

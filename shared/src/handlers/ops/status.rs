@@ -52,7 +52,7 @@ pub(super) async fn status(
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let mut problems = Vec::new();
-    let quarantined = match ops.rotator.state.quarantine().await {
+    let quarantined = match ops.state.quarantine().await {
         Ok(q) => Some(q),
         Err(e) => {
             problems.push(format!("cannot read the quarantine: {e}"));
@@ -81,7 +81,7 @@ async fn pool_status(
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let pool = policy.pool_id();
-    let store = &ops.rotator.state;
+    let store = &ops.state;
     let internal = |e: crate::port::PortError| HandlerError::internal(e.to_string());
     let record = store.pool(&pool).await.map_err(internal)?;
     let mut problems = Vec::new();
@@ -113,9 +113,9 @@ async fn pool_status(
     let mut budgets = Value::Null;
     let mut blocked = Value::Null;
     let mut rotations: Vec<Rotation> = Vec::new();
-    let snapshot = match ops.rotator.kube.connect(&policy.cluster).await {
+    let snapshot = match ops.kube.connect(&policy.cluster).await {
         Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
-        Ok(kube) => ops.rotator.preview(policy, kube.as_ref(), now).await,
+        Ok(kube) => ops.planner().preview(policy, kube.as_ref(), now).await,
     };
     let mut node_group_update = Value::Null;
     match snapshot {

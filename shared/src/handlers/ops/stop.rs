@@ -24,7 +24,7 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = &self.rotator.state;
+        let store = &self.state;
         let switch = StopSwitch {
             stopped,
             reason: reason.to_string(),
@@ -82,7 +82,7 @@ impl OpsHandler {
 
 /// The switch for `status`: the one in force, or null; unreadable is said in `problems`.
 pub(super) async fn status_of(ops: &OpsHandler, problems: &mut Vec<String>) -> Value {
-    match ops.rotator.state.stop_switch().await {
+    match ops.state.stop_switch().await {
         Ok(s) => json!(s),
         Err(e) => {
             problems.push(format!(

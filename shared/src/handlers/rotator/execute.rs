@@ -365,9 +365,8 @@ impl RotatorHandler {
         rotation: Rotation,
         expected: Option<u64>,
     ) -> Result<Option<Versioned<Rotation>>, PortError> {
-        let ttl = crate::rotation::retention(&rotation);
         self.announce
-            .put_rotation(before, rotation, expected, ttl)
+            .record_rotation(before, rotation, expected)
             .await
     }
 

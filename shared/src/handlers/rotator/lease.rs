@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::RotatorHandler;
+use crate::state::Repository;
 
 /// Attempts to give a lease back before leaving it to expire.
 const RELEASE_ATTEMPTS: u32 = 4;
@@ -34,7 +34,14 @@ pub(super) fn holder(request_id: Option<&str>) -> String {
     }
 }
 
-impl RotatorHandler {
+/// The cluster leases of a pass, over the state table: at most `length` each.
+#[derive(Clone, Copy)]
+pub(super) struct Leases<'a> {
+    pub state: &'a Repository,
+    pub length: Duration,
+}
+
+impl Leases<'_> {
     /// Takes `cluster`'s lease for `holder` until the invocation's deadline (at most the
     /// configured lease). `Err` says why the cluster is skipped this pass.
     pub(super) async fn lease(
@@ -45,7 +52,7 @@ impl RotatorHandler {
         deadline: Instant,
     ) -> Result<Held, String> {
         let left = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(5);
-        let ttl = chrono::Duration::from_std(self.settings.lease.min(left))
+        let ttl = chrono::Duration::from_std(self.length.min(left))
             .unwrap_or(chrono::Duration::minutes(5));
         let held = Held {
             name: format!("cluster/{cluster}"),

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 
-use super::{PoolCtx, PoolReport, RotatorHandler, log_decisions};
+use super::{Planner, PoolCtx, PoolReport, RotatorHandler, log_decisions};
 use crate::managed::{self, ManagedGroup, ManagedUpdate, Phase, UpdateTarget};
 use crate::plan::Snapshot;
 use crate::plan::managed::{ManagedPlan, NodeGroupState, UpdateAction, plan_managed};
@@ -15,30 +15,21 @@ use crate::policy::Policy;
 use crate::port::{ErrorKind, PortError};
 use crate::state::Versioned;
 
-impl RotatorHandler {
-    /// Follows the recorded update with `DescribeUpdate`; a failed or cancelled one halts the
-    /// pool (also set in `snapshot.gates`). With `persist` false nothing is written: the
-    /// observation only shapes the returned record and the snapshot (`plan`, `status`).
-    async fn follow_update(
+impl Planner<'_> {
+    /// The pool's update record and, for one in progress, the record as `DescribeUpdate`
+    /// reports it now (`None`: unchanged). Reads only.
+    async fn observed_update(
         &self,
         cluster: &str,
         name: &str,
-        snapshot: &mut Snapshot,
+        pool: &str,
         now: DateTime<Utc>,
-        persist: bool,
-    ) -> Result<Option<Versioned<ManagedUpdate>>, PortError> {
-        let pool = snapshot.policy.pool_id();
-        let Some(mut v) = self.state.managed_update(&pool).await? else {
+    ) -> Result<Option<(Versioned<ManagedUpdate>, Option<ManagedUpdate>)>, PortError> {
+        let Some(v) = self.state.managed_update(pool).await? else {
             return Ok(None);
         };
-        if persist && let Some(config) = v.value.config_to_restore() {
-            return self
-                .restore_config(cluster, name, v, config)
-                .await
-                .map(Some);
-        }
         let (Phase::InProgress, Some(id)) = (v.value.phase, v.value.update_id.clone()) else {
-            return Ok(Some(v));
+            return Ok(Some((v, None)));
         };
         let status = match self.managed.describe_update(cluster, name, &id).await {
             Ok(s) => s,
@@ -51,18 +42,88 @@ impl RotatorHandler {
             Err(e) => return Err(e),
         };
         let next = v.value.observe(&status, now);
-        if next == v.value {
-            return Ok(Some(v));
-        }
-        if !persist {
-            if let Some(why) = next.halt_reason() {
-                snapshot.gates.halted = Some(why);
+        let changed = (next != v.value).then_some(next);
+        Ok(Some((v, changed)))
+    }
+
+    /// The plan for a managed node group pool (`group` as the snapshot described it), with the
+    /// update as `DescribeUpdate` reports it (a failed or cancelled one halts the pool in
+    /// `snapshot.gates`). Writes nothing (`plan`, `status`).
+    pub(super) async fn plan_managed_pool(
+        &self,
+        group: &ManagedGroup,
+        snapshot: &mut Snapshot,
+        now: DateTime<Utc>,
+    ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), PortError> {
+        let pool = snapshot.policy.pool_id();
+        let cluster = snapshot.policy.cluster.clone();
+        let update = match self
+            .observed_update(&cluster, &group.name, &pool, now)
+            .await?
+        {
+            None => None,
+            Some((v, None)) => Some(v),
+            Some((v, Some(next))) => {
+                if let Some(why) = next.halt_reason() {
+                    snapshot.gates.halted = Some(why);
+                }
+                Some(Versioned {
+                    value: next,
+                    version: v.version,
+                })
             }
-            return Ok(Some(Versioned {
-                value: next,
-                version: v.version,
-            }));
+        };
+        let plan = self.plan_with(group, snapshot, update.as_ref(), now);
+        Ok((plan, update))
+    }
+
+    /// The plan over `update` as followed. Described before the update was followed: an
+    /// update that just ended may still show UPDATING, which only delays the next start by a
+    /// pass.
+    fn plan_with(
+        &self,
+        group: &ManagedGroup,
+        snapshot: &Snapshot,
+        update: Option<&Versioned<ManagedUpdate>>,
+        now: DateTime<Utc>,
+    ) -> ManagedPlan {
+        let group = NodeGroupState {
+            update: update.map(|v| &v.value),
+            status: &group.status,
+            wave: self.node_group_wave,
+        };
+        plan_managed(snapshot, &group, now)
+    }
+}
+
+impl RotatorHandler {
+    /// Follows the recorded update with `DescribeUpdate` and records what it says; a failed or
+    /// cancelled one halts the pool (also set in `snapshot.gates`); a finished one gets the
+    /// group's `updateConfig` put back.
+    async fn follow_update(
+        &self,
+        cluster: &str,
+        name: &str,
+        snapshot: &mut Snapshot,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Versioned<ManagedUpdate>>, PortError> {
+        let pool = snapshot.policy.pool_id();
+        let Some((mut v, next)) = self
+            .planner()
+            .observed_update(cluster, name, &pool, now)
+            .await?
+        else {
+            return Ok(None);
+        };
+        if let Some(config) = v.value.config_to_restore() {
+            return self
+                .restore_config(cluster, name, v, config)
+                .await
+                .map(Some);
         }
+        let Some(next) = next else {
+            return Ok(Some(v));
+        };
         let Some(version) = self
             .state
             .put_managed_update(&next, Some(v.version))
@@ -71,6 +132,7 @@ impl RotatorHandler {
             // Another rotator recorded it first; its view wins this pass.
             return self.state.managed_update(&pool).await;
         };
+        let id = next.update_id.clone().unwrap_or_default();
         tracing::info!(pool = %pool, update = %id, phase = ?next.phase, errors = ?next.errors, decision = "node group update observed");
         if let Some(why) = next.halt_reason() {
             self.halt(&pool, &why, now).await?;
@@ -120,27 +182,21 @@ impl RotatorHandler {
         }
     }
 
-    /// The plan for a managed node group pool (`group` as the snapshot described it); with
-    /// `persist` false it changes nothing.
-    pub(super) async fn plan_managed_pool(
+    /// The plan for a managed node group pool (`group` as the snapshot described it), after
+    /// following and recording its update.
+    async fn plan_and_follow(
         &self,
         group: &ManagedGroup,
         snapshot: &mut Snapshot,
         now: DateTime<Utc>,
-        persist: bool,
     ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), PortError> {
         let cluster = snapshot.policy.cluster.clone();
         let update = self
-            .follow_update(&cluster, &group.name, snapshot, now, persist)
+            .follow_update(&cluster, &group.name, snapshot, now)
             .await?;
-        // Described before the update was followed: an update that just ended may still show
-        // UPDATING, which only delays the next start by a pass.
-        let group = NodeGroupState {
-            update: update.as_ref().map(|v| &v.value),
-            status: &group.status,
-            wave: self.settings.node_group_wave,
-        };
-        let plan = plan_managed(snapshot, &group, now);
+        let plan = self
+            .planner()
+            .plan_with(group, snapshot, update.as_ref(), now);
         Ok((plan, update))
     }
 
@@ -153,9 +209,7 @@ impl RotatorHandler {
         report: &mut PoolReport,
     ) -> Result<(), PortError> {
         let now = ctx.clock.start();
-        let (mplan, update) = self
-            .plan_managed_pool(group, &mut ctx.snapshot, now, true)
-            .await?;
+        let (mplan, update) = self.plan_and_follow(group, &mut ctx.snapshot, now).await?;
         log_decisions(&mplan.plan);
         report.allowed = Some(mplan.plan.allowed);
         report.blocked = mplan.plan.blocked.clone();

@@ -211,7 +211,77 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// A pool's plan as [`RotatorHandler::preview`] gives it. Serializes as the plan's JSON; a
+/// The read-only half of a pass, over only the ports it reads: observes one pool (its group,
+/// nodes, state and rotation records) and plans it. Each pass plans through it, and so do
+/// `nodecycle plan` and `status`, which write nothing.
+#[derive(Clone, Copy)]
+pub struct Planner<'a> {
+    /// Auto Scaling groups (and the groups behind managed node groups).
+    pub groups: &'a dyn GroupOps,
+    /// EKS managed node groups (`DescribeNodegroup`, `DescribeUpdate`).
+    pub managed: &'a dyn ManagedGroupOps,
+    /// The state table.
+    pub state: &'a state::Repository,
+    /// [`Settings::node_group_wave`].
+    pub node_group_wave: Duration,
+}
+
+impl Planner<'_> {
+    /// What a pass would decide for one pool now, without acting or recording anything
+    /// (`nodecycle plan`, `status`): the snapshot and its plan.
+    pub async fn preview(
+        &self,
+        policy: &Policy,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> Result<(Snapshot, Preview), String> {
+        let observed = self.observe_alone(policy, kube, now).await?;
+        let mut snapshot = observed.snapshot;
+        let preview = match &observed.managed {
+            None => Preview::Group(plan::plan(&snapshot, now)),
+            Some(group) => {
+                let (plan, update) = self
+                    .plan_managed_pool(group, &mut snapshot, now)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Preview::Managed {
+                    plan: Box::new(plan),
+                    record: update.map(|v| v.value),
+                }
+            }
+        };
+        Ok((snapshot, preview))
+    }
+
+    /// Builds the snapshot of one pool, and for a managed node group the node group as
+    /// `DescribeNodegroup` reported it. Reads only.
+    pub async fn snapshot(
+        &self,
+        policy: &Policy,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> Result<(Snapshot, Option<ManagedGroup>), String> {
+        let observed = self.observe_alone(policy, kube, now).await?;
+        Ok((observed.snapshot, observed.managed))
+    }
+
+    /// One pool observed outside a pass (its own read of the cluster's nodes).
+    async fn observe_alone(
+        &self,
+        policy: &Policy,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> Result<observe::Observed, String> {
+        let view = ClusterView::read(kube, self.state)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.observe(policy, kube, &view, now)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A pool's plan as [`Planner::preview`] gives it. Serializes as the plan's JSON; a
 /// managed node group's adds `drifted`, `update` (`none`, `continue`, `start` with `image` and
 /// `maxUnavailable`) and `nodeGroupUpdate` (the recorded update, or null).
 #[derive(Debug, Clone, Serialize)]
@@ -251,6 +321,24 @@ fn internal(e: impl std::fmt::Display) -> HandlerError {
 }
 
 impl RotatorHandler {
+    /// The read-only half of this rotator's pass (see [`Planner`]).
+    pub fn planner(&self) -> Planner<'_> {
+        Planner {
+            groups: self.groups.as_ref(),
+            managed: self.managed.as_ref(),
+            state: &self.state,
+            node_group_wave: self.settings.node_group_wave,
+        }
+    }
+
+    /// The cluster leases of this rotator's passes.
+    fn leases(&self) -> lease::Leases<'_> {
+        lease::Leases {
+            state: &self.state,
+            length: self.settings.lease,
+        }
+    }
+
     /// One pass at `now`; stops starting steps when `deadline` is near.
     pub async fn handle(
         &self,
@@ -389,7 +477,7 @@ impl RotatorHandler {
         let (held, view) = {
             // Given back before the pools start: they need permits of their own.
             let _permit = permits.acquire().await;
-            let held = match self.lease(cluster, holder, now, deadline).await {
+            let held = match self.leases().lease(cluster, holder, now, deadline).await {
                 Ok(held) => held,
                 Err(why) => {
                     tracing::info!(cluster = %cluster, decision = "skipped", reason = %why, "cluster not worked on this pass");
@@ -466,7 +554,7 @@ impl RotatorHandler {
                     .collect()
             }
         };
-        self.release(&held, clock.now()).await;
+        self.leases().release(&held, clock.now()).await;
         ("done".into(), reports)
     }
 
@@ -506,59 +594,6 @@ impl RotatorHandler {
             report.errors.push(e.to_string());
         }
         report
-    }
-
-    /// What a pass would decide for one pool now, without acting or recording anything
-    /// (`nodecycle plan`, `status`): the snapshot and its plan.
-    pub async fn preview(
-        &self,
-        policy: &Policy,
-        kube: &dyn NodeOps,
-        now: DateTime<Utc>,
-    ) -> Result<(Snapshot, Preview), String> {
-        let observed = self.observe_alone(policy, kube, now).await?;
-        let mut snapshot = observed.snapshot;
-        let preview = match &observed.managed {
-            None => Preview::Group(plan::plan(&snapshot, now)),
-            Some(group) => {
-                let (plan, update) = self
-                    .plan_managed_pool(group, &mut snapshot, now, false)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Preview::Managed {
-                    plan: Box::new(plan),
-                    record: update.map(|v| v.value),
-                }
-            }
-        };
-        Ok((snapshot, preview))
-    }
-
-    /// Builds the snapshot of one pool, and for a managed node group the node group as
-    /// `DescribeNodegroup` reported it. Reads only.
-    pub async fn snapshot(
-        &self,
-        policy: &Policy,
-        kube: &dyn NodeOps,
-        now: DateTime<Utc>,
-    ) -> Result<(Snapshot, Option<ManagedGroup>), String> {
-        let observed = self.observe_alone(policy, kube, now).await?;
-        Ok((observed.snapshot, observed.managed))
-    }
-
-    /// One pool observed outside a pass (its own read of the cluster's nodes).
-    async fn observe_alone(
-        &self,
-        policy: &Policy,
-        kube: &dyn NodeOps,
-        now: DateTime<Utc>,
-    ) -> Result<observe::Observed, String> {
-        let view = ClusterView::read(kube, &self.state)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.observe(policy, kube, &view, now)
-            .await
-            .map_err(|e| e.to_string())
     }
 
     /// One pool's pass; planned again (once) when it quarantined the AMI it rolled out, so the
@@ -609,14 +644,20 @@ impl RotatorHandler {
         report: &mut PoolReport,
     ) -> Result<Option<crate::promotion::Quarantined>, PortError> {
         let now = clock.start();
-        let mut observed = self.observe(policy, kube.as_ref(), view, now).await?;
+        let mut observed = self
+            .planner()
+            .observe(policy, kube.as_ref(), view, now)
+            .await?;
         if let Some(rollback) = observed
             .record
             .as_ref()
             .and_then(|r| r.rollback(&quarantined))
         {
             self.roll_back(policy, rollback, now, report).await?;
-            observed = self.observe(policy, kube.as_ref(), view, now).await?;
+            observed = self
+                .planner()
+                .observe(policy, kube.as_ref(), view, now)
+                .await?;
         }
         let mut ctx = PoolCtx {
             policy,

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 
-use super::RotatorHandler;
+use super::Planner;
 use crate::fleet::{Gates, Member, NodeStatus};
 use crate::kube::{self as k, NodeOps};
 use crate::managed::ManagedGroup;
@@ -120,7 +120,7 @@ pub(super) struct Observed {
     pub launch_problem: Option<String>,
 }
 
-impl RotatorHandler {
+impl Planner<'_> {
     /// Managed node group `name` and the Auto Scaling group behind it.
     pub(crate) async fn managed_group(
         &self,

@@ -262,7 +262,7 @@ impl Alias {
 #[cfg(test)]
 mod gate_tests {
     use super::*;
-    use crate::ami::Variant;
+    use crate::image::Variant;
 
     fn paths(alias: &str, k8s: &str) -> Vec<String> {
         Alias::parse(alias)
