@@ -3,6 +3,29 @@
 //! Pure decision modules (`policy`, `ami`, `budget`, `plan`, `state`, `event`) take plain values
 //! and the current time and do no I/O. Adapters to AWS live in [`aws`] (feature `aws`, on by
 //! default); the Lambda handlers that wire them together live in [`handlers`].
+//!
+//! # Layers
+//!
+//! Lowest first; a module uses modules of its own layer and of lower ones, never of a higher
+//! one, and no two modules use each other (directly or round a circle). `scripts/layers.py`
+//! enforces this list (CI runs it from `scripts/test.sh`); a nested module listed on its own
+//! (`ami::resolve`) is a layer of its own, apart from its parent. Unit tests may use anything.
+//!
+//! - L0 base: problem, duration, clock, opt_in, port
+//! - L1 vocabulary: ami
+//! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, metrics, inventory, stop
+//! - L3 state: state, announce
+//! - L4 adapters: aws, kube, port::ports
+//! - L5 use cases: handlers, handlers::ami_watcher, handlers::interruption, handlers::ops, handlers::rotator, handlers::onboard, doctor
+//! - L6 wiring: wiring, logging
+//! - L7 test support: fake
+//!
+//! Base types everyone shares (errors of port calls in [`port`]); the vocabulary of images;
+//! the pure model, with each port trait beside the values it speaks in; the state table's
+//! repository; adapters implementing the ports over AWS and Kubernetes; the use cases (each
+//! function's handlers, `nodecycle doctor`); the wiring that reads each function's
+//! configuration and builds its ports (only the functions' `main`s use it); in-memory fakes of
+//! the ports for tests (feature `test-support`).
 
 pub mod ami;
 pub mod announce;
@@ -14,6 +37,7 @@ pub mod duration;
 pub mod event;
 pub mod fleet;
 pub mod interruption;
+pub mod inventory;
 pub mod managed;
 pub mod metrics;
 pub mod opt_in;
@@ -35,3 +59,5 @@ pub mod handlers;
 pub mod kube;
 #[cfg(feature = "aws")]
 pub mod logging;
+#[cfg(all(feature = "aws", feature = "kube"))]
+pub mod wiring;

@@ -98,25 +98,6 @@ impl Default for Settings {
     }
 }
 
-impl Settings {
-    /// Reads the overrides from the environment; a malformed value is an error naming it.
-    pub fn from_env() -> Result<Self, HandlerError> {
-        let mut s = Settings::default();
-        super::durations_from_env(&mut [
-            ("NODECYCLE_FORCE_AFTER", &mut s.force_after),
-            ("NODECYCLE_HEARTBEAT", &mut s.heartbeat_every),
-            ("NODECYCLE_DRAIN_POLL", &mut s.poll),
-            ("NODECYCLE_MAX_EVENT_AGE", &mut s.max_event_age),
-        ])?;
-        if let Ok(hook) = std::env::var("NODECYCLE_LIFECYCLE_HOOK")
-            && !hook.is_empty()
-        {
-            s.lifecycle_hook = hook;
-        }
-        Ok(s)
-    }
-}
-
 /// The handler and its ports.
 #[derive(Clone)]
 pub struct InterruptionHandler {
@@ -632,12 +613,4 @@ impl InterruptionHandler {
             metrics: ports.metrics.clone(),
         }
     }
-}
-
-/// Builds the handler from the environment (`NODECYCLE_TABLE`, `NODECYCLE_POLICY_PREFIX`, tunables).
-pub fn from_env(config: &aws_config::SdkConfig) -> Result<InterruptionHandler, HandlerError> {
-    Ok(InterruptionHandler::new(
-        &crate::port::Ports::from_env(config)?,
-        Settings::from_env()?,
-    ))
 }
