@@ -6,17 +6,34 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{Action, InterruptionHandler, Outcome, claim_sk, internal, lifecycle_sk};
+use super::rotations::Rotations;
+use super::{Handled, Outcome, Settings, claim_sk, connect, internal, lifecycle_sk};
 use crate::clock::Clock;
 use crate::event::interruption::LifecycleAction;
 use crate::handlers::HandlerError;
-use crate::kube::{self as k, DrainError, DrainState};
+use crate::interruption::LifecycleOps;
+use crate::kube::{self as k, DrainError, DrainState, KubeConnector};
 use crate::policy::PoolRef;
 use crate::port::ErrorKind;
 use crate::rotation::{Rotation, RotationReason, Step, rotation_sk};
-use crate::state;
+use crate::state::{self, Store};
 
-impl InterruptionHandler {
+/// The lifecycle hand-over: Auto Scaling lifecycle actions, the cluster's Kubernetes API, the
+/// state table (claims read, open actions, the rotation a long drain is handed to).
+pub(super) struct HandOver<'a> {
+    /// Heartbeats and CompleteLifecycleAction.
+    pub lifecycle: &'a dyn LifecycleOps,
+    /// Kubernetes access per cluster.
+    pub kube: &'a dyn KubeConnector,
+    /// The state table.
+    pub store: &'a dyn Store,
+    /// The rotation records a drain is handed to.
+    pub rotations: Rotations<'a>,
+    /// Pacing, heartbeats, retention.
+    pub settings: &'a Settings,
+}
+
+impl HandOver<'_> {
     /// Why the instance needs no drain before its lifecycle action completes, if it does not.
     pub(super) async fn already_drained(
         &self,
@@ -61,35 +78,6 @@ impl InterruptionHandler {
         Ok(None)
     }
 
-    /// Auto Scaling instance-terminate lifecycle action.
-    pub(super) async fn lifecycle_action(
-        &self,
-        policy: &PoolRef,
-        a: &LifecycleAction,
-        clock: &Clock,
-        deadline: Instant,
-    ) -> Result<Outcome, HandlerError> {
-        let pool = policy.pool_id();
-        let pk = state::pool_pk(&pool);
-        let sk = claim_sk(&a.instance_id, "lifecycle");
-        let id = a.instance_id.as_str();
-        self.claimed(
-            (&pk, &sk),
-            "TerminateLifecycleAction",
-            || clock.now(),
-            |_| {
-                Outcome::new(
-                    id,
-                    Some(&pool),
-                    Action::Skipped,
-                    "this lifecycle action is already being handled",
-                )
-            },
-            || self.lifecycle_drain(policy, a, clock, deadline),
-        )
-        .await
-    }
-
     pub(super) async fn complete(&self, a: &LifecycleAction) -> Result<bool, HandlerError> {
         self.lifecycle
             .complete_continue(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
@@ -97,7 +85,10 @@ impl InterruptionHandler {
             .map_err(internal)
     }
 
-    pub(super) async fn lifecycle_drain(
+    /// Auto Scaling instance-terminate lifecycle action: drain (heartbeats while draining),
+    /// then CompleteLifecycleAction CONTINUE; at once when there is no node or it was drained
+    /// already; a drain longer than the invocation is handed over.
+    pub(super) async fn run(
         &self,
         policy: &PoolRef,
         a: &LifecycleAction,
@@ -112,13 +103,13 @@ impl InterruptionHandler {
             } else {
                 format!("{reason}; the lifecycle action was no longer active")
             };
-            Outcome::new(id, Some(&pool), Action::Completed, reason).with(details)
+            Outcome::new(id, Some(&pool), Handled::Completed, reason).with(details)
         };
         if let Some(why) = self.already_drained(&pool, id).await? {
             let active = self.complete(a).await?;
             return Ok(completed(why, active, Value::Null));
         }
-        let kube = self.connect(policy).await?;
+        let kube = connect(self.kube, policy).await?;
         let mut state = match k::start_drain(
             kube.as_ref(),
             id,
@@ -182,7 +173,7 @@ impl InterruptionHandler {
                     return Ok(Outcome::new(
                         id,
                         Some(&pool),
-                        Action::Abandoned,
+                        Handled::Abandoned,
                         "the lifecycle action timed out or was completed elsewhere while draining",
                     )
                     .with(details));
@@ -198,9 +189,10 @@ impl InterruptionHandler {
     /// `Cordoned`) is replaced, keeping its surge and replacement so their capacity is
     /// accounted for. Never swallowed by a stale record.
     pub(super) async fn take_over(&self, pk: &str, ours: Rotation) -> Result<(), HandlerError> {
+        let rotations = &self.rotations;
         let sk = rotation_sk(&ours.instance_id);
         for _ in 0..state::WRITE_ATTEMPTS {
-            let current = self.store.get(pk, &sk).await.map_err(internal)?;
+            let current = rotations.store.get(pk, &sk).await.map_err(internal)?;
             let before: Option<Rotation> = current
                 .as_ref()
                 .and_then(|v| serde_json::from_value(v.value.clone()).ok());
@@ -227,7 +219,7 @@ impl InterruptionHandler {
             };
             // Its Rotation Started event when this starts it; a replaced record's unput events
             // are kept.
-            let written = (self.announce)
+            let written = (rotations.announce)
                 .put_rotation(before.as_ref(), next, expected, None)
                 .await
                 .map_err(internal)?;
@@ -287,17 +279,21 @@ impl InterruptionHandler {
         Ok(Outcome::new(
             &a.instance_id,
             Some(&pool),
-            Action::HandedOver,
+            Handled::HandedOver,
             "drain longer than this invocation: the rotator continues it; the schedule tick completes the lifecycle action once it is drained",
         )
         .with(details))
     }
 
-    /// Schedule tick: heartbeat or complete the lifecycle actions handed to the rotator.
-    pub(super) async fn tick(&self, clock: &Clock) -> Result<Value, HandlerError> {
-        let policies = self.load_policies().await.map_err(internal)?;
+    /// Schedule tick: heartbeat or complete the lifecycle actions handed to the rotator, in
+    /// the pools of `policies`.
+    pub(super) async fn tick(
+        &self,
+        policies: &[PoolRef],
+        clock: &Clock,
+    ) -> Result<Value, HandlerError> {
         let mut outcomes = Vec::new();
-        for policy in &policies {
+        for policy in policies {
             let pool = policy.pool_id();
             let pk = state::pool_pk(&pool);
             let open = self.store.query(&pk, "LCA#").await.map_err(internal)?;
@@ -316,7 +312,7 @@ impl InterruptionHandler {
                             Outcome::new(
                                 &a.instance_id,
                                 Some(&pool),
-                                Action::Completed,
+                                Handled::Completed,
                                 format!(
                                     "{why}; CompleteLifecycleAction CONTINUE (active: {active})"
                                 ),
@@ -334,7 +330,7 @@ impl InterruptionHandler {
                             Outcome::new(
                                 &a.instance_id,
                                 Some(&pool),
-                                Action::Heartbeat,
+                                Handled::Heartbeat,
                                 "the rotator is still draining",
                             ),
                             !active,

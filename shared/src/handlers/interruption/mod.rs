@@ -9,6 +9,14 @@
 //! twice, acted on, and recorded under the pool's partition (`EVT#<time>#<instance>`, kept 7
 //! days) for `status`.
 //!
+//! What is done is decided by the pure [`crate::interruption::action_for`] from the event, the
+//! pool's policy and the claim; each action is a use case taking only the ports it uses: the
+//! spot drain ([`drain::SpotDrain`], Kubernetes), cordon ([`rebalance::cordon_only`],
+//! Kubernetes), rotation records ([`rotations::Rotations`], the table), the instance gone
+//! ([`rotations::gone`], Kubernetes and the table), the lifecycle hand-over
+//! ([`lifecycle::HandOver`], Auto Scaling, Kubernetes and the table); claims are
+//! [`claim::Claims`] (the table).
+//!
 //! | event | action |
 //! |---|---|
 //! | Spot / Capacity Reservation interruption warning | cordon + taint, evict everything at once (PDBs honoured until 90 s after the event, then delete), keep stepping until the instance is due to die |
@@ -31,7 +39,8 @@ use crate::clock::Clock;
 use crate::event::interruption::{ClassifiedEvent, Interruption, interruption_event};
 use crate::event::verify;
 use crate::interruption::{
-    InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, pool_of, pool_of_group,
+    Claim, ClaimStatus, InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, action_for, claim_of,
+    pool_of, pool_of_group,
 };
 use crate::kube::{KubeConnector, NodeOps};
 use crate::policy::source::PolicySource;
@@ -45,7 +54,10 @@ mod lifecycle;
 mod rebalance;
 mod rotations;
 
-use claim::{Claim, ClaimStatus};
+use claim::Claims;
+use drain::SpotDrain;
+use lifecycle::HandOver;
+use rotations::Rotations;
 
 /// Tunables (environment variables in the Lambda).
 #[derive(Debug, Clone)]
@@ -130,7 +142,7 @@ pub struct Outcome {
     /// `<cluster>/<name>`, `None` when the instance is not ours.
     pub pool: Option<String>,
     /// What was done.
-    pub action: Action,
+    pub action: Handled,
     /// Why.
     pub reason: String,
     /// Counters and ids (evicted/deleted pods, node, rotation step).
@@ -138,10 +150,11 @@ pub struct Outcome {
     pub details: Value,
 }
 
-/// What the handler did about an instance. Serializes camelCase (`rotationRecorded`, ...).
+/// What the handler did about an instance (reported as `action`). Serializes camelCase
+/// (`rotationRecorded`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Action {
+pub enum Handled {
     /// Cordoned, tainted and drained.
     Drained,
     /// Cordoned and tainted; pods still leaving when the instance stops.
@@ -168,7 +181,7 @@ pub enum Action {
     Abandoned,
 }
 
-impl std::fmt::Display for Action {
+impl std::fmt::Display for Handled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match serde_json::to_value(self) {
             Ok(Value::String(s)) => f.write_str(&s),
@@ -181,7 +194,7 @@ impl Outcome {
     pub(super) fn new(
         instance: &str,
         pool: Option<&str>,
-        action: Action,
+        action: Handled,
         reason: impl Into<String>,
     ) -> Self {
         Outcome {
@@ -233,7 +246,7 @@ fn refused(c: &ClassifiedEvent, why: String) -> Value {
 }
 
 fn log_outcome(c: &ClassifiedEvent, o: &Outcome) {
-    if o.action == Action::Ignored {
+    if o.action == Handled::Ignored {
         // Not ours: already one debug line where it was decided.
         return;
     }
@@ -274,7 +287,10 @@ impl InterruptionHandler {
                     json!({"event": c.id, "kind": kind, "decision": "ignored", "reason": format!("state {state:?} needs no action")}),
                 );
             }
-            Interruption::Tick => return self.tick(&clock).await,
+            Interruption::Tick => {
+                let policies = self.load_policies().await.map_err(internal)?;
+                return self.hand_over().tick(&policies, &clock).await;
+            }
             _ => {}
         }
 
@@ -320,7 +336,11 @@ impl InterruptionHandler {
         let event_key = c.id.as_ref().map(|id| format!("EVENT#{id}"));
         let claim = async {
             match &event_key {
-                Some(pk) => self.claim(pk, "EVENT", kind, clock.now()).await.map(Some),
+                Some(pk) => self
+                    .claims()
+                    .claim(pk, "EVENT", kind, clock.now())
+                    .await
+                    .map(Some),
                 None => Ok(None),
             }
         };
@@ -350,7 +370,8 @@ impl InterruptionHandler {
             } else {
                 ClaimStatus::Failed
             };
-            self.settle(pk, "EVENT", v, status, kind, Value::Null, clock.now())
+            self.claims()
+                .settle((pk, "EVENT"), v, status, kind, Value::Null, clock.now())
                 .await;
         }
         let outcomes = result?;
@@ -364,7 +385,7 @@ impl InterruptionHandler {
         let mut events: BTreeMap<&str, Vec<crate::bus::BusEvent>> = BTreeMap::new();
         for o in &outcomes {
             if let Some(pool) = o.pool.as_deref()
-                && !matches!(o.action, Action::Skipped | Action::Ignored)
+                && !matches!(o.action, Handled::Skipped | Handled::Ignored)
             {
                 *handled.entry(pool).or_default() += 1;
                 events
@@ -442,33 +463,15 @@ impl InterruptionHandler {
                     Ok(p) => p,
                     Err(o) => return Ok(vec![*o]),
                 };
-                let o = match &c.event {
-                    Interruption::Rebalance { .. } => {
-                        self.rebalance(policy, instance_id, clock).await?
-                    }
-                    Interruption::StateChange { state, .. } if state.is_gone() => {
-                        self.gone(policy, instance_id, state, clock).await?
-                    }
-                    _ => {
-                        self.drain_now(c, policy, instance_id, clock, deadline)
-                            .await?
-                    }
-                };
+                let o = self.act_on(c, policy, instance_id, clock, deadline).await?;
                 Ok(vec![o])
             }
-            Interruption::Maintenance {
-                instance_ids,
-                deadline: start,
-                event_type_code,
-            } => {
+            Interruption::Maintenance { instance_ids, .. } => {
                 let mut out = Vec::new();
                 for id in instance_ids {
                     let info = self.instances.instance(id).await.map_err(internal)?;
                     match self.ours(id, info.as_ref(), policies) {
-                        Ok(p) => out.push(
-                            self.maintenance(p, id, *start, event_type_code, clock)
-                                .await?,
-                        ),
+                        Ok(p) => out.push(self.act_on(c, p, id, clock, deadline).await?),
                         Err(o) => out.push(*o),
                     }
                 }
@@ -484,12 +487,13 @@ impl InterruptionHandler {
                     return Ok(vec![Outcome::new(
                         &a.instance_id,
                         None,
-                        Action::Ignored,
+                        Handled::Ignored,
                         why,
                     )]);
                 };
                 Ok(vec![
-                    self.lifecycle_action(policy, a, clock, deadline).await?,
+                    self.act_on(c, policy, &a.instance_id, clock, deadline)
+                        .await?,
                 ])
             }
             Interruption::Tick | Interruption::Ignored { .. } => Ok(Vec::new()),
@@ -514,7 +518,7 @@ impl InterruptionHandler {
         Err(Box::new(Outcome::new(
             instance_id,
             None,
-            Action::Ignored,
+            Handled::Ignored,
             why,
         )))
     }
@@ -588,14 +592,145 @@ impl InterruptionHandler {
         }
     }
 
-    pub(super) async fn connect(&self, policy: &PoolRef) -> Result<Arc<dyn NodeOps>, HandlerError> {
-        self.kube.connect(&policy.cluster).await.map_err(|e| {
-            internal(format!(
-                "cluster {} unreachable: {e}; the event is retried",
-                policy.cluster
-            ))
-        })
+    /// Takes the claim the event's work on `instance_id` needs, asks [`action_for`] what to
+    /// do, does it through the use case that does it, and settles the claim by the result.
+    async fn act_on(
+        &self,
+        c: &ClassifiedEvent,
+        policy: &PoolRef,
+        instance_id: &str,
+        clock: &Clock,
+        deadline: Instant,
+    ) -> Result<Outcome, HandlerError> {
+        let pool = policy.pool_id();
+        let pk = state::pool_pk(&pool);
+        let key = claim_of(&c.event).map(|(kind, what)| (claim_sk(instance_id, kind), what));
+        let claim = match &key {
+            Some((sk, what)) => Some(
+                self.claims()
+                    .claim(&pk, sk, what, clock.now())
+                    .await
+                    .map_err(internal)?,
+            ),
+            None => None,
+        };
+        let action = action_for(&c.event, policy, instance_id, claim.as_ref(), clock.now());
+        let result = self
+            .perform(c, policy, instance_id, action, clock, deadline)
+            .await;
+        if let (Some((sk, what)), Some(Claim::Ours(version))) = (&key, &claim) {
+            let (status, details) = match &result {
+                Ok(o) => (ClaimStatus::Done, o.details.clone()),
+                Err(_) => (ClaimStatus::Failed, Value::Null),
+            };
+            self.claims()
+                .settle((&pk, sk), *version, status, what, details, clock.now())
+                .await;
+        }
+        result
     }
+
+    /// Performs `action` (decided by [`action_for`]) on `instance_id` of pool `policy`.
+    async fn perform(
+        &self,
+        c: &ClassifiedEvent,
+        policy: &PoolRef,
+        instance_id: &str,
+        action: crate::interruption::Action,
+        clock: &Clock,
+        deadline: Instant,
+    ) -> Result<Outcome, HandlerError> {
+        use crate::interruption::Action as Do;
+        let pool = policy.pool_id();
+        match action {
+            Do::Skip { reason } => Ok(Outcome::new(
+                instance_id,
+                Some(&pool),
+                Handled::Skipped,
+                reason,
+            )),
+            Do::Record { reason } => Ok(Outcome::new(
+                instance_id,
+                Some(&pool),
+                Handled::Recorded,
+                reason,
+            )),
+            Do::Cordon => {
+                let kube = connect(self.kube.as_ref(), policy).await?;
+                rebalance::cordon_only(kube.as_ref(), &pool, instance_id).await
+            }
+            Do::Drain { reason } => {
+                let kube = connect(self.kube.as_ref(), policy).await?;
+                SpotDrain {
+                    kube: kube.as_ref(),
+                    settings: &self.settings,
+                }
+                .run(c, &pool, instance_id, reason, clock, deadline)
+                .await
+            }
+            Do::Rotate { rotation, why } => self.rotations().start(*rotation, &why).await,
+            Do::Gone { state } => {
+                let kube = connect(self.kube.as_ref(), policy).await?;
+                rotations::gone(
+                    kube.as_ref(),
+                    &self.rotations(),
+                    &pool,
+                    instance_id,
+                    &state,
+                    clock,
+                )
+                .await
+            }
+            Do::HandOver => match &c.event {
+                Interruption::LifecycleTerminate(a) => {
+                    self.hand_over().run(policy, a, clock, deadline).await
+                }
+                _ => Err(internal("a hand-over without a lifecycle action")),
+            },
+            Do::None => Err(internal(format!(
+                "{} names no instance work",
+                c.event.kind()
+            ))),
+        }
+    }
+
+    fn claims(&self) -> Claims<'_> {
+        Claims {
+            store: self.store.as_ref(),
+            settings: &self.settings,
+        }
+    }
+
+    fn rotations(&self) -> Rotations<'_> {
+        Rotations {
+            store: self.store.as_ref(),
+            announce: &self.announce,
+            retention: self.settings.retention,
+        }
+    }
+
+    fn hand_over(&self) -> HandOver<'_> {
+        HandOver {
+            lifecycle: self.lifecycle.as_ref(),
+            kube: self.kube.as_ref(),
+            store: self.store.as_ref(),
+            rotations: self.rotations(),
+            settings: &self.settings,
+        }
+    }
+}
+
+/// A client of the pool's cluster (an unreachable cluster fails the event: it is retried).
+pub(super) async fn connect(
+    kube: &dyn KubeConnector,
+    policy: &PoolRef,
+) -> Result<Arc<dyn NodeOps>, HandlerError> {
+    kube.connect(&policy.cluster).await.map_err(|e| {
+        internal(format!(
+            "cluster {} unreachable: {e}; the event is retried",
+            policy.cluster
+        ))
+    })
 }
 
 impl InterruptionHandler {
