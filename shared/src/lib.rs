@@ -35,6 +35,8 @@ pub mod clock;
 pub mod doctor;
 pub mod duration;
 pub mod event;
+#[cfg(all(any(test, feature = "test-support"), feature = "aws", feature = "kube"))]
+pub mod fake;
 pub mod fleet;
 pub mod interruption;
 pub mod inventory;

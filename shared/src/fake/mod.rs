@@ -1,0 +1,558 @@
+//! In-memory fakes of the ports (feature `test-support`, and unit tests): a deployment as plain
+//! maps, shaped like [`crate::doctor::memory`], so the use cases run in milliseconds without
+//! moto. Each fake behaves like the service it stands for (conditional writes as DynamoDB's,
+//! DescribeImages filters as EC2's, lifecycle actions that stop being active once completed),
+//! never like the code under test. The moto integration tests (`tests/`) stay the reference;
+//! these are for unit tests of the handlers' use cases.
+//!
+//! - [`MemoryStore`]: the state table (the `validate --live` scratch store with nothing under
+//!   it), with fault injection: a failing operation, a writer that wins the next race.
+//! - [`Cloud`]: policies, SSM parameters, images, cluster versions, what node groups launch,
+//!   EC2 instances, lifecycle actions, alarm states and the event bus, as one world.
+//! - [`Clusters`]: Kubernetes per cluster name over [`crate::kube::memory::MemoryCluster`].
+//!
+//! [`Cloud::watcher`] and [`Cloud::interruption_handler`] build those functions' handlers over
+//! them. Auto Scaling groups and managed node groups are not faked yet (the rotator's and ops'
+//! use cases are tested through moto).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::ami::instance_types::GroupTypes;
+use crate::ami::resolve::{
+    ClusterCatalog, GroupImage, ImageCatalog, ImageQuery, NodeGroupCatalog, ParameterStore,
+};
+use crate::ami::select::Image;
+use crate::bus::{BusEvent, EventSink, Refused};
+use crate::event::interruption::LifecycleAction;
+use crate::event::served::Served;
+use crate::handlers::ami_watcher::AmiWatcher;
+use crate::handlers::interruption::InterruptionHandler;
+use crate::handlers::onboard::Scratch;
+use crate::interruption::{InstanceInfo, InstanceLookup, LifecycleOps};
+use crate::kube::memory::MemoryCluster;
+use crate::kube::{KubeConnector, KubeError, NodeOps};
+use crate::policy::NodeGroup;
+use crate::policy::source::{PolicyDocument, PolicySource};
+use crate::port::{ErrorKind, PortError};
+use crate::promotion::{AlarmState, AlarmStates};
+use crate::state::{Store, Versioned};
+
+#[cfg(test)]
+mod tests;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The state table in memory: versions and conditional writes as [`crate::aws::dynamodb::Table`]
+/// (a put names the version it expects, `None` = the item must not exist; a lost race is a
+/// [`ErrorKind::Conflict`]). TTLs are accepted and not enforced (DynamoDB deletes expired items
+/// lazily too). Counts calls by operation.
+pub struct MemoryStore {
+    items: Scratch,
+    faults: Mutex<Faults>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            items: Scratch::new(None),
+            faults: Mutex::default(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Faults {
+    /// Operations (`get`, `put`, `query`) that fail, with the error kind.
+    failing: BTreeMap<&'static str, ErrorKind>,
+    /// Items another writer rewrites just before this store's next put of them.
+    racing: Vec<(String, String)>,
+    calls: BTreeMap<&'static str, u32>,
+}
+
+impl MemoryStore {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every call of `op` (`get`, `put`, `query`) fails with `kind` until [`Self::heal`].
+    pub fn fail(&self, op: &'static str, kind: ErrorKind) {
+        lock(&self.faults).failing.insert(op, kind);
+    }
+
+    /// No call fails any more.
+    pub fn heal(&self) {
+        lock(&self.faults).failing.clear();
+    }
+
+    /// Another writer rewrites `pk`/`sk` (same document, next version) just before this
+    /// store's next put of it: that put, if conditional on the version it read, loses.
+    pub fn race_next_put(&self, pk: &str, sk: &str) {
+        lock(&self.faults)
+            .racing
+            .push((pk.to_string(), sk.to_string()));
+    }
+
+    /// Calls so far by operation.
+    pub fn calls(&self) -> BTreeMap<&'static str, u32> {
+        lock(&self.faults).calls.clone()
+    }
+
+    /// Every item of partition `pk` (all sort keys), for assertions.
+    pub async fn partition(&self, pk: &str) -> Vec<(String, Value)> {
+        self.items
+            .query(pk, "")
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(sk, v)| (sk, v.value))
+            .collect()
+    }
+
+    fn enter(&self, op: &'static str) -> Result<(), PortError> {
+        let mut f = lock(&self.faults);
+        *f.calls.entry(op).or_default() += 1;
+        match f.failing.get(op) {
+            Some(kind) => Err(PortError::new(
+                format!("dynamodb:{op}"),
+                *kind,
+                "injected failure",
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<Value>>, PortError> {
+        self.enter("get")?;
+        self.items.get(pk, sk).await
+    }
+
+    async fn put(
+        &self,
+        pk: &str,
+        sk: &str,
+        doc: &Value,
+        expected: Option<u64>,
+        ttl: Option<DateTime<Utc>>,
+    ) -> Result<u64, PortError> {
+        self.enter("put")?;
+        let race = {
+            let mut f = lock(&self.faults);
+            let at = f.racing.iter().position(|(p, s)| p == pk && s == sk);
+            at.map(|i| f.racing.remove(i))
+        };
+        if race.is_some() {
+            let current = self.items.get(pk, sk).await?;
+            let (value, version) = match current {
+                Some(v) => (v.value, Some(v.version)),
+                None => (doc.clone(), None),
+            };
+            self.items.put(pk, sk, &value, version, ttl).await?;
+        }
+        self.items.put(pk, sk, doc, expected, ttl).await
+    }
+
+    async fn query(
+        &self,
+        pk: &str,
+        sk_prefix: &str,
+    ) -> Result<Vec<(String, Versioned<Value>)>, PortError> {
+        self.enter("query")?;
+        self.items.query(pk, sk_prefix).await
+    }
+}
+
+/// An image and what DescribeImages filters on beside its id and name.
+#[derive(Debug, Clone)]
+pub struct StoredImage {
+    /// The image.
+    pub image: Image,
+    /// Owner account (or `amazon`).
+    pub owner: String,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One lifecycle action as Auto Scaling holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LifecycleState {
+    /// Still waiting for an answer (heartbeats and completion act on it).
+    pub active: bool,
+    /// Heartbeats recorded.
+    pub heartbeats: u32,
+    /// Completed with CONTINUE.
+    pub completed: bool,
+}
+
+/// A deployment's AWS side as plain values. Change it between passes through [`Cloud::with`].
+#[derive(Debug, Clone, Default)]
+pub struct World {
+    /// Policy documents by source.
+    pub policies: BTreeMap<String, PolicyDocument>,
+    /// SSM parameters.
+    pub parameters: BTreeMap<String, String>,
+    /// AMIs.
+    pub images: Vec<StoredImage>,
+    /// Cluster -> Kubernetes `major.minor`.
+    pub versions: BTreeMap<String, String>,
+    /// Node group name (ASG or managed) -> the image it launches.
+    pub group_images: BTreeMap<String, String>,
+    /// Node group name -> its instance types.
+    pub instance_types: BTreeMap<String, GroupTypes>,
+    /// EC2 instances.
+    pub instances: BTreeMap<String, InstanceInfo>,
+    /// Lifecycle actions by instance.
+    pub lifecycle: BTreeMap<String, LifecycleState>,
+    /// CloudWatch alarms.
+    pub alarms: Vec<AlarmState>,
+    /// Events put on the bus.
+    pub events: Vec<BusEvent>,
+    /// AWS calls by operation (`ec2:DescribeImages`, ...).
+    pub calls: BTreeMap<String, u32>,
+    /// Operations answering AccessDenied.
+    pub denied: Vec<String>,
+}
+
+/// The AWS side of a deployment, shared by the ports built over it.
+#[derive(Debug, Default)]
+pub struct Cloud {
+    world: Mutex<World>,
+}
+
+impl Cloud {
+    /// Over `world`.
+    pub fn new(world: World) -> Arc<Self> {
+        Arc::new(Cloud {
+            world: Mutex::new(world),
+        })
+    }
+
+    /// Changes the world (between passes) and returns what `change` returns.
+    pub fn with<T>(&self, change: impl FnOnce(&mut World) -> T) -> T {
+        change(&mut lock(&self.world))
+    }
+
+    /// A copy of the world now.
+    pub fn world(&self) -> World {
+        lock(&self.world).clone()
+    }
+
+    fn call(&self, op: &str) -> Result<MutexGuard<'_, World>, PortError> {
+        let mut w = lock(&self.world);
+        *w.calls.entry(op.to_string()).or_default() += 1;
+        if w.denied.iter().any(|d| d == op) {
+            return Err(PortError::new(
+                op,
+                ErrorKind::AccessDenied,
+                "AccessDenied: not authorized",
+            ));
+        }
+        Ok(w)
+    }
+
+    /// The ami-watcher over this cloud and `store`.
+    pub fn watcher(self: &Arc<Self>, store: Arc<MemoryStore>) -> AmiWatcher {
+        AmiWatcher {
+            policies: self.clone(),
+            parameters: self.clone(),
+            images: self.clone(),
+            clusters: self.clone(),
+            groups: self.clone(),
+            store: store.clone(),
+            announce: crate::announce::Announcer::new(store, self.clone()),
+            alarms: self.clone(),
+            metrics: Arc::new(crate::metrics::NoMetrics),
+        }
+    }
+
+    /// The interruption handler over this cloud, `store` and `kube`, with `settings`; the
+    /// deployment serves account 123456789012 in us-east-2.
+    pub fn interruption_handler(
+        self: &Arc<Self>,
+        store: Arc<MemoryStore>,
+        kube: Arc<Clusters>,
+        settings: crate::handlers::interruption::Settings,
+    ) -> InterruptionHandler {
+        InterruptionHandler {
+            policies: self.clone(),
+            instances: self.clone(),
+            lifecycle: self.clone(),
+            deployment: Arc::new(Served {
+                accounts: vec!["123456789012".into()],
+                regions: vec!["us-east-2".into()],
+            }),
+            store: store.clone(),
+            announce: crate::announce::Announcer::new(store, self.clone()),
+            kube,
+            settings,
+            metrics: Arc::new(crate::metrics::NoMetrics),
+        }
+    }
+}
+
+#[async_trait]
+impl PolicySource for Cloud {
+    async fn all(&self) -> Result<Vec<PolicyDocument>, PortError> {
+        Ok(self
+            .call("ssm:GetParametersByPath")?
+            .policies
+            .values()
+            .cloned()
+            .collect())
+    }
+
+    async fn one(&self, source: &str) -> Result<Option<PolicyDocument>, PortError> {
+        Ok(self.call("ssm:GetParameter")?.policies.get(source).cloned())
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        lock(&self.world).policies.contains_key(name)
+    }
+}
+
+#[async_trait]
+impl ParameterStore for Cloud {
+    async fn get_parameters(
+        &self,
+        names: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, PortError> {
+        let w = self.call("ssm:GetParameters")?;
+        Ok(names
+            .iter()
+            .filter_map(|n| w.parameters.get(n).map(|v| (n.clone(), v.clone())))
+            .collect())
+    }
+}
+
+/// EC2's name filter: `*` any run, `?` any one character.
+fn wildcard(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[async_trait]
+impl ImageCatalog for Cloud {
+    async fn describe_images(&self, query: &ImageQuery) -> Result<Vec<Image>, PortError> {
+        let w = self.call("ec2:DescribeImages")?;
+        Ok(w.images
+            .iter()
+            .filter(|i| query.image_ids.is_empty() || query.image_ids.contains(&i.image.id))
+            .filter(|i| query.owners.is_empty() || query.owners.contains(&i.owner))
+            .filter(|i| {
+                query
+                    .name
+                    .as_ref()
+                    .is_none_or(|n| wildcard(n, &i.image.name))
+            })
+            .filter(|i| {
+                query.tags.iter().all(|(k, v)| {
+                    i.tags
+                        .get(k)
+                        .is_some_and(|have| v == "*" || wildcard(v, have))
+                })
+            })
+            .map(|i| i.image.clone())
+            .collect())
+    }
+}
+
+#[async_trait]
+impl ClusterCatalog for Cloud {
+    async fn kubernetes_version(&self, cluster: &str) -> Result<String, PortError> {
+        self.call("eks:DescribeCluster")?
+            .versions
+            .get(cluster)
+            .cloned()
+            .ok_or_else(|| {
+                PortError::new(
+                    "eks:DescribeCluster",
+                    ErrorKind::NotFound,
+                    format!("ResourceNotFoundException: No cluster found for name: {cluster}."),
+                )
+            })
+    }
+}
+
+fn group_name(group: &NodeGroup) -> &str {
+    match group {
+        NodeGroup::AutoScalingGroup(g) | NodeGroup::ManagedNodeGroup(g) => g,
+    }
+}
+
+#[async_trait]
+impl NodeGroupCatalog for Cloud {
+    async fn current_image(
+        &self,
+        _cluster: &str,
+        group: &NodeGroup,
+    ) -> Result<GroupImage, PortError> {
+        Ok(
+            match self
+                .call("autoscaling:DescribeAutoScalingGroups")?
+                .group_images
+                .get(group_name(group))
+            {
+                Some(id) => GroupImage::Image(id.clone()),
+                None => GroupImage::Unknown,
+            },
+        )
+    }
+
+    async fn instance_types(
+        &self,
+        _cluster: &str,
+        group: &NodeGroup,
+    ) -> Result<GroupTypes, PortError> {
+        Ok(self
+            .call("ec2:DescribeInstanceTypes")?
+            .instance_types
+            .get(group_name(group))
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl InstanceLookup for Cloud {
+    async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, PortError> {
+        Ok(self
+            .call("ec2:DescribeInstances")?
+            .instances
+            .get(instance_id)
+            .cloned())
+    }
+}
+
+impl Cloud {
+    fn lifecycle_call(
+        &self,
+        op: &str,
+        instance_id: &str,
+        f: impl FnOnce(&mut LifecycleState),
+    ) -> Result<bool, PortError> {
+        let mut w = self.call(op)?;
+        match w.lifecycle.get_mut(instance_id) {
+            Some(a) if a.active => {
+                f(a);
+                Ok(true)
+            }
+            // Auto Scaling: "No active Lifecycle Action found" (the adapter answers false).
+            _ => Ok(false),
+        }
+    }
+}
+
+#[async_trait]
+impl LifecycleOps for Cloud {
+    async fn heartbeat(
+        &self,
+        _group: &str,
+        _hook: &str,
+        _token: Option<&str>,
+        instance_id: &str,
+    ) -> Result<bool, PortError> {
+        self.lifecycle_call(
+            "autoscaling:RecordLifecycleActionHeartbeat",
+            instance_id,
+            |a| a.heartbeats += 1,
+        )
+    }
+
+    async fn complete_continue(
+        &self,
+        _group: &str,
+        _hook: &str,
+        _token: Option<&str>,
+        instance_id: &str,
+    ) -> Result<bool, PortError> {
+        self.lifecycle_call("autoscaling:CompleteLifecycleAction", instance_id, |a| {
+            a.active = false;
+            a.completed = true;
+        })
+    }
+}
+
+#[async_trait]
+impl AlarmStates for Cloud {
+    async fn states(&self, names: &[String]) -> Result<Vec<AlarmState>, PortError> {
+        Ok(self
+            .call("cloudwatch:DescribeAlarms")?
+            .alarms
+            .iter()
+            .filter(|a| names.contains(&a.name))
+            .cloned()
+            .collect())
+    }
+}
+
+#[async_trait]
+impl EventSink for Cloud {
+    async fn put(&self, events: &[BusEvent]) -> Result<Vec<Refused>, PortError> {
+        let mut w = self.call("events:PutEvents")?;
+        w.events.extend(events.iter().cloned());
+        Ok(Vec::new())
+    }
+}
+
+/// Kubernetes per cluster name, in memory.
+#[derive(Default)]
+pub struct Clusters {
+    clusters: Mutex<BTreeMap<String, Arc<MemoryCluster>>>,
+}
+
+impl Clusters {
+    /// Cluster `name` (created empty at `now` on first use).
+    pub fn cluster(&self, name: &str, now: DateTime<Utc>) -> Arc<MemoryCluster> {
+        lock(&self.clusters)
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(MemoryCluster::new(now)))
+            .clone()
+    }
+}
+
+#[async_trait]
+impl KubeConnector for Clusters {
+    async fn connect(&self, cluster: &str) -> Result<Arc<dyn NodeOps>, KubeError> {
+        match lock(&self.clusters).get(cluster) {
+            Some(c) => Ok(c.clone() as Arc<dyn NodeOps>),
+            None => Err(KubeError::ClusterNotFound(cluster.to_string())),
+        }
+    }
+}
+
+/// A lifecycle action of `instance_id` in `group`, active.
+pub fn lifecycle_action(group: &str, instance_id: &str) -> LifecycleAction {
+    LifecycleAction {
+        group: group.into(),
+        hook: "nodecycle-drain".into(),
+        token: Some("token-1".into()),
+        instance_id: instance_id.into(),
+    }
+}
