@@ -32,6 +32,7 @@ import sys
 LAYER = re.compile(r"^//!\s*-\s*L(\d+)\s+([^:]+?)\s*:\s+(.+?)\s*$")
 REF = re.compile(r"\bcrate((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 USE_GROUP = re.compile(r"\buse\s+crate::\{")
+GROUP_ITEM = re.compile(r"(?:^|[{,\s])([a-z_][a-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)")
 TEST_MOD = re.compile(r"^\s*#\[cfg\((?:any\()?test\b")
 
 
@@ -138,19 +139,11 @@ def references(path, listed):
     refs = []
     group = None  # inside `use crate::{ ... };`
     for n, line in code_lines(path):
-        if group is not None:
-            group += line
+        start = USE_GROUP.search(line) if group is None else None
+        if group is not None or start:
+            group = (group or "") + (line[start.end() :] if start else line)
             if ";" in line:
-                for name in re.findall(r"(?:^|[{,\s])([a-z_][a-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)", group):
-                    t = target_of(name, listed)
-                    if t:
-                        refs.append((n, t))
-                group = None
-            continue
-        if USE_GROUP.search(line):
-            group = line[USE_GROUP.search(line).end() :]
-            if ";" in line:
-                for name in re.findall(r"(?:^|[{,\s])([a-z_][a-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)", group):
+                for name in GROUP_ITEM.findall(group):
                     t = target_of(name, listed)
                     if t:
                         refs.append((n, t))
