@@ -9,11 +9,13 @@
 //!   it), with fault injection: a failing operation, a writer that wins the next race.
 //! - [`Cloud`]: policies, SSM parameters, images, cluster versions, what node groups launch,
 //!   EC2 instances, lifecycle actions, alarm states and the event bus, as one world.
+//! - [`Groups`]: Auto Scaling groups (sizes and their bounds, instances, launch template
+//!   versions, suspended processes) as Auto Scaling answers.
 //! - [`Clusters`]: Kubernetes per cluster name over [`crate::kube::memory::MemoryCluster`].
 //!
 //! [`Cloud::watcher`] and [`Cloud::interruption_handler`] build those functions' handlers over
-//! them. Auto Scaling groups and managed node groups are not faked yet (the rotator's and ops'
-//! use cases are tested through moto).
+//! them. Managed node groups are not faked yet (the rotator's and ops' use cases are tested
+//! through moto).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -518,6 +520,168 @@ impl EventSink for Cloud {
         let mut w = self.call("events:PutEvents")?;
         w.events.extend(events.iter().cloned());
         Ok(Vec::new())
+    }
+}
+
+/// One Auto Scaling group as the service holds it.
+#[derive(Debug, Clone)]
+pub struct StoredGroup {
+    /// Name, sizes, the image its launch template launches, suspended processes.
+    pub group: crate::fleet::Group,
+    /// Its instances.
+    pub instances: Vec<crate::fleet::GroupInstance>,
+    /// Latest launch template version (the group launches `$Latest`).
+    pub template_version: u32,
+    /// Status message of the latest scaling activity, when it failed.
+    pub failed_activity: Option<String>,
+}
+
+/// Auto Scaling groups in memory. Sizes are checked as Auto Scaling checks them (a desired
+/// capacity outside MinSize..=MaxSize, a MaxSize below the desired capacity, a decrement below
+/// MinSize are ValidationErrors); a terminated instance leaves the group at once.
+#[derive(Debug, Default)]
+pub struct Groups {
+    groups: Mutex<BTreeMap<String, StoredGroup>>,
+}
+
+fn validation(op: &str, message: String) -> PortError {
+    PortError::new(
+        op,
+        ErrorKind::Invalid,
+        format!("ValidationError: {message}"),
+    )
+}
+
+impl Groups {
+    /// Adds (or replaces) a group.
+    pub fn insert(&self, group: StoredGroup) {
+        lock(&self.groups).insert(group.group.name.clone(), group);
+    }
+
+    /// The group now.
+    pub fn get(&self, name: &str) -> Option<StoredGroup> {
+        lock(&self.groups).get(name).cloned()
+    }
+
+    fn with<T>(
+        &self,
+        op: &str,
+        name: &str,
+        f: impl FnOnce(&mut StoredGroup) -> Result<T, PortError>,
+    ) -> Result<T, PortError> {
+        match lock(&self.groups).get_mut(name) {
+            Some(g) => f(g),
+            None => Err(validation(
+                op,
+                format!("AutoScalingGroup name not found - {name}"),
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl crate::fleet::GroupOps for Groups {
+    async fn describe(
+        &self,
+        group: &str,
+    ) -> Result<(crate::fleet::Group, Vec<crate::fleet::GroupInstance>), PortError> {
+        self.with("autoscaling:DescribeAutoScalingGroups", group, |g| {
+            Ok((g.group.clone(), g.instances.clone()))
+        })
+    }
+
+    async fn set_max_size(&self, group: &str, max: i32) -> Result<(), PortError> {
+        let op = "autoscaling:UpdateAutoScalingGroup";
+        self.with(op, group, |g| {
+            if max < g.group.min_size || max < g.group.desired_capacity {
+                return Err(validation(
+                    op,
+                    format!("Desired capacity:{} must be between the specified min size:{} and max size:{max}", g.group.desired_capacity, g.group.min_size),
+                ));
+            }
+            g.group.max_size = max;
+            Ok(())
+        })
+    }
+
+    async fn suspend_processes(&self, group: &str, processes: &[String]) -> Result<(), PortError> {
+        self.with("autoscaling:SuspendProcesses", group, |g| {
+            for p in processes {
+                if !g.group.suspended_processes.contains(p) {
+                    g.group.suspended_processes.push(p.clone());
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn resume_processes(&self, group: &str, processes: &[String]) -> Result<(), PortError> {
+        self.with("autoscaling:ResumeProcesses", group, |g| {
+            g.group
+                .suspended_processes
+                .retain(|p| !processes.contains(p));
+            Ok(())
+        })
+    }
+
+    async fn launch_problem(&self, group: &str) -> Result<Option<String>, PortError> {
+        self.with("autoscaling:DescribeScalingActivities", group, |g| {
+            Ok(g.failed_activity.clone())
+        })
+    }
+
+    async fn set_desired_capacity(&self, group: &str, desired: i32) -> Result<(), PortError> {
+        let op = "autoscaling:SetDesiredCapacity";
+        self.with(op, group, |g| {
+            if desired > g.group.max_size {
+                return Err(validation(op, format!("New SetDesiredCapacity value {desired} is above max value {} for the AutoScalingGroup.", g.group.max_size)));
+            }
+            if desired < g.group.min_size {
+                return Err(validation(op, format!("New SetDesiredCapacity value {desired} is below min value {} for the AutoScalingGroup.", g.group.min_size)));
+            }
+            g.group.desired_capacity = desired;
+            Ok(())
+        })
+    }
+
+    async fn terminate_instance(
+        &self,
+        instance_id: &str,
+        decrement: bool,
+    ) -> Result<(), PortError> {
+        let op = "autoscaling:TerminateInstanceInAutoScalingGroup";
+        let mut groups = lock(&self.groups);
+        // Already gone (terminated, or no longer in any group): success, as the adapter says.
+        let Some(g) = groups
+            .values_mut()
+            .find(|g| g.instances.iter().any(|i| i.instance_id == instance_id))
+        else {
+            return Ok(());
+        };
+        if decrement {
+            if g.group.desired_capacity - 1 < g.group.min_size {
+                return Err(validation(
+                    op,
+                    format!(
+                        "Currently, desiredSize equals minSize ({}). Terminating instance without replacement will violate group's min size constraint. Either set shouldDecrementDesiredCapacity flag to false or lower group's min size.",
+                        g.group.min_size
+                    ),
+                ));
+            }
+            g.group.desired_capacity -= 1;
+        }
+        g.instances.retain(|i| i.instance_id != instance_id);
+        Ok(())
+    }
+
+    async fn set_image(&self, group: &str, image: &str) -> Result<String, PortError> {
+        self.with("ec2:CreateLaunchTemplateVersion", group, |g| {
+            if g.group.launch_template_image.as_deref() != Some(image) {
+                g.template_version += 1;
+                g.group.launch_template_image = Some(image.to_string());
+            }
+            Ok(g.template_version.to_string())
+        })
     }
 }
 

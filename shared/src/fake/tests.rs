@@ -381,3 +381,69 @@ async fn a_lifecycle_action_without_a_node_completes_at_once() {
     assert_eq!(out["decision"], "refused", "{out}");
     assert_eq!(store.calls().get("put").copied(), before);
 }
+
+#[tokio::test]
+async fn groups_answer_as_auto_scaling_does() {
+    use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle};
+    let groups = Groups::default();
+    let member = |id: &str| GroupInstance {
+        instance_id: id.into(),
+        availability_zone: "us-east-2a".into(),
+        image_id: Some("ami-1".into()),
+        launch_time: now(),
+        lifecycle: Lifecycle::InService,
+    };
+    groups.insert(StoredGroup {
+        group: Group {
+            name: "prod-general".into(),
+            min_size: 2,
+            max_size: 3,
+            desired_capacity: 2,
+            launch_template_image: Some("ami-1".into()),
+            suspended_processes: Vec::new(),
+        },
+        instances: vec![member(I1), member(I2)],
+        template_version: 1,
+        failed_activity: None,
+    });
+    // Above MaxSize is refused; within it is taken.
+    let e = groups
+        .set_desired_capacity("prod-general", 4)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid, "{e}");
+    groups
+        .set_desired_capacity("prod-general", 3)
+        .await
+        .unwrap();
+    // MaxSize below the desired capacity is refused.
+    assert!(groups.set_max_size("prod-general", 2).await.is_err());
+    // Terminating with a decrement lowers the desired capacity, down to MinSize only.
+    groups.terminate_instance(I1, true).await.unwrap();
+    assert_eq!(groups.sizes("prod-general").await.unwrap().desired, 2);
+    assert!(groups.terminate_instance(I2, true).await.is_err());
+    // A gone instance is success.
+    groups.terminate_instance(I1, true).await.unwrap();
+    // A new image is a new template version; the same image is none.
+    assert_eq!(
+        groups.set_image("prod-general", "ami-2").await.unwrap(),
+        "2"
+    );
+    assert_eq!(
+        groups.set_image("prod-general", "ami-2").await.unwrap(),
+        "2"
+    );
+    groups
+        .suspend_processes("prod-general", &["AZRebalance".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        groups
+            .get("prod-general")
+            .unwrap()
+            .group
+            .suspended_processes,
+        vec!["AZRebalance".to_string()]
+    );
+    assert!(groups.describe("nope").await.is_err());
+}
