@@ -11,11 +11,12 @@
 //!   EC2 instances, lifecycle actions, alarm states and the event bus, as one world.
 //! - [`Groups`]: Auto Scaling groups (sizes and their bounds, instances, launch template
 //!   versions, suspended processes) as Auto Scaling answers.
+//! - [`ManagedGroups`]: EKS managed node groups (updates with their client tokens, one at a
+//!   time) and the launch templates they name, as EKS and EC2 answer.
 //! - [`Clusters`]: Kubernetes per cluster name over [`crate::kube::memory::MemoryCluster`].
 //!
 //! [`Cloud::watcher`] and [`Cloud::interruption_handler`] build those functions' handlers over
-//! them. Managed node groups are not faked yet (the rotator's and ops' use cases are tested
-//! through moto).
+//! them (the rotator's and ops' use cases are tested through moto still).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -682,6 +683,253 @@ impl crate::fleet::GroupOps for Groups {
             }
             Ok(g.template_version.to_string())
         })
+    }
+}
+
+/// One managed node group and its updates as EKS holds them.
+#[derive(Debug, Clone)]
+pub struct StoredNodeGroup {
+    /// What DescribeNodegroup answers.
+    pub group: crate::managed::ManagedGroup,
+    /// Its updates: (client request token, target, status), oldest first.
+    pub updates: Vec<(
+        String,
+        crate::managed::UpdateTarget,
+        crate::managed::UpdateStatus,
+    )>,
+}
+
+/// EKS managed node groups and EC2 launch templates in memory: an update while another is in
+/// progress, or a config change during one, is ResourceInUseException (a conflict); repeating
+/// an update with its client request token returns that update; a launch template version is
+/// immutable (a new image is a new version).
+#[derive(Debug, Default)]
+pub struct ManagedGroups {
+    groups: Mutex<BTreeMap<(String, String), StoredNodeGroup>>,
+    /// Template id -> the image of each version (version n at index n - 1).
+    templates: Mutex<BTreeMap<String, Vec<Option<String>>>>,
+}
+
+impl ManagedGroups {
+    /// Adds (or replaces) node group `group` of `cluster`.
+    pub fn insert(&self, cluster: &str, group: crate::managed::ManagedGroup) {
+        lock(&self.groups).insert(
+            (cluster.to_string(), group.name.clone()),
+            StoredNodeGroup {
+                group,
+                updates: Vec::new(),
+            },
+        );
+    }
+
+    /// Adds launch template `id` whose versions launch `images`.
+    pub fn insert_template(&self, id: &str, images: Vec<Option<String>>) {
+        lock(&self.templates).insert(id.to_string(), images);
+    }
+
+    /// The node group now.
+    pub fn get(&self, cluster: &str, name: &str) -> Option<StoredNodeGroup> {
+        lock(&self.groups)
+            .get(&(cluster.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Ends the group's update in progress with `state` (EKS finishing it), moving the group to
+    /// its target on success.
+    pub fn finish(&self, cluster: &str, name: &str, state: crate::managed::UpdateState) {
+        use crate::managed::{UpdateState, UpdateTarget};
+        let mut groups = lock(&self.groups);
+        let Some(g) = groups.get_mut(&(cluster.to_string(), name.to_string())) else {
+            return;
+        };
+        let Some((_, target, status)) = g
+            .updates
+            .iter_mut()
+            .find(|(_, _, s)| s.state == UpdateState::InProgress)
+        else {
+            return;
+        };
+        status.state = state;
+        g.group.status = "ACTIVE".into();
+        if state == UpdateState::Successful {
+            match target {
+                UpdateTarget::ReleaseVersion { version } => {
+                    g.group.release_version = Some(version.clone());
+                }
+                UpdateTarget::LaunchTemplate { version, .. } => {
+                    if let Some(t) = g.group.launch_template.as_mut() {
+                        t.version = Some(version.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn with<T>(
+        &self,
+        op: &str,
+        cluster: &str,
+        name: &str,
+        f: impl FnOnce(&mut StoredNodeGroup) -> Result<T, PortError>,
+    ) -> Result<T, PortError> {
+        match lock(&self.groups).get_mut(&(cluster.to_string(), name.to_string())) {
+            Some(g) => f(g),
+            None => Err(PortError::new(
+                op,
+                ErrorKind::NotFound,
+                format!("ResourceNotFoundException: No node group found for name: {name}."),
+            )),
+        }
+    }
+}
+
+fn in_use(op: &str, name: &str) -> PortError {
+    PortError::new(
+        op,
+        ErrorKind::Conflict,
+        format!("ResourceInUseException: Nodegroup {name} is currently being updated"),
+    )
+}
+
+fn updating(g: &StoredNodeGroup) -> bool {
+    g.updates
+        .iter()
+        .any(|(_, _, s)| s.state == crate::managed::UpdateState::InProgress)
+}
+
+#[async_trait]
+impl crate::managed::ManagedGroupOps for ManagedGroups {
+    async fn describe(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<crate::managed::ManagedGroup, PortError> {
+        self.with("eks:DescribeNodegroup", cluster, name, |g| {
+            Ok(g.group.clone())
+        })
+    }
+
+    async fn set_update_config(
+        &self,
+        cluster: &str,
+        name: &str,
+        config: crate::managed::UpdateConfig,
+    ) -> Result<(), PortError> {
+        let op = "eks:UpdateNodegroupConfig";
+        self.with(op, cluster, name, |g| {
+            if g.group.update_config() == config {
+                return Ok(());
+            }
+            if updating(g) {
+                return Err(in_use(op, name));
+            }
+            g.group.max_unavailable = config.max_unavailable;
+            g.group.max_unavailable_percentage = config.max_unavailable_percentage;
+            Ok(())
+        })
+    }
+
+    async fn start_update(
+        &self,
+        cluster: &str,
+        name: &str,
+        target: &crate::managed::UpdateTarget,
+        token: &str,
+    ) -> Result<String, PortError> {
+        let op = "eks:UpdateNodegroupVersion";
+        self.with(op, cluster, name, |g| {
+            if let Some((_, _, s)) = g.updates.iter().find(|(t, _, _)| t == token) {
+                return Ok(s.id.clone());
+            }
+            if updating(g) {
+                return Err(in_use(op, name));
+            }
+            let id = format!("update-{}-{}", name, g.updates.len() + 1);
+            g.updates.push((
+                token.to_string(),
+                target.clone(),
+                crate::managed::UpdateStatus {
+                    id: id.clone(),
+                    state: crate::managed::UpdateState::InProgress,
+                    errors: Vec::new(),
+                },
+            ));
+            g.group.status = "UPDATING".into();
+            Ok(id)
+        })
+    }
+
+    async fn describe_update(
+        &self,
+        cluster: &str,
+        name: &str,
+        update_id: &str,
+    ) -> Result<crate::managed::UpdateStatus, PortError> {
+        let op = "eks:DescribeUpdate";
+        self.with(op, cluster, name, |g| {
+            g.updates
+                .iter()
+                .find(|(_, _, s)| s.id == update_id)
+                .map(|(_, _, s)| s.clone())
+                .ok_or_else(|| {
+                    PortError::new(
+                        op,
+                        ErrorKind::NotFound,
+                        format!("ResourceNotFoundException: No update found for ID: {update_id}"),
+                    )
+                })
+        })
+    }
+
+    async fn template_with_image(
+        &self,
+        template: &crate::managed::TemplateRef,
+        image: &str,
+    ) -> Result<(String, String), PortError> {
+        let op = "ec2:CreateLaunchTemplateVersion";
+        let id = template.id.clone().unwrap_or_default();
+        let mut templates = lock(&self.templates);
+        let Some(versions) = templates.get_mut(&id) else {
+            return Err(PortError::new(
+                op,
+                ErrorKind::NotFound,
+                format!("InvalidLaunchTemplateId.NotFound: {id}"),
+            ));
+        };
+        let current = template
+            .version
+            .as_deref()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(versions.len());
+        if current >= 1 && versions.get(current - 1).and_then(Option::as_deref) == Some(image) {
+            return Ok((id, current.to_string()));
+        }
+        versions.push(Some(image.to_string()));
+        Ok((id, versions.len().to_string()))
+    }
+
+    async fn template_image(
+        &self,
+        template: &crate::managed::TemplateRef,
+    ) -> Result<Option<String>, PortError> {
+        let id = template.id.clone().unwrap_or_default();
+        let templates = lock(&self.templates);
+        let versions = templates.get(&id).ok_or_else(|| {
+            PortError::new(
+                "ec2:DescribeLaunchTemplateVersions",
+                ErrorKind::NotFound,
+                format!("InvalidLaunchTemplateId.NotFound: {id}"),
+            )
+        })?;
+        let n = template
+            .version
+            .as_deref()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(versions.len());
+        Ok(n.checked_sub(1)
+            .and_then(|i| versions.get(i))
+            .cloned()
+            .flatten())
     }
 }
 

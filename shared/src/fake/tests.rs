@@ -447,3 +447,70 @@ async fn groups_answer_as_auto_scaling_does() {
     );
     assert!(groups.describe("nope").await.is_err());
 }
+
+#[tokio::test]
+async fn managed_node_groups_answer_as_eks_does() {
+    use crate::managed::{ManagedGroup, ManagedGroupOps, TemplateRef, UpdateState, UpdateTarget};
+    let eks = ManagedGroups::default();
+    let template = TemplateRef {
+        id: Some("lt-1".into()),
+        name: None,
+        version: Some("1".into()),
+    };
+    eks.insert(
+        "prod",
+        ManagedGroup {
+            name: "spot".into(),
+            status: "ACTIVE".into(),
+            release_version: None,
+            ami_type: Some("CUSTOM".into()),
+            launch_template: Some(template.clone()),
+            max_unavailable: Some(1),
+            max_unavailable_percentage: None,
+            auto_scaling_group: Some("eks-spot-1".into()),
+        },
+    );
+    eks.insert_template("lt-1", vec![Some("ami-1".into())]);
+    // The same image is the same version; a new image a new one.
+    assert_eq!(
+        eks.template_with_image(&template, "ami-1").await.unwrap(),
+        ("lt-1".to_string(), "1".to_string())
+    );
+    let (id, version) = eks.template_with_image(&template, "ami-2").await.unwrap();
+    assert_eq!(version, "2");
+    let target = UpdateTarget::LaunchTemplate { id, version };
+    let u = eks
+        .start_update("prod", "spot", &target, "tok-1")
+        .await
+        .unwrap();
+    // The same token is the same update; another update meanwhile is a conflict.
+    assert_eq!(
+        eks.start_update("prod", "spot", &target, "tok-1")
+            .await
+            .unwrap(),
+        u
+    );
+    let e = eks
+        .start_update("prod", "spot", &target, "tok-2")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+    assert_eq!(
+        eks.describe_update("prod", "spot", &u).await.unwrap().state,
+        UpdateState::InProgress
+    );
+    eks.finish("prod", "spot", UpdateState::Successful);
+    let g = eks.describe("prod", "spot").await.unwrap();
+    assert_eq!(g.status, "ACTIVE");
+    let now_on = g.launch_template.unwrap();
+    assert_eq!(
+        eks.template_image(&now_on).await.unwrap().as_deref(),
+        Some("ami-2")
+    );
+    assert!(
+        eks.describe("prod", "nope")
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+}
