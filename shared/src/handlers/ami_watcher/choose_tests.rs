@@ -110,6 +110,7 @@ fn follow_table() {
     let new = al("ami-new", "20261130", 1);
     let old = al("ami-old", "20261101", 30);
     let older = al("ami-older", "20261001", 60);
+    let mid = al("ami-mid", "20261128", 3);
     let none = Quarantined::default();
     let rows: Vec<FollowRow<'_>> = vec![
         (
@@ -146,14 +147,18 @@ fn follow_table() {
         ),
         (
             "never back: the current ranks above the best usable one",
+            Some(&mid),
+            Ok(resolution(&new, &[&new, &mid, &older])),
+            none.clone(),
+            "promotion: { minAge: 168h }\n",
+            Want::Keep("younger than promotion.minAge"),
+        ),
+        (
+            "a quarantined desired AMI is left to the rotator",
             Some(&old),
-            Ok(resolution(&new, &[&new, &old, &older])),
-            Quarantined(vec![
-                quarantine_of(Target::Ami("ami-new".into())).0[0].clone(),
-                quarantine_of(Target::Ami("ami-old".into())).0[0].clone(),
-            ]),
+            Ok(resolution(&new, &[&new, &old])),
+            quarantine_of(Target::Ami("ami-old".into())),
             "",
-            // The desired AMI itself is quarantined: the rotator rolls back.
             Want::Keep("the desired AMI ami-old"),
         ),
         (
