@@ -13,7 +13,7 @@ echo "==> scripts/figures.sh parses (it runs release builds: not here)" >&2
 bash -n scripts/figures.sh
 "$NODECYCLE_PYTHON" -m py_compile scripts/figures.py
 echo "==> layers (shared/src/lib.rs's layer list: no upward reference, no circle)" >&2
-python3 scripts/layers.py --allow scripts/layers-allow.txt
+"$NODECYCLE_PYTHON" scripts/layers.py --allow scripts/layers-allow.txt
 echo "==> cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Template checks as CloudFormation sees it (cfn-lint current and 1.51 on the source and the
