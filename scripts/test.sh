@@ -12,6 +12,8 @@ cargo fmt --all -- --check
 echo "==> scripts/figures.sh parses (it runs release builds: not here)" >&2
 bash -n scripts/figures.sh
 "$NODECYCLE_PYTHON" -m py_compile scripts/figures.py
+echo "==> layers (shared/src/lib.rs's layer list: no upward reference, no circle)" >&2
+"$NODECYCLE_PYTHON" scripts/layers.py --allow scripts/layers-allow.txt
 echo "==> cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Template checks as CloudFormation sees it (cfn-lint current and 1.51 on the source and the

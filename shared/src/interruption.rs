@@ -1,6 +1,7 @@
 //! Interruption handling, the pure part: what an instance is (from its EC2 tags), which pool it
-//! belongs to, and the narrow ports the handler uses for EC2 instance lookup and Auto Scaling
-//! lifecycle actions. The handler is [`crate::handlers::interruption`].
+//! belongs to, what to do about it ([`action::action_for`]), and the narrow ports the handler
+//! uses for EC2 instance lookup and Auto Scaling lifecycle actions. The handler is
+//! `crate::handlers::interruption`.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,10 @@ use serde::Serialize;
 
 use crate::policy::{NodeGroup, PoolRef};
 use crate::port::PortError;
+
+pub mod action;
+
+pub use action::{Action, Claim, ClaimDoc, ClaimStatus, action_for, claim_of};
 
 /// Tag naming the Auto Scaling group of an instance.
 pub const ASG_TAG: &str = "aws:autoscaling:groupName";

@@ -7,15 +7,27 @@
 //! wire them together live in [`handlers`].
 //!
 //! # Layers
-//! Each top-level module belongs to one layer and uses only modules of its own layer or lower
-//! ones, with no circle within a layer (scripts/layers.py checks these lines):
-//! - L0 base: problem, duration, clock, error, opt_in
-//! - L1 model: image, policy, ami, budget, fleet, rotation, bus, promotion, managed, stop, plan, simulate, metrics, event, interruption
-//! - L2 port: port
+//!
+//! Lowest first; a module uses modules of its own layer and of lower ones, never of a higher
+//! one, and no two modules use each other (directly or round a circle). `scripts/layers.py`
+//! enforces this list (CI runs it from `scripts/test.sh`); a nested module listed on its own
+//! (`ami::resolve`) is a layer of its own, apart from its parent. Unit tests may use anything.
+//!
+//! - L0 base: problem, duration, clock, opt_in, port
+//! - L1 vocabulary: image, ami
+//! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop
 //! - L3 state: state, announce
-//! - L4 adapters: aws, kube
-//! - L5 use cases: handlers, doctor
+//! - L4 adapters: aws, kube, port::ports
+//! - L5 use cases: handlers, handlers::ami_watcher, handlers::interruption, handlers::ops, handlers::rotator, handlers::onboard, doctor
 //! - L6 wiring: wiring, logging
+//! - L7 test support: fake
+//!
+//! Base types everyone shares (errors of port calls in [`port`]); the vocabulary of images;
+//! the pure model, with each port trait beside the values it speaks in; the state table's
+//! repository; adapters implementing the ports over AWS and Kubernetes; the use cases (each
+//! function's handlers, `nodecycle doctor`); the wiring that reads each function's
+//! configuration and builds its ports (only the functions' `main`s use it); in-memory fakes of
+//! the ports for tests (feature `test-support`).
 
 pub mod ami;
 pub mod announce;
@@ -25,9 +37,12 @@ pub mod clock;
 pub mod doctor;
 pub mod duration;
 pub mod event;
+#[cfg(all(any(test, feature = "test-support"), feature = "aws", feature = "kube"))]
+pub mod fake;
 pub mod fleet;
 pub mod image;
 pub mod interruption;
+pub mod inventory;
 pub mod managed;
 pub mod metrics;
 pub mod opt_in;
@@ -49,3 +64,5 @@ pub mod handlers;
 pub mod kube;
 #[cfg(feature = "aws")]
 pub mod logging;
+#[cfg(all(feature = "aws", feature = "kube"))]
+pub mod wiring;

@@ -1,4 +1,5 @@
-//! ami-watcher Lambda: wiring only. The handler is `nodecycle::handlers::ami_watcher`.
+//! ami-watcher Lambda: wiring only. The handler is `nodecycle::handlers::ami_watcher`; its
+//! configuration is `nodecycle::wiring::WatcherConfig`.
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -6,8 +7,8 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
-    let config = nodecycle::aws::load_config().await;
-    let mut watcher = nodecycle::handlers::ami_watcher::from_env(&config)?;
+    let wiring = nodecycle::wiring::WatcherConfig::from_env()?;
+    let mut watcher = wiring.watcher(&nodecycle::aws::load_config().await);
     // Metrics as CloudWatch embedded metric format lines on stdout (the CLI prints none).
     watcher.metrics = std::sync::Arc::new(nodecycle::metrics::EmfStdout);
     let watcher = &watcher;

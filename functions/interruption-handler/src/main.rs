@@ -1,4 +1,5 @@
-//! interruption-handler Lambda: wiring only. The handler is `nodecycle::handlers::interruption`.
+//! interruption-handler Lambda: wiring only. The handler is `nodecycle::handlers::interruption`;
+//! its configuration is `nodecycle::wiring::InterruptionConfig`.
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -6,8 +7,8 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
-    let config = nodecycle::aws::load_config().await;
-    let mut handler = nodecycle::handlers::interruption::from_env(&config)?;
+    let wiring = nodecycle::wiring::InterruptionConfig::from_env()?;
+    let mut handler = wiring.handler(&nodecycle::aws::load_config().await);
     // Metrics as CloudWatch embedded metric format lines on stdout (the CLI prints none).
     handler.metrics = std::sync::Arc::new(nodecycle::metrics::EmfStdout);
     let handler = &handler;

@@ -1,4 +1,5 @@
-//! ops Lambda: wiring only. The handler is `nodecycle::handlers::ops`.
+//! ops Lambda: wiring only. The handler is `nodecycle::handlers::ops`; its configuration is
+//! `nodecycle::wiring::OpsConfig`.
 //!
 //! Lambda does not tell a function which IAM principal invoked it (CloudTrail data events do).
 //! The audit record takes the caller from the invocation context when the client sets it:
@@ -23,8 +24,8 @@ fn caller_of(ctx: &Context) -> Option<String> {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
-    let config = nodecycle::aws::load_config().await;
-    let ops = nodecycle::handlers::ops::from_env(&config)?;
+    let wiring = nodecycle::wiring::OpsConfig::from_env()?;
+    let ops = wiring.ops(&nodecycle::aws::load_config().await);
     let ops = &ops;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let inv = Invocation {

@@ -1,4 +1,5 @@
-//! rotator Lambda: wiring only. The handler is `nodecycle::handlers::rotator`.
+//! rotator Lambda: wiring only. The handler is `nodecycle::handlers::rotator`; its
+//! configuration is `nodecycle::wiring::RotatorConfig`.
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -6,8 +7,8 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
-    let config = nodecycle::aws::load_config().await;
-    let mut rotator = nodecycle::handlers::rotator::from_env(&config)?;
+    let wiring = nodecycle::wiring::RotatorConfig::from_env()?;
+    let mut rotator = wiring.rotator(&nodecycle::aws::load_config().await);
     // Metrics as CloudWatch embedded metric format lines on stdout (the CLI prints none).
     rotator.metrics = std::sync::Arc::new(nodecycle::metrics::EmfStdout);
     let rotator = &rotator;

@@ -26,12 +26,6 @@ pub const GROUP_UPDATES_ENV: &str = "NODECYCLE_AUTOSCALING_GROUP_UPDATES";
 /// The stack parameter that grants autoscaling:UpdateAutoScalingGroup.
 pub const GROUP_UPDATES_PARAMETER: &str = "AutoScalingGroupUpdates";
 
-/// Whether [`GROUP_UPDATES_ENV`] enables group updates: `Enabled` only (unset or anything else
-/// is `Disabled`, as the stack's default).
-pub fn group_updates_from_env() -> bool {
-    std::env::var(GROUP_UPDATES_ENV).is_ok_and(|v| v.trim() == "Enabled")
-}
-
 /// The refusal of `what` (an UpdateAutoScalingGroup) that the stack does not allow (`denied`: IAM
 /// said so; else nodecycle refused before asking), naming the parameter that allows it and
 /// `otherwise`, the way to do without.

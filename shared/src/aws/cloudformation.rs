@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use super::port_error;
-use crate::doctor::port::StackOutputs;
+use crate::inventory::StackOutputs;
 use crate::port::PortError;
 
 /// CloudFormation through the SDK.

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::port_error;
-use crate::doctor::port::EventRules;
+use crate::inventory::EventRules;
 use crate::port::PortError;
 
 /// EventBridge through the SDK.

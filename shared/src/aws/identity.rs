@@ -1,6 +1,7 @@
 //! The deployment's own account and region: STS GetCallerIdentity (which needs no IAM
 //! permission) once per process, and the SDK configuration's region; plus the accounts and
-//! regions configured to be served (`NODECYCLE_SERVED_ACCOUNTS`, `NODECYCLE_SERVED_REGIONS`).
+//! regions configured to be served (`NODECYCLE_SERVED_ACCOUNTS`, `NODECYCLE_SERVED_REGIONS`,
+//! read and checked by `crate::wiring` and given to [`OwnAccount::with_extra`]).
 
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
@@ -14,6 +15,8 @@ use crate::port::{ErrorKind, PortError};
 pub struct OwnAccount {
     sts: aws_sdk_sts::Client,
     region: Option<String>,
+    /// Accounts and regions served beside the own (comma-separated, as configured).
+    extra: (String, String),
     served: OnceCell<Served>,
 }
 
@@ -23,7 +26,17 @@ impl OwnAccount {
         OwnAccount {
             sts: aws_sdk_sts::Client::new(config),
             region: config.region().map(ToString::to_string),
+            extra: (String::new(), String::new()),
             served: OnceCell::new(),
+        }
+    }
+
+    /// Serving `accounts` and `regions` (comma-separated, [`Served::with_extra`]) beside the
+    /// own account and region.
+    pub fn with_extra(self, accounts: &str, regions: &str) -> Self {
+        OwnAccount {
+            extra: (accounts.to_string(), regions.to_string()),
+            ..self
         }
     }
 }
@@ -46,15 +59,11 @@ impl Deployment for OwnAccount {
                         "no account in the response",
                     )
                 })?;
-                let env = |name: &str| std::env::var(name).unwrap_or_default();
                 Served {
                     accounts: vec![account],
                     regions: self.region.iter().cloned().collect(),
                 }
-                .with_extra(
-                    &env(crate::event::served::ACCOUNTS_ENV),
-                    &env(crate::event::served::REGIONS_ENV),
-                )
+                .with_extra(&self.extra.0, &self.extra.1)
                 .map_err(|e| PortError::new("configuration", ErrorKind::Other, e))
             })
             .await

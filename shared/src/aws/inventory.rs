@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use super::port_error;
 use super::ssm::Ssm;
-use crate::doctor::port::{
+use crate::inventory::{
     AccessEntryFacts, AsgFacts, ClusterAccessInfo, ClusterFacts, GroupInfo, HookFacts,
     ManagedFacts, PolicyDocuments, TableFacts, TableInfo, TemplateFacts,
 };

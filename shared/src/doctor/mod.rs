@@ -3,8 +3,9 @@
 //! Layers, from pure to I/O:
 //! - the check modules ([`contract`], [`table`], [`policies`], [`groups`], [`access`], [`rbac`],
 //!   [`rules`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
-//! - [`port`]: one narrow read-only trait per capability (stack outputs, table, groups, cluster
-//!   access, event rules, RBAC, policy documents) and the plain fact types they return;
+//! - [`port`] ([`crate::inventory`]): one narrow read-only trait per capability (stack
+//!   outputs, table, groups, cluster access, event rules, RBAC, policy documents) and the
+//!   plain fact types they return;
 //! - [`run`]: [`run::diagnose`] reads through the ports in order and asks the check functions.
 //!
 //! Adapters live in `crate::aws` (feature `doctor` for CloudFormation and EventBridge) and
@@ -21,11 +22,13 @@ pub mod contract;
 pub mod groups;
 pub mod memory;
 pub mod policies;
-pub mod port;
 pub mod rbac;
 pub mod rules;
 pub mod run;
 pub mod table;
+
+/// The ports doctor reads through (they live in [`crate::inventory`], below the adapters).
+pub use crate::inventory as port;
 #[cfg(test)]
 mod tests;
 

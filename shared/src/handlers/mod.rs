@@ -24,22 +24,6 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_millis(u64::try_from(left).unwrap_or(0))
 }
 
-/// Overrides each duration whose environment variable is set (`15m`, `20s`, ...); a malformed
-/// value is a `Configuration` error naming the variable.
-pub fn durations_from_env(
-    fields: &mut [(&str, &mut std::time::Duration)],
-) -> Result<(), HandlerError> {
-    for (var, field) in fields.iter_mut() {
-        if let Ok(text) = std::env::var(*var) {
-            **field = crate::duration::parse(&text).map_err(|e| HandlerError {
-                error_type: "Configuration".into(),
-                message: format!("{var}: {e}"),
-            })?;
-        }
-    }
-    Ok(())
-}
-
 /// A handler failure with the Lambda error type to report.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{error_type}: {message}")]
@@ -58,21 +42,6 @@ impl HandlerError {
             message: message.into(),
         }
     }
-}
-
-/// The state table from `NODECYCLE_TABLE` (required) and the policy prefix from
-/// `NODECYCLE_POLICY_PREFIX` (default `/nodecycle/pools/`).
-pub fn table_and_prefix_from_env() -> Result<(String, String), HandlerError> {
-    let table = std::env::var(crate::state::TABLE_ENV).map_err(|_| HandlerError {
-        error_type: "Configuration".into(),
-        message: format!(
-            "{} is not set; expected the DynamoDB table name",
-            crate::state::TABLE_ENV
-        ),
-    })?;
-    let prefix = std::env::var(crate::policy::source::PREFIX_ENV)
-        .unwrap_or_else(|_| crate::policy::source::DEFAULT_PREFIX.to_string());
-    Ok((table, prefix))
 }
 
 impl From<InvalidEvent> for HandlerError {

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use super::client::EksKube;
 use super::ops::KubeError;
-use crate::doctor::port::{
+use crate::inventory::{
     BindingFacts, ClusterRoleFacts, PolicyRule, RbacFacts, RbacInfo, SubjectFacts,
 };
 use crate::port::{ErrorKind, PortError};

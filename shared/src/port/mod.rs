@@ -1,41 +1,38 @@
-//! Ports: one narrow trait per AWS or Kubernetes capability, the errors they share, and the
-//! [`Ports`] value that carries one implementation of each to every handler.
+//! Ports: the errors every port call shares ([`PortError`], [`ErrorKind`]), the [`Ports`] bundle
+//! that carries one implementation of each port to a function's handlers, and [`uses`], what
+//! each function's code calls.
 //!
 //! Each trait is defined beside the values it speaks in (the planner's types for
-//! [`GroupOps`], the resolver's for [`ImageCatalog`], ...) and re-exported here, so this module
-//! is the one place that lists every capability nodecycle uses:
+//! `GroupOps`, the resolver's for `ImageCatalog`, ...), in the model layer, so that adapters
+//! implement them and use cases call them without either depending on the other. The ports
+//! nodecycle uses:
 //!
 //! | port | capability | AWS/Kubernetes calls (adapter) |
 //! |---|---|---|
-//! | [`PolicySource`] | pool policies | ssm:GetParametersByPath (`aws::ssm::SsmPolicies`) |
-//! | [`ParameterStore`] | SSM parameters | ssm:GetParameters/GetParameter (`aws::ssm::Ssm`) |
-//! | [`ImageCatalog`] | AMIs | ec2:DescribeImages (`aws::ec2::Ec2`) |
-//! | [`ClusterCatalog`] | cluster versions | eks:DescribeCluster (`aws::eks::Eks`) |
-//! | [`NodeGroupCatalog`] | what a node group launches | autoscaling/ec2/eks describes (`aws::nodegroup::NodeGroups`) |
-//! | [`GroupOps`] | Auto Scaling groups | describe, set desired capacity, terminate, launch template (`aws::autoscaling::AutoScaling`) |
-//! | [`ManagedGroupOps`] | managed node groups | eks:DescribeNodegroup/UpdateNodegroup* (`aws::managed::ManagedNodeGroups`) |
-//! | [`Store`] | the state table | dynamodb:GetItem/PutItem/Query (`aws::dynamodb::Table`) |
-//! | [`InstanceLookup`] | EC2 instances | ec2:DescribeInstances (`aws::interruption::Ec2Instances`) |
-//! | [`LifecycleOps`] | lifecycle actions | autoscaling:CompleteLifecycleAction/RecordLifecycleActionHeartbeat (`aws::interruption::LifecycleActions`) |
+//! | [`crate::policy::source::PolicySource`] | pool policies | ssm:GetParametersByPath (`aws::ssm::SsmPolicies`) |
+//! | [`crate::ami::resolve::ParameterStore`] | SSM parameters | ssm:GetParameters/GetParameter (`aws::ssm::Ssm`) |
+//! | [`crate::ami::resolve::ImageCatalog`] | AMIs | ec2:DescribeImages (`aws::ec2::Ec2`) |
+//! | [`crate::ami::resolve::ClusterCatalog`] | cluster versions | eks:DescribeCluster (`aws::eks::Eks`) |
+//! | [`crate::ami::resolve::NodeGroupCatalog`] | what a node group launches | autoscaling/ec2/eks describes (`aws::nodegroup::NodeGroups`) |
+//! | [`crate::fleet::GroupOps`] | Auto Scaling groups | describe, set desired capacity, terminate, launch template (`aws::autoscaling::AutoScaling`) |
+//! | [`crate::managed::ManagedGroupOps`] | managed node groups | eks:DescribeNodegroup/UpdateNodegroup* (`aws::managed::ManagedNodeGroups`) |
+//! | [`crate::state::Store`] | the state table | dynamodb:GetItem/PutItem/Query (`aws::dynamodb::Table`) |
+//! | [`crate::interruption::InstanceLookup`] | EC2 instances | ec2:DescribeInstances (`aws::interruption::Ec2Instances`) |
+//! | [`crate::interruption::LifecycleOps`] | lifecycle actions | autoscaling:CompleteLifecycleAction/RecordLifecycleActionHeartbeat (`aws::interruption::LifecycleActions`) |
 //! | [`crate::promotion::AlarmStates`] | promotion alarms | cloudwatch:DescribeAlarms (`aws::cloudwatch::CloudWatch`) |
-//! | [`KubeConnector`] / [`NodeOps`] | a cluster's Kubernetes API | nodes, pods, evictions, events (`kube::EksConnector`) |
+//! | [`crate::event::served::Deployment`] | accounts and regions served | sts:GetCallerIdentity (`aws::identity::OwnAccount`) |
+//! | [`crate::bus::EventSink`] | events out | events:PutEvents (`aws::bus::EventBridge`) |
+//! | `KubeConnector` / `NodeOps` (`crate::kube`) | a cluster's Kubernetes API | nodes, pods, evictions, events (`kube::EksConnector`) |
+//! | [`crate::inventory`] | what `nodecycle doctor` reads | describes of the stack, table, groups, clusters, rules, RBAC |
+//!
+//! The adapters are chosen in `crate::wiring` (the functions' `main`s) and, for tests, in
+//! `crate::fake` (feature `test-support`).
 
 use std::fmt;
 
-pub use crate::ami::resolve::{ClusterCatalog, ImageCatalog, NodeGroupCatalog, ParameterStore};
-pub use crate::fleet::GroupOps;
-pub use crate::interruption::{InstanceLookup, LifecycleOps};
-#[cfg(feature = "kube")]
-pub use crate::kube::{KubeConnector, NodeOps};
-pub use crate::managed::ManagedGroupOps;
-pub use crate::policy::source::PolicySource;
-pub use crate::state::Store;
-
+pub mod ports;
 pub mod uses;
 
-#[cfg(feature = "aws")]
-mod ports;
-#[cfg(feature = "aws")]
 pub use ports::Ports;
 
 /// What kind of failure a port call had; decisions depend on the kind, never on SDK types.

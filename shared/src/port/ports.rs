@@ -1,28 +1,18 @@
-//! [`Ports`]: one implementation of every port, built once per process from the SDK clients and
-//! shared by every handler of the process.
+//! [`Ports`]: one implementation of every port, built once per process (by `crate::wiring` from
+//! the SDK clients, by `crate::fake` in tests) and shared by every handler of the process. A
+//! layer of its own, above the traits (model) and the state table's repository, below the
+//! adapters and the use cases: it names capabilities, never an implementation.
 
 use std::sync::Arc;
 
+use crate::ami::resolve::{ClusterCatalog, ImageCatalog, NodeGroupCatalog, ParameterStore};
+use crate::fleet::GroupOps;
+use crate::interruption::{InstanceLookup, LifecycleOps};
 #[cfg(feature = "kube")]
-use super::KubeConnector;
-use super::{
-    ClusterCatalog, GroupOps, ImageCatalog, InstanceLookup, LifecycleOps, ManagedGroupOps,
-    NodeGroupCatalog, ParameterStore, PolicySource, Store,
-};
-use crate::aws::{
-    Clients,
-    autoscaling::AutoScaling,
-    dynamodb::Table,
-    ec2::Ec2,
-    eks::Eks,
-    interruption::{Ec2Instances, LifecycleActions},
-    managed::ManagedNodeGroups,
-    nodegroup::NodeGroups,
-    ssm::{Ssm, SsmPolicies},
-};
-use crate::handlers::HandlerError;
-#[cfg(feature = "kube")]
-use crate::kube::EksConnector;
+use crate::kube::KubeConnector;
+use crate::managed::ManagedGroupOps;
+use crate::policy::source::PolicySource;
+use crate::state::Store;
 
 /// Every capability a handler may use. Cloning is cheap (shared adapters).
 #[derive(Clone)]
@@ -59,52 +49,4 @@ pub struct Ports {
     /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
     #[cfg(feature = "kube")]
     pub kube: Arc<dyn KubeConnector>,
-}
-
-impl Ports {
-    /// The AWS and Kubernetes adapters over `config`, with the state table `table` and the
-    /// policies under `prefix`.
-    pub fn from_sdk(config: &aws_config::SdkConfig, table: &str, prefix: &str) -> Ports {
-        let c = Clients::new(config);
-        let ssm = Ssm::new(c.ssm.clone());
-        Ports {
-            policies: Arc::new(SsmPolicies::new(ssm.clone(), prefix)),
-            parameters: Arc::new(ssm),
-            images: Arc::new(Ec2::new(c.ec2.clone())),
-            clusters: Arc::new(Eks::new(c.eks.clone())),
-            node_groups: Arc::new(NodeGroups::new(
-                c.autoscaling.clone(),
-                c.ec2.clone(),
-                c.eks.clone(),
-            )),
-            groups: Arc::new(AutoScaling::new(c.autoscaling.clone(), c.ec2.clone())),
-            managed: Arc::new(ManagedNodeGroups::new(c.eks.clone(), c.ec2.clone())),
-            store: Arc::new(Table::new(c.dynamodb.clone(), table)),
-            instances: Arc::new(Ec2Instances::new(c.ec2.clone())),
-            lifecycle: Arc::new(LifecycleActions::new(c.autoscaling.clone())),
-            deployment: Arc::new(crate::aws::identity::OwnAccount::new(config)),
-            alarms: Arc::new(crate::aws::cloudwatch::CloudWatch::new(
-                c.cloudwatch.clone(),
-            )),
-            events: Arc::new(crate::aws::bus::EventBridge::new(c.events.clone())),
-            metrics: Arc::new(crate::metrics::NoMetrics),
-            #[cfg(feature = "kube")]
-            kube: Arc::new(EksConnector::new(config.clone())),
-        }
-    }
-
-    /// [`Ports::from_sdk`] with the table from `NODECYCLE_TABLE`, the prefix from
-    /// `NODECYCLE_POLICY_PREFIX`, and group updates as
-    /// [`crate::aws::autoscaling::GROUP_UPDATES_ENV`] says (disabled unless `Enabled`, as the
-    /// stack's default).
-    pub fn from_env(config: &aws_config::SdkConfig) -> Result<Ports, HandlerError> {
-        let (table, prefix) = crate::handlers::table_and_prefix_from_env()?;
-        let mut ports = Ports::from_sdk(config, &table, &prefix);
-        let c = Clients::new(config);
-        ports.groups = Arc::new(
-            AutoScaling::new(c.autoscaling, c.ec2)
-                .with_group_updates(crate::aws::autoscaling::group_updates_from_env()),
-        );
-        Ok(ports)
-    }
 }

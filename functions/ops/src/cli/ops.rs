@@ -204,9 +204,9 @@ pub fn local_invocation() -> nodecycle::handlers::ops::Invocation {
 /// `{"errorType", "errorMessage"}` (exit 2 for `InvalidRequest`, 1 otherwise).
 pub async fn run(request: Value) -> u8 {
     nodecycle::logging::init();
-    let config = nodecycle::aws::load_config().await;
-    let result = match nodecycle::handlers::ops::from_env(&config) {
-        Ok(h) => {
+    let result = match nodecycle::wiring::OpsConfig::from_env() {
+        Ok(c) => {
+            let h = c.ops(&nodecycle::aws::load_config().await);
             h.handle(&request, &local_invocation(), chrono::Utc::now())
                 .await
         }

@@ -24,15 +24,15 @@ pub async fn run(args: Args) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let config = nodecycle::aws::load_config().await;
     let fail = |e: String| {
         super::print_json(&serde_json::json!({"error": e}));
         1
     };
-    let rotator = match nodecycle::handlers::rotator::from_env(&config) {
-        Ok(r) => r,
+    let wiring = match nodecycle::wiring::RotatorConfig::from_env() {
+        Ok(c) => c,
         Err(e) => return fail(e.message),
     };
+    let rotator = wiring.rotator(&nodecycle::aws::load_config().await);
     let kube = match rotator.kube.connect(&policy.cluster).await {
         Ok(k) => k,
         Err(e) => return fail(format!("cluster {} unreachable: {e}", policy.cluster)),

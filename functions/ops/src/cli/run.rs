@@ -1,6 +1,7 @@
 //! `nodecycle run <FUNCTION> --event <FILE>`
 
 use nodecycle::handlers::{FUNCTIONS, HandlerError};
+use nodecycle::wiring;
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
@@ -27,33 +28,38 @@ pub async fn run(args: Args) -> u8 {
             return 2;
         }
     };
-    let config = nodecycle::aws::load_config().await;
     let now = chrono::Utc::now();
+    // The Lambda's timeout (template.yaml) for the functions that watch their deadline.
+    let deadline = || std::time::Instant::now() + std::time::Duration::from_secs(300);
     let result = match args.function.as_str() {
-        "ami-watcher" => match nodecycle::handlers::ami_watcher::from_env(&config) {
-            Ok(w) => w.handle(&payload, now).await,
-            Err(e) => Err(e),
-        },
-        "rotator" => match nodecycle::handlers::rotator::from_env(&config) {
-            Ok(r) => {
-                let budget = std::time::Duration::from_secs(300);
-                r.handle(&payload, now, std::time::Instant::now() + budget)
+        "ami-watcher" => match wiring::WatcherConfig::from_env() {
+            Ok(c) => {
+                c.watcher(&nodecycle::aws::load_config().await)
+                    .handle(&payload, now)
                     .await
             }
             Err(e) => Err(e),
         },
-        "ops" => match nodecycle::handlers::ops::from_env(&config) {
-            Ok(o) => {
-                o.handle(&payload, &super::ops::local_invocation(), now)
+        "rotator" => match wiring::RotatorConfig::from_env() {
+            Ok(c) => {
+                c.rotator(&nodecycle::aws::load_config().await)
+                    .handle(&payload, now, deadline())
                     .await
             }
             Err(e) => Err(e),
         },
-        "interruption-handler" => match nodecycle::handlers::interruption::from_env(&config) {
-            Ok(h) => {
-                // The Lambda's timeout (template.yaml).
-                let budget = std::time::Duration::from_secs(300);
-                h.handle(&payload, now, std::time::Instant::now() + budget)
+        "ops" => match wiring::OpsConfig::from_env() {
+            Ok(c) => {
+                c.ops(&nodecycle::aws::load_config().await)
+                    .handle(&payload, &super::ops::local_invocation(), now)
+                    .await
+            }
+            Err(e) => Err(e),
+        },
+        "interruption-handler" => match wiring::InterruptionConfig::from_env() {
+            Ok(c) => {
+                c.handler(&nodecycle::aws::load_config().await)
+                    .handle(&payload, now, deadline())
                     .await
             }
             Err(e) => Err(e),

@@ -202,8 +202,8 @@ async fn live(pools: &[String], now: DateTime<Utc>) -> Result<Vec<PoolStart>, u8
         super::print_json(&json!({ "error": e }));
         1
     };
-    let config = nodecycle::aws::load_config().await;
-    let rotator = nodecycle::handlers::rotator::from_env(&config).map_err(|e| fail(e.message))?;
+    let wiring = nodecycle::wiring::RotatorConfig::from_env().map_err(|e| fail(e.message))?;
+    let rotator = wiring.rotator(&nodecycle::aws::load_config().await);
     let docs = rotator
         .policies
         .all()

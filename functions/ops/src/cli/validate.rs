@@ -89,8 +89,17 @@ async fn live(files: &[String]) -> u8 {
         .ok()
         .filter(|t| !t.trim().is_empty());
     let prefix = std::env::var(PREFIX_ENV).unwrap_or_else(|_| DEFAULT_PREFIX.to_string());
-    let ports = nodecycle::port::Ports::from_sdk(&config, table.as_deref().unwrap_or("-"), &prefix);
-    let settings = match nodecycle::handlers::rotator::Settings::from_env() {
+    // No table is fine here (nothing is written): the wiring's other checks do not apply.
+    let ports = nodecycle::wiring::Common {
+        table: table.clone().unwrap_or_else(|| "-".into()),
+        policy_prefix: prefix,
+        group_updates: false,
+        served_accounts: String::new(),
+        served_regions: String::new(),
+    }
+    .ports(&config);
+    let settings = match nodecycle::wiring::RotatorConfig::settings(&nodecycle::wiring::process_env)
+    {
         Ok(s) => s,
         Err(e) => {
             super::print_json(&serde_json::json!({"error": e.message}));

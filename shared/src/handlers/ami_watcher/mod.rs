@@ -4,9 +4,10 @@
 //! that pool; a change to a parameter referenced by an `ssmParameter` term resolves the pools
 //! using it; anything else is a no-op. A pool that fails keeps its desired AMI and records the
 //! error; the other pools proceed. What the desired AMI becomes, with promotion, quarantine and
-//! minAge, is decided in [`choose`].
+//! minAge, is decided by the pure [`choose::choose`]; the watcher reads the facts it asks for,
+//! writes the quarantine it decides, and records the outcome.
 
-mod choose;
+pub mod choose;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,13 +18,14 @@ use serde_json::Value;
 
 use super::HandlerError;
 use crate::ami::resolve::{
-    ClusterCatalog, ImageCatalog, NodeGroupCatalog, ParameterStore, Resolver,
+    ClusterCatalog, GroupImage, ImageCatalog, NodeGroupCatalog, ParameterStore, Resolver,
 };
 use crate::event::{WatcherTrigger, watcher_trigger};
 use crate::policy::source::{PolicyDocument, PolicySource};
 use crate::policy::{self, Policy};
 use crate::port::PortError;
 use crate::state::{self, Observation, PoolRecord};
+use choose::{Choice, Facts, Need, Verdict};
 
 /// The handler and its ports.
 #[derive(Clone)]
@@ -296,11 +298,11 @@ impl AmiWatcher {
             }
         };
         let choice = self
-            .choose(resolver, policy, record.as_ref(), quarantined, now)
+            .decide(resolver, policy, record.as_ref(), quarantined, now)
             .await;
         // A new desired AMI must run on the group's instance types, else the pool is invalid
         // (its desired AMI stays, so the rotator never writes the image into a template).
-        if let choose::Choice::Take { ami, .. } = &choice
+        if let Verdict::Take { ami, .. } = &choice
             && record
                 .as_ref()
                 .and_then(|r| r.desired.as_ref())
@@ -328,10 +330,11 @@ impl AmiWatcher {
         let written = self
             .announce
             .update_pool(&pool, now, |rec| match &choice {
-                choose::Choice::Take {
+                Verdict::Take {
                     ami,
                     kubernetes_version,
                     promoted,
+                    ..
                 } => {
                     let mut next = rec.apply(&Observation::Resolved {
                         at: now,
@@ -351,11 +354,11 @@ impl AmiWatcher {
                     }
                     next
                 }
-                choose::Choice::Keep { why } => PoolRecord {
+                Verdict::Keep { why } => PoolRecord {
                     promotion_wait: (!why.is_empty()).then(|| why.clone()),
                     ..rec.clone()
                 },
-                choose::Choice::Failed { message } => rec.apply(&Observation::Failed {
+                Verdict::Failed { message } => rec.apply(&Observation::Failed {
                     at: now,
                     message: message.clone(),
                 }),
@@ -377,11 +380,11 @@ impl AmiWatcher {
         let desired = after.desired.as_ref().map(|a| a.id.clone());
         let previous = before.desired.as_ref().map(|a| a.id.clone());
         match &choice {
-            choose::Choice::Failed { message } => {
+            Verdict::Failed { message } => {
                 tracing::warn!(pool = %pool, source = %source, decision = "kept", desired = ?desired, reason = %message, "resolution failed; keeping the last desired AMI");
                 outcome("failed", desired, previous, Some(message.clone()), None)
             }
-            choose::Choice::Keep { why } => {
+            Verdict::Keep { why } => {
                 let why = (!why.is_empty()).then(|| why.clone());
                 tracing::info!(pool = %pool, source = %source, decision = "kept", desired = ?desired, reason = ?why, "desired AMI kept");
                 let status = if why.is_some() {
@@ -391,7 +394,7 @@ impl AmiWatcher {
                 };
                 outcome(status, desired, previous, None, why)
             }
-            choose::Choice::Take { ami, promoted, .. } => {
+            Verdict::Take { ami, promoted, .. } => {
                 let changed = desired != previous;
                 let status = if changed { "changed" } else { "unchanged" };
                 tracing::info!(
@@ -409,6 +412,120 @@ impl AmiWatcher {
                     "desired AMI {}", if changed { "changed" } else { "unchanged" }
                 );
                 outcome(status, desired, previous, None, None)
+            }
+        }
+    }
+
+    /// What the pool's desired AMI becomes: asks [`choose::choose`], reads each fact it needs
+    /// and writes the quarantine it decides.
+    async fn decide(
+        &self,
+        resolver: &Resolver<'_>,
+        policy: &Policy,
+        record: Option<&PoolRecord>,
+        quarantined: &crate::promotion::Quarantined,
+        now: DateTime<Utc>,
+    ) -> Verdict {
+        let mut facts = Facts::new(policy, record, quarantined);
+        // Each read fills one fact, and there are fewer kinds than this.
+        for _ in 0..16 {
+            match choose::choose(&facts, now) {
+                Choice::Is(verdict) => {
+                    if let Verdict::Take {
+                        ami,
+                        instead: Some(why),
+                        ..
+                    } = &verdict
+                    {
+                        tracing::info!(pool = %policy.pool_id(), image = %ami.id, decision = "candidate taken", reason = %why, "the best candidate neither quarantined nor younger than promotion.minAge");
+                    }
+                    return verdict;
+                }
+                Choice::Quarantine { quarantine, why } => {
+                    let release = match &quarantine.target {
+                        crate::promotion::Target::Release(r) => r.to_string(),
+                        other => other.to_string(),
+                    };
+                    return match self.announce.put_quarantine(&quarantine).await {
+                        Ok(_) => {
+                            let alarm = match &quarantine.cause {
+                                crate::promotion::Cause::Alarm { alarm, .. } => alarm.as_str(),
+                                _ => "",
+                            };
+                            tracing::error!(pool = %policy.pool_id(), release = %release, alarm = %alarm, decision = "quarantined", "promotion alarm fired during the rollout; the rotator rolls back");
+                            Verdict::Keep { why }
+                        }
+                        Err(e) => Verdict::Failed {
+                            message: format!("cannot quarantine {release}: {e}"),
+                        },
+                    };
+                }
+                Choice::Read(need) => self.read(resolver, &mut facts, need, now).await,
+            }
+        }
+        Verdict::Failed {
+            message: "the decision kept asking for facts (a bug: report it)".into(),
+        }
+    }
+
+    /// Reads what `need` names into `facts` (a failed read is recorded as its message).
+    async fn read(
+        &self,
+        resolver: &Resolver<'_>,
+        facts: &mut Facts<'_>,
+        need: Need,
+        now: DateTime<Utc>,
+    ) {
+        let policy = facts.policy;
+        match need {
+            Need::Terms => {
+                facts.terms = Some(
+                    resolver
+                        .resolve(policy, now)
+                        .await
+                        .map_err(|e| e.to_string()),
+                );
+            }
+            Need::Upstream(pool) => {
+                facts.upstream = Some(
+                    self.state
+                        .pool(&pool)
+                        .await
+                        .map_err(|e| e.to_string()),
+                );
+            }
+            Need::Alarms(names) => {
+                facts.alarms = Some(self.alarms.states(&names).await.map_err(|e| e.to_string()));
+            }
+            Need::Pinned(version) => {
+                let resolved = match choose::alias_of(policy) {
+                    Some(alias) => resolver
+                        .resolve(&choose::pinned(policy, alias, &version), now)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    None => Err("the pool has no alias term".to_string()),
+                };
+                facts.pinned.insert(version, resolved);
+            }
+            Need::GroupImage => {
+                facts.group_image = Some(
+                    match self
+                        .groups
+                        .current_image(&policy.cluster, &policy.node_group)
+                        .await
+                    {
+                        Ok(GroupImage::Image(id)) => Some(id),
+                        _ => None,
+                    },
+                );
+            }
+            Need::ById(image) => {
+                facts.by_id = Some(
+                    resolver
+                        .resolve(&choose::by_id(policy, &image), now)
+                        .await
+                        .map_err(|e| e.to_string()),
+                );
             }
         }
     }
@@ -513,11 +630,6 @@ impl AmiWatcher {
             metrics: ports.metrics.clone(),
         }
     }
-}
-
-/// Builds the watcher from the environment (`NODECYCLE_TABLE`, `NODECYCLE_POLICY_PREFIX`).
-pub fn from_env(config: &aws_config::SdkConfig) -> Result<AmiWatcher, HandlerError> {
-    Ok(AmiWatcher::new(&crate::port::Ports::from_env(config)?))
 }
 
 #[cfg(test)]

@@ -1,85 +1,25 @@
 //! Claims: a conditional item per (instance, kind of work) or per event id, so a redelivered
 //! event, or a warning followed by its state change, never does the same work twice. A claim
-//! left `failed` or stale by an earlier invocation is taken over. [`InterruptionHandler::claimed`]
-//! is the one claim -> act -> settle bracket every kind of work goes through.
-
-use std::future::Future;
+//! left `failed` or stale by an earlier invocation is taken over. Which claim an event's work
+//! needs, and what a taken one means, is decided in [`crate::interruption::action`].
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{InterruptionHandler, Outcome};
-use crate::handlers::HandlerError;
+use super::Settings;
+use crate::interruption::{Claim, ClaimDoc, ClaimStatus};
 use crate::port::PortError;
-use crate::state::ClaimKey;
+use crate::state::{ClaimKey, Repository};
 
-/// Where a claim stands (stored as `status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) enum ClaimStatus {
-    /// Being worked on by the invocation that wrote it.
-    Started,
-    /// Done: a redelivery is skipped.
-    Done,
-    /// Failed: the next delivery takes it over.
-    Failed,
+/// Taking and settling claims: the state table only.
+pub(super) struct Claims<'a> {
+    /// The state table.
+    pub state: &'a Repository,
+    /// Retention and staleness.
+    pub settings: &'a Settings,
 }
 
-/// The stored claim document.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct ClaimDoc {
-    pub status: ClaimStatus,
-    pub at: Option<DateTime<Utc>>,
-    /// The kind of event that claimed it.
-    #[serde(default)]
-    pub what: String,
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub details: Value,
-}
-
-/// Result of a conditional claim.
-pub(super) enum Claim {
-    /// Ours, at this version.
-    Ours(u64),
-    /// Someone else's (or already done): its document, if readable.
-    Taken(Option<ClaimDoc>),
-}
-
-impl InterruptionHandler {
-    /// Claims `key` for `what`, runs `work` if the claim is ours and settles the claim
-    /// `done` or `failed` by its result; when another delivery holds or finished it, returns
-    /// `skipped(claim)` instead, without running `work`.
-    pub(super) async fn claimed<W, F>(
-        &self,
-        key: &ClaimKey,
-        what: &str,
-        now: impl Fn() -> DateTime<Utc>,
-        skipped: impl FnOnce(Option<&ClaimDoc>) -> Outcome,
-        work: W,
-    ) -> Result<Outcome, HandlerError>
-    where
-        W: FnOnce() -> F,
-        F: Future<Output = Result<Outcome, HandlerError>>,
-    {
-        let version = match self
-            .claim(key, what, now())
-            .await
-            .map_err(super::internal)?
-        {
-            Claim::Ours(v) => v,
-            Claim::Taken(doc) => return Ok(skipped(doc.as_ref())),
-        };
-        let result = work().await;
-        let (status, details) = match &result {
-            Ok(o) => (ClaimStatus::Done, o.details.clone()),
-            Err(_) => (ClaimStatus::Failed, Value::Null),
-        };
-        self.settle(key, version, status, what, details, now())
-            .await;
-        result
-    }
-
+impl Claims<'_> {
     /// Claims `key` for this invocation: a new item, or one left `failed` or stale by an
     /// earlier invocation.
     pub(super) async fn claim(

@@ -6,16 +6,33 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{Action, InterruptionHandler, Outcome, internal};
+use super::rotations::Rotations;
+use super::{Handled, Outcome, Settings, connect, internal};
 use crate::clock::Clock;
 use crate::event::interruption::LifecycleAction;
 use crate::handlers::HandlerError;
-use crate::kube::{self as k, DrainError, DrainState};
+use crate::interruption::LifecycleOps;
+use crate::kube::{self as k, DrainError, DrainState, KubeConnector};
 use crate::policy::PoolRef;
 use crate::rotation::{Rotation, RotationReason, Step};
-use crate::state::{self, ClaimKey, Versioned};
+use crate::state::{self, ClaimKey, Repository, Versioned};
 
-impl InterruptionHandler {
+/// The lifecycle hand-over: Auto Scaling lifecycle actions, the cluster's Kubernetes API, the
+/// state table (claims read, open actions, the rotation a long drain is handed to).
+pub(super) struct HandOver<'a> {
+    /// Heartbeats and CompleteLifecycleAction.
+    pub lifecycle: &'a dyn LifecycleOps,
+    /// Kubernetes access per cluster.
+    pub kube: &'a dyn KubeConnector,
+    /// The state table.
+    pub state: &'a Repository,
+    /// The rotation records a drain is handed to.
+    pub rotations: Rotations<'a>,
+    /// Pacing, heartbeats, retention.
+    pub settings: &'a Settings,
+}
+
+impl HandOver<'_> {
     /// Why the instance needs no drain before its lifecycle action completes, if it does not.
     pub(super) async fn already_drained(
         &self,
@@ -56,34 +73,6 @@ impl InterruptionHandler {
         Ok(None)
     }
 
-    /// Auto Scaling instance-terminate lifecycle action.
-    pub(super) async fn lifecycle_action(
-        &self,
-        policy: &PoolRef,
-        a: &LifecycleAction,
-        clock: &Clock,
-        deadline: Instant,
-    ) -> Result<Outcome, HandlerError> {
-        let pool = policy.pool_id();
-        let key = ClaimKey::work(&pool, &a.instance_id, "lifecycle");
-        let id = a.instance_id.as_str();
-        self.claimed(
-            &key,
-            "TerminateLifecycleAction",
-            || clock.now(),
-            |_| {
-                Outcome::new(
-                    id,
-                    Some(&pool),
-                    Action::Skipped,
-                    "this lifecycle action is already being handled",
-                )
-            },
-            || self.lifecycle_drain(policy, a, clock, deadline),
-        )
-        .await
-    }
-
     pub(super) async fn complete(&self, a: &LifecycleAction) -> Result<bool, HandlerError> {
         self.lifecycle
             .complete_continue(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
@@ -91,7 +80,10 @@ impl InterruptionHandler {
             .map_err(internal)
     }
 
-    pub(super) async fn lifecycle_drain(
+    /// Auto Scaling instance-terminate lifecycle action: drain (heartbeats while draining),
+    /// then CompleteLifecycleAction CONTINUE; at once when there is no node or it was drained
+    /// already; a drain longer than the invocation is handed over.
+    pub(super) async fn run(
         &self,
         policy: &PoolRef,
         a: &LifecycleAction,
@@ -106,13 +98,13 @@ impl InterruptionHandler {
             } else {
                 format!("{reason}; the lifecycle action was no longer active")
             };
-            Outcome::new(id, Some(&pool), Action::Completed, reason).with(details)
+            Outcome::new(id, Some(&pool), Handled::Completed, reason).with(details)
         };
         if let Some(why) = self.already_drained(&pool, id).await? {
             let active = self.complete(a).await?;
             return Ok(completed(why, active, Value::Null));
         }
-        let kube = self.connect(policy).await?;
+        let kube = connect(self.kube, policy).await?;
         let mut state = match k::start_drain(
             kube.as_ref(),
             id,
@@ -176,7 +168,7 @@ impl InterruptionHandler {
                     return Ok(Outcome::new(
                         id,
                         Some(&pool),
-                        Action::Abandoned,
+                        Handled::Abandoned,
                         "the lifecycle action timed out or was completed elsewhere while draining",
                     )
                     .with(details));
@@ -192,6 +184,7 @@ impl InterruptionHandler {
     /// `Cordoned`) is replaced, keeping its surge and replacement so their capacity is
     /// accounted for. Never swallowed by a stale record.
     pub(super) async fn take_over(&self, ours: Rotation) -> Result<(), HandlerError> {
+        let rotations = &self.rotations;
         for _ in 0..state::WRITE_ATTEMPTS {
             let current = (self.state)
                 .rotation(&ours.pool, &ours.instance_id)
@@ -221,7 +214,7 @@ impl InterruptionHandler {
             };
             // Its Rotation Started event when this starts it; a replaced record's unput events
             // are kept.
-            let written = (self.announce)
+            let written = (rotations.announce)
                 .put_rotation(before.as_ref(), next, expected, None)
                 .await
                 .map_err(internal)?;
@@ -276,17 +269,21 @@ impl InterruptionHandler {
         Ok(Outcome::new(
             &a.instance_id,
             Some(&pool),
-            Action::HandedOver,
+            Handled::HandedOver,
             "drain longer than this invocation: the rotator continues it; the schedule tick completes the lifecycle action once it is drained",
         )
         .with(details))
     }
 
-    /// Schedule tick: heartbeat or complete the lifecycle actions handed to the rotator.
-    pub(super) async fn tick(&self, clock: &Clock) -> Result<Value, HandlerError> {
-        let policies = self.load_policies().await.map_err(internal)?;
+    /// Schedule tick: heartbeat or complete the lifecycle actions handed to the rotator, in
+    /// the pools of `policies`.
+    pub(super) async fn tick(
+        &self,
+        policies: &[PoolRef],
+        clock: &Clock,
+    ) -> Result<Value, HandlerError> {
         let mut outcomes = Vec::new();
-        for policy in &policies {
+        for policy in policies {
             let pool = policy.pool_id();
             let open = (self.state)
                 .lifecycle_handovers(&pool)
@@ -307,7 +304,7 @@ impl InterruptionHandler {
                             Outcome::new(
                                 &a.instance_id,
                                 Some(&pool),
-                                Action::Completed,
+                                Handled::Completed,
                                 format!(
                                     "{why}; CompleteLifecycleAction CONTINUE (active: {active})"
                                 ),
@@ -325,7 +322,7 @@ impl InterruptionHandler {
                             Outcome::new(
                                 &a.instance_id,
                                 Some(&pool),
-                                Action::Heartbeat,
+                                Handled::Heartbeat,
                                 "the rotator is still draining",
                             ),
                             !active,

@@ -9,6 +9,14 @@
 //! twice, acted on, and recorded under the pool's partition (`EVT#<time>#<instance>`, kept 7
 //! days) for `status`.
 //!
+//! What is done is decided by the pure [`crate::interruption::action_for`] from the event, the
+//! pool's policy and the claim; each action is a use case taking only the ports it uses: the
+//! spot drain ([`drain::SpotDrain`], Kubernetes), cordon ([`rebalance::cordon_only`],
+//! Kubernetes), rotation records ([`rotations::Rotations`], the table), the instance gone
+//! ([`rotations::gone`], Kubernetes and the table), the lifecycle hand-over
+//! ([`lifecycle::HandOver`], Auto Scaling, Kubernetes and the table); claims are
+//! [`claim::Claims`] (the table).
+//!
 //! | event | action |
 //! |---|---|
 //! | Spot / Capacity Reservation interruption warning | cordon + taint, evict everything at once (PDBs honoured until 90 s after the event, then delete), keep stepping until the instance is due to die |
@@ -31,7 +39,8 @@ use crate::clock::Clock;
 use crate::event::interruption::{ClassifiedEvent, Interruption, interruption_event};
 use crate::event::verify;
 use crate::interruption::{
-    InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, pool_of, pool_of_group,
+    Claim, ClaimStatus, InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, action_for, claim_of,
+    pool_of, pool_of_group,
 };
 use crate::kube::{KubeConnector, NodeOps};
 use crate::policy::source::PolicySource;
@@ -45,7 +54,10 @@ mod lifecycle;
 mod rebalance;
 mod rotations;
 
-use claim::{Claim, ClaimStatus};
+use claim::Claims;
+use drain::SpotDrain;
+use lifecycle::HandOver;
+use rotations::Rotations;
 
 /// Tunables (environment variables in the Lambda).
 #[derive(Debug, Clone)]
@@ -98,25 +110,6 @@ impl Default for Settings {
     }
 }
 
-impl Settings {
-    /// Reads the overrides from the environment; a malformed value is an error naming it.
-    pub fn from_env() -> Result<Self, HandlerError> {
-        let mut s = Settings::default();
-        super::durations_from_env(&mut [
-            ("NODECYCLE_FORCE_AFTER", &mut s.force_after),
-            ("NODECYCLE_HEARTBEAT", &mut s.heartbeat_every),
-            ("NODECYCLE_DRAIN_POLL", &mut s.poll),
-            ("NODECYCLE_MAX_EVENT_AGE", &mut s.max_event_age),
-        ])?;
-        if let Ok(hook) = std::env::var("NODECYCLE_LIFECYCLE_HOOK")
-            && !hook.is_empty()
-        {
-            s.lifecycle_hook = hook;
-        }
-        Ok(s)
-    }
-}
-
 /// The handler and its ports.
 #[derive(Clone)]
 pub struct InterruptionHandler {
@@ -130,7 +123,7 @@ pub struct InterruptionHandler {
     pub deployment: Arc<dyn crate::event::served::Deployment>,
     /// The state table.
     pub state: crate::state::Repository,
-    /// Records transitions' events and puts them on the bus (same table as `store`).
+    /// Records transitions' events and puts them on the bus (same table as `state`).
     pub announce: crate::announce::Announcer,
     /// Kubernetes access per cluster.
     pub kube: Arc<dyn KubeConnector>,
@@ -149,7 +142,7 @@ pub struct Outcome {
     /// `<cluster>/<name>`, `None` when the instance is not ours.
     pub pool: Option<String>,
     /// What was done.
-    pub action: Action,
+    pub action: Handled,
     /// Why.
     pub reason: String,
     /// Counters and ids (evicted/deleted pods, node, rotation step).
@@ -157,10 +150,11 @@ pub struct Outcome {
     pub details: Value,
 }
 
-/// What the handler did about an instance. Serializes camelCase (`rotationRecorded`, ...).
+/// What the handler did about an instance (reported as `action`). Serializes camelCase
+/// (`rotationRecorded`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Action {
+pub enum Handled {
     /// Cordoned, tainted and drained.
     Drained,
     /// Cordoned and tainted; pods still leaving when the instance stops.
@@ -187,7 +181,7 @@ pub enum Action {
     Abandoned,
 }
 
-impl std::fmt::Display for Action {
+impl std::fmt::Display for Handled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match serde_json::to_value(self) {
             Ok(Value::String(s)) => f.write_str(&s),
@@ -200,7 +194,7 @@ impl Outcome {
     pub(super) fn new(
         instance: &str,
         pool: Option<&str>,
-        action: Action,
+        action: Handled,
         reason: impl Into<String>,
     ) -> Self {
         Outcome {
@@ -234,7 +228,7 @@ fn refused(c: &ClassifiedEvent, why: String) -> Value {
 }
 
 fn log_outcome(c: &ClassifiedEvent, o: &Outcome) {
-    if o.action == Action::Ignored {
+    if o.action == Handled::Ignored {
         // Not ours: already one debug line where it was decided.
         return;
     }
@@ -275,7 +269,10 @@ impl InterruptionHandler {
                     json!({"event": c.id, "kind": kind, "decision": "ignored", "reason": format!("state {state:?} needs no action")}),
                 );
             }
-            Interruption::Tick => return self.tick(&clock).await,
+            Interruption::Tick => {
+                let policies = self.load_policies().await.map_err(internal)?;
+                return self.hand_over().tick(&policies, &clock).await;
+            }
             _ => {}
         }
 
@@ -321,7 +318,11 @@ impl InterruptionHandler {
         let event_key = c.id.as_deref().map(ClaimKey::event);
         let claim = async {
             match &event_key {
-                Some(key) => self.claim(key, kind, clock.now()).await.map(Some),
+                Some(key) => self
+                    .claims()
+                    .claim(key, kind, clock.now())
+                    .await
+                    .map(Some),
                 None => Ok(None),
             }
         };
@@ -351,7 +352,8 @@ impl InterruptionHandler {
             } else {
                 ClaimStatus::Failed
             };
-            self.settle(key, v, status, kind, Value::Null, clock.now())
+            self.claims()
+                .settle(key, v, status, kind, Value::Null, clock.now())
                 .await;
         }
         let outcomes = result?;
@@ -365,7 +367,7 @@ impl InterruptionHandler {
         let mut events: BTreeMap<&str, Vec<crate::bus::BusEvent>> = BTreeMap::new();
         for o in &outcomes {
             if let Some(pool) = o.pool.as_deref()
-                && !matches!(o.action, Action::Skipped | Action::Ignored)
+                && !matches!(o.action, Handled::Skipped | Handled::Ignored)
             {
                 *handled.entry(pool).or_default() += 1;
                 events
@@ -443,33 +445,15 @@ impl InterruptionHandler {
                     Ok(p) => p,
                     Err(o) => return Ok(vec![*o]),
                 };
-                let o = match &c.event {
-                    Interruption::Rebalance { .. } => {
-                        self.rebalance(policy, instance_id, clock).await?
-                    }
-                    Interruption::StateChange { state, .. } if state.is_gone() => {
-                        self.gone(policy, instance_id, state, clock).await?
-                    }
-                    _ => {
-                        self.drain_now(c, policy, instance_id, clock, deadline)
-                            .await?
-                    }
-                };
+                let o = self.act_on(c, policy, instance_id, clock, deadline).await?;
                 Ok(vec![o])
             }
-            Interruption::Maintenance {
-                instance_ids,
-                deadline: start,
-                event_type_code,
-            } => {
+            Interruption::Maintenance { instance_ids, .. } => {
                 let mut out = Vec::new();
                 for id in instance_ids {
                     let info = self.instances.instance(id).await.map_err(internal)?;
                     match self.ours(id, info.as_ref(), policies) {
-                        Ok(p) => out.push(
-                            self.maintenance(p, id, *start, event_type_code, clock)
-                                .await?,
-                        ),
+                        Ok(p) => out.push(self.act_on(c, p, id, clock, deadline).await?),
                         Err(o) => out.push(*o),
                     }
                 }
@@ -485,12 +469,13 @@ impl InterruptionHandler {
                     return Ok(vec![Outcome::new(
                         &a.instance_id,
                         None,
-                        Action::Ignored,
+                        Handled::Ignored,
                         why,
                     )]);
                 };
                 Ok(vec![
-                    self.lifecycle_action(policy, a, clock, deadline).await?,
+                    self.act_on(c, policy, &a.instance_id, clock, deadline)
+                        .await?,
                 ])
             }
             Interruption::Tick | Interruption::Ignored { .. } => Ok(Vec::new()),
@@ -515,7 +500,7 @@ impl InterruptionHandler {
         Err(Box::new(Outcome::new(
             instance_id,
             None,
-            Action::Ignored,
+            Handled::Ignored,
             why,
         )))
     }
@@ -582,14 +567,145 @@ impl InterruptionHandler {
         }
     }
 
-    pub(super) async fn connect(&self, policy: &PoolRef) -> Result<Arc<dyn NodeOps>, HandlerError> {
-        self.kube.connect(&policy.cluster).await.map_err(|e| {
-            internal(format!(
-                "cluster {} unreachable: {e}; the event is retried",
-                policy.cluster
-            ))
-        })
+    /// Takes the claim the event's work on `instance_id` needs, asks [`action_for`] what to
+    /// do, does it through the use case that does it, and settles the claim by the result.
+    async fn act_on(
+        &self,
+        c: &ClassifiedEvent,
+        policy: &PoolRef,
+        instance_id: &str,
+        clock: &Clock,
+        deadline: Instant,
+    ) -> Result<Outcome, HandlerError> {
+        let pool = policy.pool_id();
+        let key = claim_of(&c.event)
+            .map(|(kind, what)| (ClaimKey::work(&pool, instance_id, kind), what));
+        let claim = match &key {
+            Some((claim_key, what)) => Some(
+                self.claims()
+                    .claim(claim_key, what, clock.now())
+                    .await
+                    .map_err(internal)?,
+            ),
+            None => None,
+        };
+        let action = action_for(&c.event, policy, instance_id, claim.as_ref(), clock.now());
+        let result = self
+            .perform(c, policy, instance_id, action, clock, deadline)
+            .await;
+        if let (Some((claim_key, what)), Some(Claim::Ours(version))) = (&key, &claim) {
+            let (status, details) = match &result {
+                Ok(o) => (ClaimStatus::Done, o.details.clone()),
+                Err(_) => (ClaimStatus::Failed, Value::Null),
+            };
+            self.claims()
+                .settle(claim_key, *version, status, what, details, clock.now())
+                .await;
+        }
+        result
     }
+
+    /// Performs `action` (decided by [`action_for`]) on `instance_id` of pool `policy`.
+    async fn perform(
+        &self,
+        c: &ClassifiedEvent,
+        policy: &PoolRef,
+        instance_id: &str,
+        action: crate::interruption::Action,
+        clock: &Clock,
+        deadline: Instant,
+    ) -> Result<Outcome, HandlerError> {
+        use crate::interruption::Action as Do;
+        let pool = policy.pool_id();
+        match action {
+            Do::Skip { reason } => Ok(Outcome::new(
+                instance_id,
+                Some(&pool),
+                Handled::Skipped,
+                reason,
+            )),
+            Do::Record { reason } => Ok(Outcome::new(
+                instance_id,
+                Some(&pool),
+                Handled::Recorded,
+                reason,
+            )),
+            Do::Cordon => {
+                let kube = connect(self.kube.as_ref(), policy).await?;
+                rebalance::cordon_only(kube.as_ref(), &pool, instance_id).await
+            }
+            Do::Drain { reason } => {
+                let kube = connect(self.kube.as_ref(), policy).await?;
+                SpotDrain {
+                    kube: kube.as_ref(),
+                    settings: &self.settings,
+                }
+                .run(c, &pool, instance_id, reason, clock, deadline)
+                .await
+            }
+            Do::Rotate { rotation, why } => self.rotations().start(*rotation, &why).await,
+            Do::Gone { state } => {
+                let kube = connect(self.kube.as_ref(), policy).await?;
+                rotations::gone(
+                    kube.as_ref(),
+                    &self.rotations(),
+                    &pool,
+                    instance_id,
+                    &state,
+                    clock,
+                )
+                .await
+            }
+            Do::HandOver => match &c.event {
+                Interruption::LifecycleTerminate(a) => {
+                    self.hand_over().run(policy, a, clock, deadline).await
+                }
+                _ => Err(internal("a hand-over without a lifecycle action")),
+            },
+            Do::None => Err(internal(format!(
+                "{} names no instance work",
+                c.event.kind()
+            ))),
+        }
+    }
+
+    fn claims(&self) -> Claims<'_> {
+        Claims {
+            state: &self.state,
+            settings: &self.settings,
+        }
+    }
+
+    fn rotations(&self) -> Rotations<'_> {
+        Rotations {
+            state: &self.state,
+            announce: &self.announce,
+            retention: self.settings.retention,
+        }
+    }
+
+    fn hand_over(&self) -> HandOver<'_> {
+        HandOver {
+            lifecycle: self.lifecycle.as_ref(),
+            kube: self.kube.as_ref(),
+            state: &self.state,
+            rotations: self.rotations(),
+            settings: &self.settings,
+        }
+    }
+}
+
+/// A client of the pool's cluster (an unreachable cluster fails the event: it is retried).
+pub(super) async fn connect(
+    kube: &dyn KubeConnector,
+    policy: &PoolRef,
+) -> Result<Arc<dyn NodeOps>, HandlerError> {
+    kube.connect(&policy.cluster).await.map_err(|e| {
+        internal(format!(
+            "cluster {} unreachable: {e}; the event is retried",
+            policy.cluster
+        ))
+    })
 }
 
 impl InterruptionHandler {
@@ -607,12 +723,4 @@ impl InterruptionHandler {
             metrics: ports.metrics.clone(),
         }
     }
-}
-
-/// Builds the handler from the environment (`NODECYCLE_TABLE`, `NODECYCLE_POLICY_PREFIX`, tunables).
-pub fn from_env(config: &aws_config::SdkConfig) -> Result<InterruptionHandler, HandlerError> {
-    Ok(InterruptionHandler::new(
-        &crate::port::Ports::from_env(config)?,
-        Settings::from_env()?,
-    ))
 }

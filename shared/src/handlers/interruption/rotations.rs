@@ -1,26 +1,35 @@
 //! Work recorded for the rotator: `Interrupted` and `Maintenance` rotations, and closing the
 //! rotation of an instance that is gone (with its Node object).
 
-use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::{Action, InterruptionHandler, Outcome, internal};
+use super::{Handled, Outcome, internal};
 use crate::clock::Clock;
 use crate::event::interruption::InstanceState;
 use crate::handlers::HandlerError;
-use crate::kube as k;
-use crate::policy::PoolRef;
-use crate::rotation::{Release, Rotation, RotationReason, Step};
-use crate::state::{self, ClaimKey, Versioned};
+use crate::kube::{self as k, NodeOps};
+use crate::rotation::{Release, Rotation, Step};
+use crate::state::{self, Repository, Versioned};
 
-impl InterruptionHandler {
+/// Rotation records of the interruption handler: the state table, and the announcer that puts
+/// each transition's event.
+pub(super) struct Rotations<'a> {
+    /// The state table.
+    pub state: &'a Repository,
+    /// Records transitions' events and puts them on the bus (same table as `store`).
+    pub announce: &'a crate::announce::Announcer,
+    /// How long a closed record is kept.
+    pub retention: chrono::Duration,
+}
+
+impl Rotations<'_> {
     /// Records a `Pending` rotation unless one is in flight (a finished one is replaced).
-    pub(super) async fn start_rotation(
+    pub(super) async fn start(
         &self,
         rotation: Rotation,
         why: &str,
     ) -> Result<Outcome, HandlerError> {
-        let outcome = |action: Action, reason: String| {
+        let outcome = |action: Handled, reason: String| {
             Outcome::new(&rotation.instance_id, Some(&rotation.pool), action, reason).with(json!({
                 "reason": rotation.reason,
                 "forced": rotation.forced,
@@ -37,7 +46,7 @@ impl InterruptionHandler {
                 Some(v) => match v.value {
                     Some(r) if r.in_flight() => {
                         return Ok(outcome(
-                            Action::Skipped,
+                            Handled::Skipped,
                             format!(
                                 "a {:?} rotation of this instance is already in flight (step {:?})",
                                 r.reason, r.step
@@ -56,7 +65,7 @@ impl InterruptionHandler {
             match written {
                 Some(_) => {
                     return Ok(outcome(
-                        Action::RotationRecorded,
+                        Handled::RotationRecorded,
                         format!(
                             "{why}: {:?} rotation recorded{}; the rotator replaces the node",
                             rotation.reason,
@@ -74,93 +83,8 @@ impl InterruptionHandler {
         Err(internal("rotation record: too many conflicting writers"))
     }
 
-    /// Health scheduled change: a `Maintenance` rotation with the change's start as deadline.
-    pub(super) async fn maintenance(
-        &self,
-        policy: &PoolRef,
-        instance_id: &str,
-        start: DateTime<Utc>,
-        code: &str,
-        clock: &Clock,
-    ) -> Result<Outcome, HandlerError> {
-        let rotation = Rotation {
-            deadline: Some(start),
-            ..Rotation::new(
-                &policy.pool_id(),
-                instance_id,
-                RotationReason::Maintenance,
-                false,
-                clock.now(),
-            )
-        };
-        self.start_rotation(
-            rotation,
-            &format!(
-                "{code} starts {}",
-                start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            ),
-        )
-        .await
-    }
-
-    /// Shutting down / terminated: delete the Node object and close the instance's rotation.
-    pub(super) async fn gone(
-        &self,
-        policy: &PoolRef,
-        instance_id: &str,
-        state_name: &InstanceState,
-        clock: &Clock,
-    ) -> Result<Outcome, HandlerError> {
-        let pool = policy.pool_id();
-        let key = ClaimKey::work(&pool, instance_id, "gone");
-        self.claimed(
-            &key,
-            "StateChange",
-            || clock.now(),
-            |_| {
-                Outcome::new(
-                    instance_id,
-                    Some(&pool),
-                    Action::Skipped,
-                    "instance already handled as gone",
-                )
-            },
-            || async {
-                let kube = self.connect(policy).await?;
-                let node = kube.find_node(instance_id).await.map_err(internal)?;
-                let deleted = match &node {
-                    Some(n) => {
-                        k::delete_node(kube.as_ref(), &n.name, &format!("instance {state_name:?}"))
-                            .await
-                            .map_err(internal)?
-                    }
-                    None => false,
-                };
-                let closed = self.close_rotation(&pool, instance_id, clock).await?;
-                let action = if deleted {
-                    Action::NodeDeleted
-                } else {
-                    Action::Recorded
-                };
-                let mut reason = match &node {
-                    Some(n) if deleted => {
-                        format!("instance {state_name:?}: Node {} deleted", n.name)
-                    }
-                    _ => format!("instance {state_name:?}: its Node object is already gone"),
-                };
-                if let Some(step) = closed {
-                    reason.push_str(&format!("; its rotation (was {step:?}) closed as Done"));
-                }
-                Ok(Outcome::new(instance_id, Some(&pool), action, reason).with(
-                    json!({"node": node.map(|n| n.name), "rotationClosed": closed.is_some()}),
-                ))
-            },
-        )
-        .await
-    }
-
     /// Marks the instance's in-flight rotation Done; returns the step it was in.
-    pub(super) async fn close_rotation(
+    pub(super) async fn close(
         &self,
         pool: &str,
         instance_id: &str,
@@ -188,12 +112,7 @@ impl InterruptionHandler {
                 r.enter(Step::Done, now)
             };
             let written = (self.announce)
-                .put_rotation(
-                    Some(&r),
-                    done,
-                    Some(version),
-                    Some(now + self.settings.retention),
-                )
+                .put_rotation(Some(&r), done, Some(version), Some(now + self.retention))
                 .await
                 .map_err(internal)?;
             match written {
@@ -203,4 +122,38 @@ impl InterruptionHandler {
         }
         Err(internal("rotation record: too many conflicting writers"))
     }
+}
+
+/// Shutting down / terminated: delete the Node object (the cluster's Kubernetes API) and close
+/// the instance's rotation.
+pub(super) async fn gone(
+    kube: &dyn NodeOps,
+    rotations: &Rotations<'_>,
+    pool: &str,
+    instance_id: &str,
+    state_name: &InstanceState,
+    clock: &Clock,
+) -> Result<Outcome, HandlerError> {
+    let node = kube.find_node(instance_id).await.map_err(internal)?;
+    let deleted = match &node {
+        Some(n) => k::delete_node(kube, &n.name, &format!("instance {state_name:?}"))
+            .await
+            .map_err(internal)?,
+        None => false,
+    };
+    let closed = rotations.close(pool, instance_id, clock).await?;
+    let action = if deleted {
+        Handled::NodeDeleted
+    } else {
+        Handled::Recorded
+    };
+    let mut reason = match &node {
+        Some(n) if deleted => format!("instance {state_name:?}: Node {} deleted", n.name),
+        _ => format!("instance {state_name:?}: its Node object is already gone"),
+    };
+    if let Some(step) = closed {
+        reason.push_str(&format!("; its rotation (was {step:?}) closed as Done"));
+    }
+    Ok(Outcome::new(instance_id, Some(pool), action, reason)
+        .with(json!({"node": node.map(|n| n.name), "rotationClosed": closed.is_some()})))
 }

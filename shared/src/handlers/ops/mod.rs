@@ -605,11 +605,3 @@ impl OpsHandler {
         }
     }
 }
-
-/// Builds the handler from the environment (the rotator's settings plus EC2 for images).
-pub fn from_env(config: &aws_config::SdkConfig) -> Result<OpsHandler, HandlerError> {
-    Ok(OpsHandler::new(
-        &crate::port::Ports::from_env(config)?,
-        Settings::from_env()?,
-    ))
-}

@@ -86,35 +86,6 @@ impl Settings {
             replacement_timeout: self.replacement_timeout,
         }
     }
-
-    /// Reads the overrides from the environment; a malformed value is an error naming it.
-    pub fn from_env() -> Result<Self, HandlerError> {
-        let mut s = Settings::default();
-        super::durations_from_env(&mut [
-            ("NODECYCLE_REPLACEMENT_TIMEOUT", &mut s.replacement_timeout),
-            ("NODECYCLE_DRAIN_STEP", &mut s.drain_step),
-            ("NODECYCLE_LEASE", &mut s.lease),
-            ("NODECYCLE_NODEGROUP_WAVE", &mut s.node_group_wave),
-        ])?;
-        if let Ok(text) = std::env::var("NODECYCLE_POOL_CONCURRENCY") {
-            s.pool_concurrency = parse_concurrency(&text).map_err(|message| HandlerError {
-                error_type: "Configuration".into(),
-                message: format!("NODECYCLE_POOL_CONCURRENCY: {message}"),
-            })?;
-        }
-        Ok(s)
-    }
-}
-
-/// A pool concurrency as written in the environment: a whole number from 1 to
-/// [`MAX_POOL_CONCURRENCY`].
-fn parse_concurrency(text: &str) -> Result<usize, String> {
-    match text.trim().parse::<usize>() {
-        Ok(n) if (1..=MAX_POOL_CONCURRENCY).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{text:?} is not a whole number from 1 to {MAX_POOL_CONCURRENCY} (pools worked on at once)"
-        )),
-    }
 }
 
 /// The handler and its ports.
@@ -890,14 +861,6 @@ impl RotatorHandler {
             metrics: ports.metrics.clone(),
         }
     }
-}
-
-/// Builds the rotator from the environment (`NODECYCLE_TABLE`, `NODECYCLE_POLICY_PREFIX`, tunables).
-pub fn from_env(config: &aws_config::SdkConfig) -> Result<RotatorHandler, HandlerError> {
-    Ok(RotatorHandler::new(
-        &crate::port::Ports::from_env(config)?,
-        Settings::from_env()?,
-    ))
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
-//! Read-only ports of `nodecycle doctor` (one narrow trait per capability) and the plain facts
-//! they return. `Ok(None)` always means "does not exist"; errors are [`PortError`]s whose
-//! `operation` is the IAM action (or Kubernetes request) that was refused or failed.
+//! What a deployment has, read-only: the ports `nodecycle doctor` reads a deployment through
+//! (one narrow trait per capability: stack outputs, the table, groups, cluster access, event
+//! rules, RBAC, policy documents) and the plain facts they return. A model module, so the
+//! adapters (`crate::aws`, `crate::kube::rbac`) implement them without depending on doctor.
+//! `Ok(None)` always means "does not exist"; errors are [`PortError`]s whose `operation` is
+//! the IAM action (or Kubernetes request) that was refused or failed.
 
 use std::collections::BTreeMap;
 

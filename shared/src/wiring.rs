@@ -1,0 +1,443 @@
+//! Wiring, the top layer: each function's configuration, read from its environment once in its
+//! `main` (and by `nodecycle run`) and checked there, every bad value an error naming its
+//! variable; then the [`Ports`] over the AWS SDK and Kubernetes adapters, and each function's
+//! handler over them. Nothing else in the crate uses this module: handlers take their ports
+//! and settings as values.
+//!
+//! | variable | functions | value (default) |
+//! |---|---|---|
+//! | `NODECYCLE_TABLE` | all | the DynamoDB table name (required) |
+//! | `NODECYCLE_POLICY_PREFIX` | all | SSM path of the policies (`/nodecycle/pools/`) |
+//! | `NODECYCLE_AUTOSCALING_GROUP_UPDATES` | all | `Enabled` or `Disabled` (`Disabled`) |
+//! | `NODECYCLE_SERVED_ACCOUNTS` / `NODECYCLE_SERVED_REGIONS` | all | more accounts / regions served, comma-separated (none) |
+//! | `NODECYCLE_REPLACEMENT_TIMEOUT`, `NODECYCLE_DRAIN_STEP`, `NODECYCLE_LEASE`, `NODECYCLE_NODEGROUP_WAVE` | rotator, ops | durations (`15m`, `20s`, `5m`, `10m`) |
+//! | `NODECYCLE_POOL_CONCURRENCY` | rotator, ops | 1 to 256 (16) |
+//! | `NODECYCLE_FORCE_AFTER`, `NODECYCLE_HEARTBEAT`, `NODECYCLE_DRAIN_POLL`, `NODECYCLE_MAX_EVENT_AGE` | interruption-handler | durations (`90s`, `60s`, `2s`, `4m`) |
+//! | `NODECYCLE_LIFECYCLE_HOOK` | interruption-handler | the lifecycle hook answered (`nodecycle-drain`) |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::aws::{
+    Clients,
+    autoscaling::{AutoScaling, GROUP_UPDATES_ENV},
+    dynamodb::Table,
+    ec2::Ec2,
+    eks::Eks,
+    interruption::{Ec2Instances, LifecycleActions},
+    managed::ManagedNodeGroups,
+    nodegroup::NodeGroups,
+    ssm::{Ssm, SsmPolicies},
+};
+use crate::event::served::{ACCOUNTS_ENV, REGIONS_ENV, Served};
+use crate::handlers::HandlerError;
+use crate::policy::source::{DEFAULT_PREFIX, PREFIX_ENV};
+use crate::port::Ports;
+use crate::state::TABLE_ENV;
+
+/// Where variables are read from: the process environment, or a map in tests.
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process environment as a [`Lookup`] (an unset or non-UTF-8 variable is `None`).
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn invalid(var: &str, message: impl std::fmt::Display) -> HandlerError {
+    HandlerError {
+        error_type: "Configuration".into(),
+        message: format!("{var}: {message}"),
+    }
+}
+
+/// What every function reads: the state table, the policies, whether group updates are
+/// granted, and the accounts and regions served beside the deployment's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Common {
+    /// `NODECYCLE_TABLE`.
+    pub table: String,
+    /// `NODECYCLE_POLICY_PREFIX`.
+    pub policy_prefix: String,
+    /// `NODECYCLE_AUTOSCALING_GROUP_UPDATES` is `Enabled`.
+    pub group_updates: bool,
+    /// `NODECYCLE_SERVED_ACCOUNTS` (comma-separated 12-digit ids, checked).
+    pub served_accounts: String,
+    /// `NODECYCLE_SERVED_REGIONS` (comma-separated region names, checked).
+    pub served_regions: String,
+}
+
+impl Common {
+    /// Reads and checks the variables through `env`.
+    pub fn from_lookup(env: Lookup<'_>) -> Result<Common, HandlerError> {
+        let table = env(TABLE_ENV)
+            .ok_or_else(|| invalid(TABLE_ENV, "is not set; expected the DynamoDB table name"))?;
+        let table_like = (3..=255).contains(&table.len())
+            && table
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !table_like {
+            return Err(invalid(
+                TABLE_ENV,
+                format!(
+                    "{table:?} is not a DynamoDB table name; expected 3 to 255 letters, digits, `_`, `-` or `.`"
+                ),
+            ));
+        }
+        let policy_prefix = env(PREFIX_ENV).unwrap_or_else(|| DEFAULT_PREFIX.to_string());
+        let prefix_like = policy_prefix.starts_with('/')
+            && policy_prefix.len() <= 1011
+            && policy_prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'));
+        if !prefix_like {
+            return Err(invalid(
+                PREFIX_ENV,
+                format!(
+                    "{policy_prefix:?} is not an SSM parameter path; expected one like {DEFAULT_PREFIX} (a leading `/`, letters, digits, `_`, `-`, `.`, `/`)"
+                ),
+            ));
+        }
+        let group_updates = match env(GROUP_UPDATES_ENV).as_deref().map(str::trim) {
+            None | Some("" | "Disabled") => false,
+            Some("Enabled") => true,
+            Some(other) => {
+                return Err(invalid(
+                    GROUP_UPDATES_ENV,
+                    format!(
+                        "{other:?} is neither Enabled nor Disabled (the stack parameter AutoScalingGroupUpdates)"
+                    ),
+                ));
+            }
+        };
+        let served_accounts = env(ACCOUNTS_ENV).unwrap_or_default();
+        let served_regions = env(REGIONS_ENV).unwrap_or_default();
+        // The messages name the variable.
+        Served {
+            accounts: Vec::new(),
+            regions: Vec::new(),
+        }
+        .with_extra(&served_accounts, &served_regions)
+        .map_err(|message| HandlerError {
+            error_type: "Configuration".into(),
+            message,
+        })?;
+        Ok(Common {
+            table,
+            policy_prefix,
+            group_updates,
+            served_accounts,
+            served_regions,
+        })
+    }
+
+    /// The AWS and Kubernetes adapters over `sdk` for this configuration.
+    pub fn ports(&self, sdk: &aws_config::SdkConfig) -> Ports {
+        let c = Clients::new(sdk);
+        let ssm = Ssm::new(c.ssm.clone());
+        Ports {
+            policies: Arc::new(SsmPolicies::new(ssm.clone(), &self.policy_prefix)),
+            parameters: Arc::new(ssm),
+            images: Arc::new(Ec2::new(c.ec2.clone())),
+            clusters: Arc::new(Eks::new(c.eks.clone())),
+            node_groups: Arc::new(NodeGroups::new(
+                c.autoscaling.clone(),
+                c.ec2.clone(),
+                c.eks.clone(),
+            )),
+            groups: Arc::new(
+                AutoScaling::new(c.autoscaling.clone(), c.ec2.clone())
+                    .with_group_updates(self.group_updates),
+            ),
+            managed: Arc::new(ManagedNodeGroups::new(c.eks.clone(), c.ec2.clone())),
+            store: Arc::new(Table::new(c.dynamodb.clone(), &self.table)),
+            instances: Arc::new(Ec2Instances::new(c.ec2.clone())),
+            lifecycle: Arc::new(LifecycleActions::new(c.autoscaling.clone())),
+            deployment: Arc::new(
+                crate::aws::identity::OwnAccount::new(sdk)
+                    .with_extra(&self.served_accounts, &self.served_regions),
+            ),
+            alarms: Arc::new(crate::aws::cloudwatch::CloudWatch::new(
+                c.cloudwatch.clone(),
+            )),
+            events: Arc::new(crate::aws::bus::EventBridge::new(c.events.clone())),
+            metrics: Arc::new(crate::metrics::NoMetrics),
+            kube: Arc::new(crate::kube::EksConnector::new(sdk.clone())),
+        }
+    }
+}
+
+/// Overrides each duration whose variable is set (`15m`, `20s`, ...); a malformed value is an
+/// error naming the variable.
+fn durations(env: Lookup<'_>, fields: &mut [(&str, &mut Duration)]) -> Result<(), HandlerError> {
+    for (var, field) in fields.iter_mut() {
+        if let Some(text) = env(var) {
+            **field = crate::duration::parse(&text).map_err(|e| invalid(var, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The ami-watcher's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatcherConfig {
+    /// Table, policies, ...
+    pub common: Common,
+}
+
+impl WatcherConfig {
+    /// From the process environment.
+    pub fn from_env() -> Result<Self, HandlerError> {
+        Self::from_lookup(&process_env)
+    }
+
+    /// Through `env`.
+    pub fn from_lookup(env: Lookup<'_>) -> Result<Self, HandlerError> {
+        Ok(WatcherConfig {
+            common: Common::from_lookup(env)?,
+        })
+    }
+
+    /// The watcher over the adapters of `sdk`.
+    pub fn watcher(&self, sdk: &aws_config::SdkConfig) -> crate::handlers::ami_watcher::AmiWatcher {
+        crate::handlers::ami_watcher::AmiWatcher::new(&self.common.ports(sdk))
+    }
+}
+
+/// The rotator's configuration (also the ops function's: its actions run the rotator's code).
+#[derive(Debug, Clone)]
+pub struct RotatorConfig {
+    /// Table, policies, ...
+    pub common: Common,
+    /// Tunables.
+    pub settings: crate::handlers::rotator::Settings,
+}
+
+impl RotatorConfig {
+    /// From the process environment.
+    pub fn from_env() -> Result<Self, HandlerError> {
+        Self::from_lookup(&process_env)
+    }
+
+    /// Through `env`.
+    pub fn from_lookup(env: Lookup<'_>) -> Result<Self, HandlerError> {
+        Ok(RotatorConfig {
+            common: Common::from_lookup(env)?,
+            settings: Self::settings(env)?,
+        })
+    }
+
+    /// The rotator's tunables alone (`nodecycle validate`, which has no table).
+    pub fn settings(env: Lookup<'_>) -> Result<crate::handlers::rotator::Settings, HandlerError> {
+        let mut s = crate::handlers::rotator::Settings::default();
+        durations(
+            env,
+            &mut [
+                ("NODECYCLE_REPLACEMENT_TIMEOUT", &mut s.replacement_timeout),
+                ("NODECYCLE_DRAIN_STEP", &mut s.drain_step),
+                ("NODECYCLE_LEASE", &mut s.lease),
+                ("NODECYCLE_NODEGROUP_WAVE", &mut s.node_group_wave),
+            ],
+        )?;
+        if let Some(text) = env("NODECYCLE_POOL_CONCURRENCY") {
+            use crate::handlers::rotator::MAX_POOL_CONCURRENCY;
+            s.pool_concurrency = match text.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_POOL_CONCURRENCY).contains(&n) => n,
+                _ => {
+                    return Err(invalid(
+                        "NODECYCLE_POOL_CONCURRENCY",
+                        format!(
+                            "{text:?} is not a whole number from 1 to {MAX_POOL_CONCURRENCY} (pools worked on at once)"
+                        ),
+                    ));
+                }
+            };
+        }
+        Ok(s)
+    }
+
+    /// The rotator over the adapters of `sdk`.
+    pub fn rotator(&self, sdk: &aws_config::SdkConfig) -> crate::handlers::rotator::RotatorHandler {
+        crate::handlers::rotator::RotatorHandler::new(
+            &self.common.ports(sdk),
+            self.settings.clone(),
+        )
+    }
+
+    /// The ops handler over the adapters of `sdk`.
+    pub fn ops(&self, sdk: &aws_config::SdkConfig) -> crate::handlers::ops::OpsHandler {
+        crate::handlers::ops::OpsHandler::new(&self.common.ports(sdk), self.settings.clone())
+    }
+}
+
+/// The ops function's configuration: the rotator's.
+pub type OpsConfig = RotatorConfig;
+
+/// The interruption handler's configuration.
+#[derive(Debug, Clone)]
+pub struct InterruptionConfig {
+    /// Table, policies, ...
+    pub common: Common,
+    /// Tunables.
+    pub settings: crate::handlers::interruption::Settings,
+}
+
+impl InterruptionConfig {
+    /// From the process environment.
+    pub fn from_env() -> Result<Self, HandlerError> {
+        Self::from_lookup(&process_env)
+    }
+
+    /// Through `env`.
+    pub fn from_lookup(env: Lookup<'_>) -> Result<Self, HandlerError> {
+        let mut s = crate::handlers::interruption::Settings::default();
+        durations(
+            env,
+            &mut [
+                ("NODECYCLE_FORCE_AFTER", &mut s.force_after),
+                ("NODECYCLE_HEARTBEAT", &mut s.heartbeat_every),
+                ("NODECYCLE_DRAIN_POLL", &mut s.poll),
+                ("NODECYCLE_MAX_EVENT_AGE", &mut s.max_event_age),
+            ],
+        )?;
+        if let Some(hook) = env("NODECYCLE_LIFECYCLE_HOOK")
+            && !hook.is_empty()
+        {
+            // Auto Scaling's LifecycleHookName: 1 to 255 of [A-Za-z0-9-_/].
+            let hook_like = hook.len() <= 255
+                && hook
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/'));
+            if !hook_like {
+                return Err(invalid(
+                    "NODECYCLE_LIFECYCLE_HOOK",
+                    format!(
+                        "{hook:?} is not a lifecycle hook name; expected up to 255 letters, digits, `-`, `_` or `/`"
+                    ),
+                ));
+            }
+            s.lifecycle_hook = hook;
+        }
+        Ok(InterruptionConfig {
+            common: Common::from_lookup(env)?,
+            settings: s,
+        })
+    }
+
+    /// The interruption handler over the adapters of `sdk`.
+    pub fn handler(
+        &self,
+        sdk: &aws_config::SdkConfig,
+    ) -> crate::handlers::interruption::InterruptionHandler {
+        crate::handlers::interruption::InterruptionHandler::new(
+            &self.common.ports(sdk),
+            self.settings.clone(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name: &str| map.get(name).cloned()
+    }
+
+    #[test]
+    fn defaults_need_only_the_table() {
+        let env = lookup(&[(TABLE_ENV, "nodecycle-state")]);
+        let c = Common::from_lookup(&env).unwrap();
+        assert_eq!(c.table, "nodecycle-state");
+        assert_eq!(c.policy_prefix, DEFAULT_PREFIX);
+        assert!(!c.group_updates);
+        let r = RotatorConfig::from_lookup(&env).unwrap();
+        assert_eq!(r.settings.lease, Duration::from_secs(300));
+        assert_eq!(r.settings.pool_concurrency, 16);
+        let i = InterruptionConfig::from_lookup(&env).unwrap();
+        assert_eq!(i.settings.lifecycle_hook, "nodecycle-drain");
+    }
+
+    #[test]
+    fn every_value_is_read() {
+        let env = lookup(&[
+            (TABLE_ENV, "t_1"),
+            (PREFIX_ENV, "/team/pools/"),
+            (GROUP_UPDATES_ENV, "Enabled"),
+            (ACCOUNTS_ENV, "111122223333"),
+            (REGIONS_ENV, "eu-west-1"),
+            ("NODECYCLE_REPLACEMENT_TIMEOUT", "20m"),
+            ("NODECYCLE_DRAIN_STEP", "30s"),
+            ("NODECYCLE_LEASE", "4m"),
+            ("NODECYCLE_NODEGROUP_WAVE", "12m"),
+            ("NODECYCLE_POOL_CONCURRENCY", "3"),
+            ("NODECYCLE_FORCE_AFTER", "60s"),
+            ("NODECYCLE_HEARTBEAT", "30s"),
+            ("NODECYCLE_DRAIN_POLL", "1s"),
+            ("NODECYCLE_MAX_EVENT_AGE", "5m"),
+            ("NODECYCLE_LIFECYCLE_HOOK", "team-drain"),
+        ]);
+        let r = RotatorConfig::from_lookup(&env).unwrap();
+        assert_eq!(r.common.table, "t_1");
+        assert_eq!(r.common.policy_prefix, "/team/pools/");
+        assert!(r.common.group_updates);
+        assert_eq!(r.common.served_accounts, "111122223333");
+        assert_eq!(r.settings.replacement_timeout, Duration::from_secs(1200));
+        assert_eq!(r.settings.drain_step, Duration::from_secs(30));
+        assert_eq!(r.settings.lease, Duration::from_secs(240));
+        assert_eq!(r.settings.node_group_wave, Duration::from_secs(720));
+        assert_eq!(r.settings.pool_concurrency, 3);
+        let i = InterruptionConfig::from_lookup(&env).unwrap();
+        assert_eq!(i.settings.force_after, Duration::from_secs(60));
+        assert_eq!(i.settings.heartbeat_every, Duration::from_secs(30));
+        assert_eq!(i.settings.poll, Duration::from_secs(1));
+        assert_eq!(i.settings.max_event_age, Duration::from_secs(300));
+        assert_eq!(i.settings.lifecycle_hook, "team-drain");
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_naming_its_variable() {
+        let cases: &[(&str, &str)] = &[
+            (PREFIX_ENV, "nodecycle/pools"),
+            (GROUP_UPDATES_ENV, "yes"),
+            (ACCOUNTS_ENV, "12345"),
+            (REGIONS_ENV, "Europe"),
+            ("NODECYCLE_REPLACEMENT_TIMEOUT", "soon"),
+            ("NODECYCLE_DRAIN_STEP", "-1s"),
+            ("NODECYCLE_LEASE", "5 parsecs"),
+            ("NODECYCLE_NODEGROUP_WAVE", ""),
+            ("NODECYCLE_POOL_CONCURRENCY", "0"),
+            ("NODECYCLE_POOL_CONCURRENCY", "257"),
+            ("NODECYCLE_FORCE_AFTER", "x"),
+            ("NODECYCLE_HEARTBEAT", "1y"),
+            ("NODECYCLE_DRAIN_POLL", "fast"),
+            ("NODECYCLE_MAX_EVENT_AGE", "old"),
+            ("NODECYCLE_LIFECYCLE_HOOK", "a hook"),
+            (TABLE_ENV, "t"),
+        ];
+        for (var, value) in cases {
+            let mut vars = vec![(TABLE_ENV, "nodecycle-state")];
+            vars.retain(|(k, _)| k != var);
+            vars.push((var, value));
+            let env = lookup(&vars);
+            let errors = [
+                RotatorConfig::from_lookup(&env).err(),
+                InterruptionConfig::from_lookup(&env).err(),
+            ];
+            let e = errors
+                .into_iter()
+                .flatten()
+                .next()
+                .unwrap_or_else(|| panic!("{var}={value:?} was accepted"));
+            assert_eq!(e.error_type, "Configuration");
+            assert!(e.message.starts_with(&format!("{var}: ")), "{var}: {e}");
+        }
+        let e = WatcherConfig::from_lookup(&lookup(&[])).unwrap_err();
+        assert!(e.message.starts_with("NODECYCLE_TABLE: is not set"), "{e}");
+    }
+}
