@@ -117,8 +117,14 @@ impl WorkItem {
     }
 }
 
+/// `v` is one 12-digit account id (the served set's own check of configured accounts).
 fn check_account(field: &str, v: &str) -> Result<(), String> {
-    if v.len() == 12 && v.bytes().all(|b| b.is_ascii_digit()) {
+    if v.trim() == v
+        && !v.contains(',')
+        && Served::default()
+            .with_extra(v, "")
+            .is_ok_and(|s| s.accounts.len() == 1)
+    {
         Ok(())
     } else {
         Err(format!(
@@ -128,19 +134,15 @@ fn check_account(field: &str, v: &str) -> Result<(), String> {
     }
 }
 
+/// `v` is one region name (the served set's own check of configured regions).
 fn check_region(field: &str, v: &str) -> Result<(), String> {
-    let parts: Vec<&str> = v.split('-').collect();
-    let ok = v.len() <= 32
-        && parts.len() >= 3
-        && parts.iter().all(|p| {
-            !p.is_empty()
-                && p.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        })
-        && parts
-            .last()
-            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
-    if ok {
+    let one = v.len() <= 32
+        && v.trim() == v
+        && !v.contains(',')
+        && Served::default()
+            .with_extra("", v)
+            .is_ok_and(|s| s.regions.len() == 1);
+    if one {
         Ok(())
     } else {
         Err(format!(

@@ -176,6 +176,13 @@ fn items_read_back_as_written_and_anything_else_is_refused_by_field() {
         (without("v"), "v: \"null\""),
         (with("account", json!("12345")), "account: \"12345\""),
         (with("account", json!("12345678901a")), "account: "),
+        (with("account", json!(" 123456789012")), "account: "),
+        (
+            with("account", json!("123456789012,210987654321")),
+            "account: ",
+        ),
+        (with("region", json!("us-east-1,eu-west-1")), "region: "),
+        (with("region", json!("us-east-1 ")), "region: "),
         (with("region", json!("useast1")), "region: \"useast1\""),
         (with("region", json!("us-east-x")), "region: "),
         (with("cluster", json!("")), "cluster: \"\""),
