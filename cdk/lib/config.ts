@@ -29,6 +29,9 @@ export interface Config {
   servedAccounts: string[];
   /** The organisation whose accounts may put events on the default bus (aws:PrincipalOrgID). */
   organizationId?: string;
+  /** The members' spoke RoleNamePrefix and ExternalId (the roles each function assumes). */
+  memberRoleNamePrefix: string;
+  memberExternalId: string;
   /** FanOut=Enabled: the schedule dispatches work items to an SQS queue the rotator serves. */
   fanOut: boolean;
   workerConcurrency: number;
@@ -98,6 +101,8 @@ export function readConfig(get: (name: string) => unknown): Config {
     permissionsBoundaryArn: optional(str("PermissionsBoundaryArn", "", /^(|arn:aws[a-z-]*:iam::[0-9]{12}:policy\/.+)$/)),
     servedAccounts: list("ServedAccounts", /^[0-9]{12}$/),
     organizationId: optional(str("OrganizationId", "", /^(|o-[a-z0-9]{10,32})$/)),
+    memberRoleNamePrefix: str("MemberRoleNamePrefix", "nodecycle", /^[A-Za-z0-9+=,.@_-]{1,20}$/),
+    memberExternalId: str("MemberExternalId", "", /^(|[A-Za-z0-9+=,.@:/_-]{2,1224})$/),
     fanOut: str("FanOut", "Disabled", undefined, ["Disabled", "Enabled"]) === "Enabled",
     workerConcurrency: int("WorkerConcurrency", 5, 2, 1000),
     workItemReceives: int("WorkItemReceives", 3, 1, 10),

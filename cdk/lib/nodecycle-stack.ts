@@ -34,6 +34,9 @@ const KUBERNETES_GROUPS: Record<Exclude<FunctionKey, "AmiWatcher">, string> = {
   Ops: "nodecycle-ops",
 };
 
+/** The function part of each function's spoke role name (deploy/spoke.yaml). */
+const MEMBER_ROLE: Record<FunctionKey, string> = { AmiWatcher: "ami-watcher", Rotator: "rotator", InterruptionHandler: "interruption", Ops: "ops" };
+
 /** The tag a launch template's owner sets to let nodecycle write its versions. */
 const MANAGED_TAG = "nodecycle.dev/managed";
 
@@ -348,6 +351,9 @@ export class NodecycleStack extends cdk.Stack {
         NODECYCLE_POLICY_PREFIX: c.policyPrefix,
         // Events and work items of these accounts are acted on besides this account's own.
         NODECYCLE_SERVED_ACCOUNTS: c.servedAccounts.join(","),
+        NODECYCLE_MEMBER_EXTERNAL_ID: c.memberExternalId,
+        // The spoke role of a member (deploy/spoke.yaml), {account} replaced per member.
+        NODECYCLE_MEMBER_ROLE: sub(`arn:\${AWS::Partition}:iam::{account}:role/${c.memberRoleNamePrefix}-${MEMBER_ROLE[key]}-\${AWS::Region}`),
       };
       if (key === "Rotator" || key === "Ops") {
         environment.NODECYCLE_REPLACEMENT_TIMEOUT = c.replacementTimeout;

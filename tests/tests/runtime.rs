@@ -48,6 +48,21 @@ fn resolve(template: &serde_norway::Value, v: &serde_norway::Value) -> String {
                 other => panic!("parameter {name} has no usable default: {other:?}"),
             }
         }
+        // `!Sub "<text>"`: pseudo parameters as in the test region, parameters at their defaults.
+        serde_norway::Value::Tagged(t) if t.tag == "Sub" => {
+            let mut text = t.value.as_str().unwrap().to_string();
+            while let Some(start) = text.find("${") {
+                let end = start + text[start..].find('}').unwrap();
+                let name = text[start + 2..end].to_string();
+                let value = match name.as_str() {
+                    "AWS::Partition" => "aws".to_string(),
+                    "AWS::Region" => nodecycle_tests::DEFAULT_REGION.to_string(),
+                    _ => resolve(template, &template["Parameters"][name.as_str()]["Default"]),
+                };
+                text.replace_range(start..=end, &value);
+            }
+            text
+        }
         // `!Join [",", !Ref <list parameter>]`: the default as given (comma-separated).
         serde_norway::Value::Tagged(t) if t.tag == "Join" => {
             let list = &t.value[1];

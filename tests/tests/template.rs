@@ -2344,3 +2344,35 @@ fn spokes_give_the_assumed_roles_access_entries_like_the_cells() {
     );
     assert!(spoke(&[("Cluster3", "not a name")]).is_err());
 }
+
+#[test]
+fn each_cell_function_assumes_the_spoke_role_the_spoke_creates_for_it() {
+    let cell = deployed(&[
+        ("Clusters", "prod"),
+        ("MemberRoleNamePrefix", "platform"),
+        ("MemberExternalId", "nodecycle-cell-7"),
+    ]);
+    let member = spoke(&[("RoleNamePrefix", "platform")]).unwrap();
+    for (f, role) in SPOKE_ROLES {
+        let env = &cell["Resources"][f]["Properties"]["Environment"]["Variables"];
+        let pattern = env["NODECYCLE_MEMBER_ROLE"].as_str().unwrap();
+        let name = member["Resources"][role]["Properties"]["RoleName"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            pattern.replace("{account}", ACCOUNT),
+            format!("arn:aws:iam::{ACCOUNT}:role/{name}"),
+            "{f}"
+        );
+        assert_eq!(
+            env["NODECYCLE_MEMBER_EXTERNAL_ID"], "nodecycle-cell-7",
+            "{f}"
+        );
+        // The spoke trusts it with that external id.
+        assert_eq!(
+            member["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]
+                ["StringEquals"]["sts:ExternalId"],
+            "nodecycle-cell-7"
+        );
+    }
+}
