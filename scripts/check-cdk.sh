@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CDK app (cdk/): installs it from package-lock.json (npm ci), compiles it (tsc), synthesizes
 # it offline (no account, no bootstrap; the functions get placeholder code when no release build
-# is found) and checks it deploys what template.yaml deploys (scripts/cfn/parity.py, for every
-# parameter set of scripts/cfn/cfn.py). Needs Node.js >= 20 and the venv of
+# is found) and checks it deploys what template.yaml deploys, and its spoke what deploy/spoke.yaml
+# deploys (scripts/cfn/parity.py, for every parameter set of scripts/cfn/cfn.py). Needs Node.js >= 20 and the venv of
 # scripts/lint-template.sh (run first by scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,3 +25,5 @@ cd ..
 
 echo "==> parity: CDK app vs the SAM-translated template" >&2
 "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/parity.py cdk --out "$out/parity"
+echo "==> parity: CDK spoke vs deploy/spoke.yaml" >&2
+"$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/parity.py cdk --template spoke --out "$out/parity"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks template.yaml as CloudFormation sees it, no AWS account needed:
+# Checks template.yaml and deploy/spoke.yaml as CloudFormation sees them, no AWS account needed:
 #   * cfn-lint (current and 1.51) on the source and on the translated template (the
 #     AWS::LanguageExtensions and AWS::Serverless transforms applied, for the parameter sets of
 #     scripts/cfn/cfn.py: cfn-lint on the source does not look inside Fn::ForEach bodies the way
@@ -41,8 +41,8 @@ lint_current="$NODECYCLE_LINT_VENV/bin/cfn-lint"
 lint_151="$NODECYCLE_LINT_VENV-cfn-lint-1.51/bin/cfn-lint"
 
 for lint in "$lint_current" "$lint_151"; do
-  echo "==> $("$lint" --version) template.yaml" >&2
-  "$lint" template.yaml
+  echo "==> $("$lint" --version) template.yaml deploy/spoke.yaml" >&2
+  "$lint" template.yaml deploy/spoke.yaml
 done
 
 echo "==> sam validate --lint" >&2
@@ -54,6 +54,12 @@ for set in minimal full; do
   "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/translate.py --set "$set" --out "$out/translated-$set.json" template.yaml
   translated+=("$out/translated-$set.json")
 done
+# The spoke (no transform: service-managed StackSets refuse them) resolved for its own sets.
+for set in minimal full; do
+  echo "==> resolve deploy/spoke.yaml ($set parameters)" >&2
+  "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/translate.py --set "$set" --out "$out/translated-spoke-$set.json" deploy/spoke.yaml
+  translated+=("$out/translated-spoke-$set.json")
+done
 for lint in "$lint_current" "$lint_151"; do
   echo "==> $("$lint" --version) on the translated templates" >&2
   "$lint" "${translated[@]}"
@@ -64,3 +70,4 @@ echo "==> checkov (baseline scripts/cfn/checkov-baseline.yaml)" >&2
 
 echo "==> parliament on the role policies (baseline scripts/cfn/parliament-baseline.yaml)" >&2
 "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/iam_lint.py template.yaml
+"$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/iam_lint.py deploy/spoke.yaml

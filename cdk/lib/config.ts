@@ -25,6 +25,17 @@ export interface Config {
   reservedConcurrency?: number;
   alarmTopicArn?: string;
   permissionsBoundaryArn?: string;
+  /** Member accounts whose forwarded events the default bus admits and the functions act on. */
+  servedAccounts: string[];
+  /** The organisation whose accounts may put events on the default bus (aws:PrincipalOrgID). */
+  organizationId?: string;
+  /** The members' spoke RoleNamePrefix and ExternalId (the roles each function assumes). */
+  memberRoleNamePrefix: string;
+  memberExternalId: string;
+  /** FanOut=Enabled: the schedule dispatches work items to an SQS queue the rotator serves. */
+  fanOut: boolean;
+  workerConcurrency: number;
+  workItemReceives: number;
   /** Directory holding `<binary>/bootstrap` per function (cargo lambda build output). */
   lambdaDir?: string;
 }
@@ -88,6 +99,13 @@ export function readConfig(get: (name: string) => unknown): Config {
     reservedConcurrency: reserved === 0 ? undefined : reserved,
     alarmTopicArn: optional(str("AlarmTopicArn", "", /^(|arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+)$/)),
     permissionsBoundaryArn: optional(str("PermissionsBoundaryArn", "", /^(|arn:aws[a-z-]*:iam::[0-9]{12}:policy\/.+)$/)),
+    servedAccounts: list("ServedAccounts", /^[0-9]{12}$/),
+    organizationId: optional(str("OrganizationId", "", /^(|o-[a-z0-9]{10,32})$/)),
+    memberRoleNamePrefix: str("MemberRoleNamePrefix", "nodecycle", /^[A-Za-z0-9+=,.@_-]{1,20}$/),
+    memberExternalId: str("MemberExternalId", "", /^(|[A-Za-z0-9+=,.@:/_-]{2,1224})$/),
+    fanOut: str("FanOut", "Disabled", undefined, ["Disabled", "Enabled"]) === "Enabled",
+    workerConcurrency: int("WorkerConcurrency", 5, 2, 1000),
+    workItemReceives: int("WorkItemReceives", 3, 1, 10),
     lambdaDir: optional(str("LambdaDir", "")),
   };
   if (problems.length > 0) throw new ConfigError(problems.join("\n"));

@@ -34,6 +34,9 @@ const KUBERNETES_GROUPS: Record<Exclude<FunctionKey, "AmiWatcher">, string> = {
   Ops: "nodecycle-ops",
 };
 
+/** The function part of each function's spoke role name (deploy/spoke.yaml). */
+const MEMBER_ROLE: Record<FunctionKey, string> = { AmiWatcher: "ami-watcher", Rotator: "rotator", InterruptionHandler: "interruption", Ops: "ops" };
+
 /** The tag a launch template's owner sets to let nodecycle write its versions. */
 const MANAGED_TAG = "nodecycle.dev/managed";
 
@@ -262,6 +265,76 @@ export class NodecycleStack extends cdk.Stack {
       logicalId(decrypt, "DecryptParameters");
     }
 
+    // --- fan-out (FanOut=Enabled): the schedule dispatches, the queue's event source serves ------
+    let workQueue: sqs.CfnQueue | undefined;
+    let workDlq: sqs.CfnQueue | undefined;
+    if (c.fanOut) {
+      workDlq = new sqs.CfnQueue(this, "WorkDeadLetterQueue", { messageRetentionPeriod: 1209600, sqsManagedSseEnabled: true });
+      logicalId(workDlq, "WorkDeadLetterQueue");
+      workQueue = new sqs.CfnQueue(this, "WorkQueue", {
+        // Six times the rotator's timeout (what Lambda asks of an SQS event source).
+        visibilityTimeout: 720,
+        messageRetentionPeriod: 3600,
+        sqsManagedSseEnabled: true,
+        redrivePolicy: { deadLetterTargetArn: workDlq.attrArn, maxReceiveCount: c.workItemReceives },
+      });
+      logicalId(workQueue, "WorkQueue");
+      const qp = new sqs.CfnQueuePolicy(this, "WorkQueuesPolicy", {
+        queues: [workQueue.ref, workDlq.ref],
+        policyDocument: {
+          Version: "2012-10-17",
+          Statement: [
+            {
+              Sid: "TlsOnly",
+              Effect: "Deny",
+              Principal: "*",
+              Action: "sqs:*",
+              Resource: [workQueue.attrArn, workDlq.attrArn],
+              Condition: { Bool: { "aws:SecureTransport": "false" } },
+            },
+          ],
+        },
+      });
+      logicalId(qp, "WorkQueuesPolicy");
+      rolePolicy(
+        "RotatorWorkQueue",
+        roles.Rotator,
+        "work-queue",
+        allow("DispatchWorkItems", ["sqs:SendMessage"], [workQueue.attrArn]),
+        allow("ServeWorkItems", ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"], [workQueue.attrArn]),
+      );
+    }
+
+    // The default bus admits the spokes' forwarded events: served accounts, or the organisation.
+    const busArn = arnOf("events", "event-bus/default");
+    const forwardedSources = ["aws.ec2", "aws.autoscaling", "aws.health", "aws.ssm"];
+    if (c.servedAccounts.length > 0) {
+      const p = new events.CfnEventBusPolicy(this, "CellBusPolicyServedAccounts", {
+        statementId: "nodecycle-served-accounts",
+        statement: {
+          Effect: "Allow",
+          Principal: { AWS: c.servedAccounts },
+          Action: "events:PutEvents",
+          Resource: busArn,
+          Condition: { StringEquals: { "events:source": forwardedSources } },
+        },
+      });
+      logicalId(p, "CellBusPolicyServedAccounts");
+    }
+    if (c.organizationId) {
+      const p = new events.CfnEventBusPolicy(this, "CellBusPolicyOrganization", {
+        statementId: "nodecycle-organization",
+        statement: {
+          Effect: "Allow",
+          Principal: "*",
+          Action: "events:PutEvents",
+          Resource: busArn,
+          Condition: { StringEquals: { "aws:PrincipalOrgID": c.organizationId, "events:source": forwardedSources } },
+        },
+      });
+      logicalId(p, "CellBusPolicyOrganization");
+    }
+
     // --- functions ------------------------------------------------------------------------------
     const code = codeAssets(this, c.lambdaDir);
     const invokeConfig: Record<FunctionKey, [number, number]> = {
@@ -273,13 +346,22 @@ export class NodecycleStack extends cdk.Stack {
     const fns = {} as Record<FunctionKey, lambda.Function>;
     for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
       const f = FUNCTIONS[key];
-      const environment: Record<string, string> = { NODECYCLE_TABLE: table.tableName, NODECYCLE_POLICY_PREFIX: c.policyPrefix };
+      const environment: Record<string, string> = {
+        NODECYCLE_TABLE: table.tableName,
+        NODECYCLE_POLICY_PREFIX: c.policyPrefix,
+        // Events and work items of these accounts are acted on besides this account's own.
+        NODECYCLE_SERVED_ACCOUNTS: c.servedAccounts.join(","),
+        NODECYCLE_MEMBER_EXTERNAL_ID: c.memberExternalId,
+        // The spoke role of a member (deploy/spoke.yaml), {account} replaced per member.
+        NODECYCLE_MEMBER_ROLE: sub(`arn:\${AWS::Partition}:iam::{account}:role/${c.memberRoleNamePrefix}-${MEMBER_ROLE[key]}-\${AWS::Region}`),
+      };
       if (key === "Rotator" || key === "Ops") {
         environment.NODECYCLE_REPLACEMENT_TIMEOUT = c.replacementTimeout;
         environment.NODECYCLE_NODEGROUP_WAVE = c.nodeGroupWave;
       }
       if (key === "Rotator") {
         environment.NODECYCLE_AUTOSCALING_GROUP_UPDATES = c.autoScalingGroupUpdates ? "Enabled" : "Disabled";
+        if (workQueue) environment.NODECYCLE_WORK_QUEUE_URL = workQueue.ref;
       }
       if (key === "InterruptionHandler") {
         // Only this hook's lifecycle actions are answered (checked in code, not only by the rule).
@@ -312,6 +394,20 @@ export class NodecycleStack extends cdk.Stack {
         destinationConfig: { onFailure: { destination: dlq.queueArn } },
       });
       logicalId(eic, `${key}FunctionEventInvokeConfig`);
+    }
+
+    if (workQueue) {
+      const esm = new lambda.CfnEventSourceMapping(this, "RotatorWorkItems", {
+        eventSourceArn: workQueue.attrArn,
+        functionName: fns.Rotator.functionName,
+        enabled: true,
+        batchSize: 1,
+        functionResponseTypes: ["ReportBatchItemFailures"],
+        scalingConfig: { maximumConcurrency: c.workerConcurrency },
+      });
+      logicalId(esm, "RotatorWorkItems");
+      // Lambda checks the role may read the queue when the mapping is created.
+      esm.addDependency(this.node.findChild("RotatorWorkQueue") as cdk.CfnResource);
     }
 
     // --- rules ----------------------------------------------------------------------------------
@@ -451,6 +547,22 @@ export class NodecycleStack extends cdk.Stack {
       { namespace: "AWS/SQS", metricName: "ApproximateNumberOfMessagesVisible", dimensions: [{ name: "QueueName", value: dlq.queueName }], statistic: "Maximum", threshold: 0 },
       "GreaterThanThreshold",
     );
+    if (workQueue && workDlq) {
+      alarm(
+        "WorkDeadLetterQueueNotEmptyAlarm",
+        "work-dead-letter-queue-not-empty",
+        "A rotator work item failed on every receive (its cluster's passes keep failing, or the item is not one this cell serves); the rotator's log says why, the message names the cluster.",
+        { namespace: "AWS/SQS", metricName: "ApproximateNumberOfMessagesVisible", dimensions: [{ name: "QueueName", value: workDlq.attrQueueName }], statistic: "Maximum", threshold: 0 },
+        "GreaterThanThreshold",
+      );
+      alarm(
+        "WorkQueueBacklogAlarm",
+        "work-queue-backlog",
+        "Work items wait more than 5 minutes (the workers do not keep up with one pass a minute; raise WorkerConcurrency, or split the clusters over more cells).",
+        { namespace: "AWS/SQS", metricName: "ApproximateAgeOfOldestMessage", dimensions: [{ name: "QueueName", value: workQueue.attrQueueName }], statistic: "Maximum", threshold: 300 },
+        "GreaterThanThreshold",
+      );
+    }
     alarm("PoolHaltedAlarm", "pool-halted", "A pool is halted (a rotation or node group update failed); `nodecycle status` says which and why, `nodecycle resume` clears it.", {
       namespace: "nodecycle",
       metricName: "PoolsHalted",

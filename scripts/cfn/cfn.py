@@ -64,6 +64,37 @@ PARAMETER_SETS: dict[str, dict[str, str]] = {
         "ReservedConcurrency": "2",
         "AlarmTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:nodecycle-alarms",
         "PermissionsBoundaryArn": f"arn:aws:iam::{ACCOUNT}:policy/platform-boundary",
+        "ServedAccounts": "222222222222,333333333333",
+        "OrganizationId": "o-abcdefghij",
+        "FanOut": "Enabled",
+        "WorkerConcurrency": "10",
+        "WorkItemReceives": "4",
+    },
+}
+
+# The same for deploy/spoke.yaml (a member account of the cell in account 111111111111).
+CELL_ACCOUNT = "111111111111"
+_CELL_ROLES = {
+    f"{f}RoleArns": f"arn:aws:iam::{CELL_ACCOUNT}:role/nodecycle-{f}FunctionRole-ABC"
+    for f in ("AmiWatcher", "Rotator", "InterruptionHandler", "Ops")
+}
+SPOKE_PARAMETER_SETS: dict[str, dict[str, str]] = {
+    "minimal": {"CellAccountId": CELL_ACCOUNT, "ExternalId": "nodecycle-cell", **_CELL_ROLES},
+    "full": {
+        "CellAccountId": CELL_ACCOUNT,
+        "CellBusName": "default",
+        **_CELL_ROLES,
+        "ExternalId": "nodecycle-cell",
+        "OrganizationId": "o-abcdefghij",
+        "RoleNamePrefix": "platform",
+        "Cluster1": "prod",
+        "Cluster2": "test-1",
+        "AmiParameterPath": "/golden/eks/",
+        "LifecycleHookName": "drain-first",
+        "AutoScalingGroupUpdates": "Enabled",
+        "NodeRoleArns": f"arn:aws:iam::{ACCOUNT}:role/prod-nodes",
+        "CreateAccessEntries": "true",
+        "PermissionsBoundaryArn": f"arn:aws:iam::{ACCOUNT}:policy/platform-boundary",
     },
 }
 

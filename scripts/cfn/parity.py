@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """The CDK app deploys what template.yaml deploys.
 
-    parity.py CDK_DIR [--set NAME]...
+    parity.py CDK_DIR [--template cell|spoke] [--set NAME]...
 
-For each parameter set (scripts/cfn/cfn.py PARAMETER_SETS; default all), synthesizes the CDK app
-(compiled JS in CDK_DIR/build, `cdk synth` with the set as context), resolves both templates for
-the same values (scripts/cfn/cfn.py) and compares, by logical id:
+For each parameter set (scripts/cfn/cfn.py PARAMETER_SETS, or SPOKE_PARAMETER_SETS with
+--template spoke; default all), synthesizes the CDK app (compiled JS in CDK_DIR/build, `cdk synth`
+with the set as context: build/bin/nodecycle.js for template.yaml, build/bin/spoke.js for
+deploy/spoke.yaml), resolves both templates for the same values (scripts/cfn/cfn.py) and
+compares, by logical id:
   * per IAM role: every (action, resource, condition) it is allowed, its trust policy and boundary;
   * access entries (cluster, principal, type, Kubernetes groups);
-  * event rules: pattern, schedule, state, targets (function, retries, event age, dead-letter
-    queue), and who may invoke each function;
+  * event rules: pattern, schedule, state, targets (function or bus, role, retries, event age,
+    dead-letter queue), and who may invoke each function; event bus policies; event source
+    mappings (queue, batch, response types, maximum concurrency);
   * functions (runtime, architecture, handler, memory, timeout, environment, logging, reserved
     concurrency, role) and their asynchronous invocation settings;
   * table keys, TTL, billing, encryption, protection; queue settings and queue policy; log groups;
@@ -93,6 +96,12 @@ def statements(doc: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return sorted(out)
 
 
+def depends_on(resource: dict[str, Any]) -> list[str]:
+    """A resource's DependsOn as a sorted list (CloudFormation takes a name or a list)."""
+    deps = resource.get("DependsOn") or []
+    return sorted([deps] if isinstance(deps, str) else deps)
+
+
 def view(t: dict[str, Any]) -> dict[str, Any]:
     res = t["Resources"]
     of = lambda kind: {k: v["Properties"] for k, v in res.items() if v["Type"] == kind}  # noqa: E731
@@ -134,11 +143,19 @@ def view(t: dict[str, Any]) -> dict[str, Any]:
             "state": p.get("State", "ENABLED"),
             "description": p.get("Description"),
             "targets": sorted(
-                canon([target_id(x["Arn"]), x.get("RetryPolicy"), x.get("DeadLetterConfig"), x.get("Input")])
+                canon([target_id(x["Arn"]), x.get("RoleArn"), x.get("RetryPolicy"), x.get("DeadLetterConfig"), x.get("Input")])
                 for x in p["Targets"]
             ),
         }
     v["rules"] = rules
+    v["bus_policies"] = {k: norm({x: p.get(x) for x in ["EventBusName", "StatementId", "Statement"]})
+                         for k, p in of("AWS::Events::EventBusPolicy").items()}
+    v["event_source_mappings"] = {
+        k: norm({**{x: p.get(x) for x in ["EventSourceArn", "BatchSize", "Enabled", "FunctionResponseTypes",
+                                           "ScalingConfig", "MaximumBatchingWindowInSeconds"]},
+                 "FunctionName": target_id(p["FunctionName"]), "DependsOn": depends_on(res[k])})
+        for k, p in of("AWS::Lambda::EventSourceMapping").items()
+    }
     v["invoke_permissions"] = sorted(
         canon([target_id(p["FunctionName"]), p["Action"], p["Principal"], p.get("SourceArn")])
         for p in of("AWS::Lambda::Permission").values()
@@ -161,7 +178,7 @@ def view(t: dict[str, Any]) -> dict[str, Any]:
                   "GlobalSecondaryIndexes", "StreamSpecification"]
     v["tables"] = {k: norm({**{x: p.get(x) for x in table_keys}, **policies(k)}) for k, p in of("AWS::DynamoDB::Table").items()}
     v["queues"] = {k: norm({**{x: p.get(x) for x in ["MessageRetentionPeriod", "SqsManagedSseEnabled", "KmsMasterKeyId",
-                                                       "RedrivePolicy"]}, **policies(k)})
+                                                       "RedrivePolicy", "VisibilityTimeout"]}, **policies(k)})
                    for k, p in of("AWS::SQS::Queue").items()}
     v["queue_policies"] = sorted(
         canon([q, s[0], s[1], s[2], s[3], s[4]])
@@ -201,52 +218,64 @@ def diff(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: SAM {json.dumps(a)[:300]} != CDK {json.dumps(b)[:300]}"]
 
 
-def synth(cdk_dir: str, params: dict[str, str], out_dir: str) -> dict[str, Any]:
+# What each --template compares: the source, its parameter sets, the CDK app and its output.
+TEMPLATES = {
+    "cell": ("template.yaml", cfn.PARAMETER_SETS, "build/bin/nodecycle.js", "nodecycle.template.json", "RotatorFunctionRole"),
+    "spoke": ("deploy/spoke.yaml", cfn.SPOKE_PARAMETER_SETS, "build/bin/spoke.js", "nodecycle-spoke.template.json", "RotatorRole"),
+}
+
+
+def synth(cdk_dir: str, params: dict[str, str], out_dir: str, app: str = "build/bin/nodecycle.js",
+          output: str = "nodecycle.template.json") -> dict[str, Any]:
     cmd = [os.path.join(cdk_dir, "node_modules", ".bin", "cdk"), "synth", "--quiet", "--output", out_dir,
-           "-c", f"StackName={cfn.STACK}"]
+           "--app", f"node {app}", "-c", f"StackName={cfn.STACK}"]
     for k, val in params.items():
         cmd += ["-c", f"{k}={val}"]
     env = {**os.environ, "CDK_DISABLE_VERSION_CHECK": "1", "CDK_CLI_TELEMETRY": "0", "AWS_REGION": cfn.REGION}
     run = subprocess.run(cmd, cwd=cdk_dir, capture_output=True, text=True, env=env)
     if run.returncode != 0:
         sys.exit(f"cdk synth failed ({' '.join(cmd)}):\n{run.stdout}\n{run.stderr}")
-    with open(os.path.join(out_dir, "nodecycle.template.json"), encoding="utf-8") as f:
+    with open(os.path.join(out_dir, output), encoding="utf-8") as f:
         return json.load(f)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("cdk_dir")
-    p.add_argument("--set", action="append", choices=sorted(cfn.PARAMETER_SETS))
+    p.add_argument("--template", choices=sorted(TEMPLATES), default="cell")
+    p.add_argument("--set", action="append", choices=sorted(set(cfn.PARAMETER_SETS) | set(cfn.SPOKE_PARAMETER_SETS)))
     p.add_argument("--out", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "nodecycle-parity"))
     args = p.parse_args()
     args.cdk_dir = os.path.abspath(args.cdk_dir)
     failed = False
-    sam_template = cfn.load_yaml(os.path.join(ROOT, "template.yaml"))
-    for name in args.set or sorted(cfn.PARAMETER_SETS):
-        params = cfn.PARAMETER_SETS[name]
+    source, sets, app, output, probe_role = TEMPLATES[args.template]
+    sam_template = cfn.load_yaml(os.path.join(ROOT, source))
+    for name in args.set or sorted(sets):
+        params = sets[name]
         sam = view(cfn.resolve(cfn.translate(sam_template, params), params))
-        cdk = view(cfn.resolve(synth(args.cdk_dir, params, os.path.join(args.out, name)), {}))
+        cdk = view(cfn.resolve(synth(args.cdk_dir, params, os.path.join(args.out, args.template, name), app, output), {}))
 
         # The comparison must see a permission the CDK app lacks.
         mutated = copy.deepcopy(cdk)
-        mutated["roles"]["RotatorFunctionRole"]["grants"].pop()
+        mutated["roles"][probe_role]["grants"].pop()
         if not diff(sam, mutated):
             print("parity: the comparison does not notice a missing permission", file=sys.stderr)
             return 1
 
-        # ... and a grant whose condition differs (a dropped tag or partition key condition).
+        # ... and a grant or trust whose condition differs (a dropped tag, partition key or
+        # external id condition).
         mutated = copy.deepcopy(cdk)
-        grants = mutated["roles"]["RotatorFunctionRole"]["grants"]
-        i = next(i for i, g in enumerate(grants) if "dynamodb:LeadingKeys" in g[4])
-        grants[i] = grants[i][:4] + (canon(None),)
+        role = mutated["roles"][probe_role]
+        conditioned = [(k, i) for k in ("grants", "trust") for i, g in enumerate(role[k]) if g[4] != canon(None)]
+        k, i = conditioned[0]
+        role[k][i] = role[k][i][:4] + (canon(None),)
         if not diff(sam, mutated):
             print("parity: the comparison does not notice a missing condition", file=sys.stderr)
             return 1
 
         differences = diff(sam, cdk)
         grants = sum(len(r["grants"]) for r in sam["roles"].values())
-        print(f"parity ({name}): {len(sam['roles'])} roles / {grants} grants, {len(sam['access_entries'])} access entries, "
+        print(f"parity ({args.template}, {name}): {len(sam['roles'])} roles / {grants} grants, {len(sam['access_entries'])} access entries, "
               f"{len(sam['rules'])} rules, {len(sam['functions'])} functions, {len(sam['alarms'])} alarms, "
               f"{len(sam['outputs'])} outputs, {sum(sam['resource_types'].values())} resources compared: "
               f"{len(differences)} difference(s)")

@@ -25,12 +25,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("template", nargs="?", default=os.path.join(os.path.dirname(__file__), "..", "..", "template.yaml"))
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
-    p.add_argument("--set", choices=sorted(cfn.PARAMETER_SETS), help="start from a named parameter set (cfn.PARAMETER_SETS)")
+    p.add_argument("--set", choices=sorted(cfn.PARAMETER_SETS), help="start from a named parameter set (cfn.PARAMETER_SETS; cfn.SPOKE_PARAMETER_SETS for deploy/spoke.yaml)")
     p.add_argument("--resolve", action="store_true")
     p.add_argument("--out")
     args = p.parse_args()
     try:
-        given = dict(cfn.PARAMETER_SETS[args.set]) if args.set else {}
+        sets = cfn.SPOKE_PARAMETER_SETS if os.path.basename(args.template) == "spoke.yaml" else cfn.PARAMETER_SETS
+        given = dict(sets[args.set]) if args.set else {}
         given.update(cfn.parse_params(args.param))
         translated = cfn.translate(cfn.load_yaml(args.template), given)
         result = cfn.resolve(translated, given) if args.resolve else translated

@@ -34,6 +34,7 @@ pub mod announce;
 pub mod budget;
 pub mod bus;
 pub mod clock;
+pub mod dispatch;
 pub mod doctor;
 pub mod duration;
 pub mod event;

@@ -15,7 +15,8 @@ use nodecycle_tests::docs::{Page, pages};
 /// Pages other branches write, not merged yet: links to them are tolerated while they are
 /// missing (and checked, anchors included, once they exist). The coordinator empties this
 /// list when they are merged.
-const PENDING_PAGES: [&str; 0] = [];
+// docs/accounts-and-regions.md: the orgcore branch's (issue 24), linked from docs/organisation.md.
+const PENDING_PAGES: [&str; 1] = ["docs/accounts-and-regions.md"];
 
 fn root() -> PathBuf {
     nodecycle_tests::repo_path("")

@@ -48,7 +48,52 @@ fn resolve(template: &serde_norway::Value, v: &serde_norway::Value) -> String {
                 other => panic!("parameter {name} has no usable default: {other:?}"),
             }
         }
+        // `!Sub "<text>"`: pseudo parameters as in the test region, parameters at their defaults.
+        serde_norway::Value::Tagged(t) if t.tag == "Sub" => {
+            let mut text = t.value.as_str().unwrap().to_string();
+            while let Some(start) = text.find("${") {
+                let end = start + text[start..].find('}').unwrap();
+                let name = text[start + 2..end].to_string();
+                let value = match name.as_str() {
+                    "AWS::Partition" => "aws".to_string(),
+                    "AWS::Region" => nodecycle_tests::DEFAULT_REGION.to_string(),
+                    _ => resolve(template, &template["Parameters"][name.as_str()]["Default"]),
+                };
+                text.replace_range(start..=end, &value);
+            }
+            text
+        }
+        // `!Join [",", !Ref <list parameter>]`: the default as given (comma-separated).
+        serde_norway::Value::Tagged(t) if t.tag == "Join" => {
+            let list = &t.value[1];
+            match list {
+                serde_norway::Value::Tagged(r) if r.tag == "Ref" => resolve(template, list),
+                other => panic!("unsupported !Join of {other:?}"),
+            }
+        }
         other => panic!("unsupported environment value {other:?}"),
+    }
+}
+
+/// An environment variable's value, or `None` for `!If [<condition>, <value>, !Ref AWS::NoValue]`
+/// whose condition (`!Equals [!Ref <parameter>, <literal>]`) is false for the defaults.
+fn variable(template: &serde_norway::Value, v: &serde_norway::Value) -> Option<String> {
+    let serde_norway::Value::Tagged(t) = v else {
+        return Some(resolve(template, v));
+    };
+    if t.tag != "If" {
+        return Some(resolve(template, v));
+    }
+    let name = t.value[0].as_str().unwrap();
+    let serde_norway::Value::Tagged(cond) = &template["Conditions"][name] else {
+        panic!("condition {name}: expected !Equals [!Ref <parameter>, <literal>]");
+    };
+    assert_eq!(cond.tag, "Equals", "condition {name}");
+    let holds = resolve(template, &cond.value[0]) == resolve(template, &cond.value[1]);
+    if holds {
+        Some(resolve(template, &t.value[1]))
+    } else {
+        None
     }
 }
 
@@ -69,7 +114,9 @@ fn function_env(function: &str) -> (String, Vec<(String, String)>) {
     ] {
         if let Some(map) = vars.as_mapping() {
             for (k, v) in map {
-                env.push((k.as_str().unwrap().to_string(), resolve(&t, v)));
+                if let Some(v) = variable(&t, v) {
+                    env.push((k.as_str().unwrap().to_string(), v));
+                }
             }
         }
     }

@@ -43,10 +43,15 @@ fn lint_python() -> PathBuf {
     python
 }
 
-/// Runs scripts/cfn/translate.py --resolve; Err(stderr) when the template is refused.
+/// Runs scripts/cfn/translate.py --resolve on template.yaml; Err(stderr) when refused.
 fn try_deployed(params: &[(&str, &str)]) -> Result<Value, String> {
+    try_resolved("template.yaml", params)
+}
+
+/// [`try_deployed`] for any template of the repository (`template`, relative path).
+fn try_resolved(template: &str, params: &[(&str, &str)]) -> Result<Value, String> {
     static CACHE: OnceLock<Mutex<HashMap<String, Result<Value, String>>>> = OnceLock::new();
-    let key = format!("{params:?}");
+    let key = format!("{template} {params:?}");
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().unwrap().get(&key) {
         return hit.clone();
@@ -54,7 +59,7 @@ fn try_deployed(params: &[(&str, &str)]) -> Result<Value, String> {
     let mut cmd = Command::new(lint_python());
     cmd.arg(nodecycle_tests::repo_path("scripts/cfn/translate.py"))
         .arg("--resolve")
-        .arg(nodecycle_tests::repo_path("template.yaml"));
+        .arg(nodecycle_tests::repo_path(template));
     for (k, v) in params {
         cmd.arg("--param").arg(format!("{k}={v}"));
     }
@@ -391,7 +396,12 @@ fn holds(condition: &Value, context: &BTreeMap<&str, Vec<&str>>) -> bool {
 
 /// Whether `function`'s role allows `req` (the template has Allow statements only).
 fn allows(t: &Value, function: &str, req: &Request<'_>) -> bool {
-    grants_of(t, function).iter().any(|g| {
+    role_allows(t, &role_of(t, function), req)
+}
+
+/// Whether the role of logical id `role` allows `req`.
+fn role_allows(t: &Value, role: &str, req: &Request<'_>) -> bool {
+    grants(t).remove(role).unwrap_or_default().iter().any(|g| {
         g.action == req.action
             && glob(&g.resource, &req.resource)
             && holds(&g.condition, &req.context)
@@ -1686,9 +1696,17 @@ fn adapter_operations() -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
+/// The IAM action that authorizes an SDK operation, where they differ.
+fn iam_action(op: &str) -> &str {
+    match op {
+        "sqs:SendMessageBatch" => "sqs:SendMessage",
+        other => other,
+    }
+}
+
 /// Grants that no SDK call of the code makes but that AWS checks on the function's behalf, each
 /// with the call it serves.
-const GRANTS_WITHOUT_A_CALL: [(&str, &str); 7] = [
+const GRANTS_WITHOUT_A_CALL: [(&str, &str); 9] = [
     (
         "logs:CreateLogStream",
         "the Lambda runtime writes the function's log",
@@ -1716,6 +1734,14 @@ const GRANTS_WITHOUT_A_CALL: [(&str, &str); 7] = [
     (
         "ec2:CreateTags",
         "Auto Scaling checks it on UpdateAutoScalingGroup",
+    ),
+    (
+        "sqs:ReceiveMessage",
+        "Lambda's SQS event source (FanOut) polls with the role",
+    ),
+    (
+        "sqs:DeleteMessage",
+        "Lambda's SQS event source (FanOut) deletes served items with the role",
     ),
 ];
 
@@ -1750,6 +1776,7 @@ fn every_role_grants_what_its_code_calls_and_no_more() {
     let widened = [
         ("Clusters", "prod,test-1"),
         ("AutoScalingGroupUpdates", "Enabled"),
+        ("FanOut", "Enabled"),
         ("NodeRoleArns", NODE_ROLES),
         (
             "ParameterKmsKeyArn",
@@ -1759,6 +1786,7 @@ fn every_role_grants_what_its_code_calls_and_no_more() {
     for params in [MINIMAL, &widened[..]] {
         let t = deployed(params);
         let updates = params.contains(&("AutoScalingGroupUpdates", "Enabled"));
+        let fan_out = params.contains(&("FanOut", "Enabled"));
         for (function, methods) in USES {
             let mut calls = BTreeSet::new();
             for m in methods {
@@ -1766,7 +1794,7 @@ fn every_role_grants_what_its_code_calls_and_no_more() {
                 let ops = adapters.get(*m).unwrap_or_else(|| {
                     panic!("{function}: {m} is listed but no adapter method of that name calls AWS")
                 });
-                calls.extend(ops.iter().cloned());
+                calls.extend(ops.iter().map(|op| iam_action(op).to_string()));
             }
             let granted: BTreeSet<String> = grants_of(&t, function)
                 .into_iter()
@@ -1781,6 +1809,11 @@ fn every_role_grants_what_its_code_calls_and_no_more() {
                 // before the call (tests/tests/launch_template.rs).
                 if op == "autoscaling:UpdateAutoScalingGroup" && !updates {
                     assert!(!granted.contains(op.as_str()), "{function}");
+                    continue;
+                }
+                // Without FanOut there is no work queue: the dispatcher is never called (the
+                // dead-letter queue's sqs:SendMessage stays).
+                if op.starts_with("sqs:") && !fan_out {
                     continue;
                 }
                 assert!(
@@ -1804,6 +1837,12 @@ fn every_role_grants_what_its_code_calls_and_no_more() {
                         "{function}: {action}"
                     );
                 }
+                if why.contains("FanOut") {
+                    assert!(
+                        fan_out && function == "RotatorFunction",
+                        "{function}: {action}"
+                    );
+                }
             }
         }
     }
@@ -1821,4 +1860,519 @@ fn images_are_checked_against_instance_types_and_lifecycle_actions_against_the_h
     let env =
         &t["Resources"]["InterruptionHandlerFunction"]["Properties"]["Environment"]["Variables"];
     assert_eq!(env["NODECYCLE_LIFECYCLE_HOOK"], "drain-first", "{env}");
+}
+
+// ------------------------------------------------------------------------------------------------
+// An organisation (docs/organisation.md): the cell's fan-out and bus policy, and the spoke.
+
+const FAN_OUT: &[(&str, &str)] = &[
+    ("Clusters", "prod"),
+    ("FanOut", "Enabled"),
+    ("WorkerConcurrency", "7"),
+    ("WorkItemReceives", "4"),
+];
+
+#[test]
+fn fan_out_puts_work_items_on_a_queue_served_with_bounded_concurrency() {
+    let t = deployed(FAN_OUT);
+    let r = &t["Resources"];
+    let mappings = resources_of(&t, "AWS::Lambda::EventSourceMapping");
+    assert_eq!(mappings.len(), 1, "{mappings:?}");
+    let (_, m) = mappings[0];
+    assert_eq!(m["EventSourceArn"], "getatt:WorkQueue.Arn");
+    assert_eq!(m["FunctionName"], "ref:RotatorFunction");
+    assert_eq!(
+        m["FunctionResponseTypes"],
+        json!(["ReportBatchItemFailures"])
+    );
+    assert_eq!(m["ScalingConfig"]["MaximumConcurrency"], "7");
+    assert_eq!(m["BatchSize"], 1);
+    // A failed item is received again, then dead-lettered after WorkItemReceives receives.
+    let queue = &r["WorkQueue"]["Properties"];
+    assert_eq!(
+        queue["RedrivePolicy"],
+        json!({"deadLetterTargetArn": "getatt:WorkDeadLetterQueue.Arn", "maxReceiveCount": "4"})
+    );
+    // Lambda wants the visibility timeout at least the function's timeout (six times advised).
+    let timeout = r["RotatorFunction"]["Properties"]["Timeout"]
+        .as_i64()
+        .unwrap();
+    assert!(queue["VisibilityTimeout"].as_i64().unwrap() >= 6 * timeout);
+    let alarmed: Vec<&Value> = resources_of(&t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .filter(|(_, a)| a["Namespace"] == "AWS/SQS")
+        .map(|(_, a)| &a["Dimensions"][0]["Value"])
+        .collect();
+    assert!(
+        alarmed.contains(&&json!("getatt:WorkDeadLetterQueue.QueueName")),
+        "{alarmed:?}"
+    );
+    // The schedule dispatches: the rotator is told the queue.
+    let env = &r["RotatorFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        env[nodecycle::aws::queue::QUEUE_URL_ENV],
+        "ref:WorkQueue",
+        "{env}"
+    );
+    // Only the rotator reaches the queue: it may send (dispatch) and Lambda may receive and
+    // delete for it, on the work queue only.
+    let rotator: BTreeSet<String> = may(&t, "RotatorFunction", "sqs:ReceiveMessage")
+        .into_iter()
+        .chain(may(&t, "RotatorFunction", "sqs:DeleteMessage"))
+        .map(|g| g.resource)
+        .collect();
+    assert_eq!(
+        rotator,
+        BTreeSet::from(["getatt:WorkQueue.Arn".to_string()])
+    );
+    let sends: BTreeSet<String> = may(&t, "RotatorFunction", "sqs:SendMessage")
+        .into_iter()
+        .map(|g| g.resource)
+        .collect();
+    assert_eq!(
+        sends,
+        BTreeSet::from([
+            "getatt:WorkQueue.Arn".to_string(),
+            "getatt:DeadLetterQueue.Arn".to_string()
+        ])
+    );
+    for f in FUNCTIONS.into_iter().filter(|f| *f != "RotatorFunction") {
+        for g in grants_of(&t, f) {
+            assert!(
+                !g.action.starts_with("sqs:") || g.resource == "getatt:DeadLetterQueue.Arn",
+                "{f}: {g:?}"
+            );
+        }
+    }
+
+    // Disabled (the default): no queue, no event source, the schedule runs the pass itself.
+    let t = deployed(MINIMAL);
+    assert!(resources_of(&t, "AWS::Lambda::EventSourceMapping").is_empty());
+    assert!(t["Resources"].get("WorkQueue").is_none());
+    let env = &t["Resources"]["RotatorFunction"]["Properties"]["Environment"]["Variables"];
+    assert!(
+        env.get(nodecycle::aws::queue::QUEUE_URL_ENV).is_none(),
+        "{env}"
+    );
+    assert!(may(&t, "RotatorFunction", "sqs:ReceiveMessage").is_empty());
+}
+
+/// The default bus's resource policy statements (principal, action, resource, condition).
+fn bus_statements(t: &Value) -> Vec<Value> {
+    resources_of(t, "AWS::Events::EventBusPolicy")
+        .into_iter()
+        .map(|(_, p)| p["Statement"].clone())
+        .collect()
+}
+
+#[test]
+fn the_cells_bus_admits_forwarded_events_of_the_served_accounts_or_the_organisation_only() {
+    let bus = arn("events", "event-bus/default");
+    let sources = json!(["aws.ec2", "aws.autoscaling", "aws.health", "aws.ssm"]);
+    // A single-account deployment admits no other account.
+    assert!(bus_statements(&deployed(MINIMAL)).is_empty());
+
+    let t = deployed(&[
+        ("Clusters", "prod"),
+        ("ServedAccounts", "222222222222,333333333333"),
+    ]);
+    let s = bus_statements(&t);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0]["Effect"], "Allow");
+    assert_eq!(
+        s[0]["Principal"],
+        json!({"AWS": ["222222222222", "333333333333"]})
+    );
+    assert_eq!(s[0]["Action"], "events:PutEvents");
+    assert_eq!(s[0]["Resource"], bus);
+    assert_eq!(
+        s[0]["Condition"],
+        json!({"StringEquals": {"events:source": sources}})
+    );
+    // The functions act on those accounts' events (and their own account's).
+    for f in FUNCTIONS {
+        assert_eq!(
+            t["Resources"][f]["Properties"]["Environment"]["Variables"]
+                [nodecycle::event::served::ACCOUNTS_ENV],
+            "222222222222,333333333333",
+            "{f}"
+        );
+    }
+
+    let t = deployed(&[("Clusters", "prod"), ("OrganizationId", "o-abcdefghij")]);
+    let s = bus_statements(&t);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0]["Principal"], "*");
+    assert_eq!(
+        s[0]["Condition"],
+        json!({"StringEquals": {"aws:PrincipalOrgID": "o-abcdefghij", "events:source": sources}}),
+        "any principal, but only of the organisation"
+    );
+    assert!(try_deployed(&[("Clusters", "prod"), ("ServedAccounts", "12345")]).is_err());
+    assert!(try_deployed(&[("Clusters", "prod"), ("OrganizationId", "abc")]).is_err());
+}
+
+const CELL: &str = "111111111111";
+
+fn cell_role(function: &str) -> String {
+    format!("arn:aws:iam::{CELL}:role/nodecycle-{function}Role-ABC")
+}
+
+/// The spoke's parameters for clusters prod and test-1, the given overrides on top.
+fn spoke(overrides: &[(&str, &str)]) -> Result<Value, String> {
+    let roles: Vec<(String, String)> = [
+        ("AmiWatcherRoleArns", "AmiWatcherFunction"),
+        ("RotatorRoleArns", "RotatorFunction"),
+        ("InterruptionHandlerRoleArns", "InterruptionHandlerFunction"),
+        ("OpsRoleArns", "OpsFunction"),
+    ]
+    .iter()
+    .map(|(p, f)| (p.to_string(), cell_role(f)))
+    .collect();
+    let mut params: Vec<(&str, &str)> = vec![
+        ("CellAccountId", CELL),
+        ("ExternalId", "nodecycle-cell-7"),
+        ("Cluster1", "prod"),
+        ("Cluster2", "test-1"),
+    ];
+    params.extend(roles.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    for (k, v) in overrides {
+        params.retain(|(p, _)| p != k);
+        params.push((k, v));
+    }
+    try_resolved("deploy/spoke.yaml", &params)
+}
+
+/// The spoke role of each cell function.
+const SPOKE_ROLES: [(&str, &str); 4] = [
+    ("AmiWatcherFunction", "AmiWatcherRole"),
+    ("RotatorFunction", "RotatorRole"),
+    ("InterruptionHandlerFunction", "InterruptionHandlerRole"),
+    ("OpsFunction", "OpsRole"),
+];
+
+#[test]
+fn spoke_roles_are_assumed_only_by_their_cell_functions_with_the_external_id_or_organisation() {
+    let trust = |t: &Value, role: &str| {
+        t["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"].clone()
+    };
+    let t = spoke(&[]).unwrap();
+    for (f, role) in SPOKE_ROLES {
+        let s = trust(&t, role);
+        assert_eq!(s.as_array().unwrap().len(), 1, "{role}: {s}");
+        assert_eq!(s[0]["Action"], "sts:AssumeRole");
+        assert_eq!(s[0]["Principal"], json!({"AWS": [cell_role(f)]}), "{role}");
+        assert_eq!(
+            s[0]["Condition"],
+            json!({"StringEquals": {"sts:ExternalId": "nodecycle-cell-7"}}),
+            "{role}"
+        );
+    }
+    let t = spoke(&[("ExternalId", ""), ("OrganizationId", "o-abcdefghij")]).unwrap();
+    for (_, role) in SPOKE_ROLES {
+        assert_eq!(
+            trust(&t, role)[0]["Condition"],
+            json!({"StringEquals": {"aws:PrincipalOrgID": "o-abcdefghij"}}),
+            "{role}"
+        );
+    }
+    let t = spoke(&[("OrganizationId", "o-abcdefghij")]).unwrap();
+    assert_eq!(
+        trust(&t, "RotatorRole")[0]["Condition"],
+        json!({"StringEquals": {"sts:ExternalId": "nodecycle-cell-7", "aws:PrincipalOrgID": "o-abcdefghij"}})
+    );
+    // Neither: refused before anything is created.
+    let err = spoke(&[("ExternalId", "")]).unwrap_err();
+    assert!(err.contains("ExternalId or OrganizationId"), "{err}");
+    // Role names the cell can compute: <prefix>-<function>-<region>.
+    let t = spoke(&[]).unwrap();
+    assert_eq!(
+        t["Resources"]["RotatorRole"]["Properties"]["RoleName"],
+        format!("nodecycle-rotator-{REGION}")
+    );
+}
+
+/// Requests a member account's resources see from nodecycle: every spoke role must decide each
+/// as the cell's role of the same function does for its own account (the same actions, the same
+/// cluster and opt-in tags), for the clusters prod and test-1.
+fn member_requests() -> Vec<Request<'static>> {
+    let nodegroup = |c: &str| arn("eks", &format!("nodegroup/{c}/general/0a1b"));
+    let cluster = |c: &str| arn("eks", &format!("cluster/{c}"));
+    let public = format!(
+        "arn:aws:ssm:{REGION}::parameter/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id"
+    );
+    let mut out = vec![
+        request("ec2:DescribeInstances", "*".into(), &[]),
+        request("ec2:DescribeImages", "*".into(), &[]),
+        request("ec2:DescribeInstanceTypes", "*".into(), &[]),
+        request("autoscaling:DescribeAutoScalingGroups", "*".into(), &[]),
+        request("autoscaling:DescribeScalingActivities", "*".into(), &[]),
+        request("ssm:GetParameters", public.clone(), &[]),
+        request("ssm:GetParameter", public, &[]),
+        request(
+            "cloudwatch:DescribeAlarms",
+            arn("cloudwatch", "alarm:prod-errors"),
+            &[],
+        ),
+    ];
+    for c in ["prod", "test-1", "other"] {
+        for action in [
+            "autoscaling:SetDesiredCapacity",
+            "autoscaling:TerminateInstanceInAutoScalingGroup",
+            "autoscaling:SuspendProcesses",
+            "autoscaling:CompleteLifecycleAction",
+            "autoscaling:UpdateAutoScalingGroup",
+        ] {
+            out.push(request(action, group(), &[(CLUSTER_TAG, c)]));
+        }
+        out.push(request(
+            "ec2:CreateLaunchTemplateVersion",
+            launch_template(),
+            &[(CLUSTER_TAG, c), (MANAGED_TAG, "true")],
+        ));
+        out.push(request(
+            "ec2:CreateLaunchTemplateVersion",
+            launch_template(),
+            &[
+                (CLUSTER_TAG, c),
+                (MANAGED_TAG, "true"),
+                (NODEGROUP_TAG, "general"),
+            ],
+        ));
+        out.push(request("eks:DescribeCluster", cluster(c), &[]));
+        out.push(request("eks:DescribeUpdate", cluster(c), &[]));
+        out.push(request("eks:DescribeNodegroup", nodegroup(c), &[]));
+        out.push(request("eks:UpdateNodegroupVersion", nodegroup(c), &[]));
+        out.push(request("eks:UpdateNodegroupConfig", nodegroup(c), &[]));
+    }
+    for c in ["prod", "other"] {
+        out.push(request(
+            "autoscaling:SetDesiredCapacity",
+            group(),
+            &[(CLUSTER_TAG, c)],
+        ));
+    }
+    out.push(request("autoscaling:SetDesiredCapacity", group(), &[]));
+    out
+}
+
+#[test]
+fn spoke_roles_allow_in_the_member_what_the_cell_roles_allow_in_their_own_account() {
+    for (updates, cell_params) in [
+        ("Disabled", vec![("Clusters", "prod,test-1")]),
+        (
+            "Enabled",
+            vec![
+                ("Clusters", "prod,test-1"),
+                ("AutoScalingGroupUpdates", "Enabled"),
+            ],
+        ),
+    ] {
+        let cell = deployed(&cell_params);
+        let member = spoke(&[("AutoScalingGroupUpdates", updates)]).unwrap();
+        for (f, role) in SPOKE_ROLES {
+            for req in member_requests() {
+                assert_eq!(
+                    role_allows(&member, role, &req),
+                    allows(&cell, f, &req),
+                    "{role} vs {f} ({updates}): {} on {} with {:?}",
+                    req.action,
+                    req.resource,
+                    req.context
+                );
+            }
+        }
+    }
+    // The cell's own resources stay the cell's: no spoke role reaches a table, a log group, a
+    // queue, an event bus, a policy parameter or a key.
+    let member = spoke(&[("AmiParameterPath", "/golden/eks/")]).unwrap();
+    for (role, gs) in grants(&member) {
+        for g in gs {
+            let service = g.action.split(':').next().unwrap();
+            if role == "ForwardRole" {
+                assert_eq!(g.action, "events:PutEvents", "{g:?}");
+                assert_eq!(
+                    g.resource,
+                    format!("arn:aws:events:{REGION}:{CELL}:event-bus/default")
+                );
+                continue;
+            }
+            assert!(
+                !["dynamodb", "logs", "sqs", "events", "kms"].contains(&service),
+                "{role}: {g:?}"
+            );
+            assert!(!g.action.contains('*'), "{role}: {g:?}");
+            if !is_read_only(&g.action) {
+                assert!(
+                    g.resource != "*" && !g.resource.ends_with(":*"),
+                    "{role}: {g:?}"
+                );
+            }
+            if service == "ssm" {
+                assert!(
+                    g.resource.contains("::parameter/aws/service/")
+                        || g.resource == arn("ssm", "parameter/golden/eks/*"),
+                    "{role}: {g:?}"
+                );
+            }
+        }
+    }
+    // Without clusters (an account the StackSet reached before its overrides) a spoke role may
+    // change nothing.
+    let empty = spoke(&[("Cluster1", ""), ("Cluster2", "")]).unwrap();
+    for (role, gs) in grants(&empty) {
+        for g in gs.iter().filter(|g| !is_read_only(&g.action)) {
+            assert_eq!(role, "ForwardRole", "{g:?}");
+        }
+    }
+}
+
+#[test]
+fn spokes_forward_the_event_classes_the_cells_rules_match_to_the_cells_bus() {
+    let cell = deployed(&[("Clusters", "prod"), ("LifecycleHookName", "drain-first")]);
+    let member = spoke(&[
+        ("LifecycleHookName", "drain-first"),
+        ("AmiParameterPath", "/golden/eks/"),
+    ])
+    .unwrap();
+    let forwarded: BTreeMap<&str, &Value> = rules(&member);
+    let pairs = [
+        (
+            "InterruptionHandlerFunctionInterruptionWarnings",
+            "ForwardInterruptionWarnings",
+        ),
+        (
+            "InterruptionHandlerFunctionInstanceStateChanges",
+            "ForwardInstanceStateChanges",
+        ),
+        (
+            "InterruptionHandlerFunctionScheduledMaintenance",
+            "ForwardScheduledMaintenance",
+        ),
+        (
+            "InterruptionHandlerFunctionTerminateLifecycleActions",
+            "ForwardTerminateLifecycleActions",
+        ),
+    ];
+    let cell_rules = rules(&cell);
+    for (c, m) in pairs {
+        assert_eq!(pattern(forwarded[m]), pattern(cell_rules[c]), "{m}");
+    }
+    let changes = pattern(forwarded["ForwardAmiParameterChanges"]);
+    assert_eq!(changes["source"], json!(["aws.ssm"]));
+    assert_eq!(
+        changes["detail"]["name"],
+        json!([{"prefix": "/golden/eks/"}])
+    );
+    assert_eq!(forwarded.len(), pairs.len() + 1);
+    for (name, rule) in &forwarded {
+        assert_eq!(rule["State"], "ENABLED", "{name}");
+        let target = &rule["Targets"][0];
+        assert_eq!(
+            target["Arn"],
+            format!("arn:aws:events:{REGION}:{CELL}:event-bus/default"),
+            "{name}: the cell's bus in the same region"
+        );
+        assert_eq!(target["RoleArn"], "getatt:ForwardRole.Arn", "{name}");
+        assert_eq!(
+            target["DeadLetterConfig"]["Arn"], "getatt:ForwardDeadLetterQueue.Arn",
+            "{name}"
+        );
+    }
+    let listed = member["Outputs"]["ForwardRuleNames"].as_str().unwrap();
+    assert_eq!(listed.split(',').count(), forwarded.len(), "{listed}");
+    // The forwarding role is the events service's, of this account only.
+    let trust = &member["Resources"]["ForwardRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        [0];
+    assert_eq!(
+        trust["Principal"],
+        json!({"Service": "events.amazonaws.com"})
+    );
+    assert_eq!(
+        trust["Condition"],
+        json!({"StringEquals": {"aws:SourceAccount": ACCOUNT}})
+    );
+    let bus = spoke(&[("CellBusName", "nodecycle")]).unwrap();
+    assert_eq!(
+        rules(&bus)["ForwardInterruptionWarnings"]["Targets"][0]["Arn"],
+        format!("arn:aws:events:{REGION}:{CELL}:event-bus/nodecycle")
+    );
+}
+
+#[test]
+fn spokes_give_the_assumed_roles_access_entries_like_the_cells() {
+    let cell = deployed(&[("Clusters", "prod,test-1")]);
+    let member = spoke(&[]).unwrap();
+    let entries = |t: &Value| -> BTreeSet<(String, String, String)> {
+        resources_of(t, "AWS::EKS::AccessEntry")
+            .into_iter()
+            .map(|(_, e)| {
+                assert_eq!(e["Type"], "STANDARD");
+                assert!(e.get("AccessPolicies").is_none(), "no access policy: {e}");
+                let principal = e["PrincipalArn"].as_str().unwrap();
+                let role = principal
+                    .strip_prefix("getatt:")
+                    .and_then(|r| r.strip_suffix(".Arn"))
+                    .unwrap();
+                // The cell's FunctionRole and the spoke's Role of the same function.
+                let function = role
+                    .trim_end_matches("FunctionRole")
+                    .trim_end_matches("Role")
+                    .to_string();
+                (
+                    e["ClusterName"].as_str().unwrap().to_string(),
+                    function,
+                    e["KubernetesGroups"].to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(entries(&member), entries(&cell));
+    assert_eq!(entries(&member).len(), 6);
+    assert!(
+        resources_of(
+            &spoke(&[("CreateAccessEntries", "false")]).unwrap(),
+            "AWS::EKS::AccessEntry"
+        )
+        .is_empty()
+    );
+    let one = spoke(&[("Cluster2", ""), ("Cluster4", "edge_2")]).unwrap();
+    let clusters: BTreeSet<String> = entries(&one).into_iter().map(|(c, _, _)| c).collect();
+    assert_eq!(
+        clusters,
+        BTreeSet::from(["prod".to_string(), "edge_2".to_string()])
+    );
+    assert!(spoke(&[("Cluster3", "not a name")]).is_err());
+}
+
+#[test]
+fn each_cell_function_assumes_the_spoke_role_the_spoke_creates_for_it() {
+    let cell = deployed(&[
+        ("Clusters", "prod"),
+        ("MemberRoleNamePrefix", "platform"),
+        ("MemberExternalId", "nodecycle-cell-7"),
+    ]);
+    let member = spoke(&[("RoleNamePrefix", "platform")]).unwrap();
+    for (f, role) in SPOKE_ROLES {
+        let env = &cell["Resources"][f]["Properties"]["Environment"]["Variables"];
+        let pattern = env["NODECYCLE_MEMBER_ROLE"].as_str().unwrap();
+        let name = member["Resources"][role]["Properties"]["RoleName"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            pattern.replace("{account}", ACCOUNT),
+            format!("arn:aws:iam::{ACCOUNT}:role/{name}"),
+            "{f}"
+        );
+        assert_eq!(
+            env["NODECYCLE_MEMBER_EXTERNAL_ID"], "nodecycle-cell-7",
+            "{f}"
+        );
+        // The spoke trusts it with that external id.
+        assert_eq!(
+            member["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]
+                ["StringEquals"]["sts:ExternalId"],
+            "nodecycle-cell-7"
+        );
+    }
 }

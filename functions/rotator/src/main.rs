@@ -12,8 +12,21 @@ async fn main() -> Result<(), Error> {
     // Metrics as CloudWatch embedded metric format lines on stdout (the CLI prints none).
     rotator.metrics = std::sync::Arc::new(nodecycle::metrics::EmfStdout);
     let rotator = &rotator;
+    // Fan-out: SQS work items are served, and the schedule dispatches when a queue is set.
+    let fan_out = &nodecycle::handlers::dispatch::from_env(&config)?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = nodecycle::handlers::deadline_from_epoch_ms(event.context.deadline);
+        let id = Some(event.context.request_id.as_str());
+        let now = chrono::Utc::now();
+        if let Some(out) = fan_out
+            .route(rotator, &event.payload, now, deadline, id)
+            .await
+        {
+            return out.map_err(|e| Diagnostic {
+                error_type: e.error_type,
+                error_message: e.message,
+            });
+        }
         rotator
             .handle_invocation(
                 &event.payload,

@@ -16,6 +16,7 @@ pub mod interruption;
 pub mod inventory;
 pub mod managed;
 pub mod nodegroup;
+pub mod queue;
 pub mod ssm;
 mod template;
 

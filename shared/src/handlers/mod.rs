@@ -3,6 +3,8 @@
 
 pub mod ami_watcher;
 #[cfg(feature = "kube")]
+pub mod dispatch;
+#[cfg(feature = "kube")]
 pub mod interruption;
 #[cfg(feature = "kube")]
 pub mod onboard;

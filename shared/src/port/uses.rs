@@ -60,6 +60,9 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
             "Store::query",
             "EventSink::put",
             "KubeConnector::connect",
+            // Fan-out (handlers::dispatch): the dispatcher's queue, the worker's served set.
+            "WorkQueue::send",
+            "Deployment::served",
         ],
     ),
     (
