@@ -12,6 +12,7 @@
 //! | `NODECYCLE_SERVED_ACCOUNTS` / `NODECYCLE_SERVED_REGIONS` | all | more accounts / regions served, comma-separated (none) |
 //! | `NODECYCLE_REPLACEMENT_TIMEOUT`, `NODECYCLE_DRAIN_STEP`, `NODECYCLE_LEASE`, `NODECYCLE_NODEGROUP_WAVE` | rotator, ops | durations (`15m`, `20s`, `5m`, `10m`) |
 //! | `NODECYCLE_POOL_CONCURRENCY` | rotator, ops | 1 to 256 (16) |
+//! | `NODECYCLE_WORK_QUEUE_URL`, `NODECYCLE_WORK_ITEM_MAX_AGE` | rotator | the fan-out's SQS queue (none), a duration (`5m`) |
 //! | `NODECYCLE_FORCE_AFTER`, `NODECYCLE_HEARTBEAT`, `NODECYCLE_DRAIN_POLL`, `NODECYCLE_MAX_EVENT_AGE` | interruption-handler | durations (`90s`, `60s`, `2s`, `4m`) |
 //! | `NODECYCLE_LIFECYCLE_HOOK` | interruption-handler | the lifecycle hook answered (`nodecycle-drain`) |
 
@@ -210,6 +211,11 @@ pub struct RotatorConfig {
     pub common: Common,
     /// Tunables.
     pub settings: crate::handlers::rotator::Settings,
+    /// `NODECYCLE_WORK_QUEUE_URL`: the fan-out's work queue (`None` when unset or empty: the
+    /// schedule runs the pass itself).
+    pub work_queue: Option<String>,
+    /// `NODECYCLE_WORK_ITEM_MAX_AGE`: how old a work item may be and still be served.
+    pub work_item_max_age: Duration,
 }
 
 impl RotatorConfig {
@@ -220,9 +226,16 @@ impl RotatorConfig {
 
     /// Through `env`.
     pub fn from_lookup(env: Lookup<'_>) -> Result<Self, HandlerError> {
+        use crate::handlers::dispatch::{DEFAULT_MAX_AGE, MAX_AGE_ENV};
+        let mut work_item_max_age = DEFAULT_MAX_AGE;
+        durations(env, &mut [(MAX_AGE_ENV, &mut work_item_max_age)])?;
         Ok(RotatorConfig {
             common: Common::from_lookup(env)?,
             settings: Self::settings(env)?,
+            work_queue: env(crate::aws::queue::QUEUE_URL_ENV)
+                .map(|url| url.trim().to_string())
+                .filter(|url| !url.is_empty()),
+            work_item_max_age,
         })
     }
 
@@ -261,6 +274,22 @@ impl RotatorConfig {
             &self.common.ports(sdk),
             self.settings.clone(),
         )
+    }
+
+    /// The fan-out (dispatcher and worker) over the adapters of `sdk`.
+    pub fn fan_out(&self, sdk: &aws_config::SdkConfig) -> crate::handlers::dispatch::FanOut {
+        let ports = self.common.ports(sdk);
+        crate::handlers::dispatch::FanOut {
+            policies: ports.policies,
+            deployment: ports.deployment,
+            queue: self.work_queue.as_deref().map(|url| {
+                Arc::new(crate::aws::queue::SqsQueue::new(
+                    aws_sdk_sqs::Client::new(sdk),
+                    url,
+                )) as Arc<dyn crate::dispatch::WorkQueue>
+            }),
+            max_age: self.work_item_max_age,
+        }
     }
 
     /// The ops handler over the adapters of `sdk`.

@@ -8,12 +8,13 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
     let wiring = nodecycle::wiring::RotatorConfig::from_env()?;
-    let mut rotator = wiring.rotator(&nodecycle::aws::load_config().await);
+    let sdk = nodecycle::aws::load_config().await;
+    let mut rotator = wiring.rotator(&sdk);
     // Metrics as CloudWatch embedded metric format lines on stdout (the CLI prints none).
     rotator.metrics = std::sync::Arc::new(nodecycle::metrics::EmfStdout);
     let rotator = &rotator;
     // Fan-out: SQS work items are served, and the schedule dispatches when a queue is set.
-    let fan_out = &nodecycle::handlers::dispatch::from_env(&config)?;
+    let fan_out = &wiring.fan_out(&sdk);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = nodecycle::handlers::deadline_from_epoch_ms(event.context.deadline);
         let id = Some(event.context.request_id.as_str());

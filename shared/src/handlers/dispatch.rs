@@ -258,29 +258,5 @@ impl FanOut {
     }
 }
 
-/// The fan-out over `config`: the policies and served set of [`crate::port::Ports::from_env`],
-/// the queue of [`crate::aws::queue::QUEUE_URL_ENV`] (none when unset or empty) and
-/// [`MAX_AGE_ENV`].
-pub fn from_env(config: &aws_config::SdkConfig) -> Result<FanOut, HandlerError> {
-    let ports = crate::port::Ports::from_env(config)?;
-    let queue = std::env::var(crate::aws::queue::QUEUE_URL_ENV)
-        .ok()
-        .filter(|url| !url.trim().is_empty())
-        .map(|url| {
-            Arc::new(crate::aws::queue::SqsQueue::new(
-                aws_sdk_sqs::Client::new(config),
-                url.trim(),
-            )) as Arc<dyn WorkQueue>
-        });
-    let mut max_age = DEFAULT_MAX_AGE;
-    super::durations_from_env(&mut [(MAX_AGE_ENV, &mut max_age)])?;
-    Ok(FanOut {
-        policies: ports.policies,
-        deployment: ports.deployment,
-        queue,
-        max_age,
-    })
-}
-
 #[cfg(test)]
 mod tests;
