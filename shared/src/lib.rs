@@ -15,6 +15,7 @@ pub mod event;
 pub mod fleet;
 pub mod interruption;
 pub mod managed;
+pub mod members;
 pub mod metrics;
 pub mod opt_in;
 pub mod plan;

@@ -56,6 +56,8 @@ pub struct Ports {
     /// Where handlers put their metrics ([`crate::metrics::NoMetrics`] unless a Lambda's
     /// `main.rs` chooses [`crate::metrics::EmfStdout`]).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
+    /// The ports of pools in other accounts and regions ([`crate::members`]).
+    pub members: Arc<dyn crate::members::Members>,
     /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
     #[cfg(feature = "kube")]
     pub kube: Arc<dyn KubeConnector>,
@@ -67,7 +69,7 @@ impl Ports {
     pub fn from_sdk(config: &aws_config::SdkConfig, table: &str, prefix: &str) -> Ports {
         let c = Clients::new(config);
         let ssm = Ssm::new(c.ssm.clone());
-        Ports {
+        let mut ports = Ports {
             policies: Arc::new(SsmPolicies::new(ssm.clone(), prefix)),
             parameters: Arc::new(ssm),
             images: Arc::new(Ec2::new(c.ec2.clone())),
@@ -88,9 +90,15 @@ impl Ports {
             )),
             events: Arc::new(crate::aws::bus::EventBridge::new(c.events.clone())),
             metrics: Arc::new(crate::metrics::NoMetrics),
+            members: Arc::new(crate::members::OwnOnly),
             #[cfg(feature = "kube")]
             kube: Arc::new(EksConnector::new(config.clone())),
-        }
+        };
+        ports.members = Arc::new(crate::aws::members::AwsMembers::from_env(
+            config,
+            ports.clone(),
+        ));
+        ports
     }
 
     /// [`Ports::from_sdk`] with the table from `NODECYCLE_TABLE`, the prefix from

@@ -114,9 +114,12 @@ async fn pool_status(
     let mut budgets = Value::Null;
     let mut blocked = Value::Null;
     let mut rotations: Vec<Rotation> = Vec::new();
-    let snapshot = match ops.rotator.kube.connect(&policy.cluster).await {
-        Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
-        Ok(kube) => ops.rotator.preview(policy, kube.as_ref(), now).await,
+    let snapshot = match ops.rotator.at(policy.place.as_ref()).await {
+        Err(e) => Err(e.to_string()),
+        Ok(rotator) => match rotator.kube.connect(&policy.cluster).await {
+            Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
+            Ok(kube) => rotator.preview(policy, kube.as_ref(), now).await,
+        },
     };
     let mut node_group_update = Value::Null;
     match snapshot {
