@@ -121,20 +121,22 @@ impl AwsMembers {
     }
 }
 
-#[async_trait]
-impl Members for AwsMembers {
-    async fn cell(&self) -> Result<Place, PortError> {
-        self.own.deployment.cell().await
-    }
-
-    async fn ports(&self, place: &Place) -> Result<Option<Ports>, MemberError> {
-        let unknown = |e: PortError| MemberError {
-            place: place.clone(),
-            field: "account",
-            role: None,
-            message: format!("cannot tell which accounts this cell serves: {e}"),
-        };
-        let served = self.own.deployment.served().await.map_err(unknown)?;
+impl AwsMembers {
+    /// The SDK configuration of `place` and the identity it acts as (the spoke role, or the
+    /// cell's own credentials), after assuming the role once: what `nodecycle doctor` reads a
+    /// member through. `Err` as [`Members::ports`] says.
+    pub async fn sdk(&self, place: &Place) -> Result<(String, aws_config::SdkConfig), MemberError> {
+        let served = self
+            .own
+            .deployment
+            .served()
+            .await
+            .map_err(|e| MemberError {
+                place: place.clone(),
+                field: "account",
+                role: None,
+                message: format!("cannot tell which accounts this cell serves: {e}"),
+            })?;
         let cell = served.cell().map_err(|e| MemberError {
             place: place.clone(),
             field: "account",
@@ -143,7 +145,22 @@ impl Members for AwsMembers {
         })?;
         let config = self.config.clone().unwrap_or_default();
         let serve = members::serve(place, &cell, &served, &config)?;
-        if serve == Serve::Own {
+        let who = match &serve {
+            Serve::Member { role, .. } => role.clone(),
+            Serve::Own | Serve::OwnAccount(_) => "the cell's own credentials".to_string(),
+        };
+        Ok((who, self.sdk_for(&serve).await?))
+    }
+}
+
+#[async_trait]
+impl Members for AwsMembers {
+    async fn cell(&self) -> Result<Place, PortError> {
+        self.own.deployment.cell().await
+    }
+
+    async fn ports(&self, place: &Place) -> Result<Option<Ports>, MemberError> {
+        if self.own.deployment.cell().await.ok().as_ref() == Some(place) {
             return Ok(None);
         }
         // One build per place at a time: concurrent passes of a process wait for the first.
@@ -151,10 +168,88 @@ impl Members for AwsMembers {
         if let Some(ports) = built.get(place) {
             return Ok(Some(ports.clone()));
         }
-        let sdk = self.sdk_for(&serve).await?;
+        let (_, sdk) = self.sdk(place).await?;
         let ports = self.ports_over(&sdk);
         built.insert(place.clone(), ports.clone());
-        tracing::info!(place = %place, serve = ?serve, "member ports built");
+        tracing::info!(place = %place, "member ports built");
         Ok(Some(ports))
     }
 }
+
+#[cfg(feature = "doctor")]
+mod doctor_reads {
+    //! `nodecycle doctor`'s reads of a member, through its spoke role.
+    use super::*;
+
+    /// doctor's reads in one account and region (a member's, through its spoke role).
+    pub struct Reads {
+        stacks: crate::aws::cloudformation::Stacks,
+        inventory: crate::aws::inventory::Inventory,
+        ssm: crate::aws::ssm::Ssm,
+        rbac: crate::kube::rbac::EksRbac,
+        rules: crate::aws::eventbridge::Rules,
+        node_types: crate::aws::nodegroup::NodeGroups,
+    }
+
+    impl Reads {
+        /// The reads over `config`.
+        pub fn new(config: &aws_config::SdkConfig) -> Reads {
+            let clients = crate::aws::Clients::new(config);
+            Reads {
+                stacks: crate::aws::cloudformation::Stacks::from_config(config),
+                inventory: crate::aws::inventory::Inventory::new(clients.clone()),
+                ssm: crate::aws::ssm::Ssm::new(clients.ssm.clone()),
+                rbac: crate::kube::rbac::EksRbac::new(config.clone()),
+                rules: crate::aws::eventbridge::Rules::from_config(config),
+                node_types: crate::aws::nodegroup::NodeGroups::new(
+                    clients.autoscaling.clone(),
+                    clients.ec2.clone(),
+                    clients.eks.clone(),
+                ),
+            }
+        }
+    }
+
+    impl crate::doctor::members::MemberReads for Reads {
+        fn ports(&self) -> crate::doctor::run::Ports<'_> {
+            crate::doctor::run::Ports {
+                stack: &self.stacks,
+                table: &self.inventory,
+                policies: &self.ssm,
+                groups: &self.inventory,
+                clusters: &self.inventory,
+                rbac: &self.rbac,
+                rules: &self.rules,
+                node_types: &self.node_types,
+            }
+        }
+    }
+
+    /// Members' spoke roles, assumed as the functions assume them.
+    pub struct Spokes(pub AwsMembers);
+
+    #[async_trait]
+    impl crate::doctor::members::SpokeRoles for Spokes {
+        async fn assume(
+            &self,
+            place: &crate::policy::Place,
+        ) -> (
+            String,
+            Result<Box<dyn crate::doctor::members::MemberReads>, crate::port::PortError>,
+        ) {
+            match self.0.sdk(place).await {
+                Ok((role, config)) => (role, Ok(Box::new(Reads::new(&config)))),
+                Err(e) => (
+                    e.role.clone().unwrap_or_default(),
+                    Err(crate::port::PortError::new(
+                        "sts:AssumeRole",
+                        crate::port::ErrorKind::Other,
+                        e.to_string(),
+                    )),
+                ),
+            }
+        }
+    }
+}
+#[cfg(feature = "doctor")]
+pub use doctor_reads::{Reads, Spokes};

@@ -102,7 +102,12 @@ pub async fn run(args: Args) -> u8 {
             .filter(|p| !p.trim().is_empty())
             .unwrap_or_else(|| nodecycle::policy::source::DEFAULT_PREFIX.to_owned()),
     };
-    let report = doctor::run::diagnose(ports, &options).await;
+    // Members through their spoke roles (NODECYCLE_SERVED_ACCOUNTS, NODECYCLE_MEMBER_ROLE).
+    let cell = nodecycle::port::Ports::from_sdk(&config, "", &options.fallback_prefix);
+    let spokes = nodecycle::aws::members::Spokes(nodecycle::aws::members::AwsMembers::from_env(
+        &config, cell,
+    ));
+    let report = doctor::run::diagnose_organisation(ports, &spokes, &options).await;
     if args.json {
         super::print_json(&report.to_json());
     } else {
