@@ -235,9 +235,8 @@ fn clip(text: &str) -> String {
 }
 
 fn cluster_of(pool: &str) -> String {
-    pool.split_once('/')
-        .map_or(pool, |(cluster, _)| cluster)
-        .to_string()
+    // `cluster/name` or `account/region/cluster/name`.
+    crate::policy::place::cluster_of(pool).to_string()
 }
 
 fn event(kind: Kind, pool: &str, at: DateTime<Utc>, parts: &[&str]) -> BusEvent {
