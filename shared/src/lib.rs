@@ -45,6 +45,7 @@ pub mod image;
 pub mod interruption;
 pub mod inventory;
 pub mod managed;
+pub mod members;
 pub mod metrics;
 pub mod opt_in;
 pub mod plan;

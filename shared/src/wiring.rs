@@ -15,6 +15,7 @@
 //! | `NODECYCLE_WORK_QUEUE_URL`, `NODECYCLE_WORK_ITEM_MAX_AGE` | rotator | the fan-out's SQS queue (none), a duration (`5m`) |
 //! | `NODECYCLE_FORCE_AFTER`, `NODECYCLE_HEARTBEAT`, `NODECYCLE_DRAIN_POLL`, `NODECYCLE_MAX_EVENT_AGE` | interruption-handler | durations (`90s`, `60s`, `2s`, `4m`) |
 //! | `NODECYCLE_LIFECYCLE_HOOK` | interruption-handler | the lifecycle hook answered (`nodecycle-drain`) |
+//! | `NODECYCLE_MEMBER_ROLE`, `NODECYCLE_MEMBER_EXTERNAL_ID` | all | the members' spoke role ARN pattern (`arn:{partition}:iam::{account}:role/nodecycle-spoke`), the external id (none) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,6 +66,9 @@ pub struct Common {
     pub served_accounts: String,
     /// `NODECYCLE_SERVED_REGIONS` (comma-separated region names, checked).
     pub served_regions: String,
+    /// `NODECYCLE_MEMBER_ROLE` and `NODECYCLE_MEMBER_EXTERNAL_ID`: how the members' spoke roles
+    /// are assumed.
+    pub members: crate::members::MemberConfig,
 }
 
 impl Common {
@@ -122,17 +126,61 @@ impl Common {
             error_type: "Configuration".into(),
             message,
         })?;
+        let members = crate::members::MemberConfig::parse(
+            env(crate::members::ROLE_ENV).as_deref(),
+            env(crate::members::EXTERNAL_ID_ENV).as_deref(),
+        )
+        .map_err(|message| HandlerError {
+            error_type: "Configuration".into(),
+            message,
+        })?;
         Ok(Common {
             table,
             policy_prefix,
             group_updates,
             served_accounts,
             served_regions,
+            members,
         })
     }
 
-    /// The AWS and Kubernetes adapters over `sdk` for this configuration.
+    /// [`Common::from_lookup`] for `nodecycle doctor`, which reads no state items: the table
+    /// is not asked for (and left empty).
+    pub fn without_table(env: Lookup<'_>) -> Result<Common, HandlerError> {
+        let env = |name: &str| {
+            if name == TABLE_ENV {
+                Some("not-read".to_string())
+            } else {
+                env(name)
+            }
+        };
+        let mut common = Common::from_lookup(&env)?;
+        common.table = String::new();
+        Ok(common)
+    }
+
+    /// The AWS and Kubernetes adapters over `sdk` for this configuration, pools of other
+    /// accounts and regions served through their members' spoke roles.
     pub fn ports(&self, sdk: &aws_config::SdkConfig) -> Ports {
+        let mut ports = self.adapters(sdk);
+        ports.members = Arc::new(crate::aws::members::AwsMembers::new(
+            sdk,
+            ports.clone(),
+            Ok(self.members.clone()),
+            self.adapters_fn(),
+        ));
+        ports
+    }
+
+    /// [`Common::adapters`] as a value (what [`crate::aws::members::AwsMembers`] builds each
+    /// member's adapters with).
+    pub fn adapters_fn(&self) -> crate::aws::members::Adapters {
+        let common = self.clone();
+        Arc::new(move |sdk: &aws_config::SdkConfig| common.adapters(sdk))
+    }
+
+    /// The adapters over `sdk` alone (no members: [`crate::members::OwnOnly`]).
+    pub fn adapters(&self, sdk: &aws_config::SdkConfig) -> Ports {
         let c = Clients::new(sdk);
         let ssm = Ssm::new(c.ssm.clone());
         Ports {
@@ -162,6 +210,7 @@ impl Common {
             )),
             events: Arc::new(crate::aws::bus::EventBridge::new(c.events.clone())),
             metrics: Arc::new(crate::metrics::NoMetrics),
+            members: Arc::new(crate::members::OwnOnly),
             kube: Arc::new(crate::kube::EksConnector::new(sdk.clone())),
         }
     }

@@ -38,6 +38,14 @@ def _region(args: dict) -> str:
     return args.get("region") or DEFAULT_REGION
 
 
+def _account(args: dict) -> str:
+    """The account an op writes into: `account` (12 digits) or the default one."""
+    account = str(args.get("account") or ACCOUNT_ID)
+    if len(account) != 12 or not account.isdigit():
+        raise ValueError(f"account must be 12 digits, got {account!r}")
+    return account
+
+
 def parse_rfc3339(value: str) -> _dt.datetime:
     v = value.strip()
     if v.endswith("Z") or v.endswith("z"):
@@ -207,22 +215,22 @@ def _apply_patches() -> None:
 # --------------------------------------------------------------------------
 
 
-def ec2_backend(region: str):
+def ec2_backend(region: str, account: str = ACCOUNT_ID):
     from moto.ec2.models import ec2_backends
 
-    return ec2_backends[ACCOUNT_ID][region]
+    return ec2_backends[account][region]
 
 
-def ssm_backend(region: str):
+def ssm_backend(region: str, account: str = ACCOUNT_ID):
     from moto.ssm.models import ssm_backends
 
-    return ssm_backends[ACCOUNT_ID][region]
+    return ssm_backends[account][region]
 
 
-def eks_backend(region: str):
+def eks_backend(region: str, account: str = ACCOUNT_ID):
     from moto.eks.models import eks_backends
 
-    return eks_backends[ACCOUNT_ID][region]
+    return eks_backends[account][region]
 
 
 def _import_ec2_fast() -> None:
@@ -319,12 +327,12 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             raise ControlError(f"bad parameter type {ptype!r}")
         if not isinstance(value, str) or not value:
             raise ControlError("value must be a non-empty string")
-        backend = ssm_backend(_region(args))
+        backend = ssm_backend(_region(args), _account(args))
         versions = backend._parameters[name]
         version = versions[-1].version + 1 if versions else 1
         versions.append(
             Parameter(
-                account_id=ACCOUNT_ID,
+                account_id=_account(args),
                 name=name,
                 value=value,
                 parameter_type=ptype,
@@ -357,7 +365,8 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         from moto.ec2.models.amis import Ami
 
         region = _region(args)
-        backend = ec2_backend(region)
+        account = _account(args)
+        backend = ec2_backend(region, account)
         image_id = args.get("id") or ("ami-" + secrets.token_hex(9)[:17])
         if not image_id.startswith("ami-"):
             raise ControlError(f"image id must start with ami-: {image_id!r}")
@@ -365,10 +374,10 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         arch = args.get("architecture", "x86_64")
         if arch not in ("x86_64", "arm64", "i386", "x86_64_mac", "arm64_mac"):
             raise ControlError(f"bad architecture {arch!r}")
-        owner = str(args.get("owner_id", ACCOUNT_ID))
+        owner = str(args.get("owner_id", account))
         alias = args.get("owner_alias")
         if owner == "self":
-            owner = ACCOUNT_ID
+            owner = account
         elif owner == "amazon":
             owner, alias = AMAZON_OWNER_ID, alias or "amazon"
         elif owner == AMAZON_OWNER_ID and alias is None:
@@ -385,7 +394,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             description=args.get("description", name),
             owner_id=owner,
             owner_alias=alias,
-            public=bool(args.get("public", owner != ACCOUNT_ID)),
+            public=bool(args.get("public", owner != account)),
             virtualization_type="hvm",
             architecture=arch,
             state=state,

@@ -648,9 +648,12 @@ def _uri_encode(s: str) -> str:
     return quote(s, safe="-_.~")
 
 
-def verify_token(authorization: str | None, cluster: str, now: float | None = None) -> str | None:
+def verify_token(authorization: str | None, cluster: str, now: float | None = None,
+                 account: str = ACCOUNT_ID) -> str | None:
     """None when the bearer token is a valid presigned STS GetCallerIdentity
-    URL for `cluster`, else the reason it is not (logged, never sent)."""
+    URL for `cluster`, else the reason it is not (logged, never sent). Signed with the test
+    credentials (the default account's) or with an assumed role's credentials moto issued; the
+    principal must be of the cluster's `account` (a cross-account principal has no access entry)."""
     if not authorization:
         return "no Authorization header"
     scheme, _, token = authorization.strip().partition(" ")
@@ -705,8 +708,16 @@ def verify_token(authorization: str | None, cluster: str, now: float | None = No
     if len(cred) != 5 or cred[3] != "sts" or cred[4] != "aws4_request":
         return "malformed X-Amz-Credential"
     access_key, date, region = cred[0], cred[1], cred[2]
+    secret, principal_account = AUTH["secret_key"], ACCOUNT_ID
     if access_key != AUTH["access_key"]:
-        return f"unknown access key {access_key!r}"
+        import accounts
+
+        found = accounts.temp_secret(access_key)
+        if found is None:
+            return f"unknown access key {access_key!r}"
+        secret, principal_account = found
+    if principal_account != account:
+        return f"principal of account {principal_account} has no access entry in this cluster of account {account}"
     if region != host_region:
         return f"credential scope region {region!r} does not match host {host!r}"
     try:
@@ -749,7 +760,7 @@ def verify_token(authorization: str | None, cluster: str, now: float | None = No
             hashlib.sha256(canonical_request.encode()).hexdigest(),
         ]
     )
-    key = sigv4_signing_key(AUTH["secret_key"], date, region, "sts")
+    key = sigv4_signing_key(secret, date, region, "sts")
     expected = hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, params["X-Amz-Signature"]):
         return "signature does not match (wrong secret, cluster name or canonicalisation)"
@@ -986,6 +997,9 @@ class KubeCluster:
     def __init__(self, name: str, region: str):
         self.name = name
         self.region = region
+        # The AWS account of the EKS cluster (`create_kube`'s `account`): its nodes come from
+        # that account's Auto Scaling groups and EC2 instances.
+        self.account = ACCOUNT_ID
         self.lock = threading.RLock()
         self.rv = 1000
         # Every write goes through Store, which logs it for watches.
@@ -1032,7 +1046,7 @@ class KubeCluster:
         try:
             from moto.eks.models import eks_backends
 
-            c = eks_backends[ACCOUNT_ID][self.region].clusters.get(self.name)
+            c = eks_backends[self.account][self.region].clusters.get(self.name)
             if c is not None:
                 return str(c.version)
         except Exception:
@@ -1398,12 +1412,12 @@ class KubeCluster:
         from moto.ec2.models import ec2_backends
 
         cfg = self.sync
-        backend = ec2_backends[ACCOUNT_ID][self.region]
+        backend = ec2_backends[self.account][self.region]
         asg_ids = None
         if cfg.get("asg"):
             from moto.autoscaling.models import autoscaling_backends
 
-            group = autoscaling_backends[ACCOUNT_ID][self.region].autoscaling_groups.get(cfg["asg"])
+            group = autoscaling_backends[self.account][self.region].autoscaling_groups.get(cfg["asg"])
             asg_ids = {s.instance.id for s in group.instance_states} if group else set()
         never = set(cfg.get("never_ready_images") or [])
         delay = float(cfg.get("register_delay_seconds") or 0)
@@ -1497,7 +1511,7 @@ class KubeCluster:
         try:
             from moto.ec2.models import ec2_backends
 
-            ami = ec2_backends[ACCOUNT_ID][self.region].amis.get(image_id)
+            ami = ec2_backends[self.account][self.region].amis.get(image_id)
             m = re.search(r"-(1\.\d+)-v\d", (ami.name or "") if ami else "")
             if m:
                 return m.group(1)
@@ -1894,7 +1908,7 @@ class KubeHandler(BaseHTTPRequestHandler):
                 entry["body"] = body_bytes.decode("utf-8", "replace")
             entry["content_type"] = ctype
         authz = self.headers.get("Authorization")
-        reason = verify_token(authz, cluster.name) if authz else "no Authorization header"
+        reason = verify_token(authz, cluster.name, account=cluster.account) if authz else "no Authorization header"
         anonymous = not authz and method == "GET" and raw_path.rstrip("/") in PUBLIC_PATHS
         if reason is not None and not anonymous:
             entry["auth_error"] = reason
@@ -2441,11 +2455,13 @@ def register(op, ControlError):  # noqa: N803
         moto if missing, with `version` or 1.30)."""
         name = args["cluster"]
         region = region_of(args)
+        account = str(args.get("account") or ACCOUNT_ID)
         key = (region, name)
         with _CLUSTERS_LOCK:
             existing = CLUSTERS.get(key)
         if existing is None:
             c = KubeCluster(name, region)
+            c.account = account
             c.start()
             with _CLUSTERS_LOCK:
                 CLUSTERS[key] = c
@@ -2454,15 +2470,15 @@ def register(op, ControlError):  # noqa: N803
             c = existing
         from moto.eks.models import Cluster, eks_backends
 
-        backend = eks_backends[ACCOUNT_ID][region]
+        backend = eks_backends[c.account][region]
         cl = backend.clusters.get(name)
         if cl is None:
             cl = Cluster(
                 name=name,
-                role_arn=f"arn:aws:iam::{ACCOUNT_ID}:role/eks-cluster",
+                role_arn=f"arn:aws:iam::{c.account}:role/eks-cluster",
                 resources_vpc_config={"subnetIds": [], "securityGroupIds": [], "endpointPublicAccess": True,
                                       "endpointPrivateAccess": False},
-                account_id=ACCOUNT_ID,
+                account_id=c.account,
                 region_name=region,
                 aws_partition="aws",
                 version=str(args.get("version") or "1.30"),

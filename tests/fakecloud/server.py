@@ -130,12 +130,15 @@ def _gate_moto_requests() -> None:
     """
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
+    import accounts
     import cloudwatch_cbor
     import faults
 
     # Faults (see faults.py) apply at this dispatch layer, so to every AWS operation; CloudWatch
     # over rpc-v2-cbor (which moto does not speak) is served by cloudwatch_cbor.py.
-    original = faults.wrap_aws(cloudwatch_cbor.wrap(DomainDispatcherApplication.__call__))
+    # accounts.py records who made each call and refuses AssumeRole as IAM does (outermost: a
+    # faulted call was still made).
+    original = accounts.wrap(faults.wrap_aws(cloudwatch_cbor.wrap(DomainDispatcherApplication.__call__)))
 
     def gated(self, environ, start_response):
         PATCHED.wait(120)
@@ -185,6 +188,9 @@ def main() -> None:
     import autoscaler  # the Cluster Autoscaler actor (and Auto Scaling's records)
 
     autoscaler.register(op, ControlError)
+    import accounts  # several accounts: the account of each call, AssumeRole as IAM refuses it
+
+    accounts.register(op, ControlError)
 
     _gate_moto_requests()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

@@ -285,6 +285,12 @@ impl FakeCloud {
         KubeStandIn::create(self.control.clone(), cluster, DEFAULT_REGION)
     }
 
+    /// [`Self::create_kube`] for cluster `cluster` of account `account` in `region` (its EKS
+    /// cluster is created there; only that account's principals may call it).
+    pub fn create_kube_in(&self, cluster: &str, account: &str, region: &str) -> KubeStandIn {
+        KubeStandIn::create_in(self.control.clone(), cluster, region, Some(account))
+    }
+
     /// Creates many self-managed node groups at once (control op `seed_groups`): for each, the
     /// launch template and Auto Scaling group the SDK requests would create, made by moto from
     /// those same requests in process, so its instances are launched by the group as usual.

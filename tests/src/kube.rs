@@ -29,9 +29,20 @@ pub struct KubeStandIn {
 
 impl KubeStandIn {
     pub(crate) fn create(control: Control, cluster: &str, region: &str) -> KubeStandIn {
+        Self::create_in(control, cluster, region, None)
+    }
+
+    /// [`Self::create`] for a cluster of `account` (default: the fake cloud's own), whose
+    /// EKS cluster and nodes live in that account.
+    pub(crate) fn create_in(
+        control: Control,
+        cluster: &str,
+        region: &str,
+        account: Option<&str>,
+    ) -> KubeStandIn {
         let v = control.call(
             "create_kube",
-            json!({ "cluster": cluster, "region": region }),
+            json!({ "cluster": cluster, "region": region, "account": account }),
         );
         let s = |k: &str| {
             v[k].as_str()

@@ -178,6 +178,7 @@ fn observed(field: &str) -> Default {
             parsed(&minimal("").replace("{ autoScalingGroup: prod-general }", other));
             Default::Nothing
         }
+        "account" | "region" => nothing(base.place.is_none()),
         "architecture" => nothing(base.architecture.is_none()),
         "variant" => value(base.variant.as_str().to_string()),
         "amiSelectorTerms[].alias" => nothing(term("{ name: golden-* }").alias.is_none()),

@@ -113,6 +113,7 @@ async fn fleet(nodes: i32, policy: &str, resolve: bool) -> Fleet {
             ..Settings::default()
         },
         metrics: Arc::new(nodecycle::metrics::NoMetrics),
+        members: Arc::new(nodecycle::members::OwnOnly),
     };
     if resolve {
         let report = watcher.handle(&json!({}), t0()).await.unwrap();

@@ -184,6 +184,7 @@ async fn env(size: i32) -> Env {
             ..Settings::default()
         },
         metrics: Arc::new(nodecycle::metrics::NoMetrics),
+        members: Arc::new(nodecycle::members::OwnOnly),
     };
     Env {
         cloud,

@@ -76,6 +76,7 @@ async fn deployment() -> Deployment {
             ..Settings::default()
         },
         metrics: Arc::new(nodecycle::metrics::NoMetrics),
+        members: Arc::new(nodecycle::members::OwnOnly),
     };
     kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
         (s.nodes.len() == 6).then_some(())

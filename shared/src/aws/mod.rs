@@ -15,6 +15,7 @@ pub mod identity;
 pub mod interruption;
 pub mod inventory;
 pub mod managed;
+pub mod members;
 pub mod nodegroup;
 pub mod queue;
 pub mod ssm;

@@ -236,9 +236,8 @@ pub fn clip(text: &str) -> String {
 }
 
 fn cluster_of(pool: &str) -> String {
-    pool.split_once('/')
-        .map_or(pool, |(cluster, _)| cluster)
-        .to_string()
+    // `cluster/name` or `account/region/cluster/name`.
+    crate::policy::place::cluster_of(pool).to_string()
 }
 
 /// The event `kind` of `pool` at `at`, id `<kind slug>:<pool>:<parts...>:<at>`, every other

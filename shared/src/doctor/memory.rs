@@ -44,6 +44,39 @@ pub struct World {
     pub instance_types: BTreeMap<String, crate::ami::instance_types::GroupTypes>,
     /// Operations that answer AccessDenied.
     pub denied: Vec<String>,
+    /// Member place (`<account>/<region>`) -> what its spoke role shows; a place missing here
+    /// has a spoke role that cannot be assumed.
+    pub members: BTreeMap<String, World>,
+}
+
+impl super::members::MemberReads for World {
+    fn ports(&self) -> Ports<'_> {
+        World::ports(self)
+    }
+}
+
+#[async_trait]
+impl super::members::SpokeRoles for World {
+    async fn assume(
+        &self,
+        place: &crate::policy::Place,
+    ) -> (
+        String,
+        Result<Box<dyn super::members::MemberReads>, PortError>,
+    ) {
+        let role = format!("arn:aws:iam::{}:role/nodecycle-spoke", place.account);
+        match self.members.get(&place.to_string()) {
+            Some(w) => (role, Ok(Box::new(w.clone()))),
+            None => (
+                role.clone(),
+                Err(PortError::new(
+                    "sts:AssumeRole",
+                    crate::port::ErrorKind::AccessDenied,
+                    format!("AccessDenied: not authorized to perform sts:AssumeRole on {role}"),
+                )),
+            ),
+        }
+    }
 }
 
 impl World {

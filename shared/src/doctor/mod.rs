@@ -20,6 +20,7 @@ use crate::port::{ErrorKind, PortError};
 pub mod access;
 pub mod contract;
 pub mod groups;
+pub mod members;
 pub mod memory;
 pub mod policies;
 pub mod rbac;
@@ -108,6 +109,8 @@ pub enum CheckKind {
     EventRule,
     /// A pool's `architecture` runs on its node group's instance types.
     Architecture,
+    /// A member's spoke role can be assumed (subject `<account>/<region>`).
+    Spoke,
 }
 
 impl CheckKind {
@@ -125,6 +128,7 @@ impl CheckKind {
             CheckKind::Rbac => "rbac",
             CheckKind::EventRule => "eventRule",
             CheckKind::Architecture => "architecture",
+            CheckKind::Spoke => "spoke",
         }
     }
 }

@@ -69,7 +69,11 @@ pub fn check(
             ));
             continue;
         }
-        let group_key = (policy.cluster.clone(), describe(&policy.node_group));
+        // A node group is one of a cluster of one account and region.
+        let group_key = (
+            crate::policy::place::scope_of(&id).to_string(),
+            describe(&policy.node_group),
+        );
         if let Some(other) = groups.get(&group_key) {
             checks.push(Check::fail(
                 CheckKind::Policy,
@@ -84,7 +88,9 @@ pub fn check(
             ));
             continue;
         }
+        // A member's clusters are its spoke stack's to scope, not the cell's ClusterNames.
         if let Some(served) = served
+            && policy.place.is_none()
             && !served.iter().any(|c| c == &policy.cluster)
         {
             checks.push(Check::fail(

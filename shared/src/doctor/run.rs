@@ -40,8 +40,20 @@ pub struct Options {
 }
 
 /// Runs every check. Order: stack, table, policies, per cluster (cluster, access entries, RBAC),
-/// per pool (group, launch template, lifecycle hook), event rules.
+/// per pool (group, launch template, lifecycle hook), event rules. Pools of other accounts and
+/// regions are left out ([`diagnose_organisation`] checks them).
 pub async fn diagnose(ports: Ports<'_>, options: &Options) -> Report {
+    diagnose_organisation(ports, &super::members::NoSpokes, options).await
+}
+
+/// [`diagnose`], then per member place the policies name: its spoke role can be assumed, and
+/// through it its clusters (existence, RBAC) and its pools (group, launch template, lifecycle
+/// hook, architecture), as the cell's own are checked.
+pub async fn diagnose_organisation(
+    ports: Ports<'_>,
+    spokes: &dyn super::members::SpokeRoles,
+    options: &Options,
+) -> Report {
     let mut checks = Vec::new();
     let (stack_check, contract) =
         contract::read(&options.stack, ports.stack.outputs(&options.stack).await);
@@ -61,6 +73,9 @@ pub async fn diagnose(ports: Ports<'_>, options: &Options) -> Report {
         contract.clusters.as_deref(),
     );
     checks.extend(policy_checks);
+    let (own, elsewhere): (Vec<_>, Vec<_>) =
+        valid.into_iter().partition(|(_, p)| p.place.is_none());
+    let valid = own;
 
     let clusters = clusters_to_check(options, contract.clusters.as_deref(), &valid, &mut checks);
     for cluster in &clusters {
@@ -77,6 +92,29 @@ pub async fn diagnose(ports: Ports<'_>, options: &Options) -> Report {
 
     for name in contract.event_rules.iter().flatten() {
         checks.push(rules::check(name, ports.rules.rule_state(name).await));
+    }
+
+    for place in super::members::places(&elsewhere) {
+        let (role, assumed) = spokes.assume(&place).await;
+        checks.push(super::members::spoke(&place, &role, &assumed));
+        let Ok(member) = assumed else { continue };
+        let member = member.ports();
+        let pools: Vec<&Policy> = elsewhere
+            .iter()
+            .map(|(_, p)| p)
+            .filter(|p| p.place.as_ref() == Some(&place))
+            .filter(|p| options.clusters.is_empty() || options.clusters.contains(&p.cluster))
+            .collect();
+        let mut clusters: Vec<&str> = pools.iter().map(|p| p.cluster.as_str()).collect();
+        clusters.dedup();
+        for cluster in clusters {
+            // The functions reach a member's clusters as its spoke role: its access entry is
+            // the spoke stack's, not one of the stack outputs' roles.
+            check_cluster(member, cluster, &[], &mut checks).await;
+        }
+        for policy in pools {
+            check_pool(member, policy, hook_name, &mut checks).await;
+        }
     }
     Report { checks }
 }

@@ -426,3 +426,55 @@ fn an_aws_auth_cluster_is_a_warning_not_a_failure() {
     assert_eq!(r.failed(), 0, "{:#?}", r.checks);
     assert_eq!(r.count(Status::Warn), 3);
 }
+
+/// A member pool: checked through its spoke role (its cluster's RBAC, its group, template and
+/// hook in the member's world), and a member whose role cannot be assumed is one FAIL line.
+#[test]
+fn member_pools_are_checked_through_their_spoke_roles() {
+    let mut w = healthy();
+    let member_doc = |group: &str| {
+        format!(
+            "nodeGroup: {{ autoScalingGroup: {group} }}\namiSelectorTerms:\n  - alias: al2023@latest\n"
+        )
+    };
+    w.parameters.insert(
+        "/nodecycle/pools/222222222222/eu-west-1/prod/general".into(),
+        member_doc("prod-general"),
+    );
+    w.parameters.insert(
+        "/nodecycle/pools/333333333333/us-east-1/x/general".into(),
+        member_doc("x-general"),
+    );
+    // The prod member's world: the same healthy cluster and group as the cell's own.
+    let mut prod = healthy();
+    prod.asgs.remove("prod-general");
+    w.members
+        .insert("222222222222/eu-west-1".into(), prod.clone());
+    let r = block_on(super::run::diagnose_organisation(w.ports(), &w, &options()));
+    assert_eq!(
+        problems(&r),
+        vec![
+            (
+                Status::Fail,
+                CheckKind::Group,
+                "222222222222/eu-west-1/prod/general".into()
+            ),
+            (
+                Status::Fail,
+                CheckKind::Spoke,
+                "333333333333/us-east-1".into()
+            ),
+        ],
+        "{:#?}",
+        r.checks
+    );
+    let spoke_ok = r
+        .checks
+        .iter()
+        .any(|c| c.check == CheckKind::Spoke && c.status == Status::Ok);
+    assert!(spoke_ok, "{:#?}", r.checks);
+    // With the member's group back, only the unassumable member fails.
+    w.members.insert("222222222222/eu-west-1".into(), healthy());
+    let r = block_on(super::run::diagnose_organisation(w.ports(), &w, &options()));
+    assert_eq!(r.failed(), 1, "{:#?}", r.checks);
+}

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use crate::port::PortError;
+use crate::port::{ErrorKind, PortError};
 use crate::problem::quote;
 
 /// The accounts and regions whose events this deployment acts on: its own account and region
@@ -97,8 +97,49 @@ impl Served {
 /// Where the served accounts and regions come from.
 #[async_trait]
 pub trait Deployment: Send + Sync {
-    /// The accounts and regions served.
+    /// The accounts and regions served: the cell's own account and region first, then the
+    /// members (the accounts whose pools and events the cell serves) and other regions.
     async fn served(&self) -> Result<Served, PortError>;
+
+    /// The cell's own account and region: the first of each of [`Deployment::served`].
+    async fn cell(&self) -> Result<crate::policy::Place, PortError> {
+        let served = self.served().await?;
+        served
+            .cell()
+            .map_err(|e| PortError::new("configuration", ErrorKind::Other, e))
+    }
+}
+
+impl Served {
+    /// The cell's own account and region (the first of each); `Err` when either is missing or
+    /// invalid.
+    pub fn cell(&self) -> Result<crate::policy::Place, String> {
+        match (self.accounts.first(), self.regions.first()) {
+            (Some(a), Some(r)) => crate::policy::Place::new(a, r),
+            _ => Err("the deployment's own account or region is unknown".to_string()),
+        }
+    }
+
+    /// The member accounts: the served accounts other than the cell's own.
+    pub fn members(&self) -> &[String] {
+        self.accounts.get(1..).unwrap_or_default()
+    }
+
+    /// Whether `place` (an account and region an event claims) is served, and which: `Ok(None)`
+    /// for the cell's own account and region, `Ok(Some(place))` for another served one, `Err`
+    /// ([`Served::check`]) for one not served.
+    pub fn route(
+        &self,
+        account: Option<&str>,
+        region: Option<&str>,
+    ) -> Result<Option<crate::policy::Place>, String> {
+        self.check(account, region)?;
+        let (Some(account), Some(region)) = (account, region) else {
+            return Err("the event names no account or region".to_string());
+        };
+        let place = crate::policy::Place::new(account, region)?;
+        Ok((self.cell().ok().as_ref() != Some(&place)).then_some(place))
+    }
 }
 
 /// A fixed set (configuration, tests).
@@ -143,6 +184,23 @@ mod tests {
         assert!(e.starts_with("NODECYCLE_SERVED_ACCOUNTS: \"12345\""), "{e}");
         let e = s.clone().with_extra("", "Europe").unwrap_err();
         assert!(e.starts_with("NODECYCLE_SERVED_REGIONS: \"Europe\""), "{e}");
+        // Routing: the cell's own is `None`, a member's place `Some`, an unserved one refused.
+        assert_eq!(
+            more.route(Some("123456789012"), Some("us-east-2")),
+            Ok(None)
+        );
+        assert_eq!(
+            more.route(Some("210987654321"), Some("eu-west-1")),
+            Ok(Some(
+                crate::policy::Place::new("210987654321", "eu-west-1").unwrap()
+            ))
+        );
+        assert!(more.route(Some("999999999999"), Some("us-east-2")).is_err());
+        assert_eq!(more.members(), ["210987654321"]);
+        assert_eq!(
+            more.cell(),
+            crate::policy::Place::new("123456789012", "us-east-2")
+        );
         let e = s.check(Some(&"9".repeat(1 << 20)), None).unwrap_err();
         assert!(e.len() < 300, "{}", e.len());
     }

@@ -35,7 +35,6 @@ use crate::event::interruption::LifecycleAction;
 use crate::event::served::Served;
 use crate::handlers::ami_watcher::AmiWatcher;
 use crate::handlers::interruption::InterruptionHandler;
-use crate::state::Scratch;
 use crate::interruption::{InstanceInfo, InstanceLookup, LifecycleOps};
 use crate::kube::memory::MemoryCluster;
 use crate::kube::{KubeConnector, KubeError, NodeOps};
@@ -43,6 +42,7 @@ use crate::policy::NodeGroup;
 use crate::policy::source::{PolicyDocument, PolicySource};
 use crate::port::{ErrorKind, PortError};
 use crate::promotion::{AlarmState, AlarmStates};
+use crate::state::Scratch;
 use crate::state::{Store, Versioned};
 
 #[cfg(test)]
@@ -275,6 +275,7 @@ impl Cloud {
             announce: crate::announce::Announcer::new(store, self.clone()),
             alarms: self.clone(),
             metrics: Arc::new(crate::metrics::NoMetrics),
+            members: Arc::new(crate::members::OwnOnly),
         }
     }
 
@@ -299,6 +300,7 @@ impl Cloud {
             kube,
             settings,
             metrics: Arc::new(crate::metrics::NoMetrics),
+            members: Arc::new(crate::members::OwnOnly),
         }
     }
 }

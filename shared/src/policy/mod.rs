@@ -2,6 +2,8 @@
 //!
 //! ```yaml
 //! cluster: prod                      # required: EKS cluster name (1-100, [0-9A-Za-z][A-Za-z0-9_-]*)
+//! account: "111122223333"            # optional, with region: the cluster's account (default: the cell's)
+//! region: eu-west-1                  # optional, with account: the cluster's region (default: the cell's)
 //! name: general                      # required: pool name (1-63, same characters)
 //! nodeGroup: { autoScalingGroup: prod-general }   # required: or { managedNodeGroup: general }
 //! architecture: x86_64               # optional: x86_64 | arm64 (default: the node group's AMI)
@@ -33,11 +35,13 @@ use crate::image::alias::Alias;
 use crate::image::{Architecture, Variant};
 use crate::problem::{Problems, join};
 use fields::{NameRule, describe, eks_name, quote, unknown_field, unknown_value, wrong_type};
+pub use place::Place;
 pub use pool_id::PoolId;
 use source::{Owner, PolicyDocument};
 
 mod fields;
 pub mod limits;
+pub mod place;
 mod pool_id;
 pub mod source;
 mod terms;
@@ -96,6 +100,8 @@ pub struct SelectorTerm {
 pub struct Policy {
     /// EKS cluster name.
     pub cluster: String,
+    /// The cluster's account and region (`account`, `region`); `None` = the cell's own.
+    pub place: Option<Place>,
     /// Pool name, unique within the cluster.
     pub name: String,
     /// The node group this pool manages.
@@ -125,9 +131,10 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// `<cluster>/<name>`, the pool's identity everywhere (state keys, logs, CLI output).
+    /// `<cluster>/<name>` (the cell's own) or `<account>/<region>/<cluster>/<name>`
+    /// ([`place::pool_id`]), the pool's identity everywhere (state keys, logs, CLI output).
     pub fn pool_id(&self) -> String {
-        format!("{}/{}", self.cluster, self.name)
+        place::pool_id(self.place.as_ref(), &self.cluster, &self.name)
     }
 }
 
@@ -137,6 +144,8 @@ impl Policy {
 pub struct PoolRef {
     /// EKS cluster name.
     pub cluster: String,
+    /// The cluster's account and region; `None` = the cell's own.
+    pub place: Option<Place>,
     /// Pool name.
     pub name: String,
     /// The node group.
@@ -148,9 +157,9 @@ pub struct PoolRef {
 }
 
 impl PoolRef {
-    /// `<cluster>/<name>`.
+    /// The pool id ([`Policy::pool_id`]).
     pub fn pool_id(&self) -> String {
-        format!("{}/{}", self.cluster, self.name)
+        place::pool_id(self.place.as_ref(), &self.cluster, &self.name)
     }
 }
 
@@ -158,6 +167,7 @@ impl From<&Policy> for PoolRef {
     fn from(p: &Policy) -> Self {
         PoolRef {
             cluster: p.cluster.clone(),
+            place: p.place.clone(),
             name: p.name.clone(),
             node_group: p.node_group.clone(),
             rebalance: p.rebalance,
@@ -205,6 +215,7 @@ pub fn locate(doc: &PolicyDocument) -> Result<PoolRef, Problems> {
         )
     });
     let (cluster, name) = identity(map, &doc.owner, cluster, name, &mut problems);
+    let place = owned_place(map, &doc.owner, &mut problems);
     let node_group = match field("nodeGroup") {
         Some(v) => validate_node_group(v, &mut problems),
         None => {
@@ -220,6 +231,7 @@ pub fn locate(doc: &PolicyDocument) -> Result<PoolRef, Problems> {
     match (cluster, name, node_group) {
         (Some(cluster), Some(name), Some(node_group)) if !problems.has_errors() => Ok(PoolRef {
             cluster,
+            place: place.unwrap_or_default(),
             name,
             node_group,
             rebalance,
@@ -258,6 +270,9 @@ pub const FIELDS: [&str; 12] = [
     "paused",
     "promotion",
 ];
+/// The place fields ([`place`]): accepted at the top level beside [`FIELDS`] (whose list the
+/// unknown-field message shows, unchanged since before accounts and regions).
+pub const PLACE_FIELDS: [&str; 2] = ["account", "region"];
 const NODE_GROUP_FIELDS: [&str; 2] = ["autoScalingGroup", "managedNodeGroup"];
 const DISRUPTION_FIELDS: [&str; 2] = ["budgets", "surgeAboveMaxSize"];
 const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
@@ -271,7 +286,7 @@ const BUDGETS_PATH: &str = "disruption.budgets";
 /// (docs/policy-reference.md is checked against this list by `tests/tests/docs.rs`). The keys
 /// of `amiSelectorTerms[].tags` are the user's tag keys, not fields.
 pub fn field_paths() -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out: Vec<String> = PLACE_FIELDS.iter().map(ToString::to_string).collect();
     for top in FIELDS {
         out.push(top.to_string());
         let (prefix, children): (String, &[&str]) = match top {
@@ -338,7 +353,15 @@ fn parse_owned(text: &str, owner: &Owner) -> Parsed {
             value.get("cluster")?.as_str()?,
             value.get("name")?.as_str()?,
         );
-        PoolId::new(cluster, name).ok()
+        let place = match (value.get("account"), value.get("region")) {
+            (None, None) => None,
+            (Some(a), Some(r)) => Some(Place::new(a.as_str()?, r.as_str()?).ok()?),
+            _ => return None,
+        };
+        Some(PoolId {
+            place,
+            ..PoolId::new(cluster, name).ok()?
+        })
     });
     Parsed {
         policy: if problems.has_errors() { None } else { policy },
@@ -438,6 +461,8 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
                     problems,
                 )
             }
+            // Validated together after the loop (both or neither).
+            "account" | "region" => {}
             "nodeGroup" => node_group = validate_node_group(field, problems),
             "architecture" => architecture = validate_architecture(field, problems),
             "variant" => variant = validate_variant(field, problems),
@@ -466,6 +491,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     }
 
     let (cluster, name) = identity(doc, owner, cluster, name, problems);
+    let place = owned_place(doc, owner, problems);
     let required = [
         (
             "nodeGroup",
@@ -493,6 +519,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     }
     Some(Policy {
         cluster: cluster?,
+        place: place.ok()?,
         name: name?,
         node_group: node_group?,
         architecture,
@@ -568,6 +595,35 @@ fn identity(
     }
 }
 
+/// The pool's place after ownership ([`place::validate`]): a parameter path that names a
+/// place ([`source::owner_of`]) gives it to a document that names none, and a document may not
+/// name another; otherwise the document's own. `Err(())` after pushing the problems.
+fn owned_place(
+    doc: &serde_json::Map<String, Value>,
+    owner: &Owner,
+    problems: &mut Problems,
+) -> Result<Option<Place>, ()> {
+    let named = place::validate(doc.get("account"), doc.get("region"), problems)?;
+    match (owner, named) {
+        (Owner::Path(id), None) if id.place.is_some() => Ok(id.place.clone()),
+        (Owner::Path(id), Some(named)) if id.place.as_ref().is_some_and(|p| *p != named) => {
+            let path = id
+                .place
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            problems.error(
+                "account",
+                format!(
+                    "account and region name {named}, but its parameter path is that of pool {id}; expected account and region of {path} (or none: the path names them)"
+                ),
+            );
+            Err(())
+        }
+        (_, named) => Ok(named),
+    }
+}
+
 /// Staged promotion (`promotion`, a nodecycle extension): which upstream pool proves releases
 /// for this one, for how long, watched by which alarms, and how old an image must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -622,20 +678,28 @@ fn validate_promotion(value: &Value, problems: &mut Problems) -> Option<Promotio
                     continue;
                 };
                 let parts: Vec<&str> = text.split('/').collect();
-                let valid = parts.len() == 2
-                    && parts.iter().all(|p| {
-                        !p.is_empty()
-                            && p.len() <= 100
-                            && p.chars()
-                                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-                    });
+                let name_like = |p: &&str| {
+                    !p.is_empty()
+                        && p.len() <= 100
+                        && p.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                };
+                let valid = match parts.as_slice() {
+                    [_, _] => parts.iter().all(name_like),
+                    [account, region, cluster, name] => {
+                        place::is_account(account)
+                            && place::is_region(region)
+                            && [cluster, name].iter().all(|p| name_like(p))
+                    }
+                    _ => false,
+                };
                 if valid {
                     promotion.from = Some(text.to_string());
                 } else {
                     problems.error(
                         &path,
                         format!(
-                            "invalid pool {}; expected the upstream pool as cluster/name, e.g. test/general",
+                            "invalid pool {}; expected the upstream pool as cluster/name (the cell's own account and region), e.g. test/general, or as account/region/cluster/name, e.g. 111122223333/us-east-1/test/general",
                             quote(text)
                         ),
                     );

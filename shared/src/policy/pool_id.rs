@@ -1,5 +1,6 @@
-//! A pool's identity, `<cluster>/<name>`, with both names valid: the key of every record
-//! nodecycle writes for the pool, so nothing is written under a name that is not one.
+//! A pool's identity, `<cluster>/<name>` or `<account>/<region>/<cluster>/<name>`
+//! ([`super::place`]), with every part valid: the key of every record nodecycle writes for the
+//! pool, so nothing is written under a name that is not one.
 
 use std::fmt;
 
@@ -16,6 +17,8 @@ pub const MAX_NAME: usize = 63;
 /// holds `/`, `#`, `.`, spaces or control characters.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PoolId {
+    /// The cluster's account and region; `None` = the cell's own.
+    pub place: Option<super::Place>,
     /// EKS cluster name.
     pub cluster: String,
     /// Pool name.
@@ -29,7 +32,11 @@ impl PoolId {
         let cluster = check(cluster, "cluster", true, &mut problems);
         let name = check(name, "name", false, &mut problems);
         match (cluster, name) {
-            (Some(cluster), Some(name)) => Ok(PoolId { cluster, name }),
+            (Some(cluster), Some(name)) => Ok(PoolId {
+                place: None,
+                cluster,
+                name,
+            }),
             _ => Err(problems
                 .errors()
                 .map(ToString::to_string)
@@ -38,11 +45,26 @@ impl PoolId {
         }
     }
 
-    /// Parses `<cluster>/<name>`.
+    /// Parses `<cluster>/<name>` or `<account>/<region>/<cluster>/<name>`.
     pub fn parse(text: &str) -> Result<PoolId, String> {
-        match text.split_once('/') {
-            Some((cluster, name)) => PoolId::new(cluster, name),
-            None => Err(format!("{} is not <cluster>/<name>", fields::quote(text))),
+        let parts: Vec<&str> = text.splitn(5, '/').collect();
+        match parts.as_slice() {
+            [account, region, cluster, name] if super::place::is_account(account) => {
+                let place = super::Place::new(account, region);
+                let id = PoolId::new(cluster, name);
+                match (place, id) {
+                    (Ok(place), Ok(id)) => Ok(PoolId {
+                        place: Some(place),
+                        ..id
+                    }),
+                    (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                }
+            }
+            _ => match text.split_once('/') {
+                Some((cluster, name)) => PoolId::new(cluster, name),
+                None => Err(format!("{} is not <cluster>/<name>", fields::quote(text))),
+            },
         }
     }
 }
@@ -69,7 +91,11 @@ pub(super) fn check(
 
 impl fmt::Display for PoolId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.cluster, self.name)
+        f.write_str(&super::place::pool_id(
+            self.place.as_ref(),
+            &self.cluster,
+            &self.name,
+        ))
     }
 }
 
@@ -92,9 +118,18 @@ mod tests {
             "prod/gen eral",
             "prod/-x",
             "prod/a.b",
+            "1/eu-west-1/prod/general",
+            "111122223333/mars-1/prod/general",
+            "111122223333/eu-west-1/prod/a.b",
+            "111122223333/eu-west-1/prod",
+            "111122223333/eu-west-1/prod/general/x",
         ] {
             assert!(PoolId::parse(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            PoolId::parse("111122223333/eu-west-1/prod/general").map(|p| p.to_string()),
+            Ok("111122223333/eu-west-1/prod/general".into())
+        );
         let long = format!("prod/{}", "a".repeat(300));
         let e = PoolId::parse(&long).unwrap_err();
         assert!(e.contains("name: too long (300 characters)"), "{e}");

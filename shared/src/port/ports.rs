@@ -46,6 +46,8 @@ pub struct Ports {
     /// Where handlers put their metrics ([`crate::metrics::NoMetrics`] unless a Lambda's
     /// `main.rs` chooses [`crate::metrics::EmfStdout`]).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
+    /// The ports of pools in other accounts and regions ([`crate::members`]).
+    pub members: Arc<dyn crate::members::Members>,
     /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
     #[cfg(feature = "kube")]
     pub kube: Arc<dyn KubeConnector>,

@@ -256,6 +256,7 @@ impl Adapters {
                 self.clients.cloudwatch.clone(),
             )),
             metrics: Arc::new(nodecycle::metrics::NoMetrics),
+            members: Arc::new(nodecycle::members::OwnOnly),
         }
     }
 
@@ -289,6 +290,7 @@ impl Adapters {
                 ..Settings::default()
             },
             metrics: Arc::new(nodecycle::metrics::NoMetrics),
+            members: Arc::new(nodecycle::members::OwnOnly),
         }
     }
 
@@ -309,6 +311,7 @@ impl Adapters {
                 self.clients.cloudwatch.clone(),
             )),
             node_group_wave: rotator.settings.node_group_wave,
+            members: rotator.members,
         }
     }
 

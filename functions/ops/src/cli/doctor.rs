@@ -102,7 +102,22 @@ pub async fn run(args: Args) -> u8 {
             .filter(|p| !p.trim().is_empty())
             .unwrap_or_else(|| nodecycle::policy::source::DEFAULT_PREFIX.to_owned()),
     };
-    let report = doctor::run::diagnose(ports, &options).await;
+    // Members through their spoke roles (NODECYCLE_SERVED_ACCOUNTS, NODECYCLE_MEMBER_ROLE).
+    let common = match nodecycle::wiring::Common::without_table(&nodecycle::wiring::process_env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nodecycle doctor: {}", e.message);
+            return 2;
+        }
+    };
+    let cell = common.ports(&config);
+    let spokes = nodecycle::aws::members::Spokes(nodecycle::aws::members::AwsMembers::new(
+        &config,
+        cell,
+        Ok(common.members.clone()),
+        common.adapters_fn(),
+    ));
+    let report = doctor::run::diagnose_organisation(ports, &spokes, &options).await;
     if args.json {
         super::print_json(&report.to_json());
     } else {

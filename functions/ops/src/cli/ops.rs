@@ -5,12 +5,18 @@
 
 use serde_json::{Value, json};
 
-/// `nodecycle status [POOL]`
+/// `nodecycle status [POOL] [--account A] [--region R]`
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// `<cluster>/<name>`; every pool when omitted.
+    /// `<cluster>/<name>` or `<account>/<region>/<cluster>/<name>`; every pool when omitted.
     #[arg(value_name = "POOL")]
     pool: Option<String>,
+    /// Only the pools of this account (12 digits; the cell's own pools are its account's).
+    #[arg(long, value_name = "ACCOUNT")]
+    account: Option<String>,
+    /// Only the pools of this region.
+    #[arg(long, value_name = "REGION")]
+    region: Option<String>,
 }
 
 /// `nodecycle rotate POOL (--instance I... | --all) --reason R`
@@ -120,10 +126,19 @@ fn with_reason(mut v: Value, reason: Option<String>) -> Value {
 
 /// The request of `nodecycle status`.
 pub fn status_request(a: StatusArgs) -> Value {
-    match a.pool {
+    let mut v = match a.pool {
         Some(p) => json!({"action": "status", "pool": p}),
         None => json!({"action": "status"}),
+    };
+    if let Some(o) = v.as_object_mut() {
+        if let Some(account) = a.account {
+            o.insert("account".into(), json!(account));
+        }
+        if let Some(region) = a.region {
+            o.insert("region".into(), json!(region));
+        }
     }
+    v
 }
 
 /// The request of `nodecycle rotate`.

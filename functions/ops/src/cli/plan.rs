@@ -33,6 +33,11 @@ pub async fn run(args: Args) -> u8 {
         Err(e) => return fail(e.message),
     };
     let rotator = wiring.rotator(&nodecycle::aws::load_config().await);
+    // The pool's account and region: its member's ports.
+    let rotator = match rotator.at(policy.place.as_ref()).await {
+        Ok(r) => r,
+        Err(e) => return fail(e.to_string()),
+    };
     let kube = match rotator.kube.connect(&policy.cluster).await {
         Ok(k) => k,
         Err(e) => return fail(format!("cluster {} unreachable: {e}", policy.cluster)),

@@ -22,6 +22,12 @@ pub struct Args {
     /// Policy files (YAML or JSON); with --live, pools (`<cluster>/<name>`; default every pool).
     #[arg(value_name = "POLICY_FILE|POOL")]
     inputs: Vec<String>,
+    /// With --live: only the pools of this account (12 digits).
+    #[arg(long, value_name = "ACCOUNT", requires = "live")]
+    account: Option<String>,
+    /// With --live: only the pools of this region.
+    #[arg(long, value_name = "REGION", requires = "live")]
+    region: Option<String>,
     /// Forecast the live fleet from now: each pool's nodes, rotations and desired AMI as
     /// `status` reads them (read-only).
     #[arg(long)]
@@ -77,7 +83,8 @@ pub async fn run(args: Args) -> u8 {
         return refuse(format!("--{e}"));
     }
     let pools = if args.live {
-        match live(&args.inputs, settings.from).await {
+        let only = (args.account.as_deref(), args.region.as_deref());
+        match live(&args.inputs, only, settings.from).await {
             Ok(p) => p,
             Err(code) => return code,
         }
@@ -196,7 +203,11 @@ fn node_counts(values: &[String], policies: &[Policy]) -> Result<BTreeMap<String
 /// Each pool's state as `status` reads it (the rotator's `preview`: snapshot and, for a managed
 /// node group, its update record as `DescribeUpdate` reports it now, without writing it), plus
 /// the node group's status. Read-only: no lease, no write.
-async fn live(pools: &[String], now: DateTime<Utc>) -> Result<Vec<PoolStart>, u8> {
+async fn live(
+    pools: &[String],
+    (account, region): (Option<&str>, Option<&str>),
+    now: DateTime<Utc>,
+) -> Result<Vec<PoolStart>, u8> {
     nodecycle::logging::init();
     let fail = |e: String| {
         super::print_json(&json!({ "error": e }));
@@ -232,9 +243,26 @@ async fn live(pools: &[String], now: DateTime<Utc>) -> Result<Vec<PoolStart>, u8
         )));
     }
     policies.retain(|p| pools.is_empty() || pools.contains(&p.pool_id()));
+    if let Some(bad) = account.filter(|a| !nodecycle::policy::place::is_account(a)) {
+        return Err(refuse(format!(
+            "--account {bad:?} is not an account id; expected 12 digits"
+        )));
+    }
+    if let Some(bad) = region.filter(|r| !nodecycle::policy::place::is_region(r)) {
+        return Err(refuse(format!(
+            "--region {bad:?} is not a region name; expected one such as eu-west-1"
+        )));
+    }
+    let cell = rotator.members.cell().await.ok();
+    policies
+        .retain(|p| nodecycle::members::selected(p.place.as_ref(), cell.as_ref(), account, region));
     let mut out = Vec::new();
     for policy in policies {
         let pool = policy.pool_id();
+        let rotator = rotator
+            .at(policy.place.as_ref())
+            .await
+            .map_err(|e| fail(format!("{pool}: {e}")))?;
         let kube = rotator.kube.connect(&policy.cluster).await.map_err(|e| {
             fail(format!(
                 "{pool}: cluster {} unreachable: {e}",

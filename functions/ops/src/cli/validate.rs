@@ -96,6 +96,7 @@ async fn live(files: &[String]) -> u8 {
         group_updates: false,
         served_accounts: String::new(),
         served_regions: String::new(),
+        members: Default::default(),
     }
     .ports(&config);
     let settings = match nodecycle::wiring::RotatorConfig::settings(&nodecycle::wiring::process_env)

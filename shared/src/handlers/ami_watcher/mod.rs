@@ -48,6 +48,8 @@ pub struct AmiWatcher {
     pub alarms: Arc<dyn crate::promotion::AlarmStates>,
     /// Where `ResolutionFailures` per pool goes (EMF on stdout in the Lambda).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
+    /// The ports of pools in other accounts and regions.
+    pub members: Arc<dyn crate::members::Members>,
 }
 
 /// What happened to one pool in a pass.
@@ -167,7 +169,7 @@ impl AmiWatcher {
             ))
         })?;
         // Promotion chains are checked across every policy of the pass.
-        let chains: BTreeMap<String, Option<String>> = docs
+        let mut chains: BTreeMap<String, Option<String>> = docs
             .iter()
             .filter_map(|d| policy::parse_document(d).policy)
             .map(|p| {
@@ -175,6 +177,15 @@ impl AmiWatcher {
                 (p.pool_id(), from)
             })
             .collect();
+        // An upstream in another account or region may be another cell's pool: its soak ledger
+        // is read from the shared table like any other (a chain ends there for this cell).
+        let elsewhere: Vec<String> = chains
+            .values()
+            .flatten()
+            .filter(|up| crate::policy::place::place_of(up).is_some() && !chains.contains_key(*up))
+            .cloned()
+            .collect();
+        chains.extend(elsewhere.into_iter().map(|up| (up, None)));
         let chain_problems: BTreeMap<String, String> =
             if matches!(trigger, WatcherTrigger::Pass { .. }) {
                 crate::promotion::chain_problems(&chains)
@@ -191,6 +202,7 @@ impl AmiWatcher {
             self.groups.as_ref(),
         );
         let mut outcomes = Vec::new();
+        let mut member_calls: BTreeMap<&'static str, u32> = BTreeMap::new();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
         for doc in docs {
             let parsed = policy::parse_document(&doc);
@@ -239,10 +251,30 @@ impl AmiWatcher {
                 );
                 continue;
             }
-            outcomes.push(
-                self.resolve_pool(&resolver, &policy, &doc.source, &quarantined, now)
-                    .await,
-            );
+            // Every AWS call for the pool through its member's ports, in the pool's region.
+            let outcome = match self.at(policy.place.as_ref()).await {
+                Ok(None) => {
+                    self.resolve_pool(&resolver, &policy, &doc.source, &quarantined, now)
+                        .await
+                }
+                Ok(Some(member)) => {
+                    let there = Resolver::new(
+                        member.parameters.as_ref(),
+                        member.images.as_ref(),
+                        member.clusters.as_ref(),
+                        member.groups.as_ref(),
+                    );
+                    let outcome = member
+                        .resolve_pool(&there, &policy, &doc.source, &quarantined, now)
+                        .await;
+                    for (op, n) in there.calls() {
+                        *member_calls.entry(op).or_default() += n;
+                    }
+                    outcome
+                }
+                Err(e) => self.unserved(&policy, &doc.source, &e, now).await,
+            };
+            outcomes.push(outcome);
         }
         let records: Vec<crate::metrics::Record> = outcomes
             .iter()
@@ -252,10 +284,14 @@ impl AmiWatcher {
             })
             .collect();
         self.metrics.emit(&records, now);
+        let mut aws_calls = resolver.calls();
+        for (op, n) in member_calls {
+            *aws_calls.entry(op).or_default() += n;
+        }
         let report = Report {
             trigger: label,
             pools: outcomes,
-            aws_calls: resolver.calls(),
+            aws_calls,
         };
         tracing::info!(trigger = %report.trigger, pools = report.pools.len(), calls = ?report.aws_calls, "pass complete");
         serde_json::to_value(&report).map_err(|e| HandlerError::internal(e.to_string()))
@@ -487,12 +523,7 @@ impl AmiWatcher {
                 );
             }
             Need::Upstream(pool) => {
-                facts.upstream = Some(
-                    self.state
-                        .pool(&pool)
-                        .await
-                        .map_err(|e| e.to_string()),
-                );
+                facts.upstream = Some(self.state.pool(&pool).await.map_err(|e| e.to_string()));
             }
             Need::Alarms(names) => {
                 facts.alarms = Some(self.alarms.states(&names).await.map_err(|e| e.to_string()));
@@ -616,6 +647,54 @@ impl AmiWatcher {
 }
 
 impl AmiWatcher {
+    /// This watcher for a pool at `place`, its AWS ports those of the place's member:
+    /// `Ok(None)` for the cell's own place (this watcher).
+    async fn at(
+        &self,
+        place: Option<&crate::policy::Place>,
+    ) -> Result<Option<Self>, crate::members::MemberError> {
+        let Some(place) = place else { return Ok(None) };
+        Ok(self.members.ports(place).await?.map(|p| AmiWatcher {
+            parameters: p.parameters,
+            images: p.images,
+            clusters: p.clusters,
+            groups: p.node_groups,
+            alarms: p.alarms,
+            ..self.clone()
+        }))
+    }
+
+    /// A pool whose member is not served (or whose spoke role cannot be assumed): the error
+    /// on its record (its desired AMI kept) and in the report.
+    async fn unserved(
+        &self,
+        policy: &Policy,
+        source: &str,
+        e: &crate::members::MemberError,
+        now: DateTime<Utc>,
+    ) -> PoolOutcome {
+        let pool = policy.pool_id();
+        let message = e.to_string();
+        tracing::error!(pool = %pool, source = %source, decision = "failed", reason = %message, "member not served; the pool keeps its desired AMI");
+        let obs = Observation::Failed {
+            at: now,
+            message: message.clone(),
+        };
+        let desired = match self.record(&pool, &obs).await {
+            Ok((before, _)) => before.desired.map(|a| a.id),
+            Err(_) => None,
+        };
+        PoolOutcome {
+            pool: Some(pool),
+            source: source.to_string(),
+            status: "failed",
+            previous: desired.clone(),
+            desired,
+            error: Some(message),
+            waiting: None,
+        }
+    }
+
     /// The watcher over `ports`.
     pub fn new(ports: &crate::port::Ports) -> Self {
         AmiWatcher {
@@ -628,6 +707,7 @@ impl AmiWatcher {
             announce: crate::announce::Announcer::new(ports.store.clone(), ports.events.clone()),
             alarms: ports.alarms.clone(),
             metrics: ports.metrics.clone(),
+            members: ports.members.clone(),
         }
     }
 }

@@ -131,6 +131,9 @@ pub struct InterruptionHandler {
     pub settings: Settings,
     /// Where `InterruptionsHandled` per pool goes (EMF on stdout in the Lambda).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
+    /// The ports of the members whose events are served (routed by the envelope's account
+    /// and region).
+    pub members: Arc<dyn crate::members::Members>,
 }
 
 /// What was done about one instance.
@@ -279,9 +282,44 @@ impl InterruptionHandler {
         // Verified before anything is written: who the event is about, and what EC2 says of
         // the instance (a state change: its state; a lifecycle action: its group), whose hook
         // a lifecycle action is.
-        if let Err(why) = self.verify(&c).await {
-            return Ok(refused(&c, why));
-        }
+        let place = match self.verify(&c).await {
+            Ok(place) => place,
+            Err(why) => return Ok(refused(&c, why)),
+        };
+        // Routed by the envelope: every call about the event through its account's ports,
+        // and only pools of that account and region can own its instance.
+        let routed = match place.as_ref() {
+            None => None,
+            Some(p) => match self.members.ports(p).await {
+                Ok(ports) => ports.map(|ports| InterruptionHandler {
+                    instances: ports.instances,
+                    lifecycle: ports.lifecycle,
+                    kube: ports.kube,
+                    ..self.clone()
+                }),
+                Err(e) => return Ok(refused(&c, e.to_string())),
+            },
+        };
+        let this = routed.as_ref().unwrap_or(self);
+        this.handle_verified(&c, place, &clock, deadline).await
+    }
+
+    /// [`Self::handle`] for an event whose account and region are served (`place`: `None` for
+    /// the cell's own), by the handler with that place's ports.
+    async fn handle_verified(
+        &self,
+        c: &ClassifiedEvent,
+        place: Option<crate::policy::Place>,
+        clock: &Clock,
+        deadline: Instant,
+    ) -> Result<Value, HandlerError> {
+        let (c, clock) = (c, *clock);
+        let kind = c.event.kind();
+        let cell = self.members.cell().await.ok();
+        let at_place = |p: &PoolRef| match &place {
+            None => p.place.is_none() || p.place == cell,
+            Some(place) => p.place.as_ref() == Some(place),
+        };
         let first_instance = match &c.event {
             Interruption::InterruptionWarning { instance_id, .. }
             | Interruption::Rebalance { instance_id }
@@ -296,7 +334,7 @@ impl InterruptionHandler {
                     .await
                     .map_err(internal)?;
                 if let Err(why) = verify::state_claim(state, info.as_ref()) {
-                    return Ok(refused(&c, why));
+                    return Ok(refused(c, why));
                 }
                 Some(info)
             }
@@ -308,7 +346,7 @@ impl InterruptionHandler {
                     .map_err(internal)?;
                 let hook = &self.settings.lifecycle_hook;
                 if let Err(why) = verify::lifecycle_claim(a, hook, info.as_ref()) {
-                    return Ok(refused(&c, why));
+                    return Ok(refused(c, why));
                 }
                 None
             }
@@ -318,11 +356,7 @@ impl InterruptionHandler {
         let event_key = c.id.as_deref().map(ClaimKey::event);
         let claim = async {
             match &event_key {
-                Some(key) => self
-                    .claims()
-                    .claim(key, kind, clock.now())
-                    .await
-                    .map(Some),
+                Some(key) => self.claims().claim(key, kind, clock.now()).await.map(Some),
                 None => Ok(None),
             }
         };
@@ -334,6 +368,8 @@ impl InterruptionHandler {
             }
         };
         let (claim, policies, info) = tokio::join!(claim, self.load_policies(), lookup);
+        let policies =
+            policies.map(|all| all.into_iter().filter(|p| at_place(p)).collect::<Vec<_>>());
         let version = match claim.map_err(internal)? {
             Some(Claim::Taken(doc)) => {
                 tracing::info!(event_id = c.id.as_deref().unwrap_or(""), kind, decision = "duplicate", status = ?doc.map(|d| d.status), "event already handled or being handled");
@@ -344,7 +380,7 @@ impl InterruptionHandler {
         };
         let result = match (policies, info) {
             (Err(e), _) | (_, Err(e)) => Err(internal(e)),
-            (Ok(policies), Ok(info)) => self.dispatch(&c, &policies, info, &clock, deadline).await,
+            (Ok(policies), Ok(info)) => self.dispatch(c, &policies, info, &clock, deadline).await,
         };
         if let (Some(key), Some(v)) = (&event_key, version) {
             let status = if result.is_ok() {
@@ -358,9 +394,9 @@ impl InterruptionHandler {
         }
         let outcomes = result?;
         for o in &outcomes {
-            log_outcome(&c, o);
+            log_outcome(c, o);
             if let Some(pool) = &o.pool {
-                self.record(&c, pool, o, &clock).await;
+                self.record(c, pool, o, &clock).await;
             }
         }
         let mut handled: BTreeMap<&str, u32> = BTreeMap::new();
@@ -396,16 +432,16 @@ impl InterruptionHandler {
         Ok(json!({"event": c.id, "kind": kind, "outcomes": outcomes}))
     }
 
-    /// Checks that an event is about an account and region this deployment serves.
-    /// `Err(why)` refuses it.
-    async fn verify(&self, c: &ClassifiedEvent) -> Result<(), String> {
+    /// Checks that an event is about an account and region this deployment serves, and which:
+    /// `None` for the cell's own, else the member's place. `Err(why)` refuses it.
+    async fn verify(&self, c: &ClassifiedEvent) -> Result<Option<crate::policy::Place>, String> {
         if matches!(c.event, Interruption::Tick | Interruption::Ignored { .. }) {
-            return Ok(());
+            return Ok(None);
         }
         let served = self.deployment.served().await.map_err(|e| {
             format!("cannot tell which accounts are served ({e}); acting on nothing")
         })?;
-        served.check(c.account.as_deref(), c.region.as_deref())
+        served.route(c.account.as_deref(), c.region.as_deref())
     }
 
     /// The pools of every document: only what locating an instance's pool and reacting needs
@@ -578,8 +614,8 @@ impl InterruptionHandler {
         deadline: Instant,
     ) -> Result<Outcome, HandlerError> {
         let pool = policy.pool_id();
-        let key = claim_of(&c.event)
-            .map(|(kind, what)| (ClaimKey::work(&pool, instance_id, kind), what));
+        let key =
+            claim_of(&c.event).map(|(kind, what)| (ClaimKey::work(&pool, instance_id, kind), what));
         let claim = match &key {
             Some((claim_key, what)) => Some(
                 self.claims()
@@ -721,6 +757,7 @@ impl InterruptionHandler {
             kube: ports.kube.clone(),
             settings,
             metrics: ports.metrics.clone(),
+            members: ports.members.clone(),
         }
     }
 }

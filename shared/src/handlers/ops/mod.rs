@@ -113,6 +113,8 @@ pub struct OpsHandler {
     /// The rotator's expected node group update wave ([`Settings::node_group_wave`]), for
     /// `status`'s plan.
     pub node_group_wave: std::time::Duration,
+    /// The ports of pools in other accounts and regions.
+    pub members: Arc<dyn crate::members::Members>,
 }
 
 /// `InvalidRequest` listing the problems, at most [`MAX_PROBLEMS`] of them.
@@ -185,8 +187,20 @@ impl OpsHandler {
                 .iter()
                 .filter(|i| pool.is_none() || i.pool.as_ref() == pool.as_ref())
                 .collect();
+            let (account, region) = place_filter(payload)?;
+            let cell = self.members.cell().await.ok();
             let selected: Vec<&Policy> = match pool {
-                None => policies.values().collect(),
+                None => policies
+                    .values()
+                    .filter(|p| {
+                        crate::members::selected(
+                            p.place.as_ref(),
+                            cell.as_ref(),
+                            account.as_deref(),
+                            region.as_deref(),
+                        )
+                    })
+                    .collect(),
                 // An invalid policy's pool is shown as such, not as unknown.
                 Some(_) if !invalid.is_empty() => Vec::new(),
                 Some(p) => vec![find(&policies, p)?],
@@ -239,7 +253,26 @@ impl OpsHandler {
         let audit = self
             .audit_start(AuditScope::Pool(&pool), payload, inv, now)
             .await?;
-        let result = match &req {
+        // Every AWS call for the pool through its member's ports.
+        let member = self.at(policy.place.as_ref()).await;
+        let result = match (&req, member) {
+            (_, Err(e)) => Err(invalid1(e.to_string())),
+            (req, Ok(ops)) => ops.pool_request(req, policy, inv, now).await,
+        };
+        self.audit_finish(&audit, payload, inv, &result, now).await;
+        log_outcome(inv, Some(&pool), None, req.action(), &result);
+        result
+    }
+
+    /// A request about one pool, by the handler with the pool's member's ports.
+    async fn pool_request(
+        &self,
+        req: &Request,
+        policy: &Policy,
+        inv: &Invocation,
+        now: DateTime<Utc>,
+    ) -> Result<Value, HandlerError> {
+        match req {
             Request::Rotate {
                 target,
                 reason,
@@ -306,10 +339,29 @@ impl OpsHandler {
             | Request::Unquarantine { .. }
             | Request::Stop { .. }
             | Request::Start { .. } => Err(internal("handled above")),
+        }
+    }
+
+    /// This handler for a pool at `place`: its groups', managed node groups', Kubernetes,
+    /// images' and alarms' ports those of the place's member; the cell's own place (or `None`) is this handler.
+    pub async fn at(
+        &self,
+        place: Option<&crate::policy::Place>,
+    ) -> Result<OpsHandler, crate::members::MemberError> {
+        let Some(place) = place else {
+            return Ok(self.clone());
         };
-        self.audit_finish(&audit, payload, inv, &result, now).await;
-        log_outcome(inv, Some(&pool), None, req.action(), &result);
-        result
+        Ok(match self.members.ports(place).await? {
+            None => self.clone(),
+            Some(p) => OpsHandler {
+                groups: p.groups,
+                managed: p.managed,
+                kube: p.kube,
+                images: p.images,
+                alarms: p.alarms,
+                ..self.clone()
+            },
+        })
     }
 
     /// Every valid policy by pool id, and every invalid document (the pool its path owns, if
@@ -546,6 +598,39 @@ fn log_outcome(
     }
 }
 
+/// The `account` and `region` a `status` request selects pools by (each optional); `Err` for
+/// one that is not a 12-digit account or a known region.
+fn place_filter(payload: &Value) -> Result<(Option<String>, Option<String>), HandlerError> {
+    let mut problems = Vec::new();
+    let mut get = |field: &str, ok: fn(&str) -> bool, expected: &str| match payload.get(field) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if ok(s) => Some(s.clone()),
+        Some(other) => {
+            let shown = match other {
+                Value::String(s) => crate::problem::quote(s),
+                v => crate::problem::quote(&v.to_string()),
+            };
+            problems.push(format!("{field}: {shown} is not {expected}"));
+            None
+        }
+    };
+    let account = get(
+        "account",
+        crate::policy::place::is_account,
+        "an account id; expected 12 digits",
+    );
+    let region = get(
+        "region",
+        crate::policy::place::is_region,
+        "a region name; expected one such as eu-west-1",
+    );
+    if problems.is_empty() {
+        Ok((account, region))
+    } else {
+        Err(invalid(problems))
+    }
+}
+
 fn find<'a>(
     policies: &'a BTreeMap<String, Policy>,
     pool: &str,
@@ -592,6 +677,7 @@ impl OpsHandler {
             images: ports.images.clone(),
             alarms: ports.alarms.clone(),
             node_group_wave: settings.node_group_wave,
+            members: ports.members.clone(),
         }
     }
 

@@ -626,7 +626,9 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
     };
     let allowed = fields_of(action);
     for key in obj.keys() {
-        if !allowed.contains(&key.as_str()) {
+        // `status` also takes the `account` and `region` filters (read by the handler).
+        let filter = action == "status" && matches!(key.as_str(), "account" | "region");
+        if !allowed.contains(&key.as_str()) && !filter {
             f.problems.push(format!(
                 "{}: not a field of {action} (fields: {})",
                 shorten(key),

@@ -113,9 +113,12 @@ async fn pool_status(
     let mut budgets = Value::Null;
     let mut blocked = Value::Null;
     let mut rotations: Vec<Rotation> = Vec::new();
-    let snapshot = match ops.kube.connect(&policy.cluster).await {
-        Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
-        Ok(kube) => ops.planner().preview(policy, kube.as_ref(), now).await,
+    let snapshot = match ops.at(policy.place.as_ref()).await {
+        Err(e) => Err(e.to_string()),
+        Ok(ops) => match ops.kube.connect(&policy.cluster).await {
+            Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
+            Ok(kube) => ops.planner().preview(policy, kube.as_ref(), now).await,
+        },
     };
     let mut node_group_update = Value::Null;
     match snapshot {

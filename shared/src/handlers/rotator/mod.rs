@@ -112,6 +112,8 @@ pub struct RotatorHandler {
     pub settings: Settings,
     /// Where the per-pool metrics of each pass go (EMF on stdout in the Lambda).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
+    /// The ports of pools in other accounts and regions.
+    pub members: Arc<dyn crate::members::Members>,
 }
 
 /// What happened to one pool in a pass.
@@ -164,7 +166,7 @@ fn quarantine_sweeps(
     for q in quarantined.0.iter().filter(|q| !q.outbox.is_empty()) {
         let caused_in = match &q.cause {
             Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => {
-                pool.split_once('/').map(|(c, _)| c)
+                Some(crate::policy::place::scope_of(pool))
             }
             Cause::Operator { .. } => None,
         };
@@ -352,12 +354,14 @@ impl RotatorHandler {
                 Some(p) if !seen.insert(p.pool_id()) => {
                     tracing::warn!(source = %doc.source, pool = %p.pool_id(), decision = "skipped", "pool defined twice; the ami-watcher reports why")
                 }
+                // One lease per scope: the cluster, with its account and region when named.
                 Some(p) if selection.includes(&p.cluster, &p.pool_id()) => {
-                    configured.insert(p.cluster.clone());
-                    by_cluster.entry(p.cluster.clone()).or_default().push(p)
+                    let scope = crate::policy::place::scope_of(&p.pool_id()).to_string();
+                    configured.insert(scope.clone());
+                    by_cluster.entry(scope).or_default().push(p)
                 }
                 Some(p) => {
-                    configured.insert(p.cluster);
+                    configured.insert(crate::policy::place::scope_of(&p.pool_id()).to_string());
                 }
                 None => {
                     tracing::warn!(source = %doc.source, decision = "skipped", "invalid policy; the ami-watcher reports why")
@@ -378,13 +382,21 @@ impl RotatorHandler {
         let mut tasks = JoinSet::new();
         let mut names = BTreeMap::new();
         let mut sweeps = quarantine_sweeps(&quarantined, &configured, &by_cluster.keys().collect());
+        let mut unserved = Vec::new();
         for (cluster, policies) in by_cluster {
-            let (this, holder, permits, quarantined) = (
-                self.clone(),
-                holder.clone(),
-                permits.clone(),
-                quarantined.clone(),
-            );
+            // Every AWS and Kubernetes call for a pool through its member's ports.
+            let this = match self
+                .at(policies.first().and_then(|p| p.place.as_ref()))
+                .await
+            {
+                Ok(this) => this,
+                Err(e) => {
+                    unserved.push((cluster, policies, e));
+                    continue;
+                }
+            };
+            let (holder, permits, quarantined) =
+                (holder.clone(), permits.clone(), quarantined.clone());
             let sweep = sweeps.remove(&cluster).unwrap_or_default();
             let name = cluster.clone();
             let task = tasks.spawn(async move {
@@ -403,6 +415,21 @@ impl RotatorHandler {
         }
         let mut clusters = BTreeMap::new();
         let mut by_name: BTreeMap<String, Vec<PoolReport>> = BTreeMap::new();
+        // A member whose ports cannot be had: its pools say why, the others go on.
+        for (cluster, policies, e) in unserved {
+            tracing::error!(cluster = %cluster, error = %e, decision = "blocked", "member not served");
+            clusters.insert(cluster.clone(), format!("failed: {e}"));
+            let reports = policies
+                .iter()
+                .map(|p| PoolReport {
+                    pool: p.pool_id(),
+                    blocked: Some(e.to_string()),
+                    errors: vec![e.to_string()],
+                    ..PoolReport::default()
+                })
+                .collect();
+            by_name.insert(cluster, reports);
+        }
         while let Some(joined) = tasks.join_next_with_id().await {
             match joined {
                 Ok((id, (status, pools))) => {
@@ -457,7 +484,8 @@ impl RotatorHandler {
             };
             // Under the cluster's lease, so two passes never put the same leftover event.
             self.announce.sweep_quarantine(&sweep, now).await;
-            let view = match self.kube.connect(cluster).await {
+            let name = policies.first().map_or(cluster, |p| p.cluster.as_str());
+            let view = match self.kube.connect(name).await {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
                 )),
@@ -846,6 +874,29 @@ impl RotatorHandler {
         })
     }
 
+    /// This rotator for pools at `place`: its AWS and Kubernetes ports those of the place's
+    /// member ([`crate::members::Members`]); table, bus and metrics stay the cell's. `None` (or
+    /// the cell's own place) is this rotator.
+    pub async fn at(
+        &self,
+        place: Option<&crate::policy::Place>,
+    ) -> Result<Self, crate::members::MemberError> {
+        let Some(place) = place else {
+            return Ok(self.clone());
+        };
+        Ok(match self.members.ports(place).await? {
+            None => self.clone(),
+            Some(p) => RotatorHandler {
+                groups: p.groups,
+                managed: p.managed,
+                parameters: p.parameters,
+                node_groups: p.node_groups,
+                kube: p.kube,
+                ..self.clone()
+            },
+        })
+    }
+
     /// The rotator over `ports`.
     pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
         RotatorHandler {
@@ -859,6 +910,7 @@ impl RotatorHandler {
             kube: ports.kube.clone(),
             settings,
             metrics: ports.metrics.clone(),
+            members: ports.members.clone(),
         }
     }
 }

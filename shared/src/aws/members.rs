@@ -1,0 +1,246 @@
+//! [`AwsMembers`]: the [`Members`] adapter. The ports of a member account are the SDK clients
+//! of an SDK configuration in the pool's region whose credentials come from aws-config's
+//! [`AssumeRoleProvider`] on the member's spoke role (with the configured external id), behind
+//! the SDK's lazy identity cache (refreshed [`crate::members::REFRESH_BEFORE`] before expiry).
+//! They are built once per place and reused by every later pass of the process; a role that
+//! cannot be assumed is that place's error (not cached: the next pass tries again).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_config::identity::IdentityCache;
+use aws_config::sts::AssumeRoleProvider;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+
+use crate::members::{self, MemberConfig, MemberError, Members, Serve};
+use crate::policy::Place;
+use crate::port::{PortError, Ports};
+
+/// Builds the AWS and Kubernetes adapters over an SDK configuration (the wiring's, so a
+/// member's adapters are configured as the cell's).
+pub type Adapters = Arc<dyn Fn(&aws_config::SdkConfig) -> Ports + Send + Sync>;
+
+/// Members over the SDK: the cell's own ports for its own place, assumed-role clients for the
+/// members.
+pub struct AwsMembers {
+    base: aws_config::SdkConfig,
+    own: Ports,
+    adapters: Adapters,
+    config: Result<MemberConfig, String>,
+    built: tokio::sync::Mutex<HashMap<Place, Ports>>,
+}
+
+impl AwsMembers {
+    /// Over the cell's SDK configuration `base` (the credentials the roles are assumed with)
+    /// and its ports `own` (table, policies, bus and metrics are the cell's for every member),
+    /// with the role pattern and external id `config` (an `Err` is every member's error: fail
+    /// closed on a configuration mistake, the cell's own pools go on).
+    pub fn new(
+        base: &aws_config::SdkConfig,
+        own: Ports,
+        config: Result<MemberConfig, String>,
+        adapters: Adapters,
+    ) -> Self {
+        AwsMembers {
+            base: base.clone(),
+            own,
+            adapters,
+            config,
+            built: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The SDK configuration of `serve` (not the cell's own), after checking the credentials
+    /// can be had (one AssumeRole for a member).
+    async fn sdk_for(&self, serve: &Serve) -> Result<aws_config::SdkConfig, MemberError> {
+        let region = |place: &Place| aws_config::Region::new(place.region.clone());
+        match serve {
+            Serve::Own => Ok(self.base.clone()),
+            Serve::OwnAccount(place) => Ok(self.base.to_builder().region(region(place)).build()),
+            Serve::Member { place, role } => {
+                let config = self.config.as_ref().map_err(|e| MemberError {
+                    place: place.clone(),
+                    field: "account",
+                    role: None,
+                    message: e.clone(),
+                })?;
+                let mut builder = AssumeRoleProvider::builder(role.clone())
+                    .session_name(members::SESSION_NAME)
+                    .session_length(members::SESSION_LENGTH)
+                    .configure(&self.base);
+                if let Some(id) = &config.external_id {
+                    builder = builder.external_id(id.clone());
+                }
+                let provider = builder.build().await;
+                // Fail early with the role and the AWS error rather than on every call.
+                if let Err(e) = provider.provide_credentials().await {
+                    return Err(MemberError {
+                        place: place.clone(),
+                        field: "account",
+                        role: Some(role.clone()),
+                        message: aws_sdk_sts::error::DisplayErrorContext(&e).to_string(),
+                    });
+                }
+                Ok(self
+                    .base
+                    .to_builder()
+                    .region(region(place))
+                    .credentials_provider(SharedCredentialsProvider::new(provider))
+                    .identity_cache(
+                        IdentityCache::lazy()
+                            .buffer_time(members::REFRESH_BEFORE)
+                            .build(),
+                    )
+                    .build())
+            }
+        }
+    }
+
+    /// The ports over `sdk`, sharing the cell's table, policies, bus, metrics and served set.
+    fn ports_over(&self, sdk: &aws_config::SdkConfig) -> Ports {
+        let own = &self.own;
+        Ports {
+            policies: own.policies.clone(),
+            store: own.store.clone(),
+            deployment: own.deployment.clone(),
+            events: own.events.clone(),
+            metrics: own.metrics.clone(),
+            members: own.members.clone(),
+            ..(self.adapters)(sdk)
+        }
+    }
+}
+
+impl AwsMembers {
+    /// The SDK configuration of `place` and the identity it acts as (the spoke role, or the
+    /// cell's own credentials), after assuming the role once: what `nodecycle doctor` reads a
+    /// member through. `Err` as [`Members::ports`] says.
+    pub async fn sdk(&self, place: &Place) -> Result<(String, aws_config::SdkConfig), MemberError> {
+        let served = self
+            .own
+            .deployment
+            .served()
+            .await
+            .map_err(|e| MemberError {
+                place: place.clone(),
+                field: "account",
+                role: None,
+                message: format!("cannot tell which accounts this cell serves: {e}"),
+            })?;
+        let cell = served.cell().map_err(|e| MemberError {
+            place: place.clone(),
+            field: "account",
+            role: None,
+            message: e,
+        })?;
+        let config = self.config.clone().unwrap_or_default();
+        let serve = members::serve(place, &cell, &served, &config)?;
+        let who = match &serve {
+            Serve::Member { role, .. } => role.clone(),
+            Serve::Own | Serve::OwnAccount(_) => "the cell's own credentials".to_string(),
+        };
+        Ok((who, self.sdk_for(&serve).await?))
+    }
+}
+
+#[async_trait]
+impl Members for AwsMembers {
+    async fn cell(&self) -> Result<Place, PortError> {
+        self.own.deployment.cell().await
+    }
+
+    async fn ports(&self, place: &Place) -> Result<Option<Ports>, MemberError> {
+        if self.own.deployment.cell().await.ok().as_ref() == Some(place) {
+            return Ok(None);
+        }
+        // One build per place at a time: concurrent passes of a process wait for the first.
+        let mut built = self.built.lock().await;
+        if let Some(ports) = built.get(place) {
+            return Ok(Some(ports.clone()));
+        }
+        let (_, sdk) = self.sdk(place).await?;
+        let ports = self.ports_over(&sdk);
+        built.insert(place.clone(), ports.clone());
+        tracing::info!(place = %place, "member ports built");
+        Ok(Some(ports))
+    }
+}
+
+#[cfg(feature = "doctor")]
+mod doctor_reads {
+    //! `nodecycle doctor`'s reads of a member, through its spoke role.
+    use super::*;
+
+    /// doctor's reads in one account and region (a member's, through its spoke role).
+    pub struct Reads {
+        stacks: crate::aws::cloudformation::Stacks,
+        inventory: crate::aws::inventory::Inventory,
+        ssm: crate::aws::ssm::Ssm,
+        rbac: crate::kube::rbac::EksRbac,
+        rules: crate::aws::eventbridge::Rules,
+        node_types: crate::aws::nodegroup::NodeGroups,
+    }
+
+    impl Reads {
+        /// The reads over `config`.
+        pub fn new(config: &aws_config::SdkConfig) -> Reads {
+            let clients = crate::aws::Clients::new(config);
+            Reads {
+                stacks: crate::aws::cloudformation::Stacks::from_config(config),
+                inventory: crate::aws::inventory::Inventory::new(clients.clone()),
+                ssm: crate::aws::ssm::Ssm::new(clients.ssm.clone()),
+                rbac: crate::kube::rbac::EksRbac::new(config.clone()),
+                rules: crate::aws::eventbridge::Rules::from_config(config),
+                node_types: crate::aws::nodegroup::NodeGroups::new(
+                    clients.autoscaling.clone(),
+                    clients.ec2.clone(),
+                    clients.eks.clone(),
+                ),
+            }
+        }
+    }
+
+    impl crate::doctor::members::MemberReads for Reads {
+        fn ports(&self) -> crate::doctor::run::Ports<'_> {
+            crate::doctor::run::Ports {
+                stack: &self.stacks,
+                table: &self.inventory,
+                policies: &self.ssm,
+                groups: &self.inventory,
+                clusters: &self.inventory,
+                rbac: &self.rbac,
+                rules: &self.rules,
+                node_types: &self.node_types,
+            }
+        }
+    }
+
+    /// Members' spoke roles, assumed as the functions assume them.
+    pub struct Spokes(pub AwsMembers);
+
+    #[async_trait]
+    impl crate::doctor::members::SpokeRoles for Spokes {
+        async fn assume(
+            &self,
+            place: &crate::policy::Place,
+        ) -> (
+            String,
+            Result<Box<dyn crate::doctor::members::MemberReads>, crate::port::PortError>,
+        ) {
+            match self.0.sdk(place).await {
+                Ok((role, config)) => (role, Ok(Box::new(Reads::new(&config)))),
+                Err(e) => (
+                    e.role.clone().unwrap_or_default(),
+                    Err(crate::port::PortError::new(
+                        "sts:AssumeRole",
+                        crate::port::ErrorKind::Other,
+                        e.to_string(),
+                    )),
+                ),
+            }
+        }
+    }
+}
+#[cfg(feature = "doctor")]
+pub use doctor_reads::{Reads, Spokes};
