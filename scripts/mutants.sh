@@ -92,7 +92,8 @@ res="$out/mutants.out"
 count() { [ -f "$res/$1.txt" ] && grep -c . "$res/$1.txt" || echo 0; }
 echo "==> $(count caught) caught, $(count missed) missed, $(count unviable) unviable, $(count timeout) timeout in $((took / 60)) min $((took % 60)) s" >&2
 
-keys() { sed -e 's/[[:space:]]*$//' "$@" 2>/dev/null | grep . | LC_ALL=C sort; }
+# cargo-mutants writes "file:line:col: mutation" whatever --line-col says: drop line and column.
+keys() { sed -E -e 's/^([^:]+):[0-9]+:[0-9]+: /\1: /' -e 's/[[:space:]]*$//' "$@" 2>/dev/null | grep . | LC_ALL=C sort; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 keys "$res/missed.txt" >"$tmp/missed"
