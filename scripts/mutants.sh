@@ -89,11 +89,11 @@ esac
 took=$(( $(date +%s) - start ))
 
 res="$out/mutants.out"
-count() { [ -f "$res/$1.txt" ] && grep -c . "$res/$1.txt" || echo 0; }
+count() { cat "$res/$1.txt" 2>/dev/null | grep -c . || true; }
 echo "==> $(count caught) caught, $(count missed) missed, $(count unviable) unviable, $(count timeout) timeout in $((took / 60)) min $((took % 60)) s" >&2
 
 # cargo-mutants writes "file:line:col: mutation" whatever --line-col says: drop line and column.
-keys() { sed -E -e 's/^([^:]+):[0-9]+:[0-9]+: /\1: /' -e 's/[[:space:]]*$//' "$@" 2>/dev/null | grep . | LC_ALL=C sort; }
+keys() { sed -E -e 's/^([^:]+):[0-9]+:[0-9]+: /\1: /' -e 's/[[:space:]]*$//' "$@" 2>/dev/null | { grep . || true; } | LC_ALL=C sort; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 keys "$res/missed.txt" >"$tmp/missed"
