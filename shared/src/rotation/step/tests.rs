@@ -1348,3 +1348,121 @@ fn a_raise_above_max_size_counts_for_later_surges_of_the_pass() {
         "{plan:?}"
     );
 }
+
+/// Only old instances being cordoned, drained or terminated are `draining` (their nodes leave
+/// external load balancers); a surge, a wait for a replacement, an end or a give-back is not.
+#[test]
+fn draining_is_the_old_instances_on_their_way_out_only() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    members.push(counted(member("i-new1", NEW, 1, false), 0));
+    let gone = |r: Rotation| Rotation {
+        instance_id: "i-gone".into(),
+        ..r
+    };
+    // (rotation of i-old0 unless renamed, group (desired, max), command, draining).
+    let cases: Vec<(Rotation, (i32, i32), &str, bool)> = vec![
+        (rotation("i-old0", Step::Pending), (7, 10), "surge", false),
+        (rotation("i-old0", Step::Pending), (7, 7), "cordon", true),
+        (surging("i-old0", &base), (8, 10), "wait", false),
+        (surging("i-old0", &members), (8, 10), "wait", false),
+        (rotation("i-old0", Step::Cordoned), (7, 10), "cordon", true),
+        (
+            rotation("i-old0", Step::Draining),
+            (7, 10),
+            "drainStep",
+            true,
+        ),
+        (
+            gone(rotation("i-old0", Step::Draining)),
+            (7, 10),
+            "finish",
+            false,
+        ),
+        (
+            rotation("i-old0", Step::Terminating),
+            (7, 10),
+            "terminate",
+            true,
+        ),
+        (
+            surging("i-old0", &base)
+                .enter(Step::Done, t0())
+                .with_release(Release::Owed),
+            (7, 10),
+            "undoSurge",
+            false,
+        ),
+    ];
+    for (i, (r, (desired, max), name, draining)) in cases.into_iter().enumerate() {
+        let id = r.instance_id.clone();
+        let plan = run(&group(desired, 0, max), &members, &[r], t0());
+        assert_eq!(command(&plan, &id).name(), name, "case {i}: {plan:?}");
+        assert_eq!(
+            plan.draining.contains(&id),
+            draining,
+            "case {i} ({name}): {plan:?}"
+        );
+        assert!(
+            plan.draining.iter().all(|d| *d == id),
+            "case {i}: only the rotation's own instance"
+        );
+    }
+}
+
+/// The failure names what went wrong (the quarantine's reason) and its display what nodecycle
+/// did about it; a wait says what it waits for.
+#[test]
+fn failures_and_waits_say_what_and_why() {
+    let failure = |image: Option<&str>, fresh: &[&str]| Failure::ReplacementNotReady {
+        instance_id: "i-old0".into(),
+        timeout: Duration::from_secs(20 * 60),
+        image: image.map(str::to_string),
+        fresh: fresh.iter().map(|s| s.to_string()).collect(),
+    };
+    let f = failure(Some(NEW), &["i-new1", "i-new2"]);
+    let what = f.what();
+    for part in ["i-old0", "20m", NEW, "i-new1, i-new2"] {
+        assert!(what.contains(part), "{what:?} names {part}");
+    }
+    let shown = f.to_string();
+    assert!(shown.starts_with(&what), "{shown:?}");
+    assert!(
+        shown.contains("surge undone") && shown.contains("pool halted"),
+        "{shown:?}"
+    );
+    let unresolved = failure(None, &[]).what();
+    assert!(
+        unresolved.contains("an unresolved AMI") && unresolved.contains("none"),
+        "{unresolved:?}"
+    );
+    let waits = [
+        (
+            WaitReason::Replacement {
+                since: t0(),
+                instance: "i-new1".into(),
+            },
+            vec!["i-new1", "not Ready"],
+        ),
+        (
+            WaitReason::Launch {
+                since: t0(),
+                problem: Some("InsufficientInstanceCapacity".into()),
+            },
+            vec!["launch", "InsufficientInstanceCapacity"],
+        ),
+        (
+            WaitReason::Launch {
+                since: t0(),
+                problem: None,
+            },
+            vec!["launch", "pending"],
+        ),
+    ];
+    for (w, parts) in waits {
+        let shown = w.to_string();
+        for part in parts {
+            assert!(shown.contains(part), "{shown:?} names {part}");
+        }
+    }
+}
