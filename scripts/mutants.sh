@@ -5,11 +5,11 @@
 #
 #   scripts/mutants.sh                                  # every file of the pure core
 #   scripts/mutants.sh shared/src/promotion/ledger.rs   # only these files
-#   scripts/mutants.sh shared/src/rotation/step.rs --re 'Ctx::room'   # extra cargo-mutants options
+#   scripts/mutants.sh shared/src/budget/window.rs --re 'Window::gap_end'   # extra cargo-mutants options
 #
-# Arguments starting with `-` go to cargo-mutants as they are (`--re REGEX`, `--timeout SECS`, ...;
-# an option's value must follow it as `--re=REGEX` or as the next argument: the next argument is
-# taken as the value when the option is one of --re/-F, --exclude-re/-E, --timeout/-t, --shard).
+# Arguments starting with `-` go to cargo-mutants as they are (`--re REGEX`, `--exclude-re REGEX`,
+# `--shard 1/4`, ...; the next argument is taken as the value of --re/-F, --exclude-re/-E and
+# --shard). The timeout is MUTANTS_TIMEOUT's.
 #
 # The survivors (cargo-mutants' "missed") are compared with scripts/mutants-baseline.txt, keyed by
 # file and mutation without line numbers ("shared/src/x.rs: replace + with - in f"), so an edit
@@ -35,7 +35,7 @@ files=()
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --re | -F | --exclude-re | -E | --timeout | -t | --shard)
+    --re | -F | --exclude-re | -E | --shard)
       [ $# -ge 2 ] || { echo "mutants.sh: $1 needs a value" >&2; exit 2; }
       extra+=("$1" "$2")
       shift 2
