@@ -1466,3 +1466,33 @@ fn failures_and_waits_say_what_and_why() {
         }
     }
 }
+
+/// Only a replacement known to run the desired AMI counts against the release: one whose image
+/// is not known yet (EC2 has not said) waits past the timeout, it does not fail the rotation.
+#[test]
+fn a_replacement_of_unknown_image_never_fails_the_rotation() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    let mut unknown = member("i-new1", NEW, 1, false);
+    unknown.image_id = None;
+    members.push(unknown);
+    let r = surging("i-old0", &base);
+    for minutes in [19, 21, 600] {
+        let plan = run(
+            &group(7, 0, 10),
+            &members,
+            std::slice::from_ref(&r),
+            t0() + TimeDelta::minutes(minutes),
+        );
+        assert_eq!(
+            command(&plan, "i-old0"),
+            &Command::Wait {
+                why: WaitReason::Replacement {
+                    since: t0() + TimeDelta::minutes(1),
+                    instance: "i-new1".into()
+                }
+            },
+            "{minutes} minutes after the surge"
+        );
+    }
+}
