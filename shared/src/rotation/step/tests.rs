@@ -1496,3 +1496,30 @@ fn a_replacement_of_unknown_image_never_fails_the_rotation() {
         );
     }
 }
+
+/// A failure lists the instances launched since the surge that never became Ready on the
+/// desired AMI: not the group's instances from before the surge, even those on that AMI.
+#[test]
+fn a_failure_lists_only_the_new_instances_that_never_became_ready() {
+    let mut base = old_members(5);
+    base.push(member("i-current", NEW, -600, true));
+    let mut not_ready_before = member("i-stuck", NEW, -300, false);
+    not_ready_before.node = None;
+    base.push(not_ready_before);
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 10, false));
+    let r = surging("i-old0", &base);
+    let plan = run(
+        &group(8, 0, 10),
+        &members,
+        std::slice::from_ref(&r),
+        t0() + TimeDelta::minutes(30),
+    );
+    match command(&plan, "i-old0") {
+        Command::Fail {
+            why: Failure::ReplacementNotReady { fresh, .. },
+            ..
+        } => assert_eq!(fresh, &["i-new1".to_string()]),
+        other => panic!("not a failure: {other:?}"),
+    }
+}
