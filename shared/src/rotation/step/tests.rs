@@ -1523,3 +1523,49 @@ fn a_failure_lists_only_the_new_instances_that_never_became_ready() {
         other => panic!("not a failure: {other:?}"),
     }
 }
+
+/// A surging rotation whose old instance left (gone, or leaving) finishes and gives its surge
+/// back, whatever its replacement's state.
+#[test]
+fn surging_whose_instance_left_finishes_with_its_give_back() {
+    let base = old_members(6);
+    for leaving in [false, true] {
+        let mut members: Vec<Member> = base.clone();
+        if leaving {
+            members[0].lifecycle = Lifecycle::Leaving;
+        } else {
+            members.remove(0);
+        }
+        members.push(counted(member("i-new1", NEW, 1, false), 0));
+        let r = surging("i-old0", &base);
+        let plan = run(&group(7, 0, 10), &members, &[r], t0());
+        match command(&plan, "i-old0") {
+            Command::Finish {
+                why: FinishReason::InstanceLeft,
+                undo: Some(_),
+            } => {}
+            other => panic!("leaving {leaving}: {other:?}"),
+        }
+    }
+}
+
+/// Give-backs and ends come first, then the other steps, then surges, whatever the order the
+/// rotations were created in.
+#[test]
+fn commands_are_ordered_ends_first_surges_last() {
+    let members = old_members(6);
+    let rotations = [
+        created(rotation("i-old0", Step::Draining), 0),
+        created(rotation("i-old1", Step::Terminating), 1),
+        created(rotation("i-old2", Step::Pending), 2),
+    ];
+    let plan = run(&group(6, 0, 10), &members, &rotations, t0());
+    assert_eq!(
+        names(&plan),
+        [
+            ("i-old1".to_string(), "terminate"),
+            ("i-old0".to_string(), "drainStep"),
+            ("i-old2".to_string(), "surge"),
+        ]
+    );
+}
