@@ -957,6 +957,53 @@ mod windows {
             ],
         );
     }
+
+    #[test]
+    fn a_hit_inside_a_gap_fires_where_the_gap_ends_whatever_its_minute() {
+        // (schedule, zone, the first instant after the gap the hit falls in). Minutes off the
+        // quarter hour: the gap's end is found, not the next quarter hour that exists.
+        let cases = [
+            // 02:07 EST does not exist (02:00 -> 03:00 EDT at 07:00Z).
+            ("7 2 10 3 *", "America/New_York", "2024-03-10T07:00:00Z"),
+            ("59 2 10 3 *", "America/New_York", "2024-03-10T07:00:00Z"),
+            // 02:07 and 02:22 do not exist (02:00 -> 02:30 +11 at 15:30Z).
+            ("7 2 6 10 *", "Australia/Lord_Howe", "2024-10-05T15:30:00Z"),
+            ("22 2 6 10 *", "Australia/Lord_Howe", "2024-10-05T15:30:00Z"),
+            // Samoa skipped 2011-12-30 entirely (-10 -> +14 at 10:00Z): a hit early that day
+            // is a day's walk from the next local time that exists, one late that day too.
+            ("7 0 30 12 *", "Pacific/Apia", "2011-12-30T10:00:00Z"),
+            ("53 23 30 12 *", "Pacific/Apia", "2011-12-30T10:00:00Z"),
+        ];
+        for (schedule, zone, fires) in cases {
+            let b = window(schedule, "1h", zone);
+            let fires = at(fires);
+            let before = fires - TimeDelta::seconds(1);
+            let why = format!("{schedule} in {zone}");
+            assert!(
+                !is_active(&b, before),
+                "{why}: not open before the gap ends"
+            );
+            assert!(is_active(&b, fires), "{why}: open where the gap ends");
+            assert!(
+                is_active(&b, fires + TimeDelta::minutes(59)),
+                "{why}: open for the duration"
+            );
+            assert!(
+                !is_active(&b, fires + TimeDelta::hours(1)),
+                "{why}: closed after it"
+            );
+            assert_eq!(
+                next_change(&b, fires - TimeDelta::hours(6)),
+                Some(fires),
+                "{why}"
+            );
+            assert_eq!(
+                next_change(&b, fires),
+                Some(fires + TimeDelta::hours(1)),
+                "{why}"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -887,6 +887,46 @@ fn template_update_without_candidates() {
     );
 }
 
+#[test]
+fn the_template_moves_under_every_gate_but_stopped_halted_paused() {
+    // (gate set on the snapshot, does the launch template move).
+    let cases: [(&str, bool); 5] = [
+        ("none", true),
+        ("stopped", false),
+        ("halted", false),
+        ("paused", false),
+        ("untrusted", true),
+    ];
+    for (gate, moves) in cases {
+        let mut members = vec![member("i-a", NEW, 1), member("i-b", OLD, 2)];
+        let mut s = snapshot(budgets("2"), vec![], vec![]);
+        match gate {
+            "stopped" => s.gates.stopped = Some("stop switch on".to_string()),
+            "halted" => s.gates.halted = Some("h".to_string()),
+            "paused" => s.gates.paused = Some("p".to_string()),
+            "untrusted" => members.push(member("i-b", OLD, 2)),
+            _ => {}
+        }
+        s.members = members;
+        s.group.launch_template_image = Some(OLD.to_string());
+        let p = plan(&s, now());
+        let updated = p
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::UpdateLaunchTemplate { image } if image == NEW));
+        assert_eq!(updated, moves, "gate {gate}: {:?}", p.actions);
+        if gate != "none" {
+            assert!(started(&p).is_empty(), "gate {gate}: nothing starts");
+        }
+    }
+    let frozen = |g: Gate| g.freezes_template();
+    assert!(frozen(Gate::Stopped("s".into())));
+    assert!(frozen(Gate::Halted("h".into())));
+    assert!(frozen(Gate::Paused("p".into())));
+    assert!(!frozen(Gate::Untrusted(vec!["i-b".into()])));
+    assert!(!frozen(Gate::Unresolved));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rotation records
 

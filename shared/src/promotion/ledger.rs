@@ -277,4 +277,142 @@ mod tests {
             Proof::Waiting { .. }
         ));
     }
+
+    fn period(r: &str, image: &str, since: i64, until: Option<i64>) -> SoakPeriod {
+        SoakPeriod {
+            release: rel(r),
+            image: image.into(),
+            since: t(since),
+            until: until.map(t),
+        }
+    }
+
+    #[test]
+    fn the_same_release_on_another_image_opens_a_new_period() {
+        let r1 = rel("v1");
+        let l = vec![period("v1", "ami-1", 0, None)];
+        let next = observe(&l, Some((&r1, "ami-1b")), t(10)).unwrap_or_default();
+        assert_eq!(
+            next,
+            vec![
+                period("v1", "ami-1", 0, Some(10)),
+                period("v1", "ami-1b", 10, None)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_ledger_longer_than_the_limit_keeps_its_newest_periods() {
+        // Read from the table: it may be longer than the limit (written by another version).
+        for (len, want_first) in [(19, 0), (20, 1), (26, 7)] {
+            let l: Vec<SoakPeriod> = (0..len)
+                .map(|i| period(&format!("x{i}"), "ami-x", i, Some(i + 1)))
+                .collect();
+            let next = observe(&l, Some((&rel("new"), "ami-n")), t(100)).unwrap_or_default();
+            assert_eq!(next.len(), LEDGER_LIMIT.min(len as usize + 1), "len {len}");
+            assert_eq!(next[0].release, rel(&format!("x{want_first}")), "len {len}");
+            assert_eq!(next.last().map(|p| p.since), Some(t(100)), "len {len}");
+        }
+    }
+
+    #[test]
+    fn soak_boundaries_and_the_alarm_change_guard() {
+        let soak = TimeDelta::minutes(60);
+        let none = Quarantined::default();
+        // (ledger, last alarm change, halted, now) -> proof (state, release, since, at).
+        type Want = (&'static str, Option<&'static str>, Option<i64>, Option<i64>);
+        type Case = (Vec<SoakPeriod>, Option<i64>, bool, i64, Want);
+        let cases: Vec<Case> = vec![
+            // An alarm change before the period began does not move its start.
+            (
+                vec![period("v1", "ami-1", 0, None)],
+                Some(-30),
+                false,
+                59,
+                ("soaking", Some("v1"), Some(0), Some(60)),
+            ),
+            (
+                vec![period("v1", "ami-1", 0, None)],
+                Some(-30),
+                false,
+                60,
+                ("proven", Some("v1"), Some(0), Some(60)),
+            ),
+            // ... one at the period's start neither.
+            (
+                vec![period("v1", "ami-1", 0, None)],
+                Some(0),
+                false,
+                60,
+                ("proven", Some("v1"), Some(0), Some(60)),
+            ),
+            // One inside it restarts the soak from the change.
+            (
+                vec![period("v1", "ami-1", 0, None)],
+                Some(10),
+                false,
+                60,
+                ("soaking", Some("v1"), Some(10), Some(70)),
+            ),
+            // A closed period exactly as long as the soak is proof; a minute shorter is not.
+            (
+                vec![period("v1", "ami-1", 0, Some(60))],
+                None,
+                false,
+                500,
+                ("proven", Some("v1"), Some(0), Some(60)),
+            ),
+            (
+                vec![period("v1", "ami-1", 0, Some(59))],
+                None,
+                false,
+                500,
+                ("waiting", None, None, None),
+            ),
+            // Halted: only the open period proves nothing; an older closed one still counts.
+            (
+                vec![
+                    period("v0", "ami-0", -200, Some(-100)),
+                    period("v1", "ami-1", 0, None),
+                ],
+                None,
+                true,
+                500,
+                ("proven", Some("v0"), Some(-200), Some(-140)),
+            ),
+            // The newest proven period wins over an older one.
+            (
+                vec![
+                    period("v0", "ami-0", -200, Some(-100)),
+                    period("v1", "ami-1", 0, None),
+                ],
+                None,
+                false,
+                500,
+                ("proven", Some("v1"), Some(0), Some(60)),
+            ),
+        ];
+        for (i, (ledger, change, halted, now, want)) in cases.into_iter().enumerate() {
+            let alarms = Alarms {
+                firing: vec![],
+                last_change: change.map(t),
+            };
+            let got = match best_proven(&ledger, soak, &alarms, &none, halted, t(now)) {
+                Proof::Proven {
+                    release, since, at, ..
+                } => ("proven", Some(release.0), Some(since), Some(at)),
+                Proof::Soaking { release, since, at } => {
+                    ("soaking", Some(release.0), Some(since), Some(at))
+                }
+                Proof::Waiting { .. } => ("waiting", None, None, None),
+            };
+            let want = (
+                want.0,
+                want.1.map(str::to_string),
+                want.2.map(t),
+                want.3.map(t),
+            );
+            assert_eq!(got, want, "case {i}");
+        }
+    }
 }

@@ -1348,3 +1348,224 @@ fn a_raise_above_max_size_counts_for_later_surges_of_the_pass() {
         "{plan:?}"
     );
 }
+
+/// Only old instances being cordoned, drained or terminated are `draining` (their nodes leave
+/// external load balancers); a surge, a wait for a replacement, an end or a give-back is not.
+#[test]
+fn draining_is_the_old_instances_on_their_way_out_only() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    members.push(counted(member("i-new1", NEW, 1, false), 0));
+    let gone = |r: Rotation| Rotation {
+        instance_id: "i-gone".into(),
+        ..r
+    };
+    // (rotation of i-old0 unless renamed, group (desired, max), command, draining).
+    let cases: Vec<(Rotation, (i32, i32), &str, bool)> = vec![
+        (rotation("i-old0", Step::Pending), (7, 10), "surge", false),
+        (rotation("i-old0", Step::Pending), (7, 7), "cordon", true),
+        (surging("i-old0", &base), (8, 10), "wait", false),
+        (surging("i-old0", &members), (8, 10), "wait", false),
+        (rotation("i-old0", Step::Cordoned), (7, 10), "cordon", true),
+        (
+            rotation("i-old0", Step::Draining),
+            (7, 10),
+            "drainStep",
+            true,
+        ),
+        (
+            gone(rotation("i-old0", Step::Draining)),
+            (7, 10),
+            "finish",
+            false,
+        ),
+        (
+            rotation("i-old0", Step::Terminating),
+            (7, 10),
+            "terminate",
+            true,
+        ),
+        (
+            surging("i-old0", &base)
+                .enter(Step::Done, t0())
+                .with_release(Release::Owed),
+            (7, 10),
+            "undoSurge",
+            false,
+        ),
+    ];
+    for (i, (r, (desired, max), name, draining)) in cases.into_iter().enumerate() {
+        let id = r.instance_id.clone();
+        let plan = run(&group(desired, 0, max), &members, &[r], t0());
+        assert_eq!(command(&plan, &id).name(), name, "case {i}: {plan:?}");
+        assert_eq!(
+            plan.draining.contains(&id),
+            draining,
+            "case {i} ({name}): {plan:?}"
+        );
+        assert!(
+            plan.draining.iter().all(|d| *d == id),
+            "case {i}: only the rotation's own instance"
+        );
+    }
+}
+
+/// The failure names what went wrong (the quarantine's reason) and its display what nodecycle
+/// did about it; a wait says what it waits for.
+#[test]
+fn failures_and_waits_say_what_and_why() {
+    let failure = |image: Option<&str>, fresh: &[&str]| Failure::ReplacementNotReady {
+        instance_id: "i-old0".into(),
+        timeout: Duration::from_secs(20 * 60),
+        image: image.map(str::to_string),
+        fresh: fresh.iter().map(|s| s.to_string()).collect(),
+    };
+    let f = failure(Some(NEW), &["i-new1", "i-new2"]);
+    let what = f.what();
+    for part in ["i-old0", "20m", NEW, "i-new1, i-new2"] {
+        assert!(what.contains(part), "{what:?} names {part}");
+    }
+    let shown = f.to_string();
+    assert!(shown.starts_with(&what), "{shown:?}");
+    assert!(
+        shown.contains("surge undone") && shown.contains("pool halted"),
+        "{shown:?}"
+    );
+    let unresolved = failure(None, &[]).what();
+    assert!(
+        unresolved.contains("an unresolved AMI") && unresolved.contains("none"),
+        "{unresolved:?}"
+    );
+    let waits = [
+        (
+            WaitReason::Replacement {
+                since: t0(),
+                instance: "i-new1".into(),
+            },
+            vec!["i-new1", "not Ready"],
+        ),
+        (
+            WaitReason::Launch {
+                since: t0(),
+                problem: Some("InsufficientInstanceCapacity".into()),
+            },
+            vec!["launch", "InsufficientInstanceCapacity"],
+        ),
+        (
+            WaitReason::Launch {
+                since: t0(),
+                problem: None,
+            },
+            vec!["launch", "pending"],
+        ),
+    ];
+    for (w, parts) in waits {
+        let shown = w.to_string();
+        for part in parts {
+            assert!(shown.contains(part), "{shown:?} names {part}");
+        }
+    }
+}
+
+/// Only a replacement known to run the desired AMI counts against the release: one whose image
+/// is not known yet (EC2 has not said) waits past the timeout, it does not fail the rotation.
+#[test]
+fn a_replacement_of_unknown_image_never_fails_the_rotation() {
+    let base = old_members(6);
+    let mut members = base.clone();
+    let mut unknown = member("i-new1", NEW, 1, false);
+    unknown.image_id = None;
+    members.push(unknown);
+    let r = surging("i-old0", &base);
+    for minutes in [19, 21, 600] {
+        let plan = run(
+            &group(7, 0, 10),
+            &members,
+            std::slice::from_ref(&r),
+            t0() + TimeDelta::minutes(minutes),
+        );
+        assert_eq!(
+            command(&plan, "i-old0"),
+            &Command::Wait {
+                why: WaitReason::Replacement {
+                    since: t0() + TimeDelta::minutes(1),
+                    instance: "i-new1".into()
+                }
+            },
+            "{minutes} minutes after the surge"
+        );
+    }
+}
+
+/// A failure lists the instances launched since the surge that never became Ready on the
+/// desired AMI: not the group's instances from before the surge, even those on that AMI.
+#[test]
+fn a_failure_lists_only_the_new_instances_that_never_became_ready() {
+    let mut base = old_members(5);
+    base.push(member("i-current", NEW, -600, true));
+    let mut not_ready_before = member("i-stuck", NEW, -300, false);
+    not_ready_before.node = None;
+    base.push(not_ready_before);
+    let mut members = base.clone();
+    members.push(member("i-new1", NEW, 10, false));
+    let r = surging("i-old0", &base);
+    let plan = run(
+        &group(8, 0, 10),
+        &members,
+        std::slice::from_ref(&r),
+        t0() + TimeDelta::minutes(30),
+    );
+    match command(&plan, "i-old0") {
+        Command::Fail {
+            why: Failure::ReplacementNotReady { fresh, .. },
+            ..
+        } => assert_eq!(fresh, &["i-new1".to_string()]),
+        other => panic!("not a failure: {other:?}"),
+    }
+}
+
+/// A surging rotation whose old instance left (gone, or leaving) finishes and gives its surge
+/// back, whatever its replacement's state.
+#[test]
+fn surging_whose_instance_left_finishes_with_its_give_back() {
+    let base = old_members(6);
+    for leaving in [false, true] {
+        let mut members: Vec<Member> = base.clone();
+        if leaving {
+            members[0].lifecycle = Lifecycle::Leaving;
+        } else {
+            members.remove(0);
+        }
+        members.push(counted(member("i-new1", NEW, 1, false), 0));
+        let r = surging("i-old0", &base);
+        let plan = run(&group(7, 0, 10), &members, &[r], t0());
+        match command(&plan, "i-old0") {
+            Command::Finish {
+                why: FinishReason::InstanceLeft,
+                undo: Some(_),
+            } => {}
+            other => panic!("leaving {leaving}: {other:?}"),
+        }
+    }
+}
+
+/// Give-backs and ends come first, then the other steps, then surges, whatever the order the
+/// rotations were created in.
+#[test]
+fn commands_are_ordered_ends_first_surges_last() {
+    let members = old_members(6);
+    let rotations = [
+        created(rotation("i-old0", Step::Draining), 0),
+        created(rotation("i-old1", Step::Terminating), 1),
+        created(rotation("i-old2", Step::Pending), 2),
+    ];
+    let plan = run(&group(6, 0, 10), &members, &rotations, t0());
+    assert_eq!(
+        names(&plan),
+        [
+            ("i-old1".to_string(), "terminate"),
+            ("i-old0".to_string(), "drainStep"),
+            ("i-old2".to_string(), "surge"),
+        ]
+    );
+}
