@@ -15,7 +15,7 @@
 //!
 //! - L0 base: problem, duration, clock, opt_in, port
 //! - L1 vocabulary: image, ami
-//! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop, dispatch
+//! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop, dispatch, members
 //! - L3 state: state, announce
 //! - L4 adapters: aws, kube, port::ports
 //! - L5 use cases: handlers, handlers::ami_watcher, handlers::interruption, handlers::ops, handlers::rotator, handlers::onboard, doctor

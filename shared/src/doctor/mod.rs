@@ -26,6 +26,8 @@ pub mod policies;
 pub mod rbac;
 pub mod rules;
 pub mod run;
+#[cfg(feature = "doctor")]
+pub mod spokes;
 pub mod table;
 
 /// The ports doctor reads through (they live in [`crate::inventory`], below the adapters).

@@ -111,7 +111,7 @@ pub async fn run(args: Args) -> u8 {
         }
     };
     let cell = common.ports(&config);
-    let spokes = nodecycle::aws::members::Spokes(nodecycle::aws::members::AwsMembers::new(
+    let spokes = nodecycle::doctor::spokes::Spokes(nodecycle::aws::members::AwsMembers::new(
         &config,
         cell,
         Ok(common.members.clone()),
