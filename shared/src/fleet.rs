@@ -187,9 +187,10 @@ pub struct Sizes {
     pub max: i32,
 }
 
-/// Auto Scaling group operations (self-managed pools).
+/// Auto Scaling group operations (self-managed pools); many groups at once through
+/// [`crate::snapshot::GroupSnapshots`].
 #[async_trait::async_trait]
-pub trait GroupOps: Send + Sync {
+pub trait GroupOps: crate::snapshot::GroupSnapshots + Send + Sync {
     /// The group and its instances (joined with EC2 for image and launch time).
     async fn describe(
         &self,

@@ -24,6 +24,7 @@ pub mod problem;
 pub mod promotion;
 pub mod rotation;
 pub mod simulate;
+pub mod snapshot;
 pub mod state;
 pub mod stop;
 

@@ -217,6 +217,16 @@ impl Faulty {
 }
 
 #[async_trait::async_trait]
+impl nodecycle::snapshot::GroupSnapshots for Faulty {
+    async fn describe_groups(
+        &self,
+        names: &[String],
+    ) -> std::collections::BTreeMap<String, nodecycle::snapshot::GroupRead> {
+        self.inner.describe_groups(names).await
+    }
+}
+
+#[async_trait::async_trait]
 impl nodecycle::fleet::GroupOps for Faulty {
     async fn describe(
         &self,

@@ -10,6 +10,10 @@ use super::port_error;
 use super::template::{self, TemplateSpec};
 use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle, Sizes};
 use crate::port::{ErrorKind, PortError};
+use crate::snapshot::{self, GroupRead, GroupSnapshots};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Auto Scaling and EC2 through the SDK.
 #[derive(Clone, Debug)]
@@ -17,7 +21,23 @@ pub struct AutoScaling {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
     group_updates: bool,
+    /// What the latest read of each group saw ([`Seen`]).
+    seen: Arc<Mutex<HashMap<String, Seen>>>,
 }
+
+/// What the latest read of a group saw (its description and its template version), so that
+/// the template write that follows it in the same pass does not read both again, and what
+/// nodecycle wrote (the version it created) is not read back. Used for [`SEEN_FOR`] at most:
+/// every pass reads its groups first, so a write never goes from an older pass's read.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: Instant,
+    group: aws_sdk_autoscaling::types::AutoScalingGroup,
+    template: Option<template::TemplateVersion>,
+}
+
+/// How long a read serves the template write after it: one invocation (the rotator's timeout).
+const SEEN_FOR: Duration = Duration::from_secs(120);
 
 /// Environment variable (the stack parameter `AutoScalingGroupUpdates`, `Enabled` or
 /// `Disabled`) saying whether the role may call autoscaling:UpdateAutoScalingGroup.
@@ -76,6 +96,7 @@ impl AutoScaling {
             autoscaling,
             ec2,
             group_updates: true,
+            seen: Arc::default(),
         }
     }
 
@@ -105,6 +126,40 @@ impl AutoScaling {
                 format!("Auto Scaling group {name} does not exist"),
             )
         })
+    }
+
+    /// Remembers what a read of group `name` saw.
+    fn saw(
+        &self,
+        name: &str,
+        group: &aws_sdk_autoscaling::types::AutoScalingGroup,
+        template: Option<&template::TemplateVersion>,
+    ) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.insert(
+                name.to_string(),
+                Seen {
+                    at: Instant::now(),
+                    group: group.clone(),
+                    template: template.cloned(),
+                },
+            );
+        }
+    }
+
+    /// What the latest read of group `name` saw, if it is recent ([`SEEN_FOR`]).
+    fn seen(&self, name: &str) -> Option<Seen> {
+        let seen = self.seen.lock().ok()?;
+        seen.get(name)
+            .filter(|s| s.at.elapsed() < SEEN_FOR)
+            .cloned()
+    }
+
+    /// Forgets what was seen of group `name` (its template changed in a way not recorded).
+    fn forget(&self, name: &str) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.remove(name);
+        }
     }
 
     fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateSpec> {
@@ -209,71 +264,19 @@ impl GroupOps for AutoScaling {
 
     async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
         let g = self.group(name).await?;
-        let launch_template_image = match Self::template_of(&g) {
-            Some(t) => template::describe(&self.ec2, &t).await?.image,
+        let version = match Self::template_of(&g) {
+            Some(t) => Some(template::describe(&self.ec2, &t).await?),
             None => None,
         };
-        let group = Group {
-            name: name.to_string(),
-            min_size: g.min_size().unwrap_or_default(),
-            max_size: g.max_size().unwrap_or_default(),
-            desired_capacity: g.desired_capacity().unwrap_or_default(),
-            launch_template_image,
-            suspended_processes: g
-                .suspended_processes()
-                .iter()
-                .filter_map(|p| p.process_name().map(str::to_string))
-                .collect(),
-        };
+        self.saw(name, &g, version.as_ref());
+        let launch_template_image = version.and_then(|v| v.image);
         let ids: Vec<String> = g
             .instances()
             .iter()
             .filter_map(|i| i.instance_id().map(str::to_string))
             .collect();
-        let mut ec2_info = std::collections::HashMap::new();
-        for chunk in ids.chunks(100) {
-            let mut pages = self
-                .ec2
-                .describe_instances()
-                .set_instance_ids(Some(chunk.to_vec()))
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                let page = page.map_err(|e| port_error("ec2:DescribeInstances", e))?;
-                for r in page.reservations() {
-                    for i in r.instances() {
-                        let Some(id) = i.instance_id() else { continue };
-                        let launched = i
-                            .launch_time()
-                            .and_then(|t| {
-                                DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())
-                            })
-                            .unwrap_or_default();
-                        ec2_info
-                            .insert(id.to_string(), (i.image_id().map(str::to_string), launched));
-                    }
-                }
-            }
-        }
-        let instances = g
-            .instances()
-            .iter()
-            .filter_map(|i| {
-                let id = i.instance_id()?.to_string();
-                let (image_id, launch_time) = ec2_info
-                    .get(&id)
-                    .cloned()
-                    .unwrap_or((None, DateTime::<Utc>::default()));
-                Some(GroupInstance {
-                    availability_zone: i.availability_zone().unwrap_or_default().to_string(),
-                    lifecycle: lifecycle(i.lifecycle_state().map(|s| s.as_str()).unwrap_or("")),
-                    instance_id: id,
-                    image_id,
-                    launch_time,
-                })
-            })
-            .collect();
-        Ok((group, instances))
+        let facts = self.instance_facts(&ids).await?;
+        Ok(Self::read_of(name, &g, launch_template_image, &facts))
     }
 
     async fn set_desired_capacity(&self, group: &str, desired: i32) -> Result<(), PortError> {
@@ -314,7 +317,11 @@ impl GroupOps for AutoScaling {
     }
 
     async fn set_image(&self, group: &str, image: &str) -> Result<String, PortError> {
-        let g = self.group(group).await?;
+        // The group and its template as this pass read them, else read now.
+        let (g, seen) = match self.seen(group) {
+            Some(s) => (s.group, s.template),
+            None => (self.group(group).await?, None),
+        };
         let t = Self::template_of(&g).ok_or_else(|| {
             PortError::new(
                 "autoscaling:DescribeAutoScalingGroups",
@@ -326,7 +333,10 @@ impl GroupOps for AutoScaling {
         if pinned && !self.group_updates {
             // Refused before any write: a new version the group is never pointed at would be
             // created again on every pass.
-            let current = template::describe(&self.ec2, &t).await?;
+            let current = match &seen {
+                Some(v) => v.clone(),
+                None => template::describe(&self.ec2, &t).await?,
+            };
             if current.image.as_deref() != Some(image) {
                 let what = format!(
                     "group {group} launches pinned version {} of launch template {}: pointing it \
@@ -336,7 +346,7 @@ impl GroupOps for AutoScaling {
                 return Err(updates_not_enabled(&what, false, PINNED_OTHERWISE));
             }
         }
-        let (version, created) = template::with_image(&self.ec2, &t, image).await?;
+        let (version, created) = template::with_image(&self.ec2, &t, seen, image).await?;
         let number = version.number.to_string();
         match t.version.as_str() {
             // The group launches the newest version: the new one is already in use.
@@ -348,12 +358,233 @@ impl GroupOps for AutoScaling {
             "$Default" => {}
             // A pinned version: point the group (or its mixed instances policy) at the new one.
             pinned if pinned != number => {
+                self.forget(group);
                 self.point_group_at(&g, &version.template_id, &number)
                     .await?;
+                return Ok(number);
             }
             _ => {}
         }
+        // What nodecycle wrote is what the group launches now: not read back.
+        self.saw(group, &g, Some(&version));
         Ok(number)
+    }
+}
+
+/// What EC2 says of an instance: its image and launch time.
+type InstanceFacts = std::collections::HashMap<String, (Option<String>, DateTime<Utc>)>;
+
+fn add_facts(
+    facts: &mut InstanceFacts,
+    page: &aws_sdk_ec2::operation::describe_instances::DescribeInstancesOutput,
+) {
+    for r in page.reservations() {
+        for i in r.instances() {
+            let Some(id) = i.instance_id() else { continue };
+            let launched = i
+                .launch_time()
+                .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
+                .unwrap_or_default();
+            facts.insert(id.to_string(), (i.image_id().map(str::to_string), launched));
+        }
+    }
+}
+
+/// Instances per DescribeInstances page of a tag filter (the API's limit).
+const INSTANCES_PER_PAGE: i32 = 1000;
+
+impl AutoScaling {
+    /// The group `name` as read, its template's image and its instances joined with `facts`.
+    fn read_of(
+        name: &str,
+        g: &aws_sdk_autoscaling::types::AutoScalingGroup,
+        launch_template_image: Option<String>,
+        facts: &InstanceFacts,
+    ) -> (Group, Vec<GroupInstance>) {
+        let group = Group {
+            name: name.to_string(),
+            min_size: g.min_size().unwrap_or_default(),
+            max_size: g.max_size().unwrap_or_default(),
+            desired_capacity: g.desired_capacity().unwrap_or_default(),
+            launch_template_image,
+            suspended_processes: g
+                .suspended_processes()
+                .iter()
+                .filter_map(|p| p.process_name().map(str::to_string))
+                .collect(),
+        };
+        let instances = g
+            .instances()
+            .iter()
+            .filter_map(|i| {
+                let id = i.instance_id()?.to_string();
+                let (image_id, launch_time) = facts
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or((None, DateTime::<Utc>::default()));
+                Some(GroupInstance {
+                    availability_zone: i.availability_zone().unwrap_or_default().to_string(),
+                    lifecycle: lifecycle(i.lifecycle_state().map(|s| s.as_str()).unwrap_or("")),
+                    instance_id: id,
+                    image_id,
+                    launch_time,
+                })
+            })
+            .collect();
+        (group, instances)
+    }
+
+    /// Image and launch time of the instances `ids`, 100 ids a call.
+    async fn instance_facts(&self, ids: &[String]) -> Result<InstanceFacts, PortError> {
+        let mut facts = InstanceFacts::new();
+        for chunk in ids.chunks(100) {
+            let mut pages = self
+                .ec2
+                .describe_instances()
+                .set_instance_ids(Some(chunk.to_vec()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                add_facts(
+                    &mut facts,
+                    &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
+                );
+            }
+        }
+        Ok(facts)
+    }
+
+    /// Image and launch time of every instance of the groups `names` (tag
+    /// `aws:autoscaling:groupName`, which Auto Scaling puts on what it launches), in pages of
+    /// [`INSTANCES_PER_PAGE`].
+    async fn facts_of_groups(&self, names: &[String]) -> Result<InstanceFacts, PortError> {
+        let filter = aws_sdk_ec2::types::Filter::builder()
+            .name("tag:aws:autoscaling:groupName")
+            .set_values(Some(names.to_vec()))
+            .build();
+        // Terminated instances keep their tags for a while; none of them is in a group.
+        let live = aws_sdk_ec2::types::Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["pending", "running", "shutting-down", "stopping", "stopped"]
+                    .map(String::from)
+                    .to_vec(),
+            ))
+            .build();
+        let mut facts = InstanceFacts::new();
+        let mut pages = self
+            .ec2
+            .describe_instances()
+            .filters(filter)
+            .filters(live)
+            .max_results(INSTANCES_PER_PAGE)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            add_facts(
+                &mut facts,
+                &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
+            );
+        }
+        Ok(facts)
+    }
+
+    /// One batch of [`GroupSnapshots::describe_groups`]: at most
+    /// [`crate::snapshot::GROUPS_PER_CALL`] names.
+    async fn describe_batch(
+        &self,
+        names: &[String],
+    ) -> Result<Vec<aws_sdk_autoscaling::types::AutoScalingGroup>, PortError> {
+        let mut pages = self
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .set_auto_scaling_group_names(Some(names.to_vec()))
+            .max_records(100)
+            .into_paginator()
+            .send();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
+            out.extend(page.auto_scaling_groups().iter().cloned());
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl GroupSnapshots for AutoScaling {
+    async fn describe_groups(&self, names: &[String]) -> BTreeMap<String, GroupRead> {
+        let mut failed: BTreeMap<String, PortError> = BTreeMap::new();
+        let mut read = Vec::new();
+        for batch in snapshot::batches(names) {
+            match self.describe_batch(&batch).await {
+                Ok(groups) => read.push((batch, groups)),
+                Err(e) => failed.extend(batch.into_iter().map(|n| (n, e.clone()))),
+            }
+        }
+        // The templates of every group read, in one go.
+        let specs: Vec<TemplateSpec> = read
+            .iter()
+            .flat_map(|(_, groups)| groups.iter().filter_map(Self::template_of))
+            .collect();
+        let versions = template::describe_many(&self.ec2, &specs).await;
+        let mut found = BTreeMap::new();
+        for (batch, groups) in read {
+            // The instances of the batch's groups by tag; any the tag listing missed (a
+            // launch whose tags are not there yet) by id.
+            let mut facts = match self.facts_of_groups(&batch).await {
+                Ok(f) => f,
+                Err(e) => {
+                    failed.extend(batch.into_iter().map(|n| (n, e.clone())));
+                    continue;
+                }
+            };
+            let untagged: Vec<String> = groups
+                .iter()
+                .flat_map(|g| g.instances().iter().filter_map(|i| i.instance_id()))
+                .filter(|id| !facts.contains_key(*id))
+                .map(str::to_string)
+                .collect();
+            if !untagged.is_empty() {
+                match self.instance_facts(&untagged).await {
+                    Ok(more) => facts.extend(more),
+                    Err(e) => {
+                        failed.extend(batch.into_iter().map(|n| (n, e.clone())));
+                        continue;
+                    }
+                }
+            }
+            for g in &groups {
+                let Some(name) = g.auto_scaling_group_name() else {
+                    continue;
+                };
+                let image = match Self::template_of(g).map(|t| versions.get(&t).cloned()) {
+                    None => {
+                        self.saw(name, g, None);
+                        Ok(None)
+                    }
+                    Some(Some(Ok(v))) => {
+                        self.saw(name, g, Some(&v));
+                        Ok(v.image)
+                    }
+                    Some(Some(Err(e))) => Err(e),
+                    Some(None) => Err(PortError::new(
+                        "ec2:DescribeLaunchTemplateVersions",
+                        ErrorKind::Other,
+                        format!("the launch template of group {name} was not read"),
+                    )),
+                };
+                match image {
+                    Ok(image) => {
+                        found.insert(name.to_string(), Self::read_of(name, g, image, &facts));
+                    }
+                    Err(e) => {
+                        failed.insert(name.to_string(), e);
+                    }
+                }
+            }
+        }
+        snapshot::assemble(names, found, &failed)
     }
 }
 

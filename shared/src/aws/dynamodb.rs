@@ -178,19 +178,23 @@ impl Store for Table {
         pk: &str,
         sk_prefix: &str,
     ) -> Result<Vec<(String, Versioned<serde_json::Value>)>, PortError> {
-        let mut pages = self
+        let query = self
             .client
             .query()
             .table_name(&self.name)
-            .key_condition_expression("#pk = :pk AND begins_with(#sk, :p)")
             .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#sk", SK)
             .expression_attribute_values(":pk", AttributeValue::S(pk.to_string()))
-            .expression_attribute_values(":p", AttributeValue::S(sk_prefix.to_string()))
-            .consistent_read(true)
-            .into_paginator()
-            .items()
-            .send();
+            .consistent_read(true);
+        // An empty prefix is the whole partition (DynamoDB refuses an empty `begins_with`).
+        let query = if sk_prefix.is_empty() {
+            query.key_condition_expression("#pk = :pk")
+        } else {
+            query
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :p)")
+                .expression_attribute_names("#sk", SK)
+                .expression_attribute_values(":p", AttributeValue::S(sk_prefix.to_string()))
+        };
+        let mut pages = query.into_paginator().items().send();
         let mut out = Vec::new();
         while let Some(item) = pages.next().await {
             let item = item.map_err(|e| port_error("dynamodb:Query", e))?;

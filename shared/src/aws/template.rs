@@ -8,7 +8,7 @@ use crate::port::{ErrorKind, PortError};
 
 /// A launch template version as a group names it: id or name, and the version as written
 /// (`$Default`, `$Latest` or a number).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct TemplateSpec {
     pub(crate) id: Option<String>,
     pub(crate) name: Option<String>,
@@ -25,6 +25,111 @@ pub(crate) struct TemplateVersion {
     pub(crate) instance_type: Option<String>,
     /// The version picks instance types by attributes (`InstanceRequirements`).
     pub(crate) by_attributes: bool,
+}
+
+/// From this many templates on, [`describe_many`] lists the `$Latest` / `$Default` versions
+/// of every template of the Region in pages instead of asking template by template.
+pub(crate) const LIST_FROM: usize = 3;
+
+/// Versions per page of the Region-wide listing (the API's limit).
+const PAGE: i32 = 200;
+
+fn version_of(v: &aws_sdk_ec2::types::LaunchTemplateVersion) -> TemplateVersion {
+    let data = v.launch_template_data();
+    TemplateVersion {
+        template_id: v.launch_template_id().unwrap_or_default().to_string(),
+        number: v.version_number().unwrap_or_default(),
+        image: data.and_then(|d| d.image_id()).map(str::to_string),
+        instance_type: data
+            .and_then(|d| d.instance_type())
+            .map(|t| t.as_str().to_string()),
+        by_attributes: data.is_some_and(|d| d.instance_requirements().is_some()),
+    }
+}
+
+/// The versions `specs` name, in as few calls as the answer's pages: with [`LIST_FROM`] or more
+/// distinct templates, one paginated listing of the Region's `$Latest` versions and one of the
+/// `$Default` versions (each only if some spec names it; pages grow with the Region's
+/// templates, never with instances); anything the listing does not hold (a pinned version
+/// number, a template made since) and fewer templates are described one by one. Every spec
+/// gets an entry.
+pub(crate) async fn describe_many(
+    ec2: &aws_sdk_ec2::Client,
+    specs: &[TemplateSpec],
+) -> std::collections::BTreeMap<TemplateSpec, Result<TemplateVersion, PortError>> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let distinct: BTreeSet<&TemplateSpec> = specs.iter().collect();
+    let mut out = BTreeMap::new();
+    if distinct.len() >= LIST_FROM {
+        for selector in ["$Latest", "$Default"] {
+            let wanted: Vec<&TemplateSpec> = distinct
+                .iter()
+                .copied()
+                .filter(|s| s.version == selector)
+                .collect();
+            if wanted.is_empty() {
+                continue;
+            }
+            match list(ec2, selector).await {
+                Ok(listed) => {
+                    for spec in wanted {
+                        let hit = match (&spec.id, &spec.name) {
+                            (Some(id), _) => listed.0.get(id),
+                            (None, Some(name)) => listed.1.get(name),
+                            (None, None) => None,
+                        };
+                        if let Some(v) = hit {
+                            out.insert(spec.clone(), Ok(v.clone()));
+                        }
+                    }
+                }
+                Err(e) => {
+                    for spec in wanted {
+                        out.insert(spec.clone(), Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+    for spec in distinct {
+        if !out.contains_key(spec) {
+            out.insert(spec.clone(), describe(ec2, spec).await);
+        }
+    }
+    out
+}
+
+/// Version `selector` (`$Latest` or `$Default`) of every launch template of the Region, by
+/// template id and by template name.
+async fn list(
+    ec2: &aws_sdk_ec2::Client,
+    selector: &str,
+) -> Result<
+    (
+        std::collections::HashMap<String, TemplateVersion>,
+        std::collections::HashMap<String, TemplateVersion>,
+    ),
+    PortError,
+> {
+    let mut by_id = std::collections::HashMap::new();
+    let mut by_name = std::collections::HashMap::new();
+    let mut pages = ec2
+        .describe_launch_template_versions()
+        .versions(selector)
+        .max_results(PAGE)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| port_error("ec2:DescribeLaunchTemplateVersions", e))?;
+        for v in page.launch_template_versions() {
+            let version = version_of(v);
+            if let Some(name) = v.launch_template_name() {
+                by_name.insert(name.to_string(), version.clone());
+            }
+            by_id.insert(version.template_id.clone(), version);
+        }
+    }
+    Ok((by_id, by_name))
 }
 
 /// Describes the version `t` names (the id wins over the name).
@@ -51,21 +156,7 @@ pub(crate) async fn describe(
             ),
         )
     })?;
-    Ok(TemplateVersion {
-        template_id: v.launch_template_id().unwrap_or_default().to_string(),
-        number: v.version_number().unwrap_or_default(),
-        image: v
-            .launch_template_data()
-            .and_then(|d| d.image_id())
-            .map(str::to_string),
-        instance_type: v
-            .launch_template_data()
-            .and_then(|d| d.instance_type())
-            .map(|t| t.as_str().to_string()),
-        by_attributes: v
-            .launch_template_data()
-            .is_some_and(|d| d.instance_requirements().is_some()),
-    })
+    Ok(version_of(v))
 }
 
 /// Fails closed unless template `template_id` is opted in ([`crate::opt_in`]): tagged
@@ -104,13 +195,18 @@ pub(crate) async fn ensure_opted_in(
 
 /// The version of `t`'s template that launches `image`: `t`'s own version when it already does
 /// (`created = false`), else a new version from it with only the image changed, once the
-/// template is opted in ([`ensure_opted_in`]; nothing is written otherwise).
+/// template is opted in ([`ensure_opted_in`]; nothing is written otherwise). `seen` is `t`'s
+/// version as this pass read it (else it is read now).
 pub(crate) async fn with_image(
     ec2: &aws_sdk_ec2::Client,
     t: &TemplateSpec,
+    seen: Option<TemplateVersion>,
     image: &str,
 ) -> Result<(TemplateVersion, bool), PortError> {
-    let current = describe(ec2, t).await?;
+    let current = match seen {
+        Some(v) => v,
+        None => describe(ec2, t).await?,
+    };
     if current.image.as_deref() == Some(image) {
         return Ok((current, false));
     }

@@ -400,7 +400,7 @@ impl RotatorHandler {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
                 )),
-                Ok(kube) => match ClusterView::read(kube.as_ref(), self.store.as_ref()).await {
+                Ok(kube) => match self.cluster_view(kube.as_ref(), &policies).await {
                     Ok(view) => Ok((kube, Arc::new(view))),
                     Err(e) => Err(format!(
                         "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"
@@ -551,7 +551,8 @@ impl RotatorHandler {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<observe::Observed, String> {
-        let view = ClusterView::read(kube, self.store.as_ref())
+        let view = self
+            .cluster_view(kube, std::slice::from_ref(policy))
             .await
             .map_err(|e| e.to_string())?;
         self.observe(policy, kube, &view, now)

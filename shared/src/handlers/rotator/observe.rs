@@ -1,5 +1,8 @@
-//! Observe: one pool's snapshot through the ports (Auto Scaling group + EC2, Kubernetes nodes
-//! by providerID, pool state, rotation records with their versions).
+//! Observe: one pool's snapshot, from what the pass read once for the pool's cluster
+//! ([`ClusterView`]: the Kubernetes nodes by providerID, and every Auto Scaling group of the
+//! cluster's pools with its instances and template image through the batched
+//! [`crate::snapshot::GroupSnapshots`] port) and the pool's own records (its state record and
+//! rotation records with their versions: one Query of the pool's partition).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -13,7 +16,9 @@ use crate::plan;
 use crate::policy::{NodeGroup, Policy};
 use crate::port::{ErrorKind, PortError};
 use crate::rotation::Rotation;
+use crate::snapshot::GroupRead;
 use crate::state::{self, Versioned};
+use tokio::task::JoinSet;
 
 /// Above this many candidates in one pool, their pods are counted from one list of the
 /// cluster's pods (shared by the cluster's pools this pass) instead of one list per node.
@@ -24,6 +29,12 @@ const PER_NODE_POD_LISTS: usize = 8;
 /// read the first time a pool has many candidates).
 pub(super) struct ClusterView {
     by_instance: HashMap<String, k::NodeInfo>,
+    /// The cluster's groups as one batched read found them, each handed to the first round
+    /// of its pool (a second round, after this pass's own writes, reads its group again).
+    groups: std::sync::Mutex<HashMap<String, GroupRead>>,
+    /// The managed node groups of the cluster's pools as `DescribeNodegroup` reported them
+    /// (once a pass each), with the Auto Scaling group behind each; handed out like `groups`.
+    managed: std::sync::Mutex<HashMap<String, ManagedRead>>,
     pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
     /// The deployment's stop switch as read with the nodes ([`crate::stop::gate`]: unreadable
     /// is stopped).
@@ -31,14 +42,14 @@ pub(super) struct ClusterView {
 }
 
 impl ClusterView {
-    /// Lists the cluster's nodes and reads the stop switch (one GetItem per cluster and pass).
-    pub(super) async fn read(
-        kube: &dyn NodeOps,
-        store: &dyn state::Store,
-    ) -> Result<ClusterView, PortError> {
+    /// Lists the cluster's nodes and reads the stop switch (one GetItem per cluster and pass);
+    /// the groups come later ([`RotatorHandler::cluster_view`]).
+    async fn read(kube: &dyn NodeOps, store: &dyn state::Store) -> Result<ClusterView, PortError> {
         let nodes = kube.list_nodes().await?;
         let stopped = crate::stop::gate(store).await;
         Ok(ClusterView {
+            groups: std::sync::Mutex::default(),
+            managed: std::sync::Mutex::default(),
             stopped,
             by_instance: nodes
                 .into_iter()
@@ -49,6 +60,11 @@ impl ClusterView {
                 .collect(),
             pods: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The entry `key` of `entries`, removed (each is used once: later rounds read afresh).
+    fn take<T>(&self, entries: &std::sync::Mutex<HashMap<String, T>>, key: &str) -> Option<T> {
+        entries.lock().ok().and_then(|mut e| e.remove(key))
     }
 
     /// Evictable pods on each of `nodes` (an ordering hint: a node whose pods cannot be
@@ -121,7 +137,93 @@ pub(super) struct Observed {
     pub launch_problem: Option<String>,
 }
 
+/// A managed node group with the Auto Scaling group behind it, or why it could not be read.
+type ManagedRead = Result<(String, ManagedGroup), PortError>;
+
+/// A pool's partition as one Query read it: the state record, the rotation records.
+struct PoolItems {
+    record: Option<crate::state::PoolRecord>,
+    rotations: Vec<Versioned<Rotation>>,
+}
+
+/// The pool's items from its partition's `items` (sort key, document): the state record (an
+/// unreadable one fails the pool, as reading it alone would) and the rotation records
+/// (unreadable ones are logged and skipped); other items are not the observation's.
+fn pool_items(
+    pool: &str,
+    items: Vec<(String, Versioned<serde_json::Value>)>,
+) -> Result<PoolItems, PortError> {
+    let mut out = PoolItems {
+        record: None,
+        rotations: Vec::new(),
+    };
+    for (sk, v) in items {
+        if sk == state::POOL_STATE_SK {
+            out.record = Some(serde_json::from_value(v.value).map_err(|e| {
+                PortError::new(
+                    "state:decode",
+                    ErrorKind::Other,
+                    format!("pool record {pool}: {e}"),
+                )
+            })?);
+        } else if sk.starts_with("ROT#") {
+            match serde_json::from_value::<Rotation>(v.value) {
+                Ok(r) => out.rotations.push(Versioned {
+                    value: r,
+                    version: v.version,
+                }),
+                Err(e) => {
+                    tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored")
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl RotatorHandler {
+    /// What a pass reads once for a cluster whose pools are `policies`: the nodes and the stop
+    /// switch ([`ClusterView::read`]), the managed node groups (one `DescribeNodegroup` each, at
+    /// once), then every Auto Scaling group in batches ([`crate::snapshot::GroupSnapshots`]).
+    pub(super) async fn cluster_view(
+        &self,
+        kube: &dyn NodeOps,
+        policies: &[Policy],
+    ) -> Result<ClusterView, PortError> {
+        let view = ClusterView::read(kube, self.store.as_ref()).await?;
+        let mut names = Vec::new();
+        let mut described = JoinSet::new();
+        for policy in policies {
+            match &policy.node_group {
+                NodeGroup::AutoScalingGroup(g) => names.push(g.clone()),
+                NodeGroup::ManagedNodeGroup(name) => {
+                    let (this, cluster, name) =
+                        (self.clone(), policy.cluster.clone(), name.clone());
+                    described.spawn(async move {
+                        let read = this.managed_group(&cluster, &name).await;
+                        (name, read)
+                    });
+                }
+            }
+        }
+        let mut managed = HashMap::new();
+        while let Some(joined) = described.join_next().await {
+            // A panicked describe leaves its pool to read the node group itself.
+            if let Ok((name, read)) = joined {
+                if let Ok((asg, _)) = &read {
+                    names.push(asg.clone());
+                }
+                managed.insert(name, read);
+            }
+        }
+        let groups = self.groups.describe_groups(&names).await;
+        Ok(ClusterView {
+            groups: std::sync::Mutex::new(groups.into_iter().collect()),
+            managed: std::sync::Mutex::new(managed),
+            ..view
+        })
+    }
+
     /// Managed node group `name` and the Auto Scaling group behind it.
     pub(crate) async fn managed_group(
         &self,
@@ -174,13 +276,23 @@ impl RotatorHandler {
         let (group_name, managed) = match &policy.node_group {
             NodeGroup::AutoScalingGroup(g) => (g.clone(), None),
             NodeGroup::ManagedNodeGroup(name) => {
-                let (asg, group) = self.managed_group(&policy.cluster, name).await?;
+                let seen = view.take(&view.managed, name);
+                let (asg, group) = match seen {
+                    Some(read) => read?,
+                    None => self.managed_group(&policy.cluster, name).await?,
+                };
                 (asg, Some(group))
             }
         };
         let pool = policy.pool_id();
-        let record = state::load_pool(self.store.as_ref(), &pool).await?;
-        let (group, instances) = self.groups.describe(&group_name).await?;
+        let PoolItems {
+            record,
+            rotations: records,
+        } = pool_items(&pool, self.store.query(&state::pool_pk(&pool), "").await?)?;
+        let (group, instances) = match view.take(&view.groups, &group_name) {
+            Some(read) => read?,
+            None => self.groups.describe(&group_name).await?,
+        };
         let mut members: Vec<Member> = instances
             .into_iter()
             .map(|i| {
@@ -200,7 +312,6 @@ impl RotatorHandler {
             .as_ref()
             .and_then(|r| r.desired.as_ref())
             .map(|a| a.id.clone());
-        let records = self.rotations(&pool).await?;
         // Instances a surge may give back (launched since a surge that holds or owes a unit):
         // their pods are counted, so only a podless one is ever terminated.
         let surged: Vec<&crate::rotation::Surge> = records
