@@ -2,7 +2,9 @@
 NextToken): the launch template data of every template of the Region (`$Latest` and/or
 `$Default`, no template named) comes in pages of MaxResults (1..200) with a NextToken, the way
 the rotator reads the templates of many groups at once. A named template's versions are
-paged the same way; an answer that fits in one page is moto's, unchanged."""
+paged the same way; an answer that fits in one page is moto's, unchanged. DescribeLaunchTemplates
+by `LaunchTemplateIds` / `LaunchTemplateNames` answers every template named, as EC2 does (moto
+cut the answer at its default MaxResults of 15; EC2 refuses MaxResults together with ids)."""
 
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import InvalidParameterValue
@@ -59,3 +61,38 @@ def apply_patches() -> None:
         return ActionResult(result)
 
     LaunchTemplates.describe_launch_template_versions = describe_launch_template_versions
+
+    original = LaunchTemplates.describe_launch_templates
+
+    def describe_launch_templates(self) -> ActionResult:
+        names = self._get_param("LaunchTemplateNames", []) or []
+        ids = self._get_param("LaunchTemplateIds", []) or []
+        if not names and not ids:
+            return original(self)
+        if self._get_param("MaxResults") is not None:
+            from moto.ec2.exceptions import InvalidParameterCombination
+
+            raise InvalidParameterCombination(
+                "The parameter launchTemplateIds cannot be used with the parameter maxResults"
+            )
+        self.error_on_dryrun()
+        templates = self.ec2_backend.describe_launch_templates(
+            template_names=names, template_ids=ids, filters=self._filters_from_querystring()
+        )
+        result = {
+            "LaunchTemplates": [
+                {
+                    "CreateTime": t.create_time,
+                    "CreatedBy": f"arn:{self.partition}:iam::{self.current_account}:root",
+                    "DefaultVersionNumber": t.default_version_number,
+                    "LatestVersionNumber": t.latest_version_number,
+                    "LaunchTemplateId": t.id,
+                    "LaunchTemplateName": t.name,
+                    "Tags": t.tags,
+                }
+                for t in templates
+            ]
+        }
+        return ActionResult(result)
+
+    LaunchTemplates.describe_launch_templates = describe_launch_templates

@@ -21,23 +21,69 @@ pub struct AutoScaling {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
     group_updates: bool,
-    /// What the latest read of each group saw ([`Seen`]).
-    seen: Arc<Mutex<HashMap<String, Seen>>>,
+    /// What the latest read of each group saw.
+    seen: SeenGroups,
 }
 
-/// What the latest read of a group saw (its description and its template version), so that
-/// the template write that follows it in the same pass does not read both again, and what
-/// nodecycle wrote (the version it created) is not read back. Used for [`SEEN_FOR`] at most:
-/// every pass reads its groups first, so a write never goes from an older pass's read.
+/// What the latest read of each group saw (its description, its template version and that
+/// template's tags), so that the template write and the architecture check that follow it in
+/// the same pass do not read them again, and what nodecycle wrote (the version it created) is
+/// not read back. An entry serves for [`SEEN_FOR`] at most: every pass reads its groups first,
+/// so nothing goes from an older pass's read. Shared by the adapters of one deployment
+/// ([`AutoScaling::with_seen`], [`super::nodegroup::NodeGroups::with_seen`]).
+#[derive(Debug, Clone, Default)]
+pub struct SeenGroups(Arc<Mutex<HashMap<String, Seen>>>);
+
+/// One group as a read saw it.
 #[derive(Debug, Clone)]
-struct Seen {
+pub(crate) struct Seen {
     at: Instant,
-    group: aws_sdk_autoscaling::types::AutoScalingGroup,
-    template: Option<template::TemplateVersion>,
+    pub(crate) group: aws_sdk_autoscaling::types::AutoScalingGroup,
+    pub(crate) template: Option<template::TemplateVersion>,
+    /// The template's tags (the opt-in), when the read included them.
+    pub(crate) template_tags: Option<BTreeMap<String, String>>,
 }
 
-/// How long a read serves the template write after it: one invocation (the rotator's timeout).
+/// How long a read serves what follows it: one invocation (the rotator's timeout).
 const SEEN_FOR: Duration = Duration::from_secs(120);
+
+impl SeenGroups {
+    /// Remembers what a read of group `name` saw.
+    pub(crate) fn saw(
+        &self,
+        name: &str,
+        group: &aws_sdk_autoscaling::types::AutoScalingGroup,
+        template: Option<&template::TemplateVersion>,
+        template_tags: Option<BTreeMap<String, String>>,
+    ) {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.insert(
+                name.to_string(),
+                Seen {
+                    at: Instant::now(),
+                    group: group.clone(),
+                    template: template.cloned(),
+                    template_tags,
+                },
+            );
+        }
+    }
+
+    /// What the latest read of group `name` saw, if it is recent ([`SEEN_FOR`]).
+    pub(crate) fn get(&self, name: &str) -> Option<Seen> {
+        let seen = self.0.lock().ok()?;
+        seen.get(name)
+            .filter(|s| s.at.elapsed() < SEEN_FOR)
+            .cloned()
+    }
+
+    /// Forgets what was seen of group `name` (it changed in a way not recorded).
+    pub(crate) fn forget(&self, name: &str) {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.remove(name);
+        }
+    }
+}
 
 /// Environment variable (the stack parameter `AutoScalingGroupUpdates`, `Enabled` or
 /// `Disabled`) saying whether the role may call autoscaling:UpdateAutoScalingGroup.
@@ -96,7 +142,7 @@ impl AutoScaling {
             autoscaling,
             ec2,
             group_updates: true,
-            seen: Arc::default(),
+            seen: SeenGroups::default(),
         }
     }
 
@@ -128,38 +174,10 @@ impl AutoScaling {
         })
     }
 
-    /// Remembers what a read of group `name` saw.
-    fn saw(
-        &self,
-        name: &str,
-        group: &aws_sdk_autoscaling::types::AutoScalingGroup,
-        template: Option<&template::TemplateVersion>,
-    ) {
-        if let Ok(mut seen) = self.seen.lock() {
-            seen.insert(
-                name.to_string(),
-                Seen {
-                    at: Instant::now(),
-                    group: group.clone(),
-                    template: template.cloned(),
-                },
-            );
-        }
-    }
-
-    /// What the latest read of group `name` saw, if it is recent ([`SEEN_FOR`]).
-    fn seen(&self, name: &str) -> Option<Seen> {
-        let seen = self.seen.lock().ok()?;
-        seen.get(name)
-            .filter(|s| s.at.elapsed() < SEEN_FOR)
-            .cloned()
-    }
-
-    /// Forgets what was seen of group `name` (its template changed in a way not recorded).
-    fn forget(&self, name: &str) {
-        if let Ok(mut seen) = self.seen.lock() {
-            seen.remove(name);
-        }
+    /// Shares `seen` with other adapters (the architecture check's [`super::nodegroup::NodeGroups`]).
+    pub fn with_seen(mut self, seen: SeenGroups) -> Self {
+        self.seen = seen;
+        self
     }
 
     fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateSpec> {
@@ -268,7 +286,7 @@ impl GroupOps for AutoScaling {
             Some(t) => Some(template::describe(&self.ec2, &t).await?),
             None => None,
         };
-        self.saw(name, &g, version.as_ref());
+        self.seen.saw(name, &g, version.as_ref(), None);
         let launch_template_image = version.and_then(|v| v.image);
         let ids: Vec<String> = g
             .instances()
@@ -318,9 +336,9 @@ impl GroupOps for AutoScaling {
 
     async fn set_image(&self, group: &str, image: &str) -> Result<String, PortError> {
         // The group and its template as this pass read them, else read now.
-        let (g, seen) = match self.seen(group) {
-            Some(s) => (s.group, s.template),
-            None => (self.group(group).await?, None),
+        let (g, seen, tags) = match self.seen.get(group) {
+            Some(s) => (s.group, s.template, s.template_tags),
+            None => (self.group(group).await?, None, None),
         };
         let t = Self::template_of(&g).ok_or_else(|| {
             PortError::new(
@@ -346,7 +364,8 @@ impl GroupOps for AutoScaling {
                 return Err(updates_not_enabled(&what, false, PINNED_OTHERWISE));
             }
         }
-        let (version, created) = template::with_image(&self.ec2, &t, seen, image).await?;
+        let (version, created) =
+            template::with_image(&self.ec2, &t, seen, tags.as_ref(), image).await?;
         let number = version.number.to_string();
         match t.version.as_str() {
             // The group launches the newest version: the new one is already in use.
@@ -358,7 +377,7 @@ impl GroupOps for AutoScaling {
             "$Default" => {}
             // A pinned version: point the group (or its mixed instances policy) at the new one.
             pinned if pinned != number => {
-                self.forget(group);
+                self.seen.forget(group);
                 self.point_group_at(&g, &version.template_id, &number)
                     .await?;
                 return Ok(number);
@@ -366,7 +385,7 @@ impl GroupOps for AutoScaling {
             _ => {}
         }
         // What nodecycle wrote is what the group launches now: not read back.
-        self.saw(group, &g, Some(&version));
+        self.seen.saw(group, &g, Some(&version), tags);
         Ok(number)
     }
 }
@@ -528,6 +547,15 @@ impl GroupSnapshots for AutoScaling {
             .flat_map(|(_, groups)| groups.iter().filter_map(Self::template_of))
             .collect();
         let versions = template::describe_many(&self.ec2, &specs).await;
+        // Their tags (the opt-in a template write checks), 200 templates a call; unread tags
+        // are read again by the write that needs them.
+        let ids: Vec<String> = versions
+            .values()
+            .filter_map(|v| v.as_ref().ok().map(|v| v.template_id.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let tags = template::tags_of(&self.ec2, &ids).await;
         let mut found = BTreeMap::new();
         for (batch, groups) in read {
             // The instances of the batch's groups by tag; any the tag listing missed (a
@@ -560,11 +588,12 @@ impl GroupSnapshots for AutoScaling {
                 };
                 let image = match Self::template_of(g).map(|t| versions.get(&t).cloned()) {
                     None => {
-                        self.saw(name, g, None);
+                        self.seen.saw(name, g, None, None);
                         Ok(None)
                     }
                     Some(Some(Ok(v))) => {
-                        self.saw(name, g, Some(&v));
+                        let tags = tags.get(&v.template_id).cloned();
+                        self.seen.saw(name, g, Some(&v), tags);
                         Ok(v.image)
                     }
                     Some(Some(Err(e))) => Err(e),

@@ -159,6 +159,49 @@ pub(crate) async fn describe(
     Ok(version_of(v))
 }
 
+/// A launch template's tags.
+pub(crate) type Tags = std::collections::BTreeMap<String, String>;
+
+fn tags_of_template(t: &aws_sdk_ec2::types::LaunchTemplate) -> Tags {
+    t.tags()
+        .iter()
+        .filter_map(|tag| Some((tag.key()?.to_owned(), tag.value()?.to_owned())))
+        .collect()
+}
+
+/// Templates per DescribeLaunchTemplates call by id.
+const TEMPLATES_PER_CALL: usize = 200;
+
+/// The tags of the templates `ids`, [`TEMPLATES_PER_CALL`] a call; a template a call could not
+/// read (an error, or gone) has no entry.
+pub(crate) async fn tags_of(
+    ec2: &aws_sdk_ec2::Client,
+    ids: &[String],
+) -> std::collections::HashMap<String, Tags> {
+    let mut out = std::collections::HashMap::new();
+    for chunk in ids.chunks(TEMPLATES_PER_CALL) {
+        match ec2
+            .describe_launch_templates()
+            .set_launch_template_ids(Some(chunk.to_vec()))
+            .send()
+            .await
+        {
+            Ok(page) => {
+                for t in page.launch_templates() {
+                    if let Some(id) = t.launch_template_id() {
+                        out.insert(id.to_string(), tags_of_template(t));
+                    }
+                }
+            }
+            Err(e) => {
+                let e = port_error("ec2:DescribeLaunchTemplates", e);
+                tracing::warn!(error = %e, "cannot read the templates' tags; a template write reads its own");
+            }
+        }
+    }
+    out
+}
+
 /// Fails closed unless template `template_id` is opted in ([`crate::opt_in`]): tagged
 /// `nodecycle.dev/managed=true` and not created by EKS for a managed node group (its tags read
 /// with ec2:DescribeLaunchTemplates). The refusal is [`ErrorKind::AccessDenied`] for
@@ -166,23 +209,23 @@ pub(crate) async fn describe(
 pub(crate) async fn ensure_opted_in(
     ec2: &aws_sdk_ec2::Client,
     template_id: &str,
+    seen: Option<&Tags>,
 ) -> Result<(), PortError> {
-    let out = ec2
-        .describe_launch_templates()
-        .launch_template_ids(template_id)
-        .send()
-        .await
-        .map_err(|e| port_error("ec2:DescribeLaunchTemplates", e))?;
-    let tags: std::collections::BTreeMap<String, String> = out
-        .launch_templates()
-        .first()
-        .map(|t| {
-            t.tags()
-                .iter()
-                .filter_map(|tag| Some((tag.key()?.to_owned(), tag.value()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default();
+    let tags = match seen {
+        Some(t) => t.clone(),
+        None => {
+            let out = ec2
+                .describe_launch_templates()
+                .launch_template_ids(template_id)
+                .send()
+                .await
+                .map_err(|e| port_error("ec2:DescribeLaunchTemplates", e))?;
+            out.launch_templates()
+                .first()
+                .map(tags_of_template)
+                .unwrap_or_default()
+        }
+    };
     match crate::opt_in::refusal(template_id, &tags) {
         None => Ok(()),
         Some(why) => Err(PortError::new(
@@ -196,11 +239,13 @@ pub(crate) async fn ensure_opted_in(
 /// The version of `t`'s template that launches `image`: `t`'s own version when it already does
 /// (`created = false`), else a new version from it with only the image changed, once the
 /// template is opted in ([`ensure_opted_in`]; nothing is written otherwise). `seen` is `t`'s
-/// version as this pass read it (else it is read now).
+/// version as this pass read it, `tags` the template's tags as it read them (else each is read
+/// now).
 pub(crate) async fn with_image(
     ec2: &aws_sdk_ec2::Client,
     t: &TemplateSpec,
     seen: Option<TemplateVersion>,
+    tags: Option<&Tags>,
     image: &str,
 ) -> Result<(TemplateVersion, bool), PortError> {
     let current = match seen {
@@ -210,7 +255,7 @@ pub(crate) async fn with_image(
     if current.image.as_deref() == Some(image) {
         return Ok((current, false));
     }
-    ensure_opted_in(ec2, &current.template_id).await?;
+    ensure_opted_in(ec2, &current.template_id, tags).await?;
     let out = ec2
         .create_launch_template_version()
         .launch_template_id(&current.template_id)

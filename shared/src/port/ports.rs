@@ -65,19 +65,34 @@ impl Ports {
     /// The AWS and Kubernetes adapters over `config`, with the state table `table` and the
     /// policies under `prefix`.
     pub fn from_sdk(config: &aws_config::SdkConfig, table: &str, prefix: &str) -> Ports {
+        Ports::build(config, table, prefix, true)
+    }
+
+    /// [`Ports::from_sdk`], with autoscaling:UpdateAutoScalingGroup allowed or not.
+    fn build(
+        config: &aws_config::SdkConfig,
+        table: &str,
+        prefix: &str,
+        group_updates: bool,
+    ) -> Ports {
         let c = Clients::new(config);
         let ssm = Ssm::new(c.ssm.clone());
+        // The rotator's reads of its groups serve its architecture checks too.
+        let seen = crate::aws::autoscaling::SeenGroups::default();
         Ports {
             policies: Arc::new(SsmPolicies::new(ssm.clone(), prefix)),
             parameters: Arc::new(ssm),
             images: Arc::new(Ec2::new(c.ec2.clone())),
             clusters: Arc::new(Eks::new(c.eks.clone())),
-            node_groups: Arc::new(NodeGroups::new(
-                c.autoscaling.clone(),
-                c.ec2.clone(),
-                c.eks.clone(),
-            )),
-            groups: Arc::new(AutoScaling::new(c.autoscaling.clone(), c.ec2.clone())),
+            node_groups: Arc::new(
+                NodeGroups::new(c.autoscaling.clone(), c.ec2.clone(), c.eks.clone())
+                    .with_seen(seen.clone()),
+            ),
+            groups: Arc::new(
+                AutoScaling::new(c.autoscaling.clone(), c.ec2.clone())
+                    .with_seen(seen)
+                    .with_group_updates(group_updates),
+            ),
             managed: Arc::new(ManagedNodeGroups::new(c.eks.clone(), c.ec2.clone())),
             store: Arc::new(Table::new(c.dynamodb.clone(), table)),
             instances: Arc::new(Ec2Instances::new(c.ec2.clone())),
@@ -99,12 +114,11 @@ impl Ports {
     /// stack's default).
     pub fn from_env(config: &aws_config::SdkConfig) -> Result<Ports, HandlerError> {
         let (table, prefix) = crate::handlers::table_and_prefix_from_env()?;
-        let mut ports = Ports::from_sdk(config, &table, &prefix);
-        let c = Clients::new(config);
-        ports.groups = Arc::new(
-            AutoScaling::new(c.autoscaling, c.ec2)
-                .with_group_updates(crate::aws::autoscaling::group_updates_from_env()),
-        );
-        Ok(ports)
+        Ok(Ports::build(
+            config,
+            &table,
+            &prefix,
+            crate::aws::autoscaling::group_updates_from_env(),
+        ))
     }
 }
