@@ -165,6 +165,7 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
     let (clusters, pools, nodes) = size();
     let Fleet {
         cloud,
+        a,
         rotator,
         watcher,
         ..
@@ -185,6 +186,29 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
             "a current pool moved: {r}"
         );
     }
+
+    // The ami-watcher's run (every 15 minutes) when nothing is new, counted for the cost (no
+    // added latency: its calls, not its time, are what is used).
+    cloud.faults(Faults::new().aws(AwsFaults::new(0.0)));
+    let started = Instant::now();
+    watcher
+        .handle(&json!({}), chrono::Utc::now())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let stats = cloud.fault_stats();
+    cloud.clear_faults();
+    let by_op: BTreeMap<&str, u64> = stats
+        .aws
+        .by_operation
+        .iter()
+        .map(|(op, s)| (op.as_str(), s.calls))
+        .collect();
+    println!(
+        "steady ami-watcher run over {total_pools} pools: {:.1} s, {} AWS calls: {by_op:?}",
+        took.as_secs_f64(),
+        stats.aws.calls
+    );
 
     // Moving: golden-2 comes; every template moves and one rotation starts per pool.
     cloud.register_image(
@@ -212,6 +236,8 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
         );
         assert!(r["launchTemplate"].is_string(), "template not moved: {r}");
     }
+
+    item_sizes(&a).await;
 
     // Calls grow with pools and pages, not nodes. Steady: one Query of each pool's records (the
     // store reads a pool at a time), everything else shared by the cluster's pools.
@@ -368,6 +394,48 @@ fn every_pool(report: &serde_json::Value, pools: usize) -> Vec<serde_json::Value
         );
     }
     reports
+}
+
+/// Prints the size of the table's items by kind (sort key up to `#`), as DynamoDB counts an
+/// item's size (attribute names and values), for the read and write units of a pass.
+async fn item_sizes(a: &Adapters) {
+    let mut sizes: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut pages = a
+        .clients
+        .dynamodb
+        .scan()
+        .table_name("nodecycle")
+        .into_paginator()
+        .items()
+        .send();
+    while let Some(item) = pages.next().await {
+        let item = item.unwrap();
+        let kind = item
+            .get("sk")
+            .and_then(|v| v.as_s().ok())
+            .map(|sk| sk.split('#').next().unwrap_or("").to_string())
+            .unwrap_or_default();
+        let bytes: usize = item
+            .iter()
+            .map(|(name, value)| {
+                name.len()
+                    + match value {
+                        aws_sdk_dynamodb::types::AttributeValue::S(s) => s.len(),
+                        aws_sdk_dynamodb::types::AttributeValue::N(n) => n.len().div_ceil(2) + 1,
+                        _ => 8,
+                    }
+            })
+            .sum();
+        let entry = sizes.entry(kind).or_default();
+        entry.0 += 1;
+        entry.1 += bytes as u64;
+    }
+    for (kind, (count, bytes)) in sizes {
+        println!(
+            "items {kind}: {count}, {:.0} bytes on average",
+            bytes as f64 / count as f64
+        );
+    }
 }
 
 /// Peak resident set of this process (the rotator runs in it), in MiB.

@@ -547,15 +547,19 @@ impl GroupSnapshots for AutoScaling {
             .flat_map(|(_, groups)| groups.iter().filter_map(Self::template_of))
             .collect();
         let versions = template::describe_many(&self.ec2, &specs).await;
-        // Their tags (the opt-in a template write checks), 200 templates a call; unread tags
-        // are read again by the write that needs them.
+        // Their tags (the opt-in a template write checks), 200 templates a call, when there are
+        // enough templates for a batch to pay; unread tags are read by the write that needs them.
         let ids: Vec<String> = versions
             .values()
             .filter_map(|v| v.as_ref().ok().map(|v| v.template_id.clone()))
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
-        let tags = template::tags_of(&self.ec2, &ids).await;
+        let tags = if ids.len() >= template::LIST_FROM {
+            template::tags_of(&self.ec2, &ids).await
+        } else {
+            HashMap::new()
+        };
         let mut found = BTreeMap::new();
         for (batch, groups) in read {
             // The instances of the batch's groups by tag; any the tag listing missed (a
