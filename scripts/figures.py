@@ -361,6 +361,8 @@ def measure(args):
         rows, used = [], set()
         for resource in FUNCTIONS:
             binary, env, memory, timeout = function_spec(t, resource)
+            if args.only and binary not in args.only:
+                continue
             path = os.path.join(args.bin_dir, binary, "bootstrap")
             if not os.access(path, os.X_OK):
                 raise SystemExit(f"{path} missing: build it first (scripts/figures.sh --build)")
@@ -398,6 +400,8 @@ def sizes(args):
     print("| function | zip (bytes) | zip (MB) | before (MB) | unzipped bootstrap (MB) | under 4 MB |")
     print("|---|---:|---:|---:|---:|---|")
     for binary in BINARIES:
+        if args.only and binary not in args.only:
+            continue
         path = os.path.join(args.zip_dir, binary, "bootstrap.zip")
         if not os.path.exists(path):
             raise SystemExit(f"{path} missing: build it first (scripts/figures.sh --build)")
@@ -498,8 +502,10 @@ def main():
     m.add_argument("--bin-dir", required=True)
     m.add_argument("--runs", type=int, default=4)
     m.add_argument("--warm", type=int, default=3)
+    m.add_argument("--only", action="append", help="measure only this binary (repeatable)")
     s = sub.add_parser("sizes")
     s.add_argument("--zip-dir", required=True)
+    s.add_argument("--only", action="append", help="only this binary (repeatable)")
     c = sub.add_parser("crates")
     c.add_argument("binary")
     c.add_argument("--top", type=int, default=20)
