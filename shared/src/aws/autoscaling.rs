@@ -409,6 +409,21 @@ fn add_facts(
     }
 }
 
+/// Every page of the DescribeInstances `call`, into `facts`.
+async fn every_page(
+    call: aws_sdk_ec2::operation::describe_instances::builders::DescribeInstancesFluentBuilder,
+    facts: &mut InstanceFacts,
+) -> Result<(), PortError> {
+    let mut pages = call.into_paginator().send();
+    while let Some(page) = pages.next().await {
+        add_facts(
+            facts,
+            &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
+        );
+    }
+    Ok(())
+}
+
 /// Instances per DescribeInstances page of a tag filter (the API's limit).
 const INSTANCES_PER_PAGE: i32 = 1000;
 
@@ -457,18 +472,11 @@ impl AutoScaling {
     async fn instance_facts(&self, ids: &[String]) -> Result<InstanceFacts, PortError> {
         let mut facts = InstanceFacts::new();
         for chunk in ids.chunks(100) {
-            let mut pages = self
+            let call = self
                 .ec2
                 .describe_instances()
-                .set_instance_ids(Some(chunk.to_vec()))
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                add_facts(
-                    &mut facts,
-                    &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
-                );
-            }
+                .set_instance_ids(Some(chunk.to_vec()));
+            every_page(call, &mut facts).await?;
         }
         Ok(facts)
     }
@@ -491,20 +499,13 @@ impl AutoScaling {
             ))
             .build();
         let mut facts = InstanceFacts::new();
-        let mut pages = self
+        let call = self
             .ec2
             .describe_instances()
             .filters(filter)
             .filters(live)
-            .max_results(INSTANCES_PER_PAGE)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            add_facts(
-                &mut facts,
-                &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
-            );
-        }
+            .max_results(INSTANCES_PER_PAGE);
+        every_page(call, &mut facts).await?;
         Ok(facts)
     }
 
