@@ -24,6 +24,12 @@ pub trait GroupSnapshots: Send + Sync {
     /// (after the SDK's retries of throttling) is that error in the entry of each of its
     /// names. Never fails as a whole: one unreadable group does not block the others.
     async fn describe_groups(&self, names: &[String]) -> BTreeMap<String, GroupRead>;
+
+    /// Reads, in batches, what the template writes after [`Self::describe_groups`] check (the
+    /// opt-in tags of the groups' templates), so that each write does not read them itself.
+    /// Only a pass that may write calls it; without it (the default does nothing) each write
+    /// reads its template's tags.
+    async fn prefetch_template_tags(&self, _names: &[String]) {}
 }
 
 /// The entry of a group a batch answer did not hold.

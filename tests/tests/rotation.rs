@@ -224,6 +224,9 @@ impl nodecycle::snapshot::GroupSnapshots for Faulty {
     ) -> std::collections::BTreeMap<String, nodecycle::snapshot::GroupRead> {
         self.inner.describe_groups(names).await
     }
+    async fn prefetch_template_tags(&self, names: &[String]) {
+        self.inner.prefetch_template_tags(names).await
+    }
 }
 
 #[async_trait::async_trait]

@@ -409,21 +409,6 @@ fn add_facts(
     }
 }
 
-/// Every page of the DescribeInstances `call`, into `facts`.
-async fn every_page(
-    call: aws_sdk_ec2::operation::describe_instances::builders::DescribeInstancesFluentBuilder,
-    facts: &mut InstanceFacts,
-) -> Result<(), PortError> {
-    let mut pages = call.into_paginator().send();
-    while let Some(page) = pages.next().await {
-        add_facts(
-            facts,
-            &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
-        );
-    }
-    Ok(())
-}
-
 /// Instances per DescribeInstances page of a tag filter (the API's limit).
 const INSTANCES_PER_PAGE: i32 = 1000;
 
@@ -472,11 +457,18 @@ impl AutoScaling {
     async fn instance_facts(&self, ids: &[String]) -> Result<InstanceFacts, PortError> {
         let mut facts = InstanceFacts::new();
         for chunk in ids.chunks(100) {
-            let call = self
+            let mut pages = self
                 .ec2
                 .describe_instances()
-                .set_instance_ids(Some(chunk.to_vec()));
-            every_page(call, &mut facts).await?;
+                .set_instance_ids(Some(chunk.to_vec()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                add_facts(
+                    &mut facts,
+                    &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
+                );
+            }
         }
         Ok(facts)
     }
@@ -499,13 +491,20 @@ impl AutoScaling {
             ))
             .build();
         let mut facts = InstanceFacts::new();
-        let call = self
+        let mut pages = self
             .ec2
             .describe_instances()
             .filters(filter)
             .filters(live)
-            .max_results(INSTANCES_PER_PAGE);
-        every_page(call, &mut facts).await?;
+            .max_results(INSTANCES_PER_PAGE)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            add_facts(
+                &mut facts,
+                &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
+            );
+        }
         Ok(facts)
     }
 
@@ -548,19 +547,6 @@ impl GroupSnapshots for AutoScaling {
             .flat_map(|(_, groups)| groups.iter().filter_map(Self::template_of))
             .collect();
         let versions = template::describe_many(&self.ec2, &specs).await;
-        // Their tags (the opt-in a template write checks), 200 templates a call, when there are
-        // enough templates for a batch to pay; unread tags are read by the write that needs them.
-        let ids: Vec<String> = versions
-            .values()
-            .filter_map(|v| v.as_ref().ok().map(|v| v.template_id.clone()))
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let tags = if ids.len() >= template::LIST_FROM {
-            template::tags_of(&self.ec2, &ids).await
-        } else {
-            HashMap::new()
-        };
         let mut found = BTreeMap::new();
         for (batch, groups) in read {
             // The instances of the batch's groups by tag; any the tag listing missed (a
@@ -597,8 +583,7 @@ impl GroupSnapshots for AutoScaling {
                         Ok(None)
                     }
                     Some(Some(Ok(v))) => {
-                        let tags = tags.get(&v.template_id).cloned();
-                        self.seen.saw(name, g, Some(&v), tags);
+                        self.seen.saw(name, g, Some(&v), None);
                         Ok(v.image)
                     }
                     Some(Some(Err(e))) => Err(e),
@@ -619,6 +604,29 @@ impl GroupSnapshots for AutoScaling {
             }
         }
         snapshot::assemble(names, found, &failed)
+    }
+
+    async fn prefetch_template_tags(&self, names: &[String]) {
+        // The templates of the groups as the pass read them, 200 a call, when there are enough
+        // for a batch to pay; unread tags are read by the write that needs them.
+        let ids: Vec<String> = names
+            .iter()
+            .filter_map(|n| self.seen.get(n)?.template.map(|t| t.template_id))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if ids.len() < template::LIST_FROM {
+            return;
+        }
+        let tags = template::tags_of(&self.ec2, &ids).await;
+        for name in names {
+            if let Some(s) = self.seen.get(name)
+                && let Some(t) = s.template.as_ref()
+                && let Some(found) = tags.get(&t.template_id)
+            {
+                self.seen.saw(name, &s.group, Some(t), Some(found.clone()));
+            }
+        }
     }
 }
 

@@ -400,7 +400,7 @@ impl RotatorHandler {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
                 )),
-                Ok(kube) => match self.cluster_view(kube.as_ref(), &policies).await {
+                Ok(kube) => match self.cluster_view(kube.as_ref(), &policies, true).await {
                     Ok(view) => Ok((kube, Arc::new(view))),
                     Err(e) => Err(format!(
                         "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"
@@ -552,7 +552,7 @@ impl RotatorHandler {
         now: DateTime<Utc>,
     ) -> Result<observe::Observed, String> {
         let view = self
-            .cluster_view(kube, std::slice::from_ref(policy))
+            .cluster_view(kube, std::slice::from_ref(policy), false)
             .await
             .map_err(|e| e.to_string())?;
         self.observe(policy, kube, &view, now)

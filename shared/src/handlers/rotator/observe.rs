@@ -185,10 +185,12 @@ impl RotatorHandler {
     /// What a pass reads once for a cluster whose pools are `policies`: the nodes and the stop
     /// switch ([`ClusterView::read`]), the managed node groups (one `DescribeNodegroup` each, at
     /// once), then every Auto Scaling group in batches ([`crate::snapshot::GroupSnapshots`]).
+    /// `writing`: the pass may write launch templates (their tags are read in batches too).
     pub(super) async fn cluster_view(
         &self,
         kube: &dyn NodeOps,
         policies: &[Policy],
+        writing: bool,
     ) -> Result<ClusterView, PortError> {
         let view = ClusterView::read(kube, self.store.as_ref()).await?;
         let mut names = Vec::new();
@@ -217,6 +219,9 @@ impl RotatorHandler {
             }
         }
         let groups = self.groups.describe_groups(&names).await;
+        if writing {
+            self.groups.prefetch_template_tags(&names).await;
+        }
         Ok(ClusterView {
             groups: std::sync::Mutex::new(groups.into_iter().collect()),
             managed: std::sync::Mutex::new(managed),
