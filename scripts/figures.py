@@ -12,6 +12,7 @@ fake cloud (tests/fakecloud/server.py: moto and the Kubernetes API stand-ins) se
 Usage: figures.py measure --bin-dir DIR [--runs N] [--warm N]   (DIR/<binary>/bootstrap)
        figures.py sizes --zip-dir DIR                             (DIR/<binary>/bootstrap.zip)
        figures.py crates BINARY [--top N]                         (an unstripped binary)
+       figures.py cost --pools N --pass-seconds S --read-units R --write-units W [...]
 """
 
 import argparse
@@ -360,6 +361,8 @@ def measure(args):
         rows, used = [], set()
         for resource in FUNCTIONS:
             binary, env, memory, timeout = function_spec(t, resource)
+            if args.only and binary not in args.only:
+                continue
             path = os.path.join(args.bin_dir, binary, "bootstrap")
             if not os.access(path, os.X_OK):
                 raise SystemExit(f"{path} missing: build it first (scripts/figures.sh --build)")
@@ -397,6 +400,8 @@ def sizes(args):
     print("| function | zip (bytes) | zip (MB) | before (MB) | unzipped bootstrap (MB) | under 4 MB |")
     print("|---|---:|---:|---:|---:|---|")
     for binary in BINARIES:
+        if args.only and binary not in args.only:
+            continue
         path = os.path.join(args.zip_dir, binary, "bootstrap.zip")
         if not os.path.exists(path):
             raise SystemExit(f"{path} missing: build it first (scripts/figures.sh --build)")
@@ -452,6 +457,44 @@ def crates(args):
         print(f"| {name} | {size / 1e6:.2f} | {100 * size / total:.0f}% |")
 
 
+# --- cost --------------------------------------------------------------------------------------
+
+# us-east-1 list prices (December 2026 page values; arm64 Lambda, DynamoDB on-demand).
+LAMBDA_GB_SECOND_ARM = 0.0000133334
+LAMBDA_REQUEST = 0.20 / 1e6
+DYNAMODB_READ_UNIT = 0.125 / 1e6  # on-demand read request unit (4 KB strongly consistent)
+DYNAMODB_WRITE_UNIT = 0.625 / 1e6  # on-demand write request unit (1 KB)
+EVENTBRIDGE_CUSTOM_EVENT = 1.00 / 1e6  # PutEvents, per 64 KB event
+# A controller in the cluster instead: its share of a node (0.25 vCPU, 256 MiB requested on an
+# m7g.large, $0.0816 an hour for 2 vCPU / 8 GiB: the larger share, CPU, is priced), always on.
+M7G_LARGE_HOUR = 0.0816
+MINUTES_A_MONTH = 30 * 24 * 60
+
+
+def cost(args):
+    """Monthly cost of a deployment from one measured steady rotator pass and ami-watcher run
+    (durations, the DynamoDB request units they used) and the fixed schedule: the rotator every
+    minute, the ami-watcher every 15 minutes, the interruption handler's maintenance tick every
+    minute. No free tier; CloudWatch (logs, metrics, alarms) not included."""
+    gb = args.memory_mb / 1024
+    rotator_s = args.pass_seconds * MINUTES_A_MONTH
+    watcher_s = args.watcher_seconds * MINUTES_A_MONTH / 15
+    handler_s = args.handler_seconds * MINUTES_A_MONTH
+    gb_seconds = (rotator_s + watcher_s) * gb + handler_s * (512 / 1024)
+    requests = MINUTES_A_MONTH * 2 + MINUTES_A_MONTH / 15
+    lambda_cost = gb_seconds * LAMBDA_GB_SECOND_ARM + requests * LAMBDA_REQUEST
+    watcher_runs = MINUTES_A_MONTH / 15
+    reads = args.read_units * MINUTES_A_MONTH + args.watcher_read_units * watcher_runs
+    writes = args.write_units * MINUTES_A_MONTH + args.watcher_write_units * watcher_runs
+    dynamodb = reads * DYNAMODB_READ_UNIT + writes * DYNAMODB_WRITE_UNIT
+    events = args.events * EVENTBRIDGE_CUSTOM_EVENT
+    total = lambda_cost + dynamodb + events
+    controller = 0.25 / 2 * M7G_LARGE_HOUR * 24 * 30 * args.controllers
+    print(f"| {args.pools} pools | {gb_seconds:,.0f} GB-s, {requests:,.0f} requests: ${lambda_cost:.2f} |"
+          f" {reads / 1e6:.1f} M reads, {writes / 1e6:.2f} M writes: ${dynamodb:.2f} |"
+          f" {args.events:,} events: ${events:.2f} | **${total:.2f}** | ${controller:.2f} ({args.controllers} cluster{'s' if args.controllers != 1 else ''}) |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -459,13 +502,27 @@ def main():
     m.add_argument("--bin-dir", required=True)
     m.add_argument("--runs", type=int, default=4)
     m.add_argument("--warm", type=int, default=3)
+    m.add_argument("--only", action="append", help="measure only this binary (repeatable)")
     s = sub.add_parser("sizes")
     s.add_argument("--zip-dir", required=True)
+    s.add_argument("--only", action="append", help="only this binary (repeatable)")
     c = sub.add_parser("crates")
     c.add_argument("binary")
     c.add_argument("--top", type=int, default=20)
+    k = sub.add_parser("cost")
+    k.add_argument("--pools", type=int, required=True)
+    k.add_argument("--pass-seconds", type=float, required=True, help="one steady rotator pass")
+    k.add_argument("--memory-mb", type=int, default=256, help="the rotator's and ami-watcher's MemorySize")
+    k.add_argument("--watcher-seconds", type=float, default=1.0, help="one ami-watcher run")
+    k.add_argument("--handler-seconds", type=float, default=0.1, help="one maintenance tick of the interruption handler")
+    k.add_argument("--read-units", type=float, required=True, help="DynamoDB read units of one steady pass")
+    k.add_argument("--write-units", type=float, required=True, help="DynamoDB write units of one steady pass")
+    k.add_argument("--watcher-read-units", type=float, default=0, help="DynamoDB read units of one ami-watcher run")
+    k.add_argument("--watcher-write-units", type=float, default=0, help="DynamoDB write units of one ami-watcher run")
+    k.add_argument("--events", type=int, default=0, help="custom events put on the bus in a month")
+    k.add_argument("--controllers", type=int, default=1, help="clusters an in-cluster controller would run in")
     args = p.parse_args()
-    {"measure": measure, "sizes": sizes, "crates": crates}[args.cmd](args)
+    {"measure": measure, "sizes": sizes, "crates": crates, "cost": cost}[args.cmd](args)
 
 
 if __name__ == "__main__":

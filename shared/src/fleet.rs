@@ -5,6 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub mod snapshot;
+
 /// Auto Scaling lifecycle state of an instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Lifecycle {
@@ -170,9 +172,10 @@ pub struct Sizes {
     pub max: i32,
 }
 
-/// Auto Scaling group operations (self-managed pools).
+/// Auto Scaling group operations (self-managed pools); many groups at once through
+/// [`crate::fleet::snapshot::GroupSnapshots`].
 #[async_trait::async_trait]
-pub trait GroupOps: Send + Sync {
+pub trait GroupOps: crate::fleet::snapshot::GroupSnapshots + Send + Sync {
     /// The group and its instances (joined with EC2 for image and launch time).
     async fn describe(
         &self,

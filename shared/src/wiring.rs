@@ -183,18 +183,20 @@ impl Common {
     pub fn adapters(&self, sdk: &aws_config::SdkConfig) -> Ports {
         let c = Clients::new(sdk);
         let ssm = Ssm::new(c.ssm.clone());
+        // The rotator's reads of its groups serve its architecture checks too.
+        let seen = crate::aws::autoscaling::SeenGroups::default();
         Ports {
             policies: Arc::new(SsmPolicies::new(ssm.clone(), &self.policy_prefix)),
             parameters: Arc::new(ssm),
             images: Arc::new(Ec2::new(c.ec2.clone())),
             clusters: Arc::new(Eks::new(c.eks.clone())),
-            node_groups: Arc::new(NodeGroups::new(
-                c.autoscaling.clone(),
-                c.ec2.clone(),
-                c.eks.clone(),
-            )),
+            node_groups: Arc::new(
+                NodeGroups::new(c.autoscaling.clone(), c.ec2.clone(), c.eks.clone())
+                    .with_seen(seen.clone()),
+            ),
             groups: Arc::new(
                 AutoScaling::new(c.autoscaling.clone(), c.ec2.clone())
+                    .with_seen(seen)
                     .with_group_updates(self.group_updates),
             ),
             managed: Arc::new(ManagedNodeGroups::new(c.eks.clone(), c.ec2.clone())),

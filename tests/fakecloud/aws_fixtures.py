@@ -208,6 +208,9 @@ def _apply_patches() -> None:
     import asg_fidelity  # SetDesiredCapacity bounds, scaling activities, capacity records
 
     asg_fidelity.apply_patches()
+    import lt_pages  # DescribeLaunchTemplateVersions in pages with a NextToken
+
+    lt_pages.apply_patches()
 
 
 # --------------------------------------------------------------------------

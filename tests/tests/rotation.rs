@@ -218,6 +218,19 @@ impl Faulty {
 }
 
 #[async_trait::async_trait]
+impl nodecycle::fleet::snapshot::GroupSnapshots for Faulty {
+    async fn describe_groups(
+        &self,
+        names: &[String],
+    ) -> std::collections::BTreeMap<String, nodecycle::fleet::snapshot::GroupRead> {
+        self.inner.describe_groups(names).await
+    }
+    async fn prefetch_template_tags(&self, names: &[String]) {
+        self.inner.prefetch_template_tags(names).await
+    }
+}
+
+#[async_trait::async_trait]
 impl nodecycle::fleet::GroupOps for Faulty {
     async fn describe(
         &self,

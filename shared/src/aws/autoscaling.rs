@@ -8,8 +8,12 @@ use chrono::{DateTime, Utc};
 
 use super::port_error;
 use super::template::{self, TemplateSpec};
+use crate::fleet::snapshot::{self, GroupRead, GroupSnapshots};
 use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle, Sizes};
 use crate::port::{ErrorKind, PortError};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Auto Scaling and EC2 through the SDK.
 #[derive(Clone, Debug)]
@@ -17,6 +21,68 @@ pub struct AutoScaling {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
     group_updates: bool,
+    /// What the latest read of each group saw.
+    seen: SeenGroups,
+}
+
+/// What the latest read of each group saw (its description, its template version and that
+/// template's tags), so that the template write and the architecture check that follow it in
+/// the same pass do not read them again, and what nodecycle wrote (the version it created) is
+/// not read back. An entry serves for [`SEEN_FOR`] at most: every pass reads its groups first,
+/// so nothing goes from an older pass's read. Shared by the adapters of one deployment
+/// ([`AutoScaling::with_seen`], [`super::nodegroup::NodeGroups::with_seen`]).
+#[derive(Debug, Clone, Default)]
+pub struct SeenGroups(Arc<Mutex<HashMap<String, Seen>>>);
+
+/// One group as a read saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    at: Instant,
+    pub(crate) group: aws_sdk_autoscaling::types::AutoScalingGroup,
+    pub(crate) template: Option<template::TemplateVersion>,
+    /// The template's tags (the opt-in), when the read included them.
+    pub(crate) template_tags: Option<BTreeMap<String, String>>,
+}
+
+/// How long a read serves what follows it: one invocation (the rotator's timeout).
+const SEEN_FOR: Duration = Duration::from_secs(120);
+
+impl SeenGroups {
+    /// Remembers what a read of group `name` saw.
+    pub(crate) fn saw(
+        &self,
+        name: &str,
+        group: &aws_sdk_autoscaling::types::AutoScalingGroup,
+        template: Option<&template::TemplateVersion>,
+        template_tags: Option<BTreeMap<String, String>>,
+    ) {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.insert(
+                name.to_string(),
+                Seen {
+                    at: Instant::now(),
+                    group: group.clone(),
+                    template: template.cloned(),
+                    template_tags,
+                },
+            );
+        }
+    }
+
+    /// What the latest read of group `name` saw, if it is recent ([`SEEN_FOR`]).
+    pub(crate) fn get(&self, name: &str) -> Option<Seen> {
+        let seen = self.0.lock().ok()?;
+        seen.get(name)
+            .filter(|s| s.at.elapsed() < SEEN_FOR)
+            .cloned()
+    }
+
+    /// Forgets what was seen of group `name` (it changed in a way not recorded).
+    pub(crate) fn forget(&self, name: &str) {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.remove(name);
+        }
+    }
 }
 
 /// Environment variable (the stack parameter `AutoScalingGroupUpdates`, `Enabled` or
@@ -70,6 +136,7 @@ impl AutoScaling {
             autoscaling,
             ec2,
             group_updates: true,
+            seen: SeenGroups::default(),
         }
     }
 
@@ -99,6 +166,12 @@ impl AutoScaling {
                 format!("Auto Scaling group {name} does not exist"),
             )
         })
+    }
+
+    /// Shares `seen` with other adapters (the architecture check's [`super::nodegroup::NodeGroups`]).
+    pub fn with_seen(mut self, seen: SeenGroups) -> Self {
+        self.seen = seen;
+        self
     }
 
     fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateSpec> {
@@ -203,71 +276,19 @@ impl GroupOps for AutoScaling {
 
     async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
         let g = self.group(name).await?;
-        let launch_template_image = match Self::template_of(&g) {
-            Some(t) => template::describe(&self.ec2, &t).await?.image,
+        let version = match Self::template_of(&g) {
+            Some(t) => Some(template::describe(&self.ec2, &t).await?),
             None => None,
         };
-        let group = Group {
-            name: name.to_string(),
-            min_size: g.min_size().unwrap_or_default(),
-            max_size: g.max_size().unwrap_or_default(),
-            desired_capacity: g.desired_capacity().unwrap_or_default(),
-            launch_template_image,
-            suspended_processes: g
-                .suspended_processes()
-                .iter()
-                .filter_map(|p| p.process_name().map(str::to_string))
-                .collect(),
-        };
+        self.seen.saw(name, &g, version.as_ref(), None);
+        let launch_template_image = version.and_then(|v| v.image);
         let ids: Vec<String> = g
             .instances()
             .iter()
             .filter_map(|i| i.instance_id().map(str::to_string))
             .collect();
-        let mut ec2_info = std::collections::HashMap::new();
-        for chunk in ids.chunks(100) {
-            let mut pages = self
-                .ec2
-                .describe_instances()
-                .set_instance_ids(Some(chunk.to_vec()))
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                let page = page.map_err(|e| port_error("ec2:DescribeInstances", e))?;
-                for r in page.reservations() {
-                    for i in r.instances() {
-                        let Some(id) = i.instance_id() else { continue };
-                        let launched = i
-                            .launch_time()
-                            .and_then(|t| {
-                                DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())
-                            })
-                            .unwrap_or_default();
-                        ec2_info
-                            .insert(id.to_string(), (i.image_id().map(str::to_string), launched));
-                    }
-                }
-            }
-        }
-        let instances = g
-            .instances()
-            .iter()
-            .filter_map(|i| {
-                let id = i.instance_id()?.to_string();
-                let (image_id, launch_time) = ec2_info
-                    .get(&id)
-                    .cloned()
-                    .unwrap_or((None, DateTime::<Utc>::default()));
-                Some(GroupInstance {
-                    availability_zone: i.availability_zone().unwrap_or_default().to_string(),
-                    lifecycle: lifecycle(i.lifecycle_state().map(|s| s.as_str()).unwrap_or("")),
-                    instance_id: id,
-                    image_id,
-                    launch_time,
-                })
-            })
-            .collect();
-        Ok((group, instances))
+        let facts = self.instance_facts(&ids).await?;
+        Ok(Self::read_of(name, &g, launch_template_image, &facts))
     }
 
     async fn set_desired_capacity(&self, group: &str, desired: i32) -> Result<(), PortError> {
@@ -308,7 +329,11 @@ impl GroupOps for AutoScaling {
     }
 
     async fn set_image(&self, group: &str, image: &str) -> Result<String, PortError> {
-        let g = self.group(group).await?;
+        // The group and its template as this pass read them, else read now.
+        let (g, seen, tags) = match self.seen.get(group) {
+            Some(s) => (s.group, s.template, s.template_tags),
+            None => (self.group(group).await?, None, None),
+        };
         let t = Self::template_of(&g).ok_or_else(|| {
             PortError::new(
                 "autoscaling:DescribeAutoScalingGroups",
@@ -320,7 +345,10 @@ impl GroupOps for AutoScaling {
         if pinned && !self.group_updates {
             // Refused before any write: a new version the group is never pointed at would be
             // created again on every pass.
-            let current = template::describe(&self.ec2, &t).await?;
+            let current = match &seen {
+                Some(v) => v.clone(),
+                None => template::describe(&self.ec2, &t).await?,
+            };
             if current.image.as_deref() != Some(image) {
                 let what = format!(
                     "group {group} launches pinned version {} of launch template {}: pointing it \
@@ -330,7 +358,8 @@ impl GroupOps for AutoScaling {
                 return Err(updates_not_enabled(&what, false, PINNED_OTHERWISE));
             }
         }
-        let (version, created) = template::with_image(&self.ec2, &t, image).await?;
+        let (version, created) =
+            template::with_image(&self.ec2, &t, seen, tags.as_ref(), image).await?;
         let number = version.number.to_string();
         match t.version.as_str() {
             // The group launches the newest version: the new one is already in use.
@@ -342,12 +371,256 @@ impl GroupOps for AutoScaling {
             "$Default" => {}
             // A pinned version: point the group (or its mixed instances policy) at the new one.
             pinned if pinned != number => {
+                self.seen.forget(group);
                 self.point_group_at(&g, &version.template_id, &number)
                     .await?;
+                return Ok(number);
             }
             _ => {}
         }
+        // What nodecycle wrote is what the group launches now: not read back.
+        self.seen.saw(group, &g, Some(&version), tags);
         Ok(number)
+    }
+}
+
+/// What EC2 says of an instance: its image and launch time.
+type InstanceFacts = std::collections::HashMap<String, (Option<String>, DateTime<Utc>)>;
+
+fn add_facts(
+    facts: &mut InstanceFacts,
+    page: &aws_sdk_ec2::operation::describe_instances::DescribeInstancesOutput,
+) {
+    for r in page.reservations() {
+        for i in r.instances() {
+            let Some(id) = i.instance_id() else { continue };
+            let launched = i
+                .launch_time()
+                .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
+                .unwrap_or_default();
+            facts.insert(id.to_string(), (i.image_id().map(str::to_string), launched));
+        }
+    }
+}
+
+/// Instances per DescribeInstances page of a tag filter (the API's limit).
+const INSTANCES_PER_PAGE: i32 = 1000;
+
+impl AutoScaling {
+    /// The group `name` as read, its template's image and its instances joined with `facts`.
+    fn read_of(
+        name: &str,
+        g: &aws_sdk_autoscaling::types::AutoScalingGroup,
+        launch_template_image: Option<String>,
+        facts: &InstanceFacts,
+    ) -> (Group, Vec<GroupInstance>) {
+        let group = Group {
+            name: name.to_string(),
+            min_size: g.min_size().unwrap_or_default(),
+            max_size: g.max_size().unwrap_or_default(),
+            desired_capacity: g.desired_capacity().unwrap_or_default(),
+            launch_template_image,
+            suspended_processes: g
+                .suspended_processes()
+                .iter()
+                .filter_map(|p| p.process_name().map(str::to_string))
+                .collect(),
+        };
+        let instances = g
+            .instances()
+            .iter()
+            .filter_map(|i| {
+                let id = i.instance_id()?.to_string();
+                let (image_id, launch_time) = facts
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or((None, DateTime::<Utc>::default()));
+                Some(GroupInstance {
+                    availability_zone: i.availability_zone().unwrap_or_default().to_string(),
+                    lifecycle: lifecycle(i.lifecycle_state().map(|s| s.as_str()).unwrap_or("")),
+                    instance_id: id,
+                    image_id,
+                    launch_time,
+                })
+            })
+            .collect();
+        (group, instances)
+    }
+
+    /// Image and launch time of the instances `ids`, 100 ids a call.
+    async fn instance_facts(&self, ids: &[String]) -> Result<InstanceFacts, PortError> {
+        let mut facts = InstanceFacts::new();
+        for chunk in ids.chunks(100) {
+            let mut pages = self
+                .ec2
+                .describe_instances()
+                .set_instance_ids(Some(chunk.to_vec()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                add_facts(
+                    &mut facts,
+                    &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
+                );
+            }
+        }
+        Ok(facts)
+    }
+
+    /// Image and launch time of every instance of the groups `names` (tag
+    /// `aws:autoscaling:groupName`, which Auto Scaling puts on what it launches), in pages of
+    /// [`INSTANCES_PER_PAGE`].
+    async fn facts_of_groups(&self, names: &[String]) -> Result<InstanceFacts, PortError> {
+        let filter = aws_sdk_ec2::types::Filter::builder()
+            .name("tag:aws:autoscaling:groupName")
+            .set_values(Some(names.to_vec()))
+            .build();
+        // Terminated instances keep their tags for a while; none of them is in a group.
+        let live = aws_sdk_ec2::types::Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["pending", "running", "shutting-down", "stopping", "stopped"]
+                    .map(String::from)
+                    .to_vec(),
+            ))
+            .build();
+        let mut facts = InstanceFacts::new();
+        let mut pages = self
+            .ec2
+            .describe_instances()
+            .filters(filter)
+            .filters(live)
+            .max_results(INSTANCES_PER_PAGE)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            add_facts(
+                &mut facts,
+                &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
+            );
+        }
+        Ok(facts)
+    }
+
+    /// One batch of [`GroupSnapshots::describe_groups`]: at most
+    /// [`crate::fleet::snapshot::GROUPS_PER_CALL`] names.
+    async fn describe_batch(
+        &self,
+        names: &[String],
+    ) -> Result<Vec<aws_sdk_autoscaling::types::AutoScalingGroup>, PortError> {
+        let mut pages = self
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .set_auto_scaling_group_names(Some(names.to_vec()))
+            .max_records(100)
+            .into_paginator()
+            .send();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
+            out.extend(page.auto_scaling_groups().iter().cloned());
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl GroupSnapshots for AutoScaling {
+    async fn describe_groups(&self, names: &[String]) -> BTreeMap<String, GroupRead> {
+        let mut failed: BTreeMap<String, PortError> = BTreeMap::new();
+        let mut read = Vec::new();
+        for batch in snapshot::batches(names) {
+            match self.describe_batch(&batch).await {
+                Ok(groups) => read.push((batch, groups)),
+                Err(e) => failed.extend(batch.into_iter().map(|n| (n, e.clone()))),
+            }
+        }
+        // The templates of every group read, in one go.
+        let specs: Vec<TemplateSpec> = read
+            .iter()
+            .flat_map(|(_, groups)| groups.iter().filter_map(Self::template_of))
+            .collect();
+        let versions = template::describe_many(&self.ec2, &specs).await;
+        let mut found = BTreeMap::new();
+        for (batch, groups) in read {
+            // The instances of the batch's groups by tag; any the tag listing missed (a
+            // launch whose tags are not there yet) by id.
+            let mut facts = match self.facts_of_groups(&batch).await {
+                Ok(f) => f,
+                Err(e) => {
+                    failed.extend(batch.into_iter().map(|n| (n, e.clone())));
+                    continue;
+                }
+            };
+            let untagged: Vec<String> = groups
+                .iter()
+                .flat_map(|g| g.instances().iter().filter_map(|i| i.instance_id()))
+                .filter(|id| !facts.contains_key(*id))
+                .map(str::to_string)
+                .collect();
+            if !untagged.is_empty() {
+                match self.instance_facts(&untagged).await {
+                    Ok(more) => facts.extend(more),
+                    Err(e) => {
+                        failed.extend(batch.into_iter().map(|n| (n, e.clone())));
+                        continue;
+                    }
+                }
+            }
+            for g in &groups {
+                let Some(name) = g.auto_scaling_group_name() else {
+                    continue;
+                };
+                let image = match Self::template_of(g).map(|t| versions.get(&t).cloned()) {
+                    None => {
+                        self.seen.saw(name, g, None, None);
+                        Ok(None)
+                    }
+                    Some(Some(Ok(v))) => {
+                        self.seen.saw(name, g, Some(&v), None);
+                        Ok(v.image)
+                    }
+                    Some(Some(Err(e))) => Err(e),
+                    Some(None) => Err(PortError::new(
+                        "ec2:DescribeLaunchTemplateVersions",
+                        ErrorKind::Other,
+                        format!("the launch template of group {name} was not read"),
+                    )),
+                };
+                match image {
+                    Ok(image) => {
+                        found.insert(name.to_string(), Self::read_of(name, g, image, &facts));
+                    }
+                    Err(e) => {
+                        failed.insert(name.to_string(), e);
+                    }
+                }
+            }
+        }
+        snapshot::assemble(names, found, &failed)
+    }
+
+    async fn prefetch_template_tags(&self, names: &[String]) {
+        // The templates of the groups as the pass read them, 200 a call, when there are enough
+        // for a batch to pay; unread tags are read by the write that needs them.
+        let ids: Vec<String> = names
+            .iter()
+            .filter_map(|n| self.seen.get(n)?.template.map(|t| t.template_id))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if ids.len() < template::LIST_FROM {
+            return;
+        }
+        let tags = template::tags_of(&self.ec2, &ids).await;
+        for name in names {
+            if let Some(s) = self.seen.get(name)
+                && let Some(t) = s.template.as_ref()
+                && let Some(found) = tags.get(&t.template_id)
+            {
+                self.seen.saw(name, &s.group, Some(t), Some(found.clone()));
+            }
+        }
     }
 }
 

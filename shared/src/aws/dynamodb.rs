@@ -178,15 +178,27 @@ impl Store for Table {
         pk: &str,
         sk_prefix: &str,
     ) -> Result<Vec<(String, Versioned<serde_json::Value>)>, PortError> {
+        // An empty prefix is the whole partition (DynamoDB refuses an empty `begins_with`, and
+        // names or values the condition does not use).
+        let mut names = std::collections::HashMap::from([("#pk".to_string(), PK.to_string())]);
+        let mut values = std::collections::HashMap::from([(
+            ":pk".to_string(),
+            AttributeValue::S(pk.to_string()),
+        )]);
+        let condition = if sk_prefix.is_empty() {
+            "#pk = :pk"
+        } else {
+            names.insert("#sk".to_string(), SK.to_string());
+            values.insert(":p".to_string(), AttributeValue::S(sk_prefix.to_string()));
+            "#pk = :pk AND begins_with(#sk, :p)"
+        };
         let mut pages = self
             .client
             .query()
             .table_name(&self.name)
-            .key_condition_expression("#pk = :pk AND begins_with(#sk, :p)")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#sk", SK)
-            .expression_attribute_values(":pk", AttributeValue::S(pk.to_string()))
-            .expression_attribute_values(":p", AttributeValue::S(sk_prefix.to_string()))
+            .key_condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
             .consistent_read(true)
             .into_paginator()
             .items()

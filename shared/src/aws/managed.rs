@@ -215,7 +215,7 @@ impl ManagedGroupOps for ManagedNodeGroups {
         t: &TemplateRef,
         image: &str,
     ) -> Result<(String, String), PortError> {
-        let (v, _) = template::with_image(&self.ec2, &spec(t), image).await?;
+        let (v, _) = template::with_image(&self.ec2, &spec(t), None, None, image).await?;
         Ok((v.template_id, v.number.to_string()))
     }
 

@@ -1,5 +1,8 @@
 //! Node group adapter: what image a self-managed (Auto Scaling) or managed node group launches.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use async_trait::async_trait;
 
 use super::port_error;
@@ -16,6 +19,22 @@ pub struct NodeGroups {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
     eks: aws_sdk_eks::Client,
+    /// What this pass's reads of the groups saw (shared with the rotator's
+    /// [`super::autoscaling::AutoScaling`]).
+    seen: super::autoscaling::SeenGroups,
+    /// The architectures EC2 reported per instance type: fixed facts of a type, read once per
+    /// process.
+    architectures: Arc<Mutex<HashMap<String, Vec<String>>>>,
+}
+
+/// The instance type a launch template version names (`by attributes` when it has
+/// `InstanceRequirements`), with where it was read.
+fn template_types_of(v: &template::TemplateVersion) -> (String, Vec<String>, bool) {
+    (
+        format!("launch template {} version {}", v.template_id, v.number),
+        v.instance_type.iter().cloned().collect(),
+        v.by_attributes,
+    )
 }
 
 /// The launch template a group launches from: its own, or its mixed instances policy's.
@@ -41,7 +60,16 @@ impl NodeGroups {
             autoscaling,
             ec2,
             eks,
+            seen: super::autoscaling::SeenGroups::default(),
+            architectures: Arc::default(),
         }
+    }
+
+    /// Reads a group from what `seen` holds of this pass's reads (the rotator's snapshot)
+    /// before asking Auto Scaling and EC2 again.
+    pub fn with_seen(mut self, seen: super::autoscaling::SeenGroups) -> Self {
+        self.seen = seen;
+        self
     }
 
     async fn launch_template_image(
@@ -136,18 +164,20 @@ impl NodeGroups {
             name: name.map(str::to_string),
             version: version.unwrap_or("$Default").to_string(),
         };
-        let v = template::describe(&self.ec2, &spec).await?;
-        Ok((
-            format!("launch template {} version {}", v.template_id, v.number),
-            v.instance_type.into_iter().collect(),
-            v.by_attributes,
+        Ok(template_types_of(
+            &template::describe(&self.ec2, &spec).await?,
         ))
     }
 
     async fn asg_types(&self, name: &str) -> Result<(String, Vec<String>, bool), PortError> {
-        let Some(group) = self.describe_group(name).await? else {
-            // A group that does not exist launches nothing: nothing to check.
-            return Ok((String::new(), Vec::new(), false));
+        let seen = self.seen.get(name);
+        let group = match &seen {
+            Some(s) => s.group.clone(),
+            None => match self.describe_group(name).await? {
+                Some(g) => g,
+                // A group that does not exist launches nothing: nothing to check.
+                None => return Ok((String::new(), Vec::new(), false)),
+            },
         };
         if let Some(lt) = group
             .mixed_instances_policy()
@@ -168,6 +198,9 @@ impl NodeGroups {
                     by_attributes,
                 ));
             }
+        }
+        if let Some(v) = seen.and_then(|s| s.template) {
+            return Ok(template_types_of(&v));
         }
         if let Some(spec) = template_of(&group) {
             return self
@@ -222,8 +255,19 @@ impl NodeGroups {
         &self,
         types: &[String],
     ) -> Result<Vec<(String, Option<Vec<String>>)>, PortError> {
-        let mut known = std::collections::HashMap::new();
-        for chunk in types.chunks(100) {
+        let mut known: HashMap<String, Vec<String>> = match self.architectures.lock() {
+            Ok(cached) => types
+                .iter()
+                .filter_map(|t| cached.get(t).map(|a| (t.clone(), a.clone())))
+                .collect(),
+            Err(_) => HashMap::new(),
+        };
+        let unknown: Vec<String> = types
+            .iter()
+            .filter(|t| !known.contains_key(*t))
+            .cloned()
+            .collect();
+        for chunk in unknown.chunks(100) {
             let wanted: Vec<aws_sdk_ec2::types::InstanceType> = chunk
                 .iter()
                 .map(|t| aws_sdk_ec2::types::InstanceType::from(t.as_str()))
@@ -249,6 +293,9 @@ impl NodeGroups {
                                 .collect()
                         })
                         .unwrap_or_default();
+                    if let Ok(mut cached) = self.architectures.lock() {
+                        cached.insert(name.as_str().to_string(), archs.clone());
+                    }
                     known.insert(name.as_str().to_string(), archs);
                 }
             }

@@ -583,6 +583,25 @@ impl Groups {
 }
 
 #[async_trait]
+impl crate::fleet::snapshot::GroupSnapshots for Groups {
+    /// Each group as [`crate::fleet::GroupOps::describe`] answers it (one entry a name; a
+    /// group that does not exist is its `NotFound` entry, as a batch answer holds it).
+    async fn describe_groups(
+        &self,
+        names: &[String],
+    ) -> BTreeMap<String, crate::fleet::snapshot::GroupRead> {
+        let mut out = BTreeMap::new();
+        for name in names {
+            if !out.contains_key(name) {
+                let read = crate::fleet::GroupOps::describe(self, name).await;
+                out.insert(name.clone(), read);
+            }
+        }
+        out
+    }
+}
+
+#[async_trait]
 impl crate::fleet::GroupOps for Groups {
     async fn describe(
         &self,

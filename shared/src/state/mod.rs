@@ -319,6 +319,37 @@ impl Repository {
         Ok(out)
     }
 
+    /// The pool record and every rotation record of `pool` in one Query of its partition (what
+    /// a pass observes): an unreadable pool record fails, unreadable rotation records are
+    /// logged and skipped (as [`Repository::pool`] and [`Repository::rotations`] do); other
+    /// items are not returned.
+    pub async fn pool_partition(
+        &self,
+        pool: &str,
+    ) -> Result<(Option<PoolRecord>, Vec<Versioned<Rotation>>), PortError> {
+        let mut record = None;
+        let mut rotations = Vec::new();
+        for (sk, v) in self.store.query(&keys::pool_pk(pool), "").await? {
+            if sk == keys::POOL_STATE_SK {
+                record = Some(
+                    serde_json::from_value(v.value)
+                        .map_err(|e| decode_error(&format!("pool record {pool}"), e))?,
+                );
+            } else if sk.starts_with(keys::ROTATION_PREFIX) {
+                match serde_json::from_value::<Rotation>(v.value) {
+                    Ok(r) => rotations.push(Versioned {
+                        value: r,
+                        version: v.version,
+                    }),
+                    Err(e) => {
+                        tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored")
+                    }
+                }
+            }
+        }
+        Ok((record, rotations))
+    }
+
     /// The rotation record of `instance` in `pool`: `None` when there is none; a record that
     /// cannot be read is there (its version, to replace it) with no value.
     pub async fn rotation(

@@ -93,6 +93,8 @@ pub struct Adapters {
     pub eks: Eks,
     pub groups: NodeGroups,
     pub clients: Clients,
+    /// Shared by `groups` and the rotator's Auto Scaling adapter, as the Lambda's ports share it.
+    pub seen: nodecycle::aws::autoscaling::SeenGroups,
 }
 
 impl Adapters {
@@ -103,6 +105,7 @@ impl Adapters {
     /// The adapters over an SDK configuration of the caller's (e.g. the Lambda's retries).
     pub fn from_config(config: &aws_config::SdkConfig) -> Adapters {
         let clients = Clients::new(config);
+        let seen = nodecycle::aws::autoscaling::SeenGroups::default();
         Adapters {
             ssm: Ssm::new(clients.ssm.clone()),
             ec2: Ec2::new(clients.ec2.clone()),
@@ -111,8 +114,10 @@ impl Adapters {
                 clients.autoscaling.clone(),
                 clients.ec2.clone(),
                 clients.eks.clone(),
-            ),
+            )
+            .with_seen(seen.clone()),
             clients,
+            seen,
         }
     }
 
@@ -272,10 +277,10 @@ impl Adapters {
         use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
         RotatorHandler {
             policies,
-            groups: Arc::new(AutoScaling::new(
-                self.clients.autoscaling.clone(),
-                self.clients.ec2.clone(),
-            )),
+            groups: Arc::new(
+                AutoScaling::new(self.clients.autoscaling.clone(), self.clients.ec2.clone())
+                    .with_seen(self.seen.clone()),
+            ),
             managed: Arc::new(ManagedNodeGroups::new(
                 self.clients.eks.clone(),
                 self.clients.ec2.clone(),

@@ -245,7 +245,8 @@ impl Planner<'_> {
         kube: &dyn NodeOps,
         now: DateTime<Utc>,
     ) -> Result<observe::Observed, String> {
-        let view = ClusterView::read(kube, self.state)
+        let view = self
+            .cluster_view(kube, std::slice::from_ref(policy), false)
             .await
             .map_err(|e| e.to_string())?;
         self.observe(policy, kube, &view, now)
@@ -489,7 +490,11 @@ impl RotatorHandler {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
                 )),
-                Ok(kube) => match ClusterView::read(kube.as_ref(), &self.state).await {
+                Ok(kube) => match self
+                    .planner()
+                    .cluster_view(kube.as_ref(), &policies, true)
+                    .await
+                {
                     Ok(view) => Ok((kube, Arc::new(view))),
                     Err(e) => Err(format!(
                         "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"

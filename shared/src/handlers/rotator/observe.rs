@@ -1,11 +1,15 @@
-//! Observe: one pool's snapshot through the ports (Auto Scaling group + EC2, Kubernetes nodes
-//! by providerID, pool state, rotation records with their versions).
+//! Observe: one pool's snapshot, from what the pass read once for the pool's cluster
+//! ([`ClusterView`]: the Kubernetes nodes by providerID, and every Auto Scaling group of the
+//! cluster's pools with its instances and template image through the batched
+//! [`crate::fleet::snapshot::GroupSnapshots`] port) and the pool's own records (its state record and
+//! rotation records with their versions: one Query of the pool's partition).
 
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 
 use super::Planner;
+use crate::fleet::snapshot::GroupRead;
 use crate::fleet::{Gates, Member, NodeStatus};
 use crate::kube::{self as k, NodeOps};
 use crate::managed::ManagedGroup;
@@ -22,6 +26,12 @@ const PER_NODE_POD_LISTS: usize = 8;
 /// read the first time a pool has many candidates).
 pub(super) struct ClusterView {
     by_instance: HashMap<String, k::NodeInfo>,
+    /// The cluster's groups as one batched read found them, each handed to the first round
+    /// of its pool (a second round, after this pass's own writes, reads its group again).
+    groups: std::sync::Mutex<HashMap<String, GroupRead>>,
+    /// The managed node groups of the cluster's pools as `DescribeNodegroup` reported them
+    /// (once a pass each), with the Auto Scaling group behind each; handed out like `groups`.
+    managed: std::sync::Mutex<HashMap<String, ManagedRead>>,
     pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
     /// The deployment's stop switch as read with the nodes
     /// ([`crate::state::Repository::stop_gate`]: unreadable
@@ -30,7 +40,8 @@ pub(super) struct ClusterView {
 }
 
 impl ClusterView {
-    /// Lists the cluster's nodes and reads the stop switch (one GetItem per cluster and pass).
+    /// Lists the cluster's nodes and reads the stop switch (one GetItem per cluster and pass);
+    /// the groups come later ([`Planner::cluster_view`]).
     pub(super) async fn read(
         kube: &dyn NodeOps,
         state: &crate::state::Repository,
@@ -38,6 +49,8 @@ impl ClusterView {
         let nodes = kube.list_nodes().await?;
         let stopped = state.stop_gate().await;
         Ok(ClusterView {
+            groups: std::sync::Mutex::default(),
+            managed: std::sync::Mutex::default(),
             stopped,
             by_instance: nodes
                 .into_iter()
@@ -48,6 +61,11 @@ impl ClusterView {
                 .collect(),
             pods: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The entry `key` of `entries`, removed (each is used once: later rounds read afresh).
+    fn take<T>(&self, entries: &std::sync::Mutex<HashMap<String, T>>, key: &str) -> Option<T> {
+        entries.lock().ok().and_then(|mut e| e.remove(key))
     }
 
     /// Evictable pods on each of `nodes` (an ordering hint: a node whose pods cannot be
@@ -120,7 +138,52 @@ pub(super) struct Observed {
     pub launch_problem: Option<String>,
 }
 
+/// A managed node group with the Auto Scaling group behind it, or why it could not be read.
+type ManagedRead = Result<(String, ManagedGroup), PortError>;
+
 impl Planner<'_> {
+    /// What a pass reads once for a cluster whose pools are `policies`: the nodes and the stop
+    /// switch ([`ClusterView::read`]), the managed node groups (one `DescribeNodegroup` each, at
+    /// once), then every Auto Scaling group in batches ([`crate::fleet::snapshot::GroupSnapshots`]).
+    /// `writing`: the pass may write launch templates (their tags are read in batches too).
+    pub(super) async fn cluster_view(
+        &self,
+        kube: &dyn NodeOps,
+        policies: &[Policy],
+        writing: bool,
+    ) -> Result<ClusterView, PortError> {
+        let view = ClusterView::read(kube, self.state).await?;
+        let mut names = Vec::new();
+        let mut described = Vec::new();
+        for policy in policies {
+            match &policy.node_group {
+                NodeGroup::AutoScalingGroup(g) => names.push(g.clone()),
+                NodeGroup::ManagedNodeGroup(name) => described.push(async move {
+                    (
+                        name.clone(),
+                        self.managed_group(&policy.cluster, name).await,
+                    )
+                }),
+            }
+        }
+        let mut managed = HashMap::new();
+        for (name, read) in futures::future::join_all(described).await {
+            if let Ok((asg, _)) = &read {
+                names.push(asg.clone());
+            }
+            managed.insert(name, read);
+        }
+        let groups = self.groups.describe_groups(&names).await;
+        if writing {
+            self.groups.prefetch_template_tags(&names).await;
+        }
+        Ok(ClusterView {
+            groups: std::sync::Mutex::new(groups.into_iter().collect()),
+            managed: std::sync::Mutex::new(managed),
+            ..view
+        })
+    }
+
     /// Managed node group `name` and the Auto Scaling group behind it.
     pub(crate) async fn managed_group(
         &self,
@@ -152,13 +215,20 @@ impl Planner<'_> {
         let (group_name, managed) = match &policy.node_group {
             NodeGroup::AutoScalingGroup(g) => (g.clone(), None),
             NodeGroup::ManagedNodeGroup(name) => {
-                let (asg, group) = self.managed_group(&policy.cluster, name).await?;
+                let seen = view.take(&view.managed, name);
+                let (asg, group) = match seen {
+                    Some(read) => read?,
+                    None => self.managed_group(&policy.cluster, name).await?,
+                };
                 (asg, Some(group))
             }
         };
         let pool = policy.pool_id();
-        let record = self.state.pool(&pool).await?;
-        let (group, instances) = self.groups.describe(&group_name).await?;
+        let (record, records) = self.state.pool_partition(&pool).await?;
+        let (group, instances) = match view.take(&view.groups, &group_name) {
+            Some(read) => read?,
+            None => self.groups.describe(&group_name).await?,
+        };
         let mut members: Vec<Member> = instances
             .into_iter()
             .map(|i| {
@@ -178,7 +248,6 @@ impl Planner<'_> {
             .as_ref()
             .and_then(|r| r.desired.as_ref())
             .map(|a| a.id.clone());
-        let records = self.state.rotations(&pool).await?;
         // Instances a surge may give back (launched since a surge that holds or owes a unit):
         // their pods are counted, so only a podless one is ever terminated.
         let surged: Vec<&crate::rotation::Surge> = records
