@@ -169,9 +169,9 @@ fn bench(c: &mut Criterion) {
             |b| {
                 b.iter(|| {
                     for s in black_box(&pools) {
-                        black_box(nodecycle::plan::managed::plan_managed(
+                        black_box(nodecycle::plan::managed_update::plan_managed(
                             s,
-                            &nodecycle::plan::managed::NodeGroupState {
+                            &nodecycle::plan::managed_update::NodeGroupState {
                                 update: None,
                                 status: "ACTIVE",
                                 wave: std::time::Duration::from_secs(600),

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-pub mod interruption;
+pub mod instance_events;
 pub mod served;
 pub mod verify;
 

@@ -26,8 +26,8 @@ use crate::aws::{
     dynamodb::Table,
     ec2::Ec2,
     eks::Eks,
-    interruption::{Ec2Instances, LifecycleActions},
-    managed::ManagedNodeGroups,
+    eks_nodegroups::ManagedNodeGroups,
+    instances::{Ec2Instances, LifecycleActions},
     nodegroup::NodeGroups,
     ssm::{Ssm, SsmPolicies},
 };
@@ -210,7 +210,7 @@ impl Common {
             alarms: Arc::new(crate::aws::cloudwatch::CloudWatch::new(
                 c.cloudwatch.clone(),
             )),
-            events: Arc::new(crate::aws::bus::EventBridge::new(c.events.clone())),
+            events: Arc::new(crate::aws::events_out::EventBridge::new(c.events.clone())),
             metrics: Arc::new(crate::metrics::NoMetrics),
             members: Arc::new(crate::members::OwnOnly),
             kube: Arc::new(crate::kube::EksConnector::new(sdk.clone())),

@@ -179,7 +179,7 @@ fn json() -> impl Strategy<Value = Value> {
 }
 
 fn classify_all_ways(v: &Value) {
-    let _ = nodecycle::event::interruption::interruption_event(v);
+    let _ = nodecycle::event::instance_events::interruption_event(v);
     let _ = nodecycle::event::watcher_trigger(v);
     let _ = nodecycle::event::rotator_selection(v);
     let _ = nodecycle::handlers::ops::request::parse(v);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
-use nodecycle::aws::interruption::{Ec2Instances, LifecycleActions};
+use nodecycle::aws::instances::{Ec2Instances, LifecycleActions};
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
 use nodecycle::handlers::rotator::{EksConnector, RotatorHandler};

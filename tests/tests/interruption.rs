@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use nodecycle::aws::{
     dynamodb::Table,
-    interruption::Ec2Instances,
+    instances::Ec2Instances,
     ssm::{Ssm, SsmPolicies},
 };
 use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
@@ -1187,7 +1187,7 @@ async fn nodecycle_run_interruption_handler_acts_on_event_files() {
     assert!(left.iter().all(|(id, _)| *id != third), "{left:?}");
     // The adapter treats an action that is no longer active as done, not as an error.
     let adapter =
-        nodecycle::aws::interruption::LifecycleActions::new(e.adapters.clients.autoscaling.clone());
+        nodecycle::aws::instances::LifecycleActions::new(e.adapters.clients.autoscaling.clone());
     let again = adapter
         .complete_continue("prod-general", "nodecycle-drain", None, &third)
         .await

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::aws::dynamodb::Table;
-use nodecycle::aws::interruption::Ec2Instances;
+use nodecycle::aws::instances::Ec2Instances;
 use nodecycle::aws::ssm::{Ssm, SsmPolicies};
 use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
 use nodecycle::handlers::rotator::{EksConnector, RotatorHandler};
@@ -62,7 +62,7 @@ async fn deployment() -> Deployment {
             "/nodecycle/pools/",
         )),
         instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
-        lifecycle: Arc::new(nodecycle::aws::interruption::LifecycleActions::new(
+        lifecycle: Arc::new(nodecycle::aws::instances::LifecycleActions::new(
             a.clients.autoscaling.clone(),
         )),
         deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(

@@ -2,19 +2,19 @@
 //! [`PortError`]s. Nothing outside this module sees SDK types.
 
 pub mod autoscaling;
-pub mod bus;
 #[cfg(feature = "doctor")]
 pub mod cloudformation;
 pub mod cloudwatch;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;
+pub mod eks_nodegroups;
 #[cfg(feature = "doctor")]
-pub mod eventbridge;
+pub mod event_rules;
+pub mod events_out;
 pub mod identity;
-pub mod interruption;
+pub mod instances;
 pub mod inventory;
-pub mod managed;
 pub mod members;
 pub mod nodegroup;
 pub mod queue;

@@ -11,7 +11,7 @@ pub struct Reads {
     inventory: crate::aws::inventory::Inventory,
     ssm: crate::aws::ssm::Ssm,
     rbac: crate::kube::rbac::EksRbac,
-    rules: crate::aws::eventbridge::Rules,
+    rules: crate::aws::event_rules::Rules,
     node_types: crate::aws::nodegroup::NodeGroups,
 }
 
@@ -24,7 +24,7 @@ impl Reads {
             inventory: crate::aws::inventory::Inventory::new(clients.clone()),
             ssm: crate::aws::ssm::Ssm::new(clients.ssm.clone()),
             rbac: crate::kube::rbac::EksRbac::new(config.clone()),
-            rules: crate::aws::eventbridge::Rules::from_config(config),
+            rules: crate::aws::event_rules::Rules::from_config(config),
             node_types: crate::aws::nodegroup::NodeGroups::new(
                 clients.autoscaling.clone(),
                 clients.ec2.clone(),

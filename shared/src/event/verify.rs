@@ -3,7 +3,7 @@
 //! `Err(why)` for a refusal: the handler logs why and changes nothing. Which accounts and
 //! regions are served is [`super::served`].
 
-use super::interruption::{InstanceState, LifecycleAction};
+use super::instance_events::{InstanceState, LifecycleAction};
 use crate::interruption::InstanceInfo;
 use crate::problem::quote;
 

@@ -31,7 +31,7 @@ use crate::ami::resolve::{
 };
 use crate::ami::select::Image;
 use crate::bus::{BusEvent, EventSink, Refused};
-use crate::event::interruption::LifecycleAction;
+use crate::event::instance_events::LifecycleAction;
 use crate::event::served::Served;
 use crate::handlers::ami_watcher::AmiWatcher;
 use crate::handlers::interruption::InterruptionHandler;

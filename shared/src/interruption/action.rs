@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::event::interruption::{InstanceState, Interruption};
+use crate::event::instance_events::{InstanceState, Interruption};
 use crate::policy::{PoolRef, RebalanceAction};
 use crate::rotation::{Rotation, RotationReason};
 
@@ -184,7 +184,7 @@ pub fn action_for(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::interruption::LifecycleAction;
+    use crate::event::instance_events::LifecycleAction;
 
     fn now() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-12-01T12:00:00Z")

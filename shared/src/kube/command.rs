@@ -6,7 +6,7 @@
 
 use super::client::EksKube;
 use super::drain::{DrainError, DrainProgress, DrainState, drain_step, start_drain};
-use super::ops::{KubeError, NodeOps, list_some, n_pods};
+use super::node_ops::{KubeError, NodeOps, list_some, n_pods};
 use chrono::Utc;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -216,7 +216,7 @@ pub fn describe_step(step: &DrainProgress) -> String {
 mod tests {
     use super::*;
     use crate::kube::memory::MemoryCluster;
-    use crate::kube::ops::EvictOutcome;
+    use crate::kube::node_ops::EvictOutcome;
     use crate::kube::pods::{PodInfo, PodRef};
 
     fn pod(name: &str, controller: &str) -> PodInfo {

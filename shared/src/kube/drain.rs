@@ -8,7 +8,7 @@
 //! deadline (`terminationGracePeriod` from the start) the remaining pods are deleted.
 
 use super::DISRUPTED_TAINT_KEY;
-use super::ops::{EvictOutcome, KubeError, NodeEvent, NodeOps, list_some, n_pods};
+use super::node_ops::{EvictOutcome, KubeError, NodeEvent, NodeOps, list_some, n_pods};
 use super::pods::{NodeInfo, PodClass, PodInfo, PodRef, SkipReason, classify};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

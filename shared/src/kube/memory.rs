@@ -2,7 +2,7 @@
 //! recorded Events. Evicted or deleted pods get a deletion timestamp of `now + grace` and vanish
 //! when [`MemoryCluster::advance`] passes it. Not a Kubernetes simulator: PDBs are scripted.
 
-use super::ops::{EvictOutcome, KubeError, NodeEvent, NodeOps};
+use super::node_ops::{EvictOutcome, KubeError, NodeEvent, NodeOps};
 use super::pods::{NodeInfo, PodInfo, PodRef, taint_value};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -21,7 +21,7 @@ pub mod connect;
 pub mod drain;
 #[cfg(any(test, feature = "test-support"))]
 pub mod memory;
-pub mod ops;
+pub mod node_ops;
 pub mod pods;
 pub mod rbac;
 pub mod token;
@@ -33,7 +33,7 @@ pub use drain::{
     BlockedPod, DrainError, DrainProgress, DrainState, PodFailure, StepPlan, abort_drain,
     delete_node, drain_step, node_of, plan_step, start_drain, start_drain_known,
 };
-pub use ops::{EventType, EvictOutcome, KubeError, NodeEvent, NodeOps};
+pub use node_ops::{EventType, EvictOutcome, KubeError, NodeEvent, NodeOps};
 pub use pods::{NodeInfo, PodClass, PodInfo, PodRef, SkipReason, classify, taint_value};
 pub use token::{EksToken, presigned_url, token};
 

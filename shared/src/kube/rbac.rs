@@ -8,7 +8,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use serde::de::DeserializeOwned;
 
 use super::client::EksKube;
-use super::ops::KubeError;
+use super::node_ops::KubeError;
 use crate::inventory::{
     BindingFacts, ClusterRoleFacts, PolicyRule, RbacFacts, RbacInfo, SubjectFacts,
 };

@@ -4,7 +4,7 @@
 //! with the header `x-k8s-aws-id: <cluster>` among the signed headers. The API server's
 //! authenticator replays the URL to STS; it accepts it for 15 minutes after `X-Amz-Date`.
 
-use super::ops::KubeError;
+use super::node_ops::KubeError;
 use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{
     SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,

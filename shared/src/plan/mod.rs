@@ -63,7 +63,7 @@ mod classify;
 mod count;
 pub mod gates;
 pub mod maintenance;
-pub mod managed;
+pub mod managed_update;
 mod start;
 
 #[cfg(test)]
@@ -240,7 +240,7 @@ pub struct Decision {
     /// A sentence saying what and why.
     pub message: String,
     /// For a pool-level `Wait`: the reason whose candidates wait for its budget (not
-    /// serialized). Lets [`managed::plan_managed`] drop the node-level Drifted waits, which a
+    /// serialized). Lets [`managed_update::plan_managed`] drop the node-level Drifted waits, which a
     /// managed node group never has: its drift is the node group update's.
     #[serde(skip)]
     pub waits_for: Option<RotationReason>,

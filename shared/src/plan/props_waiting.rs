@@ -7,7 +7,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use proptest::prelude::*;
 
 use super::Snapshot;
-use super::managed::{NodeGroupState, UpdateAction, plan_managed};
+use super::managed_update::{NodeGroupState, UpdateAction, plan_managed};
 use super::tests::{NEW, OLD, at, policy, snapshot};
 use super::*;
 use crate::fleet::{Lifecycle, Member, NodeStatus};

@@ -15,13 +15,13 @@
 //! | [`crate::ami::resolve::ClusterCatalog`] | cluster versions | eks:DescribeCluster (`aws::eks::Eks`) |
 //! | [`crate::ami::resolve::NodeGroupCatalog`] | what a node group launches | autoscaling/ec2/eks describes (`aws::nodegroup::NodeGroups`) |
 //! | [`crate::fleet::GroupOps`] | Auto Scaling groups | describe, set desired capacity, terminate, launch template (`aws::autoscaling::AutoScaling`) |
-//! | [`crate::managed::ManagedGroupOps`] | managed node groups | eks:DescribeNodegroup/UpdateNodegroup* (`aws::managed::ManagedNodeGroups`) |
+//! | [`crate::managed::ManagedGroupOps`] | managed node groups | eks:DescribeNodegroup/UpdateNodegroup* (`aws::eks_nodegroups::ManagedNodeGroups`) |
 //! | [`crate::state::Store`] | the state table | dynamodb:GetItem/PutItem/Query (`aws::dynamodb::Table`) |
-//! | [`crate::interruption::InstanceLookup`] | EC2 instances | ec2:DescribeInstances (`aws::interruption::Ec2Instances`) |
-//! | [`crate::interruption::LifecycleOps`] | lifecycle actions | autoscaling:CompleteLifecycleAction/RecordLifecycleActionHeartbeat (`aws::interruption::LifecycleActions`) |
+//! | [`crate::interruption::InstanceLookup`] | EC2 instances | ec2:DescribeInstances (`aws::instances::Ec2Instances`) |
+//! | [`crate::interruption::LifecycleOps`] | lifecycle actions | autoscaling:CompleteLifecycleAction/RecordLifecycleActionHeartbeat (`aws::instances::LifecycleActions`) |
 //! | [`crate::promotion::AlarmStates`] | promotion alarms | cloudwatch:DescribeAlarms (`aws::cloudwatch::CloudWatch`) |
 //! | [`crate::event::served::Deployment`] | accounts and regions served | sts:GetCallerIdentity (`aws::identity::OwnAccount`) |
-//! | [`crate::bus::EventSink`] | events out | events:PutEvents (`aws::bus::EventBridge`) |
+//! | [`crate::bus::EventSink`] | events out | events:PutEvents (`aws::events_out::EventBridge`) |
 //! | `KubeConnector` / `NodeOps` (`crate::kube`) | a cluster's Kubernetes API | nodes, pods, evictions, events (`kube::EksConnector`) |
 //! | [`crate::inventory`] | what `nodecycle doctor` reads | describes of the stack, table, groups, clusters, rules, RBAC |
 //!

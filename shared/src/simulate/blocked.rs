@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::BlockKind;
 use crate::budget::{self, Budget, Reason};
 use crate::plan::Snapshot;
-use crate::plan::managed::UpdateAction;
+use crate::plan::managed_update::UpdateAction;
 use crate::plan::{Plan, maintenance};
 use crate::rotation::RotationReason;
 

@@ -14,7 +14,7 @@ use super::{
 use crate::fleet::{Lifecycle, NodeStatus};
 use crate::managed::{ManagedUpdate, Phase};
 use crate::plan::Snapshot;
-use crate::plan::managed::{NodeGroupState, UpdateAction, plan_managed};
+use crate::plan::managed_update::{NodeGroupState, UpdateAction, plan_managed};
 use crate::plan::{self, Action, maintenance};
 use crate::rotation::{Rotation, RotationReason, Step};
 

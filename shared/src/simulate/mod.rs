@@ -1,5 +1,5 @@
 //! A forecast of the rollout (pure, no I/O): days of rotator passes over virtual fleets, run
-//! through the real planner ([`crate::plan::plan`], [`crate::plan::managed::plan_managed`]) and
+//! through the real planner ([`crate::plan::plan`], [`crate::plan::managed_update::plan_managed`]) and
 //! budget engine ([`crate::budget::evaluate`]), as `nodecycle simulate` prints and draws it.
 //!
 //! # Model

@@ -237,7 +237,7 @@ impl Adapters {
     pub fn announce(&self, table: Arc<Table>) -> nodecycle::announce::Announcer {
         nodecycle::announce::Announcer::new(
             table,
-            Arc::new(nodecycle::aws::bus::EventBridge::new(
+            Arc::new(nodecycle::aws::events_out::EventBridge::new(
                 self.clients.events.clone(),
             )),
         )
@@ -273,7 +273,7 @@ impl Adapters {
         policies: Arc<dyn nodecycle::policy::source::PolicySource>,
         table: Arc<Table>,
     ) -> nodecycle::handlers::rotator::RotatorHandler {
-        use nodecycle::aws::{autoscaling::AutoScaling, managed::ManagedNodeGroups};
+        use nodecycle::aws::{autoscaling::AutoScaling, eks_nodegroups::ManagedNodeGroups};
         use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
         RotatorHandler {
             policies,

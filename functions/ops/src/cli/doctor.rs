@@ -1,7 +1,7 @@
 //! `nodecycle doctor [--stack NAME] [--cluster NAME]... [--json]`
 
 use nodecycle::aws::{
-    Clients, cloudformation::Stacks, eventbridge::Rules, inventory::Inventory, ssm::Ssm,
+    Clients, cloudformation::Stacks, event_rules::Rules, inventory::Inventory, ssm::Ssm,
 };
 use nodecycle::doctor::{self, Status, run::Options, run::Ports};
 use nodecycle::kube::rbac::EksRbac;

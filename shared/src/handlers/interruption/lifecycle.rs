@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::rotations::Rotations;
 use super::{Handled, Outcome, Settings, connect, internal};
 use crate::clock::Clock;
-use crate::event::interruption::LifecycleAction;
+use crate::event::instance_events::LifecycleAction;
 use crate::handlers::HandlerError;
 use crate::interruption::LifecycleOps;
 use crate::kube::{self as k, DrainError, DrainState, KubeConnector};

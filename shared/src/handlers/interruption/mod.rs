@@ -2,7 +2,7 @@
 //! recommendations, instance state changes, AWS Health scheduled changes and Auto Scaling
 //! instance-terminate lifecycle actions, delivered by EventBridge (at least once).
 //!
-//! Every event is classified (pure, [`crate::event::interruption`]), deduplicated by event id
+//! Every event is classified (pure, [`crate::event::instance_events`]), deduplicated by event id
 //! (conditional write with a TTL), mapped to a pool by the instance's tags and group (instances
 //! of other clusters or unmanaged groups are ignored quietly), deduplicated again by
 //! (instance, kind) so that a redelivery or a warning followed by its state change never drains
@@ -11,7 +11,7 @@
 //!
 //! What is done is decided by the pure [`crate::interruption::action_for`] from the event, the
 //! pool's policy and the claim; each action is a use case taking only the ports it uses: the
-//! spot drain ([`drain::SpotDrain`], Kubernetes), cordon ([`rebalance::cordon_only`],
+//! spot drain ([`spot_drain::SpotDrain`], Kubernetes), cordon ([`rebalance::cordon_only`],
 //! Kubernetes), rotation records ([`rotations::Rotations`], the table), the instance gone
 //! ([`rotations::gone`], Kubernetes and the table), the lifecycle hand-over
 //! ([`lifecycle::HandOver`], Auto Scaling, Kubernetes and the table); claims are
@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 
 use super::HandlerError;
 use crate::clock::Clock;
-use crate::event::interruption::{ClassifiedEvent, Interruption, interruption_event};
+use crate::event::instance_events::{ClassifiedEvent, Interruption, interruption_event};
 use crate::event::verify;
 use crate::interruption::{
     Claim, ClaimStatus, InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, action_for, claim_of,
@@ -49,15 +49,15 @@ use crate::port::{ErrorKind, PortError};
 use crate::state::{self, ClaimKey};
 
 mod claim;
-mod drain;
 mod lifecycle;
 mod rebalance;
 mod rotations;
+mod spot_drain;
 
 use claim::Claims;
-use drain::SpotDrain;
 use lifecycle::HandOver;
 use rotations::Rotations;
+use spot_drain::SpotDrain;
 
 /// Tunables (environment variables in the Lambda).
 #[derive(Debug, Clone)]

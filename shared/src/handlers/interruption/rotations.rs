@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::{Handled, Outcome, internal};
 use crate::clock::Clock;
-use crate::event::interruption::InstanceState;
+use crate::event::instance_events::InstanceState;
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, NodeOps};
 use crate::rotation::{Release, Rotation, Step};

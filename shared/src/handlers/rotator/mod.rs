@@ -31,7 +31,7 @@ use crate::state;
 
 mod execute;
 mod lease;
-mod managed;
+mod managed_pass;
 mod observe;
 
 use execute::PoolCtx;
@@ -267,7 +267,7 @@ pub enum Preview {
     Managed {
         /// The plan.
         #[serde(flatten)]
-        plan: Box<plan::managed::ManagedPlan>,
+        plan: Box<plan::managed_update::ManagedPlan>,
         /// The pool's update record (as `DescribeUpdate` reports it now).
         #[serde(rename = "nodeGroupUpdate")]
         record: Option<crate::managed::ManagedUpdate>,

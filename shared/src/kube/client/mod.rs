@@ -5,7 +5,7 @@
 
 use super::DISRUPTED_TAINT_KEY;
 use super::EVENT_COMPONENT;
-use super::ops::{EvictOutcome, KubeError, NodeEvent, NodeOps};
+use super::node_ops::{EvictOutcome, KubeError, NodeEvent, NodeOps};
 use super::pods::{NodeInfo, PodInfo, PodRef, taint_value};
 use super::token::{self, EksToken};
 use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};

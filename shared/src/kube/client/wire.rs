@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::kube::DISRUPTED_TAINT_KEY;
-use crate::kube::ops::EvictOutcome;
+use crate::kube::node_ops::EvictOutcome;
 use crate::kube::pods::{MIRROR_POD_ANNOTATION, NodeInfo, PodInfo, PodRef};
 
 /// The parts of a `metav1.Status` body a drain needs.

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{Handled, Outcome, Settings, chrono_of, internal};
 use crate::clock::Clock;
-use crate::event::interruption::ClassifiedEvent;
+use crate::event::instance_events::ClassifiedEvent;
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, DrainError, NodeOps};
 
@@ -33,7 +33,7 @@ impl SpotDrain<'_> {
         deadline: Instant,
     ) -> Result<Outcome, HandlerError> {
         let (kube, settings) = (self.kube, self.settings);
-        let (event_time, untrusted) = crate::event::interruption::deadline_base(
+        let (event_time, untrusted) = crate::event::instance_events::deadline_base(
             c.time,
             clock.now(),
             chrono_of(settings.max_event_age),

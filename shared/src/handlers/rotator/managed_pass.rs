@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use super::{Planner, PoolCtx, PoolReport, RotatorHandler, log_decisions};
 use crate::managed::{self, ManagedGroup, ManagedUpdate, Phase, UpdateTarget};
 use crate::plan::Snapshot;
-use crate::plan::managed::{ManagedPlan, NodeGroupState, UpdateAction, plan_managed};
+use crate::plan::managed_update::{ManagedPlan, NodeGroupState, UpdateAction, plan_managed};
 use crate::policy::Policy;
 use crate::port::{ErrorKind, PortError};
 use crate::state::Versioned;
