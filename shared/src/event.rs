@@ -209,9 +209,24 @@ pub struct Selection {
     pub pools: Option<Vec<String>>,
     /// Only pools of these clusters.
     pub clusters: Option<Vec<String>>,
+    /// Only pools that name this account and region (`account` and `region` of a fan-out work
+    /// item for a member; unset: pools of any place).
+    pub place: Option<crate::policy::Place>,
 }
 
 impl Selection {
+    /// Whether the pool `pool_id` of `cluster` at `place` (the policy's `account` and
+    /// `region`, `None` for the cell's own) is selected.
+    pub fn includes_at(
+        &self,
+        cluster: &str,
+        pool_id: &str,
+        place: Option<&crate::policy::Place>,
+    ) -> bool {
+        self.place.as_ref().is_none_or(|want| place == Some(want))
+            && self.includes(cluster, pool_id)
+    }
+
     /// Whether the pool `pool_id` (`<cluster>/<name>`) of `cluster` is selected.
     pub fn includes(&self, cluster: &str, pool_id: &str) -> bool {
         self.pools
@@ -266,8 +281,33 @@ pub fn rotator_selection(payload: &Value) -> Result<Selection, InvalidEvent> {
         }
     };
     let mut selection = Selection::default();
+    let text = |k: &str| {
+        obj.get(k)
+            .map(|v| v.as_str().map(str::to_string).ok_or(k.to_string()))
+    };
+    match (text("account"), text("region")) {
+        (None, None) => {}
+        (Some(Ok(account)), Some(Ok(region)))
+            if account.len() == 12
+                && account.bytes().all(|b| b.is_ascii_digit())
+                && !region.is_empty()
+                && region.len() <= 32
+                && region
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') =>
+        {
+            selection.place = Some(crate::policy::Place { account, region });
+        }
+        _ => {
+            return Err(InvalidEvent::new(
+                "account",
+                "expected \"account\" (12 digits) and \"region\" (a region name) together",
+            ));
+        }
+    }
     for (k, v) in obj {
         match k.as_str() {
+            "account" | "region" => {}
             "pools" => {
                 selection.pools = Some(string_list(k, v, "\"<cluster>/<name>\"", |s| {
                     s.contains('/')
@@ -364,6 +404,36 @@ mod tests {
         assert!(!s.includes("prod", "prod/b"));
         assert!(!s.includes("test", "test/b"));
         assert!(Selection::default().includes("any", "any/pool"));
+        // A member's work item: only the pools that name its account and region.
+        let s = rotator_selection(
+            &json!({"clusters": ["prod"], "account": "210987654321", "region": "eu-west-1"}),
+        )
+        .unwrap();
+        let there = crate::policy::Place {
+            account: "210987654321".into(),
+            region: "eu-west-1".into(),
+        };
+        let elsewhere = crate::policy::Place {
+            account: "210987654321".into(),
+            region: "us-east-1".into(),
+        };
+        let id = "210987654321/eu-west-1/prod/general";
+        assert!(s.includes_at("prod", id, Some(&there)));
+        assert!(!s.includes_at("prod", id, Some(&elsewhere)));
+        assert!(!s.includes_at("prod", "prod/general", None));
+        assert!(Selection::default().includes_at("prod", "prod/general", None));
+        for half in [
+            json!({"account": "210987654321"}),
+            json!({"region": "eu-west-1"}),
+            json!({"account": "2109", "region": "eu-west-1"}),
+            json!({"account": 210987654321u64, "region": "eu-west-1"}),
+        ] {
+            assert_eq!(
+                rotator_selection(&half).unwrap_err().field,
+                "account",
+                "{half}"
+            );
+        }
         assert_eq!(
             rotator_selection(&json!({"clusters": "prod"}))
                 .unwrap_err()

@@ -313,8 +313,14 @@ fn the_rotator_is_told_the_cluster_and_for_another_place_its_account_and_region(
     let mut elsewhere = own;
     elsewhere.region = "eu-west-1".into();
     assert_eq!(selection(&elsewhere, &cell())["region"], "eu-west-1");
-    // The rotator as it is today refuses the account rather than serving it as its own.
-    assert!(crate::event::rotator_selection(&selection(&member, &cell())).is_err());
+    // The rotator serves only the pools of that account and region.
+    let chosen = crate::event::rotator_selection(&selection(&member, &cell())).unwrap();
+    let there = crate::policy::Place {
+        account: "222222222222".into(),
+        region: "us-east-1".into(),
+    };
+    assert!(chosen.includes_at("prod", "222222222222/us-east-1/prod/a", Some(&there)));
+    assert!(!chosen.includes_at("prod", "prod/a", None));
     assert_eq!(cell_of(&served()), Some(cell()));
     assert_eq!(cell_of(&Served::default()), None);
 }

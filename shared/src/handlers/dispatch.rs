@@ -122,9 +122,9 @@ impl FanOut {
         for doc in &docs {
             match crate::policy::parse_document(doc).policy {
                 Some(p) => places.push(dispatch::PoolPlace {
-                    // Policies name no account or region yet: every pool is the cell's.
-                    account: None,
-                    region: None,
+                    // A pool that names no account and region is the cell's.
+                    account: p.place.as_ref().map(|place| place.account.clone()),
+                    region: p.place.as_ref().map(|place| place.region.clone()),
                     pool: p.pool_id(),
                     cluster: p.cluster,
                 }),

@@ -356,7 +356,7 @@ impl RotatorHandler {
                     tracing::warn!(source = %doc.source, pool = %p.pool_id(), decision = "skipped", "pool defined twice; the ami-watcher reports why")
                 }
                 // One lease per scope: the cluster, with its account and region when named.
-                Some(p) if selection.includes(&p.cluster, &p.pool_id()) => {
+                Some(p) if selection.includes_at(&p.cluster, &p.pool_id(), p.place.as_ref()) => {
                     let scope = crate::policy::place::scope_of(&p.pool_id()).to_string();
                     configured.insert(scope.clone());
                     by_cluster.entry(scope).or_default().push(p)
