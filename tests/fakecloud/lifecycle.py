@@ -6,7 +6,7 @@ moto stores lifecycle hooks (PutLifecycleHook / DescribeLifecycleHooks) but neve
 instance in ``Terminating:Wait`` or ``Pending:Wait``, and answers the two calls with
 NotImplementedError. Here:
 
-* control op ``lifecycle_wait`` ``{group, hook, instance, token?, decrement?}``: the instance
+* control op ``lifecycle_wait`` ``{group, hook, instance, token?, decrement?, account?}``: the instance
   enters the wait state of ``hook`` (which must exist on the group: PutLifecycleHook first),
   as Auto Scaling does when a termination (``autoscaling:EC2_INSTANCE_TERMINATING``) or a
   launch (``autoscaling:EC2_INSTANCE_LAUNCHING``) meets the hook. Answers the
@@ -43,7 +43,8 @@ _ACTIONS: list["_Action"] = []
 
 
 class _Action:
-    def __init__(self, region, group, hook, instance, token, transition, timeout, default_result, started):
+    def __init__(self, account, region, group, hook, instance, token, transition, timeout, default_result, started):
+        self.account = account
         self.region = region
         self.group = group
         self.hook = hook
@@ -66,16 +67,16 @@ def reset() -> None:
         _ACTIONS.clear()
 
 
-def _asgs(region: str):
+def _asgs(account: str, region: str):
     from moto.autoscaling.models import autoscaling_backends
 
-    return autoscaling_backends[ACCOUNT_ID][region]
+    return autoscaling_backends[account][region]
 
 
 def _finish(action: _Action, result: str) -> None:
     """The action is over with `result`: the instance goes on (see the module doc)."""
     action.result = result
-    asgs = _asgs(action.region)
+    asgs = _asgs(action.account, action.region)
     group = asgs.autoscaling_groups.get(action.group)
     if group is None:
         return
@@ -108,8 +109,10 @@ def _call(self, action: str):
     token = self._get_param("LifecycleActionToken")
     result = self._get_param("LifecycleActionResult")
     now = time.time()
+    # An action is answered in the account of the credentials that signed the call.
+    account = self.current_account
     entry = {"action": action, "group": group, "hook": hook, "instance": instance, "token": token,
-             "result": result, "ts": now, "region": self.region}
+             "result": result, "ts": now, "region": self.region, "account": account}
     with _LOCK:
         try:
             if not group or not hook or not (instance or token):
@@ -124,7 +127,7 @@ def _call(self, action: str):
                 (
                     a
                     for a in _ACTIONS
-                    if a.region == self.region and a.group == group and a.hook == hook and a.active(now)
+                    if a.account == account and a.region == self.region and a.group == group and a.hook == hook and a.active(now)
                     and (not token or a.token == token) and (not instance or a.instance == instance)
                 ),
                 None,
@@ -158,8 +161,9 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         scale-in); false: the group launches a replacement now. Returns {token, state,
         heartbeatTimeout}."""
         region = args.get("region") or DEFAULT_REGION
+        account = str(args.get("account") or ACCOUNT_ID)
         name, hook_name, iid = args["group"], args["hook"], args["instance"]
-        asgs = _asgs(region)
+        asgs = _asgs(account, region)
         group = asgs.autoscaling_groups.get(name)
         if group is None:
             raise ControlError(f"no Auto Scaling group {name!r} in {region}")
@@ -183,7 +187,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
                 else:
                     group.set_desired_capacity(group.desired_capacity)
             timeout = int(hook.heartbeat_timeout or 3600)
-            _ACTIONS.append(_Action(region, name, hook_name, iid, token, transition, timeout,
+            _ACTIONS.append(_Action(account, region, name, hook_name, iid, token, transition, timeout,
                                     hook.default_result or "ABANDON", time.time()))
         return {"token": token, "state": state.lifecycle_state, "heartbeatTimeout": timeout}
 

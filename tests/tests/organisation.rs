@@ -33,7 +33,7 @@ use nodecycle::handlers::interruption::InterruptionHandler;
 use nodecycle::handlers::ops::{Invocation, OpsHandler};
 use nodecycle::handlers::rotator::{RotatorHandler, Settings};
 use nodecycle::members::MemberConfig;
-use nodecycle::state::PoolRecord;
+use nodecycle::state::{PoolRecord, Store};
 use nodecycle_tests::{FakeCloud, KubeStandIn, SyncNodes};
 use serde_json::{Value, json};
 use support::pool::at;
@@ -101,6 +101,8 @@ const POOLS: [Pool; 3] = [
 
 /// The handlers of one cell.
 struct Cell {
+    /// The cell's ports (its members through the spoke roles).
+    ports: nodecycle::port::Ports,
     watcher: AmiWatcher,
     rotator: RotatorHandler,
     ops: OpsHandler,
@@ -260,6 +262,7 @@ async fn cell(cloud: &FakeCloud, region: &str, table: Arc<Table>) -> Cell {
         ..Default::default()
     };
     Cell {
+        ports: ports.clone(),
         watcher: AmiWatcher::new(&ports),
         rotator: RotatorHandler::new(&ports, settings.clone()),
         ops: OpsHandler::new(&ports, settings),
@@ -750,4 +753,254 @@ async fn a_spot_warning_from_prod_drains_through_prods_role_and_one_from_a_stran
     let ec2: Vec<&Value> = calls.iter().filter(|c| c["service"] == "ec2").collect();
     assert!(!ec2.is_empty());
     assert!(ec2.iter().all(|c| c["account"] == PROD), "{ec2:?}");
+}
+
+/// An Auto Scaling instance-terminate lifecycle action of `group` in `account`.
+fn lifecycle_action(
+    account: &str,
+    region: &str,
+    group: &str,
+    instance: &str,
+    token: &str,
+) -> Value {
+    json!({
+        "version": "0",
+        "id": format!("lca-{instance}"),
+        "detail-type": "EC2 Instance-terminate Lifecycle Action",
+        "source": "aws.autoscaling",
+        "account": account,
+        "time": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "region": region,
+        "resources": [format!("arn:aws:autoscaling:{region}:{account}:autoScalingGroup:7f2b1c9e-3a4d-4b5c-8d6e-9f0a1b2c3d4e:autoScalingGroupName/{group}")],
+        "detail": {
+            "LifecycleActionToken": token,
+            "AutoScalingGroupName": group,
+            "LifecycleHookName": "nodecycle-drain",
+            "EC2InstanceId": instance,
+            "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+            "NotificationMetadata": ""
+        }
+    })
+}
+
+/// The node of `instance` in the stand-in.
+fn node_of(kube: &KubeStandIn, instance: &str) -> String {
+    kube.state()
+        .nodes
+        .iter()
+        .find(|n| {
+            n["spec"]["providerID"]
+                .as_str()
+                .is_some_and(|p| p.ends_with(instance))
+        })
+        .and_then(|n| n["metadata"]["name"].as_str())
+        .unwrap_or_else(|| panic!("no node of {instance}"))
+        .to_string()
+}
+
+/// A terminate lifecycle action of a prod pool whose drain outlasts the invocation is handed
+/// to the rotator; the schedule tick then heartbeats it and, once drained, completes it, each
+/// call through the prod account's role (the action waits in prod's group: the cell's own
+/// credentials cannot answer it). A member whose role cannot be assumed is reported by the
+/// tick and the others are served.
+#[tokio::test]
+async fn a_members_lifecycle_action_handed_over_is_answered_by_the_tick_through_its_role() {
+    let org = org().await;
+    let prod = &POOLS[1];
+    let config = &org.configs[&(PROD, EAST)];
+    aws_sdk_autoscaling::Client::new(config)
+        .put_lifecycle_hook()
+        .auto_scaling_group_name(prod.group)
+        .lifecycle_hook_name("nodecycle-drain")
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    let instance = support::Adapters::from_config(config)
+        .group_instances(prod.group)
+        .await[0]
+        .0
+        .clone();
+    let kube = &org.kubes[PROD_EAST];
+    let node = node_of(kube, &instance);
+    kube.add_pod(
+        nodecycle_tests::PodFixture::new("default", "web-a")
+            .node(&node)
+            .owner("ReplicaSet", "web-5d8f")
+            .label("app", "web")
+            .grace_seconds(1),
+    );
+    // The PDB holds the pod: the drain cannot finish in the invocation.
+    kube.add_pdb(
+        nodecycle_tests::PdbFixture::new("default", "web")
+            .match_label("app", "web")
+            .min_available(1),
+    );
+    let token = "11111111-2222-3333-4444-555555555555";
+    org.cloud.control(
+        "lifecycle_wait",
+        json!({"account": PROD, "region": EAST, "group": prod.group, "hook": "nodecycle-drain",
+               "instance": instance, "token": token}),
+    );
+    let out = org
+        .east
+        .interruptions
+        .handle(
+            &lifecycle_action(PROD, EAST, prod.group, &instance, token),
+            Utc::now(),
+            Instant::now() + Duration::from_secs(12),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["outcomes"][0]["action"], "handedOver", "{out}");
+    assert_eq!(out["outcomes"][0]["pool"], PROD_EAST, "{out}");
+
+    // A hand-over open in the broken member (its spoke role cannot be assumed).
+    let broken = json!({"status": "open", "since": Utc::now(), "action": {
+        "group": "broken-general", "hook": "nodecycle-drain", "instanceId": "i-0broken",
+        "token": token}});
+    nodecycle::state::Repository::new(org.table.clone())
+        .put_lifecycle_handover(
+            BROKEN_POOL,
+            "i-0broken",
+            &broken,
+            None,
+            Utc::now() + TimeDelta::days(1),
+        )
+        .await
+        .unwrap();
+    // A tick while the rotator drains: a heartbeat, accepted in prod; the broken member's
+    // action is reported unanswered (role, AWS error), and prod's is answered all the same.
+    let tick = || async {
+        org.east
+            .interruptions
+            .handle(
+                &json!({}),
+                Utc::now(),
+                Instant::now() + Duration::from_secs(60),
+            )
+            .await
+            .unwrap()
+    };
+    let out = tick().await;
+    assert_eq!(out["outcomes"][0]["action"], "heartbeat", "{out}");
+    assert_eq!(out["outcomes"][0]["pool"], PROD_EAST, "{out}");
+    assert_eq!(
+        out["unserved"][0]["place"], "333333333333/us-east-1",
+        "{out}"
+    );
+    assert_eq!(out["unserved"][0]["pools"][0], BROKEN_POOL, "{out}");
+    let error = out["unserved"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("arn:aws:iam::333333333333:role/nodecycle-spoke")
+            && error.contains("AccessDenied"),
+        "{error}"
+    );
+    let answers = || -> Vec<Value> {
+        org.cloud
+            .lifecycle_calls()
+            .into_iter()
+            .filter(|c| c["instance"] == instance.as_str())
+            .collect()
+    };
+    let beats = answers();
+    assert!(
+        beats.len() >= 2
+            && beats
+                .iter()
+                .all(|c| c["account"] == PROD && c.get("error").is_none()),
+        "the hand-over's and the tick's heartbeats were accepted in prod: {beats:?}"
+    );
+
+    // The rotator finished the drain: the tick completes the action, with prod's credentials.
+    let key = format!("POOL#{PROD_EAST}");
+    let sk = format!("ROT#{instance}");
+    let v = org.table.get(&key, &sk).await.unwrap().unwrap();
+    let mut rotation = v.value.clone();
+    rotation["drain"]["done"] = json!(true);
+    rotation["step"] = json!("Done");
+    org.table
+        .put(&key, &sk, &rotation, Some(v.version), None)
+        .await
+        .unwrap();
+    let out = tick().await;
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+    assert!(
+        out["outcomes"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("active: true"),
+        "the action was still waiting and is answered: {out}"
+    );
+    let answers = answers();
+    assert!(!answers.is_empty());
+    assert!(
+        answers
+            .iter()
+            .all(|c| c["account"] == PROD && c.get("error").is_none()),
+        "every heartbeat and the completion in prod, accepted: {answers:?}"
+    );
+    let completes: Vec<&Value> = answers
+        .iter()
+        .filter(|c| c["action"] == "CompleteLifecycleAction")
+        .collect();
+    assert_eq!(completes.len(), 1, "{answers:?}");
+    assert_eq!(completes[0]["result"], "CONTINUE");
+    // Closed: the next tick has nothing to answer.
+    let out = tick().await;
+    assert_eq!(out["outcomes"].as_array().unwrap().len(), 0, "{out}");
+}
+
+/// `nodecycle validate --live`'s first pass of a prod policy reads prod's group, cluster and
+/// nodes through prod's role (the cell's own account has no such group), and writes nothing.
+#[tokio::test]
+async fn the_first_pass_of_a_members_policy_reads_through_its_role() {
+    let org = org().await;
+    let prod = &POOLS[1];
+    let text = format!(
+        "account: \"{PROD}\"\nregion: {EAST}\ncluster: prod\nname: general\n{}",
+        policy(prod, None)
+    );
+    let doc =
+        nodecycle::policy::source::PolicyDocument::file("prod-general.yaml".to_string(), text);
+    let parsed = nodecycle::policy::parse_document(&doc);
+    let p = parsed.policy.expect("a valid policy");
+    let out = nodecycle::handlers::onboard::first_pass(
+        &org.east.ports,
+        Some(org.east.ports.store.clone()),
+        doc,
+        &p,
+        Settings::default(),
+        Utc::now(),
+    )
+    .await
+    .expect("the first pass reads the member through its role");
+    assert_eq!(out["pool"], PROD_EAST, "{out}");
+    assert_eq!(out["firstPass"], true, "{out}");
+    assert_eq!(
+        out["watcher"]["desired"],
+        image(OLD, EAST).as_str(),
+        "{out}"
+    );
+    assert_eq!(
+        out["problems"].as_array().unwrap().len(),
+        0,
+        "the group's instance types were read: {out}"
+    );
+    let calls = org.calls();
+    let reads: Vec<&Value> = calls
+        .iter()
+        .filter(|c| ["autoscaling", "ec2", "eks"].contains(&c["service"].as_str().unwrap()))
+        .collect();
+    assert!(!reads.is_empty());
+    assert!(reads.iter().all(|c| c["account"] == PROD), "{reads:?}");
+    // Nothing written: the pool has no record.
+    assert!(
+        nodecycle::state::Repository::new(org.table.clone())
+            .pool(PROD_EAST)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

@@ -101,7 +101,9 @@ pub fn live_checks(
 /// - `problems`: [`live_checks`].
 ///
 /// `base` are the deployment's ports; nothing is written through them (`Err` says what could
-/// not be read).
+/// not be read). A pool that names its account and region is read through that member's
+/// ports (`base.members`), as the deployed functions read it; a member whose spoke role
+/// cannot be assumed is the `Err`.
 pub async fn first_pass(
     base: &Ports,
     table: Option<Arc<dyn Store>>,
@@ -145,7 +147,12 @@ pub async fn first_pass(
         .pool(&pool)
         .await
         .map_err(|e| format!("cannot read the pool's state: {e}"))?;
-    let rotator = RotatorHandler::new(&ports, settings);
+    // The pool's account and region: the plan and the group's facts through its member's
+    // ports (the scratch table and the forgetful bus stay).
+    let rotator = RotatorHandler::new(&ports, settings)
+        .at(policy.place.as_ref())
+        .await
+        .map_err(|e| e.to_string())?;
     let kube = rotator
         .kube
         .connect(&policy.cluster)
@@ -155,7 +162,7 @@ pub async fn first_pass(
         .planner()
         .preview(policy, kube.as_ref(), now)
         .await?;
-    let facts = base
+    let facts = rotator
         .node_groups
         .instance_types(&policy.cluster, &policy.node_group)
         .await;

@@ -82,23 +82,25 @@ fn check(args: &Args) -> u8 {
 /// a pool's AMI does not resolve (its entry says why).
 async fn live(files: &[String]) -> u8 {
     use nodecycle::handlers::onboard;
-    use nodecycle::policy::source::{DEFAULT_PREFIX, PREFIX_ENV, PolicyDocument};
+    use nodecycle::policy::source::PolicyDocument;
     nodecycle::logging::init();
     let config = nodecycle::aws::load_config().await;
     let table = std::env::var(nodecycle::state::TABLE_ENV)
         .ok()
         .filter(|t| !t.trim().is_empty());
-    let prefix = std::env::var(PREFIX_ENV).unwrap_or_else(|_| DEFAULT_PREFIX.to_string());
-    // No table is fine here (nothing is written): the wiring's other checks do not apply.
-    let ports = nodecycle::wiring::Common {
-        table: table.clone().unwrap_or_else(|| "-".into()),
-        policy_prefix: prefix,
-        group_updates: false,
-        served_accounts: String::new(),
-        served_regions: String::new(),
-        members: Default::default(),
-    }
-    .ports(&config);
+    // No table is fine here (nothing is written); the served accounts and regions and the
+    // members' spoke role are the deployment's (a member's pool is read through its role).
+    let mut common = match nodecycle::wiring::Common::without_table(&nodecycle::wiring::process_env)
+    {
+        Ok(c) => c,
+        Err(e) => {
+            super::print_json(&serde_json::json!({"error": e.message}));
+            return 1;
+        }
+    };
+    common.table = table.clone().unwrap_or_else(|| "-".into());
+    common.group_updates = false;
+    let ports = common.ports(&config);
     let settings = match nodecycle::wiring::RotatorConfig::settings(&nodecycle::wiring::process_env)
     {
         Ok(s) => s,

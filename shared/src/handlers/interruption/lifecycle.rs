@@ -275,76 +275,80 @@ impl HandOver<'_> {
         .with(details))
     }
 
-    /// Schedule tick: heartbeat or complete the lifecycle actions handed to the rotator, in
-    /// the pools of `policies`.
-    pub(super) async fn tick(
+    /// The lifecycle actions of `pool` handed to the rotator and still open, with their
+    /// record's version (the cell's table: no call to the pool's account).
+    pub(super) async fn open(
         &self,
-        policies: &[PoolRef],
+        pool: &str,
+    ) -> Result<Vec<(u64, LifecycleAction)>, HandlerError> {
+        let open = (self.state)
+            .lifecycle_handovers(pool)
+            .await
+            .map_err(internal)?;
+        Ok(open
+            .into_iter()
+            .filter(|v| v.value["status"] == "open")
+            .filter_map(|v| {
+                serde_json::from_value::<LifecycleAction>(v.value["action"].clone())
+                    .ok()
+                    .map(|a| (v.version, a))
+            })
+            .collect())
+    }
+
+    /// Schedule tick for one open action of `pool` (from [`Self::open`], `version` its
+    /// record's): complete it once the rotator drained the instance, else heartbeat it;
+    /// through [`Self::lifecycle`], which must be the pool's place's.
+    pub(super) async fn answer(
+        &self,
+        pool: &str,
+        version: u64,
+        a: &LifecycleAction,
         clock: &Clock,
-    ) -> Result<Value, HandlerError> {
-        let mut outcomes = Vec::new();
-        for policy in policies {
-            let pool = policy.pool_id();
-            let open = (self.state)
-                .lifecycle_handovers(&pool)
-                .await
-                .map_err(internal)?;
-            for v in open {
-                if v.value["status"] != "open" {
-                    continue;
-                }
-                let Ok(a) = serde_json::from_value::<LifecycleAction>(v.value["action"].clone())
-                else {
-                    continue;
-                };
-                let (o, finished) = match self.already_drained(&pool, &a.instance_id).await? {
-                    Some(why) => {
-                        let active = self.complete(&a).await?;
-                        (
-                            Outcome::new(
-                                &a.instance_id,
-                                Some(&pool),
-                                Handled::Completed,
-                                format!(
-                                    "{why}; CompleteLifecycleAction CONTINUE (active: {active})"
-                                ),
-                            ),
-                            true,
-                        )
-                    }
-                    None => {
-                        let active = self
-                            .lifecycle
-                            .heartbeat(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
-                            .await
-                            .map_err(internal)?;
-                        (
-                            Outcome::new(
-                                &a.instance_id,
-                                Some(&pool),
-                                Handled::Heartbeat,
-                                "the rotator is still draining",
-                            ),
-                            !active,
-                        )
-                    }
-                };
-                if finished {
-                    let doc = json!({"status": "done", "action": a, "at": clock.now()});
-                    let _ = (self.state)
-                        .put_lifecycle_handover(
-                            &pool,
-                            &a.instance_id,
-                            &doc,
-                            Some(v.version),
-                            clock.now() + self.settings.retention,
-                        )
-                        .await;
-                }
-                tracing::info!(pool = %pool, instance = %o.instance, decision = %o.action, reason = %o.reason, "lifecycle action continued");
-                outcomes.push(o);
+    ) -> Result<Outcome, HandlerError> {
+        let (o, finished) = match self.already_drained(pool, &a.instance_id).await? {
+            Some(why) => {
+                let active = self.complete(a).await?;
+                (
+                    Outcome::new(
+                        &a.instance_id,
+                        Some(pool),
+                        Handled::Completed,
+                        format!("{why}; CompleteLifecycleAction CONTINUE (active: {active})"),
+                    ),
+                    true,
+                )
             }
+            None => {
+                let active = self
+                    .lifecycle
+                    .heartbeat(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
+                    .await
+                    .map_err(internal)?;
+                (
+                    Outcome::new(
+                        &a.instance_id,
+                        Some(pool),
+                        Handled::Heartbeat,
+                        "the rotator is still draining",
+                    ),
+                    !active,
+                )
+            }
+        };
+        if finished {
+            let doc = json!({"status": "done", "action": a, "at": clock.now()});
+            let _ = (self.state)
+                .put_lifecycle_handover(
+                    pool,
+                    &a.instance_id,
+                    &doc,
+                    Some(version),
+                    clock.now() + self.settings.retention,
+                )
+                .await;
         }
-        Ok(json!({"kind": "Tick", "outcomes": outcomes}))
+        tracing::info!(pool = %pool, instance = %o.instance, decision = %o.action, reason = %o.reason, "lifecycle action continued");
+        Ok(o)
     }
 }

@@ -274,7 +274,7 @@ impl InterruptionHandler {
             }
             Interruption::Tick => {
                 let policies = self.load_policies().await.map_err(internal)?;
-                return self.hand_over().tick(&policies, &clock).await;
+                return self.tick(&policies, &clock).await;
             }
             _ => {}
         }
@@ -288,20 +288,91 @@ impl InterruptionHandler {
         };
         // Routed by the envelope: every call about the event through its account's ports,
         // and only pools of that account and region can own its instance.
-        let routed = match place.as_ref() {
-            None => None,
-            Some(p) => match self.members.ports(p).await {
-                Ok(ports) => ports.map(|ports| InterruptionHandler {
-                    instances: ports.instances,
-                    lifecycle: ports.lifecycle,
-                    kube: ports.kube,
-                    ..self.clone()
-                }),
-                Err(e) => return Ok(refused(&c, e.to_string())),
-            },
+        let this = match self.at(place.as_ref()).await {
+            Ok(this) => this,
+            Err(e) => return Ok(refused(&c, e.to_string())),
         };
-        let this = routed.as_ref().unwrap_or(self);
         this.handle_verified(&c, place, &clock, deadline).await
+    }
+
+    /// This handler for pools and events at `place`: its EC2, Auto Scaling and Kubernetes
+    /// ports those of the place's member ([`crate::members::Members`]); the table, the bus and
+    /// the metrics stay the cell's. `None` (or the cell's own place) is this handler.
+    pub async fn at(
+        &self,
+        place: Option<&crate::policy::Place>,
+    ) -> Result<Self, crate::members::MemberError> {
+        let Some(place) = place else {
+            return Ok(self.clone());
+        };
+        Ok(match self.members.ports(place).await? {
+            None => self.clone(),
+            Some(ports) => InterruptionHandler {
+                instances: ports.instances,
+                lifecycle: ports.lifecycle,
+                kube: ports.kube,
+                ..self.clone()
+            },
+        })
+    }
+
+    /// Schedule tick: the lifecycle actions handed to the rotator (read from the cell's
+    /// table), heartbeaten or completed place by place, each through its place's ports
+    /// ([`Self::at`]): a member's action is answered with the member's credentials, and only
+    /// places with an open action are reached. A place whose ports cannot be had (a spoke role
+    /// that cannot be assumed) is reported under `unserved` with its pools, and the other
+    /// places go on; a call that fails fails the tick (the schedule repeats it) after every
+    /// place was served.
+    async fn tick(&self, policies: &[PoolRef], clock: &Clock) -> Result<Value, HandlerError> {
+        let cell = self.members.cell().await.ok();
+        let hand_over = self.hand_over();
+        let mut by_place: BTreeMap<Option<crate::policy::Place>, Vec<(String, u64, _)>> =
+            BTreeMap::new();
+        for p in policies {
+            let pool = p.pool_id();
+            let open = hand_over.open(&pool).await?;
+            // The cell's own place however it is named.
+            let place = p.place.clone().filter(|place| Some(place) != cell.as_ref());
+            for (version, action) in open {
+                by_place
+                    .entry(place.clone())
+                    .or_default()
+                    .push((pool.clone(), version, action));
+            }
+        }
+        let mut outcomes = Vec::new();
+        let mut unserved = Vec::new();
+        let mut failed: Option<HandlerError> = None;
+        for (place, open) in &by_place {
+            let this = match self.at(place.as_ref()).await {
+                Ok(this) => this,
+                Err(e) => {
+                    let mut pools: Vec<&str> = open.iter().map(|(p, _, _)| p.as_str()).collect();
+                    pools.dedup();
+                    tracing::error!(place = %e.place, pools = ?pools, decision = "unserved", reason = %e, "lifecycle actions of this member not answered this tick");
+                    unserved.push(json!({"place": e.place.to_string(), "pools": pools, "error": e.to_string()}));
+                    continue;
+                }
+            };
+            let hand_over = this.hand_over();
+            for (pool, version, action) in open {
+                match hand_over.answer(pool, *version, action, clock).await {
+                    Ok(o) => outcomes.push(o),
+                    Err(e) => {
+                        tracing::error!(pool = %pool, instance = %action.instance_id, error = %e.message, "lifecycle action not answered this tick");
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let mut out = json!({"kind": "Tick", "outcomes": outcomes});
+        if !unserved.is_empty() {
+            out["unserved"] = json!(unserved);
+        }
+        Ok(out)
     }
 
     /// [`Self::handle`] for an event whose account and region are served (`place`: `None` for
