@@ -103,6 +103,8 @@ export class NodecycleSpoke extends Construct {
     const ops = role("OpsRole", "ops", p.cellRoles.ops, "nodecycle ops (assumed by the cell)", "ops", [
       allow("Describe", ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions"], "*"),
       allow("ReadPromotionAlarms", "cloudwatch:DescribeAlarms", alarms),
+      allow("ListRules", "events:ListRules", "*"),
+      allow("ReadRuleTargets", "events:ListTargetsByRule", here("events", "rule/*")),
     ]);
     this.roles = { AmiWatcher: amiWatcher, Rotator: rotator, InterruptionHandler: interruption, Ops: ops };
 
@@ -126,6 +128,8 @@ export class NodecycleSpoke extends Construct {
         allow("UndoSurgeOfTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asg], clusterTag),
         allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], clusterArns),
         allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], nodeGroupArns),
+        allow("ListAccessEntriesOfClusters", ["eks:ListAccessEntries"], clusterArns),
+        allow("DescribeAccessEntriesOfClusters", ["eks:DescribeAccessEntry"], p.clusters.map((c) => here("eks", `access-entry/${c}/*`))),
       ]);
       if (p.autoScalingGroupUpdates) {
         const launchResources = ["instance", "volume", "network-interface", "subnet", "security-group", "key-pair"].map((k) => here("ec2", `${k}/*`));

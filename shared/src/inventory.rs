@@ -141,13 +141,33 @@ pub trait ClusterAccessInfo: Send + Sync {
     ) -> Result<Option<AccessEntryFacts>, PortError>;
 }
 
-/// EventBridge: a rule's state.
+/// One rule of the default bus, as `ListRules` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleFacts {
+    /// The rule's name.
+    pub name: String,
+    /// `ENABLED`, `DISABLED`, ...
+    pub state: String,
+    /// Its event pattern (JSON text), `None` for a scheduled rule.
+    pub pattern: Option<String>,
+}
+
+/// EventBridge: rules of the default bus, their states and targets.
 #[async_trait]
 pub trait EventRules: Send + Sync {
     /// `State` of rule `name` on the default bus (`ENABLED`, `DISABLED`, ...); `None` when it
     /// does not exist.
     async fn rule_state(&self, name: &str) -> Result<Option<String>, PortError>;
+    /// Every rule of the default bus (`events:ListRules`, every page, at most
+    /// [`MAX_RULES`]).
+    async fn rules(&self) -> Result<Vec<RuleFacts>, PortError>;
+    /// The target ARNs of rule `name` on the default bus (`events:ListTargetsByRule`, at most
+    /// five per rule); empty when it does not exist.
+    async fn targets(&self, name: &str) -> Result<Vec<String>, PortError>;
 }
+
+/// The most rules [`EventRules::rules`] reads (EventBridge's default quota is 300 a bus).
+pub const MAX_RULES: usize = 2000;
 
 /// One RBAC rule (`rbac.authorization.k8s.io/v1` PolicyRule).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]

@@ -90,6 +90,42 @@ impl MemberConfig {
     }
 }
 
+/// The function part of the spoke roles' names (`<prefix>-<function>-<region>`,
+/// deploy/spoke.yaml), by the cell's stack output naming the function's own role.
+pub const SPOKE_FUNCTIONS: [(&str, &str); 4] = [
+    ("AmiWatcherRoleArn", "ami-watcher"),
+    ("RotatorRoleArn", "rotator"),
+    ("InterruptionHandlerRoleArn", "interruption"),
+    ("OpsRoleArn", "ops"),
+];
+
+impl MemberConfig {
+    /// The spoke role the function of stack output `output` acts as in `account` (at
+    /// `region`'s partition): the role of [`MemberConfig::role_arn`] with its function part
+    /// (`-<function>-`, [`SPOKE_FUNCTIONS`]) replaced by that function's. A pattern naming no
+    /// function (one role for every function, as the default) is every function's role.
+    pub fn function_role(&self, output: &str, account: &str, region: &str) -> String {
+        let role = self.role_arn(account, region);
+        let Some((_, function)) = SPOKE_FUNCTIONS.iter().find(|(o, _)| *o == output) else {
+            return role;
+        };
+        let name_at = role.rfind('/').map_or(0, |i| i + 1);
+        let (path, name) = role.split_at(name_at);
+        let named = SPOKE_FUNCTIONS
+            .iter()
+            .filter_map(|(_, f)| name.rfind(&format!("-{f}-")).map(|i| (i, *f)))
+            .max_by_key(|(i, _)| *i);
+        match named {
+            Some((i, f)) => format!(
+                "{path}{}-{function}-{}",
+                &name[..i],
+                &name[i + f.len() + 2..]
+            ),
+            None => role,
+        }
+    }
+}
+
 /// The ARN partition of a region.
 pub fn partition_of(region: &str) -> &'static str {
     if region.starts_with("cn-") {
@@ -355,6 +391,35 @@ mod tests {
             assert!(e.starts_with("NODECYCLE_MEMBER_ROLE:"), "{e}");
         }
         assert!(MemberConfig::parse(None, Some("a b")).is_err());
+        // Each function's spoke role, from the function's own pattern (the template's) or one
+        // role for all.
+        let ops = MemberConfig::parse(Some("arn:aws:iam::{account}:role/team-ops-us-east-1"), None)
+            .unwrap();
+        assert_eq!(
+            ops.function_role("RotatorRoleArn", "111111111111", "us-east-1"),
+            "arn:aws:iam::111111111111:role/team-rotator-us-east-1"
+        );
+        assert_eq!(
+            ops.function_role("InterruptionHandlerRoleArn", "111111111111", "us-east-1"),
+            "arn:aws:iam::111111111111:role/team-interruption-us-east-1"
+        );
+        assert_eq!(
+            ops.function_role("OpsRoleArn", "111111111111", "us-east-1"),
+            "arn:aws:iam::111111111111:role/team-ops-us-east-1"
+        );
+        let watcher = MemberConfig::parse(
+            Some("arn:aws:iam::{account}:role/path/nc-ami-watcher-eu-west-1"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            watcher.function_role("OpsRoleArn", "111111111111", "eu-west-1"),
+            "arn:aws:iam::111111111111:role/path/nc-ops-eu-west-1"
+        );
+        assert_eq!(
+            MemberConfig::default().function_role("RotatorRoleArn", "111111111111", "us-east-1"),
+            "arn:aws:iam::111111111111:role/nodecycle-spoke"
+        );
         // The refresh comes well before a session ends.
         assert!(REFRESH_BEFORE * 3 < SESSION_LENGTH);
     }

@@ -484,8 +484,9 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
     @op("set_cluster")
     def set_cluster(args):
         """Change an existing cluster: version (a control-plane upgrade),
-        endpoint, ca_data (base64 PEM), status, platform_version."""
-        backend = eks_backend(_region(args))
+        endpoint, ca_data (base64 PEM), status, platform_version; `account` (default the
+        test account): the account the cluster is in."""
+        backend = eks_backend(_region(args), _account(args))
         cluster = backend.clusters.get(args["name"])
         if cluster is None:
             raise ControlError(f"no EKS cluster {args['name']!r} in {_region(args)}")

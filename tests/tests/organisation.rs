@@ -1004,3 +1004,191 @@ async fn the_first_pass_of_a_members_policy_reads_through_its_role() {
             .is_none()
     );
 }
+
+/// `nodecycle doctor` (the binary, the operator's credentials in the tooling account) checks
+/// each member through its spoke role: prod's forwarding rules (one disabled) and the access
+/// entry of the role the cell acts as in prod's cluster; test has no forwarding rules; the
+/// broken member's role cannot be assumed. Every read of a member's rules and entries is made
+/// with that member's credentials.
+#[tokio::test]
+async fn doctor_checks_each_members_forwarding_rules_and_access_entries_through_its_role() {
+    let org = org().await;
+    let prod = &org.configs[&(PROD, EAST)];
+    // prod's cluster on access entries, with the spoke role's entry (one role for every
+    // function here: the cell's pattern names no function).
+    org.cloud.control(
+        "set_cluster",
+        json!({"account": PROD, "region": EAST, "name": "prod", "authentication_mode": "API_AND_CONFIG_MAP"}),
+    );
+    aws_sdk_eks::Client::new(prod)
+        .create_access_entry()
+        .cluster_name("prod")
+        .principal_arn(format!("arn:aws:iam::{PROD}:role/nodecycle-spoke"))
+        .r#type("STANDARD")
+        .kubernetes_groups("nodecycle-rotator")
+        .kubernetes_groups("nodecycle-interruption")
+        .kubernetes_groups("nodecycle-ops")
+        .send()
+        .await
+        .unwrap();
+    // prod's spoke rules to the cell's bus in us-east-1; the lifecycle one disabled.
+    let events = aws_sdk_eventbridge::Client::new(prod);
+    let bus = format!("arn:aws:events:{EAST}:{TOOLING}:event-bus/default");
+    let rules = [
+        (
+            "spoke-ForwardInterruptionWarnings-A",
+            json!({"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning",
+                "EC2 Capacity Reservation Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]}),
+            true,
+        ),
+        (
+            "spoke-ForwardInstanceStateChanges-A",
+            json!({"source": ["aws.ec2"], "detail-type": ["EC2 Instance State-change Notification"]}),
+            true,
+        ),
+        (
+            "spoke-ForwardScheduledMaintenance-A",
+            json!({"source": ["aws.health"], "detail-type": ["AWS Health Event"]}),
+            true,
+        ),
+        (
+            "spoke-ForwardTerminateLifecycleActions-A",
+            json!({"source": ["aws.autoscaling"], "detail-type": ["EC2 Instance-terminate Lifecycle Action"]}),
+            false,
+        ),
+    ];
+    for (name, pattern, enabled) in &rules {
+        let state = if *enabled {
+            aws_sdk_eventbridge::types::RuleState::Enabled
+        } else {
+            aws_sdk_eventbridge::types::RuleState::Disabled
+        };
+        events
+            .put_rule()
+            .name(*name)
+            .event_pattern(pattern.to_string())
+            .state(state)
+            .send()
+            .await
+            .unwrap();
+        events
+            .put_targets()
+            .rule(*name)
+            .targets(
+                aws_sdk_eventbridge::types::Target::builder()
+                    .id("CellBus")
+                    .arn(&bus)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    org.cloud.control("aws_calls", json!({"reset": true}));
+
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("nodecycle");
+    assert!(
+        bin.exists(),
+        "{} not built (cargo build -p ops)",
+        bin.display()
+    );
+    let out = std::process::Command::new(bin)
+        .args(["doctor", "--json"])
+        .env_remove("AWS_PROFILE")
+        .env_remove("NODECYCLE_STACK")
+        .env("NODECYCLE_LOG", "warn")
+        .envs(org.cloud.env_vars())
+        .env("AWS_REGION", EAST)
+        .env(
+            "NODECYCLE_SERVED_ACCOUNTS",
+            format!("{TEST},{PROD},{BROKEN}"),
+        )
+        .env(
+            "NODECYCLE_MEMBER_ROLE",
+            "arn:aws:iam::{account}:role/nodecycle-spoke",
+        )
+        .env("NODECYCLE_MEMBER_EXTERNAL_ID", EXTERNAL_ID)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let line = |check: &str, subject: &str| -> Value {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == check && c["subject"] == subject)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {check} {subject}: {report:#}"))
+    };
+    // prod: forwarded to the cell's bus, but the lifecycle rule is disabled.
+    let spot = line(
+        "forwarding",
+        "222222222222/us-east-1: EC2 Spot Instance Interruption Warning",
+    );
+    assert_eq!(spot["status"], "ok", "{spot}");
+    let lifecycle = line(
+        "forwarding",
+        "222222222222/us-east-1: EC2 Instance-terminate Lifecycle Action",
+    );
+    assert_eq!(lifecycle["status"], "FAIL", "{lifecycle}");
+    let fix = lifecycle["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("enable-rule --name spoke-ForwardTerminateLifecycleActions-A --region us-east-1 (in account 222222222222)"),
+        "{lifecycle}"
+    );
+    // prod's cluster: the spoke role's entry maps each function's group.
+    for output in ["RotatorRoleArn", "InterruptionHandlerRoleArn", "OpsRoleArn"] {
+        let entry = line(
+            "accessEntry",
+            &format!("222222222222/us-east-1/prod/{output}"),
+        );
+        assert_eq!(entry["status"], "ok", "{entry}");
+    }
+    // test: no forwarding rule at all; its cluster has no access entries (aws-auth only).
+    let health = line("forwarding", "111111111111/us-east-1: AWS Health Event");
+    assert_eq!(health["status"], "FAIL", "{health}");
+    assert!(
+        health["fix"]
+            .as_str()
+            .unwrap()
+            .contains("deploy the spoke (deploy/spoke.yaml, the StackSet of docs/organisation.md) to account 111111111111 in us-east-1"),
+        "{health}"
+    );
+    let test_entry = line("accessEntry", "111111111111/us-east-1/test/RotatorRoleArn");
+    assert_eq!(test_entry["status"], "warn", "{test_entry}");
+    assert_eq!(line("spoke", "333333333333/us-east-1")["status"], "FAIL");
+    // Every read of a member's rules and access entries with that member's credentials.
+    let calls = org.calls();
+    let member_reads: Vec<&Value> = calls
+        .iter()
+        .filter(|c| {
+            [
+                "ListRules",
+                "ListTargetsByRule",
+                "ListAccessEntries",
+                "DescribeAccessEntry",
+            ]
+            .contains(&c["operation"].as_str().unwrap_or_default())
+        })
+        .collect();
+    assert!(
+        member_reads
+            .iter()
+            .any(|c| c["operation"] == "ListTargetsByRule" && c["account"] == PROD),
+        "{member_reads:?}"
+    );
+    assert!(
+        member_reads
+            .iter()
+            .all(|c| c["account"] == PROD || c["account"] == TEST),
+        "{member_reads:?}"
+    );
+}

@@ -2197,8 +2197,11 @@ fn spoke_roles_allow_in_the_member_what_the_cell_roles_allow_in_their_own_accoun
                 );
                 continue;
             }
+            // The ops role reads this account's rules for doctor (its forwarding rules).
+            let reads_rules = role == "OpsRole"
+                && ["events:ListRules", "events:ListTargetsByRule"].contains(&g.action.as_str());
             assert!(
-                !["dynamodb", "logs", "sqs", "events", "kms"].contains(&service),
+                reads_rules || !["dynamodb", "logs", "sqs", "events", "kms"].contains(&service),
                 "{role}: {g:?}"
             );
             assert!(!g.action.contains('*'), "{role}: {g:?}");
@@ -2224,6 +2227,67 @@ fn spoke_roles_allow_in_the_member_what_the_cell_roles_allow_in_their_own_accoun
         for g in gs.iter().filter(|g| !is_read_only(&g.action)) {
             assert_eq!(role, "ForwardRole", "{g:?}");
         }
+    }
+}
+
+/// `nodecycle doctor` reads a member through the ops spoke role: the member's rules and their
+/// targets (its forwarding rules), and the access entries of the named clusters only; no other
+/// spoke role may read them.
+#[test]
+fn the_ops_spoke_role_reads_the_members_rules_and_the_access_entries_of_its_clusters() {
+    let t = spoke(&[]).unwrap();
+    let entry = |c: &str| {
+        arn(
+            "eks",
+            &format!("access-entry/{c}/role/{ACCOUNT}/nodecycle-rotator-us-east-1/0a1b"),
+        )
+    };
+    let reads = [
+        request("events:ListRules", "*".into(), &[]),
+        request(
+            "events:ListTargetsByRule",
+            arn(
+                "events",
+                "rule/StackSet-nodecycle-spoke-ForwardInterruptionWarnings-1",
+            ),
+            &[],
+        ),
+        request("eks:ListAccessEntries", arn("eks", "cluster/prod"), &[]),
+        request("eks:ListAccessEntries", arn("eks", "cluster/test-1"), &[]),
+        request("eks:DescribeAccessEntry", entry("prod"), &[]),
+        request("eks:DescribeAccessEntry", entry("test-1"), &[]),
+    ];
+    for (_, role) in SPOKE_ROLES {
+        for req in &reads {
+            assert_eq!(
+                role_allows(&t, role, req),
+                role == "OpsRole",
+                "{role}: {} on {}",
+                req.action,
+                req.resource
+            );
+        }
+    }
+    // Only the named clusters' entries, only this account's rules; nothing that changes them.
+    for req in [
+        request("eks:ListAccessEntries", arn("eks", "cluster/other"), &[]),
+        request("eks:DescribeAccessEntry", entry("other"), &[]),
+        request(
+            "events:ListTargetsByRule",
+            format!("arn:aws:events:{REGION}:{CELL}:rule/nodecycle-tick"),
+            &[],
+        ),
+        request("eks:CreateAccessEntry", arn("eks", "cluster/prod"), &[]),
+        request("eks:UpdateAccessEntry", entry("prod"), &[]),
+        request("events:EnableRule", arn("events", "rule/x"), &[]),
+        request("events:PutTargets", arn("events", "rule/x"), &[]),
+    ] {
+        assert!(
+            !role_allows(&t, "OpsRole", &req),
+            "{} on {}",
+            req.action,
+            req.resource
+        );
     }
 }
 

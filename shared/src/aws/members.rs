@@ -113,6 +113,12 @@ impl AwsMembers {
 }
 
 impl AwsMembers {
+    /// How the spoke roles are assumed (the default when the configuration was refused: every
+    /// member then fails with that error).
+    pub fn member_config(&self) -> MemberConfig {
+        self.config.clone().unwrap_or_default()
+    }
+
     /// The SDK configuration of `place` and the identity it acts as (the spoke role, or the
     /// cell's own credentials), after assuming the role once: what `nodecycle doctor` reads a
     /// member through. `Err` as [`Members::ports`] says.

@@ -1,6 +1,7 @@
 //! `nodecycle doctor` per member: the spoke role of each place the policies name can be assumed,
-//! and through it the member's clusters (existence, RBAC) and pools (groups, launch templates,
-//! lifecycle hooks, architecture) are checked as the cell's own are. The port ([`SpokeRoles`])
+//! and through it the member's clusters (existence, the access entries of the spoke roles the
+//! cell's functions act as, RBAC), its pools (groups, launch templates, lifecycle hooks,
+//! architecture) and its forwarding rules ([`super::forwarding`]) are checked. The port ([`SpokeRoles`])
 //! hands out the doctor's reads in a member's account and region; the checks are pure.
 
 use async_trait::async_trait;
@@ -16,12 +17,48 @@ pub trait MemberReads: Send + Sync {
     fn ports(&self) -> Ports<'_>;
 }
 
+/// What the cell needs of a member's spoke at a place: where its forwarding rules must send,
+/// and which roles need access entries in its clusters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// The cell's bus in the place's region ([`super::forwarding::cell_bus`]).
+    pub bus: String,
+    /// (stack output of a cell function that talks to Kubernetes, the spoke role it acts as
+    /// in the member): each needs an access entry with its function's group in every member
+    /// cluster.
+    pub kube_roles: Vec<(String, String)>,
+}
+
+/// [`Expected`] of `place` for the cell of account `cell_account`, whose functions assume the
+/// spoke roles of `config`.
+pub fn expected(
+    place: &Place,
+    cell_account: &str,
+    config: &crate::members::MemberConfig,
+) -> Expected {
+    Expected {
+        bus: super::forwarding::cell_bus(place, cell_account),
+        kube_roles: super::contract::KUBE_ROLES
+            .iter()
+            .map(|output| {
+                (
+                    (*output).to_string(),
+                    config.function_role(output, &place.account, &place.region),
+                )
+            })
+            .collect(),
+    }
+}
+
 /// Assumes members' spoke roles.
 #[async_trait]
 pub trait SpokeRoles: Send + Sync {
     /// The spoke role of `place` and, when it can be assumed, the reads through it (else the
     /// error of `sts:AssumeRole`).
     async fn assume(&self, place: &Place) -> (String, Result<Box<dyn MemberReads>, PortError>);
+    /// What the cell needs of the spoke at `place` ([`expected`]); `Err` when the cell's own
+    /// account cannot be told.
+    async fn expected(&self, place: &Place) -> Result<Expected, PortError>;
 }
 
 /// No members: every place's role is refused (doctor of a cell without members).
@@ -39,6 +76,13 @@ impl SpokeRoles for NoSpokes {
             )),
         )
     }
+
+    async fn expected(&self, place: &Place) -> Result<Expected, PortError> {
+        Err(PortError::other(
+            "configuration",
+            format!("{place}: this deployment has no members"),
+        ))
+    }
 }
 
 /// The distinct places of the member pools among `valid` (sorted).
@@ -47,6 +91,26 @@ pub fn places(valid: &[(String, Policy)]) -> Vec<Place> {
     out.sort();
     out.dedup();
     out
+}
+
+/// The checks of a member's clusters (`cluster`, `accessEntry`, `rbac`) as seen at `place`:
+/// each subject names the member (`<account>/<region>/<subject>`), and a missing or wrong
+/// access entry's fix says where to make it (the member account, the spoke's cluster slots).
+pub fn at_member(place: &Place, checks: Vec<Check>) -> Vec<Check> {
+    checks
+        .into_iter()
+        .map(|mut c| {
+            if c.check == CheckKind::AccessEntry && c.status == super::Status::Fail {
+                let cluster = c.subject.split('/').next().unwrap_or_default().to_string();
+                c.fix = format!(
+                    "give {cluster} to the spoke stack instance of account {} in {} (a ClusterN parameter: it creates the entries of its roles), or in that account: {} --region {}",
+                    place.account, place.region, c.fix, place.region
+                );
+            }
+            c.subject = format!("{place}/{}", c.subject);
+            c
+        })
+        .collect()
 }
 
 /// The `spoke` check of `place`'s role `role`.

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 
 use super::port::{
     AccessEntryFacts, AsgFacts, ClusterAccessInfo, ClusterFacts, EventRules, GroupInfo, HookFacts,
-    ManagedFacts, PolicyDocuments, RbacFacts, RbacInfo, StackOutputs, TableFacts, TableInfo,
-    TemplateFacts,
+    ManagedFacts, PolicyDocuments, RbacFacts, RbacInfo, RuleFacts, StackOutputs, TableFacts,
+    TableInfo, TemplateFacts,
 };
 use super::run::Ports;
 use crate::managed::TemplateRef;
@@ -40,6 +40,12 @@ pub struct World {
     pub rbac: BTreeMap<String, RbacFacts>,
     /// Rule name -> state.
     pub rules: BTreeMap<String, String>,
+    /// Rules with event patterns and targets (`ListRules`, `ListTargetsByRule`): a member's
+    /// forwarding rules.
+    pub listed_rules: Vec<(RuleFacts, Vec<String>)>,
+    /// The cell this world is seen from (`<account>/<region>`; default
+    /// `123456789012/us-east-1`).
+    pub cell: Option<crate::policy::Place>,
     /// Node group name (ASG or managed) -> its instance types.
     pub instance_types: BTreeMap<String, crate::ami::instance_types::GroupTypes>,
     /// Operations that answer AccessDenied.
@@ -76,6 +82,23 @@ impl super::members::SpokeRoles for World {
                 )),
             ),
         }
+    }
+
+    /// One spoke role for every function (the default pattern), the cell's account
+    /// [`World::cell`]'s.
+    async fn expected(
+        &self,
+        place: &crate::policy::Place,
+    ) -> Result<super::members::Expected, PortError> {
+        let cell = self
+            .cell
+            .as_ref()
+            .map_or("123456789012", |c| c.account.as_str());
+        Ok(super::members::expected(
+            place,
+            cell,
+            &crate::members::MemberConfig::default(),
+        ))
     }
 }
 
@@ -238,5 +261,20 @@ impl EventRules for World {
     async fn rule_state(&self, name: &str) -> Result<Option<String>, PortError> {
         self.deny("events:DescribeRule")?;
         Ok(self.rules.get(name).cloned())
+    }
+
+    async fn rules(&self) -> Result<Vec<RuleFacts>, PortError> {
+        self.deny("events:ListRules")?;
+        Ok(self.listed_rules.iter().map(|(r, _)| r.clone()).collect())
+    }
+
+    async fn targets(&self, name: &str) -> Result<Vec<String>, PortError> {
+        self.deny("events:ListTargetsByRule")?;
+        Ok(self
+            .listed_rules
+            .iter()
+            .find(|(r, _)| r.name == name)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default())
     }
 }

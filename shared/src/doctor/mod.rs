@@ -2,7 +2,7 @@
 //!
 //! Layers, from pure to I/O:
 //! - the check modules ([`contract`], [`table`], [`policies`], [`groups`], [`access`], [`rbac`],
-//!   [`rules`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
+//!   [`rules`], [`members`], [`forwarding`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
 //! - [`port`] ([`crate::inventory`]): one narrow read-only trait per capability (stack
 //!   outputs, table, groups, cluster access, event rules, RBAC, policy documents) and the
 //!   plain fact types they return;
@@ -19,6 +19,7 @@ use crate::port::{ErrorKind, PortError};
 
 pub mod access;
 pub mod contract;
+pub mod forwarding;
 pub mod groups;
 pub mod members;
 pub mod memory;
@@ -113,6 +114,9 @@ pub enum CheckKind {
     Architecture,
     /// A member's spoke role can be assumed (subject `<account>/<region>`).
     Spoke,
+    /// A member forwards an event class to the cell's bus in its region (subject
+    /// `<account>/<region>: <detail type>`).
+    Forwarding,
 }
 
 impl CheckKind {
@@ -131,6 +135,7 @@ impl CheckKind {
             CheckKind::EventRule => "eventRule",
             CheckKind::Architecture => "architecture",
             CheckKind::Spoke => "spoke",
+            CheckKind::Forwarding => "forwarding",
         }
     }
 }
@@ -305,6 +310,9 @@ mod unit {
             CheckKind::AccessEntry,
             CheckKind::Rbac,
             CheckKind::EventRule,
+            CheckKind::Architecture,
+            CheckKind::Spoke,
+            CheckKind::Forwarding,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
         }

@@ -5,7 +5,7 @@ use super::port::{
     ClusterAccessInfo, EventRules, GroupInfo, PolicyDocuments, RbacInfo, StackOutputs, TableInfo,
 };
 use super::{Check, CheckKind, Report, access, contract, groups, policies, rbac, rules, table};
-use crate::policy::{NodeGroup, Policy};
+use crate::policy::{NodeGroup, Place, Policy};
 
 /// Every read doctor makes, one port per capability.
 #[derive(Clone, Copy)]
@@ -99,6 +99,7 @@ pub async fn diagnose_organisation(
         checks.push(super::members::spoke(&place, &role, &assumed));
         let Ok(member) = assumed else { continue };
         let member = member.ports();
+        let expected = spokes.expected(&place).await;
         let pools: Vec<&Policy> = elsewhere
             .iter()
             .map(|(_, p)| p)
@@ -106,17 +107,51 @@ pub async fn diagnose_organisation(
             .filter(|p| options.clusters.is_empty() || options.clusters.contains(&p.cluster))
             .collect();
         let mut clusters: Vec<&str> = pools.iter().map(|p| p.cluster.as_str()).collect();
+        clusters.sort_unstable();
         clusters.dedup();
+        // The functions reach a member's clusters as the spoke roles they assume there: each
+        // needs its access entry (the spoke stack's) with its function's group.
+        let roles = expected
+            .as_ref()
+            .map(|e| e.kube_roles.as_slice())
+            .unwrap_or_default();
+        let mut in_member = Vec::new();
         for cluster in clusters {
-            // The functions reach a member's clusters as its spoke role: its access entry is
-            // the spoke stack's, not one of the stack outputs' roles.
-            check_cluster(member, cluster, &[], &mut checks).await;
+            check_cluster(member, cluster, roles, &mut in_member).await;
         }
+        checks.extend(super::members::at_member(&place, in_member));
         for policy in pools {
             check_pool(member, policy, hook_name, &mut checks).await;
         }
+        match &expected {
+            Ok(e) => checks.extend(forwarding(member, &place, &role, &e.bus).await),
+            Err(e) => checks.push(Check::fail(
+                CheckKind::Forwarding,
+                place.to_string(),
+                format!("cannot tell the cell's bus (the cell's own account is unknown: {e})"),
+                "check the credentials doctor runs with (sts:GetCallerIdentity) and AWS_REGION",
+            )),
+        }
     }
     Report { checks }
+}
+
+/// The `forwarding` checks of the member at `place` (read through its spoke role `role`):
+/// its rules, the targets of those naming a forwarded class, against the cell's bus `bus`.
+async fn forwarding(member: Ports<'_>, place: &Place, role: &str, bus: &str) -> Vec<Check> {
+    let read = async {
+        let rules = member.rules.rules().await?;
+        let mut out = Vec::new();
+        for rule in super::forwarding::candidates(&rules) {
+            let targets = member.rules.targets(&rule.name).await?;
+            out.push(super::forwarding::Forwarder {
+                rule: rule.clone(),
+                targets,
+            });
+        }
+        Ok(out)
+    };
+    super::forwarding::check(place, role, bus, read.await)
 }
 
 /// `--cluster` names (each must be one the stack serves), else the stack's `ClusterNames`, else

@@ -73,4 +73,17 @@ impl crate::doctor::members::SpokeRoles for Spokes {
             ),
         }
     }
+
+    async fn expected(
+        &self,
+        place: &crate::policy::Place,
+    ) -> Result<crate::doctor::members::Expected, crate::port::PortError> {
+        use crate::members::Members;
+        let cell = self.0.cell().await?;
+        Ok(crate::doctor::members::expected(
+            place,
+            &cell.account,
+            &self.0.member_config(),
+        ))
+    }
 }

@@ -427,8 +427,78 @@ fn an_aws_auth_cluster_is_a_warning_not_a_failure() {
     assert_eq!(r.count(Status::Warn), 3);
 }
 
-/// A member pool: checked through its spoke role (its cluster's RBAC, its group, template and
-/// hook in the member's world), and a member whose role cannot be assumed is one FAIL line.
+/// What a member at `place` shows its spoke role: the cell's healthy cluster and groups, the
+/// access entries of the spoke role (one role for every function, [`World`]'s pattern) and the
+/// spoke's forwarding rules to the cell's bus in the place's region.
+fn member(place: &str) -> World {
+    let (account, region) = place.split_once('/').unwrap();
+    let mut w = healthy();
+    let role = format!("arn:aws:iam::{account}:role/nodecycle-spoke");
+    w.entries.insert(
+        "prod".into(),
+        vec![AccessEntryFacts {
+            principal_arn: role,
+            kubernetes_groups: super::KUBERNETES_GROUPS
+                .iter()
+                .map(|(_, g)| (*g).to_owned())
+                .collect(),
+            entry_type: "STANDARD".into(),
+        }],
+    );
+    let bus = format!("arn:aws:events:{region}:123456789012:event-bus/default");
+    let rule = |name: &str, source: &str, types: &[&str]| {
+        (
+            RuleFacts {
+                name: name.into(),
+                state: "ENABLED".into(),
+                pattern: Some(
+                    serde_json::json!({"source": [source], "detail-type": types}).to_string(),
+                ),
+            },
+            vec![bus.clone()],
+        )
+    };
+    w.listed_rules = vec![
+        rule(
+            "spoke-ForwardInterruptionWarnings-A",
+            "aws.ec2",
+            &[
+                "EC2 Spot Instance Interruption Warning",
+                "EC2 Capacity Reservation Instance Interruption Warning",
+                "EC2 Instance Rebalance Recommendation",
+            ],
+        ),
+        rule(
+            "spoke-ForwardInstanceStateChanges-A",
+            "aws.ec2",
+            &["EC2 Instance State-change Notification"],
+        ),
+        rule(
+            "spoke-ForwardScheduledMaintenance-A",
+            "aws.health",
+            &["AWS Health Event"],
+        ),
+        rule(
+            "spoke-ForwardTerminateLifecycleActions-A",
+            "aws.autoscaling",
+            &["EC2 Instance-terminate Lifecycle Action"],
+        ),
+        // Another tool's rule: not read further.
+        (
+            RuleFacts {
+                name: "backup".into(),
+                state: "ENABLED".into(),
+                pattern: Some(r#"{"source":["aws.backup"]}"#.into()),
+            },
+            vec![],
+        ),
+    ];
+    w
+}
+
+/// A member pool: checked through its spoke role (its cluster's access entries for the spoke
+/// roles and RBAC, its group, template and hook, its forwarding rules in the member's world),
+/// and a member whose role cannot be assumed is one FAIL line.
 #[test]
 fn member_pools_are_checked_through_their_spoke_roles() {
     let mut w = healthy();
@@ -445,8 +515,7 @@ fn member_pools_are_checked_through_their_spoke_roles() {
         "/nodecycle/pools/333333333333/us-east-1/x/general".into(),
         member_doc("x-general"),
     );
-    // The prod member's world: the same healthy cluster and group as the cell's own.
-    let mut prod = healthy();
+    let mut prod = member("222222222222/eu-west-1");
     prod.asgs.remove("prod-general");
     w.members
         .insert("222222222222/eu-west-1".into(), prod.clone());
@@ -468,13 +537,148 @@ fn member_pools_are_checked_through_their_spoke_roles() {
         "{:#?}",
         r.checks
     );
-    let spoke_ok = r
-        .checks
-        .iter()
-        .any(|c| c.check == CheckKind::Spoke && c.status == Status::Ok);
-    assert!(spoke_ok, "{:#?}", r.checks);
+    let count = |kind: CheckKind| {
+        r.checks
+            .iter()
+            .filter(|c| {
+                c.check == kind
+                    && c.status == Status::Ok
+                    && c.subject.starts_with("222222222222/eu-west-1")
+            })
+            .count()
+    };
+    assert_eq!(count(CheckKind::Spoke), 1, "{:#?}", r.checks);
+    assert_eq!(count(CheckKind::AccessEntry), 3, "{:#?}", r.checks);
+    assert_eq!(count(CheckKind::Forwarding), 6, "{:#?}", r.checks);
+    assert_eq!(count(CheckKind::Cluster), 1, "{:#?}", r.checks);
     // With the member's group back, only the unassumable member fails.
-    w.members.insert("222222222222/eu-west-1".into(), healthy());
+    w.members.insert(
+        "222222222222/eu-west-1".into(),
+        member("222222222222/eu-west-1"),
+    );
     let r = block_on(super::run::diagnose_organisation(w.ports(), &w, &options()));
     assert_eq!(r.failed(), 1, "{:#?}", r.checks);
+}
+
+/// A member's forwarding rules and access entries: a disabled rule, a rule to another region's
+/// bus, a missing access entry and one with the wrong group each fail the line that names the
+/// member and the rule or cluster, with what to fix there.
+#[test]
+fn a_members_rules_and_access_entries_are_checked_where_they_are() {
+    let mut w = healthy();
+    w.parameters.insert(
+        "/nodecycle/pools/222222222222/eu-west-1/prod/general".into(),
+        "nodeGroup: { autoScalingGroup: prod-general }\namiSelectorTerms:\n  - alias: al2023@latest\n".into(),
+    );
+    let place = "222222222222/eu-west-1";
+    let mut prod = member(place);
+    // The lifecycle rule is disabled; the state-change rule goes to us-east-1's bus.
+    prod.listed_rules[3].0.state = "DISABLED".into();
+    prod.listed_rules[1].1 = vec!["arn:aws:events:us-east-1:123456789012:event-bus/default".into()];
+    // The entry maps the spoke role to the rotator's group only.
+    prod.entries.get_mut("prod").unwrap()[0].kubernetes_groups = vec!["nodecycle-rotator".into()];
+    w.members.insert(place.into(), prod);
+    let r = block_on(super::run::diagnose_organisation(w.ports(), &w, &options()));
+    let failed: Vec<&super::Check> = r
+        .checks
+        .iter()
+        .filter(|c| c.status == Status::Fail)
+        .collect();
+    let subjects: Vec<(CheckKind, &str)> = failed
+        .iter()
+        .map(|c| (c.check, c.subject.as_str()))
+        .collect();
+    assert_eq!(
+        subjects,
+        vec![
+            (
+                CheckKind::AccessEntry,
+                "222222222222/eu-west-1/prod/InterruptionHandlerRoleArn"
+            ),
+            (
+                CheckKind::AccessEntry,
+                "222222222222/eu-west-1/prod/OpsRoleArn"
+            ),
+            (
+                CheckKind::Forwarding,
+                "222222222222/eu-west-1: EC2 Instance State-change Notification"
+            ),
+            (
+                CheckKind::Forwarding,
+                "222222222222/eu-west-1: EC2 Instance-terminate Lifecycle Action"
+            ),
+        ],
+        "{:#?}",
+        r.checks
+    );
+    assert!(
+        failed[0]
+            .detail
+            .contains("arn:aws:iam::222222222222:role/nodecycle-spoke"),
+        "{:?}",
+        failed[0]
+    );
+    assert!(
+        failed[0].fix.contains("account 222222222222 in eu-west-1"),
+        "{:?}",
+        failed[0]
+    );
+    assert!(
+        failed[0]
+            .fix
+            .contains("--kubernetes-groups nodecycle-rotator nodecycle-interruption"),
+        "{:?}",
+        failed[0]
+    );
+    assert!(
+        failed[2]
+            .detail
+            .contains("spoke-ForwardInstanceStateChanges-A"),
+        "{:?}",
+        failed[2]
+    );
+    assert!(
+        failed[2].detail.contains("us-east-1:123456789012"),
+        "{:?}",
+        failed[2]
+    );
+    assert!(
+        failed[3]
+            .fix
+            .contains("enable-rule --name spoke-ForwardTerminateLifecycleActions-A"),
+        "{:?}",
+        failed[3]
+    );
+
+    // No entry at all in the member's cluster: create it there.
+    let mut prod = member(place);
+    prod.entries.remove("prod");
+    w.members.insert(place.into(), prod);
+    let r = block_on(super::run::diagnose_organisation(w.ports(), &w, &options()));
+    let entries: Vec<&super::Check> = r
+        .checks
+        .iter()
+        .filter(|c| c.check == CheckKind::AccessEntry && c.subject.starts_with(place))
+        .collect();
+    assert_eq!(entries.len(), 3);
+    assert!(entries.iter().all(|c| c.status == Status::Fail));
+    assert!(entries[0].fix.contains("aws eks create-access-entry --cluster-name prod --principal-arn arn:aws:iam::222222222222:role/nodecycle-spoke"), "{:?}", entries[0]);
+
+    // The rules unreadable through the spoke role: one line naming the permission.
+    let mut prod = member(place);
+    prod.denied = vec!["events:ListRules".into()];
+    w.members.insert(place.into(), prod);
+    let r = block_on(super::run::diagnose_organisation(w.ports(), &w, &options()));
+    let forwarding: Vec<&super::Check> = r
+        .checks
+        .iter()
+        .filter(|c| c.check == CheckKind::Forwarding)
+        .collect();
+    assert_eq!(forwarding.len(), 1);
+    assert_eq!(forwarding[0].status, Status::Fail);
+    assert!(
+        forwarding[0].fix.contains("events:ListRules"),
+        "{:?}",
+        forwarding[0]
+    );
 }

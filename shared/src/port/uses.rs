@@ -113,6 +113,8 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
 pub const NOT_IN_LAMBDAS: &[&str] = &[
     "StackOutputs::outputs",
     "EventRules::rule_state",
+    "EventRules::rules",
+    "EventRules::targets",
     "TableInfo::table",
     "GroupInfo::auto_scaling_group",
     "GroupInfo::lifecycle_hooks",
