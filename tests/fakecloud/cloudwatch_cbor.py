@@ -3,7 +3,8 @@
 The Rust SDK (aws-sdk-cloudwatch 1.x since 2025) speaks ``rpc-v2-cbor``: ``POST
 /service/GraniteServiceVersion20100801/operation/<Operation>`` with a CBOR body and the header
 ``smithy-protocol: rpc-v2-cbor``. moto 5 serves CloudWatch only over the query protocol, so
-these requests would 404. This layer decodes them, calls moto's own backend (the same alarms the
+these requests would 404. This layer decodes them, calls moto's own backend of the account whose
+credentials signed the request (the same alarms the
 query protocol sees), and answers as CloudWatch does: a CBOR map, timestamps as CBOR tag 1
 (epoch seconds), errors as status 400 with ``__type`` and ``message``.
 
@@ -22,7 +23,7 @@ import cbor2
 
 PREFIX = "/service/GraniteServiceVersion20100801/operation/"
 ACCOUNT = "123456789012"
-_REGION = re.compile(r"Credential=[^/]+/\d{8}/([a-z0-9-]+)/monitoring/")
+_CREDENTIAL = re.compile(r"Credential=([^/]+)/\d{8}/([a-z0-9-]+)/monitoring/")
 
 
 class _Error(Exception):
@@ -37,10 +38,10 @@ def _ts(t: _dt.datetime) -> cbor2.CBORTag:
     return cbor2.CBORTag(1, t.timestamp())
 
 
-def _backend(region: str):
+def _backend(account: str, region: str):
     from moto.cloudwatch.models import cloudwatch_backends
 
-    return cloudwatch_backends[ACCOUNT][region]
+    return cloudwatch_backends[account][region]
 
 
 def _metric_alarm(a) -> dict:
@@ -156,9 +157,14 @@ def handle(environ, start_response):
     """Serves one CBOR CloudWatch request (PATH_INFO under PREFIX)."""
     operation = environ.get("PATH_INFO", "")[len(PREFIX):]
     region = "us-east-2"
-    m = _REGION.search(environ.get("HTTP_AUTHORIZATION", ""))
+    account = ACCOUNT
+    m = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
     if m:
-        region = m.group(1)
+        # The alarms of the account whose credentials signed the request (an assumed role's
+        # temporary key acts in the role's account), as CloudWatch serves them.
+        from accounts import account_of
+
+        account, region = account_of(m.group(1)), m.group(2)
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
         raw = environ["wsgi.input"].read(length) if length else b""
@@ -168,7 +174,7 @@ def handle(environ, start_response):
         fn = OPERATIONS.get(operation)
         if fn is None:
             raise _Error("UnknownOperationException", f"unknown operation {operation}", 404)
-        return _respond(start_response, 200, fn(_backend(region), body))
+        return _respond(start_response, 200, fn(_backend(account, region), body))
     except _Error as e:
         return _respond(start_response, e.status, {"__type": e.kind, "message": e.message})
     except cbor2.CBORDecodeError as e:

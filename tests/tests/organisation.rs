@@ -1192,3 +1192,102 @@ async fn doctor_checks_each_members_forwarding_rules_and_access_entries_through_
         "{member_reads:?}"
     );
 }
+
+/// A member pool's promotion alarms are read in its own account, through its spoke role: prod
+/// us-east-1 waits for `prod-canary`, which is quiet in prod (the tooling account has an alarm
+/// of that name in ALARM: read there, the promotion would never happen). The watcher and the
+/// ops status read it in prod only.
+#[tokio::test]
+async fn a_members_promotion_alarms_are_read_in_its_own_account() {
+    let org = org().await;
+    let [test, _, _] = &POOLS;
+    let with_alarm = format!(
+        "{}  alarms: [prod-canary]\n",
+        policy(&POOLS[1], Some(TEST_POOL))
+    );
+    org.cloud.control(
+        "put_parameter",
+        json!({"region": EAST, "name": format!("/nodecycle/pools/{PROD_EAST}"), "value": with_alarm}),
+    );
+    let alarm = |config: &aws_config::SdkConfig, state: aws_sdk_cloudwatch::types::StateValue| {
+        let cw = aws_sdk_cloudwatch::Client::new(config);
+        async move {
+            cw.put_metric_alarm()
+                .alarm_name("prod-canary")
+                .namespace("Canary")
+                .metric_name("Errors")
+                .statistic(aws_sdk_cloudwatch::types::Statistic::Sum)
+                .period(60)
+                .evaluation_periods(1)
+                .threshold(1.0)
+                .comparison_operator(
+                    aws_sdk_cloudwatch::types::ComparisonOperator::GreaterThanOrEqualToThreshold,
+                )
+                .send()
+                .await
+                .unwrap();
+            cw.set_alarm_state()
+                .alarm_name("prod-canary")
+                .state_value(state)
+                .state_reason("test")
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    use aws_sdk_cloudwatch::types::StateValue;
+    alarm(&org.configs[&(PROD, EAST)], StateValue::Ok).await;
+    alarm(&tooling(&org.cloud, EAST).await, StateValue::Alarm).await;
+    org.cloud.control("aws_calls", json!({"reset": true}));
+
+    // Simulated time after the alarms' last change (their timestamps are the wall clock's).
+    let mut now = Utc::now() + TimeDelta::minutes(5);
+    org.pass(now).await;
+    for pool in &POOLS {
+        publish(
+            &org.cloud,
+            pool.account,
+            pool.region,
+            NEW,
+            &image(NEW, pool.region),
+        );
+    }
+    now += TimeDelta::minutes(5);
+    org.roll(test, NEW, &image(NEW, EAST), &mut now, 60).await;
+    let proven_at = org.record(TEST_POOL).await.ledger.last().unwrap().since;
+    org.pass(proven_at + TimeDelta::minutes(61)).await;
+    let record = org.record(PROD_EAST).await;
+    assert_eq!(
+        record.desired.as_ref().map(|a| a.id.clone()),
+        Some(image(NEW, EAST)),
+        "prod's alarm is quiet in prod: promoted ({:?})",
+        record.promotion_wait
+    );
+    // The operator's view reads it in prod too.
+    let status = org
+        .east
+        .ops
+        .handle(
+            &json!({"action": "status", "pool": PROD_EAST}),
+            &Invocation {
+                request_id: "s-1".into(),
+                caller: Some(format!("arn:aws:iam::{TOOLING}:user/alice")),
+            },
+            proven_at + TimeDelta::minutes(62),
+        )
+        .await
+        .unwrap();
+    assert!(!status.is_null());
+    let reads: Vec<Value> = org
+        .calls()
+        .into_iter()
+        .filter(|c| c["service"] == "monitoring")
+        .collect();
+    assert!(!reads.is_empty());
+    assert!(
+        reads
+            .iter()
+            .all(|c| c["account"] == PROD && c["region"] == EAST),
+        "every alarm read in prod us-east-1: {reads:?}"
+    );
+}

@@ -296,7 +296,8 @@ pub fn concerning<'a>(
 }
 
 impl OpsHandler {
-    /// The alarm view of a pool's promotion alarms, or why it cannot be read.
+    /// The alarm view of a pool's promotion alarms, or why it cannot be read (through this
+    /// handler's alarms port: the pool's place's, [`OpsHandler::at`]).
     async fn alarm_view(&self, promo: &Promotion) -> (Alarms, Option<String>) {
         if promo.alarms.is_empty() {
             return (Alarms::default(), None);
@@ -347,7 +348,11 @@ impl OpsHandler {
                 None
             }
         };
-        let (alarms, alarm_error) = self.alarm_view(promo).await;
+        // The pool's alarms are its account's: read through its member's ports.
+        let (alarms, alarm_error) = match self.at(policy.place.as_ref()).await {
+            Ok(there) => there.alarm_view(promo).await,
+            Err(e) => (Alarms::default(), Some(e.to_string())),
+        };
         let failed = self.failed_rotations(&upstream).await.unwrap_or_else(|e| {
             problems.push(e);
             BTreeMap::new()
