@@ -38,6 +38,7 @@ const props = {
   roleNamePrefix: get("RoleNamePrefix") || undefined,
   clusters,
   amiParameterPath: check("AmiParameterPath", get("AmiParameterPath"), /^(|\/[A-Za-z0-9_.\-/]+)$/) || undefined,
+  amiParameterKmsKeyArn: check("AmiParameterKmsKeyArn", get("AmiParameterKmsKeyArn"), /^(|arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key\/[A-Za-z0-9-]+)$/) || undefined,
   lifecycleHookName: get("LifecycleHookName") || undefined,
   autoScalingGroupUpdates: get("AutoScalingGroupUpdates") === "Enabled",
   nodeRoleArns: list("NodeRoleArns"),

@@ -26,6 +26,8 @@ export interface SpokeProps {
   clusters: string[];
   /** This account's own AMI parameter name or path prefix. */
   amiParameterPath?: string;
+  /** The customer managed key of SecureString AMI parameters (kms:Decrypt through SSM only). */
+  amiParameterKmsKeyArn?: string;
   lifecycleHookName?: string;
   autoScalingGroupUpdates?: boolean;
   nodeRoleArns?: string[];
@@ -92,6 +94,11 @@ export class NodecycleSpoke extends Construct {
       rolePolicy("AmiWatcherReadsAmiParameters", amiWatcher, "ami-parameters", [
         allow("ReadNamedAmiParameters", ["ssm:GetParameter", "ssm:GetParameters"], here("ssm", `parameter${p.amiParameterPath}*`)),
       ]);
+      if (p.amiParameterKmsKeyArn) {
+        rolePolicy("AmiWatcherDecryptsAmiParameters", amiWatcher, "decrypt-ami-parameters", [
+          allow("DecryptSecureStringAmiParameters", "kms:Decrypt", p.amiParameterKmsKeyArn, { StringEquals: { "kms:ViaService": sub("ssm.${AWS::Region}.amazonaws.com") } }),
+        ]);
+      }
     }
     const rotator = role("RotatorRole", "rotator", p.cellRoles.rotator, "nodecycle rotator (assumed by the cell)", "rotator", [
       allow("Describe", ["autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities", "autoscaling:DescribeLaunchConfigurations", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes"], "*"),

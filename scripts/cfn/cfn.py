@@ -90,6 +90,7 @@ SPOKE_PARAMETER_SETS: dict[str, dict[str, str]] = {
         "Cluster1": "prod",
         "Cluster2": "test-1",
         "AmiParameterPath": "/golden/eks/",
+        "AmiParameterKmsKeyArn": f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab",
         "LifecycleHookName": "drain-first",
         "AutoScalingGroupUpdates": "Enabled",
         "NodeRoleArns": f"arn:aws:iam::{ACCOUNT}:role/prod-nodes",

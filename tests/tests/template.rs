@@ -2291,6 +2291,74 @@ fn the_ops_spoke_role_reads_the_members_rules_and_the_access_entries_of_its_clus
     }
 }
 
+/// A member's SecureString AMI parameters under a customer key: only the ami-watcher spoke role
+/// (the one that reads them) may decrypt, only with that key and only through SSM of the
+/// region; without the key, or without parameters, no spoke role may use KMS at all.
+#[test]
+fn spokes_decrypt_secure_string_ami_parameters_only_with_the_key_given_and_only_through_ssm() {
+    const KEY: &str = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+    let kms_grants = |t: &Value| -> Vec<(String, Grant)> {
+        grants(t)
+            .into_iter()
+            .flat_map(|(role, gs)| gs.into_iter().map(move |g| (role.clone(), g)))
+            .filter(|(_, g)| g.action.starts_with("kms:"))
+            .collect()
+    };
+    for overrides in [
+        vec![],
+        vec![("AmiParameterPath", "/golden/eks/")],
+        vec![("AmiParameterKmsKeyArn", KEY)],
+    ] {
+        let t = spoke(&overrides).unwrap();
+        assert!(kms_grants(&t).is_empty(), "{overrides:?}");
+    }
+    let t = spoke(&[
+        ("AmiParameterPath", "/golden/eks/"),
+        ("AmiParameterKmsKeyArn", KEY),
+    ])
+    .unwrap();
+    let kms = kms_grants(&t);
+    assert_eq!(kms.len(), 1, "{kms:?}");
+    assert_eq!(kms[0].0, "AmiWatcherRole");
+    assert_eq!(kms[0].1.action, "kms:Decrypt");
+    assert_eq!(kms[0].1.resource, KEY);
+    let via = format!("ssm.{REGION}.amazonaws.com");
+    for (_, role) in SPOKE_ROLES {
+        let through_ssm = request("kms:Decrypt", KEY.into(), &[("kms:ViaService", &via)]);
+        assert_eq!(
+            role_allows(&t, role, &through_ssm),
+            role == "AmiWatcherRole",
+            "{role}"
+        );
+        // Not directly, not through another service or region, not with another key.
+        for req in [
+            request("kms:Decrypt", KEY.into(), &[]),
+            request(
+                "kms:Decrypt",
+                KEY.into(),
+                &[("kms:ViaService", "ssm.eu-west-1.amazonaws.com")],
+            ),
+            request(
+                "kms:Decrypt",
+                KEY.into(),
+                &[("kms:ViaService", "s3.us-east-1.amazonaws.com")],
+            ),
+            request(
+                "kms:Decrypt",
+                arn("kms", "key/other"),
+                &[("kms:ViaService", &via)],
+            ),
+        ] {
+            assert!(
+                !role_allows(&t, role, &req),
+                "{role}: {} with {:?}",
+                req.resource,
+                req.context
+            );
+        }
+    }
+}
+
 #[test]
 fn spokes_forward_the_event_classes_the_cells_rules_match_to_the_cells_bus() {
     let cell = deployed(&[("Clusters", "prod"), ("LifecycleHookName", "drain-first")]);
