@@ -523,3 +523,58 @@ fn validate_refuses_an_amazon_linux_version_without_v() {
         stdout(&out)
     );
 }
+
+/// `nodecycle run rotator` routes an SQS event as the Lambda's event source delivers it: each
+/// record a fan-out work item served by the worker, a record that is no work item reported
+/// alone for retry (`batchItemFailures`), not the rotator's own input.
+#[tokio::test]
+async fn run_rotator_serves_sqs_work_items_as_the_lambda_does() {
+    let cloud = FakeCloud::start();
+    Adapters::new(&cloud).await.table("cli-state").await;
+    let item = serde_json::json!({
+        "v": 1, "account": "123456789012", "region": "us-east-2", "cluster": "prod",
+        "dispatchedAt": chrono::Utc::now().to_rfc3339(), "reason": "pools prod/general"
+    });
+    let record = |id: &str, body: String| {
+        serde_json::json!({
+            "messageId": id, "receiptHandle": "r", "body": body,
+            "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
+            "md5OfBody": "", "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-2:123456789012:nodecycle-work",
+            "awsRegion": "us-east-2"
+        })
+    };
+    let event = temp_file(
+        "sqs-work-items.json",
+        &serde_json::json!({"Records": [
+            record("m-1", item.to_string()),
+            record("m-2", "{\"not\": \"a work item\"}".into()),
+        ]})
+        .to_string(),
+    );
+    let env = [("NODECYCLE_TABLE", "cli-state")];
+    let out = run(&["run", "rotator", "--event", &event], Some(&cloud), &env);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        v["batchItemFailures"],
+        serde_json::json!([{"itemIdentifier": "m-2"}]),
+        "{v}"
+    );
+    assert_eq!(v["items"][0]["messageId"], "m-1", "{v}");
+    assert_eq!(v["items"][0]["done"], true, "{v}");
+    assert_eq!(v["items"][1]["done"], false, "{v}");
+    assert!(
+        v["items"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not a work item"),
+        "{v}"
+    );
+}

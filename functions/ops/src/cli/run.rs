@@ -15,7 +15,10 @@ pub struct Args {
 }
 
 /// Prints the handler's JSON response; on a handler error prints
-/// `{"errorType", "errorMessage"}` and exits 1; exit 2 on an unreadable event file.
+/// `{"errorType", "errorMessage"}` and exits 1; exit 2 on an unreadable event file. The rotator
+/// is routed as its Lambda routes it: an SQS event (fan-out work items) goes to the worker
+/// (`{"batchItemFailures", "items"}`), a scheduled event to the dispatcher when
+/// `NODECYCLE_WORK_QUEUE_URL` is set.
 pub async fn run(args: Args) -> u8 {
     nodecycle::logging::init();
     let payload: serde_json::Value = match std::fs::read_to_string(&args.event)
@@ -42,9 +45,18 @@ pub async fn run(args: Args) -> u8 {
         },
         "rotator" => match wiring::RotatorConfig::from_env() {
             Ok(c) => {
-                c.rotator(&nodecycle::aws::load_config().await)
-                    .handle(&payload, now, deadline())
-                    .await
+                let sdk = nodecycle::aws::load_config().await;
+                let rotator = c.rotator(&sdk);
+                // As the Lambda routes it: an SQS event (the work queue's event source) is
+                // served item by item, a scheduled event dispatches when a work queue is set.
+                let routed = c
+                    .fan_out(&sdk)
+                    .route(&rotator, &payload, now, deadline(), Some("local"))
+                    .await;
+                match routed {
+                    Some(out) => out,
+                    None => rotator.handle(&payload, now, deadline()).await,
+                }
             }
             Err(e) => Err(e),
         },
