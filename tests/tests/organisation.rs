@@ -450,6 +450,19 @@ impl Org {
         );
     }
 
+    /// Publishes `release` in every pool's account and region (each region its own image).
+    fn publish_all(&self, release: &str) {
+        for pool in &POOLS {
+            publish(
+                &self.cloud,
+                pool.account,
+                pool.region,
+                release,
+                &image(release, pool.region),
+            );
+        }
+    }
+
     fn calls(&self) -> Vec<Value> {
         self.cloud.control("aws_calls", json!({}))["calls"]
             .as_array()
@@ -515,15 +528,7 @@ async fn a_release_proven_in_test_reaches_prod_in_both_regions_and_a_quarantine_
     );
 
     // A new release: test takes it at once and rolls within its budget.
-    for pool in &POOLS {
-        publish(
-            &org.cloud,
-            pool.account,
-            pool.region,
-            NEW,
-            &image(NEW, pool.region),
-        );
-    }
+    org.publish_all(NEW);
     now += TimeDelta::minutes(5);
     let most = org.roll(test, NEW, &image(NEW, EAST), &mut now, 60).await;
     assert!(most <= test.budget, "test: {most} at once, budget 2");
@@ -559,15 +564,7 @@ async fn a_release_proven_in_test_reaches_prod_in_both_regions_and_a_quarantine_
 
     // A bad release: test takes it and runs it; an operator of the us-east-1 cell quarantines
     // it. Neither prod pool ever takes it, not even long after any soak.
-    for pool in &POOLS {
-        publish(
-            &org.cloud,
-            pool.account,
-            pool.region,
-            BAD,
-            &image(BAD, pool.region),
-        );
-    }
+    org.publish_all(BAD);
     now += TimeDelta::minutes(5);
     org.roll(test, BAD, &image(BAD, EAST), &mut now, 60).await;
     let answer = org
@@ -1243,15 +1240,7 @@ async fn a_members_promotion_alarms_are_read_in_its_own_account() {
     // Simulated time after the alarms' last change (their timestamps are the wall clock's).
     let mut now = Utc::now() + TimeDelta::minutes(5);
     org.pass(now).await;
-    for pool in &POOLS {
-        publish(
-            &org.cloud,
-            pool.account,
-            pool.region,
-            NEW,
-            &image(NEW, pool.region),
-        );
-    }
+    org.publish_all(NEW);
     now += TimeDelta::minutes(5);
     org.roll(test, NEW, &image(NEW, EAST), &mut now, 60).await;
     let proven_at = org.record(TEST_POOL).await.ledger.last().unwrap().since;
