@@ -317,25 +317,7 @@ fn no_role_may_mutate_with_a_wildcard_resource_or_action() {
 
 /// `*` (any run) and `?` (one character) as IAM matches resources and `StringLike`/`ArnLike`.
 fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
+    wildmatch::WildMatch::new(pattern).matches(text)
 }
 
 /// A request as IAM sees it: the action, the resource and the condition keys it carries (a key
