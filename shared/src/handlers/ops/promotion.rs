@@ -10,11 +10,13 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{OpsHandler, instant, internal};
+use super::{instant, internal};
 use crate::handlers::HandlerError;
 use crate::policy::{Policy, Promotion};
+use crate::promotion::AlarmStates;
 use crate::promotion::{self, Alarms, Quarantine, Quarantined, Release, SoakPeriod, Target};
 use crate::rotation::Step;
+use crate::state::Repository;
 use crate::state::{PoolRecord, ReleaseHow};
 
 /// Where a candidate release stands in the upstream pool.
@@ -295,7 +297,17 @@ pub fn concerning<'a>(
         .collect()
 }
 
-impl OpsHandler {
+/// Where releases stand in the pools' promotion chains (read only): the pools' records and
+/// rotations, and the promotion alarms.
+#[derive(Clone, Copy)]
+pub(super) struct Promotions<'a> {
+    /// The state table.
+    pub state: &'a Repository,
+    /// CloudWatch alarm states of the promotion alarms.
+    pub alarms: &'a dyn AlarmStates,
+}
+
+impl Promotions<'_> {
     /// The alarm view of a pool's promotion alarms, or why it cannot be read.
     async fn alarm_view(&self, promo: &Promotion) -> (Alarms, Option<String>) {
         if promo.alarms.is_empty() {
@@ -438,7 +450,7 @@ impl OpsHandler {
 
 /// `promotion`: for every pool in chain order, where `release` stands.
 pub(super) async fn journey(
-    ops: &OpsHandler,
+    ops: Promotions<'_>,
     policies: &BTreeMap<String, Policy>,
     release: &Release,
     now: DateTime<Utc>,
@@ -448,7 +460,7 @@ pub(super) async fn journey(
         .quarantine()
         .await
         .map_err(|e| internal(format!("cannot read the quarantine: {e}")))?;
-    let records = ops.records(policies).await?;
+    let records = super::records(ops.state, policies).await?;
     let from: BTreeMap<String, Option<String>> = policies
         .iter()
         .map(|(id, p)| {
