@@ -86,6 +86,7 @@ pub fn is_instance_id(id: &str) -> bool {
 /// without node.
 pub async fn drain_command(
     sdk: &aws_config::SdkConfig,
+    overrides: &super::KubeOverrides,
     cluster: &str,
     instance_id: &str,
     grace: Option<Duration>,
@@ -102,12 +103,14 @@ pub async fn drain_command(
             "--cluster must name an EKS cluster".to_owned(),
         ));
     }
-    let api = EksKube::connect(sdk, cluster).await.map_err(|e| match e {
-        KubeError::ClusterNotFound(_) | KubeError::Config(_) => {
-            DrainCommandError::BadInput(e.to_string())
-        }
-        other => DrainCommandError::Failed(other),
-    })?;
+    let api = EksKube::connect(sdk, cluster, overrides)
+        .await
+        .map_err(|e| match e {
+            KubeError::ClusterNotFound(_) | KubeError::Config(_) => {
+                DrainCommandError::BadInput(e.to_string())
+            }
+            other => DrainCommandError::Failed(other),
+        })?;
     drain_until(&api, instance_id, grace, timeout, STEP_INTERVAL, progress).await
 }
 

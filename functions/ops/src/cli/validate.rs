@@ -89,6 +89,13 @@ async fn live(files: &[String]) -> u8 {
         .ok()
         .filter(|t| !t.trim().is_empty());
     let prefix = std::env::var(PREFIX_ENV).unwrap_or_else(|_| DEFAULT_PREFIX.to_string());
+    let kube = match nodecycle::wiring::kube_overrides(&nodecycle::wiring::process_env) {
+        Ok(o) => o,
+        Err(e) => {
+            super::print_json(&serde_json::json!({"error": e.message}));
+            return 1;
+        }
+    };
     // No table is fine here (nothing is written): the wiring's other checks do not apply.
     let ports = nodecycle::wiring::Common {
         table: table.clone().unwrap_or_else(|| "-".into()),
@@ -97,6 +104,7 @@ async fn live(files: &[String]) -> u8 {
         served_accounts: String::new(),
         served_regions: String::new(),
         members: Default::default(),
+        kube,
     }
     .ports(&config);
     let settings = match nodecycle::wiring::RotatorConfig::settings(&nodecycle::wiring::process_env)
