@@ -309,9 +309,15 @@ impl OpsHandler {
                 };
                 pin.run(policy, ami, reason, inv, now).await
             }
-            Request::Unpin { reason, .. } => change.unpin(policy, reason, inv, now).await,
-            Request::Pause { reason, .. } => change.pause(policy, reason, inv, now).await,
-            Request::Resume { reason, .. } => change.resume(policy, reason, inv, now).await,
+            Request::Unpin { reason, .. } => {
+                (change.set(pool::Field::Unpin, policy, reason, inv, now)).await
+            }
+            Request::Pause { reason, .. } => {
+                (change.set(pool::Field::Pause, policy, reason, inv, now)).await
+            }
+            Request::Resume { reason, .. } => {
+                (change.set(pool::Field::Resume, policy, reason, inv, now)).await
+            }
             Request::Cancel {
                 instance, reason, ..
             } => {

@@ -52,67 +52,60 @@ impl PoolChange<'_> {
         Ok(out)
     }
 
-    /// `unpin`: the pool follows its `amiSelectorTerms` again.
-    pub(super) async fn unpin(
+    /// `unpin`, `pause` or `resume` of the pool.
+    pub(super) async fn set(
         &self,
+        field: Field,
         policy: &Policy,
         reason: &str,
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        self.update(policy, inv, now, "unpin", reason, |r, _| {
-            (
+        let action = match field {
+            Field::Unpin => "unpin",
+            Field::Pause => "pause",
+            Field::Resume => "resume",
+        };
+        self.update(policy, inv, now, action, reason, |r, by| match field {
+            Field::Unpin => (
                 PoolRecord {
                     pin: None,
                     ..r.clone()
                 },
                 json!({"unpinned": r.pin}),
-            )
-        })
-        .await
-    }
-
-    /// `pause`: the rotator starts nothing new in the pool (the first pause is kept).
-    pub(super) async fn pause(
-        &self,
-        policy: &Policy,
-        reason: &str,
-        inv: &Invocation,
-        now: DateTime<Utc>,
-    ) -> Result<Value, HandlerError> {
-        self.update(policy, inv, now, "pause", reason, |r, by| {
-            let paused = r.paused.clone().unwrap_or(by);
-            (
-                PoolRecord {
-                    paused: Some(paused.clone()),
-                    ..r.clone()
-                },
-                json!({"paused": paused}),
-            )
-        })
-        .await
-    }
-
-    /// `resume`: lifts the operator's pause and a halt.
-    pub(super) async fn resume(
-        &self,
-        policy: &Policy,
-        reason: &str,
-        inv: &Invocation,
-        now: DateTime<Utc>,
-    ) -> Result<Value, HandlerError> {
-        self.update(policy, inv, now, "resume", reason, |r, _| {
-            (
+            ),
+            Field::Pause => {
+                let paused = r.paused.clone().unwrap_or(by);
+                (
+                    PoolRecord {
+                        paused: Some(paused.clone()),
+                        ..r.clone()
+                    },
+                    json!({"paused": paused}),
+                )
+            }
+            Field::Resume => (
                 PoolRecord {
                     paused: None,
                     halted: None,
                     ..r.clone()
                 },
                 json!({"resumed": {"paused": r.paused, "halted": r.halted}}),
-            )
+            ),
         })
         .await
     }
+}
+
+/// The operator fields of the pool record that `unpin`, `pause` and `resume` set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Field {
+    /// `unpin`: the pool follows its `amiSelectorTerms` again.
+    Unpin,
+    /// `pause`: the rotator starts nothing new in the pool (the first pause is kept).
+    Pause,
+    /// `resume`: lifts the operator's pause and a halt.
+    Resume,
 }
 
 /// `pin`: the pool runs image `ami` whatever its terms select, once DescribeImages shows it

@@ -129,16 +129,22 @@ fn change(d: &Deployment) -> pool::PoolChange<'_> {
 async fn pause_is_kept_once_and_resume_lifts_it() {
     let d = deployment();
     let p = policy(&d.ops).await;
-    let first = change(&d).pause(&p, "incident", &inv("r1"), now()).await;
+    let first = change(&d)
+        .set(pool::Field::Pause, &p, "incident", &inv("r1"), now())
+        .await;
     let first = first.unwrap();
     assert_eq!(first["changed"], true, "{first}");
     assert_eq!(first["paused"]["reason"], "incident", "{first}");
     // A second pause keeps the first one's reason and changes nothing.
-    let again = change(&d).pause(&p, "other", &inv("r2"), now()).await;
+    let again = change(&d)
+        .set(pool::Field::Pause, &p, "other", &inv("r2"), now())
+        .await;
     let again = again.unwrap();
     assert_eq!(again["changed"], false, "{again}");
     assert_eq!(again["paused"]["reason"], "incident", "{again}");
-    let resumed = change(&d).resume(&p, "over", &inv("r3"), now()).await;
+    let resumed = change(&d)
+        .set(pool::Field::Resume, &p, "over", &inv("r3"), now())
+        .await;
     let resumed = resumed.unwrap();
     assert_eq!(resumed["changed"], true, "{resumed}");
     assert_eq!(resumed["resumed"]["paused"]["reason"], "incident");
@@ -180,7 +186,9 @@ async fn pin_takes_only_an_available_image_of_the_pools_architecture() {
     let record = d.ops.state.pool(POOL).await.unwrap().unwrap();
     assert_eq!(record.pin.as_ref().map(|p| p.ami.as_str()), Some("ami-1"));
     // Unpinning gives the pin back in the answer and clears it.
-    let out = change(&d).unpin(&p, "fixed", &inv("r3"), now()).await;
+    let out = change(&d)
+        .set(pool::Field::Unpin, &p, "fixed", &inv("r3"), now())
+        .await;
     let out = out.unwrap();
     assert_eq!(out["unpinned"]["ami"], "ami-1", "{out}");
     assert_eq!(d.ops.state.pool(POOL).await.unwrap().unwrap().pin, None);
