@@ -16,6 +16,9 @@ echo "==> layers (shared/src/lib.rs's layer list: no upward reference, no circle
 "$NODECYCLE_PYTHON" scripts/layers.py --allow scripts/layers-allow.txt
 echo "==> cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "==> cargo check the pure core alone (nodecycle-shared without default features)" >&2
+# About 1 s warm, 30 s cold: the core must build without the AWS and Kubernetes adapters.
+cargo check -p nodecycle-shared --no-default-features --locked
 # Template checks as CloudFormation sees it (cfn-lint current and 1.51 on the source and the
 # translated template, sam validate --lint, checkov with its baseline), then the CDK app (offline
 # synth, parity with the SAM-translated template). Their venvs are NODECYCLE_LINT_VENV*; the role

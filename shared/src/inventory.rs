@@ -13,6 +13,10 @@ use crate::managed::TemplateRef;
 use crate::policy::source::PolicyDocument;
 use crate::port::PortError;
 
+/// The namespace nodecycle records its Events in (deploy/rbac.yaml allows `create events` there
+/// only): a fact of the deployment that the Kubernetes adapter writes to and doctor checks.
+pub const EVENTS_NAMESPACE: &str = "default";
+
 /// CloudFormation: a stack's outputs.
 #[async_trait]
 pub trait StackOutputs: Send + Sync {
@@ -229,9 +233,9 @@ pub struct RbacFacts {
     pub cluster_roles: Vec<ClusterRoleFacts>,
     /// Every ClusterRoleBinding.
     pub bindings: Vec<BindingFacts>,
-    /// The Roles of namespace [`crate::kube::EVENTS_NAMESPACE`].
+    /// The Roles of namespace [`EVENTS_NAMESPACE`].
     pub roles: Vec<ClusterRoleFacts>,
-    /// The RoleBindings of namespace [`crate::kube::EVENTS_NAMESPACE`].
+    /// The RoleBindings of namespace [`EVENTS_NAMESPACE`].
     pub role_bindings: Vec<BindingFacts>,
 }
 

@@ -69,6 +69,22 @@ pub struct Common {
     /// `NODECYCLE_MEMBER_ROLE` and `NODECYCLE_MEMBER_EXTERNAL_ID`: how the members' spoke roles
     /// are assumed.
     pub members: crate::members::MemberConfig,
+    /// `NODECYCLE_KUBE_ENDPOINT`, `NODECYCLE_KUBE_CA_FILE`, `NODECYCLE_KUBE_INSECURE`: how the
+    /// clusters' API servers are reached instead of DescribeCluster's answer (local use).
+    pub kube: crate::kube::KubeOverrides,
+}
+
+/// The `NODECYCLE_KUBE_*` overrides through `env` (also for the CLI commands that reach a
+/// cluster without a function's configuration: `nodecycle drain`, `nodecycle doctor`). The
+/// error names the variable.
+pub fn kube_overrides(env: Lookup<'_>) -> Result<crate::kube::KubeOverrides, HandlerError> {
+    crate::kube::KubeOverrides::from_lookup(env).map_err(|e| HandlerError {
+        error_type: "Configuration".into(),
+        message: match e {
+            crate::kube::KubeError::Config(m) => m,
+            other => other.to_string(),
+        },
+    })
 }
 
 impl Common {
@@ -141,6 +157,7 @@ impl Common {
             served_accounts,
             served_regions,
             members,
+            kube: kube_overrides(env)?,
         })
     }
 
@@ -213,7 +230,9 @@ impl Common {
             events: Arc::new(crate::aws::events_out::EventBridge::new(c.events.clone())),
             metrics: Arc::new(crate::metrics::NoMetrics),
             members: Arc::new(crate::members::OwnOnly),
-            kube: Arc::new(crate::kube::EksConnector::new(sdk.clone())),
+            kube: Arc::new(
+                crate::kube::EksConnector::new(sdk.clone()).with_overrides(self.kube.clone()),
+            ),
         }
     }
 }
@@ -461,8 +480,19 @@ mod tests {
             ("NODECYCLE_DRAIN_POLL", "1s"),
             ("NODECYCLE_MAX_EVENT_AGE", "5m"),
             ("NODECYCLE_LIFECYCLE_HOOK", "team-drain"),
+            ("NODECYCLE_KUBE_ENDPOINT", "https://127.0.0.1:6443"),
+            ("NODECYCLE_KUBE_CA_FILE", "/tmp/ca.pem"),
+            ("NODECYCLE_KUBE_INSECURE", "true"),
         ]);
         let r = RotatorConfig::from_lookup(&env).unwrap();
+        assert_eq!(
+            r.common.kube,
+            crate::kube::KubeOverrides {
+                endpoint: Some("https://127.0.0.1:6443".into()),
+                ca_file: Some("/tmp/ca.pem".into()),
+                insecure: true,
+            }
+        );
         assert_eq!(r.common.table, "t_1");
         assert_eq!(r.common.policy_prefix, "/team/pools/");
         assert!(r.common.group_updates);
@@ -498,6 +528,7 @@ mod tests {
             ("NODECYCLE_DRAIN_POLL", "fast"),
             ("NODECYCLE_MAX_EVENT_AGE", "old"),
             ("NODECYCLE_LIFECYCLE_HOOK", "a hook"),
+            (crate::kube::client::ENV_INSECURE, "maybe"),
             (TABLE_ENV, "t"),
         ];
         for (var, value) in cases {

@@ -182,6 +182,8 @@ fn classify_all_ways(v: &Value) {
     let _ = nodecycle::event::instance_events::interruption_event(v);
     let _ = nodecycle::event::watcher_trigger(v);
     let _ = nodecycle::event::rotator_selection(v);
+    // The ops request parser lives with the handlers (feature `aws`).
+    #[cfg(feature = "aws")]
     let _ = nodecycle::handlers::ops::request::parse(v);
 }
 

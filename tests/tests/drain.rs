@@ -14,6 +14,13 @@ use nodecycle::kube::{
 use nodecycle_tests::{FakeCloud, KubeStandIn, KubeState, NodeFixture, PdbFixture, PodFixture};
 use serde_json::Value;
 
+/// The cluster reached as DescribeCluster answers (moto: the Kubernetes stand-in).
+const NO_OVERRIDES: KubeOverrides = KubeOverrides {
+    endpoint: None,
+    ca_file: None,
+    insecure: false,
+};
+
 const INSTANCE: &str = "i-0123456789abcdef0";
 const NODE: &str = "ip-10-0-1-10.us-east-2.compute.internal";
 const WAIT: Duration = Duration::from_secs(60);
@@ -73,9 +80,15 @@ async fn run_drain(
 ) -> Result<nodecycle::kube::DrainReport, nodecycle::kube::DrainCommandError> {
     let sdk = cloud.sdk_config().await;
     let mut lines = Vec::new();
-    let result = drain_command(&sdk, "prod", instance, grace, timeout, &mut |l: &str| {
-        lines.push(l.to_string())
-    })
+    let result = drain_command(
+        &sdk,
+        &NO_OVERRIDES,
+        "prod",
+        instance,
+        grace,
+        timeout,
+        &mut |l: &str| lines.push(l.to_string()),
+    )
     .await;
     eprintln!("progress:\n{}", lines.join("\n"));
     result
@@ -96,6 +109,7 @@ async fn pdb_blocks_then_allows_as_other_pods_become_ready() {
     let drain = tokio::spawn(async move {
         drain_command(
             &sdk,
+            &NO_OVERRIDES,
             "prod",
             INSTANCE,
             None,
@@ -214,7 +228,7 @@ async fn a_long_grace_period_is_waited_for() {
             .grace_seconds(6),
     );
     let sdk = cloud.sdk_config().await;
-    let api = EksKube::connect(&sdk, "prod").await.unwrap();
+    let api = EksKube::connect(&sdk, "prod", &NO_OVERRIDES).await.unwrap();
     let mut state = start_drain(&api, INSTANCE, "Drifted", None, Utc::now())
         .await
         .unwrap();
@@ -320,6 +334,7 @@ async fn unknown_instance_and_bad_input_are_exit_2() {
     let sdk = cloud.sdk_config().await;
     let err = drain_command(
         &sdk,
+        &NO_OVERRIDES,
         "no-such-cluster",
         INSTANCE,
         None,
@@ -350,7 +365,7 @@ async fn an_already_cordoned_node_is_drained_and_stays_cordoned_on_abort() {
     );
     kube.add_pod(web_pod("web-1", NODE));
     let sdk = cloud.sdk_config().await;
-    let api = EksKube::connect(&sdk, "prod").await.unwrap();
+    let api = EksKube::connect(&sdk, "prod", &NO_OVERRIDES).await.unwrap();
     let state = start_drain(&api, INSTANCE, "Drifted", None, Utc::now())
         .await
         .unwrap();
@@ -400,7 +415,7 @@ async fn a_drain_resumes_across_invocations_without_repeating_evictions() {
     let sdk = cloud.sdk_config().await;
 
     // Every invocation: a new client, the state loaded from its stored JSON.
-    let api = EksKube::connect(&sdk, "prod").await.unwrap();
+    let api = EksKube::connect(&sdk, "prod", &NO_OVERRIDES).await.unwrap();
     let state = start_drain(
         &api,
         INSTANCE,
@@ -414,7 +429,7 @@ async fn a_drain_resumes_across_invocations_without_repeating_evictions() {
     let started = Instant::now();
     let mut steps = 0;
     loop {
-        let api = EksKube::connect(&sdk, "prod").await.unwrap();
+        let api = EksKube::connect(&sdk, "prod", &NO_OVERRIDES).await.unwrap();
         let mut state: DrainState = serde_json::from_str(&stored).unwrap();
         let progress = drain_step(&api, &mut state, Utc::now(), Duration::from_secs(10))
             .await

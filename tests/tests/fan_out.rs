@@ -13,11 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use nodecycle::dispatch::{self, Cell, PoolPlace, WorkQueue};
 use nodecycle::event::served::Served;
 use nodecycle::handlers::HandlerError;
-use nodecycle::handlers::dispatch::{ClusterPass, DEFAULT_MAX_AGE, FanOut};
+use nodecycle::handlers::dispatch::{
+    ClusterPass, DEFAULT_MAX_AGE, FanOut, PassContext, StandInPass as Passes,
+};
 use nodecycle_tests::{ACCOUNT_ID, DEFAULT_REGION, FakeCloud};
 use serde_json::{Value, json};
 
@@ -201,47 +203,6 @@ impl Queues {
     }
 }
 
-/// The rotator stand-in: records the (account, region, cluster) of each selection it is given
-/// and fails the passes of the places in `fail`.
-#[derive(Default)]
-struct Passes {
-    served: Mutex<Vec<String>>,
-    fail: Vec<String>,
-}
-
-#[async_trait]
-impl ClusterPass for Passes {
-    async fn pass(
-        &self,
-        selection: &Value,
-        _now: DateTime<Utc>,
-        _deadline: Instant,
-        _request_id: Option<&str>,
-    ) -> Result<Value, HandlerError> {
-        let cluster = selection["clusters"][0].as_str().unwrap().to_string();
-        let place = format!(
-            "{}/{}/{cluster}",
-            selection["account"].as_str().unwrap_or(ACCOUNT_ID),
-            selection["region"].as_str().unwrap_or(DEFAULT_REGION)
-        );
-        self.served.lock().unwrap().push(place.clone());
-        if self.fail.contains(&place) {
-            return Err(HandlerError::internal("cannot read the quarantine"));
-        }
-        Ok(json!({"trigger": "schedule", "clusters": {cluster: "done"}, "pools": []}))
-    }
-}
-
-impl Passes {
-    fn served(&self) -> BTreeMap<String, usize> {
-        let mut out = BTreeMap::new();
-        for p in self.served.lock().unwrap().iter() {
-            *out.entry(p.clone()).or_default() += 1;
-        }
-        out
-    }
-}
-
 fn fan_out(queue: Option<Arc<dyn WorkQueue>>) -> FanOut {
     FanOut {
         policies: Arc::new(nodecycle::policy::source::Files(vec![])),
@@ -284,7 +245,7 @@ async fn a_pass_over_three_accounts_two_regions_five_clusters_is_thirty_items_al
     let started = Instant::now();
     let invocations = q.drain(&fan_out(None), &passes, 1).await;
     let served_in = started.elapsed();
-    let served = passes.served();
+    let served = passes.served(&cell());
     let expected: BTreeMap<String, usize> = items.iter().map(|i| (i.place(), 1)).collect();
     assert_eq!(served, expected, "every item served exactly once");
     assert_eq!(invocations, 30, "batch size 1: one invocation per cluster");
@@ -319,7 +280,7 @@ async fn a_poisoned_item_ends_in_the_dead_letter_queue_after_its_receives_and_th
     };
     // Batches of ten: the failed item is retried alone, its batch's others are deleted.
     q.drain(&fan_out(None), &passes, 10).await;
-    let served = passes.served();
+    let served = passes.served(&cell());
     for item in &items {
         let want = if item.place() == failing {
             RECEIVES as usize
@@ -427,17 +388,8 @@ struct Recording<'a> {
 
 #[async_trait]
 impl ClusterPass for Recording<'_> {
-    async fn pass(
-        &self,
-        selection: &Value,
-        now: DateTime<Utc>,
-        deadline: Instant,
-        request_id: Option<&str>,
-    ) -> Result<Value, HandlerError> {
-        let answer = self
-            .inner
-            .pass(selection, now, deadline, request_id)
-            .await?;
+    async fn pass(&self, selection: &Value, at: PassContext<'_>) -> Result<Value, HandlerError> {
+        let answer = self.inner.pass(selection, at).await?;
         self.answers.lock().unwrap().push(answer.clone());
         Ok(answer)
     }

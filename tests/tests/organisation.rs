@@ -240,6 +240,7 @@ async fn cell(cloud: &FakeCloud, region: &str, table: Arc<Table>) -> Cell {
         served_accounts: String::new(),
         served_regions: String::new(),
         members: config.clone().unwrap_or_default(),
+        kube: Default::default(),
     };
     let mut ports = common.adapters(&base);
     ports.store = table;

@@ -317,25 +317,7 @@ fn no_role_may_mutate_with_a_wildcard_resource_or_action() {
 
 /// `*` (any run) and `?` (one character) as IAM matches resources and `StringLike`/`ArnLike`.
 fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
+    wildmatch::WildMatch::new(pattern).matches(text)
 }
 
 /// A request as IAM sees it: the action, the resource and the condition keys it carries (a key
@@ -1618,11 +1600,19 @@ fn scan(rel: &str) -> Vec<AdapterFn> {
         while let Some(m) = body[j..].find('(') {
             let (start, called) = ident_before(body.as_bytes(), j + m);
             if !called.is_empty() {
-                let prefixed = body[..start].ends_with("template::");
-                calls.insert(if prefixed {
-                    format!("template::{called}")
-                } else {
-                    called
+                // `module::f(` keeps its module (`super::eks::f`, `eks::f`: `eks::f`).
+                let module = body[..start]
+                    .strip_suffix("::")
+                    .map(|before| ident_before(before.as_bytes(), before.len()).1)
+                    .filter(|m| !m.is_empty());
+                let method = skip_space_back(body.as_bytes(), start)
+                    .checked_sub(1)
+                    .is_some_and(|d| body.as_bytes()[d] == b'.');
+                calls.insert(match module {
+                    Some(m) => format!("{m}::{called}"),
+                    // `x.f(`: a method, never an imported function.
+                    None if method => format!(".{called}"),
+                    None => called,
                 });
             }
             j += m + 1;
@@ -1638,50 +1628,92 @@ fn scan(rel: &str) -> Vec<AdapterFn> {
     out
 }
 
-/// Every adapter function's transitive SDK operations, by key (calls resolved by name within
-/// the file, and `template::x` to the launch template module).
+/// Every adapter function's transitive SDK operations, by key. A call resolves to the functions
+/// of that name in the same file, or, written `module::f` (`super::eks::f`), to module-level
+/// function `f` of `shared/src/aws/<module>.rs`: the describe helpers that several adapters
+/// share. A bare call to a name the file does not define but another adapter file does (an
+/// imported helper) fails the scan, so no SDK call hides behind a `use`.
 fn adapter_operations() -> BTreeMap<String, BTreeSet<String>> {
-    let template = scan("shared/src/aws/template.rs");
-    let files: Vec<String> = std::fs::read_dir(nodecycle_tests::repo_path("shared/src/aws"))
-        .unwrap()
-        .map(|e| {
-            format!(
-                "shared/src/aws/{}",
-                e.unwrap().file_name().to_string_lossy()
-            )
-        })
-        .filter(|p| p.ends_with(".rs") && !p.ends_with("/template.rs"))
-        .collect();
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files {
-        let fns = scan(&file);
-        let resolve = |start: &AdapterFn| -> BTreeSet<String> {
-            let mut ops = BTreeSet::new();
-            let mut seen = BTreeSet::new();
-            let mut todo = vec![start];
-            while let Some(f) = todo.pop() {
-                if !seen.insert(f.key.clone()) {
-                    continue;
+    let files: BTreeMap<String, Vec<AdapterFn>> =
+        std::fs::read_dir(nodecycle_tests::repo_path("shared/src/aws"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter_map(|f| f.strip_suffix(".rs").map(str::to_owned))
+            .map(|m| {
+                let fns = scan(&format!("shared/src/aws/{m}.rs"));
+                (m, fns)
+            })
+            .collect();
+    // Module-level functions that reach an SDK call, by name: what a bare call must not name
+    // from another file.
+    let reaches_sdk = |module: &str, name: &str| -> bool {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![(module.to_string(), name.to_string())];
+        while let Some((m, n)) = todo.pop() {
+            if !seen.insert((m.clone(), n.clone())) {
+                continue;
+            }
+            for f in files[&m].iter().filter(|f| f.key == n) {
+                if !f.ops.is_empty() {
+                    return true;
                 }
-                ops.extend(f.ops.iter().cloned());
                 for c in &f.calls {
-                    if let Some(t) = c.strip_prefix("template::") {
-                        todo.extend(template.iter().filter(|f| f.key == t));
-                    } else {
-                        todo.extend(fns.iter().filter(|f| f.key.rsplit("::").next() == Some(c)));
-                    }
-                }
-                // The template module's helpers call each other too.
-                if template.iter().any(|t| std::ptr::eq(t, f)) {
-                    for c in &f.calls {
-                        todo.extend(template.iter().filter(|t| &t.key == c));
+                    match c.split_once("::") {
+                        Some((cm, cn)) if files.contains_key(cm) => {
+                            todo.push((cm.to_string(), cn.to_string()))
+                        }
+                        _ => todo.push((m.clone(), c.trim_start_matches('.').to_string())),
                     }
                 }
             }
-            ops
-        };
+        }
+        false
+    };
+    let resolve = |module: &str, start: &AdapterFn| -> BTreeSet<String> {
+        let mut ops = BTreeSet::new();
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![(module.to_string(), start)];
+        while let Some((m, f)) = todo.pop() {
+            if !seen.insert((m.clone(), f.key.clone())) {
+                continue;
+            }
+            ops.extend(f.ops.iter().cloned());
+            for c in &f.calls {
+                // `m::f` of another crate module of the same name (`crate::members::f`) is
+                // not found there and is checked as a bare call below.
+                if let Some((cm, cn)) = c.split_once("::")
+                    && let Some(found) = files
+                        .get(cm)
+                        .map(|fs| fs.iter().filter(|g| g.key == cn).collect::<Vec<_>>())
+                    && !found.is_empty()
+                {
+                    todo.extend(found.into_iter().map(|g| (cm.to_string(), g)));
+                    continue;
+                }
+                let method = c.starts_with('.');
+                let name = c.trim_start_matches('.').rsplit("::").next().unwrap_or(c);
+                let local: Vec<_> = files[&m]
+                    .iter()
+                    .filter(|g| g.key.rsplit("::").next() == Some(name))
+                    .collect();
+                if local.is_empty() && !method {
+                    for other in files.keys().filter(|o| **o != m) {
+                        assert!(
+                            !reaches_sdk(other, name),
+                            "aws/{m}.rs calls {name}() of aws/{other}.rs bare: write \
+                             {other}::{name}() so the scan follows it"
+                        );
+                    }
+                }
+                todo.extend(local.into_iter().map(|g| (m.clone(), g)));
+            }
+        }
+        ops
+    };
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, fns) in &files {
         for f in fns.iter().filter(|f| f.public) {
-            let ops = resolve(f);
+            let ops = resolve(module, f);
             if !ops.is_empty() {
                 out.entry(f.key.clone()).or_default().extend(ops);
             }
@@ -1757,6 +1789,12 @@ fn every_role_grants_what_its_code_calls_and_no_more() {
     assert!(adapters["GroupOps::set_image"].contains("ec2:DescribeLaunchTemplates"));
     assert!(adapters["Store::query"].contains("dynamodb:Query"));
     assert!(adapters["KubeConnector::connect"].contains("eks:DescribeCluster"));
+    // ... and follows the describe helpers other adapter files share (`eks::describe_cluster`).
+    assert!(adapters["ClusterCatalog::kubernetes_version"].contains("eks:DescribeCluster"));
+    assert!(adapters["GroupInfo::managed_node_group"].contains("eks:DescribeNodegroup"));
+    assert!(
+        adapters["GroupInfo::auto_scaling_group"].contains("autoscaling:DescribeAutoScalingGroups")
+    );
 
     // Every adapter method that reaches an SDK call is someone's, or no Lambda's.
     use nodecycle::port::uses::{FUNCTIONS as USES, NOT_IN_LAMBDAS};

@@ -117,6 +117,47 @@ const PINNED_OTHERWISE: &str = "point the group at $Latest or $Default (with the
 const MAX_SIZE_OTHERWISE: &str =
     "leave disruption.surgeAboveMaxSize unset (a group at MaxSize then rotates without a surge)";
 
+/// Auto Scaling group `name` (DescribeAutoScalingGroups), `None` when it does not exist. The
+/// one describe of a single group: the rotator's, the watcher's and doctor's adapters read
+/// through it.
+pub(crate) async fn describe_group(
+    client: &aws_sdk_autoscaling::Client,
+    name: &str,
+) -> Result<Option<aws_sdk_autoscaling::types::AutoScalingGroup>, PortError> {
+    let out = client
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(name)
+        .send()
+        .await
+        .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
+    Ok(out
+        .auto_scaling_groups()
+        .iter()
+        .find(|g| g.auto_scaling_group_name() == Some(name))
+        .cloned())
+}
+
+/// The not-found error of group `name`.
+pub(crate) fn no_group(name: &str) -> PortError {
+    PortError::new(
+        "autoscaling:DescribeAutoScalingGroups",
+        ErrorKind::NotFound,
+        format!("Auto Scaling group {name} does not exist"),
+    )
+}
+
+/// The launch template a group launches from: its own, or its mixed instances policy's.
+pub(crate) fn launch_template_of(
+    group: &aws_sdk_autoscaling::types::AutoScalingGroup,
+) -> Option<&LaunchTemplateSpecification> {
+    group.launch_template().or_else(|| {
+        group
+            .mixed_instances_policy()
+            .and_then(|m| m.launch_template())
+            .and_then(|t| t.launch_template_specification())
+    })
+}
+
 fn lifecycle(state: &str) -> Lifecycle {
     match state {
         "InService" => Lifecycle::InService,
@@ -152,20 +193,9 @@ impl AutoScaling {
         &self,
         name: &str,
     ) -> Result<aws_sdk_autoscaling::types::AutoScalingGroup, PortError> {
-        let out = self
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(name)
-            .send()
-            .await
-            .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
-        out.auto_scaling_groups().first().cloned().ok_or_else(|| {
-            PortError::new(
-                "autoscaling:DescribeAutoScalingGroups",
-                ErrorKind::NotFound,
-                format!("Auto Scaling group {name} does not exist"),
-            )
-        })
+        describe_group(&self.autoscaling, name)
+            .await?
+            .ok_or_else(|| no_group(name))
     }
 
     /// Shares `seen` with other adapters (the architecture check's [`super::nodegroup::NodeGroups`]).
@@ -175,12 +205,7 @@ impl AutoScaling {
     }
 
     fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateSpec> {
-        let spec = group.launch_template().or_else(|| {
-            group
-                .mixed_instances_policy()
-                .and_then(|m| m.launch_template())
-                .and_then(|t| t.launch_template_specification())
-        })?;
+        let spec = launch_template_of(group)?;
         Some(TemplateSpec {
             id: spec.launch_template_id().map(str::to_string),
             name: spec.launch_template_name().map(str::to_string),

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use aws_sdk_eks::types::{LaunchTemplateSpecification, NodegroupUpdateConfig};
 
-use super::port_error;
 use super::template::{self, TemplateSpec};
+use super::{eks, port_error};
 use crate::managed::{
     ManagedGroup, ManagedGroupOps, TemplateRef, UpdateConfig, UpdateState, UpdateStatus,
     UpdateTarget,
@@ -40,21 +40,15 @@ fn non_negative(v: Option<i32>) -> Option<u32> {
 #[async_trait]
 impl ManagedGroupOps for ManagedNodeGroups {
     async fn describe(&self, cluster: &str, name: &str) -> Result<ManagedGroup, PortError> {
-        let out = self
-            .eks
-            .describe_nodegroup()
-            .cluster_name(cluster)
-            .nodegroup_name(name)
-            .send()
-            .await
-            .map_err(|e| port_error("eks:DescribeNodegroup", e))?;
-        let ng = out.nodegroup().ok_or_else(|| {
-            PortError::new(
-                "eks:DescribeNodegroup",
-                ErrorKind::NotFound,
-                format!("no node group {name} in cluster {cluster}"),
-            )
-        })?;
+        let ng = eks::describe_nodegroup(&self.eks, cluster, name)
+            .await?
+            .ok_or_else(|| {
+                PortError::new(
+                    "eks:DescribeNodegroup",
+                    ErrorKind::NotFound,
+                    format!("no node group {name} in cluster {cluster}"),
+                )
+            })?;
         Ok(ManagedGroup {
             name: name.to_string(),
             status: ng
@@ -63,21 +57,13 @@ impl ManagedGroupOps for ManagedNodeGroups {
                 .unwrap_or_default(),
             release_version: ng.release_version().map(str::to_string),
             ami_type: ng.ami_type().map(|t| t.as_str().to_string()),
-            launch_template: ng.launch_template().map(|t| TemplateRef {
-                id: t.id().map(str::to_string),
-                name: t.name().map(str::to_string),
-                version: t.version().map(str::to_string),
-            }),
+            launch_template: ng.launch_template().map(eks::template_ref),
             max_unavailable: non_negative(ng.update_config().and_then(|c| c.max_unavailable())),
             max_unavailable_percentage: non_negative(
                 ng.update_config()
                     .and_then(|c| c.max_unavailable_percentage()),
             ),
-            auto_scaling_group: ng
-                .resources()
-                .and_then(|r| r.auto_scaling_groups().first())
-                .and_then(|g| g.name())
-                .map(str::to_string),
+            auto_scaling_group: eks::auto_scaling_group_of(&ng),
         })
     }
 

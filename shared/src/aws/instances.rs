@@ -75,10 +75,15 @@ impl LifecycleActions {
     }
 }
 
-/// Auto Scaling answers `ValidationError: No active Lifecycle Action found with instance ID ...`
-/// (or `... with token ...`) once the action was completed or timed out: not an error for us.
-fn inactive(e: &PortError) -> bool {
-    e.message.contains("No active Lifecycle Action")
+/// Whether the lifecycle action was still there to answer: Auto Scaling answers
+/// `ValidationError: No active Lifecycle Action found with instance ID ...` (or `... with token
+/// ...`) once the action was completed or timed out, which is no error for us.
+fn answered<T>(sent: Result<T, PortError>) -> Result<bool, PortError> {
+    match sent {
+        Ok(_) => Ok(true),
+        Err(e) if e.message.contains("No active Lifecycle Action") => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 #[async_trait]
@@ -90,22 +95,16 @@ impl LifecycleOps for LifecycleActions {
         token: Option<&str>,
         instance_id: &str,
     ) -> Result<bool, PortError> {
-        let mut req = self
+        let sent = self
             .client
             .record_lifecycle_action_heartbeat()
             .auto_scaling_group_name(group)
             .lifecycle_hook_name(hook)
-            .instance_id(instance_id);
-        if let Some(t) = token {
-            req = req.lifecycle_action_token(t);
-        }
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let e = port_error("autoscaling:RecordLifecycleActionHeartbeat", e);
-                if inactive(&e) { Ok(false) } else { Err(e) }
-            }
-        }
+            .instance_id(instance_id)
+            .set_lifecycle_action_token(token.map(str::to_owned))
+            .send()
+            .await;
+        answered(sent.map_err(|e| port_error("autoscaling:RecordLifecycleActionHeartbeat", e)))
     }
 
     async fn complete_continue(
@@ -115,22 +114,16 @@ impl LifecycleOps for LifecycleActions {
         token: Option<&str>,
         instance_id: &str,
     ) -> Result<bool, PortError> {
-        let mut req = self
+        let sent = self
             .client
             .complete_lifecycle_action()
+            .lifecycle_action_result("CONTINUE")
             .auto_scaling_group_name(group)
             .lifecycle_hook_name(hook)
-            .lifecycle_action_result("CONTINUE")
-            .instance_id(instance_id);
-        if let Some(t) = token {
-            req = req.lifecycle_action_token(t);
-        }
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let e = port_error("autoscaling:CompleteLifecycleAction", e);
-                if inactive(&e) { Ok(false) } else { Err(e) }
-            }
-        }
+            .instance_id(instance_id)
+            .set_lifecycle_action_token(token.map(str::to_owned))
+            .send()
+            .await;
+        answered(sent.map_err(|e| port_error("autoscaling:CompleteLifecycleAction", e)))
     }
 }

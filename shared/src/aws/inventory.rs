@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use super::port_error;
 use super::ssm::Ssm;
+use super::{autoscaling, eks, port_error};
 use crate::inventory::{
     AccessEntryFacts, AsgFacts, ClusterAccessInfo, ClusterFacts, GroupInfo, HookFacts,
     ManagedFacts, PolicyDocuments, TableFacts, TableInfo, TemplateFacts,
@@ -89,26 +89,10 @@ impl TableInfo for Inventory {
 #[async_trait]
 impl GroupInfo for Inventory {
     async fn auto_scaling_group(&self, name: &str) -> Result<Option<AsgFacts>, PortError> {
-        let out = self
-            .clients
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(name)
-            .send()
-            .await
-            .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
-        let Some(g) = out
-            .auto_scaling_groups()
-            .iter()
-            .find(|g| g.auto_scaling_group_name() == Some(name))
-        else {
+        let Some(g) = autoscaling::describe_group(&self.clients.autoscaling, name).await? else {
             return Ok(None);
         };
-        let spec = g.launch_template().or_else(|| {
-            g.mixed_instances_policy()
-                .and_then(|m| m.launch_template())
-                .and_then(|t| t.launch_template_specification())
-        });
+        let spec = autoscaling::launch_template_of(&g);
         Ok(Some(AsgFacts {
             name: name.to_owned(),
             tags: g
@@ -154,30 +138,14 @@ impl GroupInfo for Inventory {
         cluster: &str,
         name: &str,
     ) -> Result<Option<ManagedFacts>, PortError> {
-        let out = match self
-            .clients
-            .eks
-            .describe_nodegroup()
-            .cluster_name(cluster)
-            .nodegroup_name(name)
-            .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(e) => return absent(port_error("eks:DescribeNodegroup", e)),
+        let ng = match eks::describe_nodegroup(&self.clients.eks, cluster, name).await {
+            Ok(ng) => ng,
+            Err(e) => return absent(e),
         };
-        Ok(out.nodegroup().map(|ng| ManagedFacts {
+        Ok(ng.map(|ng| ManagedFacts {
             name: name.to_owned(),
-            auto_scaling_group: ng
-                .resources()
-                .and_then(|r| r.auto_scaling_groups().first())
-                .and_then(|g| g.name())
-                .map(str::to_owned),
-            launch_template: ng.launch_template().map(|t| TemplateRef {
-                id: t.id().map(str::to_owned),
-                name: t.name().map(str::to_owned),
-                version: t.version().map(str::to_owned),
-            }),
+            auto_scaling_group: eks::auto_scaling_group_of(&ng),
+            launch_template: ng.launch_template().map(eks::template_ref),
         }))
     }
 
@@ -215,11 +183,11 @@ impl GroupInfo for Inventory {
 #[async_trait]
 impl ClusterAccessInfo for Inventory {
     async fn cluster(&self, name: &str) -> Result<Option<ClusterFacts>, PortError> {
-        let out = match self.clients.eks.describe_cluster().name(name).send().await {
-            Ok(out) => out,
-            Err(e) => return absent(port_error("eks:DescribeCluster", e)),
+        let cluster = match eks::describe_cluster(&self.clients.eks, name).await {
+            Ok(c) => c,
+            Err(e) => return absent(e),
         };
-        Ok(out.cluster().map(|c| ClusterFacts {
+        Ok(cluster.map(|c| ClusterFacts {
             status: c
                 .status()
                 .map(|s| s.as_str().to_owned())

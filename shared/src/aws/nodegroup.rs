@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::port_error;
 use super::template::{self, TemplateSpec};
+use super::{autoscaling, eks, port_error};
 use crate::ami::Architecture;
 use crate::ami::instance_types::GroupTypes;
 use crate::ami::resolve::{GroupImage, NodeGroupCatalog};
@@ -35,18 +35,6 @@ fn template_types_of(v: &template::TemplateVersion) -> (String, Vec<String>, boo
         v.instance_type.iter().cloned().collect(),
         v.by_attributes,
     )
-}
-
-/// The launch template a group launches from: its own, or its mixed instances policy's.
-fn template_of(
-    group: &aws_sdk_autoscaling::types::AutoScalingGroup,
-) -> Option<&aws_sdk_autoscaling::types::LaunchTemplateSpecification> {
-    group.launch_template().or_else(|| {
-        group
-            .mixed_instances_policy()
-            .and_then(|m| m.launch_template())
-            .and_then(|t| t.launch_template_specification())
-    })
 }
 
 impl NodeGroups {
@@ -93,30 +81,11 @@ impl NodeGroups {
         }
     }
 
-    /// Auto Scaling group `name`, `None` when it does not exist.
-    async fn describe_group(
-        &self,
-        name: &str,
-    ) -> Result<Option<aws_sdk_autoscaling::types::AutoScalingGroup>, PortError> {
-        let out = self
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(name)
-            .send()
-            .await
-            .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
-        Ok(out.auto_scaling_groups().first().cloned())
-    }
-
     async fn asg_image(&self, name: &str) -> Result<GroupImage, PortError> {
-        let Some(group) = self.describe_group(name).await? else {
-            return Err(PortError::new(
-                "autoscaling:DescribeAutoScalingGroups",
-                ErrorKind::NotFound,
-                format!("Auto Scaling group {name} does not exist"),
-            ));
+        let Some(group) = autoscaling::describe_group(&self.autoscaling, name).await? else {
+            return Err(autoscaling::no_group(name));
         };
-        if let Some(spec) = template_of(&group) {
+        if let Some(spec) = autoscaling::launch_template_of(&group) {
             return self
                 .launch_template_image(
                     spec.launch_template_id(),
@@ -173,7 +142,7 @@ impl NodeGroups {
         let seen = self.seen.get(name);
         let group = match &seen {
             Some(s) => s.group.clone(),
-            None => match self.describe_group(name).await? {
+            None => match autoscaling::describe_group(&self.autoscaling, name).await? {
                 Some(g) => g,
                 // A group that does not exist launches nothing: nothing to check.
                 None => return Ok((String::new(), Vec::new(), false)),
@@ -202,7 +171,7 @@ impl NodeGroups {
         if let Some(v) = seen.and_then(|s| s.template) {
             return Ok(template_types_of(&v));
         }
-        if let Some(spec) = template_of(&group) {
+        if let Some(spec) = autoscaling::launch_template_of(&group) {
             return self
                 .template_types(
                     spec.launch_template_id(),
@@ -228,7 +197,7 @@ impl NodeGroups {
         cluster: &str,
         name: &str,
     ) -> Result<(String, Vec<String>, bool), PortError> {
-        let ng = match self.describe_nodegroup(cluster, name).await {
+        let ng = match eks::describe_nodegroup(&self.eks, cluster, name).await {
             Ok(Some(ng)) => ng,
             // A node group that does not exist launches nothing: nothing to check.
             Ok(None) => return Ok((String::new(), Vec::new(), false)),
@@ -306,25 +275,8 @@ impl NodeGroups {
             .collect())
     }
 
-    /// Managed node group `name` of `cluster` (`None` when EKS answers without one).
-    async fn describe_nodegroup(
-        &self,
-        cluster: &str,
-        name: &str,
-    ) -> Result<Option<aws_sdk_eks::types::Nodegroup>, PortError> {
-        let out = self
-            .eks
-            .describe_nodegroup()
-            .cluster_name(cluster)
-            .nodegroup_name(name)
-            .send()
-            .await
-            .map_err(|e| port_error("eks:DescribeNodegroup", e))?;
-        Ok(out.nodegroup().cloned())
-    }
-
     async fn managed_image(&self, cluster: &str, name: &str) -> Result<GroupImage, PortError> {
-        let Some(ng) = self.describe_nodegroup(cluster, name).await? else {
+        let Some(ng) = eks::describe_nodegroup(&self.eks, cluster, name).await? else {
             return Ok(GroupImage::Unknown);
         };
         if let Some(lt) = ng.launch_template() {

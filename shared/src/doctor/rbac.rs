@@ -15,7 +15,7 @@ use crate::port::PortError;
 /// deploy/rbac.yaml as shipped.
 pub const MANIFEST: &str = include_str!("../../../deploy/rbac.yaml");
 
-pub use crate::kube::EVENTS_NAMESPACE;
+pub use crate::inventory::EVENTS_NAMESPACE;
 
 /// One permission: `verb` on `resource` (`pods/eviction` for a subresource) of `api_group`,
 /// cluster-wide (`namespace` `None`) or in one namespace.

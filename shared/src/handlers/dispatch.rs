@@ -30,30 +30,91 @@ const RESERVE: Duration = Duration::from_secs(20);
 /// beyond this fails whole and is redelivered).
 const MAX_RECORDS: usize = 100;
 
+/// The invocation a pass runs in: its clock, its deadline and its request id.
+#[derive(Clone, Copy, Debug)]
+pub struct PassContext<'a> {
+    /// The invocation's time.
+    pub now: DateTime<Utc>,
+    /// When the invocation must have answered.
+    pub deadline: Instant,
+    /// Lambda's request id, for the logs.
+    pub request_id: Option<&'a str>,
+}
+
 /// One rotator pass over a selection (the rotator's custom input), as the worker runs it.
 #[async_trait]
 pub trait ClusterPass: Send + Sync {
     /// The pass's answer (`{"clusters": {<cluster>: <status>}, "pools": [...]}`).
-    async fn pass(
-        &self,
-        selection: &Value,
-        now: DateTime<Utc>,
-        deadline: Instant,
-        request_id: Option<&str>,
-    ) -> Result<Value, HandlerError>;
+    async fn pass(&self, selection: &Value, at: PassContext<'_>) -> Result<Value, HandlerError>;
 }
 
 #[async_trait]
 impl ClusterPass for super::rotator::RotatorHandler {
-    async fn pass(
-        &self,
-        selection: &Value,
-        now: DateTime<Utc>,
-        deadline: Instant,
-        request_id: Option<&str>,
-    ) -> Result<Value, HandlerError> {
-        self.handle_invocation(selection, now, deadline, request_id)
+    async fn pass(&self, selection: &Value, at: PassContext<'_>) -> Result<Value, HandlerError> {
+        self.handle_invocation(selection, at.now, at.deadline, at.request_id)
             .await
+    }
+}
+
+/// A rotator stand-in for tests of the fan-out: keeps each selection it is given, answers each
+/// cluster `done` (or its `status`), and fails the passes of `fail`: clusters, or places
+/// (`<account>/<region>/<cluster>`) of selections that name their account and region.
+#[cfg(any(test, feature = "test-support"))]
+#[derive(Debug, Default)]
+pub struct StandInPass {
+    /// Each selection given, in order.
+    pub seen: std::sync::Mutex<Vec<Value>>,
+    /// (cluster, answer) for clusters answered other than `done`.
+    pub status: Vec<(String, String)>,
+    /// Clusters or places whose pass fails.
+    pub fail: Vec<String>,
+}
+
+#[cfg(any(test, feature = "test-support"))]
+impl StandInPass {
+    /// The place of a selection: its account and region, `cell`'s where it names none.
+    fn place(selection: &Value, cell: &dispatch::Cell) -> String {
+        format!(
+            "{}/{}/{}",
+            selection["account"].as_str().unwrap_or(&cell.account),
+            selection["region"].as_str().unwrap_or(&cell.region),
+            selection["clusters"][0].as_str().unwrap_or_default()
+        )
+    }
+
+    /// How many passes each place was given (`cell`: where selections without an account run).
+    pub fn served(&self, cell: &dispatch::Cell) -> std::collections::BTreeMap<String, usize> {
+        let mut out = std::collections::BTreeMap::new();
+        for s in self.seen.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            *out.entry(Self::place(s, cell)).or_default() += 1;
+        }
+        out
+    }
+}
+
+#[cfg(any(test, feature = "test-support"))]
+#[async_trait]
+impl ClusterPass for StandInPass {
+    async fn pass(&self, selection: &Value, _at: PassContext<'_>) -> Result<Value, HandlerError> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(selection.clone());
+        let cluster = selection["clusters"][0].as_str().unwrap_or_default();
+        let unknown = dispatch::Cell {
+            account: String::new(),
+            region: String::new(),
+        };
+        let place = Self::place(selection, &unknown);
+        if self.fail.iter().any(|f| f == cluster || *f == place) {
+            return Err(HandlerError::internal("cannot read the quarantine"));
+        }
+        let status = self
+            .status
+            .iter()
+            .find(|(c, _)| c == cluster)
+            .map_or("done", |(_, s)| s.as_str());
+        Ok(json!({"trigger": "schedule", "clusters": {cluster: status}, "pools": []}))
     }
 }
 
@@ -245,9 +306,12 @@ impl FanOut {
             ));
         }
         tracing::info!(item = %item.place(), receives, reason = %item.reason, "serving work item");
-        let answer = pass
-            .pass(&dispatch::selection(&item, cell), now, deadline, request_id)
-            .await;
+        let at = PassContext {
+            now,
+            deadline,
+            request_id,
+        };
+        let answer = pass.pass(&dispatch::selection(&item, cell), at).await;
         dispatch::verdict(&item, answer.as_ref().map_err(|e| e.message.as_str()))
     }
 

@@ -10,7 +10,8 @@ use super::node_ops::{KubeError, NodeOps, list_some, n_pods};
 use chrono::Utc;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Reason written into the taint and the Events of a manual drain.
 pub const MANUAL_DRAIN_REASON: &str = "ManualDrain";
@@ -85,6 +86,7 @@ pub fn is_instance_id(id: &str) -> bool {
 /// without node.
 pub async fn drain_command(
     sdk: &aws_config::SdkConfig,
+    overrides: &super::KubeOverrides,
     cluster: &str,
     instance_id: &str,
     grace: Option<Duration>,
@@ -101,17 +103,20 @@ pub async fn drain_command(
             "--cluster must name an EKS cluster".to_owned(),
         ));
     }
-    let api = EksKube::connect(sdk, cluster).await.map_err(|e| match e {
-        KubeError::ClusterNotFound(_) | KubeError::Config(_) => {
-            DrainCommandError::BadInput(e.to_string())
-        }
-        other => DrainCommandError::Failed(other),
-    })?;
+    let api = EksKube::connect(sdk, cluster, overrides)
+        .await
+        .map_err(|e| match e {
+            KubeError::ClusterNotFound(_) | KubeError::Config(_) => {
+                DrainCommandError::BadInput(e.to_string())
+            }
+            other => DrainCommandError::Failed(other),
+        })?;
     drain_until(&api, instance_id, grace, timeout, STEP_INTERVAL, progress).await
 }
 
 /// The loop of [`drain_command`] over any [`NodeOps`]: start, then step until done or
-/// `timeout`, pausing `interval` between steps.
+/// `timeout`, pausing `interval` between steps. Time is tokio's (`tokio::time::Instant` and
+/// `sleep`), so tests run it on the paused clock.
 pub async fn drain_until<A: NodeOps + ?Sized>(
     api: &A,
     instance_id: &str,
@@ -310,7 +315,10 @@ mod tests {
         assert!(lines.len() >= 2, "{lines:?}");
     }
 
-    #[tokio::test]
+    /// On tokio's paused clock: the loop's timeout and pauses are virtual time (no wall-clock
+    /// wait, whatever the machine's load), so a ten-minute drain command with its two-second
+    /// pauses runs in milliseconds, and the steps it takes are exactly those that fit.
+    #[tokio::test(start_paused = true)]
     async fn drain_until_times_out_while_blocked() {
         let c = MemoryCluster::new(Utc::now());
         c.add_node("n1", "i-0123456789abcdef0");
@@ -320,21 +328,27 @@ mod tests {
             message: "no".into(),
         };
         c.script_evictions("a", vec![blocked; 1000]);
+        let timeout = Duration::from_secs(600);
+        let mut lines = 0;
+        let started = Instant::now();
         let report = drain_until(
             &c,
             "i-0123456789abcdef0",
             None,
-            // Long enough that the first step always has time to try the eviction, however
-            // loaded the machine is; the loop then ends on the timeout, not on completion.
-            Duration::from_secs(1),
-            Duration::from_millis(50),
-            &mut |_: &str| {},
+            timeout,
+            STEP_INTERVAL,
+            &mut |_: &str| lines += 1,
         )
         .await
         .unwrap();
+        // Ended by the timeout, not by completion: still blocked, nothing evicted.
         assert!(!report.done);
         assert_eq!(report.blocked_by, vec!["default/web"]);
         assert_eq!(report.evicted, 0);
+        // The start line, then one step per pause that fits in the timeout.
+        let steps = (timeout.as_secs() / STEP_INTERVAL.as_secs()) as usize;
+        assert_eq!(lines, 1 + steps);
+        assert!(started.elapsed() < timeout, "no pause past the timeout");
 
         let err = drain_until(
             &c,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::{EksKube, KubeError, NodeOps};
+use super::{EksKube, KubeError, KubeOverrides, NodeOps};
 
 /// Connects to a cluster's Kubernetes API.
 #[async_trait]
@@ -18,16 +18,25 @@ pub trait KubeConnector: Send + Sync {
 /// [`KubeConnector`] over EKS (DescribeCluster + token), caching one client per cluster.
 pub struct EksConnector {
     sdk: aws_config::SdkConfig,
+    overrides: KubeOverrides,
     cache: Mutex<HashMap<String, Arc<dyn NodeOps>>>,
 }
 
 impl EksConnector {
-    /// A connector using `sdk` for DescribeCluster and token signing.
+    /// A connector using `sdk` for DescribeCluster and token signing; no overrides.
     pub fn new(sdk: aws_config::SdkConfig) -> Self {
         Self {
             sdk,
+            overrides: KubeOverrides::default(),
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reaches the API servers as `overrides` say (the `NODECYCLE_KUBE_*` variables, parsed by
+    /// `crate::wiring`).
+    pub fn with_overrides(mut self, overrides: KubeOverrides) -> Self {
+        self.overrides = overrides;
+        self
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<dyn NodeOps>>> {
@@ -43,7 +52,8 @@ impl KubeConnector for EksConnector {
         if let Some(c) = self.cache().get(cluster) {
             return Ok(c.clone());
         }
-        let kube: Arc<dyn NodeOps> = Arc::new(EksKube::connect(&self.sdk, cluster).await?);
+        let kube: Arc<dyn NodeOps> =
+            Arc::new(EksKube::connect(&self.sdk, cluster, &self.overrides).await?);
         self.cache().insert(cluster.to_string(), kube.clone());
         Ok(kube)
     }

@@ -40,9 +40,7 @@ pub use token::{EksToken, presigned_url, token};
 /// Key of the taint nodecycle puts on a node it disrupts (`<key>=<reason>:NoSchedule`).
 pub const DISRUPTED_TAINT_KEY: &str = "nodecycle.dev/disrupted";
 
-/// The namespace nodecycle records its Events in (deploy/rbac.yaml allows `create events` there
-/// only).
-pub const EVENTS_NAMESPACE: &str = "default";
+pub use crate::inventory::EVENTS_NAMESPACE;
 
 /// `source.component` / `reportingComponent` of the Events nodecycle records.
 pub const EVENT_COMPONENT: &str = "nodecycle";

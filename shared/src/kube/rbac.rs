@@ -18,16 +18,27 @@ use crate::port::{ErrorKind, PortError};
 const PAGE: u32 = 500;
 
 /// Reads RBAC objects of any cluster, connecting with [`EksKube::connect`] (DescribeCluster for
-/// the endpoint and CA, or the `NODECYCLE_KUBE_*` overrides).
+/// the endpoint and CA, or the `NODECYCLE_KUBE_*` overrides given).
 #[derive(Clone, Debug)]
 pub struct EksRbac {
     sdk: aws_config::SdkConfig,
+    overrides: super::KubeOverrides,
 }
 
 impl EksRbac {
-    /// Signs with `sdk`'s credentials and region.
+    /// Signs with `sdk`'s credentials and region; no overrides.
     pub fn new(sdk: aws_config::SdkConfig) -> Self {
-        Self { sdk }
+        Self {
+            sdk,
+            overrides: super::KubeOverrides::default(),
+        }
+    }
+
+    /// Reaches the API server as `overrides` say (the `NODECYCLE_KUBE_*` variables, parsed by
+    /// `crate::wiring`).
+    pub fn with_overrides(mut self, overrides: super::KubeOverrides) -> Self {
+        self.overrides = overrides;
+        self
     }
 }
 
@@ -144,7 +155,7 @@ fn binding(
 #[async_trait]
 impl RbacInfo for EksRbac {
     async fn rbac(&self, cluster: &str) -> Result<RbacFacts, PortError> {
-        let kube = EksKube::connect(&self.sdk, cluster)
+        let kube = EksKube::connect(&self.sdk, cluster, &self.overrides)
             .await
             .map_err(port_error)?;
         let client = kube.client().await.map_err(port_error)?;

@@ -30,9 +30,12 @@
 
 use std::fmt;
 
+// The bundle names the AWS-built adapters' ports (members among them): with `aws` only.
+#[cfg(feature = "aws")]
 pub mod ports;
 pub mod uses;
 
+#[cfg(feature = "aws")]
 pub use ports::Ports;
 
 /// What kind of failure a port call had; decisions depend on the kind, never on SDK types.

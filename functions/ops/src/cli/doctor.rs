@@ -78,7 +78,14 @@ pub async fn run(args: Args) -> u8 {
     let ssm = Ssm::new(clients.ssm.clone());
     let stacks = Stacks::from_config(&config);
     let rules = Rules::from_config(&config);
-    let rbac = EksRbac::new(config.clone());
+    let kube = match nodecycle::wiring::kube_overrides(&nodecycle::wiring::process_env) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("nodecycle doctor: {}: {}", e.error_type, e.message);
+            return 2;
+        }
+    };
+    let rbac = EksRbac::new(config.clone()).with_overrides(kube);
     let node_types = nodecycle::aws::nodegroup::NodeGroups::new(
         clients.autoscaling.clone(),
         clients.ec2.clone(),

@@ -28,10 +28,18 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// 1 when the timeout ended it first (or the APIs failed), 2 on bad input or an unknown instance.
 pub async fn run(args: Args) -> u8 {
     nodecycle::logging::init();
+    let overrides = match nodecycle::wiring::kube_overrides(&nodecycle::wiring::process_env) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("nodecycle drain: {}: {}", e.error_type, e.message);
+            return 2;
+        }
+    };
     let config = nodecycle::aws::load_config().await;
     let mut progress = |line: &str| eprintln!("{line}");
     match nodecycle::kube::drain_command(
         &config,
+        &overrides,
         &args.cluster,
         &args.instance,
         args.grace,

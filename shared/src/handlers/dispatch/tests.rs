@@ -1,8 +1,6 @@
 //! The dispatcher and the worker over in-memory ports: a pass becomes one item per cluster, and
 //! each received item is served, superseded or refused, a failed one alone.
 
-use std::sync::Mutex;
-
 use super::*;
 use crate::dispatch::MemoryQueue;
 use crate::event::served::Served;
@@ -35,37 +33,7 @@ fn doc(cluster: &str, name: &str) -> PolicyDocument {
     )
 }
 
-/// A rotator stand-in: records each selection, answers each cluster with `status` (default
-/// `done`), or fails for clusters in `fail`.
-#[derive(Default)]
-struct Passes {
-    seen: Mutex<Vec<Value>>,
-    status: Vec<(String, String)>,
-    fail: Vec<String>,
-}
-
-#[async_trait]
-impl ClusterPass for Passes {
-    async fn pass(
-        &self,
-        selection: &Value,
-        _now: DateTime<Utc>,
-        _deadline: Instant,
-        _request_id: Option<&str>,
-    ) -> Result<Value, HandlerError> {
-        self.seen.lock().unwrap().push(selection.clone());
-        let cluster = selection["clusters"][0].as_str().unwrap().to_string();
-        if self.fail.contains(&cluster) {
-            return Err(HandlerError::internal("cannot read the quarantine"));
-        }
-        let status = self
-            .status
-            .iter()
-            .find(|(c, _)| *c == cluster)
-            .map_or("done".to_string(), |(_, s)| s.clone());
-        Ok(json!({"trigger": "schedule", "clusters": {cluster: status}, "pools": []}))
-    }
-}
+type Passes = StandInPass;
 
 fn fan_out(docs: Vec<PolicyDocument>, queue: Option<Arc<MemoryQueue>>) -> FanOut {
     FanOut {

@@ -6,6 +6,7 @@
 //! quarantine records; for `stop`/`start`, under the `DEPLOYMENT` partition next to the stop
 //! switch) and are idempotent when repeated.
 
+mod pool;
 pub mod promotion;
 mod quarantine;
 pub mod request;
@@ -21,15 +22,13 @@ use serde_json::{Value, json};
 
 use super::HandlerError;
 use super::rotator::{KubeConnector, Planner, Settings};
-use crate::ami::resolve::{ImageCatalog, ImageQuery};
+use crate::ami::resolve::ImageCatalog;
 use crate::fleet::GroupOps;
 use crate::managed::ManagedGroupOps;
 use crate::policy::source::PolicySource;
-use crate::policy::{self, NodeGroup, Policy};
+use crate::policy::{self, Policy};
 use crate::rotation::Rotation;
-use crate::state::{
-    AuditRecord, AuditScope, OperatorAction, Pin, PoolRecord, Repository, Versioned,
-};
+use crate::state::{AuditRecord, AuditScope, OperatorAction, PoolRecord, Repository, Versioned};
 pub use request::{Request, Target};
 
 /// Audit records are kept this long.
@@ -208,7 +207,7 @@ impl OpsHandler {
             return status::status(self, &selected, &invalid, now).await;
         }
         if let Request::Promotion { release } = &req {
-            return promotion::journey(self, &policies, release, now).await;
+            return promotion::journey(self.promotions(), &policies, release, now).await;
         }
         if let Request::Quarantine { target, reason } | Request::Unquarantine { target, reason } =
             &req
@@ -216,10 +215,14 @@ impl OpsHandler {
             let audit = self
                 .audit_start(AuditScope::Quarantine, payload, inv, now)
                 .await?;
+            let quarantines = quarantine::Quarantines {
+                state: &self.state,
+                announce: &self.announce,
+            };
             let result = if matches!(req, Request::Quarantine { .. }) {
-                self.quarantine(&policies, target, reason, inv, now).await
+                (quarantines.quarantine(&policies, target, reason, inv, now)).await
             } else {
-                self.unquarantine(&policies, target, reason, inv, now).await
+                (quarantines.unquarantine(&policies, target, reason, inv, now)).await
             };
             self.audit_finish(&audit, payload, inv, &result, now).await;
             log_outcome(inv, None, Some(&target.to_string()), req.action(), &result);
@@ -230,7 +233,7 @@ impl OpsHandler {
             let audit = self
                 .audit_start(AuditScope::Deployment, payload, inv, now)
                 .await?;
-            let result = self.stop_switch(&policies, stopped, reason, inv, now).await;
+            let result = stop::stop_switch(&self.state, &policies, stopped, reason, inv, now).await;
             self.audit_finish(&audit, payload, inv, &result, now).await;
             log_outcome(inv, None, Some("deployment"), req.action(), &result);
             return result;
@@ -272,6 +275,9 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
+        let change = pool::PoolChange {
+            announce: &self.announce,
+        };
         match req {
             Request::Rotate {
                 target,
@@ -280,7 +286,11 @@ impl OpsHandler {
                 max_concurrent,
                 ..
             } => {
-                self.rotate(
+                let rotate = rotations::Rotate {
+                    planner: self.planner(),
+                    announce: &self.announce,
+                };
+                (rotate.run(
                     policy,
                     target,
                     reason,
@@ -288,51 +298,36 @@ impl OpsHandler {
                     *max_concurrent,
                     inv,
                     now,
-                )
+                ))
                 .await
             }
-            Request::Pin { ami, reason, .. } => self.pin(policy, ami, reason, inv, now).await,
+            Request::Pin { ami, reason, .. } => {
+                let pin = pool::Pin {
+                    images: self.images.as_ref(),
+                    state: &self.state,
+                    change,
+                };
+                pin.run(policy, ami, reason, inv, now).await
+            }
             Request::Unpin { reason, .. } => {
-                self.update(policy, inv, now, "unpin", reason, |r, _| {
-                    (
-                        PoolRecord {
-                            pin: None,
-                            ..r.clone()
-                        },
-                        json!({"unpinned": r.pin}),
-                    )
-                })
-                .await
+                (change.set(pool::Field::Unpin, policy, reason, inv, now)).await
             }
             Request::Pause { reason, .. } => {
-                self.update(policy, inv, now, "pause", reason, |r, by| {
-                    let paused = r.paused.clone().unwrap_or(by);
-                    (
-                        PoolRecord {
-                            paused: Some(paused.clone()),
-                            ..r.clone()
-                        },
-                        json!({"paused": paused}),
-                    )
-                })
-                .await
+                (change.set(pool::Field::Pause, policy, reason, inv, now)).await
             }
             Request::Resume { reason, .. } => {
-                self.update(policy, inv, now, "resume", reason, |r, _| {
-                    (
-                        PoolRecord {
-                            paused: None,
-                            halted: None,
-                            ..r.clone()
-                        },
-                        json!({"resumed": {"paused": r.paused, "halted": r.halted}}),
-                    )
-                })
-                .await
+                (change.set(pool::Field::Resume, policy, reason, inv, now)).await
             }
             Request::Cancel {
                 instance, reason, ..
-            } => self.cancel(policy, instance, reason, inv, now).await,
+            } => {
+                let cancel = rotations::Cancel {
+                    planner: self.planner(),
+                    announce: &self.announce,
+                    kube: self.kube.as_ref(),
+                };
+                cancel.run(policy, instance, reason, inv, now).await
+            }
             Request::Status { .. }
             | Request::Promotion { .. }
             | Request::Quarantine { .. }
@@ -392,14 +387,6 @@ impl OpsHandler {
         Ok((out, invalid))
     }
 
-    fn by(&self, inv: &Invocation, reason: &str, now: DateTime<Utc>) -> OperatorAction {
-        OperatorAction {
-            reason: reason.to_string(),
-            at: now,
-            by: inv.caller.clone(),
-        }
-    }
-
     /// Writes the audit record of a request before it acts (`outcome: started`): the request
     /// (bounded: [`bounded`]), caller, request id and time, under `scope`. `Err` when the
     /// record cannot be written: the request is then refused, nothing done.
@@ -446,137 +433,45 @@ impl OpsHandler {
             tracing::error!(partition = %audit.partition(), request_id = %inv.request_id, error = %e, outcome = %bounded(&doc["outcome"]), "cannot write the outcome to the audit record (it says started)");
         }
     }
+}
 
-    /// Applies `change` to the pool record (re-read on conflict). `change` gets the record and
-    /// who/why, returns the new record and the response detail.
-    async fn update(
-        &self,
-        policy: &Policy,
-        inv: &Invocation,
-        now: DateTime<Utc>,
-        action: &str,
-        reason: &str,
-        change: impl Fn(&PoolRecord, OperatorAction) -> (PoolRecord, Value) + Send + Sync,
-    ) -> Result<Value, HandlerError> {
-        let pool = policy.pool_id();
-        let by = self.by(inv, reason, now);
-        let (before, after) = (self.announce)
-            .update_pool(&pool, now, |r| change(r, by.clone()).0)
-            .await
-            .map_err(internal)?;
-        let (_, detail) = change(&before, by);
-        let mut out = json!({
-            "action": action,
-            "pool": pool,
-            "requestId": inv.request_id,
-            "changed": before != after,
-            "desired": after.effective_desired(),
-        });
-        if let (Some(o), Some(d)) = (out.as_object_mut(), detail.as_object()) {
-            o.extend(d.clone());
-        }
-        Ok(out)
+/// Who did what and why, as a record keeps it.
+fn operator(inv: &Invocation, reason: &str, now: DateTime<Utc>) -> OperatorAction {
+    OperatorAction {
+        reason: reason.to_string(),
+        at: now,
+        by: inv.caller.clone(),
     }
+}
 
-    async fn pin(
-        &self,
-        policy: &Policy,
-        ami: &str,
-        reason: &str,
-        inv: &Invocation,
-        now: DateTime<Utc>,
-    ) -> Result<Value, HandlerError> {
-        let pool = policy.pool_id();
-        let query = ImageQuery {
-            image_ids: vec![ami.to_string()],
-            ..ImageQuery::default()
-        };
-        let images = self
-            .images
-            .describe_images(&query)
+/// Every pool's record, by pool id.
+async fn records(
+    state: &Repository,
+    policies: &BTreeMap<String, Policy>,
+) -> Result<BTreeMap<String, Option<PoolRecord>>, HandlerError> {
+    let mut out = BTreeMap::new();
+    for pool in policies.keys() {
+        let record = state
+            .pool(pool)
             .await
-            .map_err(|e| internal(format!("cannot describe {ami}: {e}")))?;
-        let Some(image) = images.into_iter().find(|i| i.id == ami) else {
-            return Err(invalid1(format!(
-                "ami: {ami} does not exist or is not available (DescribeImages, state=available)"
-            )));
-        };
-        let record = self.state.pool(&pool).await.map_err(internal)?;
-        let pool_arch = policy.architecture.or_else(|| {
-            record
-                .as_ref()
-                .and_then(|r| r.desired.as_ref())
-                .map(|a| a.architecture)
-        });
-        match (pool_arch, image.architecture) {
-            (None, _) => {
-                return Err(invalid1(format!(
-                    "ami: cannot check {ami} against pool {pool}: its architecture is unknown (not in the policy, nothing resolved yet); set architecture in the policy"
-                )));
-            }
-            (Some(want), got) if got != Some(want) => {
-                return Err(invalid1(format!(
-                    "ami: {ami} ({}) is {}, pool {pool} runs {want}",
-                    image.name,
-                    got.map_or("an unsupported architecture".to_string(), |a| a.to_string())
-                )));
-            }
-            _ => {}
-        }
-        let name = image.name.clone();
-        self.update(policy, inv, now, "pin", reason, move |r, by| {
-            let same = r.pin.as_ref().is_some_and(|p| p.ami == ami);
-            let pin = if same {
-                r.pin.clone()
-            } else {
-                Some(Pin {
-                    ami: ami.to_string(),
-                    name: Some(name.clone()),
-                    by,
-                })
-            };
-            (
-                PoolRecord {
-                    pin: pin.clone(),
-                    ..r.clone()
-                },
-                json!({
-                    "pinned": pin,
-                    "previousPin": if same { None } else { r.pin.clone() },
-                    "resolved": r.desired.as_ref().map(|a| a.id.clone()),
-                }),
-            )
-        })
+            .map_err(|e| internal(format!("cannot read pool {pool}: {e}")))?;
+        out.insert(pool.clone(), record);
+    }
+    Ok(out)
+}
+
+/// The pool's rotations by instance id.
+async fn rotations_by_instance(
+    state: &Repository,
+    pool: &str,
+) -> Result<BTreeMap<String, Versioned<Rotation>>, HandlerError> {
+    Ok(state
+        .rotations(pool)
         .await
-    }
-
-    async fn rotations(
-        &self,
-        pool: &str,
-    ) -> Result<BTreeMap<String, Versioned<Rotation>>, HandlerError> {
-        Ok(self
-            .state
-            .rotations(pool)
-            .await
-            .map_err(internal)?
-            .into_iter()
-            .map(|v| (v.value.instance_id.clone(), v))
-            .collect())
-    }
-
-    /// The Auto Scaling group whose instances the pool's rotations replace (for a managed node
-    /// group, the group EKS created for it).
-    async fn group_name(&self, policy: &Policy) -> Result<String, HandlerError> {
-        match &policy.node_group {
-            NodeGroup::AutoScalingGroup(g) => Ok(g.clone()),
-            NodeGroup::ManagedNodeGroup(name) => self
-                .planner()
-                .managed_group(&policy.cluster, name)
-                .await
-                .map(|(asg, _)| asg)
-                .map_err(internal),
-        }
-    }
+        .map_err(internal)?
+        .into_iter()
+        .map(|v| (v.value.instance_id.clone(), v))
+        .collect())
 }
 
 /// One log line per mutating request: the pool (or quarantine target) it was about, done or
@@ -681,6 +576,15 @@ impl OpsHandler {
         }
     }
 
+    /// Where releases stand in the promotion chains, over these ports.
+    fn promotions(&self) -> promotion::Promotions<'_> {
+        promotion::Promotions {
+            state: &self.state,
+            alarms: self.alarms.as_ref(),
+            members: self.members.as_ref(),
+        }
+    }
+
     /// The rotator's read-only use case over these ports: one pool observed and planned.
     fn planner(&self) -> Planner<'_> {
         Planner {
@@ -691,3 +595,6 @@ impl OpsHandler {
         }
     }
 }
+
+#[cfg(all(test, feature = "aws", feature = "kube"))]
+mod tests;

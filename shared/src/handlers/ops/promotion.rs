@@ -10,11 +10,13 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{OpsHandler, instant, internal};
+use super::{instant, internal};
 use crate::handlers::HandlerError;
 use crate::policy::{Policy, Promotion};
+use crate::promotion::AlarmStates;
 use crate::promotion::{self, Alarms, Quarantine, Quarantined, Release, SoakPeriod, Target};
 use crate::rotation::Step;
+use crate::state::Repository;
 use crate::state::{PoolRecord, ReleaseHow};
 
 /// Where a candidate release stands in the upstream pool.
@@ -295,19 +297,43 @@ pub fn concerning<'a>(
         .collect()
 }
 
-impl OpsHandler {
-    /// The alarm view of a pool's promotion alarms, or why it cannot be read (through this
-    /// handler's alarms port: the pool's place's, [`OpsHandler::at`]).
-    async fn alarm_view(&self, promo: &Promotion) -> (Alarms, Option<String>) {
+/// Where releases stand in the pools' promotion chains (read only): the pools' records and
+/// rotations, and the promotion alarms.
+#[derive(Clone, Copy)]
+pub(super) struct Promotions<'a> {
+    /// The state table.
+    pub state: &'a Repository,
+    /// CloudWatch alarm states of the promotion alarms (the cell's own place).
+    pub alarms: &'a dyn AlarmStates,
+    /// The members' ports: a pool of another place reads its alarms in its account.
+    pub members: &'a dyn crate::members::Members,
+}
+
+impl Promotions<'_> {
+    /// The alarm view of a pool's promotion alarms, or why it cannot be read: read in the
+    /// pool's place (`place`, `None` the cell's own), through its member's alarms port.
+    async fn alarm_view(
+        &self,
+        promo: &Promotion,
+        place: Option<&crate::policy::Place>,
+    ) -> (Alarms, Option<String>) {
         if promo.alarms.is_empty() {
             return (Alarms::default(), None);
         }
+        let member = match place {
+            None => None,
+            Some(place) => match self.members.ports(place).await {
+                Ok(p) => p,
+                Err(e) => return (Alarms::default(), Some(e.to_string())),
+            },
+        };
+        let alarms = member.as_ref().map_or(self.alarms, |p| p.alarms.as_ref());
         let names: Vec<String> = promo
             .alarms
             .iter()
             .map(|a| crate::policy::alarm_name(a).to_string())
             .collect();
-        match self.alarms.states(&names).await {
+        match alarms.states(&names).await {
             Ok(states) => (promotion::alarms_view(&promo.alarms, &states), None),
             Err(e) => (Alarms::default(), Some(e.to_string())),
         }
@@ -349,10 +375,7 @@ impl OpsHandler {
             }
         };
         // The pool's alarms are its account's: read through its member's ports.
-        let (alarms, alarm_error) = match self.at(policy.place.as_ref()).await {
-            Ok(there) => there.alarm_view(promo).await,
-            Err(e) => (Alarms::default(), Some(e.to_string())),
-        };
+        let (alarms, alarm_error) = self.alarm_view(promo, policy.place.as_ref()).await;
         let failed = self.failed_rotations(&upstream).await.unwrap_or_else(|e| {
             problems.push(e);
             BTreeMap::new()
@@ -443,7 +466,7 @@ impl OpsHandler {
 
 /// `promotion`: for every pool in chain order, where `release` stands.
 pub(super) async fn journey(
-    ops: &OpsHandler,
+    ops: Promotions<'_>,
     policies: &BTreeMap<String, Policy>,
     release: &Release,
     now: DateTime<Utc>,
@@ -453,7 +476,7 @@ pub(super) async fn journey(
         .quarantine()
         .await
         .map_err(|e| internal(format!("cannot read the quarantine: {e}")))?;
-    let records = ops.records(policies).await?;
+    let records = super::records(ops.state, policies).await?;
     let from: BTreeMap<String, Option<String>> = policies
         .iter()
         .map(|(id, p)| {

@@ -12,11 +12,12 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Invocation, OpsHandler, internal};
+use super::{Invocation, internal};
+use crate::announce::Announcer;
 use crate::handlers::HandlerError;
 use crate::policy::Policy;
 use crate::promotion::{self, Cause, Quarantine, Quarantined, Release, Rollback, Target};
-use crate::state::{PoolRecord, ReleaseHow};
+use crate::state::{PoolRecord, ReleaseHow, Repository};
 
 /// The targets that name the same thing as `target` (an image id also as a release).
 fn equivalents(target: &Target) -> Vec<Target> {
@@ -111,24 +112,16 @@ fn rolled_back_from(
         .collect()
 }
 
-impl OpsHandler {
-    /// Every pool's record, by pool id.
-    pub(super) async fn records(
-        &self,
-        policies: &BTreeMap<String, Policy>,
-    ) -> Result<BTreeMap<String, Option<PoolRecord>>, HandlerError> {
-        let mut out = BTreeMap::new();
-        for pool in policies.keys() {
-            let record = self
-                .state
-                .pool(pool)
-                .await
-                .map_err(|e| internal(format!("cannot read pool {pool}: {e}")))?;
-            out.insert(pool.clone(), record);
-        }
-        Ok(out)
-    }
+/// `quarantine` / `unquarantine`: the deployment-wide quarantine of a release or image, and
+/// the pools it moves.
+pub(super) struct Quarantines<'a> {
+    /// The state table (the quarantine, the pools' records).
+    pub state: &'a Repository,
+    /// Records a quarantine with its events.
+    pub announce: &'a Announcer,
+}
 
+impl Quarantines<'_> {
     pub(super) async fn quarantine(
         &self,
         policies: &BTreeMap<String, Policy>,
@@ -137,7 +130,7 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = &self.state;
+        let store = self.state;
         let read = || async {
             store
                 .quarantine()
@@ -173,7 +166,7 @@ impl OpsHandler {
                 }
             }
         };
-        let records = self.records(policies).await?;
+        let records = super::records(self.state, policies).await?;
         let affected = effects(&records, &entry, &all);
         let next = if affected.is_empty() {
             format!("no pool desires {target} now; no pool will take it while it is quarantined")
@@ -204,12 +197,12 @@ impl OpsHandler {
         inv: &Invocation,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = &self.state;
+        let store = self.state;
         let all = store
             .quarantine()
             .await
             .map_err(|e| internal(format!("cannot read the quarantine: {e}")))?;
-        let by = self.by(inv, reason, now);
+        let by = super::operator(inv, reason, now);
         let mut lifted = Vec::new();
         for t in equivalents(target) {
             let entry = all.0.iter().find(|q| q.target == t).cloned();
@@ -217,7 +210,7 @@ impl OpsHandler {
                 lifted.extend(entry);
             }
         }
-        let records = self.records(policies).await?;
+        let records = super::records(self.state, policies).await?;
         let back = rolled_back_from(&records, target);
         let changed = !lifted.is_empty();
         let next = if changed {

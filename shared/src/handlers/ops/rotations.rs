@@ -6,20 +6,32 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::{
-    Invocation, OpsHandler, REPEAT_WINDOW_MINUTES, Target, fnv, instant, internal, invalid,
-    invalid1, rotation_summary,
+    Invocation, REPEAT_WINDOW_MINUTES, Target, fnv, instant, internal, invalid, invalid1,
+    rotation_summary, rotations_by_instance,
 };
+use crate::announce::Announcer;
 use crate::fleet::Lifecycle;
 use crate::handlers::HandlerError;
+use crate::handlers::rotator::{KubeConnector, Planner};
 use crate::kube as k;
-use crate::policy::Policy;
+use crate::policy::{NodeGroup, Policy};
 use crate::rotation::step;
 use crate::rotation::{Queue, Release, Rotation, Step};
 use crate::state;
 
-impl OpsHandler {
+/// `rotate`: queues manual rotations of a pool's instances (budgeted, or `ignoreBudgets` with
+/// at most `maxConcurrent` at a time) for the rotator to release; an identical request within
+/// [`REPEAT_WINDOW_MINUTES`] answers as the first did.
+pub(super) struct Rotate<'a> {
+    /// The pool's groups and the state table (the group's instances, its rotations).
+    pub planner: Planner<'a>,
+    /// Records the rotations with their events.
+    pub announce: &'a Announcer,
+}
+
+impl Rotate<'_> {
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn rotate(
+    pub(super) async fn run(
         &self,
         policy: &Policy,
         target: &Target,
@@ -37,7 +49,7 @@ impl OpsHandler {
         let key = fnv(&format!(
             "{pool}|{targets}|{reason}|{ignore_budgets}|{max_concurrent}"
         ));
-        let earlier = (self.state)
+        let earlier = (self.planner.state)
             .rotate_request(&pool, key)
             .await
             .map_err(internal)?;
@@ -57,8 +69,9 @@ impl OpsHandler {
                 return Ok(response);
             }
         }
-        let group = self.group_name(policy).await?;
+        let group = group_name(&self.planner, policy).await?;
         let (_, instances) = self
+            .planner
             .groups
             .describe(&group)
             .await
@@ -103,7 +116,7 @@ impl OpsHandler {
                 ids.clone()
             }
         };
-        let existing = self.rotations(&pool).await?;
+        let existing = rotations_by_instance(self.planner.state, &pool).await?;
         let queue = Queue {
             request_id: inv.request_id.clone(),
             ignore_budgets,
@@ -148,7 +161,7 @@ impl OpsHandler {
         let doc = json!({"at": instant(now), "requestId": inv.request_id, "response": response});
         let ttl =
             now + chrono::Duration::minutes(REPEAT_WINDOW_MINUTES) + chrono::Duration::days(1);
-        if let Err(e) = (self.state)
+        if let Err(e) = (self.planner.state)
             .put_rotate_request(&pool, key, &doc, earlier.map(|e| e.version), ttl)
             .await
         {
@@ -156,8 +169,21 @@ impl OpsHandler {
         }
         Ok(response)
     }
+}
 
-    pub(super) async fn cancel(
+/// `cancel`: ends one rotation before it terminates (recorded first, then the node uncordoned;
+/// the surge is given back by the rotator's next pass).
+pub(super) struct Cancel<'a> {
+    /// The pool's groups and the state table.
+    pub planner: Planner<'a>,
+    /// Records the cancellation with its events.
+    pub announce: &'a Announcer,
+    /// The cluster, to uncordon the node.
+    pub kube: &'a dyn KubeConnector,
+}
+
+impl Cancel<'_> {
+    pub(super) async fn run(
         &self,
         policy: &Policy,
         instance: &str,
@@ -166,7 +192,7 @@ impl OpsHandler {
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
-        let group = self.group_name(policy).await?;
+        let group = group_name(&self.planner, policy).await?;
         let why = format!(
             "cancelled by {}: {reason}",
             inv.caller.as_deref().unwrap_or("an operator")
@@ -175,7 +201,12 @@ impl OpsHandler {
         // rotation alone, and the surge's undo is recorded before it is performed.
         let mut claimed = None;
         for _ in 0..state::WRITE_ATTEMPTS {
-            let records = self.state.rotations(&pool).await.map_err(internal)?;
+            let records = self
+                .planner
+                .state
+                .rotations(&pool)
+                .await
+                .map_err(internal)?;
             let Some(v) = records
                 .iter()
                 .find(|v| v.value.instance_id == instance)
@@ -285,5 +316,18 @@ impl OpsHandler {
             "problems": problems,
             "note": "the pool is not halted; if the node is still drifted or expired the rotator may pick it again: pause the pool to prevent that",
         }))
+    }
+}
+
+/// The Auto Scaling group whose instances the pool's rotations replace (for a managed node
+/// group, the group EKS created for it).
+async fn group_name(planner: &Planner<'_>, policy: &Policy) -> Result<String, HandlerError> {
+    match &policy.node_group {
+        NodeGroup::AutoScalingGroup(g) => Ok(g.clone()),
+        NodeGroup::ManagedNodeGroup(name) => planner
+            .managed_group(&policy.cluster, name)
+            .await
+            .map(|(asg, _)| asg)
+            .map_err(internal),
     }
 }

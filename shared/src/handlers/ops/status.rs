@@ -59,7 +59,7 @@ pub(super) async fn status(
             None
         }
     };
-    let stopped = super::stop::status_of(ops, &mut problems).await;
+    let stopped = super::stop::status_of(&ops.state, &mut problems).await;
     let mut pools = Vec::new();
     for policy in policies {
         pools.push(pool_status(ops, policy, quarantined.as_ref(), now).await?);
@@ -241,7 +241,8 @@ async fn pool_status(
     let promotion = match quarantined {
         Some(q) => {
             let wait = record.as_ref().and_then(|r| r.promotion_wait.as_deref());
-            ops.promotion_status(policy, q, wait, now, &mut problems)
+            ops.promotions()
+                .promotion_status(policy, q, wait, now, &mut problems)
                 .await
         }
         None if policy.promotion.is_some() => {

@@ -7,82 +7,80 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Invocation, OpsHandler, internal};
+use super::{Invocation, internal};
 use crate::handlers::HandlerError;
 use crate::policy::Policy;
+use crate::state::Repository;
 use crate::stop::StopSwitch;
 
-impl OpsHandler {
-    /// Flips the switch to `stopped` and answers `{"action", "requestId", "changed",
-    /// "stopped" (the switch in force after the request, or null), "before", "pools": [{"pool",
-    /// "paused"}], "holds" | "resumes": [pools], "staysPaused": [pools]}`.
-    pub(super) async fn stop_switch(
-        &self,
-        policies: &BTreeMap<String, Policy>,
-        stopped: bool,
-        reason: &str,
-        inv: &Invocation,
-        now: DateTime<Utc>,
-    ) -> Result<Value, HandlerError> {
-        let store = &self.state;
-        let switch = StopSwitch {
-            stopped,
-            reason: reason.to_string(),
-            by: inv.caller.clone(),
-            at: Some(now),
-            request_id: Some(inv.request_id.clone()),
-        };
-        let (before, changed) = store.set_stop_switch(&switch).await.map_err(internal)?;
-        let in_force = if stopped {
-            if changed {
-                Some(switch)
-            } else {
-                before.clone()
-            }
+/// Flips the switch in `store` to `stopped` and answers `{"action", "requestId", "changed",
+/// "stopped" (the switch in force after the request, or null), "before", "pools": [{"pool",
+/// "paused"}], "holds" | "resumes": [pools], "staysPaused": [pools]}`.
+pub(super) async fn stop_switch(
+    store: &Repository,
+    policies: &BTreeMap<String, Policy>,
+    stopped: bool,
+    reason: &str,
+    inv: &Invocation,
+    now: DateTime<Utc>,
+) -> Result<Value, HandlerError> {
+    let switch = StopSwitch {
+        stopped,
+        reason: reason.to_string(),
+        by: inv.caller.clone(),
+        at: Some(now),
+        request_id: Some(inv.request_id.clone()),
+    };
+    let (before, changed) = store.set_stop_switch(&switch).await.map_err(internal)?;
+    let in_force = if stopped {
+        if changed {
+            Some(switch)
         } else {
-            None
-        };
-        // Each pool's own pause, as the switch leaves it (never changed by it).
-        let mut pools = Vec::new();
-        let (mut free, mut paused) = (Vec::new(), Vec::new());
-        for (id, policy) in policies {
-            let record = store.pool(id).await.map_err(internal)?;
-            let own = match record.and_then(|r| r.paused) {
-                Some(p) => json!({"by": "operator", "reason": p.reason, "caller": p.by}),
-                None if policy.paused => {
-                    json!({"by": "policy", "reason": "policy sets paused: true"})
-                }
-                None => Value::Null,
-            };
-            if own.is_null() {
-                free.push(id.clone());
-            } else {
-                paused.push(id.clone());
+            before.clone()
+        }
+    } else {
+        None
+    };
+    // Each pool's own pause, as the switch leaves it (never changed by it).
+    let mut pools = Vec::new();
+    let (mut free, mut paused) = (Vec::new(), Vec::new());
+    for (id, policy) in policies {
+        let record = store.pool(id).await.map_err(internal)?;
+        let own = match record.and_then(|r| r.paused) {
+            Some(p) => json!({"by": "operator", "reason": p.reason, "caller": p.by}),
+            None if policy.paused => {
+                json!({"by": "policy", "reason": "policy sets paused: true"})
             }
-            pools.push(json!({"pool": id, "paused": own}));
+            None => Value::Null,
+        };
+        if own.is_null() {
+            free.push(id.clone());
+        } else {
+            paused.push(id.clone());
         }
-        let mut out = json!({
-            "action": if stopped { "stop" } else { "start" },
-            "requestId": inv.request_id,
-            "changed": changed,
-            "stopped": in_force,
-            "before": before,
-            "pools": pools,
-            "staysPaused": paused,
-        });
-        if let Some(o) = out.as_object_mut() {
-            o.insert(
-                (if stopped { "holds" } else { "resumes" }).into(),
-                json!(free),
-            );
-        }
-        Ok(out)
+        pools.push(json!({"pool": id, "paused": own}));
     }
+    let mut out = json!({
+        "action": if stopped { "stop" } else { "start" },
+        "requestId": inv.request_id,
+        "changed": changed,
+        "stopped": in_force,
+        "before": before,
+        "pools": pools,
+        "staysPaused": paused,
+    });
+    if let Some(o) = out.as_object_mut() {
+        o.insert(
+            (if stopped { "holds" } else { "resumes" }).into(),
+            json!(free),
+        );
+    }
+    Ok(out)
 }
 
 /// The switch for `status`: the one in force, or null; unreadable is said in `problems`.
-pub(super) async fn status_of(ops: &OpsHandler, problems: &mut Vec<String>) -> Value {
-    match ops.state.stop_switch().await {
+pub(super) async fn status_of(store: &Repository, problems: &mut Vec<String>) -> Value {
+    match store.stop_switch().await {
         Ok(s) => json!(s),
         Err(e) => {
             problems.push(format!(

@@ -1,5 +1,5 @@
 //! Where a cluster's API server is and how to trust it: eks:DescribeCluster's endpoint and CA,
-//! or the `NODECYCLE_KUBE_*` overrides for local use.
+//! or the `NODECYCLE_KUBE_*` overrides for local use (read by `crate::wiring`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -17,7 +17,8 @@ pub const ENV_CA_FILE: &str = "NODECYCLE_KUBE_CA_FILE";
 /// `true` skips TLS verification; refused unless the endpoint host is loopback.
 pub const ENV_INSECURE: &str = "NODECYCLE_KUBE_INSECURE";
 
-/// Overrides of how the API server is reached, normally from the environment.
+/// Overrides of how the API server is reached, for local use. Read from the environment by
+/// `crate::wiring` (each `main` parses them with its configuration), passed to the connections.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KubeOverrides {
     /// [`ENV_ENDPOINT`].
@@ -29,12 +30,8 @@ pub struct KubeOverrides {
 }
 
 impl KubeOverrides {
-    /// Reads [`ENV_ENDPOINT`], [`ENV_CA_FILE`] and [`ENV_INSECURE`] (empty = unset).
-    pub fn from_env() -> Result<Self, KubeError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Like [`KubeOverrides::from_env`] with another variable source.
+    /// Reads [`ENV_ENDPOINT`], [`ENV_CA_FILE`] and [`ENV_INSECURE`] through `lookup` (empty =
+    /// unset). The error names the variable: `NODECYCLE_KUBE_INSECURE: ...`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, KubeError> {
         let get = |name: &str| {
             lookup(name)
@@ -50,7 +47,7 @@ impl KubeOverrides {
             Some("true" | "1" | "yes") => true,
             Some(other) => {
                 return Err(KubeError::Config(format!(
-                    "{ENV_INSECURE}={other:?} is not a boolean; use true or false"
+                    "{ENV_INSECURE}: {other:?} is not a boolean; use true or false"
                 )));
             }
         };

@@ -54,10 +54,13 @@ impl std::fmt::Debug for EksKube {
 }
 
 impl EksKube {
-    /// Resolves endpoint and CA (eks:DescribeCluster unless the overrides from the environment
-    /// make it unnecessary) and prepares the client. No Kubernetes request is made yet.
-    pub async fn connect(sdk: &aws_config::SdkConfig, cluster: &str) -> Result<Self, KubeError> {
-        let overrides = KubeOverrides::from_env()?;
+    /// Resolves endpoint and CA (eks:DescribeCluster unless `overrides` make it unnecessary)
+    /// and prepares the client. No Kubernetes request is made yet.
+    pub async fn connect(
+        sdk: &aws_config::SdkConfig,
+        cluster: &str,
+        overrides: &KubeOverrides,
+    ) -> Result<Self, KubeError> {
         let override_ca = match &overrides.ca_file {
             Some(path) => Some(std::fs::read(path).map_err(|e| {
                 KubeError::Config(format!("cannot read {ENV_CA_FILE}={}: {e}", path.display()))
@@ -73,7 +76,7 @@ impl EksKube {
             cluster,
             endpoint.as_deref(),
             ca_data.as_deref(),
-            &overrides,
+            overrides,
             override_ca.as_deref(),
         )?;
         tracing::info!(
