@@ -246,7 +246,7 @@ impl Planner<'_> {
         now: DateTime<Utc>,
     ) -> Result<observe::Observed, String> {
         let view = self
-            .cluster_view(kube, std::slice::from_ref(policy), false)
+            .cluster_view(kube, std::slice::from_ref(policy), false, now)
             .await
             .map_err(|e| e.to_string())?;
         self.observe(policy, kube, &view, now)
@@ -492,7 +492,7 @@ impl RotatorHandler {
                 )),
                 Ok(kube) => match self
                     .planner()
-                    .cluster_view(kube.as_ref(), &policies, true)
+                    .cluster_view(kube.as_ref(), &policies, true, now)
                     .await
                 {
                     Ok(view) => Ok((kube, Arc::new(view))),

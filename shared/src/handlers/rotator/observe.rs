@@ -2,7 +2,8 @@
 //! ([`ClusterView`]: the Kubernetes nodes by providerID, and every Auto Scaling group of the
 //! cluster's pools with its instances and template image through the batched
 //! [`crate::fleet::snapshot::GroupSnapshots`] port) and the pool's own records (its state record and
-//! rotation records with their versions: one Query of the pool's partition).
+//! rotation records with their versions: read for all the cluster's pools in batches,
+//! [`crate::state::Repository::pool_partitions`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -32,6 +33,9 @@ pub(super) struct ClusterView {
     /// The managed node groups of the cluster's pools as `DescribeNodegroup` reported them
     /// (once a pass each), with the Auto Scaling group behind each; handed out like `groups`.
     managed: std::sync::Mutex<HashMap<String, ManagedRead>>,
+    /// The state and rotation records of the cluster's pools, read in batches; handed out
+    /// like `groups`.
+    records: std::sync::Mutex<HashMap<String, Result<crate::state::PoolRead, PortError>>>,
     pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
     /// The deployment's stop switch as read with the nodes
     /// ([`crate::state::Repository::stop_gate`]: unreadable
@@ -51,6 +55,7 @@ impl ClusterView {
         Ok(ClusterView {
             groups: std::sync::Mutex::default(),
             managed: std::sync::Mutex::default(),
+            records: std::sync::Mutex::default(),
             stopped,
             by_instance: nodes
                 .into_iter()
@@ -145,14 +150,19 @@ impl Planner<'_> {
     /// What a pass reads once for a cluster whose pools are `policies`: the nodes and the stop
     /// switch ([`ClusterView::read`]), the managed node groups (one `DescribeNodegroup` each, at
     /// once), then every Auto Scaling group in batches ([`crate::fleet::snapshot::GroupSnapshots`]).
-    /// `writing`: the pass may write launch templates (their tags are read in batches too).
+    /// and the pools' records ([`crate::state::Repository::pool_partitions`]). `writing`: the
+    /// pass may write launch templates (their tags are read in batches too) and the pools'
+    /// rotation indexes.
     pub(super) async fn cluster_view(
         &self,
         kube: &dyn NodeOps,
         policies: &[Policy],
         writing: bool,
+        now: DateTime<Utc>,
     ) -> Result<ClusterView, PortError> {
         let view = ClusterView::read(kube, self.state).await?;
+        let pools: Vec<String> = policies.iter().map(Policy::pool_id).collect();
+        let records = self.state.pool_partitions(&pools, writing, now).await;
         let mut names = Vec::new();
         let mut described = Vec::new();
         for policy in policies {
@@ -180,6 +190,7 @@ impl Planner<'_> {
         Ok(ClusterView {
             groups: std::sync::Mutex::new(groups.into_iter().collect()),
             managed: std::sync::Mutex::new(managed),
+            records: std::sync::Mutex::new(records.into_iter().collect()),
             ..view
         })
     }
@@ -224,7 +235,12 @@ impl Planner<'_> {
             }
         };
         let pool = policy.pool_id();
-        let (record, records) = self.state.pool_partition(&pool).await?;
+        let read = match view.take(&view.records, &pool) {
+            Some(read) => read?,
+            None => self.state.pool_partition(&pool).await?,
+        };
+        let record = read.record.map(|v| v.value);
+        let records = read.rotations;
         let (group, instances) = match view.take(&view.groups, &group_name) {
             Some(read) => read?,
             None => self.groups.describe(&group_name).await?,
