@@ -261,14 +261,25 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
         "steady pass: {:.2} AWS calls per pool",
         steady.per_pool()
     );
-    // Moving: per pool its records, the template's new version (from the pass's read of it),
-    // the rotation's record and event (written, event put, outbox cleared), the process hold
-    // (pool record re-read and written, SuspendProcesses), the capacity raise on a fresh read
-    // of the group, the surge recorded: 13, all writes or the reads a write depends on.
+    // Moving: per pool the template's new version (from the pass's read of it), one
+    // transaction recording the rotation at Surging with its surge's intent and the pool
+    // record (from the version the pass read) with the process hold, SuspendProcesses, the
+    // capacity raise on a fresh read of the group: 5, all writes or the read a write depends
+    // on; the events put 10 a call and their outboxes cleared in one transaction per cluster,
+    // the records read in batches.
     assert!(
-        moving.per_pool() <= 14.0,
+        moving.per_pool() <= 6.0,
         "moving pass: {:.2} AWS calls per pool",
         moving.per_pool()
+    );
+    let writes = ["dynamodb:PutItem", "dynamodb:TransactWriteItems"]
+        .iter()
+        .map(|op| moving.by_op.get(*op).copied().unwrap_or(0))
+        .sum::<u64>();
+    assert!(
+        writes <= total_pools + 4 * clusters as u64,
+        "moving pass: {writes} table writes for {total_pools} pools: {:?}",
+        moving.by_op
     );
     // Nodes listed once per cluster; pods per candidate node for at most 8 candidates of a
     // pool, else once per cluster; plus the started rotation's node lookup and Event.

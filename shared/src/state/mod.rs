@@ -56,6 +56,10 @@ pub struct Versioned<T> {
     pub version: u64,
 }
 
+/// One rotation record to write: the record, the version it must be at (`None`: absent), its
+/// expiry.
+pub type RotationWrite = (Rotation, Option<u64>, Option<DateTime<Utc>>);
+
 /// A pool's records as a pass reads them ([`Repository::pool_partitions`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PoolRead {
@@ -767,6 +771,108 @@ impl Repository {
             }
         }
         Err(last.unwrap_or_else(too_many_conflicts))
+    }
+
+    /// Writes `record` (read at `version`) and the rotation records `rotations` (each
+    /// `(rotation, expected, ttl)`, `expected` as in [`Repository::put_rotation`]) in one
+    /// transaction: all or none. The pool record gets the new rotations' ids in its index
+    /// (when it has one). `Ok(None)` when a condition failed (another writer changed one of
+    /// them since it was read: read again); else the pool record's new version. At most
+    /// [`TRANSACT_LIMIT`] - 1 rotations.
+    pub async fn put_pool_and_rotations(
+        &self,
+        record: &PoolRecord,
+        version: u64,
+        rotations: &[RotationWrite],
+    ) -> Result<Option<(PoolRecord, u64)>, PortError> {
+        if rotations.len() >= TRANSACT_LIMIT {
+            return Err(PortError::new(
+                "state:transact",
+                ErrorKind::Invalid,
+                format!("{} rotation records in one transaction", rotations.len()),
+            ));
+        }
+        let pk = keys::pool_pk(&record.pool);
+        let mut record = record.clone();
+        if let Some(ix) = record.rotation_index.as_mut() {
+            ix.extend(rotations.iter().map(|(r, _, _)| r.instance_id.clone()));
+        }
+        let mut writes = Vec::with_capacity(rotations.len() + 1);
+        for (r, expected, ttl) in rotations {
+            if r.pool != record.pool {
+                return Err(PortError::new(
+                    "state:transact",
+                    ErrorKind::Invalid,
+                    format!("rotation of {} written with pool {}", r.pool, record.pool),
+                ));
+            }
+            writes.push(TxWrite::Put {
+                pk: pk.clone(),
+                sk: keys::rotation_sk(&r.instance_id),
+                doc: encode(r)?,
+                expected: *expected,
+                ttl: *ttl,
+            });
+        }
+        writes.push(TxWrite::Put {
+            pk,
+            sk: keys::POOL_STATE_SK.to_string(),
+            doc: encode(&record)?,
+            expected: Some(version),
+            ttl: None,
+        });
+        match self.store.transact(&writes).await {
+            Ok(()) => Ok(Some((record, version + 1))),
+            Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces rotation records that exist (each `(rotation, expected, ttl)`, conditional on
+    /// its version), up to [`TRANSACT_LIMIT`] in one transaction; when a transaction loses a
+    /// race, its records one at a time. The new version of each record written (`None`: lost
+    /// to another writer, or failed: logged).
+    pub async fn replace_rotations(
+        &self,
+        rotations: &[(Rotation, u64, Option<DateTime<Utc>>)],
+    ) -> Vec<Option<u64>> {
+        let mut out = Vec::with_capacity(rotations.len());
+        for chunk in rotations.chunks(TRANSACT_LIMIT) {
+            let writes: Result<Vec<TxWrite>, PortError> = chunk
+                .iter()
+                .map(|(r, expected, ttl)| {
+                    Ok(TxWrite::Put {
+                        pk: keys::pool_pk(&r.pool),
+                        sk: keys::rotation_sk(&r.instance_id),
+                        doc: encode(r)?,
+                        expected: Some(*expected),
+                        ttl: *ttl,
+                    })
+                })
+                .collect();
+            let together = match writes {
+                Ok(w) if w.len() > 1 => self.store.transact(&w).await,
+                _ => Err(PortError::new(
+                    "state:transact",
+                    ErrorKind::Conflict,
+                    "one at a time",
+                )),
+            };
+            if together.is_ok() {
+                out.extend(chunk.iter().map(|(_, v, _)| Some(v + 1)));
+                continue;
+            }
+            for (r, expected, ttl) in chunk {
+                match self.put_rotation(r, Some(*expected), *ttl).await {
+                    Ok(v) => out.push(v),
+                    Err(e) => {
+                        tracing::warn!(pool = %r.pool, instance = %r.instance_id, error = %e, "cannot replace the rotation record");
+                        out.push(None);
+                    }
+                }
+            }
+        }
+        out
     }
 
     // --- managed node group updates ---

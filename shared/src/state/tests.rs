@@ -997,3 +997,127 @@ async fn the_index_never_misses_a_rotation_whatever_the_writers_interleaving() {
         .await;
     assert_eq!(read[&pool].as_ref().unwrap().rotations.len(), stored.len());
 }
+
+#[tokio::test]
+async fn a_pool_record_and_its_new_rotations_are_written_together_or_not_at_all() {
+    let (w, repo) = watched();
+    let pool = "prod/general";
+    w.mem
+        .seed("POOL#prod/general", "STATE", pool_doc(pool, Some(&["i-0"])));
+    let old = serde_json::to_value(rotation_of(pool, "i-0").enter(Step::Done, t(1))).unwrap();
+    w.mem.insert("POOL#prod/general", "ROT#i-0", old, 4, None);
+    let record = repo.pool(pool).await.unwrap().unwrap();
+    let held = PoolRecord {
+        promotion_wait: Some("held".into()),
+        ..record.clone()
+    };
+    let surging = rotation_of(pool, "i-1").enter(Step::Surging, t(2));
+    let again = rotation_of(pool, "i-0");
+    // A stale version of the finished record it replaces: nothing written.
+    let stale = [
+        (surging.clone(), None, None),
+        (again.clone(), Some(3), None),
+    ];
+    assert_eq!(
+        repo.put_pool_and_rotations(&held, 1, &stale).await.unwrap(),
+        None
+    );
+    assert!(w.mem.item("POOL#prod/general", "ROT#i-1").is_none());
+    assert_eq!(
+        w.mem
+            .item("POOL#prod/general", "STATE")
+            .unwrap()
+            .doc
+            .version,
+        1
+    );
+    // From the versions read: one transaction, the new ids indexed.
+    let fresh = [(surging, None, None), (again, Some(4), None)];
+    let (stored, version) = repo
+        .put_pool_and_rotations(&held, 1, &fresh)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(version, 2);
+    assert_eq!(w.count("transact"), 2);
+    assert_eq!(
+        w.mem
+            .item("POOL#prod/general", "ROT#i-1")
+            .unwrap()
+            .doc
+            .version,
+        1
+    );
+    assert_eq!(
+        w.mem
+            .item("POOL#prod/general", "ROT#i-0")
+            .unwrap()
+            .doc
+            .version,
+        5
+    );
+    assert_eq!(stored.promotion_wait.as_deref(), Some("held"));
+    assert_eq!(
+        index_of(&w.mem, pool),
+        Some(vec!["i-0".to_string(), "i-1".to_string()])
+    );
+    // The pool record moved on since: nothing written, the caller reads again.
+    assert_eq!(
+        repo.put_pool_and_rotations(&held, 1, &[(rotation_of(pool, "i-2"), None, None)])
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(w.mem.item("POOL#prod/general", "ROT#i-2").is_none());
+}
+
+#[tokio::test]
+async fn deferred_events_are_put_and_their_outboxes_cleared_in_one_transaction() {
+    let (w, repo) = watched();
+    let announcer = crate::announce::Announcer::new(w.clone(), Arc::new(crate::bus::Discard));
+    let deferred = crate::announce::Deferred::default();
+    let mut written = Vec::new();
+    for id in ["i-1", "i-2", "i-3"] {
+        let pending = rotation_of("prod/general", id);
+        let started = crate::announce::stage::stage_rotation(
+            Some(&pending),
+            pending.enter(Step::Surging, t(1)),
+        );
+        assert_eq!(started.outbox.len(), 1, "Rotation Started staged");
+        repo.put_rotation(&started, None, None).await.unwrap();
+        written.push(Versioned {
+            value: started.clone(),
+            version: 1,
+        });
+        deferred.push(
+            Versioned {
+                value: started.clone(),
+                version: 1,
+            },
+            started.outbox.clone(),
+        );
+    }
+    // Another writer moves i-3 on before the flush: its entry stays for the sweep.
+    let moved = Rotation {
+        error: Some("other writer".into()),
+        ..written[2].value.clone()
+    };
+    repo.put_rotation(&moved, Some(1), None).await.unwrap();
+    let transactions = w.count("transact");
+    assert_eq!(announcer.flush(&deferred).await, 3, "every event put");
+    assert!(deferred.is_empty());
+    let outbox = |id: &str| {
+        let doc = w
+            .mem
+            .item("POOL#prod/general", &format!("ROT#{id}"))
+            .unwrap()
+            .doc;
+        serde_json::from_value::<Rotation>(doc.value)
+            .unwrap()
+            .outbox
+            .len()
+    };
+    assert_eq!((outbox("i-1"), outbox("i-2"), outbox("i-3")), (0, 0, 1));
+    // One transaction lost to the other writer; then one write at a time.
+    assert_eq!(w.count("transact"), transactions + 1);
+}

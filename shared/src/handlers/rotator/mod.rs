@@ -284,6 +284,22 @@ impl Preview {
     }
 }
 
+/// The release (and image) every node of the pool runs, when they all run one the record
+/// knows (what the soak ledger records).
+pub(super) fn fully_on_release(
+    snapshot: &Snapshot,
+    record: &state::PoolRecord,
+) -> Option<(crate::promotion::Release, String)> {
+    crate::promotion::fully_on(snapshot).and_then(|image| {
+        let ami = record
+            .desired
+            .iter()
+            .chain(record.history.iter().map(|h| &h.ami))
+            .find(|a| a.id == image)?;
+        Some((crate::promotion::release_of(ami), image.to_string()))
+    })
+}
+
 fn log_decisions(plan: &plan::Plan) {
     for d in &plan.decisions {
         tracing::info!(pool = %plan.pool, instance = ?d.instance_id, decision = %d.message);
@@ -540,6 +556,8 @@ impl RotatorHandler {
                         Err(e) => failures.push(e.to_string()),
                     }
                 }
+                // The pools' events, 10 a call, and their outboxes cleared at once.
+                self.announce.flush(&view.events).await;
                 // A pool whose task panicked still gets its report.
                 let mut failures = failures.into_iter();
                 ids.into_iter()
@@ -670,6 +688,8 @@ impl RotatorHandler {
             versions: observed.versions,
             clock,
             record: observed.record,
+            record_version: observed.record_version,
+            events: &view.events,
             quarantined,
             quarantined_now: false,
             launch_problem: observed.launch_problem.clone(),
@@ -736,14 +756,7 @@ impl RotatorHandler {
     /// recorded next pass (a soak period then starts a pass late, never early).
     async fn record_ledger(&self, ctx: &PoolCtx<'_>, now: DateTime<Utc>) {
         let Some(record) = &ctx.record else { return };
-        let current = crate::promotion::fully_on(&ctx.snapshot).and_then(|image| {
-            let ami = record
-                .desired
-                .iter()
-                .chain(record.history.iter().map(|h| &h.ami))
-                .find(|a| a.id == image)?;
-            Some((crate::promotion::release_of(ami), image.to_string()))
-        });
+        let current = fully_on_release(&ctx.snapshot, record);
         let current = current.as_ref().map(|(r, i)| (r, i.as_str()));
         if crate::promotion::ledger::observe(&record.ledger, current, now).is_none() {
             return;

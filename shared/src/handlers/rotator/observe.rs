@@ -37,6 +37,9 @@ pub(super) struct ClusterView {
     /// like `groups`.
     records: std::sync::Mutex<HashMap<String, Result<crate::state::PoolRead, PortError>>>,
     pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
+    /// Events the cluster's pools staged, put at the end of the cluster's pass
+    /// ([`crate::announce::Announcer::flush`]).
+    pub(super) events: crate::announce::Deferred,
     /// The deployment's stop switch as read with the nodes
     /// ([`crate::state::Repository::stop_gate`]: unreadable
     /// is stopped).
@@ -56,6 +59,7 @@ impl ClusterView {
             groups: std::sync::Mutex::default(),
             managed: std::sync::Mutex::default(),
             records: std::sync::Mutex::default(),
+            events: crate::announce::Deferred::default(),
             stopped,
             by_instance: nodes
                 .into_iter()
@@ -138,6 +142,8 @@ pub(super) struct Observed {
     pub versions: BTreeMap<String, u64>,
     /// The pool's state record as read.
     pub record: Option<crate::state::PoolRecord>,
+    /// Its version (for a write that starts from it).
+    pub record_version: Option<u64>,
     /// The group's latest unsuccessful scaling activity, read only while a surge waits for a
     /// launch (desired capacity above the instances).
     pub launch_problem: Option<String>,
@@ -239,6 +245,7 @@ impl Planner<'_> {
             Some(read) => read?,
             None => self.state.pool_partition(&pool).await?,
         };
+        let record_version = read.record.as_ref().map(|v| v.version);
         let record = read.record.map(|v| v.value);
         let records = read.rotations;
         let (group, instances) = match view.take(&view.groups, &group_name) {
@@ -359,6 +366,7 @@ impl Planner<'_> {
             managed,
             versions,
             record,
+            record_version,
             launch_problem,
         })
     }
