@@ -167,13 +167,13 @@ fn key_of(item: &HashMap<String, AttributeValue>) -> Option<Key> {
 /// A cancelled transaction as the port's kinds: a condition that failed or a conflicting
 /// transaction is a [`ErrorKind::Conflict`], throttling [`ErrorKind::Throttled`].
 fn transact_error(
+    op: &str,
     e: aws_sdk_dynamodb::error::SdkError<
         aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
         aws_sdk_dynamodb::config::http::HttpResponse,
     >,
 ) -> PortError {
     use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-    let op = "dynamodb:TransactWriteItems";
     if let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
         let codes: Vec<&str> = c
             .cancellation_reasons()
@@ -345,7 +345,7 @@ impl Store for Table {
             .set_transact_items(Some(items))
             .send()
             .await
-            .map_err(transact_error)?;
+            .map_err(|e| transact_error("dynamodb:TransactWriteItems", e))?;
         Ok(())
     }
 
