@@ -207,6 +207,15 @@ fn decode_pool(pool: &str, v: Versioned<Value>) -> Result<Versioned<PoolRecord>,
     })
 }
 
+fn decode_update(pool: &str, v: Versioned<Value>) -> Result<Versioned<ManagedUpdate>, PortError> {
+    let value = serde_json::from_value(v.value)
+        .map_err(|e| decode_error(&format!("unreadable node group update record of {pool}"), e))?;
+    Ok(Versioned {
+        value,
+        version: v.version,
+    })
+}
+
 /// A rotation record as read (`None`, logged: unreadable).
 fn decode_rotation(pool: &str, sk: &str, v: Versioned<Value>) -> Option<Versioned<Rotation>> {
     match serde_json::from_value::<Rotation>(v.value) {
@@ -889,13 +898,32 @@ impl Repository {
         else {
             return Ok(None);
         };
-        let value = serde_json::from_value(v.value).map_err(|e| {
-            decode_error(&format!("unreadable node group update record of {pool}"), e)
-        })?;
-        Ok(Some(Versioned {
-            value,
-            version: v.version,
-        }))
+        decode_update(pool, v).map(Some)
+    }
+
+    /// The managed node group update records of `pools`, read in batches
+    /// ([`Repository::batch_get`]): each pool's as [`Repository::managed_update`] reads it.
+    /// Every pool has an entry; a batch that fails is the error of its pools.
+    pub async fn managed_updates(
+        &self,
+        pools: &[String],
+    ) -> std::collections::BTreeMap<String, Result<Option<Versioned<ManagedUpdate>>, PortError>>
+    {
+        let key = |p: &str| (keys::pool_pk(p), keys::UPDATE_SK.to_string());
+        let wanted: Vec<Key> = pools.iter().map(|p| key(p)).collect();
+        match self.batch_get(&wanted).await {
+            Ok(mut read) => pools
+                .iter()
+                .map(|p| {
+                    let update = read
+                        .remove(&key(p))
+                        .map(|v| decode_update(p, v))
+                        .transpose();
+                    (p.clone(), update)
+                })
+                .collect(),
+            Err(e) => pools.iter().map(|p| (p.clone(), Err(e.clone()))).collect(),
+        }
     }
 
     /// Writes `update` over `expected` (`None`: there must be none); `Ok(None)` when another

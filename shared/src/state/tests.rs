@@ -208,6 +208,22 @@ async fn a_managed_update_is_replaced_only_over_its_version() {
     mem.seed("POOL#prod/other", "MNGUPDATE", json!({"pool": 1}));
     let e = repo.managed_update("prod/other").await.unwrap_err();
     assert!(e.to_string().contains("prod/other"), "{e}");
+    // A cluster's in one batch read, each as `managed_update` reads it.
+    let pools = ["prod/general", "prod/other", "prod/none"].map(String::from);
+    let all = repo.managed_updates(&pools).await;
+    let general = all["prod/general"].as_ref().unwrap().as_ref().unwrap();
+    assert_eq!(
+        (general.value.image.as_str(), general.version),
+        ("ami-1", 1)
+    );
+    assert!(
+        all["prod/other"]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("prod/other")
+    );
+    assert_eq!(all["prod/none"], Ok(None));
 }
 
 #[tokio::test]

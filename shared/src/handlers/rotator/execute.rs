@@ -39,6 +39,9 @@ pub(super) struct PoolCtx<'a> {
     /// Where this pass's rotation writes leave their events for the end of the cluster's
     /// pass.
     pub events: &'a crate::announce::Deferred,
+    /// A managed pool's update record as the cluster's batched read found it (taken by the
+    /// managed pass; `None`: read it).
+    pub managed_update: Option<super::observe::UpdateRead>,
     /// Quarantine in force.
     pub quarantined: crate::promotion::Quarantined,
     /// Set when this pass quarantined something (the pool is planned again).

@@ -214,7 +214,7 @@ impl Planner<'_> {
             None => Preview::Group(plan::plan(&snapshot, now)),
             Some(group) => {
                 let (plan, update) = self
-                    .plan_managed_pool(group, &mut snapshot, now)
+                    .plan_managed_pool(group, &mut snapshot, observed.managed_update, now)
                     .await
                     .map_err(|e| e.to_string())?;
                 Preview::Managed {
@@ -689,6 +689,7 @@ impl RotatorHandler {
             clock,
             record: observed.record,
             record_version: observed.record_version,
+            managed_update: observed.managed_update,
             events: &view.events,
             quarantined,
             quarantined_now: false,

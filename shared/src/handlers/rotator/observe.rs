@@ -36,6 +36,9 @@ pub(super) struct ClusterView {
     /// The state and rotation records of the cluster's pools, read in batches; handed out
     /// like `groups`.
     records: std::sync::Mutex<HashMap<String, Result<crate::state::PoolRead, PortError>>>,
+    /// The managed node group update records of the cluster's managed pools, read in
+    /// batches; handed out like `groups`.
+    updates: std::sync::Mutex<HashMap<String, UpdateRead>>,
     pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
     /// Events the cluster's pools staged, put at the end of the cluster's pass
     /// ([`crate::announce::Announcer::flush`]).
@@ -59,6 +62,7 @@ impl ClusterView {
             groups: std::sync::Mutex::default(),
             managed: std::sync::Mutex::default(),
             records: std::sync::Mutex::default(),
+            updates: std::sync::Mutex::default(),
             events: crate::announce::Deferred::default(),
             stopped,
             by_instance: nodes
@@ -144,6 +148,9 @@ pub(super) struct Observed {
     pub record: Option<crate::state::PoolRecord>,
     /// Its version (for a write that starts from it).
     pub record_version: Option<u64>,
+    /// A managed pool's update record as the cluster's batched read found it (`None`: not
+    /// read; the managed pass reads it).
+    pub managed_update: Option<UpdateRead>,
     /// The group's latest unsuccessful scaling activity, read only while a surge waits for a
     /// launch (desired capacity above the instances).
     pub launch_problem: Option<String>,
@@ -151,6 +158,10 @@ pub(super) struct Observed {
 
 /// A managed node group with the Auto Scaling group behind it, or why it could not be read.
 type ManagedRead = Result<(String, ManagedGroup), PortError>;
+
+/// A managed pool's update record as a batched read found it (`Ok(None)`: none).
+pub(super) type UpdateRead =
+    Result<Option<crate::state::Versioned<crate::managed::ManagedUpdate>>, PortError>;
 
 impl Planner<'_> {
     /// What a pass reads once for a cluster whose pools are `policies`: the nodes and the stop
@@ -169,6 +180,16 @@ impl Planner<'_> {
         let view = ClusterView::read(kube, self.state).await?;
         let pools: Vec<String> = policies.iter().map(Policy::pool_id).collect();
         let records = self.state.pool_partitions(&pools, writing, now).await;
+        let managed_pools: Vec<String> = policies
+            .iter()
+            .filter(|p| matches!(p.node_group, NodeGroup::ManagedNodeGroup(_)))
+            .map(Policy::pool_id)
+            .collect();
+        let updates = if managed_pools.is_empty() {
+            std::collections::BTreeMap::new()
+        } else {
+            self.state.managed_updates(&managed_pools).await
+        };
         let mut names = Vec::new();
         let mut described = Vec::new();
         for policy in policies {
@@ -197,6 +218,7 @@ impl Planner<'_> {
             groups: std::sync::Mutex::new(groups.into_iter().collect()),
             managed: std::sync::Mutex::new(managed),
             records: std::sync::Mutex::new(records.into_iter().collect()),
+            updates: std::sync::Mutex::new(updates.into_iter().collect()),
             ..view
         })
     }
@@ -241,6 +263,7 @@ impl Planner<'_> {
             }
         };
         let pool = policy.pool_id();
+        let managed_update = view.take(&view.updates, &pool);
         let read = match view.take(&view.records, &pool) {
             Some(read) => read?,
             None => self.state.pool_partition(&pool).await?,
@@ -367,6 +390,7 @@ impl Planner<'_> {
             versions,
             record,
             record_version,
+            managed_update,
             launch_problem,
         })
     }
