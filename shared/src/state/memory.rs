@@ -145,38 +145,18 @@ impl Store for MemoryStore {
     async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
         let mut items = self.items.lock().map_err(Self::poisoned)?;
         for w in writes {
-            let (pk, sk, expected) = w.condition();
+            let (pk, sk, _) = w.condition();
             let current = items
                 .get(&(pk.to_string(), sk.to_string()))
                 .map(|i| i.doc.version);
-            if current != expected {
-                return Err(PortError::new(
-                    "memory:transact",
-                    ErrorKind::Conflict,
-                    format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
-                ));
-            }
+            w.check("memory:transact", current)?;
         }
-        for w in writes {
-            if let TxWrite::Put {
-                pk,
-                sk,
-                doc,
-                expected,
-                ttl,
-            } = w
-            {
-                items.insert(
-                    (pk.clone(), sk.clone()),
-                    Item {
-                        doc: Versioned {
-                            value: doc.clone(),
-                            version: expected.map_or(1, |v| v + 1),
-                        },
-                        ttl: *ttl,
-                    },
-                );
-            }
+        for (pk, sk, doc, version, ttl) in writes.iter().filter_map(TxWrite::written) {
+            let doc = Versioned {
+                value: doc.clone(),
+                version,
+            };
+            items.insert((pk.to_string(), sk.to_string()), Item { doc, ttl });
         }
         Ok(())
     }

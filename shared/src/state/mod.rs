@@ -134,6 +134,10 @@ pub struct BatchRead {
     pub unprocessed: Vec<Key>,
 }
 
+/// A put of a transaction as written ([`TxWrite::written`]): `pk`, `sk`, document, new
+/// version, expiry.
+pub type Written<'a> = (&'a str, &'a str, &'a Value, u64, Option<DateTime<Utc>>);
+
 /// One write of a [`Store::transact`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum TxWrite {
@@ -171,6 +175,34 @@ impl TxWrite {
                 pk, sk, expected, ..
             }
             | TxWrite::Check { pk, sk, expected } => (pk, sk, *expected),
+        }
+    }
+
+    /// `Ok` when the item is at the version it requires (`current`, as `op` read it); else the
+    /// [`crate::port::ErrorKind::Conflict`] that fails the transaction.
+    pub fn check(&self, op: &str, current: Option<u64>) -> Result<(), PortError> {
+        let (pk, sk, expected) = self.condition();
+        if current == expected {
+            return Ok(());
+        }
+        Err(PortError::new(
+            op,
+            ErrorKind::Conflict,
+            format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
+        ))
+    }
+
+    /// A put's item as written: key, document, new version, expiry (`None` for a check).
+    pub fn written(&self) -> Option<Written<'_>> {
+        match self {
+            TxWrite::Put {
+                pk,
+                sk,
+                doc,
+                expected,
+                ttl,
+            } => Some((pk, sk, doc, expected.map_or(1, |v| v + 1), *ttl)),
+            TxWrite::Check { .. } => None,
         }
     }
 }

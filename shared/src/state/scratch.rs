@@ -84,28 +84,12 @@ impl Store for Scratch {
     /// keeps the writes (one process writes a scratch store: `validate --live`).
     async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
         for w in writes {
-            let (pk, sk, expected) = w.condition();
+            let (pk, sk, _) = w.condition();
             let current = self.get(pk, sk).await?.map(|v| v.version);
-            if current != expected {
-                return Err(PortError::new(
-                    "scratch:transact",
-                    ErrorKind::Conflict,
-                    format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
-                ));
-            }
+            w.check("scratch:transact", current)?;
         }
-        for w in writes {
-            if let TxWrite::Put {
-                pk,
-                sk,
-                doc,
-                expected,
-                ttl,
-            } = w
-            {
-                let version = expected.map_or(1, |v| v + 1);
-                self.written.insert(pk, sk, doc.clone(), version, *ttl);
-            }
+        for (pk, sk, doc, version, ttl) in writes.iter().filter_map(TxWrite::written) {
+            self.written.insert(pk, sk, doc.clone(), version, ttl);
         }
         Ok(())
     }
