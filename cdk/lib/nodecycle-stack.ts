@@ -102,6 +102,10 @@ export class NodecycleStack extends cdk.Stack {
     const publicParameters = sub("arn:${AWS::Partition}:ssm:${AWS::Region}::parameter/aws/service/*");
     const state = (sid: string, ...prefixes: string[]) =>
       allow(sid, ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"], [table.tableArn], leadingKeys(...prefixes));
+    // BatchGetItem: a cluster's pool records at once; ConditionCheckItem: a rotation created in
+    // one transaction with its pool record.
+    const stateWith = (sid: string, extra: string[], ...prefixes: string[]) =>
+      allow(sid, ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", ...extra], [table.tableArn], leadingKeys(...prefixes));
     const asgArn = arnOf("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*");
 
     const statements: Record<FunctionKey, iam.PolicyStatement[]> = {
@@ -119,13 +123,13 @@ export class NodecycleStack extends cdk.Stack {
         allow("ReadEksReleaseVersions", ["ssm:GetParameters"], [publicParameters]),
         allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses"], [asgArn], clusterTag),
         allow("NewVersionsOfOptedInTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate"], [arnOf("ec2", "launch-template/*")], optedInTemplate),
-        state("RotationState", "POOL#*", "LEASE#*", "QUARANTINE", "DEPLOYMENT"),
+        stateWith("RotationState", ["dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem"], "POOL#*", "LEASE#*", "QUARANTINE", "DEPLOYMENT"),
         eventsOut(),
       ],
       InterruptionHandler: [
         policyReads,
         allow("DescribeInstances", ["ec2:DescribeInstances"], ["*"]),
-        state("State", "POOL#*", "EVENT#*"),
+        stateWith("State", ["dynamodb:ConditionCheckItem"], "POOL#*", "EVENT#*"),
         eventsOut(),
         allow("AnswerLifecycleActionsOfClusterGroups", ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"], [asgArn], clusterTag),
       ],
@@ -133,7 +137,7 @@ export class NodecycleStack extends cdk.Stack {
         policyReads,
         describe("autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions"),
         allow("UndoSurgeOfTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asgArn], clusterTag),
-        state("StateAndAudit", "POOL#*", "QUARANTINE", "AUDIT", "DEPLOYMENT"),
+        stateWith("StateAndAudit", ["dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem"], "POOL#*", "QUARANTINE", "AUDIT", "DEPLOYMENT"),
         eventsOut(),
         allow("ReadPromotionAlarms", ["cloudwatch:DescribeAlarms"], [arnOf("cloudwatch", "alarm:*")]),
       ],

@@ -4,9 +4,9 @@
 //! template moves and a rotation starts in every pool). Each pass must serve every pool within
 //! the invocation (none deferred for lack of time, none failed, the throttles retried), and its
 //! calls must grow with pools and pages, not with nodes: the AWS calls per pool of each pass
-//! are printed and held to a ceiling (steady: one Query of the pool's records plus the
-//! cluster's batched reads; moving: six), with the calls per operation, the Kubernetes calls,
-//! the pass time and the process's peak RSS.
+//! are printed and held to a ceiling (steady: at most one, the cluster's batched reads with
+//! the pools' records among them; moving: six), with the calls per operation, the Kubernetes
+//! calls, the pass time and the process's peak RSS.
 //!
 //! Default size 5 clusters x 40 pools x 3 nodes (200 pools: a wide margin under the timeout on a
 //! slow CI machine). `NODECYCLE_SCALE=<clusters>x<pools>x<nodes>` runs another size (5x100x100:
@@ -239,12 +239,15 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
 
     item_sizes(&a).await;
 
-    // Calls grow with pools and pages, not nodes. Steady: one Query of each pool's records (the
-    // store reads a pool at a time), everything else shared by the cluster's pools.
+    // Calls grow with pools and pages, not nodes. Steady: the pools' records in batches (100
+    // a call; their rotation indexes name no rotation), a Query only for the quarantine and
+    // the pools whose hourly index check falls in this minute, everything shared by the
+    // cluster's pools: at most one call per pool.
     let queries = steady.by_op.get("dynamodb:Query").copied().unwrap_or(0);
     assert!(
-        queries <= total_pools + 1,
-        "steady pass: {queries} Queries for {total_pools} pools"
+        queries <= steady.index_checks + 1,
+        "steady pass: {queries} Queries for {} pools due for their index check",
+        steady.index_checks
     );
     let ceiling = shared_ceiling(clusters, pools, nodes);
     assert!(
@@ -253,14 +256,30 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
         steady.other_than_records(),
         steady.by_op
     );
-    // Moving: per pool its records, the template's new version (from the pass's read of it),
-    // the rotation's record and event (written, event put, outbox cleared), the process hold
-    // (pool record re-read and written, SuspendProcesses), the capacity raise on a fresh read
-    // of the group, the surge recorded: 13, all writes or the reads a write depends on.
     assert!(
-        moving.per_pool() <= 14.0,
+        steady.per_pool() <= 1.0,
+        "steady pass: {:.2} AWS calls per pool",
+        steady.per_pool()
+    );
+    // Moving: per pool the template's new version (from the pass's read of it), one
+    // transaction recording the rotation at Surging with its surge's intent and the pool
+    // record (from the version the pass read) with the process hold, SuspendProcesses, the
+    // capacity raise on a fresh read of the group: 5, all writes or the read a write depends
+    // on; the events put 10 a call and their outboxes cleared in one transaction per cluster,
+    // the records read in batches.
+    assert!(
+        moving.per_pool() <= 6.0,
         "moving pass: {:.2} AWS calls per pool",
         moving.per_pool()
+    );
+    let writes = ["dynamodb:PutItem", "dynamodb:TransactWriteItems"]
+        .iter()
+        .map(|op| moving.by_op.get(*op).copied().unwrap_or(0))
+        .sum::<u64>();
+    assert!(
+        writes <= total_pools + 4 * clusters as u64,
+        "moving pass: {writes} table writes for {total_pools} pools: {:?}",
+        moving.by_op
     );
     // Nodes listed once per cluster; pods per candidate node for at most 8 candidates of a
     // pool, else once per cluster; plus the started rotation's node lookup and Event.
@@ -355,6 +374,9 @@ struct Measured {
     calls: u64,
     by_op: BTreeMap<String, u64>,
     kube_calls: u64,
+    /// Pools whose partition the pass queries to check their rotation index
+    /// ([`nodecycle::state::index_check_due`]).
+    index_checks: u64,
 }
 
 impl Measured {
@@ -362,14 +384,17 @@ impl Measured {
         self.calls as f64 / self.pools as f64
     }
 
-    /// Calls that are not the per-pool Query of its records.
+    /// Calls that are not the pools' records: not their batched reads, not the Queries of
+    /// the pools due for their index check.
     fn other_than_records(&self) -> u64 {
-        self.calls
-            .saturating_sub(self.by_op.get("dynamodb:Query").copied().unwrap_or(0))
+        let op = |name: &str| self.by_op.get(name).copied().unwrap_or(0);
+        let queries = op("dynamodb:Query").min(self.index_checks);
+        self.calls - queries - op("dynamodb:BatchGetItem")
     }
 }
 
-/// The calls a steady pass may make besides the pools' records, all shared: per cluster its
+/// The calls a steady pass may make besides the pools' records (see
+/// [`Measured::other_than_records`]), all shared: per cluster its
 /// lease (taken and given back), the stop switch, its Kubernetes endpoint, its groups (100 a
 /// call), their instances (1,000 a page), two listings of the Region's templates (200 a page);
 /// per pass the policies (10 a page) and the quarantine.
@@ -472,10 +497,11 @@ async fn measured_pass(
             .kube(KubeFaults::new(0.0).delay_ms(kube_ms)),
     );
     let started = Instant::now();
+    let now = chrono::Utc::now();
     let report = rotator
         .handle_invocation(
             &json!({}),
-            chrono::Utc::now(),
+            now,
             Instant::now() + TIMEOUT,
             Some(&format!("scale-{label}")),
         )
@@ -496,11 +522,18 @@ async fn measured_pass(
         .iter()
         .map(|(op, s)| (op.as_str(), s.calls))
         .collect();
+    let index_checks = report["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| nodecycle::state::index_check_due(r["pool"].as_str().unwrap(), now))
+        .count() as u64;
     let m = Measured {
         pools: total_pools,
         calls: stats.aws.calls - stats.aws.failed,
         by_op,
         kube_calls: stats.kube.calls,
+        index_checks,
     };
     println!(
         "{label} pass over {total_pools} pools / {total_nodes} nodes (+{aws_ms} ms per AWS call, +{kube_ms} ms per Kubernetes call): {:.1} s (timeout {} s), {} AWS calls = {:.2} per pool ({:.2} besides the pools' records; {} throttled and retried), {} Kubernetes calls, peak RSS {:.0} MiB",

@@ -1732,6 +1732,8 @@ fn adapter_operations() -> BTreeMap<String, BTreeSet<String>> {
 fn iam_action(op: &str) -> &str {
     match op {
         "sqs:SendMessageBatch" => "sqs:SendMessage",
+        // Its puts are authorized as PutItem (granted for Store::put), its checks as this.
+        "dynamodb:TransactWriteItems" => "dynamodb:ConditionCheckItem",
         other => other,
     }
 }

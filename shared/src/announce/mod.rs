@@ -40,7 +40,73 @@ pub struct Swept {
     pub dropped: usize,
 }
 
+/// Rotation records whose staged events wait for [`Announcer::flush`] at the end of a
+/// cluster's pass, so that the pass puts its events 10 a call and clears the outboxes in one
+/// transaction. Until then the events are in the records' outboxes: a pass that dies first
+/// leaves them to a later sweep (at least once, the same `eventId`).
+#[derive(Debug, Default)]
+pub struct Deferred(std::sync::Mutex<Vec<(Versioned<Rotation>, Vec<BusEvent>)>>);
+
+impl Deferred {
+    /// `written` (as stored) with the events its write staged.
+    pub fn push(&self, written: Versioned<Rotation>, staged: Vec<BusEvent>) {
+        if staged.is_empty() {
+            return;
+        }
+        if let Ok(mut d) = self.0.lock() {
+            d.push((written, staged));
+        }
+    }
+
+    /// Events waiting.
+    pub fn len(&self) -> usize {
+        self.0
+            .lock()
+            .map(|d| d.iter().map(|(_, e)| e.len()).sum())
+            .unwrap_or(0)
+    }
+
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn take(&self) -> Vec<(Versioned<Rotation>, Vec<BusEvent>)> {
+        self.0
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
+    }
+}
+
 impl Announcer {
+    /// Puts the events `deferred` holds ([`bus::PUT_LIMIT`] a call) and removes what the bus
+    /// accepted from their records' outboxes, conditional on the versions the writes left
+    /// (one transaction for up to 100 records; one at a time if it loses). A record another
+    /// writer changed since keeps its entries: the sweep puts them again, same `eventId`.
+    pub async fn flush(&self, deferred: &Deferred) -> usize {
+        let waiting = deferred.take();
+        let events: Vec<BusEvent> = waiting.iter().flat_map(|(_, e)| e.clone()).collect();
+        if events.is_empty() {
+            return 0;
+        }
+        let accepted = self.put(&events).await;
+        let clears: Vec<(Rotation, u64, Option<DateTime<Utc>>)> = waiting
+            .into_iter()
+            .filter(|(_, staged)| staged.iter().any(|e| accepted.iter().any(|a| a == e.id())))
+            .map(|(written, _)| {
+                let next = Rotation {
+                    outbox: bus::without(&written.value.outbox, &accepted),
+                    ..written.value
+                };
+                let ttl = crate::rotation::retention(&next);
+                (next, written.version, ttl)
+            })
+            .collect();
+        self.state.replace_rotations(&clears).await;
+        accepted.len()
+    }
+
     /// Announces through `sink`, recording in `store`.
     pub fn new(store: Arc<dyn Store>, sink: Arc<dyn EventSink>) -> Announcer {
         Announcer {

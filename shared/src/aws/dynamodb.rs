@@ -1,15 +1,17 @@
 //! DynamoDB adapter for the [`Store`] port.
 
 use async_trait::async_trait;
+use std::collections::HashMap;
+
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TimeToLiveSpecification,
+    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, KeySchemaElement, KeyType,
+    KeysAndAttributes, Put, ScalarAttributeType, TimeToLiveSpecification, TransactWriteItem,
 };
 use chrono::{DateTime, Utc};
 
 use super::port_error;
 use crate::port::{ErrorKind, PortError};
-use crate::state::{DOC, PK, SK, Store, TTL, VERSION, Versioned};
+use crate::state::{BatchRead, DOC, Key, PK, SK, Store, TTL, TxWrite, VERSION, Versioned};
 
 /// The table through the SDK.
 #[derive(Clone, Debug)]
@@ -104,6 +106,102 @@ fn decode(
     Ok(Versioned { value, version })
 }
 
+/// The condition of a write expecting version `expected` (`None`: the item must not exist):
+/// its expression, names and values.
+type Condition = (
+    &'static str,
+    HashMap<String, String>,
+    Option<HashMap<String, AttributeValue>>,
+);
+
+fn condition(expected: Option<u64>) -> Condition {
+    match expected {
+        None => (
+            "attribute_not_exists(#pk)",
+            HashMap::from([("#pk".to_string(), PK.to_string())]),
+            None,
+        ),
+        Some(v) => (
+            "#v = :v",
+            HashMap::from([("#v".to_string(), VERSION.to_string())]),
+            Some(HashMap::from([(
+                ":v".to_string(),
+                AttributeValue::N(v.to_string()),
+            )])),
+        ),
+    }
+}
+
+/// The attributes of an item written at version `next` (as [`Store::put`] writes it).
+fn attributes(
+    pk: &str,
+    sk: &str,
+    doc: &serde_json::Value,
+    next: u64,
+    ttl: Option<DateTime<Utc>>,
+) -> HashMap<String, AttributeValue> {
+    let mut item = HashMap::from([
+        (PK.to_string(), AttributeValue::S(pk.to_string())),
+        (SK.to_string(), AttributeValue::S(sk.to_string())),
+        (VERSION.to_string(), AttributeValue::N(next.to_string())),
+        (DOC.to_string(), AttributeValue::S(doc.to_string())),
+        (
+            "updatedAt".to_string(),
+            AttributeValue::S(Utc::now().to_rfc3339()),
+        ),
+    ]);
+    if let Some(t) = ttl {
+        item.insert(
+            TTL.to_string(),
+            AttributeValue::N(t.timestamp().to_string()),
+        );
+    }
+    item
+}
+
+fn key_of(item: &HashMap<String, AttributeValue>) -> Option<Key> {
+    let s = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+    Some((s(PK)?, s(SK)?))
+}
+
+/// A cancelled transaction as the port's kinds: a condition that failed or a conflicting
+/// transaction is a [`ErrorKind::Conflict`], throttling [`ErrorKind::Throttled`].
+fn transact_error(
+    op: &str,
+    e: aws_sdk_dynamodb::error::SdkError<
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
+        aws_sdk_dynamodb::config::http::HttpResponse,
+    >,
+) -> PortError {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    if let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
+        let codes: Vec<&str> = c
+            .cancellation_reasons()
+            .iter()
+            .filter_map(|r| r.code())
+            .collect();
+        let kind = if codes
+            .iter()
+            .any(|c| matches!(*c, "ConditionalCheckFailed" | "TransactionConflict"))
+        {
+            ErrorKind::Conflict
+        } else if codes.contains(&"ThrottlingError") {
+            ErrorKind::Throttled
+        } else {
+            ErrorKind::Other
+        };
+        return PortError::new(
+            op,
+            kind,
+            format!(
+                "TransactionCanceledException: {} (reasons {codes:?})",
+                c.message().unwrap_or("no message")
+            ),
+        );
+    }
+    port_error(op, e)
+}
+
 #[async_trait]
 impl Store for Table {
     async fn backoff(&self, attempt: usize) {
@@ -146,31 +244,109 @@ impl Store for Table {
         ttl: Option<DateTime<Utc>>,
     ) -> Result<u64, PortError> {
         let next = expected.map_or(1, |v| v + 1);
-        let mut req = self
-            .client
+        let (expression, names, values) = condition(expected);
+        self.client
             .put_item()
             .table_name(&self.name)
-            .item(PK, AttributeValue::S(pk.to_string()))
-            .item(SK, AttributeValue::S(sk.to_string()))
-            .item(VERSION, AttributeValue::N(next.to_string()))
-            .item(DOC, AttributeValue::S(doc.to_string()))
-            .item("updatedAt", AttributeValue::S(Utc::now().to_rfc3339()));
-        if let Some(t) = ttl {
-            req = req.item(TTL, AttributeValue::N(t.timestamp().to_string()));
-        }
-        req = match expected {
-            None => req
-                .condition_expression("attribute_not_exists(#pk)")
-                .expression_attribute_names("#pk", PK),
-            Some(v) => req
-                .condition_expression("#v = :v")
-                .expression_attribute_names("#v", VERSION)
-                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
-        };
-        req.send()
+            .set_item(Some(attributes(pk, sk, doc, next, ttl)))
+            .condition_expression(expression)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(values)
+            .send()
             .await
             .map_err(|e| port_error("dynamodb:PutItem", e))?;
         Ok(next)
+    }
+
+    async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {
+        if keys.is_empty() {
+            return Ok(BatchRead::default());
+        }
+        let mut wanted = KeysAndAttributes::builder().consistent_read(true);
+        for (pk, sk) in keys {
+            wanted = wanted.keys(HashMap::from([
+                (PK.to_string(), AttributeValue::S(pk.clone())),
+                (SK.to_string(), AttributeValue::S(sk.clone())),
+            ]));
+        }
+        let out = self
+            .client
+            .batch_get_item()
+            .request_items(&self.name, wanted.build().map_err(build_error)?)
+            .send()
+            .await
+            .map_err(|e| port_error("dynamodb:BatchGetItem", e))?;
+        let mut read = BatchRead::default();
+        for item in out
+            .responses()
+            .and_then(|r| r.get(&self.name))
+            .into_iter()
+            .flatten()
+        {
+            let key = key_of(item).ok_or_else(|| {
+                PortError::new("dynamodb:decode", ErrorKind::Other, "item without its key")
+            })?;
+            read.items.push((key, decode(item)?));
+        }
+        read.unprocessed = out
+            .unprocessed_keys()
+            .and_then(|u| u.get(&self.name))
+            .map(|k| k.keys().iter().filter_map(key_of).collect())
+            .unwrap_or_default();
+        Ok(read)
+    }
+
+    async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
+        let mut items = Vec::with_capacity(writes.len());
+        for w in writes {
+            let item = match w {
+                TxWrite::Put {
+                    pk,
+                    sk,
+                    doc,
+                    expected,
+                    ttl,
+                } => {
+                    let (expression, names, values) = condition(*expected);
+                    let put = Put::builder()
+                        .table_name(&self.name)
+                        .set_item(Some(attributes(
+                            pk,
+                            sk,
+                            doc,
+                            expected.map_or(1, |v| v + 1),
+                            *ttl,
+                        )))
+                        .condition_expression(expression)
+                        .set_expression_attribute_names(Some(names))
+                        .set_expression_attribute_values(values)
+                        .build()
+                        .map_err(build_error)?;
+                    TransactWriteItem::builder().put(put).build()
+                }
+                TxWrite::Check { pk, sk, expected } => {
+                    let (expression, names, values) = condition(*expected);
+                    let check = ConditionCheck::builder()
+                        .table_name(&self.name)
+                        .key(PK, AttributeValue::S(pk.clone()))
+                        .key(SK, AttributeValue::S(sk.clone()))
+                        .condition_expression(expression)
+                        .set_expression_attribute_names(Some(names))
+                        .set_expression_attribute_values(values)
+                        .build()
+                        .map_err(build_error)?;
+                    TransactWriteItem::builder().condition_check(check).build()
+                }
+            };
+            items.push(item);
+        }
+        self.client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+            .map_err(|e| transact_error("dynamodb:TransactWriteItems", e))?;
+        Ok(())
     }
 
     async fn query(

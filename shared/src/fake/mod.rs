@@ -43,7 +43,7 @@ use crate::policy::source::{PolicyDocument, PolicySource};
 use crate::port::{ErrorKind, PortError};
 use crate::promotion::{AlarmState, AlarmStates};
 use crate::state::Scratch;
-use crate::state::{Store, Versioned};
+use crate::state::{BatchRead, Key, Store, TxWrite, Versioned};
 
 #[cfg(test)]
 mod tests;
@@ -72,7 +72,8 @@ impl Default for MemoryStore {
 
 #[derive(Default)]
 struct Faults {
-    /// Operations (`get`, `put`, `query`) that fail, with the error kind.
+    /// Operations (`get`, `put`, `query`, `batch_get`, `transact`) that fail, with the error
+    /// kind.
     failing: BTreeMap<&'static str, ErrorKind>,
     /// Items another writer rewrites just before this store's next put of them.
     racing: Vec<(String, String)>,
@@ -85,7 +86,8 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// Every call of `op` (`get`, `put`, `query`) fails with `kind` until [`Self::heal`].
+    /// Every call of `op` (`get`, `put`, `query`, `batch_get`, `transact`) fails with `kind`
+    /// until [`Self::heal`].
     pub fn fail(&self, op: &'static str, kind: ErrorKind) {
         lock(&self.faults).failing.insert(op, kind);
     }
@@ -119,6 +121,31 @@ impl MemoryStore {
             .collect()
     }
 
+    /// Another writer's rewrite of `pk`/`sk` if [`Self::race_next_put`] asked for one (the
+    /// same document at the next version; `doc` for an item that does not exist yet).
+    async fn race(
+        &self,
+        pk: &str,
+        sk: &str,
+        doc: &Value,
+        ttl: Option<DateTime<Utc>>,
+    ) -> Result<(), PortError> {
+        let race = {
+            let mut f = lock(&self.faults);
+            let at = f.racing.iter().position(|(p, s)| p == pk && s == sk);
+            at.map(|i| f.racing.remove(i))
+        };
+        if race.is_some() {
+            let current = self.items.get(pk, sk).await?;
+            let (value, version) = match current {
+                Some(v) => (v.value, Some(v.version)),
+                None => (doc.clone(), None),
+            };
+            self.items.put(pk, sk, &value, version, ttl).await?;
+        }
+        Ok(())
+    }
+
     fn enter(&self, op: &'static str) -> Result<(), PortError> {
         let mut f = lock(&self.faults);
         *f.calls.entry(op).or_default() += 1;
@@ -149,19 +176,7 @@ impl Store for MemoryStore {
         ttl: Option<DateTime<Utc>>,
     ) -> Result<u64, PortError> {
         self.enter("put")?;
-        let race = {
-            let mut f = lock(&self.faults);
-            let at = f.racing.iter().position(|(p, s)| p == pk && s == sk);
-            at.map(|i| f.racing.remove(i))
-        };
-        if race.is_some() {
-            let current = self.items.get(pk, sk).await?;
-            let (value, version) = match current {
-                Some(v) => (v.value, Some(v.version)),
-                None => (doc.clone(), None),
-            };
-            self.items.put(pk, sk, &value, version, ttl).await?;
-        }
+        self.race(pk, sk, doc, ttl).await?;
         self.items.put(pk, sk, doc, expected, ttl).await
     }
 
@@ -172,6 +187,24 @@ impl Store for MemoryStore {
     ) -> Result<Vec<(String, Versioned<Value>)>, PortError> {
         self.enter("query")?;
         self.items.query(pk, sk_prefix).await
+    }
+
+    async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {
+        self.enter("batch_get")?;
+        self.items.batch_get(keys).await
+    }
+
+    async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
+        self.enter("transact")?;
+        for w in writes {
+            if let TxWrite::Put {
+                pk, sk, doc, ttl, ..
+            } = w
+            {
+                self.race(pk, sk, doc, *ttl).await?;
+            }
+        }
+        self.items.transact(writes).await
     }
 }
 

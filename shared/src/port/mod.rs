@@ -16,7 +16,7 @@
 //! | [`crate::ami::resolve::NodeGroupCatalog`] | what a node group launches | autoscaling/ec2/eks describes (`aws::nodegroup::NodeGroups`) |
 //! | [`crate::fleet::GroupOps`] | Auto Scaling groups | describe, set desired capacity, terminate, launch template (`aws::autoscaling::AutoScaling`) |
 //! | [`crate::managed::ManagedGroupOps`] | managed node groups | eks:DescribeNodegroup/UpdateNodegroup* (`aws::eks_nodegroups::ManagedNodeGroups`) |
-//! | [`crate::state::Store`] | the state table | dynamodb:GetItem/PutItem/Query (`aws::dynamodb::Table`) |
+//! | [`crate::state::Store`] | the state table | dynamodb:GetItem/PutItem/Query/BatchGetItem/TransactWriteItems (`aws::dynamodb::Table`) |
 //! | [`crate::interruption::InstanceLookup`] | EC2 instances | ec2:DescribeInstances (`aws::instances::Ec2Instances`) |
 //! | [`crate::interruption::LifecycleOps`] | lifecycle actions | autoscaling:CompleteLifecycleAction/RecordLifecycleActionHeartbeat (`aws::instances::LifecycleActions`) |
 //! | [`crate::promotion::AlarmStates`] | promotion alarms | cloudwatch:DescribeAlarms (`aws::cloudwatch::CloudWatch`) |

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{Store, Versioned};
+use super::{BatchRead, Key, Store, TxWrite, Versioned};
 use crate::port::{ErrorKind, PortError};
 
 /// One stored item.
@@ -25,6 +25,8 @@ pub struct Item {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     items: Mutex<BTreeMap<(String, String), Item>>,
+    /// Batch reads still to answer only their first key (the rest unprocessed).
+    unprocessed: Mutex<usize>,
 }
 
 impl MemoryStore {
@@ -62,6 +64,14 @@ impl MemoryStore {
                     ttl,
                 },
             );
+        }
+    }
+
+    /// The next `n` batch reads answer only their first key and leave the others
+    /// unprocessed, as DynamoDB does when it throttles part of a batch.
+    pub fn leave_unprocessed(&self, n: usize) {
+        if let Ok(mut u) = self.unprocessed.lock() {
+            *u = n;
         }
     }
 
@@ -106,6 +116,49 @@ impl Store for MemoryStore {
             },
         );
         Ok(version)
+    }
+
+    async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {
+        let partial = {
+            let mut u = self.unprocessed.lock().map_err(Self::poisoned)?;
+            let partial = *u > 0 && keys.len() > 1;
+            if partial {
+                *u -= 1;
+            }
+            partial
+        };
+        let (read, unprocessed) = if partial {
+            keys.split_at(1)
+        } else {
+            (keys, &[][..])
+        };
+        let items = self.items.lock().map_err(Self::poisoned)?;
+        Ok(BatchRead {
+            items: read
+                .iter()
+                .filter_map(|k| items.get(k).map(|i| (k.clone(), i.doc.clone())))
+                .collect(),
+            unprocessed: unprocessed.to_vec(),
+        })
+    }
+
+    async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
+        let mut items = self.items.lock().map_err(Self::poisoned)?;
+        for w in writes {
+            let (pk, sk, _) = w.condition();
+            let current = items
+                .get(&(pk.to_string(), sk.to_string()))
+                .map(|i| i.doc.version);
+            w.check("memory:transact", current)?;
+        }
+        for (pk, sk, doc, version, ttl) in writes.iter().filter_map(TxWrite::written) {
+            let doc = Versioned {
+                value: doc.clone(),
+                version,
+            };
+            items.insert((pk.to_string(), sk.to_string()), Item { doc, ttl });
+        }
+        Ok(())
     }
 
     async fn query(

@@ -56,6 +56,19 @@ pub struct Versioned<T> {
     pub version: u64,
 }
 
+/// One rotation record to write: the record, the version it must be at (`None`: absent), its
+/// expiry.
+pub type RotationWrite = (Rotation, Option<u64>, Option<DateTime<Utc>>);
+
+/// A pool's records as a pass reads them ([`Repository::pool_partitions`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolRead {
+    /// The pool record with its version (`None`: never written).
+    pub record: Option<Versioned<PoolRecord>>,
+    /// Every rotation record of the pool with its version.
+    pub rotations: Vec<Versioned<Rotation>>,
+}
+
 /// Key-value document storage with optimistic concurrency (the DynamoDB table): the raw port
 /// behind [`Repository`]. Nothing else calls it.
 #[async_trait]
@@ -84,6 +97,114 @@ pub trait Store: Send + Sync {
         pk: &str,
         sk_prefix: &str,
     ) -> Result<Vec<(String, Versioned<Value>)>, PortError>;
+
+    /// Reads the items of up to [`BATCH_GET_LIMIT`] `keys` in one call (strongly consistent,
+    /// DynamoDB's BatchGetItem): those found, and the keys the service left unprocessed (to
+    /// ask again; [`Repository`] does, with [`Store::backoff`]). A key with no item is in
+    /// neither.
+    async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError>;
+
+    /// Applies every write of `writes` or none (DynamoDB's TransactWriteItems): each
+    /// [`TxWrite::Put`] conditional on its version as [`Store::put`] is, each
+    /// [`TxWrite::Check`] a condition only. One failed condition fails them all with a
+    /// [`crate::port::ErrorKind::Conflict`] error. At most [`TRANSACT_LIMIT`] writes, each on
+    /// another item.
+    async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError>;
+}
+
+/// An item's key: (`pk`, `sk`).
+pub type Key = (String, String);
+
+/// Keys one [`Store::batch_get`] reads at most (DynamoDB's limit).
+pub const BATCH_GET_LIMIT: usize = 100;
+
+/// Writes one [`Store::transact`] applies at most (DynamoDB's limit).
+pub const TRANSACT_LIMIT: usize = 100;
+
+/// How many times [`Repository`] asks again for keys a batch read left unprocessed before
+/// the read fails as throttled.
+pub const BATCH_ATTEMPTS: usize = 8;
+
+/// What one [`Store::batch_get`] answered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchRead {
+    /// The items found, by key.
+    pub items: Vec<(Key, Versioned<Value>)>,
+    /// Keys the service did not read this time (throttled or over its answer size).
+    pub unprocessed: Vec<Key>,
+}
+
+/// A put of a transaction as written ([`TxWrite::written`]): `pk`, `sk`, document, new
+/// version, expiry.
+pub type Written<'a> = (&'a str, &'a str, &'a Value, u64, Option<DateTime<Utc>>);
+
+/// One write of a [`Store::transact`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum TxWrite {
+    /// Writes `doc` at (`pk`, `sk`) if the item is at version `expected` (`None`: it must
+    /// not exist), expiring at `ttl`; the new version is `expected + 1` (1 for a new item).
+    Put {
+        /// Partition key.
+        pk: String,
+        /// Sort key.
+        sk: String,
+        /// The document.
+        doc: Value,
+        /// The version the item must be at (`None`: absent).
+        expected: Option<u64>,
+        /// When the table expires it.
+        ttl: Option<DateTime<Utc>>,
+    },
+    /// Writes nothing: only requires the item at (`pk`, `sk`) to be at version `expected`
+    /// (`None`: absent).
+    Check {
+        /// Partition key.
+        pk: String,
+        /// Sort key.
+        sk: String,
+        /// The version the item must be at (`None`: absent).
+        expected: Option<u64>,
+    },
+}
+
+impl TxWrite {
+    /// The item it is about and the version it requires.
+    pub fn condition(&self) -> (&str, &str, Option<u64>) {
+        match self {
+            TxWrite::Put {
+                pk, sk, expected, ..
+            }
+            | TxWrite::Check { pk, sk, expected } => (pk, sk, *expected),
+        }
+    }
+
+    /// `Ok` when the item is at the version it requires (`current`, as `op` read it); else the
+    /// [`crate::port::ErrorKind::Conflict`] that fails the transaction.
+    pub fn check(&self, op: &str, current: Option<u64>) -> Result<(), PortError> {
+        let (pk, sk, expected) = self.condition();
+        if current == expected {
+            return Ok(());
+        }
+        Err(PortError::new(
+            op,
+            ErrorKind::Conflict,
+            format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
+        ))
+    }
+
+    /// A put's item as written: key, document, new version, expiry (`None` for a check).
+    pub fn written(&self) -> Option<Written<'_>> {
+        match self {
+            TxWrite::Put {
+                pk,
+                sk,
+                doc,
+                expected,
+                ttl,
+            } => Some((pk, sk, doc, expected.map_or(1, |v| v + 1), *ttl)),
+            TxWrite::Check { .. } => None,
+        }
+    }
 }
 
 /// The error of a conditional write that kept losing to other writers for
@@ -108,6 +229,82 @@ fn won(result: Result<u64, PortError>) -> Result<Option<u64>, PortError> {
         Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+fn decode_pool(pool: &str, v: Versioned<Value>) -> Result<Versioned<PoolRecord>, PortError> {
+    Ok(Versioned {
+        value: serde_json::from_value(v.value)
+            .map_err(|e| decode_error(&format!("pool record {pool}"), e))?,
+        version: v.version,
+    })
+}
+
+fn decode_update(pool: &str, v: Versioned<Value>) -> Result<Versioned<ManagedUpdate>, PortError> {
+    let value = serde_json::from_value(v.value)
+        .map_err(|e| decode_error(&format!("unreadable node group update record of {pool}"), e))?;
+    Ok(Versioned {
+        value,
+        version: v.version,
+    })
+}
+
+/// A rotation record as read (`None`, logged: unreadable).
+fn decode_rotation(pool: &str, sk: &str, v: Versioned<Value>) -> Option<Versioned<Rotation>> {
+    match serde_json::from_value::<Rotation>(v.value) {
+        Ok(r) => Some(Versioned {
+            value: r,
+            version: v.version,
+        }),
+        Err(e) => {
+            tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored");
+            None
+        }
+    }
+}
+
+/// The write of pool record `state` (as read) that goes with creating the rotation record of
+/// `instance`: the record at its next version with `instance` in its index when it has one
+/// (its document otherwise as it is, fields this version does not know kept); for a pool with
+/// no record, a check that it still has none.
+fn indexed_state(pk: &str, state: Option<Versioned<Value>>, instance: &str) -> TxWrite {
+    let Some(v) = state else {
+        return TxWrite::Check {
+            pk: pk.to_string(),
+            sk: keys::POOL_STATE_SK.to_string(),
+            expected: None,
+        };
+    };
+    let mut doc = v.value;
+    if let Some(Value::Array(ids)) = doc.get_mut("rotationIndex") {
+        let id = Value::String(instance.to_string());
+        if !ids.contains(&id) {
+            ids.push(id);
+            ids.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+        }
+    }
+    TxWrite::Put {
+        pk: pk.to_string(),
+        sk: keys::POOL_STATE_SK.to_string(),
+        doc,
+        expected: Some(v.version),
+        ttl: None,
+    }
+}
+
+/// Passes between two checks of a pool's rotation index against its partition.
+pub const INDEX_CHECK_EVERY: i64 = 60;
+
+/// Whether the pass at `now` queries `pool`'s partition although its record has a rotation
+/// index: once every [`INDEX_CHECK_EVERY`] minutes per pool (spread over the hour by the
+/// pool's name), so that a rotation record some writer created without indexing it (an
+/// earlier version during an upgrade, a hand edit) is found within the hour.
+pub fn index_check_due(pool: &str, now: DateTime<Utc>) -> bool {
+    // FNV-1a: stable across processes and versions (std's hasher is neither).
+    let hash = pool.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let offset = i64::try_from(hash % 60).unwrap_or(0);
+    (now.timestamp() / 60 + offset).rem_euclid(INDEX_CHECK_EVERY) == 0
 }
 
 fn lifted(doc: &Value) -> bool {
@@ -320,34 +517,231 @@ impl Repository {
     }
 
     /// The pool record and every rotation record of `pool` in one Query of its partition (what
-    /// a pass observes): an unreadable pool record fails, unreadable rotation records are
-    /// logged and skipped (as [`Repository::pool`] and [`Repository::rotations`] do); other
-    /// items are not returned.
-    pub async fn pool_partition(
-        &self,
-        pool: &str,
-    ) -> Result<(Option<PoolRecord>, Vec<Versioned<Rotation>>), PortError> {
-        let mut record = None;
-        let mut rotations = Vec::new();
+    /// a pass observes when it reads one pool alone): an unreadable pool record fails,
+    /// unreadable rotation records are logged and skipped (as [`Repository::pool`] and
+    /// [`Repository::rotations`] do); other items are not returned.
+    pub async fn pool_partition(&self, pool: &str) -> Result<PoolRead, PortError> {
+        let mut read = PoolRead::default();
         for (sk, v) in self.store.query(&keys::pool_pk(pool), "").await? {
             if sk == keys::POOL_STATE_SK {
-                record = Some(
-                    serde_json::from_value(v.value)
-                        .map_err(|e| decode_error(&format!("pool record {pool}"), e))?,
-                );
+                read.record = Some(decode_pool(pool, v)?);
             } else if sk.starts_with(keys::ROTATION_PREFIX) {
-                match serde_json::from_value::<Rotation>(v.value) {
-                    Ok(r) => rotations.push(Versioned {
-                        value: r,
-                        version: v.version,
-                    }),
-                    Err(e) => {
-                        tracing::error!(pool, sk = %sk, error = %e, "unreadable rotation record ignored")
+                read.rotations.extend(decode_rotation(pool, &sk, v));
+            }
+        }
+        Ok(read)
+    }
+
+    /// Items of `keys` in batches of [`BATCH_GET_LIMIT`] (strongly consistent), asking again
+    /// for what a batch left unprocessed (after [`Store::backoff`], at most
+    /// [`BATCH_ATTEMPTS`] times; then the read fails as throttled).
+    pub async fn batch_get(
+        &self,
+        keys: &[Key],
+    ) -> Result<std::collections::BTreeMap<Key, Versioned<Value>>, PortError> {
+        let mut wanted: Vec<Key> = keys.to_vec();
+        wanted.sort();
+        wanted.dedup();
+        let mut out = std::collections::BTreeMap::new();
+        for batch in wanted.chunks(BATCH_GET_LIMIT) {
+            let mut left = batch.to_vec();
+            let mut attempt = 0;
+            while !left.is_empty() {
+                if attempt == BATCH_ATTEMPTS {
+                    return Err(PortError::new(
+                        "state:batch_get",
+                        ErrorKind::Throttled,
+                        format!(
+                            "{} keys still unprocessed after {BATCH_ATTEMPTS} attempts",
+                            left.len()
+                        ),
+                    ));
+                }
+                if attempt > 0 {
+                    self.store.backoff(attempt).await;
+                }
+                attempt += 1;
+                let read = self.store.batch_get(&left).await?;
+                out.extend(read.items);
+                left = read.unprocessed;
+            }
+        }
+        Ok(out)
+    }
+
+    /// What a pass observes of `pools` (one cluster's), read in batches: every pool record
+    /// with its version (BatchGetItem, 100 a call), then the rotation records its index names
+    /// (the same way). A pool whose record has no index (written before it, or by an earlier
+    /// version), or has no record, or whose turn of the hourly check it is
+    /// ([`index_check_due`]), is queried instead (one Query of its partition, as
+    /// [`Repository::pool_partition`]), after its record was read: what the Query finds is
+    /// then every rotation record created up to that version. With `maintain` the index is
+    /// set to what was found (a record without one gets it; an id whose record expired is
+    /// dropped) by a write conditional on the version read: a writer that created a rotation
+    /// since bumped it, so the write loses and the index stays as that writer left it. Every
+    /// pool of `pools` has an entry.
+    pub async fn pool_partitions(
+        &self,
+        pools: &[String],
+        maintain: bool,
+        now: DateTime<Utc>,
+    ) -> std::collections::BTreeMap<String, Result<PoolRead, PortError>> {
+        use std::collections::{BTreeMap, BTreeSet};
+        let mut out: BTreeMap<String, Result<PoolRead, PortError>> = BTreeMap::new();
+        let state_key = |p: &str| (keys::pool_pk(p), keys::POOL_STATE_SK.to_string());
+        let state_keys: Vec<Key> = pools.iter().map(|p| state_key(p)).collect();
+        let states = self.batch_get(&state_keys).await.map_err(|e| {
+            tracing::warn!(error = %e, pools = pools.len(), "cannot read the pool records in batches; reading each pool's partition");
+        });
+        // Per pool: its record as the batch read it, and the rotation ids to read by key
+        // (`None`: query the partition).
+        type Wanted = (Option<Versioned<PoolRecord>>, Option<BTreeSet<String>>);
+        let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
+        for pool in pools {
+            let Ok(states) = &states else {
+                wanted.insert(pool.clone(), (None, None));
+                continue;
+            };
+            let record = match states
+                .get(&state_key(pool))
+                .cloned()
+                .map(|v| decode_pool(pool, v))
+            {
+                None => None,
+                Some(Ok(r)) => Some(r),
+                Some(Err(e)) => {
+                    out.insert(pool.clone(), Err(e));
+                    continue;
+                }
+            };
+            let by_key = record
+                .as_ref()
+                .and_then(|r| r.value.rotation_index.clone())
+                .filter(|_| !index_check_due(pool, now));
+            wanted.insert(pool.clone(), (record, by_key));
+        }
+        let rotation_keys: Vec<Key> = wanted
+            .iter()
+            .flat_map(|(pool, (_, ids))| {
+                ids.iter()
+                    .flatten()
+                    .map(|id| (keys::pool_pk(pool), keys::rotation_sk(id)))
+            })
+            .collect();
+        let mut by_key = match self.batch_get(&rotation_keys).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, keys = rotation_keys.len(), "cannot read the rotation records in batches; reading each pool's partition");
+                None
+            }
+        };
+        // Each fix: the pool, its record as read, the index it should have.
+        let mut fixes: Vec<(String, Versioned<PoolRecord>, BTreeSet<String>)> = Vec::new();
+        let queried: Vec<(String, Option<Versioned<PoolRecord>>)> = wanted
+            .iter()
+            .filter(|(_, (_, ids))| ids.is_none() || by_key.is_none())
+            .map(|(pool, (record, _))| (pool.clone(), record.clone()))
+            .collect();
+        let answers =
+            futures::future::join_all(queried.into_iter().map(|(pool, record)| async move {
+                let read = self.pool_partition(&pool).await;
+                (pool, record, read)
+            }))
+            .await;
+        for (pool, record, read) in answers {
+            wanted.remove(&pool);
+            if let (Ok(q), Some(r)) = (&read, record) {
+                // Read after `r`: every rotation record created up to its version.
+                let found: BTreeSet<String> = q
+                    .rotations
+                    .iter()
+                    .map(|v| v.value.instance_id.clone())
+                    .collect();
+                if r.value.rotation_index.as_ref() != Some(&found) {
+                    fixes.push((pool.clone(), r, found));
+                }
+            }
+            out.insert(pool, read);
+        }
+        for (pool, (record, ids)) in wanted {
+            let mut read = PoolRead {
+                record,
+                rotations: Vec::new(),
+            };
+            let mut absent = BTreeSet::new();
+            for id in ids.iter().flatten() {
+                let key = (keys::pool_pk(&pool), keys::rotation_sk(id));
+                match by_key.as_mut().and_then(|r| r.remove(&key)) {
+                    Some(v) => read.rotations.extend(decode_rotation(&pool, &key.1, v)),
+                    None => {
+                        absent.insert(id.clone());
                     }
                 }
             }
+            if let (Some(r), Some(ids)) = (&read.record, &ids)
+                && !absent.is_empty()
+            {
+                fixes.push((
+                    pool.clone(),
+                    r.clone(),
+                    ids.difference(&absent).cloned().collect(),
+                ));
+            }
+            out.insert(pool, Ok(read));
         }
-        Ok((record, rotations))
+        if maintain {
+            for (pool, record, index) in fixes {
+                if let Some(version) = self.set_rotation_index(&pool, &record, index.clone()).await
+                    && let Some(Ok(read)) = out.get_mut(&pool)
+                {
+                    read.record = Some(Versioned {
+                        value: PoolRecord {
+                            rotation_index: Some(index),
+                            ..record.value
+                        },
+                        version,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Writes `index` as the rotation index of `pool`'s record `record` (as read), conditional
+    /// on its version; the new version, `None` when another writer changed the record first
+    /// (its index stays as that writer left it) or the write failed (logged; next pass).
+    async fn set_rotation_index(
+        &self,
+        pool: &str,
+        record: &Versioned<PoolRecord>,
+        index: std::collections::BTreeSet<String>,
+    ) -> Option<u64> {
+        let next = PoolRecord {
+            rotation_index: Some(index),
+            ..record.value.clone()
+        };
+        let doc = encode(&next).ok()?;
+        let result = self
+            .store
+            .put(
+                &keys::pool_pk(pool),
+                keys::POOL_STATE_SK,
+                &doc,
+                Some(record.version),
+                None,
+            )
+            .await;
+        match won(result) {
+            Ok(Some(v)) => {
+                tracing::info!(pool, rotations = ?next.rotation_index, decision = "rotation index recorded", "the pass reads these rotation records by key");
+                Some(v)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(pool, error = %e, "cannot record the rotation index; the pool's partition is queried again next pass");
+                None
+            }
+        }
     }
 
     /// The rotation record of `instance` in `pool`: `None` when there is none; a record that
@@ -369,6 +763,12 @@ impl Repository {
 
     /// Writes `rotation` as it is (its outbox included), conditionally on `expected` (`None`:
     /// the record must not exist), expiring at `ttl`; `Ok(None)` when another writer won.
+    ///
+    /// A new record (`expected` `None`) is written in one transaction with the pool record,
+    /// which gets the rotation's id in its index ([`PoolRecord::rotation_index`]) and a new
+    /// version either way (so a pass that read the record before, and found no such
+    /// rotation, cannot then record an index without it); a pool with no record only has its
+    /// absence checked. A pool record changed by another writer meanwhile is read again.
     pub async fn put_rotation(
         &self,
         rotation: &Rotation,
@@ -376,16 +776,144 @@ impl Repository {
         ttl: Option<DateTime<Utc>>,
     ) -> Result<Option<u64>, PortError> {
         let doc = encode(rotation)?;
-        won(self
-            .store
-            .put(
-                &keys::pool_pk(&rotation.pool),
-                &keys::rotation_sk(&rotation.instance_id),
-                &doc,
-                expected,
-                ttl,
-            )
-            .await)
+        let pk = keys::pool_pk(&rotation.pool);
+        let sk = keys::rotation_sk(&rotation.instance_id);
+        if expected.is_some() {
+            return won(self.store.put(&pk, &sk, &doc, expected, ttl).await);
+        }
+        let mut last = None;
+        for attempt in 0..WRITE_ATTEMPTS {
+            if attempt > 0 {
+                self.store.backoff(attempt).await;
+            }
+            let state = self.store.get(&pk, keys::POOL_STATE_SK).await?;
+            let indexed = indexed_state(&pk, state, &rotation.instance_id);
+            let writes = [
+                TxWrite::Put {
+                    pk: pk.clone(),
+                    sk: sk.clone(),
+                    doc: doc.clone(),
+                    expected: None,
+                    ttl,
+                },
+                indexed,
+            ];
+            match self.store.transact(&writes).await {
+                Ok(()) => return Ok(Some(1)),
+                Err(e) if e.kind == ErrorKind::Conflict => {
+                    // The rotation's own condition lost (another writer created it), or only
+                    // the pool record's (read it again).
+                    if self.store.get(&pk, &sk).await?.is_some() {
+                        return Ok(None);
+                    }
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(too_many_conflicts))
+    }
+
+    /// Writes `record` (read at `version`) and the rotation records `rotations` (each
+    /// `(rotation, expected, ttl)`, `expected` as in [`Repository::put_rotation`]) in one
+    /// transaction: all or none. The pool record gets the new rotations' ids in its index
+    /// (when it has one). `Ok(None)` when a condition failed (another writer changed one of
+    /// them since it was read: read again); else the pool record's new version. At most
+    /// [`TRANSACT_LIMIT`] - 1 rotations.
+    pub async fn put_pool_and_rotations(
+        &self,
+        record: &PoolRecord,
+        version: u64,
+        rotations: &[RotationWrite],
+    ) -> Result<Option<(PoolRecord, u64)>, PortError> {
+        if rotations.len() >= TRANSACT_LIMIT {
+            return Err(PortError::new(
+                "state:transact",
+                ErrorKind::Invalid,
+                format!("{} rotation records in one transaction", rotations.len()),
+            ));
+        }
+        let pk = keys::pool_pk(&record.pool);
+        let mut record = record.clone();
+        if let Some(ix) = record.rotation_index.as_mut() {
+            ix.extend(rotations.iter().map(|(r, _, _)| r.instance_id.clone()));
+        }
+        let mut writes = Vec::with_capacity(rotations.len() + 1);
+        for (r, expected, ttl) in rotations {
+            if r.pool != record.pool {
+                return Err(PortError::new(
+                    "state:transact",
+                    ErrorKind::Invalid,
+                    format!("rotation of {} written with pool {}", r.pool, record.pool),
+                ));
+            }
+            writes.push(TxWrite::Put {
+                pk: pk.clone(),
+                sk: keys::rotation_sk(&r.instance_id),
+                doc: encode(r)?,
+                expected: *expected,
+                ttl: *ttl,
+            });
+        }
+        writes.push(TxWrite::Put {
+            pk,
+            sk: keys::POOL_STATE_SK.to_string(),
+            doc: encode(&record)?,
+            expected: Some(version),
+            ttl: None,
+        });
+        match self.store.transact(&writes).await {
+            Ok(()) => Ok(Some((record, version + 1))),
+            Err(e) if e.kind == ErrorKind::Conflict => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces rotation records that exist (each `(rotation, expected, ttl)`, conditional on
+    /// its version), up to [`TRANSACT_LIMIT`] in one transaction; when a transaction loses a
+    /// race, its records one at a time. The new version of each record written (`None`: lost
+    /// to another writer, or failed: logged).
+    pub async fn replace_rotations(
+        &self,
+        rotations: &[(Rotation, u64, Option<DateTime<Utc>>)],
+    ) -> Vec<Option<u64>> {
+        let mut out = Vec::with_capacity(rotations.len());
+        for chunk in rotations.chunks(TRANSACT_LIMIT) {
+            let writes: Result<Vec<TxWrite>, PortError> = chunk
+                .iter()
+                .map(|(r, expected, ttl)| {
+                    Ok(TxWrite::Put {
+                        pk: keys::pool_pk(&r.pool),
+                        sk: keys::rotation_sk(&r.instance_id),
+                        doc: encode(r)?,
+                        expected: Some(*expected),
+                        ttl: *ttl,
+                    })
+                })
+                .collect();
+            let together = match writes {
+                Ok(w) if w.len() > 1 => self.store.transact(&w).await,
+                _ => Err(PortError::new(
+                    "state:transact",
+                    ErrorKind::Conflict,
+                    "one at a time",
+                )),
+            };
+            if together.is_ok() {
+                out.extend(chunk.iter().map(|(_, v, _)| Some(v + 1)));
+                continue;
+            }
+            for (r, expected, ttl) in chunk {
+                match self.put_rotation(r, Some(*expected), *ttl).await {
+                    Ok(v) => out.push(v),
+                    Err(e) => {
+                        tracing::warn!(pool = %r.pool, instance = %r.instance_id, error = %e, "cannot replace the rotation record");
+                        out.push(None);
+                    }
+                }
+            }
+        }
+        out
     }
 
     // --- managed node group updates ---
@@ -402,13 +930,32 @@ impl Repository {
         else {
             return Ok(None);
         };
-        let value = serde_json::from_value(v.value).map_err(|e| {
-            decode_error(&format!("unreadable node group update record of {pool}"), e)
-        })?;
-        Ok(Some(Versioned {
-            value,
-            version: v.version,
-        }))
+        decode_update(pool, v).map(Some)
+    }
+
+    /// The managed node group update records of `pools`, read in batches
+    /// ([`Repository::batch_get`]): each pool's as [`Repository::managed_update`] reads it.
+    /// Every pool has an entry; a batch that fails is the error of its pools.
+    pub async fn managed_updates(
+        &self,
+        pools: &[String],
+    ) -> std::collections::BTreeMap<String, Result<Option<Versioned<ManagedUpdate>>, PortError>>
+    {
+        let key = |p: &str| (keys::pool_pk(p), keys::UPDATE_SK.to_string());
+        let wanted: Vec<Key> = pools.iter().map(|p| key(p)).collect();
+        match self.batch_get(&wanted).await {
+            Ok(mut read) => pools
+                .iter()
+                .map(|p| {
+                    let update = read
+                        .remove(&key(p))
+                        .map(|v| decode_update(p, v))
+                        .transpose();
+                    (p.clone(), update)
+                })
+                .collect(),
+            Err(e) => pools.iter().map(|p| (p.clone(), Err(e.clone()))).collect(),
+        }
     }
 
     /// Writes `update` over `expected` (`None`: there must be none); `Ok(None)` when another

@@ -86,6 +86,15 @@ pub struct PoolRecord {
     /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::bus::BusEvent>,
+    /// The instance ids of the pool's rotation records (in flight or finished), so that a pass
+    /// reads them by key in batches instead of querying the pool's partition
+    /// ([`super::Repository::pool_partitions`]). May name more than there are (a record the
+    /// table expired), never fewer: every writer that creates a rotation record adds its id
+    /// in the same transaction ([`super::Repository::put_rotation`]). `None`: not known (a
+    /// record written before the index, or by an earlier version, which drops the field): the
+    /// pass queries the partition and records what it found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation_index: Option<std::collections::BTreeSet<String>>,
 }
 
 /// Release events kept per pool.

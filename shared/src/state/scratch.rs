@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::memory::MemoryStore;
-use super::{Store, Versioned};
+use super::{BatchRead, Key, Store, TxWrite, Versioned};
 use crate::port::{ErrorKind, PortError};
 
 /// A store whose writes stay in memory over an optional read-only base (the state table):
@@ -61,6 +61,37 @@ impl Store for Scratch {
         let version = expected.map_or(1, |v| v + 1);
         self.written.insert(pk, sk, doc.clone(), version, ttl);
         Ok(version)
+    }
+
+    async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {
+        let mut read = self.written.batch_get(keys).await?;
+        let missing: Vec<Key> = keys
+            .iter()
+            .filter(|k| !read.items.iter().any(|(found, _)| found == *k))
+            .cloned()
+            .collect();
+        if let Some(b) = &self.base
+            && !missing.is_empty()
+        {
+            let below = b.batch_get(&missing).await?;
+            read.items.extend(below.items);
+            read.unprocessed.extend(below.unprocessed);
+        }
+        Ok(read)
+    }
+
+    /// Checks every condition against the base with this process's writes on top, then
+    /// keeps the writes (one process writes a scratch store: `validate --live`).
+    async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
+        for w in writes {
+            let (pk, sk, _) = w.condition();
+            let current = self.get(pk, sk).await?.map(|v| v.version);
+            w.check("scratch:transact", current)?;
+        }
+        for (pk, sk, doc, version, ttl) in writes.iter().filter_map(TxWrite::written) {
+            self.written.insert(pk, sk, doc.clone(), version, ttl);
+        }
+        Ok(())
     }
 
     async fn query(

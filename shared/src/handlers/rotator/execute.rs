@@ -33,6 +33,15 @@ pub(super) struct PoolCtx<'a> {
     pub clock: Clock,
     /// The pool's state record as read (its desired AMI's provenance names the release).
     pub record: Option<crate::state::PoolRecord>,
+    /// The version `record` was read at, while no write of this pass changed it (`None`
+    /// then: writes read it again).
+    pub record_version: Option<u64>,
+    /// Where this pass's rotation writes leave their events for the end of the cluster's
+    /// pass.
+    pub events: &'a crate::announce::Deferred,
+    /// A managed pool's update record as the cluster's batched read found it (taken by the
+    /// managed pass; `None`: read it).
+    pub managed_update: Option<super::observe::UpdateRead>,
     /// Quarantine in force.
     pub quarantined: crate::promotion::Quarantined,
     /// Set when this pass quarantined something (the pool is planned again).
@@ -116,48 +125,42 @@ impl RotatorHandler {
             .sweep_pool(&plan.pool, ctx.record.as_ref(), &mut records, now)
             .await;
         report.events_swept = swept.put;
-        for rotation in plan.rotations_to_start(now) {
-            // A finished record of the same instance is replaced, conditionally.
-            let old = records.get(&rotation.instance_id);
-            let (before, expected) = (old.map(|v| v.value.clone()), old.map(|v| v.version));
-            let instance = rotation.instance_id.clone();
-            match self.put_rotation(before.as_ref(), rotation, expected).await {
-                Ok(Some(v)) => {
-                    tracing::info!(pool = %plan.pool, instance = %instance, reason = ?v.value.reason, forced = v.value.forced, decision = "rotation started");
-                    report.started.push(instance.clone());
-                    moving.insert(instance.clone());
-                    records.insert(instance, v);
+        let starts = plan.rotations_to_start(now);
+        let at_once = self
+            .start_at_once(ctx, &plan.pool, &starts, &mut records, &mut moving, report)
+            .await;
+        let (group_commands, steps, surging) = match at_once {
+            Some(done) => done,
+            None => {
+                for rotation in starts {
+                    // A finished record of the same instance is replaced, conditionally.
+                    let old = records.get(&rotation.instance_id);
+                    let (before, expected) = (old.map(|v| v.value.clone()), old.map(|v| v.version));
+                    let instance = rotation.instance_id.clone();
+                    match self.put_rotation(before.as_ref(), rotation, expected).await {
+                        Ok(Some(v)) => {
+                            tracing::info!(pool = %plan.pool, instance = %instance, reason = ?v.value.reason, forced = v.value.forced, decision = "rotation started");
+                            report.started.push(instance.clone());
+                            moving.insert(instance.clone());
+                            records.insert(instance, v);
+                        }
+                        Ok(None) => {}
+                        Err(e) => report
+                            .errors
+                            .push(format!("cannot record rotation of {instance}: {e}")),
+                    }
                 }
-                Ok(None) => {}
-                Err(e) => report
-                    .errors
-                    .push(format!("cannot record rotation of {instance}: {e}")),
+                let (commands, steps) = self.step_plan(ctx, &records, &moving, now);
+                (commands, steps, BTreeSet::new())
             }
-        }
-        let rotations: Vec<Rotation> = records.values().map(|v| v.value.clone()).collect();
-        let quarantined = ctx.quarantined_images();
-        let group_holds = ctx
-            .record
-            .as_ref()
-            .map(|r| r.group_holds.clone())
-            .unwrap_or_default();
+        };
         // The group first: AZRebalance is suspended before any surge launches.
-        for c in holds::commands(&ctx.snapshot.group, &rotations, &group_holds, true) {
+        for c in group_commands {
             if let Err(e) = self.group_command(ctx, &plan.pool, &c, now).await {
                 tracing::warn!(pool = %plan.pool, command = ?c, kind = ?e.kind, error = %e, "group command failed; retried next pass");
                 report.errors.push(format!("group: {e}"));
             }
         }
-        let view = PoolView {
-            group: &ctx.snapshot.group,
-            members: &ctx.snapshot.members,
-            desired_ami: ctx.snapshot.gates.desired_ami.as_deref(),
-            quarantined: &quarantined,
-            may_raise_max: holds::may_raise_max(ctx.policy.surge_above_max_size, &group_holds, now),
-            launch_problem: ctx.launch_problem.as_deref(),
-        };
-        let moving: BTreeSet<&str> = moving.iter().map(String::as_str).collect();
-        let steps = step::step_pool(&view, &rotations, &moving, now, &self.settings.step());
         let mut stopped = false;
         for (instance, command) in &steps.commands {
             if stopped || deadline.saturating_duration_since(Instant::now()) < self.settings.reserve
@@ -177,7 +180,15 @@ impl RotatorHandler {
             if let Command::Wait { why } = command {
                 report.waiting.push(format!("{instance}: {why}"));
             }
-            match self.perform(&mut *ctx, v, command).await {
+            let performed = match command {
+                // Its intent was recorded by the pass's first write: only the raise is left.
+                Command::Surge { above_max, .. } if surging.contains(instance) => self
+                    .raise(ctx, &v.value, *above_max)
+                    .await
+                    .map(|()| Performed::Step(Step::Pending, Step::Surging)),
+                _ => self.perform(&mut *ctx, v, command).await,
+            };
+            match performed {
                 Ok(Performed::Step(from, to)) if from != to => {
                     report.metrics.step(from, to, false);
                     report.steps.push(format!("{instance}: {from:?} -> {to:?}"));
@@ -195,6 +206,163 @@ impl RotatorHandler {
         self.apply_marks(ctx, &plan.pool, &steps.protect, &steps.draining)
             .await;
         Ok(())
+    }
+
+    /// The group commands and the step plan of `records` (`moving`: the instances the plan
+    /// advances), from what the pass observed (pure).
+    fn step_plan(
+        &self,
+        ctx: &PoolCtx<'_>,
+        records: &BTreeMap<String, Versioned<Rotation>>,
+        moving: &BTreeSet<String>,
+        now: DateTime<Utc>,
+    ) -> (Vec<GroupCommand>, step::StepPlan) {
+        let rotations: Vec<Rotation> = records.values().map(|v| v.value.clone()).collect();
+        let quarantined = ctx.quarantined_images();
+        let group_holds = ctx
+            .record
+            .as_ref()
+            .map(|r| r.group_holds.clone())
+            .unwrap_or_default();
+        let commands = holds::commands(&ctx.snapshot.group, &rotations, &group_holds, true);
+        let view = PoolView {
+            group: &ctx.snapshot.group,
+            members: &ctx.snapshot.members,
+            desired_ami: ctx.snapshot.gates.desired_ami.as_deref(),
+            quarantined: &quarantined,
+            may_raise_max: holds::may_raise_max(ctx.policy.surge_above_max_size, &group_holds, now),
+            launch_problem: ctx.launch_problem.as_deref(),
+        };
+        let moving: BTreeSet<&str> = moving.iter().map(String::as_str).collect();
+        let steps = step::step_pool(&view, &rotations, &moving, now, &self.settings.step());
+        (commands, steps)
+    }
+
+    /// Starts `starts` with one write (one transaction): their records, each already at
+    /// `Surging` with its surge's intent when its first step is a surge (else `Pending`),
+    /// and the pool record from the version the pass read, with the process holds the group
+    /// commands take (recorded before the calls), the new rotations in its index and the soak
+    /// ledger this pass observes. Crash-safe as one write at a time is: each intent is recorded
+    /// before its call. Their events wait in `ctx.events` for the end of the cluster's pass.
+    /// Returns the group commands and step plan computed with them and the instances whose
+    /// surge is recorded (only their raise is left); `None`, with nothing written, when the
+    /// pool record changed since it was read (or is unknown, or the write would stage pool
+    /// events): the caller starts them one write at a time, reading again.
+    #[allow(clippy::type_complexity)]
+    async fn start_at_once(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        pool: &str,
+        starts: &[Rotation],
+        records: &mut BTreeMap<String, Versioned<Rotation>>,
+        moving: &mut BTreeSet<String>,
+        report: &mut PoolReport,
+    ) -> Option<(Vec<GroupCommand>, step::StepPlan, BTreeSet<String>)> {
+        let now = ctx.clock.now();
+        if starts.is_empty() || starts.len() >= state::TRANSACT_LIMIT {
+            return None;
+        }
+        let (Some(record), Some(version)) = (ctx.record.clone(), ctx.record_version) else {
+            return None;
+        };
+        let mut planned = records.clone();
+        let mut planned_moving = moving.clone();
+        for r in starts {
+            let old = records.get(&r.instance_id);
+            let pending = crate::announce::stage::stage_rotation(old.map(|v| &v.value), r.clone());
+            let version = old.map_or(0, |v| v.version);
+            planned.insert(
+                r.instance_id.clone(),
+                Versioned {
+                    value: pending,
+                    version,
+                },
+            );
+            planned_moving.insert(r.instance_id.clone());
+        }
+        let (commands, steps) = self.step_plan(ctx, &planned, &planned_moving, now);
+        let mut next = record.clone();
+        for c in &commands {
+            if let GroupCommand::Suspend { process } = c
+                && !next.group_holds.suspended.contains(process)
+            {
+                next.group_holds.suspended.push(process.clone());
+            }
+        }
+        let current = super::fully_on_release(&ctx.snapshot, &record);
+        let current = current.as_ref().map(|(r, i)| (r, i.as_str()));
+        if let Some(ledger) = crate::promotion::ledger::observe(&record.ledger, current, now) {
+            next.ledger = ledger;
+        }
+        let next = crate::announce::stage::stage_pool(&record, next, now);
+        if next.outbox != record.outbox {
+            return None;
+        }
+        let mut surging = BTreeSet::new();
+        let mut writes = Vec::with_capacity(starts.len());
+        for r in starts {
+            let id = &r.instance_id;
+            let pending = planned.get(id)?.value.clone();
+            let command = steps.commands.iter().find(|(i, _)| i == id).map(|(_, c)| c);
+            let written = match command {
+                Some(Command::Surge {
+                    baseline,
+                    read,
+                    above_max,
+                }) => {
+                    surging.insert(id.clone());
+                    let next = surging_record(&pending, baseline, *read, *above_max, now);
+                    crate::announce::stage::stage_rotation(Some(&pending), next)
+                }
+                _ => pending,
+            };
+            let expected = records.get(id).map(|v| v.version);
+            let ttl = crate::rotation::retention(&written);
+            writes.push((written, expected, ttl));
+        }
+        match self
+            .state
+            .put_pool_and_rotations(&next, version, &writes)
+            .await
+        {
+            Ok(Some((stored, v))) => {
+                ctx.record = Some(stored);
+                ctx.record_version = Some(v);
+            }
+            Ok(None) => {
+                tracing::info!(
+                    pool,
+                    decision = "one write at a time",
+                    "the pool record changed since the pass read it; its rotations start one write at a time"
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(pool, error = %e, "cannot record the starts in one write; one write at a time");
+                return None;
+            }
+        }
+        for (written, expected, _) in writes {
+            let id = written.instance_id.clone();
+            let before = records
+                .get(&id)
+                .map(|v| v.value.outbox.clone())
+                .unwrap_or_default();
+            let staged: Vec<crate::bus::BusEvent> = crate::bus::staged(&before, &written.outbox)
+                .into_iter()
+                .cloned()
+                .collect();
+            tracing::info!(pool, instance = %id, reason = ?written.reason, forced = written.forced, step = ?written.step, decision = "rotation started");
+            let stored = Versioned {
+                value: written,
+                version: expected.map_or(1, |v| v + 1),
+            };
+            ctx.events.push(stored.clone(), staged);
+            report.started.push(id.clone());
+            moving.insert(id.clone());
+            records.insert(id, stored);
+        }
+        Some((commands, steps, surging))
     }
 
     /// Brings the nodes' marks (scale-down-disabled on surge and replacement nodes, the
@@ -439,17 +607,7 @@ impl RotatorHandler {
             } => {
                 // The intent first, then +1 on a fresh read: a crash or a failed call in
                 // between leaves a surge without supply, raised again next pass (see step).
-                let next = Rotation {
-                    surge: Some(Surge {
-                        target_desired: 0,
-                        baseline: baseline.clone(),
-                        base: None,
-                        read: Some(*read),
-                        above_max: *above_max,
-                        release: None,
-                    }),
-                    ..r.enter(Step::Surging, now)
-                };
+                let next = surging_record(r, baseline, *read, *above_max, now);
                 log(Step::Surging, "surge");
                 let Some(saved) = self.save(&v, next).await? else {
                     return Ok(Performed::Lost);
@@ -770,6 +928,28 @@ impl RotatorHandler {
             .await?;
         tracing::error!(pool, decision = "halted", reason = %why);
         Ok(())
+    }
+}
+
+/// `r` at `Surging` with the intent of its surge (`Command::Surge`'s `baseline`, `read` and
+/// `above_max`), recorded before the capacity is raised.
+fn surging_record(
+    r: &Rotation,
+    baseline: &[String],
+    read: i32,
+    above_max: bool,
+    now: DateTime<Utc>,
+) -> Rotation {
+    Rotation {
+        surge: Some(Surge {
+            target_desired: 0,
+            baseline: baseline.to_vec(),
+            base: None,
+            read: Some(read),
+            above_max,
+            release: None,
+        }),
+        ..r.enter(Step::Surging, now)
     }
 }
 

@@ -16,16 +16,20 @@ use crate::port::{ErrorKind, PortError};
 use crate::state::Versioned;
 
 impl Planner<'_> {
-    /// The pool's update record and, for one in progress, the record as `DescribeUpdate`
-    /// reports it now (`None`: unchanged). Reads only.
+    /// The pool's update record (`read`: as the cluster's batched read found it; else read
+    /// now) and, for one in progress, the record as `DescribeUpdate` reports it now (`None`:
+    /// unchanged). Reads only.
     async fn observed_update(
         &self,
-        cluster: &str,
-        name: &str,
-        pool: &str,
+        (cluster, name, pool): (&str, &str, &str),
+        read: Option<super::observe::UpdateRead>,
         now: DateTime<Utc>,
     ) -> Result<Option<(Versioned<ManagedUpdate>, Option<ManagedUpdate>)>, PortError> {
-        let Some(v) = self.state.managed_update(pool).await? else {
+        let read = match read {
+            Some(read) => read?,
+            None => self.state.managed_update(pool).await?,
+        };
+        let Some(v) = read else {
             return Ok(None);
         };
         let (Phase::InProgress, Some(id)) = (v.value.phase, v.value.update_id.clone()) else {
@@ -53,12 +57,13 @@ impl Planner<'_> {
         &self,
         group: &ManagedGroup,
         snapshot: &mut Snapshot,
+        read: Option<super::observe::UpdateRead>,
         now: DateTime<Utc>,
     ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), PortError> {
         let pool = snapshot.policy.pool_id();
         let cluster = snapshot.policy.cluster.clone();
         let update = match self
-            .observed_update(&cluster, &group.name, &pool, now)
+            .observed_update((&cluster, &group.name, &pool), read, now)
             .await?
         {
             None => None,
@@ -102,15 +107,15 @@ impl RotatorHandler {
     /// group's `updateConfig` put back.
     async fn follow_update(
         &self,
-        cluster: &str,
-        name: &str,
+        (cluster, name): (&str, &str),
         snapshot: &mut Snapshot,
+        read: Option<super::observe::UpdateRead>,
         now: DateTime<Utc>,
     ) -> Result<Option<Versioned<ManagedUpdate>>, PortError> {
         let pool = snapshot.policy.pool_id();
         let Some((mut v, next)) = self
             .planner()
-            .observed_update(cluster, name, &pool, now)
+            .observed_update((cluster, name, &pool), read, now)
             .await?
         else {
             return Ok(None);
@@ -188,11 +193,12 @@ impl RotatorHandler {
         &self,
         group: &ManagedGroup,
         snapshot: &mut Snapshot,
+        read: Option<super::observe::UpdateRead>,
         now: DateTime<Utc>,
     ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), PortError> {
         let cluster = snapshot.policy.cluster.clone();
         let update = self
-            .follow_update(&cluster, &group.name, snapshot, now)
+            .follow_update((&cluster, &group.name), snapshot, read, now)
             .await?;
         let plan = self
             .planner()
@@ -209,7 +215,10 @@ impl RotatorHandler {
         report: &mut PoolReport,
     ) -> Result<(), PortError> {
         let now = ctx.clock.start();
-        let (mplan, update) = self.plan_and_follow(group, &mut ctx.snapshot, now).await?;
+        let read = ctx.managed_update.take();
+        let (mplan, update) = self
+            .plan_and_follow(group, &mut ctx.snapshot, read, now)
+            .await?;
         log_decisions(&mplan.plan);
         report.allowed = Some(mplan.plan.allowed);
         report.blocked = mplan.plan.blocked.clone();

@@ -214,7 +214,7 @@ impl Planner<'_> {
             None => Preview::Group(plan::plan(&snapshot, now)),
             Some(group) => {
                 let (plan, update) = self
-                    .plan_managed_pool(group, &mut snapshot, now)
+                    .plan_managed_pool(group, &mut snapshot, observed.managed_update, now)
                     .await
                     .map_err(|e| e.to_string())?;
                 Preview::Managed {
@@ -246,7 +246,7 @@ impl Planner<'_> {
         now: DateTime<Utc>,
     ) -> Result<observe::Observed, String> {
         let view = self
-            .cluster_view(kube, std::slice::from_ref(policy), false)
+            .cluster_view(kube, std::slice::from_ref(policy), false, now)
             .await
             .map_err(|e| e.to_string())?;
         self.observe(policy, kube, &view, now)
@@ -282,6 +282,22 @@ impl Preview {
             Preview::Managed { plan, .. } => &plan.plan,
         }
     }
+}
+
+/// The release (and image) every node of the pool runs, when they all run one the record
+/// knows (what the soak ledger records).
+pub(super) fn fully_on_release(
+    snapshot: &Snapshot,
+    record: &state::PoolRecord,
+) -> Option<(crate::promotion::Release, String)> {
+    crate::promotion::fully_on(snapshot).and_then(|image| {
+        let ami = record
+            .desired
+            .iter()
+            .chain(record.history.iter().map(|h| &h.ami))
+            .find(|a| a.id == image)?;
+        Some((crate::promotion::release_of(ami), image.to_string()))
+    })
 }
 
 fn log_decisions(plan: &plan::Plan) {
@@ -492,7 +508,7 @@ impl RotatorHandler {
                 )),
                 Ok(kube) => match self
                     .planner()
-                    .cluster_view(kube.as_ref(), &policies, true)
+                    .cluster_view(kube.as_ref(), &policies, true, now)
                     .await
                 {
                     Ok(view) => Ok((kube, Arc::new(view))),
@@ -540,6 +556,8 @@ impl RotatorHandler {
                         Err(e) => failures.push(e.to_string()),
                     }
                 }
+                // The pools' events, 10 a call, and their outboxes cleared at once.
+                self.announce.flush(&view.events).await;
                 // A pool whose task panicked still gets its report.
                 let mut failures = failures.into_iter();
                 ids.into_iter()
@@ -670,6 +688,9 @@ impl RotatorHandler {
             versions: observed.versions,
             clock,
             record: observed.record,
+            record_version: observed.record_version,
+            managed_update: observed.managed_update,
+            events: &view.events,
             quarantined,
             quarantined_now: false,
             launch_problem: observed.launch_problem.clone(),
@@ -736,14 +757,7 @@ impl RotatorHandler {
     /// recorded next pass (a soak period then starts a pass late, never early).
     async fn record_ledger(&self, ctx: &PoolCtx<'_>, now: DateTime<Utc>) {
         let Some(record) = &ctx.record else { return };
-        let current = crate::promotion::fully_on(&ctx.snapshot).and_then(|image| {
-            let ami = record
-                .desired
-                .iter()
-                .chain(record.history.iter().map(|h| &h.ami))
-                .find(|a| a.id == image)?;
-            Some((crate::promotion::release_of(ami), image.to_string()))
-        });
+        let current = fully_on_release(&ctx.snapshot, record);
         let current = current.as_ref().map(|(r, i)| (r, i.as_str()));
         if crate::promotion::ledger::observe(&record.ledger, current, now).is_none() {
             return;

@@ -2,7 +2,8 @@
 //! ([`ClusterView`]: the Kubernetes nodes by providerID, and every Auto Scaling group of the
 //! cluster's pools with its instances and template image through the batched
 //! [`crate::fleet::snapshot::GroupSnapshots`] port) and the pool's own records (its state record and
-//! rotation records with their versions: one Query of the pool's partition).
+//! rotation records with their versions: read for all the cluster's pools in batches,
+//! [`crate::state::Repository::pool_partitions`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -32,7 +33,16 @@ pub(super) struct ClusterView {
     /// The managed node groups of the cluster's pools as `DescribeNodegroup` reported them
     /// (once a pass each), with the Auto Scaling group behind each; handed out like `groups`.
     managed: std::sync::Mutex<HashMap<String, ManagedRead>>,
+    /// The state and rotation records of the cluster's pools, read in batches; handed out
+    /// like `groups`.
+    records: std::sync::Mutex<HashMap<String, Result<crate::state::PoolRead, PortError>>>,
+    /// The managed node group update records of the cluster's managed pools, read in
+    /// batches; handed out like `groups`.
+    updates: std::sync::Mutex<HashMap<String, UpdateRead>>,
     pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
+    /// Events the cluster's pools staged, put at the end of the cluster's pass
+    /// ([`crate::announce::Announcer::flush`]).
+    pub(super) events: crate::announce::Deferred,
     /// The deployment's stop switch as read with the nodes
     /// ([`crate::state::Repository::stop_gate`]: unreadable
     /// is stopped).
@@ -51,6 +61,9 @@ impl ClusterView {
         Ok(ClusterView {
             groups: std::sync::Mutex::default(),
             managed: std::sync::Mutex::default(),
+            records: std::sync::Mutex::default(),
+            updates: std::sync::Mutex::default(),
+            events: crate::announce::Deferred::default(),
             stopped,
             by_instance: nodes
                 .into_iter()
@@ -133,6 +146,11 @@ pub(super) struct Observed {
     pub versions: BTreeMap<String, u64>,
     /// The pool's state record as read.
     pub record: Option<crate::state::PoolRecord>,
+    /// Its version (for a write that starts from it).
+    pub record_version: Option<u64>,
+    /// A managed pool's update record as the cluster's batched read found it (`None`: not
+    /// read; the managed pass reads it).
+    pub managed_update: Option<UpdateRead>,
     /// The group's latest unsuccessful scaling activity, read only while a surge waits for a
     /// launch (desired capacity above the instances).
     pub launch_problem: Option<String>,
@@ -141,18 +159,37 @@ pub(super) struct Observed {
 /// A managed node group with the Auto Scaling group behind it, or why it could not be read.
 type ManagedRead = Result<(String, ManagedGroup), PortError>;
 
+/// A managed pool's update record as a batched read found it (`Ok(None)`: none).
+pub(super) type UpdateRead =
+    Result<Option<crate::state::Versioned<crate::managed::ManagedUpdate>>, PortError>;
+
 impl Planner<'_> {
     /// What a pass reads once for a cluster whose pools are `policies`: the nodes and the stop
     /// switch ([`ClusterView::read`]), the managed node groups (one `DescribeNodegroup` each, at
     /// once), then every Auto Scaling group in batches ([`crate::fleet::snapshot::GroupSnapshots`]).
-    /// `writing`: the pass may write launch templates (their tags are read in batches too).
+    /// and the pools' records ([`crate::state::Repository::pool_partitions`]). `writing`: the
+    /// pass may write launch templates (their tags are read in batches too) and the pools'
+    /// rotation indexes.
     pub(super) async fn cluster_view(
         &self,
         kube: &dyn NodeOps,
         policies: &[Policy],
         writing: bool,
+        now: DateTime<Utc>,
     ) -> Result<ClusterView, PortError> {
         let view = ClusterView::read(kube, self.state).await?;
+        let pools: Vec<String> = policies.iter().map(Policy::pool_id).collect();
+        let records = self.state.pool_partitions(&pools, writing, now).await;
+        let managed_pools: Vec<String> = policies
+            .iter()
+            .filter(|p| matches!(p.node_group, NodeGroup::ManagedNodeGroup(_)))
+            .map(Policy::pool_id)
+            .collect();
+        let updates = if managed_pools.is_empty() {
+            std::collections::BTreeMap::new()
+        } else {
+            self.state.managed_updates(&managed_pools).await
+        };
         let mut names = Vec::new();
         let mut described = Vec::new();
         for policy in policies {
@@ -180,6 +217,8 @@ impl Planner<'_> {
         Ok(ClusterView {
             groups: std::sync::Mutex::new(groups.into_iter().collect()),
             managed: std::sync::Mutex::new(managed),
+            records: std::sync::Mutex::new(records.into_iter().collect()),
+            updates: std::sync::Mutex::new(updates.into_iter().collect()),
             ..view
         })
     }
@@ -224,7 +263,14 @@ impl Planner<'_> {
             }
         };
         let pool = policy.pool_id();
-        let (record, records) = self.state.pool_partition(&pool).await?;
+        let managed_update = view.take(&view.updates, &pool);
+        let read = match view.take(&view.records, &pool) {
+            Some(read) => read?,
+            None => self.state.pool_partition(&pool).await?,
+        };
+        let record_version = read.record.as_ref().map(|v| v.version);
+        let record = read.record.map(|v| v.value);
+        let records = read.rotations;
         let (group, instances) = match view.take(&view.groups, &group_name) {
             Some(read) => read?,
             None => self.groups.describe(&group_name).await?,
@@ -343,6 +389,8 @@ impl Planner<'_> {
             managed,
             versions,
             record,
+            record_version,
+            managed_update,
             launch_problem,
         })
     }
