@@ -250,6 +250,67 @@ def apply_patches() -> None:
     serialize.ResponseSerializer.get_value = serializer_get_value
     picker_cls.__call__ = call
 
+    base = serialize.ResponseSerializer
+    original_structure = base._serialize_type_structure
+    base_member = base._serialize_structure_member
+    base_dispatch = base._serialize
+    # Member types whose _serialize_type_* methods neither read self.path nor recurse: they
+    # are called directly (moto's _serialize only adds the path push and pop around them).
+    scalar_types = frozenset(("string", "integer", "long", "boolean", "timestamp", "float", "double", "blob"))
+    plain_classes: dict = {}
+
+    def plain(cls) -> bool:
+        """The structure walk of `cls` is ResponseSerializer's own (no override of the member
+        step, the dispatch or the value lookup)."""
+        known = plain_classes.get(cls)
+        if known is None:
+            known = (
+                cls._serialize_structure_member is base_member
+                and cls._serialize is base_dispatch
+                and cls.get_value is serializer_get_value
+            )
+            plain_classes[cls] = known
+        return known
+
+    def fast_structure(self, serialized, value, shape, key):
+        """``_serialize_type_structure`` with the member steps inlined: the path prefix is
+        joined once per structure (moto joined it for every member: the same string, as the
+        path does not change between members), the value picked as above, scalar members
+        written by their own ``_serialize_type_*`` method without the path push and pop."""
+        if value is None:
+            return
+        picker = self._value_picker
+        if not (ENABLED and plain(type(self)) and usable(picker, value)):
+            return original_structure(self, serialized, value, shape, key)
+        wrapper = self.MAP_TYPE() if key else serialized
+        prefix = ".".join(self.path)
+        methods = self.__dict__.get("_fast_methods")
+        if methods is None:
+            methods = self.__dict__["_fast_methods"] = {}
+        for member_key, member_shape in shape.members.items():
+            member_shape.parent = shape
+            member_value = pick(
+                picker, value, member_key, member_shape, prefix,
+                lambda: serialize.AttributePickerContext(
+                    obj=value, key=member_key, shape=member_shape, operation_model=self.operation_model,
+                    service_model=self.operation_model.service_model, key_path=prefix,
+                ),
+            )
+            if member_value is None:
+                continue
+            type_name = member_shape.type_name
+            if type_name in scalar_types:
+                method = methods.get(type_name)
+                if method is None:
+                    method = methods[type_name] = getattr(self, f"_serialize_type_{type_name}", self._default_serialize)
+                method(wrapper, member_value, member_shape, member_key)
+            else:
+                self._serialize(wrapper, member_value, member_shape, member_key)
+        if key:
+            self._default_serialize(serialized, wrapper, shape, key)
+
+    base._serialize_type_structure = fast_structure
+
     import xmltodict
 
     class XmlToDict:
