@@ -110,7 +110,12 @@ def _unparse(input_dict, full_document: bool) -> str:
             elif not isinstance(v, (dict, str)):
                 v = _text(v)
             if isinstance(v, str):
-                v = {"#text": v}
+                # A text element (most of them): what the steps below write for {"#text": v}.
+                if pending[0]:
+                    write(">")
+                    pending[0] = False
+                write(f"<{key}>{escape(v)}</{key}>" if v else f"<{key}/>")
+                continue
             cdata = None
             attrs: dict = {}
             children = []
@@ -272,37 +277,92 @@ def apply_patches() -> None:
             plain_classes[cls] = known
         return known
 
+    def plan_of(self, picker, value, shape, prefix):
+        """The member steps of `shape` for objects of `value`'s class at key path `prefix`, in
+        this response: (member key, member shape, candidate names, transformer path, scalar
+        method or None) each, as ``pick`` and ``_serialize`` would find them."""
+        caches = picker.__dict__.get("_fast")
+        if caches is None:
+            caches = picker.__dict__["_fast"] = ({}, {}, tuple(picker.response_transformers))
+        plans = picker.__dict__.get("_fast_plans")
+        if plans is None:
+            plans = picker.__dict__["_fast_plans"] = {}
+        pk = (type(value), id(shape), prefix)
+        plan = plans.get(pk)
+        if plan is not None and plan[0] is shape:
+            return plan[1]
+        keys_cache, transform_cache, transform_paths = caches
+        steps = []
+        for member_key, member_shape in shape.members.items():
+            member_shape.parent = shape
+            ctx = serialize.AttributePickerContext(
+                obj=value, key=member_key, shape=member_shape, operation_model=self.operation_model,
+                service_model=self.operation_model.service_model, key_path=prefix,
+            )
+            try:
+                keys = tuple(possible_keys(picker, ctx))
+            except Exception:
+                return None
+            key_path = f"{prefix}.{member_key}"
+            path = transform_cache.get(key_path, _NONE)
+            if path is _NONE:
+                path = next((p for p in transform_paths if key_path.endswith(p)), None)
+                transform_cache[key_path] = path
+            type_name = member_shape.type_name
+            method = None
+            if type_name in scalar_types:
+                method = getattr(self, f"_serialize_type_{type_name}", self._default_serialize)
+            steps.append((member_key, member_shape, keys, path, method, any("." in k for k in keys)))
+        plans[pk] = (shape, steps)
+        return steps
+
     def fast_structure(self, serialized, value, shape, key):
-        """``_serialize_type_structure`` with the member steps inlined: the path prefix is
-        joined once per structure (moto joined it for every member: the same string, as the
-        path does not change between members), the value picked as above, scalar members
-        written by their own ``_serialize_type_*`` method without the path push and pop."""
+        """``_serialize_type_structure`` with the member steps planned once per (class, shape,
+        key path) and response: the candidate names and the transformer of each member as
+        ``pick`` finds them, the path prefix joined once (moto joined it for every member: the
+        same string, as the path does not change between members), scalar members written by
+        their own ``_serialize_type_*`` method without the path push and pop around it."""
         if value is None:
             return
         picker = self._value_picker
         if not (ENABLED and plain(type(self)) and usable(picker, value)):
             return original_structure(self, serialized, value, shape, key)
-        wrapper = self.MAP_TYPE() if key else serialized
         prefix = ".".join(self.path)
-        methods = self.__dict__.get("_fast_methods")
-        if methods is None:
-            methods = self.__dict__["_fast_methods"] = {}
-        for member_key, member_shape in shape.members.items():
+        steps = plan_of(self, picker, value, shape, prefix)
+        if steps is None:
+            return original_structure(self, serialized, value, shape, key)
+        wrapper = self.MAP_TYPE() if key else serialized
+        keyed = hasattr(value, "__getitem__")
+        transformers = picker.response_transformers
+        for member_key, member_shape, keys, path, method, dotted in steps:
             member_shape.parent = shape
-            member_value = pick(
-                picker, value, member_key, member_shape, prefix,
-                lambda: serialize.AttributePickerContext(
-                    obj=value, key=member_key, shape=member_shape, operation_model=self.operation_model,
-                    service_model=self.operation_model.service_model, key_path=prefix,
-                ),
-            )
+            # moto.core.utils.get_value as pick() reads it.
+            member_value = MISSING
+            if keyed or dotted:
+                for possible_key in keys:
+                    if "." in possible_key:
+                        member_value = get_value(value, possible_key, MISSING)
+                    elif keyed:
+                        try:
+                            member_value = value[possible_key]
+                        except (KeyError, IndexError, TypeError, AttributeError):
+                            member_value = MISSING
+                    else:
+                        member_value = getattr(value, possible_key, MISSING)
+                    if member_value is not MISSING:
+                        break
+            else:
+                for possible_key in keys:
+                    member_value = getattr(value, possible_key, MISSING)
+                    if member_value is not MISSING:
+                        break
+            if member_value is MISSING:
+                member_value = None
+            if path is not None:
+                member_value = transformers[path](member_value)
             if member_value is None:
                 continue
-            type_name = member_shape.type_name
-            if type_name in scalar_types:
-                method = methods.get(type_name)
-                if method is None:
-                    method = methods[type_name] = getattr(self, f"_serialize_type_{type_name}", self._default_serialize)
+            if method is not None:
                 method(wrapper, member_value, member_shape, member_key)
             else:
                 self._serialize(wrapper, member_value, member_shape, member_key)
