@@ -430,18 +430,25 @@ def _literal(values) -> bool:
     )
 
 
-def _candidates(backend, filters):
+def _candidates(backend, filters, exact=None):
     """Resource ids that include every instance passing `filters`, or None when no filter
-    can be answered from an index."""
+    can be answered from an index. The names of the filters the ids answer exactly (literal
+    tag values, literal tag keys, instance ids: moto's predicate says the same of each
+    instance) are added to `exact` when given."""
     sets = []
     for name, values in filters.items():
         if name == "instance-id" and isinstance(values, (list, tuple)):
             sets.append(set(values))
+            if exact is not None and all(isinstance(v, str) for v in values):
+                exact.add(name)
         elif isinstance(name, str) and name.startswith("tag:"):
             index = _tag_index(backend)
-            ids = None if index is None else index.ids(name[4:], list(values) if _literal(values) else None)
+            literal = _literal(values)
+            ids = None if index is None else index.ids(name[4:], list(values) if literal else None)
             if ids is not None:
                 sets.append(ids)
+                if literal and exact is not None:
+                    exact.add(name)
         elif name == "tag-key" and _literal(values):
             index = _tag_index(backend)
             if index is not None:
@@ -454,6 +461,8 @@ def _candidates(backend, filters):
                     ids |= found
                 if ids is not None:
                     sets.append(ids)
+                    if exact is not None:
+                        exact.add(name)
     if not sets:
         return None
     sets.sort(key=len)
@@ -569,9 +578,13 @@ def apply_patches() -> None:
         # instance), and so must the answer here.
         if not all(isinstance(n, str) and (n in filter_dict_attribute_mapping or is_tag_filter(n)) for n in filters):
             return None
-        cands = _candidates(backend, filters)
+        exact: set = set()
+        cands = _candidates(backend, filters, exact)
         if cands is None:
             return None
+        # What the index answered exactly is not asked again of every instance (moto's tag
+        # predicate reads all tags of the instance per filter value); the rest is moto's.
+        rest = {n: v for n, v in filters.items() if n not in exact}
         picked = {}
         for rid in cands:
             if not isinstance(rid, str) or not rid.startswith("i-"):
@@ -585,7 +598,7 @@ def apply_patches() -> None:
             res = picked.get(rid)
             if res is None:
                 continue
-            kept = [i for i in res.instances if i.id in cands and passes_filter_dict(i, filters)]
+            kept = [i for i in res.instances if i.id in cands and (not rest or passes_filter_dict(i, rest))]
             if kept:
                 c = copy.copy(res)
                 c.instances = kept
