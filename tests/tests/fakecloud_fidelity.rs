@@ -587,7 +587,7 @@ async fn group_view(a: &support::Adapters, name: &str) -> String {
     )
 }
 
-/// Every page of DescribeInstances for `filter` = `values`, 5 reservations a page: (reservation
+/// Every page of DescribeInstances for `filter` = `values`, 5 instances a page: (reservation
 /// ids, instance ids, whether a next page is announced).
 async fn pages(a: &support::Adapters, filter: &str, values: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
