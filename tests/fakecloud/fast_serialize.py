@@ -14,6 +14,11 @@ shape, parent) and the transformer per key path. Objects whose attribute lookup 
 (``__getattr__``, a custom ``__getattribute__``, an instance-level ``Meta``) get the
 original pick.
 
+Structures go further (``fast_structure``): the member steps of a (class, shape, key path)
+are planned once per response (candidate names, transformer, and for scalar members their
+``_serialize_type_*`` method, called without moto's path push and pop, which only nested
+lookups read), and the key path is joined once per object instead of once per member.
+
 The XML text is then written by ``xmltodict.unparse`` through a SAX ``XMLGenerator``, one
 method call per element and attribute. ``_unparse`` writes the same text (same escaping and
 quoting, ``<x/>`` for empty elements, the same declaration) for the one form moto uses
@@ -187,6 +192,24 @@ def apply_patches() -> None:
             and _static(obj)
         )
 
+    def read(obj, keys, keyed):
+        """The first of the candidate names `keys` that `obj` holds, else None:
+        moto.core.utils.get_value, inlined (item lookup for mappings and sequences, attributes
+        otherwise, dotted names as paths through get_value itself)."""
+        for possible_key in keys:
+            if "." in possible_key:
+                value = get_value(obj, possible_key, MISSING)
+            elif keyed:
+                try:
+                    value = obj[possible_key]
+                except (KeyError, IndexError, TypeError, AttributeError):
+                    value = MISSING
+            else:
+                value = getattr(obj, possible_key, MISSING)
+            if value is not MISSING:
+                return value
+        return None
+
     def pick(picker, obj, key, shape, prefix, context):
         """What ``XFormedAttributePicker.__call__`` answers; `context()` makes its context
         (only needed the first time a (class, member, shape) comes up in this response)."""
@@ -205,24 +228,7 @@ def apply_patches() -> None:
                 return original_call(picker, ctx)
             entry = (shape, parent, keys)
             keys_cache[ck] = entry
-        # moto.core.utils.get_value, inlined: item lookup for mappings and sequences,
-        # attributes otherwise, dotted names as paths (through get_value itself).
-        value = MISSING
-        keyed = hasattr(obj, "__getitem__")
-        for possible_key in entry[2]:
-            if "." in possible_key:
-                value = get_value(obj, possible_key, MISSING)
-            elif keyed:
-                try:
-                    value = obj[possible_key]
-                except (KeyError, IndexError, TypeError, AttributeError):
-                    value = MISSING
-            else:
-                value = getattr(obj, possible_key, MISSING)
-            if value is not MISSING:
-                break
-        if value is MISSING:
-            value = None
+        value = read(obj, entry[2], hasattr(obj, "__getitem__"))
         key_path = f"{prefix}.{key}"
         path = transform_cache.get(key_path, _NONE)
         if path is _NONE:
@@ -336,28 +342,15 @@ def apply_patches() -> None:
         transformers = picker.response_transformers
         for member_key, member_shape, keys, path, method, dotted in steps:
             member_shape.parent = shape
-            # moto.core.utils.get_value as pick() reads it.
-            member_value = MISSING
             if keyed or dotted:
-                for possible_key in keys:
-                    if "." in possible_key:
-                        member_value = get_value(value, possible_key, MISSING)
-                    elif keyed:
-                        try:
-                            member_value = value[possible_key]
-                        except (KeyError, IndexError, TypeError, AttributeError):
-                            member_value = MISSING
-                    else:
-                        member_value = getattr(value, possible_key, MISSING)
-                    if member_value is not MISSING:
-                        break
-            else:
-                for possible_key in keys:
-                    member_value = getattr(value, possible_key, MISSING)
-                    if member_value is not MISSING:
-                        break
-            if member_value is MISSING:
+                member_value = read(value, keys, keyed)
+            else:  # read() for plain attribute names, without its call
                 member_value = None
+                for possible_key in keys:
+                    found = getattr(value, possible_key, MISSING)
+                    if found is not MISSING:
+                        member_value = found
+                        break
             if path is not None:
                 member_value = transformers[path](member_value)
             if member_value is None:
