@@ -62,6 +62,72 @@ def answer(rec, fn, kw):
     return list(rec.bodies)
 
 
+def _pages(ec2, **kw):
+    """Every DescribeInstances page of one question."""
+    out = []
+    while True:
+        page = ec2.describe_instances(**kw)
+        out.append(page)
+        if not page.get("NextToken"):
+            return out
+        kw["NextToken"] = page["NextToken"]
+
+
+def _pairs(pages):
+    return [(r["ReservationId"], i["InstanceId"]) for p in pages for r in p["Reservations"] for i in r["Instances"]]
+
+
+def pages_like_ec2(cloud, ec2):
+    """instance_pages.py: MaxResults counts instances, a reservation is split over pages,
+    no MaxResults is one answer; bad MaxResults and tokens are refused."""
+    from selfcheck import error_of
+
+    whole = _pages(ec2)
+    check(len(whole) == 1 and "NextToken" not in whole[0], "without MaxResults DescribeInstances is one answer")
+    every = _pairs(whole)
+    biggest = max(len(r["Instances"]) for r in whole[0]["Reservations"])
+    check(biggest > 5, f"the fleet has a reservation of more than 5 instances ({biggest})")
+    for filters in ([], [{"Name": "tag:eks:cluster-name", "Values": ["c0"]}],
+                    [{"Name": "tag:aws:autoscaling:groupName", "Values": ["bulk-3", "api-a", "bulk-1"]}]):
+        expected = _pairs(_pages(ec2, Filters=filters))
+        for size in (5, 7, 1000):
+            pages = _pages(ec2, Filters=filters, MaxResults=size)
+            counts = [sum(len(r["Instances"]) for r in p["Reservations"]) for p in pages]
+            check(all(c == size for c in counts[:-1]) and 0 < counts[-1] <= size and _pairs(pages) == expected,
+                  f"{filters or 'all'}, MaxResults {size}: pages of {counts} instances, the unpaged answer in order")
+    pages = _pages(ec2, MaxResults=5)
+    split = {}
+    for n, p in enumerate(pages):
+        for r in p["Reservations"]:
+            split.setdefault(r["ReservationId"], set()).add(n)
+    check(any(len(v) > 1 for v in split.values()) and _pairs(pages) == every,
+          "a reservation whose instances do not fit is split over consecutive pages under its id")
+    codes = [
+        error_of(ec2.describe_instances, MaxResults=4)[:2],
+        error_of(ec2.describe_instances, MaxResults=1001)[:2],
+        error_of(ec2.describe_instances, MaxResults=5, NextToken="bogus")[:2],
+        error_of(ec2.describe_instances, MaxResults=5, InstanceIds=[every[0][1]])[:2],
+    ]
+    check([c for c, _ in codes] == ["InvalidParameterValue"] * 3 + ["InvalidParameterCombination"],
+          f"MaxResults outside 5..1000, an unknown token, MaxResults with ids refused: {codes}")
+
+
+def token_survives_termination(ec2):
+    """A NextToken whose last instance was terminated (and no longer matches) still goes on
+    after it."""
+    running = [{"Name": "instance-state-name", "Values": ["running"]}]
+    first = ec2.describe_instances(Filters=running, MaxResults=5)
+    before = _pairs(_pages(ec2, Filters=running))
+    last = _pairs([first])[-1][1]
+    ec2.terminate_instances(InstanceIds=[last])
+    rest = _pages(ec2, Filters=running, MaxResults=5, NextToken=first["NextToken"])
+    served = set(_pairs([first]))
+    # (An Auto Scaling group may have launched a replacement meanwhile: it comes last.)
+    expected = [p for p in _pairs(_pages(ec2, Filters=running)) if p not in served]
+    check(_pairs(rest) == expected and _pairs(rest)[: len(before) - 5] == before[5:],
+          "a token whose instance was terminated between pages goes on after it")
+
+
 def run(cloud):
     ec2, asg = cloud.ec2, cloud.asg
     rec = Recorder(ec2, asg)
@@ -114,7 +180,7 @@ def run(cloud):
         f = lambda **kw: [{"Name": k, "Values": v} for k, v in kw.items()]  # noqa: E731
         di = ec2.describe_instances
         return [
-            ("all instances, 5 reservations a page", di, {"MaxResults": 5, "_token": "NextToken"}),
+            ("all instances, 5 a page", di, {"MaxResults": 5, "_token": "NextToken"}),
             ("all instances", di, {}),
             ("by ids across reservations", di, {"InstanceIds": some}),
             ("one id", di, {"InstanceIds": every[:1]}),
@@ -196,6 +262,7 @@ def run(cloud):
         print(f"ok  after {step}: {len(qs)} questions answered alike with and without the indexes")
 
     compare("seeding")
+    pages_like_ec2(cloud, ec2)
     c0 = ids(**{"tag:eks:cluster-name": ["c0"]})
     ec2.create_tags(Resources=c0[:3], Tags=[{"Key": "eks:cluster-name", "Value": "c1"}, {"Key": "team", "Value": "t9"}])
     ec2.create_tags(Resources=c0[10:11], Tags=[{"Key": "note", "Value": "a&b<c>\"d'e\n\tf"}])
@@ -224,6 +291,8 @@ def run(cloud):
     check(stats["check"] and stats["checked"] > 0 and stats["indexed"] > 0,
           f"check mode compared indexed answers with moto's: {stats['checked']} compared")
     check(stats["mismatches"] == [], f"no indexed answer differed from moto's own on the same state: {stats['mismatches']}")
+
+    token_survives_termination(ec2)
 
     # seed_groups makes what the API makes: the same answers but for names, ids, addresses, times.
     api_group("api-twin", "c7", 2)

@@ -430,18 +430,25 @@ def _literal(values) -> bool:
     )
 
 
-def _candidates(backend, filters):
+def _candidates(backend, filters, exact=None):
     """Resource ids that include every instance passing `filters`, or None when no filter
-    can be answered from an index."""
+    can be answered from an index. The names of the filters the ids answer exactly (literal
+    tag values, literal tag keys, instance ids: moto's predicate says the same of each
+    instance) are added to `exact` when given."""
     sets = []
     for name, values in filters.items():
         if name == "instance-id" and isinstance(values, (list, tuple)):
             sets.append(set(values))
+            if exact is not None and all(isinstance(v, str) for v in values):
+                exact.add(name)
         elif isinstance(name, str) and name.startswith("tag:"):
             index = _tag_index(backend)
-            ids = None if index is None else index.ids(name[4:], list(values) if _literal(values) else None)
+            literal = _literal(values)
+            ids = None if index is None else index.ids(name[4:], list(values) if literal else None)
             if ids is not None:
                 sets.append(ids)
+                if literal and exact is not None:
+                    exact.add(name)
         elif name == "tag-key" and _literal(values):
             index = _tag_index(backend)
             if index is not None:
@@ -454,6 +461,8 @@ def _candidates(backend, filters):
                     ids |= found
                 if ids is not None:
                     sets.append(ids)
+                    if exact is not None:
+                        exact.add(name)
     if not sets:
         return None
     sets.sort(key=len)
@@ -569,9 +578,13 @@ def apply_patches() -> None:
         # instance), and so must the answer here.
         if not all(isinstance(n, str) and (n in filter_dict_attribute_mapping or is_tag_filter(n)) for n in filters):
             return None
-        cands = _candidates(backend, filters)
+        exact: set = set()
+        cands = _candidates(backend, filters, exact)
         if cands is None:
             return None
+        # What the index answered exactly is not asked again of every instance (moto's tag
+        # predicate reads all tags of the instance per filter value); the rest is moto's.
+        rest = {n: v for n, v in filters.items() if n not in exact}
         picked = {}
         for rid in cands:
             if not isinstance(rid, str) or not rid.startswith("i-"):
@@ -585,7 +598,7 @@ def apply_patches() -> None:
             res = picked.get(rid)
             if res is None:
                 continue
-            kept = [i for i in res.instances if i.id in cands and passes_filter_dict(i, filters)]
+            kept = [i for i in res.instances if i.id in cands and (not rest or passes_filter_dict(i, rest))]
             if kept:
                 c = copy.copy(res)
                 c.instances = kept
@@ -604,6 +617,64 @@ def apply_patches() -> None:
                 return _checked("describe_volumes", matches, orig_describe_volumes, self, volume_ids, filters)
         return _fallback(orig_describe_volumes, self, volume_ids, filters)
 
+    from moto.ec2 import utils as ec2_utils
+
+    orig_tag_filter_matches = ec2_utils.tag_filter_matches
+    regexes_of: dict = {}  # tuple(filter values) -> (set of them, compiled patterns, all literal)
+
+    def tag_filter_matches(obj, filter_name, filter_values):
+        """moto's tag_filter_matches with each value's pattern compiled once (moto translated
+        and compiled every value for every instance: 10,000 instances x 100 group names
+        were a million translations a DescribeInstances page); a literal value (no `*`,
+        `?`, `[`, `\\`) matches exactly its own text, so it is looked up in a set."""
+        if not ENABLED:
+            return orig_tag_filter_matches(obj, filter_name, filter_values)
+        try:
+            key = tuple(filter_values)
+            entry = regexes_of.get(key)
+        except TypeError:
+            return _fallback(orig_tag_filter_matches, obj, filter_name, filter_values)
+        if entry is None:
+            if not all(isinstance(v, str) for v in key):
+                return _fallback(orig_tag_filter_matches, obj, filter_name, filter_values)
+            import re
+
+            entry = (
+                frozenset(key),
+                [re.compile(ec2_utils.simple_aws_filter_to_re(v)) for v in key],
+                not any(_WILDCARDS & set(v) or "\\" in v for v in key),
+            )
+            if len(regexes_of) > 1000:
+                regexes_of.clear()
+            regexes_of[key] = entry
+        values, patterns, literal = entry
+        if filter_name == "tag-key":
+            tag_values = ec2_utils.get_obj_tag_names(obj)
+        elif filter_name == "tag-value":
+            tag_values = ec2_utils.get_obj_tag_values(obj)
+        elif filter_name.startswith("tag:"):
+            tag_values = ec2_utils.get_obj_tag_values(obj, key=filter_name[4:])
+        else:
+            tag_values = [ec2_utils.get_obj_tag(obj, filter_name) or ""]
+        answer = False
+        for tag_value in tag_values:
+            if tag_value in values if literal else (
+                any(p.match(tag_value) for p in patterns) or tag_value in values
+            ):
+                answer = True
+                break
+        if CHECK:
+            expected = orig_tag_filter_matches(obj, filter_name, filter_values)
+            with _STATS_LOCK:
+                _STATS["checked"] += 1
+                if expected != answer:
+                    _STATS["mismatches"].append(
+                        {"function": "tag_filter_matches", "args": repr((getattr(obj, "id", obj), filter_name, filter_values))[:500],
+                         "indexed": answer, "moto": expected}
+                    )
+        return answer
+
+    ec2_utils.tag_filter_matches = tag_filter_matches
     InstanceBackend.get_instance = get_instance
     InstanceBackend.get_instance_by_id = get_instance_by_id
     InstanceBackend.get_multi_instances_by_id = get_multi_instances_by_id

@@ -14,6 +14,11 @@ shape, parent) and the transformer per key path. Objects whose attribute lookup 
 (``__getattr__``, a custom ``__getattribute__``, an instance-level ``Meta``) get the
 original pick.
 
+Structures go further (``fast_structure``): the member steps of a (class, shape, key path)
+are planned once per response (candidate names, transformer, and for scalar members their
+``_serialize_type_*`` method, called without moto's path push and pop, which only nested
+lookups read), and the key path is joined once per object instead of once per member.
+
 The XML text is then written by ``xmltodict.unparse`` through a SAX ``XMLGenerator``, one
 method call per element and attribute. ``_unparse`` writes the same text (same escaping and
 quoting, ``<x/>`` for empty elements, the same declaration) for the one form moto uses
@@ -110,7 +115,12 @@ def _unparse(input_dict, full_document: bool) -> str:
             elif not isinstance(v, (dict, str)):
                 v = _text(v)
             if isinstance(v, str):
-                v = {"#text": v}
+                # A text element (most of them): what the steps below write for {"#text": v}.
+                if pending[0]:
+                    write(">")
+                    pending[0] = False
+                write(f"<{key}>{escape(v)}</{key}>" if v else f"<{key}/>")
+                continue
             cdata = None
             attrs: dict = {}
             children = []
@@ -182,6 +192,24 @@ def apply_patches() -> None:
             and _static(obj)
         )
 
+    def read(obj, keys, keyed):
+        """The first of the candidate names `keys` that `obj` holds, else None:
+        moto.core.utils.get_value, inlined (item lookup for mappings and sequences, attributes
+        otherwise, dotted names as paths through get_value itself)."""
+        for possible_key in keys:
+            if "." in possible_key:
+                value = get_value(obj, possible_key, MISSING)
+            elif keyed:
+                try:
+                    value = obj[possible_key]
+                except (KeyError, IndexError, TypeError, AttributeError):
+                    value = MISSING
+            else:
+                value = getattr(obj, possible_key, MISSING)
+            if value is not MISSING:
+                return value
+        return None
+
     def pick(picker, obj, key, shape, prefix, context):
         """What ``XFormedAttributePicker.__call__`` answers; `context()` makes its context
         (only needed the first time a (class, member, shape) comes up in this response)."""
@@ -200,24 +228,7 @@ def apply_patches() -> None:
                 return original_call(picker, ctx)
             entry = (shape, parent, keys)
             keys_cache[ck] = entry
-        # moto.core.utils.get_value, inlined: item lookup for mappings and sequences,
-        # attributes otherwise, dotted names as paths (through get_value itself).
-        value = MISSING
-        keyed = hasattr(obj, "__getitem__")
-        for possible_key in entry[2]:
-            if "." in possible_key:
-                value = get_value(obj, possible_key, MISSING)
-            elif keyed:
-                try:
-                    value = obj[possible_key]
-                except (KeyError, IndexError, TypeError, AttributeError):
-                    value = MISSING
-            else:
-                value = getattr(obj, possible_key, MISSING)
-            if value is not MISSING:
-                break
-        if value is MISSING:
-            value = None
+        value = read(obj, entry[2], hasattr(obj, "__getitem__"))
         key_path = f"{prefix}.{key}"
         path = transform_cache.get(key_path, _NONE)
         if path is _NONE:
@@ -249,6 +260,109 @@ def apply_patches() -> None:
 
     serialize.ResponseSerializer.get_value = serializer_get_value
     picker_cls.__call__ = call
+
+    base = serialize.ResponseSerializer
+    original_structure = base._serialize_type_structure
+    base_member = base._serialize_structure_member
+    base_dispatch = base._serialize
+    # Member types whose _serialize_type_* methods neither read self.path nor recurse: they
+    # are called directly (moto's _serialize only adds the path push and pop around them).
+    scalar_types = frozenset(("string", "integer", "long", "boolean", "timestamp", "float", "double", "blob"))
+    plain_classes: dict = {}
+
+    def plain(cls) -> bool:
+        """The structure walk of `cls` is ResponseSerializer's own (no override of the member
+        step, the dispatch or the value lookup)."""
+        known = plain_classes.get(cls)
+        if known is None:
+            known = (
+                cls._serialize_structure_member is base_member
+                and cls._serialize is base_dispatch
+                and cls.get_value is serializer_get_value
+            )
+            plain_classes[cls] = known
+        return known
+
+    def plan_of(self, picker, value, shape, prefix):
+        """The member steps of `shape` for objects of `value`'s class at key path `prefix`, in
+        this response: (member key, member shape, candidate names, transformer path, scalar
+        method or None) each, as ``pick`` and ``_serialize`` would find them."""
+        caches = picker.__dict__.get("_fast")
+        if caches is None:
+            caches = picker.__dict__["_fast"] = ({}, {}, tuple(picker.response_transformers))
+        plans = picker.__dict__.get("_fast_plans")
+        if plans is None:
+            plans = picker.__dict__["_fast_plans"] = {}
+        pk = (type(value), id(shape), prefix)
+        plan = plans.get(pk)
+        if plan is not None and plan[0] is shape:
+            return plan[1]
+        keys_cache, transform_cache, transform_paths = caches
+        steps = []
+        for member_key, member_shape in shape.members.items():
+            member_shape.parent = shape
+            ctx = serialize.AttributePickerContext(
+                obj=value, key=member_key, shape=member_shape, operation_model=self.operation_model,
+                service_model=self.operation_model.service_model, key_path=prefix,
+            )
+            try:
+                keys = tuple(possible_keys(picker, ctx))
+            except Exception:
+                return None
+            key_path = f"{prefix}.{member_key}"
+            path = transform_cache.get(key_path, _NONE)
+            if path is _NONE:
+                path = next((p for p in transform_paths if key_path.endswith(p)), None)
+                transform_cache[key_path] = path
+            type_name = member_shape.type_name
+            method = None
+            if type_name in scalar_types:
+                method = getattr(self, f"_serialize_type_{type_name}", self._default_serialize)
+            steps.append((member_key, member_shape, keys, path, method, any("." in k for k in keys)))
+        plans[pk] = (shape, steps)
+        return steps
+
+    def fast_structure(self, serialized, value, shape, key):
+        """``_serialize_type_structure`` with the member steps planned once per (class, shape,
+        key path) and response: the candidate names and the transformer of each member as
+        ``pick`` finds them, the path prefix joined once (moto joined it for every member: the
+        same string, as the path does not change between members), scalar members written by
+        their own ``_serialize_type_*`` method without the path push and pop around it."""
+        if value is None:
+            return
+        picker = self._value_picker
+        if not (ENABLED and plain(type(self)) and usable(picker, value)):
+            return original_structure(self, serialized, value, shape, key)
+        prefix = ".".join(self.path)
+        steps = plan_of(self, picker, value, shape, prefix)
+        if steps is None:
+            return original_structure(self, serialized, value, shape, key)
+        wrapper = self.MAP_TYPE() if key else serialized
+        keyed = hasattr(value, "__getitem__")
+        transformers = picker.response_transformers
+        for member_key, member_shape, keys, path, method, dotted in steps:
+            member_shape.parent = shape
+            if keyed or dotted:
+                member_value = read(value, keys, keyed)
+            else:  # read() for plain attribute names, without its call
+                member_value = None
+                for possible_key in keys:
+                    found = getattr(value, possible_key, MISSING)
+                    if found is not MISSING:
+                        member_value = found
+                        break
+            if path is not None:
+                member_value = transformers[path](member_value)
+            if member_value is None:
+                continue
+            if method is not None:
+                method(wrapper, member_value, member_shape, member_key)
+            else:
+                self._serialize(wrapper, member_value, member_shape, member_key)
+        if key:
+            self._default_serialize(serialized, wrapper, shape, key)
+
+    base._serialize_type_structure = fast_structure
 
     import xmltodict
 

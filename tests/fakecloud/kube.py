@@ -1109,7 +1109,7 @@ class KubeCluster:
 
     def present(self, res: Resource, obj: dict, in_list: bool = False) -> dict:
         """The wire form of a stored object."""
-        out = copy.deepcopy(obj)
+        out = _json_copy(obj)
         if res is PDBS:
             out["status"] = self.pdb_status(obj)
         if res is CLUSTERROLES and isinstance(out.get("aggregationRule"), dict):
@@ -2146,6 +2146,23 @@ def matching(cluster, res, ns, fsel, lsel) -> dict:
         if label_match(lsel, _get(obj, "metadata", "labels")) and field_match(fsel, res, obj):
             out[key] = obj
     return out
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _json_copy(value):
+    """copy.deepcopy of a JSON document (dicts, lists, strings, numbers, booleans, None), in a
+    fraction of its time (a list page of 500 Nodes copies 500 documents); anything else in it
+    is copied by copy.deepcopy."""
+    t = type(value)
+    if t is dict:
+        return {k: v if type(v) in _ATOMS else _json_copy(v) for k, v in value.items()}
+    if t is list:
+        return [v if type(v) in _ATOMS else _json_copy(v) for v in value]
+    if t in _ATOMS:
+        return value
+    return copy.deepcopy(value)
 
 
 def list_objects(cluster, res, ns, query):

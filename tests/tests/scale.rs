@@ -471,6 +471,19 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// CPU seconds (user + system) the process `pid` (this one for `None`) has used so far.
+fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    let path = pid.map_or_else(
+        || "/proc/self/stat".to_string(),
+        |p| format!("/proc/{p}/stat"),
+    );
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 /// One pass under the added latency and throttling, measured and printed.
 async fn measured_pass(
     cloud: &FakeCloud,
@@ -496,6 +509,7 @@ async fn measured_pass(
             )
             .kube(KubeFaults::new(0.0).delay_ms(kube_ms)),
     );
+    let cpu_before = (cpu_seconds(None), cpu_seconds(Some(cloud.pid())));
     let started = Instant::now();
     let now = chrono::Utc::now();
     let report = rotator
@@ -508,6 +522,13 @@ async fn measured_pass(
         .await
         .unwrap();
     let took = started.elapsed();
+    let cpu = |after: Option<f64>, before: Option<f64>| {
+        after.zip(before).map_or(f64::NAN, |(a, b)| a - b)
+    };
+    let (rust_cpu, cloud_cpu) = (
+        cpu(cpu_seconds(None), cpu_before.0),
+        cpu(cpu_seconds(Some(cloud.pid())), cpu_before.1),
+    );
     let stats = cloud.fault_stats();
     cloud.clear_faults();
     let by_op: BTreeMap<String, u64> = stats
@@ -536,7 +557,7 @@ async fn measured_pass(
         index_checks,
     };
     println!(
-        "{label} pass over {total_pools} pools / {total_nodes} nodes (+{aws_ms} ms per AWS call, +{kube_ms} ms per Kubernetes call): {:.1} s (timeout {} s), {} AWS calls = {:.2} per pool ({:.2} besides the pools' records; {} throttled and retried), {} Kubernetes calls, peak RSS {:.0} MiB",
+        "{label} pass over {total_pools} pools / {total_nodes} nodes (+{aws_ms} ms per AWS call, +{kube_ms} ms per Kubernetes call): {:.1} s (timeout {} s), {} AWS calls = {:.2} per pool ({:.2} besides the pools' records; {} throttled and retried), {} Kubernetes calls, peak RSS {:.0} MiB; CPU {rust_cpu:.1} s in the test process (the rotator), {cloud_cpu:.1} s in the fake cloud",
         took.as_secs_f64(),
         TIMEOUT.as_secs(),
         m.calls,
