@@ -218,11 +218,14 @@ impl OpsHandler {
             let quarantines = quarantine::Quarantines {
                 state: &self.state,
                 announce: &self.announce,
+                policies: &policies,
+                inv,
+                now,
             };
             let result = if matches!(req, Request::Quarantine { .. }) {
-                (quarantines.quarantine(&policies, target, reason, inv, now)).await
+                quarantines.quarantine(target, reason).await
             } else {
-                (quarantines.unquarantine(&policies, target, reason, inv, now)).await
+                quarantines.unquarantine(target, reason).await
             };
             self.audit_finish(&audit, payload, inv, &result, now).await;
             log_outcome(inv, None, Some(&target.to_string()), req.action(), &result);

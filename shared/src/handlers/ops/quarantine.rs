@@ -112,32 +112,39 @@ fn rolled_back_from(
         .collect()
 }
 
-/// `quarantine` / `unquarantine`: the deployment-wide quarantine of a release or image, and
-/// the pools it moves.
+/// `quarantine` / `unquarantine` for one operator request: the deployment-wide quarantine of
+/// a release or image, and the pools it moves.
 pub(super) struct Quarantines<'a> {
     /// The state table (the quarantine, the pools' records).
     pub state: &'a Repository,
     /// Records a quarantine with its events.
     pub announce: &'a Announcer,
+    /// The pools' policies by pool id (the pools a change moves).
+    pub policies: &'a BTreeMap<String, Policy>,
+    /// The operator's request (caller and request id, recorded on the entry and in the answer).
+    pub inv: &'a Invocation,
+    /// When the request is served.
+    pub now: DateTime<Utc>,
 }
 
 impl Quarantines<'_> {
+    /// The quarantine as the table has it now; a failed read is an internal error that says so.
+    async fn current(&self) -> Result<Quarantined, HandlerError> {
+        self.state
+            .quarantine()
+            .await
+            .map_err(|e| internal(format!("cannot read the quarantine: {e}")))
+    }
+
+    /// Quarantines `target` for `reason` (once: an entry in force, or one another request put
+    /// meanwhile, is kept and answered with `changed: false`).
     pub(super) async fn quarantine(
         &self,
-        policies: &BTreeMap<String, Policy>,
         target: &Target,
         reason: &str,
-        inv: &Invocation,
-        now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
-        let store = self.state;
-        let read = || async {
-            store
-                .quarantine()
-                .await
-                .map_err(|e| internal(format!("cannot read the quarantine: {e}")))
-        };
-        let mut all = read().await?;
+        let (policies, inv, now) = (self.policies, self.inv, self.now);
+        let mut all = self.current().await?;
         let (entry, changed) = match in_force(&all, target).cloned() {
             Some(existing) => (existing, false),
             None => {
@@ -156,7 +163,7 @@ impl Quarantines<'_> {
                     (q, true)
                 } else {
                     // Another request quarantined it meanwhile: its entry stays.
-                    all = read().await?;
+                    all = self.current().await?;
                     let first = in_force(&all, target).cloned().ok_or_else(|| {
                         internal(format!(
                             "{target} was quarantined and lifted while this request ran; repeat it"
@@ -189,19 +196,16 @@ impl Quarantines<'_> {
         }))
     }
 
+    /// Lifts every entry naming `target` (or what it is the same as: an image and its
+    /// release); `changed: false` when none was in force.
     pub(super) async fn unquarantine(
         &self,
-        policies: &BTreeMap<String, Policy>,
         target: &Target,
         reason: &str,
-        inv: &Invocation,
-        now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
+        let (policies, inv, now) = (self.policies, self.inv, self.now);
         let store = self.state;
-        let all = store
-            .quarantine()
-            .await
-            .map_err(|e| internal(format!("cannot read the quarantine: {e}")))?;
+        let all = self.current().await?;
         let by = super::operator(inv, reason, now);
         let mut lifted = Vec::new();
         for t in equivalents(target) {

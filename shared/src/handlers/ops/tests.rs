@@ -282,20 +282,24 @@ async fn cancel_ends_a_queued_rotation_once() {
 async fn a_quarantine_is_put_once_and_lifted_by_either_name() {
     let d = deployment();
     let (policies, _) = d.ops.policies().await.unwrap();
-    let q = quarantine::Quarantines {
+    let invocations = [inv("r1"), inv("r2"), inv("r3")];
+    let q = |inv| quarantine::Quarantines {
         state: &d.ops.state,
         announce: &d.ops.announce,
+        policies: &policies,
+        inv,
+        now: now(),
     };
     let target = crate::promotion::Target::Ami("ami-1".into());
-    let out = q
-        .quarantine(&policies, &target, "bad kernel", &inv("r1"), now())
+    let out = q(&invocations[0])
+        .quarantine(&target, "bad kernel")
         .await
         .unwrap();
     assert_eq!(out["changed"], true, "{out}");
     let events = d.cloud.world().events.len();
     assert!(events > 0, "the quarantine is announced");
-    let again = q
-        .quarantine(&policies, &target, "again", &inv("r2"), now())
+    let again = q(&invocations[1])
+        .quarantine(&target, "again")
         .await
         .unwrap();
     assert_eq!(again["changed"], false, "{again}");
@@ -303,8 +307,8 @@ async fn a_quarantine_is_put_once_and_lifted_by_either_name() {
     assert_eq!(d.cloud.world().events.len(), events, "announced once");
     // The release that is that image id names the same thing.
     let release = crate::promotion::Target::Release(crate::promotion::Release("ami-1".into()));
-    let lifted = q
-        .unquarantine(&policies, &release, "fixed", &inv("r3"), now())
+    let lifted = q(&invocations[2])
+        .unquarantine(&release, "fixed")
         .await
         .unwrap();
     assert_eq!(lifted["changed"], true, "{lifted}");
