@@ -272,6 +272,26 @@ pub trait Members: Send + Sync {
     async fn ports(&self, place: &Place) -> Result<Option<crate::port::Ports>, MemberError>;
 }
 
+/// `this` handler for pools at `place`: `this` itself for `None` or the cell's own place,
+/// else `with(ports)` over the place's member's ports (the handler swaps in the ports that
+/// reach the member and keeps the cell's table, bus and metrics). `Err` as
+/// [`Members::ports`]: the place is not served or its spoke role cannot be assumed.
+#[cfg(feature = "aws")]
+pub async fn at<T: Clone>(
+    members: &dyn Members,
+    place: Option<&Place>,
+    this: &T,
+    with: impl FnOnce(crate::port::Ports) -> T,
+) -> Result<T, MemberError> {
+    let Some(place) = place else {
+        return Ok(this.clone());
+    };
+    Ok(match members.ports(place).await? {
+        None => this.clone(),
+        Some(ports) => with(ports),
+    })
+}
+
 /// No members: only pools that name no place (the cell's own) are served. The default of
 /// handlers built without a [`Members`] adapter (tests).
 #[derive(Debug, Clone, Copy, Default)]

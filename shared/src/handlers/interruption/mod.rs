@@ -302,18 +302,15 @@ impl InterruptionHandler {
         &self,
         place: Option<&crate::policy::Place>,
     ) -> Result<Self, crate::members::MemberError> {
-        let Some(place) = place else {
-            return Ok(self.clone());
-        };
-        Ok(match self.members.ports(place).await? {
-            None => self.clone(),
-            Some(ports) => InterruptionHandler {
+        crate::members::at(self.members.as_ref(), place, self, |ports| {
+            InterruptionHandler {
                 instances: ports.instances,
                 lifecycle: ports.lifecycle,
                 kube: ports.kube,
                 ..self.clone()
-            },
+            }
         })
+        .await
     }
 
     /// Schedule tick: the lifecycle actions handed to the rotator (read from the cell's

@@ -346,20 +346,15 @@ impl OpsHandler {
         &self,
         place: Option<&crate::policy::Place>,
     ) -> Result<OpsHandler, crate::members::MemberError> {
-        let Some(place) = place else {
-            return Ok(self.clone());
-        };
-        Ok(match self.members.ports(place).await? {
-            None => self.clone(),
-            Some(p) => OpsHandler {
-                groups: p.groups,
-                managed: p.managed,
-                kube: p.kube,
-                images: p.images,
-                alarms: p.alarms,
-                ..self.clone()
-            },
+        crate::members::at(self.members.as_ref(), place, self, |p| OpsHandler {
+            groups: p.groups,
+            managed: p.managed,
+            kube: p.kube,
+            images: p.images,
+            alarms: p.alarms,
+            ..self.clone()
         })
+        .await
     }
 
     /// Every valid policy by pool id, and every invalid document (the pool its path owns, if

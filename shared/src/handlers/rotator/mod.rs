@@ -900,20 +900,15 @@ impl RotatorHandler {
         &self,
         place: Option<&crate::policy::Place>,
     ) -> Result<Self, crate::members::MemberError> {
-        let Some(place) = place else {
-            return Ok(self.clone());
-        };
-        Ok(match self.members.ports(place).await? {
-            None => self.clone(),
-            Some(p) => RotatorHandler {
-                groups: p.groups,
-                managed: p.managed,
-                parameters: p.parameters,
-                node_groups: p.node_groups,
-                kube: p.kube,
-                ..self.clone()
-            },
+        crate::members::at(self.members.as_ref(), place, self, |p| RotatorHandler {
+            groups: p.groups,
+            managed: p.managed,
+            parameters: p.parameters,
+            node_groups: p.node_groups,
+            kube: p.kube,
+            ..self.clone()
         })
+        .await
     }
 
     /// The rotator over `ports`.
