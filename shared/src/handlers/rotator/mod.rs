@@ -88,6 +88,21 @@ impl Settings {
     }
 }
 
+/// One pool's visit in a pass: what every round of its pass works with.
+#[derive(Clone)]
+struct PoolVisit<'a> {
+    /// The pool.
+    policy: &'a Policy,
+    /// Its cluster's nodes and pods.
+    kube: Arc<dyn NodeOps>,
+    /// What the pass read once of its cluster for all of the cluster's pools.
+    view: &'a ClusterView,
+    /// The pass's clock.
+    clock: Clock,
+    /// When the invocation must have stopped working.
+    deadline: Instant,
+}
+
 /// The handler and its ports.
 #[derive(Clone)]
 pub struct RotatorHandler {
@@ -541,7 +556,16 @@ impl RotatorHandler {
                     tasks.spawn(async move {
                         let _permit = permits.acquire_owned().await;
                         let report = this
-                            .visit_pool(&policy, kube, &view, clock, deadline, &quarantined)
+                            .visit_pool(
+                                PoolVisit {
+                                    policy: &policy,
+                                    kube,
+                                    view: &view,
+                                    clock,
+                                    deadline,
+                                },
+                                &quarantined,
+                            )
                             .await;
                         (i, report)
                     });
@@ -583,35 +607,20 @@ impl RotatorHandler {
     /// One pool's part of a pass, unless too little of the invocation is left to start it.
     async fn visit_pool(
         &self,
-        policy: &Policy,
-        kube: Arc<dyn NodeOps>,
-        view: &ClusterView,
-        clock: Clock,
-        deadline: Instant,
+        visit: PoolVisit<'_>,
         quarantined: &crate::promotion::Quarantined,
     ) -> PoolReport {
         let mut report = PoolReport {
-            pool: policy.pool_id(),
+            pool: visit.policy.pool_id(),
             ..PoolReport::default()
         };
-        if deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
+        if visit.deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
             report.blocked =
                 Some("invocation time nearly used up; the pool is worked on next pass".into());
             tracing::warn!(pool = %report.pool, decision = "deferred", reason = ?report.blocked);
             return report;
         }
-        if let Err(e) = self
-            .pool_pass(
-                policy,
-                kube,
-                view,
-                clock,
-                deadline,
-                quarantined,
-                &mut report,
-            )
-            .await
-        {
+        if let Err(e) = self.pool_pass(&visit, quarantined, &mut report).await {
             tracing::error!(pool = %report.pool, kind = ?e.kind, error = %e, "pool pass failed");
             report.errors.push(e.to_string());
         }
@@ -620,31 +629,15 @@ impl RotatorHandler {
 
     /// One pool's pass; planned again (once) when it quarantined the AMI it rolled out, so the
     /// rollback (launch template, cancels, replacements) starts in the same pass.
-    #[allow(clippy::too_many_arguments)]
     async fn pool_pass(
         &self,
-        policy: &Policy,
-        kube: Arc<dyn NodeOps>,
-        view: &ClusterView,
-        clock: Clock,
-        deadline: Instant,
+        visit: &PoolVisit<'_>,
         quarantined: &crate::promotion::Quarantined,
         report: &mut PoolReport,
     ) -> Result<(), PortError> {
         let mut quarantined = quarantined.clone();
         for _ in 0..2 {
-            match self
-                .pool_round(
-                    policy,
-                    kube.clone(),
-                    view,
-                    clock,
-                    deadline,
-                    quarantined,
-                    report,
-                )
-                .await?
-            {
+            match self.pool_round(visit, quarantined, report).await? {
                 Some(now_quarantined) => quarantined = now_quarantined,
                 None => return Ok(()),
             }
@@ -654,17 +647,19 @@ impl RotatorHandler {
 
     /// Observe, roll back from a quarantined AMI, plan, perform, record the soak ledger.
     /// `Some(quarantine)` when the round quarantined something (plan again).
-    #[allow(clippy::too_many_arguments)]
     async fn pool_round(
         &self,
-        policy: &Policy,
-        kube: Arc<dyn NodeOps>,
-        view: &ClusterView,
-        clock: Clock,
-        deadline: Instant,
+        visit: &PoolVisit<'_>,
         quarantined: crate::promotion::Quarantined,
         report: &mut PoolReport,
     ) -> Result<Option<crate::promotion::Quarantined>, PortError> {
+        let PoolVisit {
+            policy,
+            kube,
+            view,
+            clock,
+            deadline,
+        } = visit.clone();
         let now = clock.start();
         let mut observed = self
             .planner()
