@@ -56,20 +56,14 @@ pub(super) fn free_text<'a>(
     expected: &str,
     problems: &mut Problems,
 ) -> Option<&'a str> {
-    match value {
-        Value::String(s) => Some(s),
-        Value::Number(_) | Value::Bool(_) => {
-            problems.error(
-                path,
-                format!("expected {expected}, got {value} (quote it: \"{value}\")"),
-            );
-            None
-        }
-        _ => {
-            wrong_type(path, expected, value, problems);
-            None
-        }
+    if let Value::Number(_) | Value::Bool(_) = value {
+        problems.error(
+            path,
+            format!("expected {expected}, got {value} (quote it: \"{value}\")"),
+        );
+        return None;
     }
+    string(value, path, expected, problems)
 }
 
 /// The object at `path`, or a wrong-type error naming `expected`.
