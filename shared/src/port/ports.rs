@@ -52,3 +52,16 @@ pub struct Ports {
     #[cfg(feature = "kube")]
     pub kube: Arc<dyn KubeConnector>,
 }
+
+impl Ports {
+    /// The state table's repository over [`Ports::store`].
+    pub fn repository(&self) -> crate::state::Repository {
+        crate::state::Repository::new(self.store.clone())
+    }
+
+    /// The announcer over the same table ([`Ports::store`]) and [`Ports::events`]: what a
+    /// handler records as a transition goes on the bus from there.
+    pub fn announcer(&self) -> crate::announce::Announcer {
+        crate::announce::Announcer::new(self.store.clone(), self.events.clone())
+    }
+}
