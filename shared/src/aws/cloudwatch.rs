@@ -35,25 +35,36 @@ impl AlarmStates for CloudWatch {
             while let Some(page) = pages.next().await {
                 let page = page.map_err(|e| port_error("cloudwatch:DescribeAlarms", e))?;
                 for a in page.metric_alarms() {
-                    out.push(AlarmState {
-                        name: a.alarm_name().unwrap_or_default().to_string(),
-                        firing: a.state_value().is_some_and(|s| s.as_str() == "ALARM"),
-                        updated: a.state_updated_timestamp().and_then(|t| {
-                            DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())
-                        }),
-                    });
+                    out.push(alarm_state(
+                        a.alarm_name(),
+                        a.state_value(),
+                        a.state_updated_timestamp(),
+                    ));
                 }
                 for a in page.composite_alarms() {
-                    out.push(AlarmState {
-                        name: a.alarm_name().unwrap_or_default().to_string(),
-                        firing: a.state_value().is_some_and(|s| s.as_str() == "ALARM"),
-                        updated: a.state_updated_timestamp().and_then(|t| {
-                            DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())
-                        }),
-                    });
+                    out.push(alarm_state(
+                        a.alarm_name(),
+                        a.state_value(),
+                        a.state_updated_timestamp(),
+                    ));
                 }
             }
         }
         Ok(out)
+    }
+}
+
+/// One alarm (metric or composite: the SDK has a type for each, with the same fields) as the
+/// port reports it: firing when its state is `ALARM`, `updated` when CloudWatch says when its
+/// state last changed.
+fn alarm_state(
+    name: Option<&str>,
+    state: Option<&aws_sdk_cloudwatch::types::StateValue>,
+    updated: Option<&aws_sdk_cloudwatch::primitives::DateTime>,
+) -> AlarmState {
+    AlarmState {
+        name: name.unwrap_or_default().to_string(),
+        firing: state.is_some_and(|s| s.as_str() == "ALARM"),
+        updated: updated.and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())),
     }
 }
