@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::{NodeGroup, PoolRef};
 use crate::port::PortError;
@@ -69,26 +69,28 @@ pub trait InstanceLookup: Send + Sync {
     async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, PortError>;
 }
 
+/// An Auto Scaling lifecycle action to answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleAction {
+    /// Auto Scaling group.
+    pub group: String,
+    /// Lifecycle hook name.
+    pub hook: String,
+    /// Token of this action (`None` when the event carried none: the instance id identifies it).
+    pub token: Option<String>,
+    /// The instance.
+    pub instance_id: String,
+}
+
 /// Answers Auto Scaling lifecycle actions.
 #[async_trait]
 pub trait LifecycleOps: Send + Sync {
     /// RecordLifecycleActionHeartbeat. `Ok(false)` when the action is not active any more.
-    async fn heartbeat(
-        &self,
-        group: &str,
-        hook: &str,
-        token: Option<&str>,
-        instance_id: &str,
-    ) -> Result<bool, PortError>;
+    async fn heartbeat(&self, action: &LifecycleAction) -> Result<bool, PortError>;
     /// CompleteLifecycleAction with result CONTINUE. `Ok(false)` when the action is not active
     /// any more (already completed, or timed out).
-    async fn complete_continue(
-        &self,
-        group: &str,
-        hook: &str,
-        token: Option<&str>,
-        instance_id: &str,
-    ) -> Result<bool, PortError>;
+    async fn complete_continue(&self, action: &LifecycleAction) -> Result<bool, PortError>;
 }
 
 /// Why an instance is not handled (quietly: one debug line, never an error).

@@ -21,7 +21,7 @@ use nodecycle::aws::{
 };
 use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
 use nodecycle::handlers::rotator::EksConnector;
-use nodecycle::interruption::LifecycleOps;
+use nodecycle::interruption::{LifecycleAction, LifecycleOps};
 use nodecycle::port::PortError;
 use nodecycle::rotation::{Rotation, RotationReason, Step};
 use nodecycle::state::Store;
@@ -73,27 +73,21 @@ impl RecordingLifecycle {
 
 #[async_trait]
 impl LifecycleOps for RecordingLifecycle {
-    async fn heartbeat(
-        &self,
-        group: &str,
-        hook: &str,
-        _token: Option<&str>,
-        instance_id: &str,
-    ) -> Result<bool, PortError> {
-        assert_eq!((group, hook), ("prod-general", "nodecycle-drain"));
-        self.record("heartbeat", instance_id);
+    async fn heartbeat(&self, a: &LifecycleAction) -> Result<bool, PortError> {
+        assert_eq!(
+            (a.group.as_str(), a.hook.as_str()),
+            ("prod-general", "nodecycle-drain")
+        );
+        self.record("heartbeat", &a.instance_id);
         Ok(true)
     }
 
-    async fn complete_continue(
-        &self,
-        group: &str,
-        hook: &str,
-        _token: Option<&str>,
-        instance_id: &str,
-    ) -> Result<bool, PortError> {
-        assert_eq!((group, hook), ("prod-general", "nodecycle-drain"));
-        self.record("complete", instance_id);
+    async fn complete_continue(&self, a: &LifecycleAction) -> Result<bool, PortError> {
+        assert_eq!(
+            (a.group.as_str(), a.hook.as_str()),
+            ("prod-general", "nodecycle-drain")
+        );
+        self.record("complete", &a.instance_id);
         Ok(true)
     }
 }
@@ -1188,17 +1182,15 @@ async fn nodecycle_run_interruption_handler_acts_on_event_files() {
     // The adapter treats an action that is no longer active as done, not as an error.
     let adapter =
         nodecycle::aws::instances::LifecycleActions::new(e.adapters.clients.autoscaling.clone());
-    let again = adapter
-        .complete_continue("prod-general", "nodecycle-drain", None, &third)
-        .await
-        .unwrap();
+    let action = LifecycleAction {
+        group: "prod-general".into(),
+        hook: "nodecycle-drain".into(),
+        token: None,
+        instance_id: third.clone(),
+    };
+    let again = adapter.complete_continue(&action).await.unwrap();
     assert!(!again, "no active lifecycle action any more");
-    assert!(
-        adapter
-            .heartbeat("prod-general", "nodecycle-drain", None, &third)
-            .await
-            .is_ok_and(|active| !active)
-    );
+    assert!(adapter.heartbeat(&action).await.is_ok_and(|active| !active));
 }
 
 fn first_cordon_ts(e: &Env, node: &str) -> Option<f64> {

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use super::port_error;
-use crate::interruption::{InstanceInfo, InstanceLookup, LifecycleOps};
+use crate::interruption::{InstanceInfo, InstanceLookup, LifecycleAction, LifecycleOps};
 use crate::port::PortError;
 
 /// EC2 instances through the SDK.
@@ -88,40 +88,28 @@ fn answered<T>(sent: Result<T, PortError>) -> Result<bool, PortError> {
 
 #[async_trait]
 impl LifecycleOps for LifecycleActions {
-    async fn heartbeat(
-        &self,
-        group: &str,
-        hook: &str,
-        token: Option<&str>,
-        instance_id: &str,
-    ) -> Result<bool, PortError> {
+    async fn heartbeat(&self, a: &LifecycleAction) -> Result<bool, PortError> {
         let sent = self
             .client
             .record_lifecycle_action_heartbeat()
-            .auto_scaling_group_name(group)
-            .lifecycle_hook_name(hook)
-            .instance_id(instance_id)
-            .set_lifecycle_action_token(token.map(str::to_owned))
+            .auto_scaling_group_name(&a.group)
+            .lifecycle_hook_name(&a.hook)
+            .instance_id(&a.instance_id)
+            .set_lifecycle_action_token(a.token.clone())
             .send()
             .await;
         answered(sent.map_err(|e| port_error("autoscaling:RecordLifecycleActionHeartbeat", e)))
     }
 
-    async fn complete_continue(
-        &self,
-        group: &str,
-        hook: &str,
-        token: Option<&str>,
-        instance_id: &str,
-    ) -> Result<bool, PortError> {
+    async fn complete_continue(&self, a: &LifecycleAction) -> Result<bool, PortError> {
         let sent = self
             .client
             .complete_lifecycle_action()
             .lifecycle_action_result("CONTINUE")
-            .auto_scaling_group_name(group)
-            .lifecycle_hook_name(hook)
-            .instance_id(instance_id)
-            .set_lifecycle_action_token(token.map(str::to_owned))
+            .auto_scaling_group_name(&a.group)
+            .lifecycle_hook_name(&a.hook)
+            .instance_id(&a.instance_id)
+            .set_lifecycle_action_token(a.token.clone())
             .send()
             .await;
         answered(sent.map_err(|e| port_error("autoscaling:CompleteLifecycleAction", e)))

@@ -7,7 +7,7 @@
 //! [`InvalidEvent`] naming the field.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::{Input, InvalidEvent, parse_input};
@@ -69,19 +69,10 @@ impl InstanceState {
     }
 }
 
-/// An Auto Scaling lifecycle action to answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LifecycleAction {
-    /// Auto Scaling group.
-    pub group: String,
-    /// Lifecycle hook name.
-    pub hook: String,
-    /// Token of this action (`None` when the event carried none: the instance id identifies it).
-    pub token: Option<String>,
-    /// The instance.
-    pub instance_id: String,
-}
+/// An Auto Scaling lifecycle action to answer (the port's type: [`LifecycleOps`] answers it).
+///
+/// [`LifecycleOps`]: crate::interruption::LifecycleOps
+pub use crate::interruption::LifecycleAction;
 
 /// What an interruption-handler event asks for.
 #[derive(Debug, Clone, PartialEq, Serialize)]

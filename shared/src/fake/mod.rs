@@ -491,13 +491,8 @@ impl Cloud {
 
 #[async_trait]
 impl LifecycleOps for Cloud {
-    async fn heartbeat(
-        &self,
-        _group: &str,
-        _hook: &str,
-        _token: Option<&str>,
-        instance_id: &str,
-    ) -> Result<bool, PortError> {
+    async fn heartbeat(&self, a: &LifecycleAction) -> Result<bool, PortError> {
+        let instance_id = a.instance_id.as_str();
         self.lifecycle_call(
             "autoscaling:RecordLifecycleActionHeartbeat",
             instance_id,
@@ -505,13 +500,8 @@ impl LifecycleOps for Cloud {
         )
     }
 
-    async fn complete_continue(
-        &self,
-        _group: &str,
-        _hook: &str,
-        _token: Option<&str>,
-        instance_id: &str,
-    ) -> Result<bool, PortError> {
+    async fn complete_continue(&self, a: &LifecycleAction) -> Result<bool, PortError> {
+        let instance_id = a.instance_id.as_str();
         self.lifecycle_call("autoscaling:CompleteLifecycleAction", instance_id, |a| {
             a.active = false;
             a.completed = true;

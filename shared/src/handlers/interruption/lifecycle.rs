@@ -74,10 +74,7 @@ impl HandOver<'_> {
     }
 
     pub(super) async fn complete(&self, a: &LifecycleAction) -> Result<bool, HandlerError> {
-        self.lifecycle
-            .complete_continue(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
-            .await
-            .map_err(internal)
+        self.lifecycle.complete_continue(a).await.map_err(internal)
     }
 
     /// Auto Scaling instance-terminate lifecycle action: drain (heartbeats while draining),
@@ -156,11 +153,7 @@ impl HandOver<'_> {
                 return self.hand_over(policy, a, state, clock, details).await;
             }
             if last_beat.elapsed() >= self.settings.heartbeat_every {
-                let active = self
-                    .lifecycle
-                    .heartbeat(&a.group, &a.hook, a.token.as_deref(), id)
-                    .await
-                    .map_err(internal)?;
+                let active = self.lifecycle.heartbeat(a).await.map_err(internal)?;
                 heartbeats += 1;
                 last_beat = Instant::now();
                 tracing::info!(pool = %pool, instance = id, remaining = p.pods_remaining, active, decision = "heartbeat", "draining; lifecycle action heartbeat sent");
@@ -262,10 +255,7 @@ impl HandOver<'_> {
             )
             .await
             .map_err(internal)?;
-        self.lifecycle
-            .heartbeat(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
-            .await
-            .map_err(internal)?;
+        self.lifecycle.heartbeat(a).await.map_err(internal)?;
         Ok(Outcome::new(
             &a.instance_id,
             Some(&pool),
@@ -320,11 +310,7 @@ impl HandOver<'_> {
                 )
             }
             None => {
-                let active = self
-                    .lifecycle
-                    .heartbeat(&a.group, &a.hook, a.token.as_deref(), &a.instance_id)
-                    .await
-                    .map_err(internal)?;
+                let active = self.lifecycle.heartbeat(a).await.map_err(internal)?;
                 (
                     Outcome::new(
                         &a.instance_id,
