@@ -211,6 +211,9 @@ def _apply_patches() -> None:
     import lt_pages  # DescribeLaunchTemplateVersions in pages with a NextToken
 
     lt_pages.apply_patches()
+    import transactions  # TransactWriteItems backs up the items it names, not whole tables
+
+    transactions.apply_patches()
     import instance_pages  # DescribeInstances pages count instances, as EC2's do
 
     instance_pages.apply_patches()
