@@ -1,6 +1,8 @@
 //! An in-memory [`Store`] that behaves as the table does (conditional writes on versions,
-//! sort-key prefix queries in key order), recording each item's TTL so tests can check it.
-//! Tests use it as the table; [`super::Scratch`] keeps its writes in one.
+//! sort-key prefix queries in key order, at most [`BATCH_GET_LIMIT`] keys a batch read),
+//! recording each item's TTL so tests can check it, counting its calls by operation and
+//! running a test's hook just before the next call of one (another writer getting in
+//! between). Tests use it as the table; [`super::Scratch`] keeps its writes in one.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -9,7 +11,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{BatchRead, Key, Store, TxWrite, Versioned};
+use super::{
+    BATCH_GET_LIMIT, BatchRead, Key, Store, TxWrite, Versioned, check_version, next_version,
+};
 use crate::port::{ErrorKind, PortError};
 
 /// One stored item.
@@ -21,12 +25,33 @@ pub struct Item {
     pub ttl: Option<DateTime<Utc>>,
 }
 
+/// What [`MemoryStore::before`] runs on the table, once.
+type Hook = Box<dyn FnOnce(&MemoryStore) + Send>;
+
+/// The calls of a [`MemoryStore`] by operation, and the hook that runs before the next call
+/// of one.
+#[derive(Default)]
+struct Watch {
+    calls: BTreeMap<&'static str, u32>,
+    before: Option<(&'static str, Hook)>,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("calls", &self.calls)
+            .field("before", &self.before.as_ref().map(|(op, _)| op))
+            .finish()
+    }
+}
+
 /// The table in memory.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     items: Mutex<BTreeMap<(String, String), Item>>,
     /// Batch reads still to answer only their first key (the rest unprocessed).
     unprocessed: Mutex<usize>,
+    watch: Mutex<Watch>,
 }
 
 impl MemoryStore {
@@ -54,16 +79,7 @@ impl MemoryStore {
     /// Stores `doc` at (`pk`, `sk`) at `version` whatever is there (no condition).
     pub fn insert(&self, pk: &str, sk: &str, doc: Value, version: u64, ttl: Option<DateTime<Utc>>) {
         if let Ok(mut items) = self.items.lock() {
-            items.insert(
-                (pk.to_string(), sk.to_string()),
-                Item {
-                    doc: Versioned {
-                        value: doc,
-                        version,
-                    },
-                    ttl,
-                },
-            );
+            Self::store(&mut items, pk, sk, doc, version, ttl);
         }
     }
 
@@ -75,6 +91,73 @@ impl MemoryStore {
         }
     }
 
+    /// How many times [`Store`] operation `op` (`get`, `put`, `query`, `batch_get`,
+    /// `transact`) was called so far.
+    pub fn calls(&self, op: &str) -> u32 {
+        self.watch
+            .lock()
+            .map(|w| w.calls.get(op).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Runs `hook` on the table once, just before the next call of [`Store`] operation `op`
+    /// (after counting it): another writer getting in between a read and a write. It replaces
+    /// a hook not run yet.
+    pub fn before(&self, op: &'static str, hook: impl FnOnce(&MemoryStore) + Send + 'static) {
+        if let Ok(mut w) = self.watch.lock() {
+            w.before = Some((op, Box::new(hook)));
+        }
+    }
+
+    /// Counts a call of `op` and runs the hook waiting for it (no lock held).
+    fn enter(&self, op: &'static str) {
+        let hook = self.watch.lock().ok().and_then(|mut w| {
+            *w.calls.entry(op).or_default() += 1;
+            match w.before.take() {
+                Some((o, h)) if o == op => Some(h),
+                other => {
+                    w.before = other;
+                    None
+                }
+            }
+        });
+        if let Some(h) = hook {
+            h(self);
+        }
+    }
+
+    fn version(items: &BTreeMap<(String, String), Item>, pk: &str, sk: &str) -> Option<u64> {
+        items
+            .get(&(pk.to_string(), sk.to_string()))
+            .map(|i| i.doc.version)
+    }
+
+    fn store(
+        items: &mut BTreeMap<(String, String), Item>,
+        pk: &str,
+        sk: &str,
+        value: Value,
+        version: u64,
+        ttl: Option<DateTime<Utc>>,
+    ) {
+        let doc = Versioned { value, version };
+        items.insert((pk.to_string(), sk.to_string()), Item { doc, ttl });
+    }
+
+    /// Applies `writes` all or none, each conditional on its version (`op` names the call in
+    /// a conflict).
+    fn apply(&self, op: &str, writes: &[TxWrite]) -> Result<(), PortError> {
+        let mut items = self.items.lock().map_err(Self::poisoned)?;
+        for w in writes {
+            let (pk, sk, _) = w.condition();
+            w.check(op, Self::version(&items, pk, sk))?;
+        }
+        for (pk, sk, doc, version, ttl) in writes.iter().filter_map(TxWrite::written) {
+            Self::store(&mut items, pk, sk, doc.clone(), version, ttl);
+        }
+        Ok(())
+    }
+
     fn poisoned(e: impl std::fmt::Display) -> PortError {
         PortError::new("memory", ErrorKind::Other, e.to_string())
     }
@@ -83,6 +166,7 @@ impl MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<Value>>, PortError> {
+        self.enter("get");
         Ok(self.item(pk, sk).map(|i| i.doc))
     }
 
@@ -94,31 +178,32 @@ impl Store for MemoryStore {
         expected: Option<u64>,
         ttl: Option<DateTime<Utc>>,
     ) -> Result<u64, PortError> {
+        self.enter("put");
         let mut items = self.items.lock().map_err(Self::poisoned)?;
-        let key = (pk.to_string(), sk.to_string());
-        let current = items.get(&key).map(|i| i.doc.version);
-        if current != expected {
-            return Err(PortError::new(
-                "memory:put",
-                ErrorKind::Conflict,
-                format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
-            ));
-        }
-        let version = current.map_or(1, |v| v + 1);
-        items.insert(
-            key,
-            Item {
-                doc: Versioned {
-                    value: doc.clone(),
-                    version,
-                },
-                ttl,
-            },
-        );
+        check_version(
+            "memory:put",
+            pk,
+            sk,
+            Self::version(&items, pk, sk),
+            expected,
+        )?;
+        let version = next_version(expected);
+        Self::store(&mut items, pk, sk, doc.clone(), version, ttl);
         Ok(version)
     }
 
     async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {
+        self.enter("batch_get");
+        if keys.len() > BATCH_GET_LIMIT {
+            return Err(PortError::new(
+                "memory:batch_get",
+                ErrorKind::Invalid,
+                format!(
+                    "{} keys in one batch (at most {BATCH_GET_LIMIT})",
+                    keys.len()
+                ),
+            ));
+        }
         let partial = {
             let mut u = self.unprocessed.lock().map_err(Self::poisoned)?;
             let partial = *u > 0 && keys.len() > 1;
@@ -143,22 +228,8 @@ impl Store for MemoryStore {
     }
 
     async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
-        let mut items = self.items.lock().map_err(Self::poisoned)?;
-        for w in writes {
-            let (pk, sk, _) = w.condition();
-            let current = items
-                .get(&(pk.to_string(), sk.to_string()))
-                .map(|i| i.doc.version);
-            w.check("memory:transact", current)?;
-        }
-        for (pk, sk, doc, version, ttl) in writes.iter().filter_map(TxWrite::written) {
-            let doc = Versioned {
-                value: doc.clone(),
-                version,
-            };
-            items.insert((pk.to_string(), sk.to_string()), Item { doc, ttl });
-        }
-        Ok(())
+        self.enter("transact");
+        self.apply("memory:transact", writes)
     }
 
     async fn query(
@@ -166,6 +237,7 @@ impl Store for MemoryStore {
         pk: &str,
         sk_prefix: &str,
     ) -> Result<Vec<(String, Versioned<Value>)>, PortError> {
+        self.enter("query");
         Ok(self
             .items()
             .into_iter()

@@ -78,6 +78,8 @@ pub trait Store: Send + Sync {
 
     /// Writes one item if its current version is `expected` (`None` = the item must not exist).
     /// Returns the new version. A lost race is a [`crate::port::ErrorKind::Conflict`] error.
+    /// The default applies it as a [`Store::transact`] of that one [`TxWrite::Put`]; a store
+    /// with a cheaper single write (the table's PutItem) writes it itself.
     async fn put(
         &self,
         pk: &str,
@@ -85,7 +87,17 @@ pub trait Store: Send + Sync {
         doc: &Value,
         expected: Option<u64>,
         ttl: Option<DateTime<Utc>>,
-    ) -> Result<u64, PortError>;
+    ) -> Result<u64, PortError> {
+        let write = TxWrite::Put {
+            pk: pk.to_string(),
+            sk: sk.to_string(),
+            doc: doc.clone(),
+            expected,
+            ttl,
+        };
+        self.transact(std::slice::from_ref(&write)).await?;
+        Ok(next_version(expected))
+    }
 
     /// Waits before attempt `attempt` (1-based) of a conditional write that lost a race, so
     /// that contenders spread out; the default does not wait.
@@ -132,6 +144,31 @@ pub struct BatchRead {
     pub items: Vec<(Key, Versioned<Value>)>,
     /// Keys the service did not read this time (throttled or over its answer size).
     pub unprocessed: Vec<Key>,
+}
+
+/// `Ok` when the item at (`pk`, `sk`) is at `expected` (`None`: absent): `current`, as `op`
+/// read it; else the [`crate::port::ErrorKind::Conflict`] of a lost race.
+pub fn check_version(
+    op: &str,
+    pk: &str,
+    sk: &str,
+    current: Option<u64>,
+    expected: Option<u64>,
+) -> Result<(), PortError> {
+    if current == expected {
+        return Ok(());
+    }
+    Err(PortError::new(
+        op,
+        ErrorKind::Conflict,
+        format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
+    ))
+}
+
+/// The version a conditional write over `expected` (`None`: absent) gives the item: one
+/// more, 1 for a new item.
+pub fn next_version(expected: Option<u64>) -> u64 {
+    expected.map_or(1, |v| v + 1)
 }
 
 /// A put of a transaction as written ([`TxWrite::written`]): `pk`, `sk`, document, new
@@ -182,14 +219,7 @@ impl TxWrite {
     /// [`crate::port::ErrorKind::Conflict`] that fails the transaction.
     pub fn check(&self, op: &str, current: Option<u64>) -> Result<(), PortError> {
         let (pk, sk, expected) = self.condition();
-        if current == expected {
-            return Ok(());
-        }
-        Err(PortError::new(
-            op,
-            ErrorKind::Conflict,
-            format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
-        ))
+        check_version(op, pk, sk, current, expected)
     }
 
     /// A put's item as written: key, document, new version, expiry (`None` for a check).
@@ -201,10 +231,19 @@ impl TxWrite {
                 doc,
                 expected,
                 ttl,
-            } => Some((pk, sk, doc, expected.map_or(1, |v| v + 1), *ttl)),
+            } => Some((pk, sk, doc, next_version(*expected), *ttl)),
             TxWrite::Check { .. } => None,
         }
     }
+}
+
+/// What a read-modify-write of one item does with the item as read.
+enum Rewrite<T> {
+    /// Writes nothing: the answer is `T`.
+    Keep(T),
+    /// Writes the document over the version (`None`: absent); the answer, once written, is
+    /// `T`.
+    Write(Value, Option<u64>, T),
 }
 
 /// The error of a conditional write that kept losing to other writers for
@@ -1094,25 +1133,15 @@ impl Repository {
     /// already: `Ok(false)` then (the first entry, with its reason, stays). A lifted entry of
     /// the same target is replaced.
     pub async fn put_quarantine(&self, q: &Quarantine) -> Result<bool, PortError> {
-        let sk = keys::quarantine_sk(&q.target);
         let doc = encode(q)?;
-        for _ in 0..WRITE_ATTEMPTS {
-            let current = self.store.get(keys::QUARANTINE_PK, &sk).await?;
-            let expected = match &current {
-                None => None,
-                Some(v) if lifted(&v.value) => Some(v.version),
-                Some(_) => return Ok(false),
-            };
-            if won(self
-                .store
-                .put(keys::QUARANTINE_PK, &sk, &doc, expected, None)
-                .await)?
-            .is_some()
-            {
-                return Ok(true);
-            }
-        }
-        Err(too_many_conflicts())
+        self.rewrite_quarantine(&q.target, |current| {
+            Ok(match current {
+                None => Rewrite::Write(doc.clone(), None, true),
+                Some(v) if lifted(&v.value) => Rewrite::Write(doc.clone(), Some(v.version), true),
+                Some(_) => Rewrite::Keep(false),
+            })
+        })
+        .await
     }
 
     /// Lifts the quarantine of `target` (kept as an audit record with who/when/why);
@@ -1122,28 +1151,17 @@ impl Repository {
         target: &Target,
         by: &OperatorAction,
     ) -> Result<bool, PortError> {
-        let sk = keys::quarantine_sk(target);
-        for _ in 0..WRITE_ATTEMPTS {
-            let Some(v) = self.store.get(keys::QUARANTINE_PK, &sk).await? else {
-                return Ok(false);
+        self.rewrite_quarantine(target, |current| {
+            let Some(v) = current.filter(|v| !lifted(&v.value)) else {
+                return Ok(Rewrite::Keep(false));
             };
-            if lifted(&v.value) {
-                return Ok(false);
-            }
-            let mut doc = v.value.clone();
+            let mut doc = v.value;
             doc["liftedAt"] = serde_json::json!(by.at);
             doc["liftedBy"] = serde_json::json!(by.by);
             doc["liftReason"] = serde_json::json!(by.reason);
-            if won(self
-                .store
-                .put(keys::QUARANTINE_PK, &sk, &doc, Some(v.version), None)
-                .await)?
-            .is_some()
-            {
-                return Ok(true);
-            }
-        }
-        Err(too_many_conflicts())
+            Ok(Rewrite::Write(doc, Some(v.version), true))
+        })
+        .await
     }
 
     /// Removes the events `ids` (put on the bus) from the outbox of `target`'s quarantine
@@ -1156,10 +1174,9 @@ impl Repository {
         if ids.is_empty() {
             return Ok(());
         }
-        let sk = keys::quarantine_sk(target);
-        for _ in 0..WRITE_ATTEMPTS {
-            let Some(v) = self.store.get(keys::QUARANTINE_PK, &sk).await? else {
-                return Ok(());
+        self.rewrite_quarantine(target, |current| {
+            let Some(v) = current else {
+                return Ok(Rewrite::Keep(()));
             };
             let outbox: Vec<BusEvent> = v
                 .value
@@ -1168,9 +1185,9 @@ impl Repository {
                 .unwrap_or_default();
             let kept = crate::bus::without(&outbox, ids);
             if kept.len() == outbox.len() {
-                return Ok(());
+                return Ok(Rewrite::Keep(()));
             }
-            let mut doc = v.value.clone();
+            let mut doc = v.value;
             if let Some(map) = doc.as_object_mut() {
                 if kept.is_empty() {
                     map.remove("outbox");
@@ -1178,13 +1195,36 @@ impl Repository {
                     map.insert("outbox".into(), encode(&kept)?);
                 }
             }
+            Ok(Rewrite::Write(doc, Some(v.version), ()))
+        })
+        .await
+    }
+
+    /// Reads `target`'s quarantine item, lets `decide` say what to do with it (as read,
+    /// `None`: absent) and writes what it says conditionally on that read, reading again on
+    /// a lost race, at most [`WRITE_ATTEMPTS`] times.
+    async fn rewrite_quarantine<T>(
+        &self,
+        target: &Target,
+        decide: impl Fn(Option<Versioned<Value>>) -> Result<Rewrite<T>, PortError> + Send + Sync,
+    ) -> Result<T, PortError>
+    where
+        T: Send,
+    {
+        let sk = keys::quarantine_sk(target);
+        for _ in 0..WRITE_ATTEMPTS {
+            let current = self.store.get(keys::QUARANTINE_PK, &sk).await?;
+            let (doc, expected, then) = match decide(current)? {
+                Rewrite::Keep(out) => return Ok(out),
+                Rewrite::Write(doc, expected, then) => (doc, expected, then),
+            };
             if won(self
                 .store
-                .put(keys::QUARANTINE_PK, &sk, &doc, Some(v.version), None)
+                .put(keys::QUARANTINE_PK, &sk, &doc, expected, None)
                 .await)?
             .is_some()
             {
-                return Ok(());
+                return Ok(then);
             }
         }
         Err(too_many_conflicts())

@@ -5,16 +5,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::memory::MemoryStore;
 use super::{BatchRead, Key, Store, TxWrite, Versioned};
-use crate::port::{ErrorKind, PortError};
+use crate::port::PortError;
 
 /// A store whose writes stay in memory over an optional read-only base (the state table):
 /// reads see the base with this process's writes on top. Conditional writes behave as the
-/// table's do (a stale version is a conflict).
+/// table's do (a stale version is a conflict); a single put is a transaction of one write.
 pub struct Scratch {
     base: Option<Arc<dyn Store>>,
     written: MemoryStore,
@@ -40,27 +39,6 @@ impl Store for Scratch {
             Some(b) => b.get(pk, sk).await,
             None => Ok(None),
         }
-    }
-
-    async fn put(
-        &self,
-        pk: &str,
-        sk: &str,
-        doc: &Value,
-        expected: Option<u64>,
-        ttl: Option<DateTime<Utc>>,
-    ) -> Result<u64, PortError> {
-        let current = self.get(pk, sk).await?.map(|v| v.version);
-        if current != expected {
-            return Err(PortError::new(
-                "scratch:put",
-                ErrorKind::Conflict,
-                format!("{pk}/{sk} is at version {current:?}, not {expected:?}"),
-            ));
-        }
-        let version = expected.map_or(1, |v| v + 1);
-        self.written.insert(pk, sk, doc.clone(), version, ttl);
-        Ok(version)
     }
 
     async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {

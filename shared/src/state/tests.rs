@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 
@@ -575,91 +574,9 @@ async fn scratch_writes_stay_in_memory_over_the_table_and_stay_conditional() {
 }
 
 // --- batched reads of a cluster's pools, and the rotation index ---
-
-/// The in-memory table with its calls counted by operation, and a hook that runs (once) just
-/// before the next call of one operation: another writer getting in between.
-#[derive(Default)]
-struct Watched {
-    mem: MemoryStore,
-    calls: std::sync::Mutex<std::collections::BTreeMap<&'static str, u32>>,
-    #[allow(clippy::type_complexity)]
-    before: std::sync::Mutex<Option<(&'static str, Box<dyn FnOnce(&MemoryStore) + Send>)>>,
-}
-
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-impl Watched {
-    fn count(&self, op: &'static str) -> u32 {
-        self.calls.lock().unwrap().get(op).copied().unwrap_or(0)
-    }
-
-    /// Runs `hook` on the table just before the next `op` call.
-    fn before(&self, op: &'static str, hook: impl FnOnce(&MemoryStore) + Send + 'static) {
-        *self.before.lock().unwrap() = Some((op, Box::new(hook)));
-    }
-
-    fn enter(&self, op: &'static str) {
-        *self.calls.lock().unwrap().entry(op).or_default() += 1;
-        let hook = {
-            let mut b = self.before.lock().unwrap();
-            match b.take() {
-                Some((o, h)) if o == op => Some(h),
-                other => {
-                    *b = other;
-                    None
-                }
-            }
-        };
-        if let Some(h) = hook {
-            h(&self.mem);
-        }
-    }
-}
-
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-#[async_trait]
-impl Store for Watched {
-    async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<Value>>, PortError> {
-        self.enter("get");
-        self.mem.get(pk, sk).await
-    }
-    async fn put(
-        &self,
-        pk: &str,
-        sk: &str,
-        doc: &Value,
-        expected: Option<u64>,
-        ttl: Option<DateTime<Utc>>,
-    ) -> Result<u64, PortError> {
-        self.enter("put");
-        self.mem.put(pk, sk, doc, expected, ttl).await
-    }
-    async fn query(
-        &self,
-        pk: &str,
-        sk_prefix: &str,
-    ) -> Result<Vec<(String, Versioned<Value>)>, PortError> {
-        self.enter("query");
-        self.mem.query(pk, sk_prefix).await
-    }
-    async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {
-        self.enter("batch_get");
-        assert!(
-            keys.len() <= BATCH_GET_LIMIT,
-            "{} keys in one batch",
-            keys.len()
-        );
-        self.mem.batch_get(keys).await
-    }
-    async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
-        self.enter("transact");
-        self.mem.transact(writes).await
-    }
-}
-
-fn watched() -> (Arc<Watched>, Repository) {
-    let w = Arc::new(Watched::default());
-    (w.clone(), Repository::new(w))
-}
+//
+// The in-memory table counts its calls by operation and runs a hook just before the next
+// call of one ([`MemoryStore::before`]): another writer getting in between.
 
 fn pool_doc(pool: &str, index: Option<&[&str]>) -> Value {
     let mut doc = json!({"pool": pool, "kubernetesVersion": "1.30"});
@@ -693,22 +610,20 @@ fn quiet_minute(pools: &[String]) -> DateTime<Utc> {
 
 #[tokio::test]
 async fn a_pass_reads_its_pools_records_in_batches_by_their_index() {
-    let (w, repo) = watched();
+    let (w, repo) = repo();
     let pools: Vec<String> = (0..30).map(|i| format!("prod/p{i}")).collect();
     for p in &pools {
-        w.mem
-            .seed(&keys::pool_pk(p), "STATE", pool_doc(p, Some(&[])));
+        w.seed(&keys::pool_pk(p), "STATE", pool_doc(p, Some(&[])));
     }
     let busy = &pools[7];
-    w.mem.seed(
+    w.seed(
         &keys::pool_pk(busy),
         "STATE",
         pool_doc(busy, Some(&["i-1", "i-2"])),
     );
     for id in ["i-1", "i-2"] {
         let r = serde_json::to_value(rotation_of(busy, id)).unwrap();
-        w.mem
-            .insert(&keys::pool_pk(busy), &keys::rotation_sk(id), r, 3, None);
+        w.insert(&keys::pool_pk(busy), &keys::rotation_sk(id), r, 3, None);
     }
     let now = quiet_minute(&pools);
     let read = repo.pool_partitions(&pools, true, now).await;
@@ -724,25 +639,24 @@ async fn a_pass_reads_its_pools_records_in_batches_by_their_index() {
     assert!(read[&pools[0]].as_ref().unwrap().rotations.is_empty());
     // One batch of pool records, one of rotation records; no Query, no write.
     assert_eq!(
-        (w.count("batch_get"), w.count("query"), w.count("put")),
+        (w.calls("batch_get"), w.calls("query"), w.calls("put")),
         (2, 0, 0)
     );
 
     // 250 pools: three batches of pool records (100 keys a call at most).
     let many: Vec<String> = (0..250).map(|i| format!("big/p{i}")).collect();
     for p in &many {
-        w.mem
-            .seed(&keys::pool_pk(p), "STATE", pool_doc(p, Some(&[])));
+        w.seed(&keys::pool_pk(p), "STATE", pool_doc(p, Some(&[])));
     }
     let due = many.iter().filter(|p| index_check_due(p, now)).count() as u32;
     repo.pool_partitions(&many, true, now).await;
     assert_eq!(
-        w.count("batch_get"),
+        w.calls("batch_get"),
         2 + 3,
         "empty indexes: no rotation batch"
     );
     assert_eq!(
-        w.count("query"),
+        w.calls("query"),
         due,
         "only the pools due for their hourly check are queried"
     );
@@ -750,14 +664,13 @@ async fn a_pass_reads_its_pools_records_in_batches_by_their_index() {
 
 #[tokio::test]
 async fn a_record_without_an_index_is_queried_and_gets_one() {
-    let (w, repo) = watched();
+    let (w, repo) = repo();
     let pool = "prod/general".to_string();
     // As an earlier version wrote them: no index, two rotation records.
-    w.mem
-        .seed("POOL#prod/general", "STATE", pool_doc(&pool, None));
+    w.seed("POOL#prod/general", "STATE", pool_doc(&pool, None));
     for id in ["i-1", "i-2"] {
         let r = serde_json::to_value(rotation_of(&pool, id)).unwrap();
-        w.mem.seed("POOL#prod/general", &keys::rotation_sk(id), r);
+        w.seed("POOL#prod/general", &keys::rotation_sk(id), r);
     }
     let now = quiet_minute(std::slice::from_ref(&pool));
     // A read-only pass (plan, status) queries and writes nothing.
@@ -765,8 +678,8 @@ async fn a_record_without_an_index_is_queried_and_gets_one() {
         .pool_partitions(std::slice::from_ref(&pool), false, now)
         .await;
     assert_eq!(read[&pool].as_ref().unwrap().rotations.len(), 2);
-    assert_eq!((w.count("query"), w.count("put")), (1, 0));
-    assert_eq!(index_of(&w.mem, &pool), None);
+    assert_eq!((w.calls("query"), w.calls("put")), (1, 0));
+    assert_eq!(index_of(&w, &pool), None);
     // A pass queries it and records the index, conditional on the version it read.
     let read = repo
         .pool_partitions(std::slice::from_ref(&pool), true, now)
@@ -779,16 +692,16 @@ async fn a_record_without_an_index_is_queried_and_gets_one() {
         "the version written"
     );
     assert_eq!(
-        index_of(&w.mem, &pool),
+        index_of(&w, &pool),
         Some(vec!["i-1".to_string(), "i-2".to_string()])
     );
-    assert_eq!((w.count("query"), w.count("put")), (2, 1));
+    assert_eq!((w.calls("query"), w.calls("put")), (2, 1));
     // From then on: by key.
     let read = repo
         .pool_partitions(std::slice::from_ref(&pool), true, now)
         .await;
     assert_eq!(read[&pool].as_ref().unwrap().rotations.len(), 2);
-    assert_eq!((w.count("query"), w.count("put")), (2, 1));
+    assert_eq!((w.calls("query"), w.calls("put")), (2, 1));
     // The hourly check queries it again, and finds the index right.
     let due = (0..INDEX_CHECK_EVERY)
         .map(t)
@@ -796,20 +709,20 @@ async fn a_record_without_an_index_is_queried_and_gets_one() {
         .unwrap();
     repo.pool_partitions(std::slice::from_ref(&pool), true, due)
         .await;
-    assert_eq!((w.count("query"), w.count("put")), (3, 1));
+    assert_eq!((w.calls("query"), w.calls("put")), (3, 1));
 }
 
 #[tokio::test]
 async fn an_index_naming_an_expired_record_is_pruned_unless_a_writer_got_in_first() {
-    let (w, repo) = watched();
+    let (w, repo) = repo();
     let pool = "prod/general".to_string();
-    w.mem.seed(
+    w.seed(
         "POOL#prod/general",
         "STATE",
         pool_doc(&pool, Some(&["i-1", "i-9"])),
     );
     let r = serde_json::to_value(rotation_of(&pool, "i-1")).unwrap();
-    w.mem.seed("POOL#prod/general", "ROT#i-1", r);
+    w.seed("POOL#prod/general", "ROT#i-1", r);
     let now = quiet_minute(std::slice::from_ref(&pool));
     // Another writer creates i-9 again between the read and the pruning write: the write
     // loses, the index keeps i-9.
@@ -827,27 +740,26 @@ async fn an_index_naming_an_expired_record_is_pruned_unless_a_writer_got_in_firs
         .await;
     assert_eq!(read[&pool].as_ref().unwrap().rotations.len(), 1, "as read");
     assert_eq!(
-        index_of(&w.mem, &pool),
+        index_of(&w, &pool),
         Some(vec!["i-1".to_string(), "i-9".to_string()])
     );
-    assert!(w.mem.item("POOL#prod/general", "ROT#i-9").is_some());
+    assert!(w.item("POOL#prod/general", "ROT#i-9").is_some());
     // Without a writer in between, an id without a record is dropped.
-    w.mem.seed(
+    w.seed(
         "POOL#prod/general",
         "STATE",
         pool_doc(&pool, Some(&["i-1", "i-7"])),
     );
     repo.pool_partitions(std::slice::from_ref(&pool), true, now)
         .await;
-    assert_eq!(index_of(&w.mem, &pool), Some(vec!["i-1".to_string()]));
+    assert_eq!(index_of(&w, &pool), Some(vec!["i-1".to_string()]));
 }
 
 #[tokio::test]
 async fn creating_a_rotation_indexes_it_in_one_transaction_and_retries_a_lost_race() {
-    let (w, repo) = watched();
+    let (w, repo) = repo();
     let pool = "prod/general";
-    w.mem
-        .seed("POOL#prod/general", "STATE", pool_doc(pool, Some(&["i-0"])));
+    w.seed("POOL#prod/general", "STATE", pool_doc(pool, Some(&["i-0"])));
     // Another writer changes the pool record between our read and our transaction.
     w.before("transact", |mem| {
         let mut doc = mem.item("POOL#prod/general", "STATE").unwrap().doc;
@@ -867,18 +779,18 @@ async fn creating_a_rotation_indexes_it_in_one_transaction_and_retries_a_lost_ra
         Some(1)
     );
     assert_eq!(
-        w.count("transact"),
+        w.calls("transact"),
         2,
         "the lost transaction was tried again"
     );
-    let state = w.mem.item("POOL#prod/general", "STATE").unwrap().doc;
+    let state = w.item("POOL#prod/general", "STATE").unwrap().doc;
     assert_eq!(state.version, 3, "the other writer's version, then ours");
     assert_eq!(
         state.value["kubernetesVersion"], "1.31",
         "the other writer's change kept"
     );
     assert_eq!(
-        index_of(&w.mem, pool),
+        index_of(&w, pool),
         Some(vec!["i-0".to_string(), "i-1".to_string()])
     );
     // A rotation that exists already: another writer won, nothing written.
@@ -888,61 +800,49 @@ async fn creating_a_rotation_indexes_it_in_one_transaction_and_retries_a_lost_ra
             .unwrap(),
         None
     );
-    assert_eq!(
-        w.mem
-            .item("POOL#prod/general", "STATE")
-            .unwrap()
-            .doc
-            .version,
-        3
-    );
+    assert_eq!(w.item("POOL#prod/general", "STATE").unwrap().doc.version, 3);
     // A record without an index is written (a new version) and stays without one.
-    w.mem
-        .seed("POOL#prod/other", "STATE", pool_doc("prod/other", None));
+    w.seed("POOL#prod/other", "STATE", pool_doc("prod/other", None));
     repo.put_rotation(&rotation_of("prod/other", "i-2"), None, None)
         .await
         .unwrap();
-    assert_eq!(
-        w.mem.item("POOL#prod/other", "STATE").unwrap().doc.version,
-        2
-    );
-    assert_eq!(index_of(&w.mem, "prod/other"), None);
+    assert_eq!(w.item("POOL#prod/other", "STATE").unwrap().doc.version, 2);
+    assert_eq!(index_of(&w, "prod/other"), None);
     // A pool with no record: only its absence is checked, no record is made up.
     repo.put_rotation(&rotation_of("prod/new", "i-3"), None, None)
         .await
         .unwrap();
-    assert!(w.mem.item("POOL#prod/new", "STATE").is_none());
-    assert!(w.mem.item("POOL#prod/new", "ROT#i-3").is_some());
+    assert!(w.item("POOL#prod/new", "STATE").is_none());
+    assert!(w.item("POOL#prod/new", "ROT#i-3").is_some());
 }
 
 #[tokio::test]
 async fn unprocessed_keys_are_asked_again_and_a_batch_that_never_ends_falls_back_to_queries() {
-    let (w, repo) = watched();
+    let (w, repo) = repo();
     let pools: Vec<String> = (0..20).map(|i| format!("prod/p{i}")).collect();
     for p in &pools {
-        w.mem
-            .seed(&keys::pool_pk(p), "STATE", pool_doc(p, Some(&[])));
+        w.seed(&keys::pool_pk(p), "STATE", pool_doc(p, Some(&[])));
     }
     let now = quiet_minute(&pools[..5]);
     let due = pools.iter().filter(|p| index_check_due(p, now)).count() as u32;
     // Three answers each leave all but one key unprocessed: asked again until all are read.
-    w.mem.leave_unprocessed(3);
+    w.leave_unprocessed(3);
     let read = repo.pool_partitions(&pools, true, now).await;
     assert!(
         read.values().all(|r| r.as_ref().unwrap().record.is_some()),
         "{read:?}"
     );
-    assert_eq!(w.count("batch_get"), 4);
-    assert_eq!(w.count("query"), due);
+    assert_eq!(w.calls("batch_get"), 4);
+    assert_eq!(w.calls("query"), due);
     // A batch still unprocessed after every attempt: each pool is queried instead.
-    w.mem.leave_unprocessed(BATCH_ATTEMPTS);
+    w.leave_unprocessed(BATCH_ATTEMPTS);
     let read = repo.pool_partitions(&pools, true, now).await;
     assert!(
         read.values().all(|r| r.as_ref().unwrap().record.is_some()),
         "{read:?}"
     );
-    assert_eq!(w.count("batch_get"), 4 + BATCH_ATTEMPTS as u32);
-    assert_eq!(w.count("query"), due + 20);
+    assert_eq!(w.calls("batch_get"), 4 + BATCH_ATTEMPTS as u32);
+    assert_eq!(w.calls("query"), due + 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1016,12 +916,11 @@ async fn the_index_never_misses_a_rotation_whatever_the_writers_interleaving() {
 
 #[tokio::test]
 async fn a_pool_record_and_its_new_rotations_are_written_together_or_not_at_all() {
-    let (w, repo) = watched();
+    let (w, repo) = repo();
     let pool = "prod/general";
-    w.mem
-        .seed("POOL#prod/general", "STATE", pool_doc(pool, Some(&["i-0"])));
+    w.seed("POOL#prod/general", "STATE", pool_doc(pool, Some(&["i-0"])));
     let old = serde_json::to_value(rotation_of(pool, "i-0").enter(Step::Done, t(1))).unwrap();
-    w.mem.insert("POOL#prod/general", "ROT#i-0", old, 4, None);
+    w.insert("POOL#prod/general", "ROT#i-0", old, 4, None);
     let record = repo.pool(pool).await.unwrap().unwrap();
     let held = PoolRecord {
         promotion_wait: Some("held".into()),
@@ -1038,15 +937,8 @@ async fn a_pool_record_and_its_new_rotations_are_written_together_or_not_at_all(
         repo.put_pool_and_rotations(&held, 1, &stale).await.unwrap(),
         None
     );
-    assert!(w.mem.item("POOL#prod/general", "ROT#i-1").is_none());
-    assert_eq!(
-        w.mem
-            .item("POOL#prod/general", "STATE")
-            .unwrap()
-            .doc
-            .version,
-        1
-    );
+    assert!(w.item("POOL#prod/general", "ROT#i-1").is_none());
+    assert_eq!(w.item("POOL#prod/general", "STATE").unwrap().doc.version, 1);
     // From the versions read: one transaction, the new ids indexed.
     let fresh = [(surging, None, None), (again, Some(4), None)];
     let (stored, version) = repo
@@ -1055,26 +947,18 @@ async fn a_pool_record_and_its_new_rotations_are_written_together_or_not_at_all(
         .unwrap()
         .unwrap();
     assert_eq!(version, 2);
-    assert_eq!(w.count("transact"), 2);
+    assert_eq!(w.calls("transact"), 2);
     assert_eq!(
-        w.mem
-            .item("POOL#prod/general", "ROT#i-1")
-            .unwrap()
-            .doc
-            .version,
+        w.item("POOL#prod/general", "ROT#i-1").unwrap().doc.version,
         1
     );
     assert_eq!(
-        w.mem
-            .item("POOL#prod/general", "ROT#i-0")
-            .unwrap()
-            .doc
-            .version,
+        w.item("POOL#prod/general", "ROT#i-0").unwrap().doc.version,
         5
     );
     assert_eq!(stored.promotion_wait.as_deref(), Some("held"));
     assert_eq!(
-        index_of(&w.mem, pool),
+        index_of(&w, pool),
         Some(vec!["i-0".to_string(), "i-1".to_string()])
     );
     // The pool record moved on since: nothing written, the caller reads again.
@@ -1084,12 +968,12 @@ async fn a_pool_record_and_its_new_rotations_are_written_together_or_not_at_all(
             .unwrap(),
         None
     );
-    assert!(w.mem.item("POOL#prod/general", "ROT#i-2").is_none());
+    assert!(w.item("POOL#prod/general", "ROT#i-2").is_none());
 }
 
 #[tokio::test]
 async fn deferred_events_are_put_and_their_outboxes_cleared_in_one_transaction() {
-    let (w, repo) = watched();
+    let (w, repo) = repo();
     let announcer = crate::announce::Announcer::new(w.clone(), Arc::new(crate::bus::Discard));
     let deferred = crate::announce::Deferred::default();
     let mut written = Vec::new();
@@ -1119,12 +1003,11 @@ async fn deferred_events_are_put_and_their_outboxes_cleared_in_one_transaction()
         ..written[2].value.clone()
     };
     repo.put_rotation(&moved, Some(1), None).await.unwrap();
-    let transactions = w.count("transact");
+    let transactions = w.calls("transact");
     assert_eq!(announcer.flush(&deferred).await, 3, "every event put");
     assert!(deferred.is_empty());
     let outbox = |id: &str| {
         let doc = w
-            .mem
             .item("POOL#prod/general", &format!("ROT#{id}"))
             .unwrap()
             .doc;
@@ -1135,5 +1018,5 @@ async fn deferred_events_are_put_and_their_outboxes_cleared_in_one_transaction()
     };
     assert_eq!((outbox("i-1"), outbox("i-2"), outbox("i-3")), (0, 0, 1));
     // One transaction lost to the other writer; then one write at a time.
-    assert_eq!(w.count("transact"), transactions + 1);
+    assert_eq!(w.calls("transact"), transactions + 1);
 }
