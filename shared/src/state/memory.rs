@@ -198,10 +198,7 @@ impl Store for MemoryStore {
             return Err(PortError::new(
                 "memory:batch_get",
                 ErrorKind::Invalid,
-                format!(
-                    "{} keys in one batch (at most {BATCH_GET_LIMIT})",
-                    keys.len()
-                ),
+                format!("{} keys, more than {BATCH_GET_LIMIT}", keys.len()),
             ));
         }
         let partial = {
