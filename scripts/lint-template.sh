@@ -21,22 +21,9 @@ mkdir -p "$out"
 # No telemetry, no update checks, no credentials: the checks are offline.
 export SAM_CLI_TELEMETRY=0 SAM_CLI_DISABLE_UPDATE_CHECK=1 AWS_DEFAULT_REGION=us-east-1 BC_SKIP_MAPPING=TRUE
 
-# venv_with DIR REQUIREMENTS: creates DIR and installs REQUIREMENTS when missing or changed.
-venv_with() {
-  local dir="$1" req="$2" stamp="$1/.nodecycle-requirements"
-  if [ ! -x "$dir/bin/python" ]; then
-    echo "==> creating Python venv at $dir" >&2
-    python3 -m venv "$dir"
-  fi
-  if ! cmp -s "$req" "$stamp"; then
-    echo "==> installing $req into $dir" >&2
-    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
-    cp "$req" "$stamp"
-  fi
-}
-venv_with "$NODECYCLE_LINT_VENV" scripts/cfn/requirements.txt
-venv_with "$NODECYCLE_LINT_VENV-cfn-lint-1.51" scripts/cfn/requirements-cfn-lint-1.51.txt
-venv_with "$NODECYCLE_LINT_VENV-checkov" scripts/cfn/requirements-checkov.txt
+nodecycle_venv_with "$NODECYCLE_LINT_VENV" scripts/cfn/requirements.txt
+nodecycle_venv_with "$NODECYCLE_LINT_VENV-cfn-lint-1.51" scripts/cfn/requirements-cfn-lint-1.51.txt
+nodecycle_venv_with "$NODECYCLE_LINT_VENV-checkov" scripts/cfn/requirements-checkov.txt
 lint_current="$NODECYCLE_LINT_VENV/bin/cfn-lint"
 lint_151="$NODECYCLE_LINT_VENV-cfn-lint-1.51/bin/cfn-lint"
 

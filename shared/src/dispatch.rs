@@ -107,9 +107,31 @@ impl WorkItem {
         }
         let item: WorkItem = serde_json::from_value(value)
             .map_err(|e| format!("(body): {e}; expected a work item"))?;
-        check_account("account", &item.account)?;
-        check_region("region", &item.region)?;
-        check_cluster("cluster", &item.cluster)?;
+        let fields: [FieldCheck<'_>; 3] = [
+            (
+                "account",
+                &item.account,
+                is_account,
+                "a 12-digit account id",
+            ),
+            (
+                "region",
+                &item.region,
+                is_region,
+                "a region name like us-east-1",
+            ),
+            (
+                "cluster",
+                &item.cluster,
+                is_cluster,
+                "an EKS cluster name (1 to 100 letters, digits, - and _)",
+            ),
+        ];
+        for (field, v, valid, expected) in fields {
+            if !valid(v) {
+                return Err(format!("{field}: {}; expected {expected}", quote(v)));
+            }
+        }
         if item.reason.len() > 1024 {
             return Err("reason: longer than 1024 bytes".into());
         }
@@ -117,56 +139,35 @@ impl WorkItem {
     }
 }
 
+/// A work item field to check: name, value, the check, and what it expects.
+type FieldCheck<'a> = (&'a str, &'a str, fn(&str) -> bool, &'a str);
+
 /// `v` is one 12-digit account id (the served set's own check of configured accounts).
-fn check_account(field: &str, v: &str) -> Result<(), String> {
-    if v.trim() == v
+fn is_account(v: &str) -> bool {
+    v.trim() == v
         && !v.contains(',')
         && Served::default()
             .with_extra(v, "")
             .is_ok_and(|s| s.accounts.len() == 1)
-    {
-        Ok(())
-    } else {
-        Err(format!(
-            "{field}: {}; expected a 12-digit account id",
-            quote(v)
-        ))
-    }
 }
 
 /// `v` is one region name (the served set's own check of configured regions).
-fn check_region(field: &str, v: &str) -> Result<(), String> {
-    let one = v.len() <= 32
+fn is_region(v: &str) -> bool {
+    v.len() <= 32
         && v.trim() == v
         && !v.contains(',')
         && Served::default()
             .with_extra("", v)
-            .is_ok_and(|s| s.regions.len() == 1);
-    if one {
-        Ok(())
-    } else {
-        Err(format!(
-            "{field}: {}; expected a region name like us-east-1",
-            quote(v)
-        ))
-    }
+            .is_ok_and(|s| s.regions.len() == 1)
 }
 
 /// An EKS cluster name: 1 to 100 characters, a letter or digit first, then letters, digits,
 /// `-` and `_` (what EKS accepts).
-fn check_cluster(field: &str, v: &str) -> Result<(), String> {
+fn is_cluster(v: &str) -> bool {
     let mut bytes = v.bytes();
-    let ok = v.len() <= 100
+    v.len() <= 100
         && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{field}: {}; expected an EKS cluster name (1 to 100 letters, digits, - and _)",
-            quote(v)
-        ))
-    }
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The items of a pass at `now`: one per (account, region, cluster) that at least one pool

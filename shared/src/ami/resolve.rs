@@ -6,7 +6,9 @@
 //! (Slightly over 600 lines on purpose: the resolver, its memo and the four ports it reads are
 //! one piece; splitting them would scatter the resolution order across files.)
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -258,15 +260,34 @@ impl<'a> Resolver<'a> {
         *self.lock().calls.entry(op).or_insert(0) += 1;
     }
 
-    /// The cluster's Kubernetes version (memoised).
-    pub async fn kubernetes_version(&self, cluster: &str) -> Result<String, PortError> {
-        if let Some(v) = self.lock().versions.get(cluster) {
+    /// The memo's value for `key` in the map `of` picks, or the result of `fetch` (one call of
+    /// `op`), remembered when it succeeds. `fetch` runs only when it is awaited.
+    async fn memoised<Q, K, V>(
+        &self,
+        of: impl Fn(&mut Memo) -> &mut HashMap<K, V>,
+        key: &Q,
+        op: &'static str,
+        fetch: impl Future<Output = Result<V, PortError>>,
+    ) -> Result<V, PortError>
+    where
+        Q: Eq + Hash + ToOwned<Owned = K> + ?Sized,
+        K: Eq + Hash + Borrow<Q>,
+        V: Clone,
+    {
+        if let Some(v) = of(&mut self.lock()).get(key) {
             return Ok(v.clone());
         }
-        self.count("eks:DescribeCluster");
-        let v = self.clusters.kubernetes_version(cluster).await?;
-        self.lock().versions.insert(cluster.to_string(), v.clone());
+        self.count(op);
+        let v = fetch.await?;
+        of(&mut self.lock()).insert(key.to_owned(), v.clone());
         Ok(v)
+    }
+
+    /// The cluster's Kubernetes version (memoised).
+    pub async fn kubernetes_version(&self, cluster: &str) -> Result<String, PortError> {
+        let fetch = self.clusters.kubernetes_version(cluster);
+        self.memoised(|m| &mut m.versions, cluster, "eks:DescribeCluster", fetch)
+            .await
     }
 
     /// Parameter values (memoised); `None` = not found. Fetches only names not seen this pass.
@@ -301,13 +322,24 @@ impl<'a> Resolver<'a> {
     }
 
     async fn images(&self, query: &ImageQuery) -> Result<Vec<Image>, PortError> {
-        if let Some(v) = self.lock().images.get(query) {
-            return Ok(v.clone());
-        }
-        self.count("ec2:DescribeImages");
-        let v = self.images.describe_images(query).await?;
-        self.lock().images.insert(query.clone(), v.clone());
-        Ok(v)
+        let fetch = self.images.describe_images(query);
+        self.memoised(|m| &mut m.images, query, "ec2:DescribeImages", fetch)
+            .await
+    }
+
+    /// The images with these ids (each described once, in one query).
+    async fn images_by_id(
+        &self,
+        ids: impl Iterator<Item = &String>,
+    ) -> Result<Vec<Image>, ResolveError> {
+        let mut ids: Vec<String> = ids.cloned().collect();
+        ids.sort();
+        ids.dedup();
+        let query = ImageQuery {
+            image_ids: ids,
+            ..ImageQuery::default()
+        };
+        self.images(&query).await.map_err(ResolveError::Images)
     }
 
     /// Every candidate the policy's terms match, best first, with the cluster version.
@@ -363,14 +395,7 @@ impl<'a> Resolver<'a> {
                     paths: names.join(", "),
                 });
             }
-            let mut ids: Vec<String> = by_id.iter().map(|(id, _)| id.clone()).collect();
-            ids.sort();
-            ids.dedup();
-            let query = ImageQuery {
-                image_ids: ids,
-                ..ImageQuery::default()
-            };
-            let images = self.images(&query).await.map_err(ResolveError::Images)?;
+            let images = self.images_by_id(by_id.iter().map(|(id, _)| id)).await?;
             for img in images {
                 for (id, p) in &by_id {
                     if *id == img.id {
@@ -498,14 +523,8 @@ impl<'a> Resolver<'a> {
             }
         }
         if !id_sources.is_empty() {
-            let mut ids: Vec<String> = id_sources.iter().map(|(id, _)| id.clone()).collect();
-            ids.sort();
-            ids.dedup();
-            let query = ImageQuery {
-                image_ids: ids,
-                ..ImageQuery::default()
-            };
-            for img in self.images(&query).await.map_err(ResolveError::Images)? {
+            let ids = id_sources.iter().map(|(id, _)| id);
+            for img in self.images_by_id(ids).await? {
                 let source = id_sources
                     .iter()
                     .filter(|(id, _)| *id == img.id)

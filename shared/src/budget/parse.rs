@@ -35,6 +35,22 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// The string `v` (at `path`), or `None` after an error `expected <expected>, got <kind>`.
+fn string<'a>(
+    v: &'a Value,
+    path: &str,
+    expected: &str,
+    problems: &mut Problems,
+) -> Option<&'a str> {
+    match v {
+        Value::String(s) => Some(s),
+        other => {
+            problems.error(path, format!("expected {expected}, got {}", kind(other)));
+            None
+        }
+    }
+}
+
 /// Validates `disruption.budgets` (the JSON value at `path`, `None` when the field is absent)
 /// and returns the typed budgets in document order.
 ///
@@ -114,8 +130,10 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
     };
 
     let schedule_path = problem::join(path, "schedule");
-    let schedule = map.get("schedule").and_then(|v| match v {
-        Value::String(s) => match Schedule::parse(s) {
+    let schedule = map
+        .get("schedule")
+        .and_then(|v| string(v, &schedule_path, SCHEDULE_EXAMPLE, problems))
+        .and_then(|s| match Schedule::parse(s) {
             Ok(parsed) => {
                 for w in parsed.warnings {
                     problems.warning(&schedule_path, w);
@@ -128,19 +146,13 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
                 }
                 None
             }
-        },
-        other => {
-            problems.error(
-                &schedule_path,
-                format!("expected {SCHEDULE_EXAMPLE}, got {}", kind(other)),
-            );
-            None
-        }
-    });
+        });
 
     let duration_path = problem::join(path, "duration");
-    let duration = map.get("duration").and_then(|v| match v {
-        Value::String(s) => match duration::parse_hours_minutes(s) {
+    let duration = map
+        .get("duration")
+        .and_then(|v| string(v, &duration_path, DURATION_EXAMPLE, problems))
+        .and_then(|s| match duration::parse_hours_minutes(s) {
             Ok(d) if d.is_zero() => {
                 problems.error(
                     &duration_path,
@@ -165,15 +177,7 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
                 problems.error(&duration_path, e);
                 None
             }
-        },
-        other => {
-            problems.error(
-                &duration_path,
-                format!("expected {DURATION_EXAMPLE}, got {}", kind(other)),
-            );
-            None
-        }
-    });
+        });
 
     match (map.contains_key("schedule"), map.contains_key("duration")) {
         (true, false) => problems.error(
@@ -190,7 +194,13 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
     let zone_path = problem::join(path, "timeZone");
     let time_zone = match map.get("timeZone") {
         None => Some(Tz::UTC),
-        Some(Value::String(name)) => match Tz::from_str(name) {
+        Some(v) => string(
+            v,
+            &zone_path,
+            "an IANA time zone name such as \"Europe/Berlin\"",
+            problems,
+        )
+        .and_then(|name| match Tz::from_str(name) {
             Ok(tz) => {
                 if !map.contains_key("schedule") {
                     problems.warning(
@@ -215,17 +225,7 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
                 );
                 None
             }
-        },
-        Some(other) => {
-            problems.error(
-                &zone_path,
-                format!(
-                    "expected an IANA time zone name such as \"Europe/Berlin\", got {}",
-                    kind(other)
-                ),
-            );
-            None
-        }
+        }),
     };
 
     let reasons = match map.get("reasons") {

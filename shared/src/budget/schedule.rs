@@ -22,7 +22,7 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use chrono::{NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 
 /// Macros accepted in place of five fields, with their 5-field meaning.
 const MACROS: [(&str, &str); 7] = [
@@ -471,21 +471,25 @@ impl Schedule {
 
     /// The first wall-clock hit strictly after `t` (wall-clock), if any before 2101.
     pub fn next_after(&self, t: NaiveDateTime) -> Option<NaiveDateTime> {
-        let at = Utc.from_utc_datetime(&t);
-        self.crons
-            .iter()
-            .filter_map(|c| c.after(&at).next())
-            .min()
-            .map(|d| d.naive_utc())
+        self.nearest(t, |hits| hits.next()).min()
     }
 
     /// The last wall-clock hit strictly before `t` (wall-clock), if any after 1970.
     pub fn prev_before(&self, t: NaiveDateTime) -> Option<NaiveDateTime> {
+        self.nearest(t, |hits| hits.next_back()).max()
+    }
+
+    /// Each cron's hit nearest `t` on one side (wall-clock): `side` takes it from the cron's
+    /// hits around `t` (`next`: the first after, `next_back`: the last before).
+    fn nearest(
+        &self,
+        t: NaiveDateTime,
+        side: fn(&mut cron::ScheduleIterator<'_, Utc>) -> Option<DateTime<Utc>>,
+    ) -> impl Iterator<Item = NaiveDateTime> + '_ {
         let at = Utc.from_utc_datetime(&t);
         self.crons
             .iter()
-            .filter_map(|c| c.after(&at).next_back())
-            .max()
+            .filter_map(move |c| side(&mut c.after(&at)))
             .map(|d| d.naive_utc())
     }
 }

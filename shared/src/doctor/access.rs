@@ -8,29 +8,29 @@ use crate::port::PortError;
 
 /// The `cluster` check.
 pub fn cluster(name: &str, facts: Result<Option<ClusterFacts>, PortError>) -> Check {
-    match facts {
-        Err(e) => Check::unreadable(CheckKind::Cluster, name, &e),
-        Ok(None) => Check::fail(
-            CheckKind::Cluster,
-            name,
-            "no such EKS cluster in this account and region",
-            "fix the stack's ClusterNames (or --cluster), or check AWS_REGION",
-        ),
-        Ok(Some(c)) if c.status != "ACTIVE" => Check::warn(
-            CheckKind::Cluster,
-            name,
-            format!("the cluster is {}", c.status),
-            "nodecycle works once it is ACTIVE",
-        ),
-        Ok(Some(c)) => Check::ok(
-            CheckKind::Cluster,
-            name,
-            format!(
-                "ACTIVE, authentication mode {}",
-                c.authentication_mode.as_deref().unwrap_or("unknown")
-            ),
-        ),
-    }
+    let missing = (
+        "no such EKS cluster in this account and region",
+        "fix the stack's ClusterNames (or --cluster), or check AWS_REGION",
+    );
+    Check::if_found(facts, CheckKind::Cluster, name, missing, |c| {
+        if c.status != "ACTIVE" {
+            Check::warn(
+                CheckKind::Cluster,
+                name,
+                format!("the cluster is {}", c.status),
+                "nodecycle works once it is ACTIVE",
+            )
+        } else {
+            Check::ok(
+                CheckKind::Cluster,
+                name,
+                format!(
+                    "ACTIVE, authentication mode {}",
+                    c.authentication_mode.as_deref().unwrap_or("unknown")
+                ),
+            )
+        }
+    })
 }
 
 /// (partition, account, role name) of an IAM role ARN; the path is ignored

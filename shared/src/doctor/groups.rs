@@ -42,60 +42,54 @@ pub fn self_managed(
     name: &str,
     asg: Result<Option<AsgFacts>, PortError>,
 ) -> Check {
-    let asg = match asg {
-        Ok(Some(a)) => a,
-        Ok(None) => {
+    let missing = (
+        format!("Auto Scaling group {name} does not exist"),
+        "fix nodeGroup.autoScalingGroup (for an EKS managed node group use \
+         nodeGroup: { managedNodeGroup: <name> })",
+    );
+    Check::if_found(asg, CheckKind::Group, pool, missing, |asg| {
+        if let Some(ng) = asg.tags.get(NODEGROUP_TAG) {
             return Check::fail(
                 CheckKind::Group,
                 pool,
-                format!("Auto Scaling group {name} does not exist"),
-                "fix nodeGroup.autoScalingGroup (for an EKS managed node group use \
-                 nodeGroup: { managedNodeGroup: <name> })",
+                format!(
+                    "Auto Scaling group {name} belongs to managed node group {ng} (EKS owns its \
+                 launch template), but the policy says autoScalingGroup"
+                ),
+                format!("set nodeGroup: {{ managedNodeGroup: {ng} }} in the policy"),
             );
         }
-        Err(e) => return Check::unreadable(CheckKind::Group, pool, &e),
-    };
-    if let Some(ng) = asg.tags.get(NODEGROUP_TAG) {
-        return Check::fail(
-            CheckKind::Group,
-            pool,
-            format!(
-                "Auto Scaling group {name} belongs to managed node group {ng} (EKS owns its \
-                 launch template), but the policy says autoScalingGroup"
-            ),
-            format!("set nodeGroup: {{ managedNodeGroup: {ng} }} in the policy"),
-        );
-    }
-    let mut problems = Vec::new();
-    let mut fixes = Vec::new();
-    if asg.launch_template.is_none() {
-        problems.push(match &asg.launch_configuration {
-            Some(lc) => format!(
-                "Auto Scaling group {name} launches from launch configuration {lc}; nodecycle \
+        let mut problems = Vec::new();
+        let mut fixes = Vec::new();
+        if asg.launch_template.is_none() {
+            problems.push(match &asg.launch_configuration {
+                Some(lc) => format!(
+                    "Auto Scaling group {name} launches from launch configuration {lc}; nodecycle \
                  rotates only groups with a launch template"
-            ),
-            None => format!("Auto Scaling group {name} names no launch template"),
-        });
-        fixes.push("move the group to a launch template".to_owned());
-    }
-    if let Some(p) = tag_problem(&format!("Auto Scaling group {name}"), &asg.tags, cluster) {
-        problems.push(p);
-        fixes.push(asg_tag_fix(name, cluster));
-    }
-    if problems.is_empty() {
-        Check::ok(
-            CheckKind::Group,
-            pool,
-            format!("Auto Scaling group {name}, tagged {CLUSTER_TAG}={cluster}"),
-        )
-    } else {
-        Check::fail(
-            CheckKind::Group,
-            pool,
-            problems.join("; "),
-            fixes.join("; "),
-        )
-    }
+                ),
+                None => format!("Auto Scaling group {name} names no launch template"),
+            });
+            fixes.push("move the group to a launch template".to_owned());
+        }
+        if let Some(p) = tag_problem(&format!("Auto Scaling group {name}"), &asg.tags, cluster) {
+            problems.push(p);
+            fixes.push(asg_tag_fix(name, cluster));
+        }
+        if problems.is_empty() {
+            Check::ok(
+                CheckKind::Group,
+                pool,
+                format!("Auto Scaling group {name}, tagged {CLUSTER_TAG}={cluster}"),
+            )
+        } else {
+            Check::fail(
+                CheckKind::Group,
+                pool,
+                problems.join("; "),
+                fixes.join("; "),
+            )
+        }
+    })
 }
 
 /// The `group` check of a pool whose policy says `managedNodeGroup: name`. `backing` is the
@@ -197,63 +191,61 @@ pub fn launch_template(
     facts: Result<Option<TemplateFacts>, PortError>,
 ) -> Check {
     let label = template_label(template);
-    let t = match facts {
-        Ok(Some(t)) => t,
-        Ok(None) => {
-            return Check::fail(
-                CheckKind::LaunchTemplate,
-                pool,
-                format!("launch template {label} does not exist"),
-                "point the group at an existing launch template",
-            );
-        }
-        Err(e) => return Check::unreadable(CheckKind::LaunchTemplate, pool, &e),
-    };
-    match tag_problem(
-        &format!("launch template {} ({})", t.name, t.id),
-        &t.tags,
-        cluster,
-    ) {
-        Some(p) => Check::fail(
-            CheckKind::LaunchTemplate,
-            pool,
-            p,
-            format!(
-                "aws ec2 create-tags --resources {} --tags Key={CLUSTER_TAG},Value={cluster}",
-                t.id
-            ),
-        ),
-        None => match crate::opt_in::refusal(&t.id, &t.tags) {
+    let missing = (
+        format!("launch template {label} does not exist"),
+        "point the group at an existing launch template",
+    );
+    Check::if_found(
+        facts,
+        CheckKind::LaunchTemplate,
+        pool,
+        missing,
+        |t| match tag_problem(
+            &format!("launch template {} ({})", t.name, t.id),
+            &t.tags,
+            cluster,
+        ) {
             Some(p) => Check::fail(
                 CheckKind::LaunchTemplate,
                 pool,
                 p,
-                if t.tags.contains_key(crate::opt_in::EKS_NODEGROUP_TAG) {
-                    "create a launch template of your own for the node group (eks update-nodegroup-version \
+                format!(
+                    "aws ec2 create-tags --resources {} --tags Key={CLUSTER_TAG},Value={cluster}",
+                    t.id
+                ),
+            ),
+            None => match crate::opt_in::refusal(&t.id, &t.tags) {
+                Some(p) => Check::fail(
+                    CheckKind::LaunchTemplate,
+                    pool,
+                    p,
+                    if t.tags.contains_key(crate::opt_in::EKS_NODEGROUP_TAG) {
+                        "create a launch template of your own for the node group (eks update-nodegroup-version \
                      --launch-template), tagged as the docs say (docs/iam-and-rbac.md)"
                         .to_owned()
-                } else {
+                    } else {
+                        format!(
+                            "aws ec2 create-tags --resources {} --tags Key={},Value={}",
+                            t.id,
+                            crate::opt_in::MANAGED_TAG,
+                            crate::opt_in::MANAGED_VALUE
+                        )
+                    },
+                ),
+                None => Check::ok(
+                    CheckKind::LaunchTemplate,
+                    pool,
                     format!(
-                        "aws ec2 create-tags --resources {} --tags Key={},Value={}",
+                        "launch template {} ({}), tagged {CLUSTER_TAG}={cluster} and {}={}",
+                        t.name,
                         t.id,
                         crate::opt_in::MANAGED_TAG,
                         crate::opt_in::MANAGED_VALUE
-                    )
-                },
-            ),
-            None => Check::ok(
-                CheckKind::LaunchTemplate,
-                pool,
-                format!(
-                    "launch template {} ({}), tagged {CLUSTER_TAG}={cluster} and {}={}",
-                    t.name,
-                    t.id,
-                    crate::opt_in::MANAGED_TAG,
-                    crate::opt_in::MANAGED_VALUE
+                    ),
                 ),
-            ),
+            },
         },
-    }
+    )
 }
 
 /// The `launchTemplate` line of a managed node group without a launch template of its own

@@ -115,6 +115,17 @@ impl World {
         }
     }
 
+    /// `map[key]`, as the port whose IAM action is `op` reads it (AccessDenied when denied).
+    fn lookup<T: Clone>(
+        &self,
+        op: &str,
+        map: &BTreeMap<String, T>,
+        key: &str,
+    ) -> Result<Option<T>, PortError> {
+        self.deny(op)?;
+        Ok(map.get(key).cloned())
+    }
+
     /// The ports, all over this world.
     pub fn ports(&self) -> Ports<'_> {
         Ports {
@@ -157,16 +168,14 @@ impl crate::ami::resolve::NodeGroupCatalog for World {
 #[async_trait]
 impl StackOutputs for World {
     async fn outputs(&self, stack: &str) -> Result<Option<BTreeMap<String, String>>, PortError> {
-        self.deny("cloudformation:DescribeStacks")?;
-        Ok(self.stacks.get(stack).cloned())
+        self.lookup("cloudformation:DescribeStacks", &self.stacks, stack)
     }
 }
 
 #[async_trait]
 impl TableInfo for World {
     async fn table(&self, name: &str) -> Result<Option<TableFacts>, PortError> {
-        self.deny("dynamodb:DescribeTable")?;
-        Ok(self.tables.get(name).cloned())
+        self.lookup("dynamodb:DescribeTable", &self.tables, name)
     }
 }
 
@@ -186,12 +195,11 @@ impl PolicyDocuments for World {
 #[async_trait]
 impl GroupInfo for World {
     async fn auto_scaling_group(&self, name: &str) -> Result<Option<AsgFacts>, PortError> {
-        self.deny("autoscaling:DescribeAutoScalingGroups")?;
-        Ok(self.asgs.get(name).cloned())
+        self.lookup("autoscaling:DescribeAutoScalingGroups", &self.asgs, name)
     }
     async fn lifecycle_hooks(&self, group: &str) -> Result<Vec<HookFacts>, PortError> {
-        self.deny("autoscaling:DescribeLifecycleHooks")?;
-        Ok(self.hooks.get(group).cloned().unwrap_or_default())
+        self.lookup("autoscaling:DescribeLifecycleHooks", &self.hooks, group)
+            .map(Option::unwrap_or_default)
     }
     async fn managed_node_group(
         &self,
@@ -223,8 +231,7 @@ impl GroupInfo for World {
 #[async_trait]
 impl ClusterAccessInfo for World {
     async fn cluster(&self, name: &str) -> Result<Option<ClusterFacts>, PortError> {
-        self.deny("eks:DescribeCluster")?;
-        Ok(self.clusters.get(name).cloned())
+        self.lookup("eks:DescribeCluster", &self.clusters, name)
     }
     async fn access_entries(&self, cluster: &str) -> Result<Vec<String>, PortError> {
         self.deny("eks:ListAccessEntries")?;
@@ -251,16 +258,15 @@ impl ClusterAccessInfo for World {
 #[async_trait]
 impl RbacInfo for World {
     async fn rbac(&self, cluster: &str) -> Result<RbacFacts, PortError> {
-        self.deny("kubernetes:list clusterrolebindings")?;
-        Ok(self.rbac.get(cluster).cloned().unwrap_or_default())
+        self.lookup("kubernetes:list clusterrolebindings", &self.rbac, cluster)
+            .map(Option::unwrap_or_default)
     }
 }
 
 #[async_trait]
 impl EventRules for World {
     async fn rule_state(&self, name: &str) -> Result<Option<String>, PortError> {
-        self.deny("events:DescribeRule")?;
-        Ok(self.rules.get(name).cloned())
+        self.lookup("events:DescribeRule", &self.rules, name)
     }
 
     async fn rules(&self) -> Result<Vec<RuleFacts>, PortError> {

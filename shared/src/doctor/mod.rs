@@ -197,6 +197,22 @@ impl Check {
         }
     }
 
+    /// The check of something `facts` looked up: `then` of what was found; FAIL with `missing`
+    /// (detail, fix) when there is no such thing; [`Check::unreadable`] when it could not be read.
+    pub fn if_found<T>(
+        facts: Result<Option<T>, PortError>,
+        check: CheckKind,
+        subject: impl Into<String>,
+        missing: (impl Into<String>, impl Into<String>),
+        then: impl FnOnce(T) -> Check,
+    ) -> Self {
+        match facts {
+            Ok(Some(found)) => then(found),
+            Ok(None) => Self::fail(check, subject, missing.0, missing.1),
+            Err(e) => Self::unreadable(check, subject, &e),
+        }
+    }
+
     /// A FAIL saying what could not be read and which permission it takes: for access denied,
     /// the IAM action (the port error's operation); otherwise the error and a retry.
     pub fn unreadable(check: CheckKind, subject: impl Into<String>, error: &PortError) -> Self {

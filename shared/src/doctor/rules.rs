@@ -5,24 +5,22 @@ use crate::port::PortError;
 
 /// One `eventRule` check from the rule's state (`None`: no such rule).
 pub fn check(name: &str, state: Result<Option<String>, PortError>) -> Check {
-    match state {
-        Err(e) => Check::unreadable(CheckKind::EventRule, name, &e),
-        Ok(None) => Check::fail(
-            CheckKind::EventRule,
-            name,
-            "no such rule on the default event bus",
-            "the stack lists it in EventRuleNames: update or redeploy the stack",
-        ),
-        Ok(Some(s)) if s == "ENABLED" || s == "ENABLED_WITH_ALL_CLOUDTRAIL_MANAGEMENT_EVENTS" => {
+    let missing = (
+        "no such rule on the default event bus",
+        "the stack lists it in EventRuleNames: update or redeploy the stack",
+    );
+    Check::if_found(state, CheckKind::EventRule, name, missing, |s| {
+        if s == "ENABLED" || s == "ENABLED_WITH_ALL_CLOUDTRAIL_MANAGEMENT_EVENTS" {
             Check::ok(CheckKind::EventRule, name, s)
+        } else {
+            Check::fail(
+                CheckKind::EventRule,
+                name,
+                format!("{s}: its events never reach nodecycle"),
+                format!("aws events enable-rule --name {name}"),
+            )
         }
-        Ok(Some(s)) => Check::fail(
-            CheckKind::EventRule,
-            name,
-            format!("{s}: its events never reach nodecycle"),
-            format!("aws events enable-rule --name {name}"),
-        ),
-    }
+    })
 }
 
 #[cfg(test)]

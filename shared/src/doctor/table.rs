@@ -11,78 +11,72 @@ pub const TTL_ATTRIBUTE: &str = "ttl";
 
 /// One `table` check from what DynamoDB said about `name`.
 pub fn check(name: &str, facts: Result<Option<TableFacts>, PortError>) -> Check {
-    let facts = match facts {
-        Ok(Some(f)) => f,
-        Ok(None) => {
-            return Check::fail(
+    let missing = (
+        "no such DynamoDB table",
+        "the stack's StateTable is gone: update or redeploy the stack (check AWS_REGION)",
+    );
+    Check::if_found(facts, CheckKind::Table, name, missing, |facts| {
+        let mut problems = Vec::new();
+        let keys: Vec<(&str, &str)> = facts
+            .keys
+            .iter()
+            .map(|(a, k)| (a.as_str(), k.as_str()))
+            .collect();
+        if keys != KEYS {
+            let shown: Vec<String> = keys.iter().map(|(a, k)| format!("{a} ({k})")).collect();
+            problems.push(format!(
+                "key schema is [{}], expected [pk (HASH), sk (RANGE)]",
+                shown.join(", ")
+            ));
+        }
+        for (attr, _) in KEYS {
+            match facts.attribute_types.get(attr).map(String::as_str) {
+                Some("S") | None => {}
+                Some(other) => problems.push(format!("key {attr} is of type {other}, expected S")),
+            }
+        }
+        let ttl_on = matches!(facts.ttl_status.as_str(), "ENABLED" | "ENABLING");
+        if !ttl_on || facts.ttl_attribute.as_deref() != Some(TTL_ATTRIBUTE) {
+            problems.push(format!(
+                "TTL is {} on {}, expected ENABLED on {TTL_ATTRIBUTE} (leases, event records and \
+             audit records never expire otherwise)",
+                if facts.ttl_status.is_empty() {
+                    "DISABLED"
+                } else {
+                    &facts.ttl_status
+                },
+                facts.ttl_attribute.as_deref().unwrap_or("no attribute"),
+            ));
+        }
+        if !problems.is_empty() {
+            let fix = if keys == KEYS {
+                format!(
+                    "aws dynamodb update-time-to-live --table-name {name} --time-to-live-specification \
+                 Enabled=true,AttributeName={TTL_ATTRIBUTE}"
+                )
+            } else {
+                "the table is not nodecycle's: point StateTableName at the stack's own table (redeploy)"
+                .to_owned()
+            };
+            return Check::fail(CheckKind::Table, name, problems.join("; "), fix);
+        }
+        if facts.status != "ACTIVE" {
+            return Check::warn(
                 CheckKind::Table,
                 name,
-                "no such DynamoDB table",
-                "the stack's StateTable is gone: update or redeploy the stack (check AWS_REGION)",
+                format!(
+                    "keys pk/sk and TTL on ttl, but the table is {}",
+                    facts.status
+                ),
+                "wait until it is ACTIVE",
             );
         }
-        Err(e) => return Check::unreadable(CheckKind::Table, name, &e),
-    };
-    let mut problems = Vec::new();
-    let keys: Vec<(&str, &str)> = facts
-        .keys
-        .iter()
-        .map(|(a, k)| (a.as_str(), k.as_str()))
-        .collect();
-    if keys != KEYS {
-        let shown: Vec<String> = keys.iter().map(|(a, k)| format!("{a} ({k})")).collect();
-        problems.push(format!(
-            "key schema is [{}], expected [pk (HASH), sk (RANGE)]",
-            shown.join(", ")
-        ));
-    }
-    for (attr, _) in KEYS {
-        match facts.attribute_types.get(attr).map(String::as_str) {
-            Some("S") | None => {}
-            Some(other) => problems.push(format!("key {attr} is of type {other}, expected S")),
-        }
-    }
-    let ttl_on = matches!(facts.ttl_status.as_str(), "ENABLED" | "ENABLING");
-    if !ttl_on || facts.ttl_attribute.as_deref() != Some(TTL_ATTRIBUTE) {
-        problems.push(format!(
-            "TTL is {} on {}, expected ENABLED on {TTL_ATTRIBUTE} (leases, event records and \
-             audit records never expire otherwise)",
-            if facts.ttl_status.is_empty() {
-                "DISABLED"
-            } else {
-                &facts.ttl_status
-            },
-            facts.ttl_attribute.as_deref().unwrap_or("no attribute"),
-        ));
-    }
-    if !problems.is_empty() {
-        let fix = if keys == KEYS {
-            format!(
-                "aws dynamodb update-time-to-live --table-name {name} --time-to-live-specification \
-                 Enabled=true,AttributeName={TTL_ATTRIBUTE}"
-            )
-        } else {
-            "the table is not nodecycle's: point StateTableName at the stack's own table (redeploy)"
-                .to_owned()
-        };
-        return Check::fail(CheckKind::Table, name, problems.join("; "), fix);
-    }
-    if facts.status != "ACTIVE" {
-        return Check::warn(
+        Check::ok(
             CheckKind::Table,
             name,
-            format!(
-                "keys pk/sk and TTL on ttl, but the table is {}",
-                facts.status
-            ),
-            "wait until it is ACTIVE",
-        );
-    }
-    Check::ok(
-        CheckKind::Table,
-        name,
-        "keys pk (HASH) / sk (RANGE), TTL enabled on ttl",
-    )
+            "keys pk (HASH) / sk (RANGE), TTL enabled on ttl",
+        )
+    })
 }
 
 #[cfg(test)]

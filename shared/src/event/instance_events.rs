@@ -381,6 +381,18 @@ fn lifecycle(detail: &Value) -> Result<Interruption, InvalidEvent> {
     }))
 }
 
+/// An interruption warning (spot or capacity reservation, per `market`) from its detail.
+fn warning(d: &Value, market: &'static str) -> Result<Interruption, InvalidEvent> {
+    Ok(Interruption::InterruptionWarning {
+        instance_id: instance_at(d, "instance-id")?,
+        instance_action: d
+            .get("instance-action")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        market,
+    })
+}
+
 /// Classifies an interruption-handler payload. A custom input (`{}`, `null`) is a tick.
 pub fn interruption_event(payload: &Value) -> Result<ClassifiedEvent, InvalidEvent> {
     // Name the field for envelope-level problems the generic parser would only summarize.
@@ -418,16 +430,7 @@ pub fn interruption_event(payload: &Value) -> Result<ClassifiedEvent, InvalidEve
     }
     let e = match parse_input(payload)? {
         Input::Envelope(e) => e,
-        Input::Custom(Value::Null) => {
-            return Ok(ClassifiedEvent {
-                id: None,
-                account: None,
-                region: None,
-                time: None,
-                event: Interruption::Tick,
-            });
-        }
-        Input::Custom(Value::Object(o)) if o.is_empty() => {
+        Input::Custom(c) if c.is_null() || c.as_object().is_some_and(|o| o.is_empty()) => {
             return Ok(ClassifiedEvent {
                 id: None,
                 account: None,
@@ -448,25 +451,9 @@ pub fn interruption_event(payload: &Value) -> Result<ClassifiedEvent, InvalidEve
     };
     let d = &e.detail;
     let event = match (e.source.as_str(), e.detail_type.as_str()) {
-        ("aws.ec2", "EC2 Spot Instance Interruption Warning") => {
-            Interruption::InterruptionWarning {
-                instance_id: instance_at(d, "instance-id")?,
-                instance_action: d
-                    .get("instance-action")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                market: "spot",
-            }
-        }
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning") => warning(d, "spot")?,
         ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning") => {
-            Interruption::InterruptionWarning {
-                instance_id: instance_at(d, "instance-id")?,
-                instance_action: d
-                    .get("instance-action")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                market: "capacity-reservation",
-            }
+            warning(d, "capacity-reservation")?
         }
         ("aws.ec2", "EC2 Instance Rebalance Recommendation") => Interruption::Rebalance {
             instance_id: instance_at(d, "instance-id")?,

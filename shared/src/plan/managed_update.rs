@@ -199,13 +199,7 @@ pub fn plan_managed(
         let why = format!(
             "node group is {status}, not ACTIVE, and no update of nodecycle's is running: nothing starts until it is ACTIVE"
         );
-        drop_starts(&mut base, &why);
-        hold(
-            &mut base,
-            DecisionKind::Gate,
-            format!("not starting: {why}"),
-            why,
-        )
+        hold_starts(&mut base, DecisionKind::Gate, why)
     } else if let Some(u) = running {
         let id = u.update_id.as_deref().unwrap_or("(starting)");
         let why = format!(
@@ -257,13 +251,7 @@ pub fn plan_managed(
             let why = format!(
                 "{what}: the node group update waits for {in_flight} node-level rotation(s) in flight"
             );
-            drop_starts(&mut base, &why);
-            hold(
-                &mut base,
-                DecisionKind::Wait,
-                format!("not starting: {why}"),
-                why,
-            )
+            hold_starts(&mut base, DecisionKind::Wait, why)
         } else if base.allowed.drifted == 0 {
             let why = budget_message(
                 &snapshot.policy.budgets,
@@ -393,12 +381,17 @@ fn hold(base: &mut Plan, kind: DecisionKind, said: String, why: String) -> Updat
     UpdateAction::None
 }
 
+/// Nothing starts this pass, node-level or the update, for `why`: the node-level starts are
+/// dropped ([`drop_starts`]) and the pool [`hold`]s with `not starting: <why>`.
+fn hold_starts(base: &mut Plan, kind: DecisionKind, why: String) -> UpdateAction {
+    drop_starts(base, &why);
+    hold(base, kind, format!("not starting: {why}"), why)
+}
+
 fn fmt(d: TimeDelta) -> String {
     crate::duration::format(d.to_std().unwrap_or_default())
 }
 
-/// Removes every start of the node-level plan: new rotations and releases of queued operator
-/// rotations (in-flight rotations keep advancing).
 /// Removes every start of the node-level plan: new rotations, the launch template, and the
 /// first step of every rotation still at `Pending` (queued operator rotations, maintenance
 /// rotations released within budget, forced ones not started yet): their replacement would

@@ -1,6 +1,8 @@
 //! Helpers shared by the policy validators: describing values in messages, type checks,
 //! unknown-field reports and name checks. Every helper pushes its problems and never panics.
 
+use std::fmt::Display;
+
 use serde_json::{Map, Value};
 
 use crate::problem::{Problems, join};
@@ -157,6 +159,37 @@ pub(super) fn unknown_value(
         message.push_str(&format!(" (did you mean {s}?)"));
     }
     problems.error(path, message);
+}
+
+/// The one of `options` the string at `path` names, each option with the other spellings users
+/// write for it. Another type is a wrong-type error expecting `a string (a, b or c)`; an unknown
+/// string, an [`unknown_value`] error of `kind` listing the options, suggesting the option one
+/// of whose other spellings it is (case aside).
+pub(super) fn choice<T: Copy + Display>(
+    value: &Value,
+    path: &str,
+    kind: &str,
+    options: &[(T, &[&str])],
+    problems: &mut Problems,
+) -> Option<T> {
+    let names: Vec<String> = options.iter().map(|(o, _)| o.to_string()).collect();
+    let listed = match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    let text = string(value, path, &format!("a string ({listed})"), problems)?;
+    if let Some(i) = names.iter().position(|n| n == text) {
+        return Some(options[i].0);
+    }
+    let lower = text.to_ascii_lowercase();
+    let hint = options
+        .iter()
+        .position(|(_, also)| also.contains(&lower.as_str()))
+        .map(|i| names[i].as_str());
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    unknown_value(path, kind, text, &names, hint, problems);
+    None
 }
 
 /// Character rules of an AWS resource name.

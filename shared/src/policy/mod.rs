@@ -24,6 +24,7 @@
 //! resolution.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -34,7 +35,7 @@ use crate::duration;
 use crate::image::alias::Alias;
 use crate::image::{Architecture, Variant};
 use crate::problem::{Problems, join};
-use fields::{NameRule, describe, eks_name, quote, unknown_field, unknown_value, wrong_type};
+use fields::{NameRule, describe, eks_name, quote, unknown_field, wrong_type};
 pub use place::Place;
 pub use pool_id::PoolId;
 use source::{Owner, PolicyDocument};
@@ -73,6 +74,17 @@ pub enum RebalanceAction {
     Cordon,
     /// Start a rotation of the node (surge first, no budget wait).
     Replace,
+}
+
+impl fmt::Display for RebalanceAction {
+    /// The policy's spelling (`ignore`, `cordon`, `replace`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RebalanceAction::Ignore => "ignore",
+            RebalanceAction::Cordon => "cordon",
+            RebalanceAction::Replace => "replace",
+        })
+    }
 }
 
 /// One validated `amiSelectorTerms` entry. Fields inside a term are ANDed; terms are ORed.
@@ -445,27 +457,26 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     let mut promotion = None;
     for (key, field) in doc {
         match key.as_str() {
-            "cluster" => {
-                cluster = fields::name(
-                    field,
-                    "cluster",
-                    &eks_name("the EKS cluster name", pool_id::MAX_CLUSTER),
-                    problems,
-                )
-            }
-            "name" => {
-                name = fields::name(
-                    field,
-                    "name",
-                    &eks_name("the pool name", pool_id::MAX_NAME),
-                    problems,
-                )
+            "cluster" | "name" => {
+                let (slot, what, max) = match key.as_str() {
+                    "cluster" => (&mut cluster, "the EKS cluster name", pool_id::MAX_CLUSTER),
+                    _ => (&mut name, "the pool name", pool_id::MAX_NAME),
+                };
+                *slot = fields::name(field, key, &eks_name(what, max), problems);
             }
             // Validated together after the loop (both or neither).
             "account" | "region" => {}
             "nodeGroup" => node_group = validate_node_group(field, problems),
-            "architecture" => architecture = validate_architecture(field, problems),
-            "variant" => variant = validate_variant(field, problems),
+            "architecture" => {
+                architecture = fields::choice(
+                    field,
+                    "architecture",
+                    "architecture",
+                    &ARCHITECTURES,
+                    problems,
+                )
+            }
+            "variant" => variant = fields::choice(field, "variant", "variant", &VARIANTS, problems),
             "amiSelectorTerms" => terms = terms::validate(field, "amiSelectorTerms", problems),
             "disruption" => {
                 let (b, above) = validate_disruption(field, problems);
@@ -502,14 +513,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
             "a list of 1 to 30 terms, e.g. [{ alias: al2023@latest }]",
         ),
     ];
-    for (field, expected) in required {
-        if !doc.contains_key(field) {
-            problems.error(
-                field,
-                format!("required field is missing; expected {expected}"),
-            );
-        }
-    }
+    require(doc, &required, problems);
     let budgets =
         budgets.unwrap_or_else(|| crate::budget::parse_budgets(None, BUDGETS_PATH, problems));
     check_across_fields(terms.as_deref(), architecture, variant, problems);
@@ -582,15 +586,25 @@ fn identity(
                     "the pool name (letters, digits, '-' and '_', at most 63 characters)",
                 ),
             ];
-            for (field, expected) in required {
-                if !doc.contains_key(field) {
-                    problems.error(
-                        field,
-                        format!("required field is missing; expected {expected}"),
-                    );
-                }
-            }
+            require(doc, &required, problems);
             (cluster, name)
+        }
+    }
+}
+
+/// Pushes `<field>: required field is missing; expected <expected>` for each `(field, expected)`
+/// the document lacks.
+fn require(
+    doc: &serde_json::Map<String, Value>,
+    required: &[(&str, &str)],
+    problems: &mut Problems,
+) {
+    for &(field, expected) in required {
+        if !doc.contains_key(field) {
+            problems.error(
+                field,
+                format!("required field is missing; expected {expected}"),
+            );
         }
     }
 }
@@ -827,42 +841,18 @@ fn validate_node_group(value: &Value, problems: &mut Problems) -> Option<NodeGro
     }
 }
 
-fn validate_architecture(value: &Value, problems: &mut Problems) -> Option<Architecture> {
-    const PATH: &str = "architecture";
-    let text = fields::string(value, PATH, "a string (x86_64 or arm64)", problems)?;
-    let parsed = Architecture::parse(text);
-    if parsed.is_none() {
-        let hint = match text.to_ascii_lowercase().as_str() {
-            "amd64" | "x86-64" | "x86" | "x64" => Some("x86_64"),
-            "aarch64" | "arm" => Some("arm64"),
-            _ => None,
-        };
-        let options = Architecture::ALL.map(Architecture::as_str);
-        unknown_value(PATH, "architecture", text, &options, hint, problems);
-    }
-    parsed
-}
+/// The architectures a policy names, each with the other spellings users write for it.
+const ARCHITECTURES: [(Architecture, &[&str]); 2] = [
+    (Architecture::X86_64, &["amd64", "x86-64", "x86", "x64"]),
+    (Architecture::Arm64, &["aarch64", "arm"]),
+];
 
-fn validate_variant(value: &Value, problems: &mut Problems) -> Option<Variant> {
-    const PATH: &str = "variant";
-    let text = fields::string(
-        value,
-        PATH,
-        "a string (standard, nvidia or neuron)",
-        problems,
-    )?;
-    let parsed = Variant::parse(text);
-    if parsed.is_none() {
-        let hint = match text.to_ascii_lowercase().as_str() {
-            "gpu" | "cuda" | "accelerated" => Some("nvidia"),
-            "inferentia" | "trainium" => Some("neuron"),
-            _ => None,
-        };
-        let options = Variant::ALL.map(Variant::as_str);
-        unknown_value(PATH, "variant", text, &options, hint, problems);
-    }
-    parsed
-}
+/// The variants a policy names, each with the other spellings users write for it.
+const VARIANTS: [(Variant, &[&str]); 3] = [
+    (Variant::Standard, &[]),
+    (Variant::Nvidia, &["gpu", "cuda", "accelerated"]),
+    (Variant::Neuron, &["inferentia", "trainium"]),
+];
 
 /// Validates `disruption` and returns its budgets (the defaults when `budgets` is absent or
 /// `disruption` is not an object; the latter is an error anyway).
@@ -996,22 +986,13 @@ fn validate_interruption(value: &Value, problems: &mut Problems) -> RebalanceAct
         match key.as_str() {
             "rebalance" => {
                 let path = join(PATH, key);
-                let expected = "a string (ignore, cordon or replace)";
-                let Some(text) = fields::string(field, &path, expected, problems) else {
-                    continue;
-                };
-                match text {
-                    "ignore" => action = RebalanceAction::Ignore,
-                    "cordon" => action = RebalanceAction::Cordon,
-                    "replace" => action = RebalanceAction::Replace,
-                    _ => unknown_value(
-                        &path,
-                        "action",
-                        text,
-                        &["ignore", "cordon", "replace"],
-                        None,
-                        problems,
-                    ),
+                let options: [(_, &[&str]); 3] = [
+                    (RebalanceAction::Ignore, &[]),
+                    (RebalanceAction::Cordon, &[]),
+                    (RebalanceAction::Replace, &[]),
+                ];
+                if let Some(chosen) = fields::choice(field, &path, "action", &options, problems) {
+                    action = chosen;
                 }
             }
             _ => unknown_field(PATH, key, &INTERRUPTION_FIELDS, problems),

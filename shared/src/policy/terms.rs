@@ -119,35 +119,23 @@ fn combination(map: &Map<String, Value>, path: &str, problems: &mut Problems) {
             .filter(|f| *f != own && present(f))
             .collect()
     };
-    if present("alias") {
-        let with = others("alias");
+    // The fields that stand alone in their term, the first present one checked, with how the
+    // message goes on after `(found ...)`.
+    let alone = [
+        ("alias", "; expected alias alone"),
+        ("id", "; expected id alone, or one term per selector"),
+        (
+            "ssmParameter",
+            ": Karpenter ignores them for an ssmParameter term; expected ssmParameter alone, or one term per selector",
+        ),
+    ];
+    if let Some((own, expected)) = alone.into_iter().find(|(own, _)| present(own)) {
+        let with = others(own);
         if !with.is_empty() {
             problems.error(
                 path,
                 format!(
-                    "alias cannot be combined with other fields in its term (found {}); expected alias alone",
-                    with.join(", ")
-                ),
-            );
-        }
-    } else if present("id") {
-        let with = others("id");
-        if !with.is_empty() {
-            problems.error(
-                path,
-                format!(
-                    "id cannot be combined with other fields in its term (found {}); expected id alone, or one term per selector",
-                    with.join(", ")
-                ),
-            );
-        }
-    } else if present("ssmParameter") {
-        let with = others("ssmParameter");
-        if !with.is_empty() {
-            problems.error(
-                path,
-                format!(
-                    "ssmParameter cannot be combined with other fields in its term (found {}): Karpenter ignores them for an ssmParameter term; expected ssmParameter alone, or one term per selector",
+                    "{own} cannot be combined with other fields in its term (found {}){expected}",
                     with.join(", ")
                 ),
             );

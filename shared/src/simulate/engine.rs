@@ -9,9 +9,9 @@ use super::blocked::{self, Wait};
 use super::windows;
 use super::{
     Blocked, ManagedStart, PoolForecast, PoolStart, RotationSpan, Settings, ceil_minute,
-    ready_member,
+    ready_member, ready_node,
 };
-use crate::fleet::{Lifecycle, NodeStatus};
+use crate::fleet::Lifecycle;
 use crate::managed::{ManagedUpdate, Phase};
 use crate::plan::Snapshot;
 use crate::plan::managed_update::{NodeGroupState, UpdateAction, plan_managed};
@@ -285,15 +285,7 @@ impl Pool {
             replaced_by = Some(m.instance_id.clone());
             m.lifecycle = Lifecycle::InService;
             let name = format!("node-{}", m.instance_id);
-            let node = m.node.get_or_insert(NodeStatus {
-                name,
-                ready: true,
-                unschedulable: false,
-                disrupted: None,
-                evictable_pods: 1,
-                pods_counted: false,
-                marks: Default::default(),
-            });
+            let node = m.node.get_or_insert_with(|| ready_node(name));
             node.ready = true;
         } else if was_member {
             let image = r

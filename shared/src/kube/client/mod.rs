@@ -14,7 +14,9 @@ use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvid
 use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde::de::DeserializeOwned;
 use serde_json::json;
+use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime};
 
 /// Page size of list requests.
@@ -280,6 +282,52 @@ where
     }
 }
 
+/// Lists `api` with `params`, [`PAGE`] objects a page (each page read with [`retrying`]), and
+/// hands each page to `each` until it breaks with an answer (`Some`) or the list ends (`None`).
+async fn by_page<K, B>(
+    api: &Api<K>,
+    params: ListParams,
+    operation: &str,
+    mut each: impl FnMut(&[K]) -> ControlFlow<B>,
+) -> Result<Option<B>, KubeError>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.limit(PAGE);
+    loop {
+        let page = retrying(operation, || async {
+            api.list(&params).await.map_err(|e| map_error(operation, e))
+        })
+        .await?;
+        if let ControlFlow::Break(answer) = each(&page.items) {
+            return Ok(Some(answer));
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(None),
+        }
+    }
+}
+
+/// Every object of the list ([`by_page`]) that `keep` maps to a value, in order.
+async fn list_all<K, T>(
+    api: &Api<K>,
+    params: ListParams,
+    operation: &str,
+    mut keep: impl FnMut(&K) -> Option<T>,
+) -> Result<Vec<T>, KubeError>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    by_page(api, params, operation, |page| {
+        out.extend(page.iter().filter_map(&mut keep));
+        ControlFlow::<std::convert::Infallible>::Continue(())
+    })
+    .await?;
+    Ok(out)
+}
+
 fn build_client(access: &ClusterAccess, token: &EksToken) -> Result<::kube::Client, KubeError> {
     let config_error = |e: &dyn std::fmt::Display| {
         KubeError::Config(format!("Kubernetes client for {}: {e}", access.endpoint))
@@ -321,6 +369,26 @@ fn json_request(
         })
 }
 
+/// A JSON request of `method` on pod `pod`, or on its subresource `sub` (`/eviction`; empty for
+/// the pod itself).
+fn pod_request(
+    method: http::Method,
+    pod: &PodRef,
+    sub: &str,
+    body: &serde_json::Value,
+    operation: &str,
+) -> Result<http::Request<Vec<u8>>, KubeError> {
+    let uri = format!(
+        "/api/v1/namespaces/{}/pods/{}{sub}",
+        pod.namespace, pod.name
+    );
+    json_request(
+        http::Request::builder().method(method).uri(uri),
+        body,
+        operation,
+    )
+}
+
 fn transport(operation: &str, e: &::kube::Error) -> KubeError {
     KubeError::Transport {
         operation: operation.to_owned(),
@@ -359,48 +427,23 @@ impl NodeOps for EksKube {
     async fn find_node(&self, instance_id: &str) -> Result<Option<NodeInfo>, KubeError> {
         let nodes = self.nodes().await?;
         let operation = format!("list nodes (looking for instance {instance_id})");
-        let mut params = ListParams::default().limit(PAGE);
-        loop {
-            let page = retrying(&operation, || async {
-                nodes
-                    .list(&params)
-                    .await
-                    .map_err(|e| map_error(&operation, e))
-            })
-            .await?;
-            let found = page
-                .items
-                .iter()
-                .map(node_info)
-                .find(|n| instance_of_provider_id(&n.provider_id) == Some(instance_id));
-            if found.is_some() {
-                return Ok(found);
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(None),
-            }
-        }
+        let find = |page: &[Node]| match page
+            .iter()
+            .map(node_info)
+            .find(|n| instance_of_provider_id(&n.provider_id) == Some(instance_id))
+        {
+            Some(found) => ControlFlow::Break(found),
+            None => ControlFlow::Continue(()),
+        };
+        by_page(&nodes, ListParams::default(), &operation, find).await
     }
 
     async fn list_nodes(&self) -> Result<Vec<NodeInfo>, KubeError> {
         let nodes = self.nodes().await?;
-        let mut params = ListParams::default().limit(PAGE);
-        let mut out = Vec::new();
-        loop {
-            let page = retrying("list nodes", || async {
-                nodes
-                    .list(&params)
-                    .await
-                    .map_err(|e| map_error("list nodes", e))
-            })
-            .await?;
-            out.extend(page.items.iter().map(node_info));
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(out),
-            }
-        }
+        list_all(&nodes, ListParams::default(), "list nodes", |n| {
+            Some(node_info(n))
+        })
+        .await
     }
 
     async fn get_node(&self, name: &str) -> Result<Option<NodeInfo>, KubeError> {
@@ -493,47 +536,19 @@ impl NodeOps for EksKube {
     async fn list_pods(&self, node: &str) -> Result<Vec<PodInfo>, KubeError> {
         let pods: Api<Pod> = Api::all(self.client().await?);
         let operation = format!("list pods on node {node}");
-        let mut params = ListParams::default()
-            .fields(&format!("spec.nodeName={node}"))
-            .limit(PAGE);
-        let mut out = Vec::new();
-        loop {
-            let page = retrying(&operation, || async {
-                pods.list(&params)
-                    .await
-                    .map_err(|e| map_error(&operation, e))
-            })
-            .await?;
-            out.extend(page.items.iter().map(pod_info));
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(out),
-            }
-        }
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        list_all(&pods, params, &operation, |p| Some(pod_info(p))).await
     }
 
     async fn list_all_pods(&self) -> Result<Vec<(String, PodInfo)>, KubeError> {
         let pods: Api<Pod> = Api::all(self.client().await?);
-        let operation = "list pods of the cluster";
         // Bound pods only: pending pods on no node do not weigh on any node's disruption.
-        let mut params = ListParams::default().fields("spec.nodeName!=").limit(PAGE);
-        let mut out = Vec::new();
-        loop {
-            let page = retrying(operation, || async {
-                pods.list(&params)
-                    .await
-                    .map_err(|e| map_error(operation, e))
-            })
-            .await?;
-            out.extend(page.items.iter().filter_map(|p| {
-                let node = p.spec.as_ref()?.node_name.clone()?;
-                Some((node, pod_info(p)))
-            }));
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(out),
-            }
-        }
+        let params = ListParams::default().fields("spec.nodeName!=");
+        list_all(&pods, params, "list pods of the cluster", |p| {
+            let node = p.spec.as_ref()?.node_name.clone()?;
+            Some((node, pod_info(p)))
+        })
+        .await
     }
 
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, KubeError> {
@@ -544,14 +559,7 @@ impl NodeOps for EksKube {
             "metadata": { "name": pod.name, "namespace": pod.namespace },
             "deleteOptions": { "preconditions": { "uid": pod.uid } },
         });
-        let request = json_request(
-            http::Request::post(format!(
-                "/api/v1/namespaces/{}/pods/{}/eviction",
-                pod.namespace, pod.name
-            )),
-            &body,
-            &operation,
-        )?;
+        let request = pod_request(http::Method::POST, pod, "/eviction", &body, &operation)?;
         let (code, body) = self.raw(&operation, request).await?;
         Ok(eviction_outcome(code, &body))
     }
@@ -565,14 +573,7 @@ impl NodeOps for EksKube {
         });
         // Preconditioned on the pod's uid: repeating it is safe.
         retrying(&operation, || async {
-            let request = json_request(
-                http::Request::delete(format!(
-                    "/api/v1/namespaces/{}/pods/{}",
-                    pod.namespace, pod.name
-                )),
-                &body,
-                &operation,
-            )?;
+            let request = pod_request(http::Method::DELETE, pod, "", &body, &operation)?;
             let (code, body) = self.raw(&operation, request).await?;
             match code {
                 200..=299 => Ok(true),
