@@ -154,9 +154,11 @@ impl Queues {
                 .serve(
                     pass,
                     &json!({ "Records": records }),
-                    Utc::now(),
-                    Instant::now() + Duration::from_secs(120),
-                    Some(&format!("invocation-{invocations}")),
+                    PassContext {
+                        now: Utc::now(),
+                        deadline: Instant::now() + Duration::from_secs(120),
+                        request_id: Some(&format!("invocation-{invocations}")),
+                    },
                 )
                 .await
                 .unwrap();
@@ -336,7 +338,15 @@ async fn the_dispatcher_reads_the_policies_and_the_rotator_serves_its_cluster() 
     });
     let deadline = Instant::now() + Duration::from_secs(120);
     let out = fan_out
-        .route(&rotator, &schedule, Utc::now(), deadline, Some("tick"))
+        .route(
+            &rotator,
+            &schedule,
+            PassContext {
+                now: Utc::now(),
+                deadline,
+                request_id: Some("tick"),
+            },
+        )
         .await
         .unwrap()
         .unwrap();

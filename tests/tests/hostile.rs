@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::aws::instances::{Ec2Instances, LifecycleActions};
 use nodecycle::handlers::ami_watcher::AmiWatcher;
-use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
+use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
 use nodecycle::handlers::rotator::{EksConnector, RotatorHandler};
 use nodecycle::state::Store;
 use nodecycle_tests::{
@@ -99,13 +99,13 @@ async fn fleet(nodes: i32, policy: &str, resolve: bool) -> Fleet {
     let ops = Operator::new(a.ops(a.rotator(&cloud, policies.clone(), table.clone()).await));
     let config = cloud.sdk_config().await;
     let handler = InterruptionHandler {
-        policies,
-        instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
-        lifecycle: Arc::new(LifecycleActions::new(a.clients.autoscaling.clone())),
+        cell: a.cell(policies, table.clone()),
+        ports: InterruptionPorts {
+            instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
+            lifecycle: Arc::new(LifecycleActions::new(a.clients.autoscaling.clone())),
+            kube: Arc::new(EksConnector::new(config.clone())),
+        },
         deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(&config)),
-        state: nodecycle::state::Repository::new(table.clone()),
-        announce: a.announce(table.clone()),
-        kube: Arc::new(EksConnector::new(config)),
         settings: Settings {
             poll: Duration::from_millis(200),
             heartbeat_every: Duration::from_millis(400),
@@ -113,7 +113,6 @@ async fn fleet(nodes: i32, policy: &str, resolve: bool) -> Fleet {
             ..Settings::default()
         },
         metrics: Arc::new(nodecycle::metrics::NoMetrics),
-        members: Arc::new(nodecycle::members::OwnOnly),
     };
     if resolve {
         let report = watcher.handle(&json!({}), t0()).await.unwrap();

@@ -19,7 +19,7 @@ use nodecycle::aws::{
     instances::Ec2Instances,
     ssm::{Ssm, SsmPolicies},
 };
-use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
+use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
 use nodecycle::handlers::rotator::EksConnector;
 use nodecycle::interruption::{LifecycleAction, LifecycleOps};
 use nodecycle::port::PortError;
@@ -160,25 +160,27 @@ async fn env(size: i32) -> Env {
         node: Mutex::new(None),
     });
     let handler = InterruptionHandler {
-        policies: Arc::new(SsmPolicies::new(
-            Ssm::new(a.clients.ssm.clone()),
-            "/nodecycle/pools/",
-        )),
-        instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
-        lifecycle: lifecycle.clone(),
+        cell: a.cell(
+            Arc::new(SsmPolicies::new(
+                Ssm::new(a.clients.ssm.clone()),
+                "/nodecycle/pools/",
+            )),
+            table.clone(),
+        ),
+        ports: InterruptionPorts {
+            instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
+            lifecycle: lifecycle.clone(),
+            kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
+        },
         deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
             &cloud.sdk_config().await,
         )),
-        state: nodecycle::state::Repository::new(table.clone()),
-        announce: a.announce(table.clone()),
-        kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
         settings: Settings {
             poll: Duration::from_millis(200),
             heartbeat_every: Duration::from_millis(400),
             ..Settings::default()
         },
         metrics: Arc::new(nodecycle::metrics::NoMetrics),
-        members: Arc::new(nodecycle::members::OwnOnly),
     };
     Env {
         cloud,

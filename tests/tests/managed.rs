@@ -583,7 +583,7 @@ async fn status_plan_and_operator_rotation_on_a_managed_node_group() {
     let policy = support::policy(
         "cluster: prod\nname: general\nnodeGroup: { managedNodeGroup: general }\narchitecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\ndisruption:\n  budgets:\n    - nodes: \"1\"\n",
     );
-    let kube = p.rotator.kube.connect("prod").await.unwrap();
+    let kube = p.rotator.ports.kube.connect("prod").await.unwrap();
     let (_, preview) = p
         .rotator
         .planner()
@@ -694,7 +694,7 @@ async fn status_and_plan_read_a_running_update_without_moving_it_while_fake_time
     let policy = support::policy(&format!(
         "cluster: prod\nname: general\nnodeGroup: {{ managedNodeGroup: general }}\narchitecture: x86_64\namiSelectorTerms:\n{ALIAS}disruption:\n  budgets:\n    - nodes: \"2\"\n"
     ));
-    let kube = p.rotator.kube.connect("prod").await.unwrap();
+    let kube = p.rotator.ports.kube.connect("prod").await.unwrap();
     for i in 0..5 {
         let now = t0 + chrono::Duration::minutes(i);
         let status = ops

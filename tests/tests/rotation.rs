@@ -313,7 +313,7 @@ impl nodecycle::fleet::GroupOps for Faulty {
 
 async fn converges_despite_a_crash(op: &'static str, after: bool) {
     let mut p = pool(4, "    - nodes: \"2\"\n", false).await;
-    p.rotator.groups = Arc::new(Faulty {
+    p.rotator.ports.groups = Arc::new(Faulty {
         inner: AutoScaling::new(
             p.adapters.clients.autoscaling.clone(),
             p.adapters.clients.ec2.clone(),

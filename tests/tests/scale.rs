@@ -144,11 +144,11 @@ impl Fleet {
             seeding.elapsed().as_secs_f64()
         );
 
-        let rotator = RotatorHandler {
-            kube: Arc::new(EksConnector::new(config.clone())),
+        let mut rotator = RotatorHandler {
             settings: Settings::default(),
             ..a.rotator(&cloud, policies, table).await
         };
+        rotator.ports.kube = Arc::new(EksConnector::new(config.clone()));
         Fleet {
             cloud,
             a,

@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::aws::instances::Ec2Instances;
 use nodecycle::aws::ssm::{Ssm, SsmPolicies};
-use nodecycle::handlers::interruption::{InterruptionHandler, Settings};
+use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
 use nodecycle::handlers::rotator::{EksConnector, RotatorHandler};
 use nodecycle::rotation::Rotation;
 use nodecycle::state::Store;
@@ -57,26 +57,28 @@ async fn deployment() -> Deployment {
     let rotator = a.rotator(&cloud, policies, table.clone()).await;
     let operator = Operator::new(a.ops(rotator.clone()));
     let interruptions = InterruptionHandler {
-        policies: Arc::new(SsmPolicies::new(
-            Ssm::new(a.clients.ssm.clone()),
-            "/nodecycle/pools/",
-        )),
-        instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
-        lifecycle: Arc::new(nodecycle::aws::instances::LifecycleActions::new(
-            a.clients.autoscaling.clone(),
-        )),
+        cell: a.cell(
+            Arc::new(SsmPolicies::new(
+                Ssm::new(a.clients.ssm.clone()),
+                "/nodecycle/pools/",
+            )),
+            table.clone(),
+        ),
+        ports: InterruptionPorts {
+            instances: Arc::new(Ec2Instances::new(a.clients.ec2.clone())),
+            lifecycle: Arc::new(nodecycle::aws::instances::LifecycleActions::new(
+                a.clients.autoscaling.clone(),
+            )),
+            kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
+        },
         deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
             &cloud.sdk_config().await,
         )),
-        state: nodecycle::state::Repository::new(table.clone()),
-        announce: a.announce(table.clone()),
-        kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
         settings: Settings {
             poll: Duration::from_millis(200),
             ..Settings::default()
         },
         metrics: Arc::new(nodecycle::metrics::NoMetrics),
-        members: Arc::new(nodecycle::members::OwnOnly),
     };
     kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
         (s.nodes.len() == 6).then_some(())
@@ -111,9 +113,10 @@ impl Deployment {
 
     /// The launch template image of `group` (what scale-outs launch).
     async fn launches(&self, group: &str) -> String {
-        let (g, _) = nodecycle::fleet::GroupOps::describe(self.rotator.groups.as_ref(), group)
-            .await
-            .unwrap();
+        let (g, _) =
+            nodecycle::fleet::GroupOps::describe(self.rotator.ports.groups.as_ref(), group)
+                .await
+                .unwrap();
         g.launch_template_image.unwrap_or_default()
     }
 

@@ -17,12 +17,12 @@ async fn main() -> Result<(), Error> {
     let fan_out = &wiring.fan_out(&sdk);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = nodecycle::handlers::deadline_from_epoch_ms(event.context.deadline);
-        let id = Some(event.context.request_id.as_str());
-        let now = chrono::Utc::now();
-        if let Some(out) = fan_out
-            .route(rotator, &event.payload, now, deadline, id)
-            .await
-        {
+        let at = nodecycle::handlers::dispatch::PassContext {
+            now: chrono::Utc::now(),
+            deadline,
+            request_id: Some(event.context.request_id.as_str()),
+        };
+        if let Some(out) = fan_out.route(rotator, &event.payload, at).await {
             return out.map_err(|e| Diagnostic {
                 error_type: e.error_type,
                 error_message: e.message,

@@ -296,19 +296,29 @@ impl Cloud {
         Ok(w)
     }
 
+    /// What every handler over this cloud holds: its policies, `store` as the state table,
+    /// this cloud's bus, no members.
+    pub fn cell(self: &Arc<Self>, store: Arc<MemoryStore>) -> crate::handlers::CellPorts {
+        crate::handlers::CellPorts {
+            policies: self.clone(),
+            state: crate::state::Repository::new(store.clone()),
+            announce: crate::announce::Announcer::new(store, self.clone()),
+            members: Arc::new(crate::members::OwnOnly),
+        }
+    }
+
     /// The ami-watcher over this cloud and `store`.
     pub fn watcher(self: &Arc<Self>, store: Arc<MemoryStore>) -> AmiWatcher {
         AmiWatcher {
-            policies: self.clone(),
-            parameters: self.clone(),
-            images: self.clone(),
-            clusters: self.clone(),
-            groups: self.clone(),
-            state: crate::state::Repository::new(store.clone()),
-            announce: crate::announce::Announcer::new(store, self.clone()),
-            alarms: self.clone(),
+            cell: self.cell(store),
+            ports: crate::handlers::ami_watcher::WatcherPorts {
+                parameters: self.clone(),
+                images: self.clone(),
+                clusters: self.clone(),
+                node_groups: self.clone(),
+                alarms: self.clone(),
+            },
             metrics: Arc::new(crate::metrics::NoMetrics),
-            members: Arc::new(crate::members::OwnOnly),
         }
     }
 
@@ -321,19 +331,18 @@ impl Cloud {
         settings: crate::handlers::interruption::Settings,
     ) -> InterruptionHandler {
         InterruptionHandler {
-            policies: self.clone(),
-            instances: self.clone(),
-            lifecycle: self.clone(),
+            cell: self.cell(store),
+            ports: crate::handlers::interruption::InterruptionPorts {
+                instances: self.clone(),
+                lifecycle: self.clone(),
+                kube,
+            },
             deployment: Arc::new(Served {
                 accounts: vec!["123456789012".into()],
                 regions: vec!["us-east-2".into()],
             }),
-            state: crate::state::Repository::new(store.clone()),
-            announce: crate::announce::Announcer::new(store, self.clone()),
-            kube,
             settings,
             metrics: Arc::new(crate::metrics::NoMetrics),
-            members: Arc::new(crate::members::OwnOnly),
         }
     }
 }

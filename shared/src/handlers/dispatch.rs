@@ -139,16 +139,14 @@ impl FanOut {
         &self,
         pass: &dyn ClusterPass,
         payload: &Value,
-        now: DateTime<Utc>,
-        deadline: Instant,
-        request_id: Option<&str>,
+        at: PassContext<'_>,
     ) -> Option<Result<Value, HandlerError>> {
         if payload.get("Records").is_some() {
-            return Some(self.serve(pass, payload, now, deadline, request_id).await);
+            return Some(self.serve(pass, payload, at).await);
         }
         let scheduled = matches!(parse_input(payload), Ok(Input::Envelope(e)) if e.detail_type == "Scheduled Event");
         if scheduled && self.queue.is_some() {
-            return Some(self.dispatch(now).await);
+            return Some(self.dispatch(at.now).await);
         }
         None
     }
@@ -220,9 +218,7 @@ impl FanOut {
         &self,
         pass: &dyn ClusterPass,
         payload: &Value,
-        now: DateTime<Utc>,
-        deadline: Instant,
-        request_id: Option<&str>,
+        at: PassContext<'_>,
     ) -> Result<Value, HandlerError> {
         let event: SqsEvent = serde_json::from_value(payload.clone()).map_err(|e| {
             HandlerError::from(crate::event::InvalidEvent::new(
@@ -248,9 +244,7 @@ impl FanOut {
         let mut items = Vec::new();
         for record in &event.records {
             let id = record.message_id.clone().unwrap_or_default();
-            let verdict = self
-                .serve_one(pass, record, &served, &cell, now, deadline, request_id)
-                .await;
+            let verdict = self.serve_one(pass, record, &served, &cell, at).await;
             let (done, reason) = match &verdict {
                 Verdict::Done(r) => (true, r),
                 Verdict::Retry(r) => (false, r),
@@ -268,16 +262,13 @@ impl FanOut {
         Ok(json!({"batchItemFailures": failures, "items": items}))
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn serve_one(
         &self,
         pass: &dyn ClusterPass,
         record: &aws_lambda_events::event::sqs::SqsMessage,
         served: &crate::event::served::Served,
         cell: &dispatch::Cell,
-        now: DateTime<Utc>,
-        deadline: Instant,
-        request_id: Option<&str>,
+        at: PassContext<'_>,
     ) -> Verdict {
         if record.event_source.as_deref() != Some("aws:sqs") {
             return Verdict::Retry(format!(
@@ -294,23 +285,18 @@ impl FanOut {
             .get("ApproximateReceiveCount")
             .and_then(|n| n.parse::<u32>().ok())
             .unwrap_or(1);
-        match dispatch::admit(&item, receives, served, self.max_age, now) {
+        match dispatch::admit(&item, receives, served, self.max_age, at.now) {
             Admission::Refuse(why) => return Verdict::Retry(why),
             Admission::Superseded(why) => return Verdict::Done(why),
             Admission::Serve => {}
         }
-        if deadline.saturating_duration_since(Instant::now()) < RESERVE {
+        if at.deadline.saturating_duration_since(Instant::now()) < RESERVE {
             return Verdict::Retry(format!(
                 "work item {}: invocation time nearly used up; served on redelivery",
                 item.place()
             ));
         }
         tracing::info!(item = %item.place(), receives, reason = %item.reason, "serving work item");
-        let at = PassContext {
-            now,
-            deadline,
-            request_id,
-        };
         let answer = pass.pass(&dispatch::selection(&item, cell), at).await;
         dispatch::verdict(&item, answer.as_ref().map_err(|e| e.message.as_str()))
     }

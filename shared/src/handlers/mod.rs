@@ -1,6 +1,32 @@
 //! Lambda handlers: the one code path shared by each function's `main.rs` and `nodecycle run`.
 //! Handlers take the payload as JSON and `now`, and return a JSON response.
 
+/// Declares a handler's [`PlacePorts`]: a struct of the named fields of [`crate::port::Ports`]
+/// (each field a port the handler uses, with its doc comment), and its
+/// [`PlacePorts::of`], which takes each of them from a place's `Ports` by the same name.
+macro_rules! place_ports {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        impl $crate::handlers::PlacePorts for $name {
+            fn of(ports: &$crate::port::Ports) -> Self {
+                $name {
+                    $($field: ports.$field.clone(),)*
+                }
+            }
+        }
+    };
+}
+
 pub mod ami_watcher;
 #[cfg(feature = "kube")]
 pub mod dispatch;
@@ -57,3 +83,59 @@ impl From<InvalidEvent> for HandlerError {
 
 /// Names of the functions `nodecycle run` can invoke.
 pub const FUNCTIONS: &[&str] = &["ami-watcher", "rotator", "ops", "interruption-handler"];
+
+/// What every handler of a cell holds, wherever the pool it works on is: the policy documents,
+/// the cell's state table and bus, and the members whose ports reach other places. Beside it
+/// each handler keeps only the ports it uses of the place it works at ([`PlacePorts`]).
+#[derive(Clone)]
+pub struct CellPorts {
+    /// Policy documents.
+    pub policies: std::sync::Arc<dyn crate::policy::source::PolicySource>,
+    /// The state table.
+    pub state: crate::state::Repository,
+    /// Records transitions' events and puts them on the bus (same table as `state`).
+    pub announce: crate::announce::Announcer,
+    /// The ports of pools in other accounts and regions.
+    pub members: std::sync::Arc<dyn crate::members::Members>,
+}
+
+impl CellPorts {
+    /// The cell's parts of `ports`.
+    pub fn new(ports: &crate::port::Ports) -> Self {
+        CellPorts {
+            policies: ports.policies.clone(),
+            state: ports.repository(),
+            announce: ports.announcer(),
+            members: ports.members.clone(),
+        }
+    }
+
+    /// Every policy document; a failed read is an internal error that says so.
+    pub async fn documents(
+        &self,
+    ) -> Result<Vec<crate::policy::source::PolicyDocument>, HandlerError> {
+        self.policies
+            .all()
+            .await
+            .map_err(|e| HandlerError::internal(format!("cannot list policies: {e}")))
+    }
+
+    /// `own` (the ports a handler uses at the cell's place) for pools at `place`: `own` itself
+    /// for `None` or the cell's own place, else the same ports of the place's member
+    /// ([`crate::members::at`]). `Err`: the place is not served or its spoke role cannot be
+    /// assumed.
+    pub async fn at<P: PlacePorts>(
+        &self,
+        place: Option<&crate::policy::Place>,
+        own: &P,
+    ) -> Result<P, crate::members::MemberError> {
+        crate::members::at(self.members.as_ref(), place, own, |p| P::of(&p)).await
+    }
+}
+
+/// The ports a handler uses of the place it works at (AWS and Kubernetes: the cell's own, or a
+/// member's), taken from that place's [`crate::port::Ports`].
+pub trait PlacePorts: Clone {
+    /// The ports this handler uses, out of `ports`.
+    fn of(ports: &crate::port::Ports) -> Self;
+}

@@ -154,6 +154,7 @@ pub async fn first_pass(
         .await
         .map_err(|e| e.to_string())?;
     let kube = rotator
+        .ports
         .kube
         .connect(&policy.cluster)
         .await
@@ -163,6 +164,7 @@ pub async fn first_pass(
         .preview(policy, kube.as_ref(), now)
         .await?;
     let facts = rotator
+        .ports
         .node_groups
         .instance_types(&policy.cluster, &policy.node_group)
         .await;

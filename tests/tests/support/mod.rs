@@ -243,6 +243,21 @@ impl Adapters {
         )
     }
 
+    /// What every handler over these adapters holds: policies from `policies`, state in
+    /// `table`, events out through EventBridge, no members.
+    pub fn cell(
+        &self,
+        policies: Arc<dyn nodecycle::policy::source::PolicySource>,
+        table: Arc<Table>,
+    ) -> nodecycle::handlers::CellPorts {
+        nodecycle::handlers::CellPorts {
+            policies,
+            state: nodecycle::state::Repository::new(table.clone()),
+            announce: self.announce(table),
+            members: Arc::new(nodecycle::members::OwnOnly),
+        }
+    }
+
     /// The ami-watcher over these adapters: policies from `policies`, state in `table`.
     pub fn watcher(
         &self,
@@ -250,18 +265,17 @@ impl Adapters {
         table: Arc<Table>,
     ) -> nodecycle::handlers::ami_watcher::AmiWatcher {
         nodecycle::handlers::ami_watcher::AmiWatcher {
-            policies,
-            parameters: Arc::new(self.ssm.clone()),
-            images: Arc::new(self.ec2.clone()),
-            clusters: Arc::new(self.eks.clone()),
-            groups: Arc::new(self.groups.clone()),
-            state: nodecycle::state::Repository::new(table.clone()),
-            announce: self.announce(table),
-            alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
-                self.clients.cloudwatch.clone(),
-            )),
+            cell: self.cell(policies, table),
+            ports: nodecycle::handlers::ami_watcher::WatcherPorts {
+                parameters: Arc::new(self.ssm.clone()),
+                images: Arc::new(self.ec2.clone()),
+                clusters: Arc::new(self.eks.clone()),
+                node_groups: Arc::new(self.groups.clone()),
+                alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
+                    self.clients.cloudwatch.clone(),
+                )),
+            },
             metrics: Arc::new(nodecycle::metrics::NoMetrics),
-            members: Arc::new(nodecycle::members::OwnOnly),
         }
     }
 
@@ -274,28 +288,27 @@ impl Adapters {
         table: Arc<Table>,
     ) -> nodecycle::handlers::rotator::RotatorHandler {
         use nodecycle::aws::{autoscaling::AutoScaling, eks_nodegroups::ManagedNodeGroups};
-        use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
+        use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, RotatorPorts, Settings};
         RotatorHandler {
-            policies,
-            groups: Arc::new(
-                AutoScaling::new(self.clients.autoscaling.clone(), self.clients.ec2.clone())
-                    .with_seen(self.seen.clone()),
-            ),
-            managed: Arc::new(ManagedNodeGroups::new(
-                self.clients.eks.clone(),
-                self.clients.ec2.clone(),
-            )),
-            parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
-            node_groups: Arc::new(self.groups.clone()),
-            state: nodecycle::state::Repository::new(table.clone()),
-            announce: self.announce(table),
-            kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
+            cell: self.cell(policies, table),
+            ports: RotatorPorts {
+                groups: Arc::new(
+                    AutoScaling::new(self.clients.autoscaling.clone(), self.clients.ec2.clone())
+                        .with_seen(self.seen.clone()),
+                ),
+                managed: Arc::new(ManagedNodeGroups::new(
+                    self.clients.eks.clone(),
+                    self.clients.ec2.clone(),
+                )),
+                parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
+                node_groups: Arc::new(self.groups.clone()),
+                kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
+            },
             settings: Settings {
                 drain_step: std::time::Duration::from_secs(5),
                 ..Settings::default()
             },
             metrics: Arc::new(nodecycle::metrics::NoMetrics),
-            members: Arc::new(nodecycle::members::OwnOnly),
         }
     }
 
@@ -305,18 +318,17 @@ impl Adapters {
         rotator: nodecycle::handlers::rotator::RotatorHandler,
     ) -> nodecycle::handlers::ops::OpsHandler {
         nodecycle::handlers::ops::OpsHandler {
-            policies: rotator.policies,
-            groups: rotator.groups,
-            managed: rotator.managed,
-            state: rotator.state,
-            announce: rotator.announce,
-            kube: rotator.kube,
-            images: Arc::new(self.ec2.clone()),
-            alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
-                self.clients.cloudwatch.clone(),
-            )),
+            cell: rotator.cell,
+            ports: nodecycle::handlers::ops::OpsPorts {
+                groups: rotator.ports.groups,
+                managed: rotator.ports.managed,
+                kube: rotator.ports.kube,
+                images: Arc::new(self.ec2.clone()),
+                alarms: Arc::new(nodecycle::aws::cloudwatch::CloudWatch::new(
+                    self.clients.cloudwatch.clone(),
+                )),
+            },
             node_group_wave: rotator.settings.node_group_wave,
-            members: rotator.members,
         }
     }
 

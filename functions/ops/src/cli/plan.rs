@@ -38,7 +38,7 @@ pub async fn run(args: Args) -> u8 {
         Ok(r) => r,
         Err(e) => return fail(e.to_string()),
     };
-    let kube = match rotator.kube.connect(&policy.cluster).await {
+    let kube = match rotator.ports.kube.connect(&policy.cluster).await {
         Ok(k) => k,
         Err(e) => return fail(format!("cluster {} unreachable: {e}", policy.cluster)),
     };
@@ -47,7 +47,7 @@ pub async fn run(args: Args) -> u8 {
         Ok((_, plan)) => plan,
         Err(e) => return fail(e),
     };
-    let record = match rotator.state.pool(&policy.pool_id()).await {
+    let record = match rotator.cell.state.pool(&policy.pool_id()).await {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot read the pool's state: {e}")),
     };

@@ -1,5 +1,6 @@
 //! `nodecycle run <FUNCTION> --event <FILE>`
 
+use nodecycle::handlers::dispatch::PassContext;
 use nodecycle::handlers::{FUNCTIONS, HandlerError};
 use nodecycle::wiring;
 
@@ -51,7 +52,15 @@ pub async fn run(args: Args) -> u8 {
                 // served item by item, a scheduled event dispatches when a work queue is set.
                 let routed = c
                     .fan_out(&sdk)
-                    .route(&rotator, &payload, now, deadline(), Some("local"))
+                    .route(
+                        &rotator,
+                        &payload,
+                        PassContext {
+                            now,
+                            deadline: deadline(),
+                            request_id: Some("local"),
+                        },
+                    )
                     .await;
                 match routed {
                     Some(out) => out,

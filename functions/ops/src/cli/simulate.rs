@@ -216,10 +216,10 @@ async fn live(
     let wiring = nodecycle::wiring::RotatorConfig::from_env().map_err(|e| fail(e.message))?;
     let rotator = wiring.rotator(&nodecycle::aws::load_config().await);
     let docs = rotator
-        .policies
-        .all()
+        .cell
+        .documents()
         .await
-        .map_err(|e| fail(format!("cannot list policies: {e}")))?;
+        .map_err(|e| fail(e.message))?;
     let mut policies = Vec::new();
     for doc in docs {
         let parsed = nodecycle::policy::parse_document(&doc);
@@ -253,7 +253,7 @@ async fn live(
             "--region {bad:?} is not a region name; expected one such as eu-west-1"
         )));
     }
-    let cell = rotator.members.cell().await.ok();
+    let cell = rotator.cell.members.cell().await.ok();
     policies
         .retain(|p| nodecycle::members::selected(p.place.as_ref(), cell.as_ref(), account, region));
     let mut out = Vec::new();
@@ -263,12 +263,17 @@ async fn live(
             .at(policy.place.as_ref())
             .await
             .map_err(|e| fail(format!("{pool}: {e}")))?;
-        let kube = rotator.kube.connect(&policy.cluster).await.map_err(|e| {
-            fail(format!(
-                "{pool}: cluster {} unreachable: {e}",
-                policy.cluster
-            ))
-        })?;
+        let kube = rotator
+            .ports
+            .kube
+            .connect(&policy.cluster)
+            .await
+            .map_err(|e| {
+                fail(format!(
+                    "{pool}: cluster {} unreachable: {e}",
+                    policy.cluster
+                ))
+            })?;
         let (snapshot, preview) = rotator
             .planner()
             .preview(&policy, kube.as_ref(), now)
@@ -280,6 +285,7 @@ async fn live(
                 nodecycle::handlers::rotator::Preview::Managed { record, .. },
             ) => {
                 let group = rotator
+                    .ports
                     .managed
                     .describe(&policy.cluster, name)
                     .await

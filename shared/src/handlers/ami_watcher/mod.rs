@@ -21,7 +21,7 @@ use crate::ami::resolve::{
     ClusterCatalog, GroupImage, ImageCatalog, NodeGroupCatalog, ParameterStore, Resolver,
 };
 use crate::event::{WatcherTrigger, watcher_trigger};
-use crate::policy::source::{PolicyDocument, PolicySource};
+use crate::policy::source::PolicyDocument;
 use crate::policy::{self, Policy};
 use crate::port::PortError;
 use crate::state::{self, Observation, PoolRecord};
@@ -30,26 +30,41 @@ use choose::{Choice, Facts, Need, Verdict};
 /// The handler and its ports.
 #[derive(Clone)]
 pub struct AmiWatcher {
-    /// Policy documents.
-    pub policies: Arc<dyn PolicySource>,
-    /// SSM reads for aliases and `ssmParameter` terms.
-    pub parameters: Arc<dyn ParameterStore>,
-    /// DescribeImages.
-    pub images: Arc<dyn ImageCatalog>,
-    /// Cluster versions.
-    pub clusters: Arc<dyn ClusterCatalog>,
-    /// Node group images (for pools without `architecture`).
-    pub groups: Arc<dyn NodeGroupCatalog>,
-    /// The state table.
-    pub state: crate::state::Repository,
-    /// Records transitions' events and puts them on the bus (same table as `store`).
-    pub announce: crate::announce::Announcer,
-    /// CloudWatch alarm states (`promotion.alarms`).
-    pub alarms: Arc<dyn crate::promotion::AlarmStates>,
+    /// Policies, the state table, the bus and the members.
+    pub cell: super::CellPorts,
+    /// The ports of the place it resolves pools at.
+    pub ports: WatcherPorts,
     /// Where `ResolutionFailures` per pool goes (EMF on stdout in the Lambda).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
-    /// The ports of pools in other accounts and regions.
-    pub members: Arc<dyn crate::members::Members>,
+}
+
+place_ports! {
+    /// The ami-watcher's ports of the place it resolves pools at (the cell's, or a pool's
+    /// member's).
+    pub struct WatcherPorts {
+        /// SSM reads for aliases and `ssmParameter` terms.
+        parameters: Arc<dyn ParameterStore>,
+        /// DescribeImages.
+        images: Arc<dyn ImageCatalog>,
+        /// Cluster versions.
+        clusters: Arc<dyn ClusterCatalog>,
+        /// Node group images (for pools without `architecture`).
+        node_groups: Arc<dyn NodeGroupCatalog>,
+        /// CloudWatch alarm states (`promotion.alarms`).
+        alarms: Arc<dyn crate::promotion::AlarmStates>,
+    }
+}
+
+impl WatcherPorts {
+    /// A resolver over these ports (it counts the calls it makes).
+    fn resolver(&self) -> Resolver<'_> {
+        Resolver::new(
+            self.parameters.as_ref(),
+            self.images.as_ref(),
+            self.clusters.as_ref(),
+            self.node_groups.as_ref(),
+        )
+    }
 }
 
 /// What happened to one pool in a pass.
@@ -123,7 +138,7 @@ impl AmiWatcher {
                 ("schedule".to_string(), self.load_all().await?, only.clone())
             }
             WatcherTrigger::ParameterChanged { name, operation }
-                if self.policies.contains(name) =>
+                if self.cell.policies.contains(name) =>
             {
                 let label = format!("policy {operation}: {name}");
                 if operation == "Delete" {
@@ -131,6 +146,7 @@ impl AmiWatcher {
                     return Ok(serde_json::json!({"trigger": label, "pools": []}));
                 }
                 let doc = self
+                    .cell
                     .policies
                     .one(name)
                     .await
@@ -163,7 +179,7 @@ impl AmiWatcher {
 
         // Fail closed: without the quarantine nothing is resolved (a quarantined AMI could
         // come back).
-        let quarantined = self.state.quarantine().await.map_err(|e| {
+        let quarantined = self.cell.state.quarantine().await.map_err(|e| {
             HandlerError::internal(format!(
                 "cannot read the quarantine: {e}; nothing was resolved"
             ))
@@ -195,12 +211,7 @@ impl AmiWatcher {
             } else {
                 BTreeMap::new()
             };
-        let resolver = Resolver::new(
-            self.parameters.as_ref(),
-            self.images.as_ref(),
-            self.clusters.as_ref(),
-            self.groups.as_ref(),
-        );
+        let resolver = self.ports.resolver();
         let mut outcomes = Vec::new();
         let mut member_calls: BTreeMap<&'static str, u32> = BTreeMap::new();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
@@ -258,12 +269,7 @@ impl AmiWatcher {
                         .await
                 }
                 Ok(Some(member)) => {
-                    let there = Resolver::new(
-                        member.parameters.as_ref(),
-                        member.images.as_ref(),
-                        member.clusters.as_ref(),
-                        member.groups.as_ref(),
-                    );
+                    let there = member.ports.resolver();
                     let outcome = member
                         .resolve_pool(&there, &policy, &doc.source, &quarantined, now)
                         .await;
@@ -298,7 +304,7 @@ impl AmiWatcher {
     }
 
     async fn load_all(&self) -> Result<Vec<PolicyDocument>, HandlerError> {
-        self.policies.all().await.map_err(|e| {
+        self.cell.policies.all().await.map_err(|e| {
             HandlerError::internal(format!("cannot list policies: {e}; nothing was resolved"))
         })
     }
@@ -321,7 +327,7 @@ impl AmiWatcher {
             error,
             waiting,
         };
-        let record = match self.state.pool(&pool).await {
+        let record = match self.cell.state.pool(&pool).await {
             Ok(r) => r,
             Err(e) => {
                 return outcome(
@@ -364,6 +370,7 @@ impl AmiWatcher {
             }
         }
         let written = self
+            .cell
             .announce
             .update_pool(&pool, now, |rec| match &choice {
                 Verdict::Take {
@@ -482,7 +489,7 @@ impl AmiWatcher {
                         crate::promotion::Target::Release(r) => r.to_string(),
                         other => other.to_string(),
                     };
-                    return match self.announce.put_quarantine(&quarantine).await {
+                    return match self.cell.announce.put_quarantine(&quarantine).await {
                         Ok(_) => {
                             let alarm = match &quarantine.cause {
                                 crate::promotion::Cause::Alarm { alarm, .. } => alarm.as_str(),
@@ -523,10 +530,16 @@ impl AmiWatcher {
                 );
             }
             Need::Upstream(pool) => {
-                facts.upstream = Some(self.state.pool(&pool).await.map_err(|e| e.to_string()));
+                facts.upstream = Some(self.cell.state.pool(&pool).await.map_err(|e| e.to_string()));
             }
             Need::Alarms(names) => {
-                facts.alarms = Some(self.alarms.states(&names).await.map_err(|e| e.to_string()));
+                facts.alarms = Some(
+                    self.ports
+                        .alarms
+                        .states(&names)
+                        .await
+                        .map_err(|e| e.to_string()),
+                );
             }
             Need::Pinned(version) => {
                 let resolved = match choose::alias_of(policy) {
@@ -541,7 +554,8 @@ impl AmiWatcher {
             Need::GroupImage => {
                 facts.group_image = Some(
                     match self
-                        .groups
+                        .ports
+                        .node_groups
                         .current_image(&policy.cluster, &policy.node_group)
                         .await
                     {
@@ -584,7 +598,7 @@ impl AmiWatcher {
         };
         if let Some(pool) = pool {
             if when == Record::Existing {
-                match self.state.pool(&pool).await {
+                match self.cell.state.pool(&pool).await {
                     Ok(Some(_)) => {}
                     Ok(None) => {
                         tracing::info!(source = %source, pool = %pool, decision = "not recorded", "the pool has no record; an invalid document creates none");
@@ -616,7 +630,8 @@ impl AmiWatcher {
         ami: &crate::ami::resolve::Ami,
     ) -> Result<Option<String>, PortError> {
         let facts = self
-            .groups
+            .ports
+            .node_groups
             .instance_types(&policy.cluster, &policy.node_group)
             .await?;
         let problems = crate::ami::instance_types::check(
@@ -640,7 +655,8 @@ impl AmiWatcher {
         let at = match obs {
             Observation::Resolved { at, .. } | Observation::Failed { at, .. } => *at,
         };
-        self.announce
+        self.cell
+            .announce
             .update_pool(pool, at, |rec| rec.apply(obs))
             .await
     }
@@ -654,12 +670,9 @@ impl AmiWatcher {
         place: Option<&crate::policy::Place>,
     ) -> Result<Option<Self>, crate::members::MemberError> {
         let Some(place) = place else { return Ok(None) };
-        Ok(self.members.ports(place).await?.map(|p| AmiWatcher {
-            parameters: p.parameters,
-            images: p.images,
-            clusters: p.clusters,
-            groups: p.node_groups,
-            alarms: p.alarms,
+        use super::PlacePorts;
+        Ok(self.cell.members.ports(place).await?.map(|p| AmiWatcher {
+            ports: WatcherPorts::of(&p),
             ..self.clone()
         }))
     }
@@ -697,17 +710,11 @@ impl AmiWatcher {
 
     /// The watcher over `ports`.
     pub fn new(ports: &crate::port::Ports) -> Self {
+        use super::PlacePorts;
         AmiWatcher {
-            policies: ports.policies.clone(),
-            parameters: ports.parameters.clone(),
-            images: ports.images.clone(),
-            clusters: ports.clusters.clone(),
-            groups: ports.node_groups.clone(),
-            state: ports.repository(),
-            announce: ports.announcer(),
-            alarms: ports.alarms.clone(),
+            cell: super::CellPorts::new(ports),
+            ports: WatcherPorts::of(ports),
             metrics: ports.metrics.clone(),
-            members: ports.members.clone(),
         }
     }
 }

@@ -57,6 +57,15 @@ fn later() -> Instant {
     Instant::now() + Duration::from_secs(120)
 }
 
+/// A pass at [`now`] with the deadline [`later`].
+fn pass_at(request_id: Option<&str>) -> PassContext<'_> {
+    PassContext {
+        now: now(),
+        deadline: later(),
+        request_id,
+    }
+}
+
 fn schedule() -> Value {
     json!({
         "version": "0", "id": "e1", "detail-type": "Scheduled Event", "source": "aws.events",
@@ -86,7 +95,7 @@ async fn a_scheduled_pass_is_dispatched_only_when_a_queue_is_configured() {
     let f = fan_out(docs.clone(), Some(queue.clone()));
     let passes = Passes::default();
     let out = f
-        .route(&passes, &schedule(), now(), later(), None)
+        .route(&passes, &schedule(), pass_at(None))
         .await
         .unwrap()
         .unwrap();
@@ -108,18 +117,10 @@ async fn a_scheduled_pass_is_dispatched_only_when_a_queue_is_configured() {
 
     // Without a queue the schedule is the rotator's own (a single-account deployment).
     let f = fan_out(docs, None);
-    assert!(
-        f.route(&passes, &schedule(), now(), later(), None)
-            .await
-            .is_none()
-    );
+    assert!(f.route(&passes, &schedule(), pass_at(None)).await.is_none());
     // A custom input is always the rotator's.
     let custom = json!({"clusters": ["prod"]});
-    assert!(
-        f.route(&passes, &custom, now(), later(), None)
-            .await
-            .is_none()
-    );
+    assert!(f.route(&passes, &custom, pass_at(None)).await.is_none());
 }
 
 #[tokio::test]
@@ -163,7 +164,7 @@ async fn each_record_is_judged_alone() {
         ..Passes::default()
     };
     let out = f
-        .route(&passes, &event, now(), later(), Some("req"))
+        .route(&passes, &event, pass_at(Some("req")))
         .await
         .unwrap()
         .unwrap();
@@ -220,7 +221,7 @@ async fn a_record_not_from_sqs_or_a_batch_too_large_is_refused() {
     let mut r = record("m1", "{}", 1);
     r["eventSource"] = json!("aws:kinesis");
     let out = f
-        .serve(&passes, &json!({"Records": [r]}), now(), later(), None)
+        .serve(&passes, &json!({"Records": [r]}), pass_at(None))
         .await
         .unwrap();
     assert_eq!(out["batchItemFailures"][0]["itemIdentifier"], "m1");
@@ -228,12 +229,12 @@ async fn a_record_not_from_sqs_or_a_batch_too_large_is_refused() {
         .map(|i| record(&i.to_string(), "{}", 1))
         .collect();
     let err = f
-        .serve(&passes, &json!({"Records": many}), now(), later(), None)
+        .serve(&passes, &json!({"Records": many}), pass_at(None))
         .await
         .unwrap_err();
     assert!(err.message.contains("101 records"), "{err}");
     let err = f
-        .serve(&passes, &json!({"Records": "x"}), now(), later(), None)
+        .serve(&passes, &json!({"Records": "x"}), pass_at(None))
         .await
         .unwrap_err();
     assert_eq!(err.error_type, "InvalidEvent");

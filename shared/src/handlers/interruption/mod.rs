@@ -43,7 +43,6 @@ use crate::interruption::{
     pool_of, pool_of_group,
 };
 use crate::kube::{KubeConnector, NodeOps};
-use crate::policy::source::PolicySource;
 use crate::policy::{self, PoolRef};
 use crate::port::{ErrorKind, PortError};
 use crate::state::{self, ClaimKey};
@@ -113,27 +112,30 @@ impl Default for Settings {
 /// The handler and its ports.
 #[derive(Clone)]
 pub struct InterruptionHandler {
-    /// Policy documents.
-    pub policies: Arc<dyn PolicySource>,
-    /// EC2 instances.
-    pub instances: Arc<dyn InstanceLookup>,
-    /// Auto Scaling lifecycle actions.
-    pub lifecycle: Arc<dyn LifecycleOps>,
+    /// Policies, the state table, the bus and the members (routed by the envelope's account
+    /// and region).
+    pub cell: super::CellPorts,
+    /// The ports of the place whose events it serves.
+    pub ports: InterruptionPorts,
     /// The accounts and regions whose events are acted on.
     pub deployment: Arc<dyn crate::event::served::Deployment>,
-    /// The state table.
-    pub state: crate::state::Repository,
-    /// Records transitions' events and puts them on the bus (same table as `state`).
-    pub announce: crate::announce::Announcer,
-    /// Kubernetes access per cluster.
-    pub kube: Arc<dyn KubeConnector>,
     /// Tunables.
     pub settings: Settings,
     /// Where `InterruptionsHandled` per pool goes (EMF on stdout in the Lambda).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
-    /// The ports of the members whose events are served (routed by the envelope's account
-    /// and region).
-    pub members: Arc<dyn crate::members::Members>,
+}
+
+place_ports! {
+    /// The interruption handler's ports of the place whose events it serves (the cell's, or a
+    /// member's).
+    pub struct InterruptionPorts {
+        /// EC2 instances.
+        instances: Arc<dyn InstanceLookup>,
+        /// Auto Scaling lifecycle actions.
+        lifecycle: Arc<dyn LifecycleOps>,
+        /// Kubernetes access per cluster.
+        kube: Arc<dyn KubeConnector>,
+    }
 }
 
 /// What was done about one instance.
@@ -302,15 +304,10 @@ impl InterruptionHandler {
         &self,
         place: Option<&crate::policy::Place>,
     ) -> Result<Self, crate::members::MemberError> {
-        crate::members::at(self.members.as_ref(), place, self, |ports| {
-            InterruptionHandler {
-                instances: ports.instances,
-                lifecycle: ports.lifecycle,
-                kube: ports.kube,
-                ..self.clone()
-            }
+        Ok(InterruptionHandler {
+            ports: self.cell.at(place, &self.ports).await?,
+            ..self.clone()
         })
-        .await
     }
 
     /// Schedule tick: the lifecycle actions handed to the rotator (read from the cell's
@@ -321,7 +318,7 @@ impl InterruptionHandler {
     /// places go on; a call that fails fails the tick (the schedule repeats it) after every
     /// place was served.
     async fn tick(&self, policies: &[PoolRef], clock: &Clock) -> Result<Value, HandlerError> {
-        let cell = self.members.cell().await.ok();
+        let cell = self.cell.members.cell().await.ok();
         let hand_over = self.hand_over();
         let mut by_place: BTreeMap<Option<crate::policy::Place>, Vec<(String, u64, _)>> =
             BTreeMap::new();
@@ -383,7 +380,7 @@ impl InterruptionHandler {
     ) -> Result<Value, HandlerError> {
         let (c, clock) = (c, *clock);
         let kind = c.event.kind();
-        let cell = self.members.cell().await.ok();
+        let cell = self.cell.members.cell().await.ok();
         let at_place = |p: &PoolRef| match &place {
             None => p.place.is_none() || p.place == cell,
             Some(place) => p.place.as_ref() == Some(place),
@@ -397,6 +394,7 @@ impl InterruptionHandler {
         let known = match &c.event {
             Interruption::StateChange { instance_id, state } => {
                 let info = self
+                    .ports
                     .instances
                     .instance(instance_id)
                     .await
@@ -408,6 +406,7 @@ impl InterruptionHandler {
             }
             Interruption::LifecycleTerminate(a) => {
                 let info = self
+                    .ports
                     .instances
                     .instance(&a.instance_id)
                     .await
@@ -431,7 +430,7 @@ impl InterruptionHandler {
         let lookup = async {
             match (&known, &first_instance) {
                 (Some(info), _) => Ok(Some(info.clone())),
-                (None, Some(id)) => self.instances.instance(id).await.map(Some),
+                (None, Some(id)) => self.ports.instances.instance(id).await.map(Some),
                 (None, None) => Ok(None),
             }
         };
@@ -515,7 +514,7 @@ impl InterruptionHandler {
     /// The pools of every document: only what locating an instance's pool and reacting needs
     /// is read ([`policy::locate`]), so a mistake elsewhere in a policy never stops a drain.
     pub(super) async fn load_policies(&self) -> Result<Vec<PoolRef>, PortError> {
-        let docs = self.policies.all().await?;
+        let docs = self.cell.policies.all().await?;
         let mut out: Vec<PoolRef> = Vec::new();
         for doc in docs {
             match policy::locate(&doc) {
@@ -555,7 +554,7 @@ impl InterruptionHandler {
             Interruption::Maintenance { instance_ids, .. } => {
                 let mut out = Vec::new();
                 for id in instance_ids {
-                    let info = self.instances.instance(id).await.map_err(internal)?;
+                    let info = self.ports.instances.instance(id).await.map_err(internal)?;
                     match self.ours(id, info.as_ref(), policies) {
                         Ok(p) => out.push(self.act_on(c, p, id, clock, deadline).await?),
                         Err(o) => out.push(*o),
@@ -620,12 +619,12 @@ impl InterruptionHandler {
         events: Vec<crate::bus::BusEvent>,
         now: DateTime<Utc>,
     ) {
-        match self.state.pool(pool).await {
+        match self.cell.state.pool(pool).await {
             Ok(Some(_)) => {}
-            Ok(None) => return self.announce.put_now(&events).await,
+            Ok(None) => return self.cell.announce.put_now(&events).await,
             Err(e) => {
                 tracing::warn!(pool, error = %e, "cannot read the pool record to stage the event; putting it at once");
-                return self.announce.put_now(&events).await;
+                return self.cell.announce.put_now(&events).await;
             }
         }
         let stage = |rec: &state::PoolRecord| {
@@ -637,9 +636,9 @@ impl InterruptionHandler {
             }
             next
         };
-        if let Err(e) = self.announce.update_pool(pool, now, stage).await {
+        if let Err(e) = self.cell.announce.update_pool(pool, now, stage).await {
             tracing::warn!(pool, error = %e, "cannot stage the event in the pool record; putting it at once");
-            self.announce.put_now(&events).await;
+            self.cell.announce.put_now(&events).await;
         }
     }
 
@@ -661,7 +660,7 @@ impl InterruptionHandler {
         let ttl = now + self.settings.retention;
         // Another event for the instance in the same second goes under this tail.
         let tail = c.id.as_deref().unwrap_or(c.event.kind());
-        let result = (self.state)
+        let result = (self.cell.state)
             .log_event(pool, time, &o.instance, tail, &doc, ttl)
             .await;
         if let Err(e) = result
@@ -735,11 +734,11 @@ impl InterruptionHandler {
                 reason,
             )),
             Do::Cordon => {
-                let kube = connect(self.kube.as_ref(), policy).await?;
+                let kube = connect(self.ports.kube.as_ref(), policy).await?;
                 rebalance::cordon_only(kube.as_ref(), &pool, instance_id).await
             }
             Do::Drain { reason } => {
-                let kube = connect(self.kube.as_ref(), policy).await?;
+                let kube = connect(self.ports.kube.as_ref(), policy).await?;
                 SpotDrain {
                     kube: kube.as_ref(),
                     settings: &self.settings,
@@ -749,7 +748,7 @@ impl InterruptionHandler {
             }
             Do::Rotate { rotation, why } => self.rotations().start(*rotation, &why).await,
             Do::Gone { state } => {
-                let kube = connect(self.kube.as_ref(), policy).await?;
+                let kube = connect(self.ports.kube.as_ref(), policy).await?;
                 rotations::gone(
                     kube.as_ref(),
                     &self.rotations(),
@@ -775,24 +774,24 @@ impl InterruptionHandler {
 
     fn claims(&self) -> Claims<'_> {
         Claims {
-            state: &self.state,
+            state: &self.cell.state,
             settings: &self.settings,
         }
     }
 
     fn rotations(&self) -> Rotations<'_> {
         Rotations {
-            state: &self.state,
-            announce: &self.announce,
+            state: &self.cell.state,
+            announce: &self.cell.announce,
             retention: self.settings.retention,
         }
     }
 
     fn hand_over(&self) -> HandOver<'_> {
         HandOver {
-            lifecycle: self.lifecycle.as_ref(),
-            kube: self.kube.as_ref(),
-            state: &self.state,
+            lifecycle: self.ports.lifecycle.as_ref(),
+            kube: self.ports.kube.as_ref(),
+            state: &self.cell.state,
             rotations: self.rotations(),
             settings: &self.settings,
         }
@@ -815,17 +814,13 @@ pub(super) async fn connect(
 impl InterruptionHandler {
     /// The handler over `ports`.
     pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+        use super::PlacePorts;
         InterruptionHandler {
-            policies: ports.policies.clone(),
-            instances: ports.instances.clone(),
-            lifecycle: ports.lifecycle.clone(),
+            cell: super::CellPorts::new(ports),
+            ports: InterruptionPorts::of(ports),
             deployment: ports.deployment.clone(),
-            state: ports.repository(),
-            announce: ports.announcer(),
-            kube: ports.kube.clone(),
             settings,
             metrics: ports.metrics.clone(),
-            members: ports.members.clone(),
         }
     }
 }

@@ -25,7 +25,6 @@ use super::rotator::{KubeConnector, Planner, Settings};
 use crate::ami::resolve::ImageCatalog;
 use crate::fleet::GroupOps;
 use crate::managed::ManagedGroupOps;
-use crate::policy::source::PolicySource;
 use crate::policy::{self, Policy};
 use crate::rotation::Rotation;
 use crate::state::{AuditRecord, AuditScope, OperatorAction, PoolRecord, Repository, Versioned};
@@ -93,27 +92,30 @@ pub struct Invocation {
 /// [`Planner`] (the same snapshot and plan a pass would make); nothing here runs a pass.
 #[derive(Clone)]
 pub struct OpsHandler {
-    /// Policy documents.
-    pub policies: Arc<dyn PolicySource>,
-    /// Auto Scaling groups (read by `status`'s plan).
-    pub groups: Arc<dyn GroupOps>,
-    /// EKS managed node groups (the group behind one; `status`'s plan).
-    pub managed: Arc<dyn ManagedGroupOps>,
-    /// The state table.
-    pub state: Repository,
-    /// Records transitions' events and puts them on the bus (same table as `state`).
-    pub announce: crate::announce::Announcer,
-    /// Kubernetes access per cluster (`cancel` uncordons; `status` lists nodes).
-    pub kube: Arc<dyn KubeConnector>,
-    /// DescribeImages (`pin`).
-    pub images: Arc<dyn ImageCatalog>,
-    /// CloudWatch alarm states (`status` shows what the promotion alarms hold back).
-    pub alarms: Arc<dyn crate::promotion::AlarmStates>,
+    /// Policies, the state table, the bus and the members.
+    pub cell: super::CellPorts,
+    /// The ports of the place a request's pool is at.
+    pub ports: OpsPorts,
     /// The rotator's expected node group update wave ([`Settings::node_group_wave`]), for
     /// `status`'s plan.
     pub node_group_wave: std::time::Duration,
-    /// The ports of pools in other accounts and regions.
-    pub members: Arc<dyn crate::members::Members>,
+}
+
+place_ports! {
+    /// The ops handler's ports of the place a request's pool is at (the cell's, or the pool's
+    /// member's).
+    pub struct OpsPorts {
+        /// Auto Scaling groups (read by `status`'s plan).
+        groups: Arc<dyn GroupOps>,
+        /// EKS managed node groups (the group behind one; `status`'s plan).
+        managed: Arc<dyn ManagedGroupOps>,
+        /// Kubernetes access per cluster (`cancel` uncordons; `status` lists nodes).
+        kube: Arc<dyn KubeConnector>,
+        /// DescribeImages (`pin`).
+        images: Arc<dyn ImageCatalog>,
+        /// CloudWatch alarm states (`status` shows what the promotion alarms hold back).
+        alarms: Arc<dyn crate::promotion::AlarmStates>,
+    }
 }
 
 /// `InvalidRequest` listing the problems, at most [`MAX_PROBLEMS`] of them.
@@ -187,7 +189,7 @@ impl OpsHandler {
                 .filter(|i| pool.is_none() || i.pool.as_ref() == pool.as_ref())
                 .collect();
             let (account, region) = place_filter(payload)?;
-            let cell = self.members.cell().await.ok();
+            let cell = self.cell.members.cell().await.ok();
             let selected: Vec<&Policy> = match pool {
                 None => policies
                     .values()
@@ -216,8 +218,8 @@ impl OpsHandler {
                 .audit_start(AuditScope::Quarantine, payload, inv, now)
                 .await?;
             let quarantines = quarantine::Quarantines {
-                state: &self.state,
-                announce: &self.announce,
+                state: &self.cell.state,
+                announce: &self.cell.announce,
                 policies: &policies,
                 inv,
                 now,
@@ -236,7 +238,8 @@ impl OpsHandler {
             let audit = self
                 .audit_start(AuditScope::Deployment, payload, inv, now)
                 .await?;
-            let result = stop::stop_switch(&self.state, &policies, stopped, reason, inv, now).await;
+            let result =
+                stop::stop_switch(&self.cell.state, &policies, stopped, reason, inv, now).await;
             self.audit_finish(&audit, payload, inv, &result, now).await;
             log_outcome(inv, None, Some("deployment"), req.action(), &result);
             return result;
@@ -279,7 +282,7 @@ impl OpsHandler {
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
         let change = pool::PoolChange {
-            announce: &self.announce,
+            announce: &self.cell.announce,
         };
         match req {
             Request::Rotate {
@@ -291,7 +294,7 @@ impl OpsHandler {
             } => {
                 let rotate = rotations::Rotate {
                     planner: self.planner(),
-                    announce: &self.announce,
+                    announce: &self.cell.announce,
                 };
                 (rotate.run(
                     policy,
@@ -306,8 +309,8 @@ impl OpsHandler {
             }
             Request::Pin { ami, reason, .. } => {
                 let pin = pool::Pin {
-                    images: self.images.as_ref(),
-                    state: &self.state,
+                    images: self.ports.images.as_ref(),
+                    state: &self.cell.state,
                     change,
                 };
                 pin.run(policy, ami, reason, inv, now).await
@@ -326,8 +329,8 @@ impl OpsHandler {
             } => {
                 let cancel = rotations::Cancel {
                     planner: self.planner(),
-                    announce: &self.announce,
-                    kube: self.kube.as_ref(),
+                    announce: &self.cell.announce,
+                    kube: self.ports.kube.as_ref(),
                 };
                 cancel.run(policy, instance, reason, inv, now).await
             }
@@ -346,15 +349,10 @@ impl OpsHandler {
         &self,
         place: Option<&crate::policy::Place>,
     ) -> Result<OpsHandler, crate::members::MemberError> {
-        crate::members::at(self.members.as_ref(), place, self, |p| OpsHandler {
-            groups: p.groups,
-            managed: p.managed,
-            kube: p.kube,
-            images: p.images,
-            alarms: p.alarms,
+        Ok(OpsHandler {
+            ports: self.cell.at(place, &self.ports).await?,
             ..self.clone()
         })
-        .await
     }
 
     /// Every valid policy by pool id, and every invalid document (the pool its path owns, if
@@ -362,11 +360,7 @@ impl OpsHandler {
     async fn policies(
         &self,
     ) -> Result<(BTreeMap<String, Policy>, Vec<status::Invalid>), HandlerError> {
-        let docs = self
-            .policies
-            .all()
-            .await
-            .map_err(|e| internal(format!("cannot list policies: {e}")))?;
+        let docs = self.cell.documents().await?;
         let mut out = BTreeMap::new();
         let mut invalid = Vec::new();
         for doc in docs {
@@ -397,7 +391,7 @@ impl OpsHandler {
     ) -> Result<AuditRecord, HandlerError> {
         let doc = audit_doc(payload, inv, json!({"started": true}), now);
         let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
-        match (self.state)
+        match (self.cell.state)
             .audit_start(scope, &inv.request_id, &doc, now, ttl)
             .await
         {
@@ -427,7 +421,7 @@ impl OpsHandler {
         };
         let doc = audit_doc(payload, inv, outcome, now);
         let ttl = now + chrono::Duration::days(AUDIT_RETENTION_DAYS);
-        if let Err(e) = self.state.audit_finish(audit, &doc, ttl).await {
+        if let Err(e) = self.cell.state.audit_finish(audit, &doc, ttl).await {
             tracing::error!(partition = %audit.partition(), request_id = %inv.request_id, error = %e, outcome = %bounded(&doc["outcome"]), "cannot write the outcome to the audit record (it says started)");
         }
     }
@@ -560,35 +554,29 @@ pub(crate) fn rotation_summary(r: &Rotation) -> Value {
 impl OpsHandler {
     /// The ops handler over `ports` (planning with the rotator's `settings`).
     pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+        use super::PlacePorts;
         OpsHandler {
-            policies: ports.policies.clone(),
-            groups: ports.groups.clone(),
-            managed: ports.managed.clone(),
-            state: ports.repository(),
-            announce: ports.announcer(),
-            kube: ports.kube.clone(),
-            images: ports.images.clone(),
-            alarms: ports.alarms.clone(),
+            cell: super::CellPorts::new(ports),
+            ports: OpsPorts::of(ports),
             node_group_wave: settings.node_group_wave,
-            members: ports.members.clone(),
         }
     }
 
     /// Where releases stand in the promotion chains, over these ports.
     fn promotions(&self) -> promotion::Promotions<'_> {
         promotion::Promotions {
-            state: &self.state,
-            alarms: self.alarms.as_ref(),
-            members: self.members.as_ref(),
+            state: &self.cell.state,
+            alarms: self.ports.alarms.as_ref(),
+            members: self.cell.members.as_ref(),
         }
     }
 
     /// The rotator's read-only use case over these ports: one pool observed and planned.
     fn planner(&self) -> Planner<'_> {
         Planner {
-            groups: self.groups.as_ref(),
-            managed: self.managed.as_ref(),
-            state: &self.state,
+            groups: self.ports.groups.as_ref(),
+            managed: self.ports.managed.as_ref(),
+            state: &self.cell.state,
             node_group_wave: self.node_group_wave,
         }
     }

@@ -309,25 +309,20 @@ pub(super) struct Promotions<'a> {
     pub members: &'a dyn crate::members::Members,
 }
 
+/// The port a pool's promotion alarms are read through (its place's), or why it cannot be had.
+pub(super) type AlarmPort<'a> = Result<&'a dyn AlarmStates, String>;
+
 impl Promotions<'_> {
-    /// The alarm view of a pool's promotion alarms, or why it cannot be read: read in the
-    /// pool's place (`place`, `None` the cell's own), through its member's alarms port.
-    async fn alarm_view(
-        &self,
-        promo: &Promotion,
-        place: Option<&crate::policy::Place>,
-    ) -> (Alarms, Option<String>) {
+    /// The alarm view of a pool's promotion alarms, or why it cannot be read: read through
+    /// `alarms`, the port of the pool's place.
+    async fn alarm_view(promo: &Promotion, alarms: AlarmPort<'_>) -> (Alarms, Option<String>) {
         if promo.alarms.is_empty() {
             return (Alarms::default(), None);
         }
-        let member = match place {
-            None => None,
-            Some(place) => match self.members.ports(place).await {
-                Ok(p) => p,
-                Err(e) => return (Alarms::default(), Some(e.to_string())),
-            },
+        let alarms = match alarms {
+            Ok(a) => a,
+            Err(e) => return (Alarms::default(), Some(e)),
         };
-        let alarms = member.as_ref().map_or(self.alarms, |p| p.alarms.as_ref());
         let names: Vec<String> = promo
             .alarms
             .iter()
@@ -336,6 +331,21 @@ impl Promotions<'_> {
         match alarms.states(&names).await {
             Ok(states) => (promotion::alarms_view(&promo.alarms, &states), None),
             Err(e) => (Alarms::default(), Some(e.to_string())),
+        }
+    }
+
+    /// The ports of `policy`'s place when its upstream view reads promotion alarms there:
+    /// `Ok(None)` for the cell's own place (the cell's alarms) or a pool whose view reads none,
+    /// `Err` why the member's ports cannot be had.
+    async fn member_for_alarms(
+        &self,
+        policy: &Policy,
+    ) -> Result<Option<crate::port::Ports>, String> {
+        let reads =
+            (policy.promotion.as_ref()).is_some_and(|p| p.from.is_some() && !p.alarms.is_empty());
+        match policy.place.as_ref().filter(|_| reads) {
+            None => Ok(None),
+            Some(place) => self.members.ports(place).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -360,6 +370,7 @@ impl Promotions<'_> {
     pub(super) async fn upstream_view(
         &self,
         policy: &Policy,
+        alarms: AlarmPort<'_>,
         quarantined: &Quarantined,
         now: DateTime<Utc>,
         problems: &mut Vec<String>,
@@ -374,8 +385,8 @@ impl Promotions<'_> {
                 None
             }
         };
-        // The pool's alarms are its account's: read through its member's ports.
-        let (alarms, alarm_error) = self.alarm_view(promo, policy.place.as_ref()).await;
+        // The pool's alarms are its account's: read through its place's port.
+        let (alarms, alarm_error) = Self::alarm_view(promo, alarms).await;
         let failed = self.failed_rotations(&upstream).await.unwrap_or_else(|e| {
             problems.push(e);
             BTreeMap::new()
@@ -418,6 +429,7 @@ impl Promotions<'_> {
     pub(super) async fn promotion_status(
         &self,
         policy: &Policy,
+        alarms: AlarmPort<'_>,
         quarantined: &Quarantined,
         wait: Option<&str>,
         now: DateTime<Utc>,
@@ -442,8 +454,9 @@ impl Promotions<'_> {
                 None => json!({"state": "current"}),
             };
         }
-        if let Some((upstream, record, list, proof)) =
-            self.upstream_view(policy, quarantined, now, problems).await
+        if let Some((upstream, record, list, proof)) = self
+            .upstream_view(policy, alarms, quarantined, now, problems)
+            .await
         {
             let fully_on = record
                 .as_ref()
@@ -494,8 +507,14 @@ pub(super) async fn journey(
             continue;
         };
         let record = records.get(&pool).and_then(Option::as_ref);
+        // Each pool's alarms through its own place's ports.
+        let member = ops.member_for_alarms(policy).await;
+        let alarms = match &member {
+            Ok(m) => Ok(m.as_ref().map_or(ops.alarms, |p| p.alarms.as_ref())),
+            Err(e) => Err(e.clone()),
+        };
         let upstream = ops
-            .upstream_view(policy, &quarantined, now, &mut problems)
+            .upstream_view(policy, alarms, &quarantined, now, &mut problems)
             .await
             .and_then(|(_, _, list, _)| list.into_iter().find(|c| c.release == *release));
         images.extend(upstream.iter().map(|c| c.image.clone()));

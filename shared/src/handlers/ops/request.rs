@@ -260,81 +260,83 @@ impl Fields<'_> {
         }
     }
 
-    fn pool(&mut self, required: bool) -> Option<String> {
-        let present = self.obj.get("pool").is_some_and(|v| !v.is_null());
-        match self.string("pool") {
-            Some(p) => match PoolId::parse(&p) {
-                Ok(_) => Some(p),
-                Err(_) if !p.contains('/') => {
-                    self.problems.push(format!(
-                        "pool: expected \"<cluster>/<name>\", got {}",
-                        quote(&p)
-                    ));
-                    None
-                }
+    /// The string field `name` through `check` (`Err`: the problem, added as
+    /// `<name>: <problem>`). Absent (or null): `None`, with the problem `<name>: <missing>`
+    /// unless `missing` is `None` (the field is optional here).
+    fn checked<T>(
+        &mut self,
+        name: &str,
+        missing: Option<&str>,
+        check: impl FnOnce(String) -> Result<T, String>,
+    ) -> Option<T> {
+        let present = self.present(name);
+        match self.string(name) {
+            Some(v) => match check(v) {
+                Ok(t) => Some(t),
                 Err(why) => {
-                    self.problems.push(format!(
-                        "pool: expected \"<cluster>/<name>\", got {} ({why})",
-                        quote(&p)
-                    ));
+                    self.problems.push(format!("{name}: {why}"));
                     None
                 }
             },
             None => {
-                if required && !present {
-                    self.problems
-                        .push("pool: required (\"<cluster>/<name>\")".to_string());
+                if let Some(missing) = missing.filter(|_| !present) {
+                    self.problems.push(format!("{name}: {missing}"));
                 }
                 None
             }
         }
+    }
+
+    fn pool(&mut self, required: bool) -> Option<String> {
+        let missing = required.then_some("required (\"<cluster>/<name>\")");
+        self.checked("pool", missing, |p| match PoolId::parse(&p) {
+            Ok(_) => Ok(p),
+            Err(_) if !p.contains('/') => {
+                Err(format!("expected \"<cluster>/<name>\", got {}", quote(&p)))
+            }
+            Err(why) => Err(format!(
+                "expected \"<cluster>/<name>\", got {} ({why})",
+                quote(&p)
+            )),
+        })
     }
 
     fn reason(&mut self) -> Option<String> {
-        let present = self.obj.get("reason").is_some_and(|v| !v.is_null());
-        match self.string("reason") {
-            Some(r) if r.trim().len() > MAX_REASON_BYTES => {
-                self.problems.push(format!(
-                    "reason: {} bytes; expected at most {MAX_REASON_BYTES} (a short why: it is written to the audit record)",
-                    r.trim().len()
-                ));
-                None
+        let missing = "required; say why (it is written to the audit record)";
+        self.checked("reason", Some(missing), |r| {
+            let r = r.trim();
+            if r.len() > MAX_REASON_BYTES {
+                Err(format!(
+                    "{} bytes; expected at most {MAX_REASON_BYTES} (a short why: it is written to the audit record)",
+                    r.len()
+                ))
+            } else if r.is_empty() {
+                Err("empty; say why (it is written to the audit record)".to_string())
+            } else {
+                Ok(r.to_string())
             }
-            Some(r) if !r.trim().is_empty() => Some(r.trim().to_string()),
-            Some(_) => {
-                self.problems
-                    .push("reason: empty; say why (it is written to the audit record)".to_string());
-                None
-            }
-            None => {
-                if !present {
-                    self.problems.push(
-                        "reason: required; say why (it is written to the audit record)".to_string(),
-                    );
-                }
-                None
-            }
-        }
+        })
     }
 
     fn instance(&mut self, name: &str) -> Option<String> {
-        let present = self.obj.get(name).is_some_and(|v| !v.is_null());
-        match self.string(name) {
-            Some(i) if is_instance_id(&i) => Some(i),
-            Some(i) => {
-                self.problems.push(format!(
-                    "{name}: {} is not an instance id (i-...)",
-                    quote(&i)
-                ));
-                None
+        self.checked(name, Some("required (i-...)"), |i| {
+            if is_instance_id(&i) {
+                Ok(i)
+            } else {
+                Err(format!("{} is not an instance id (i-...)", quote(&i)))
             }
-            None => {
-                if !present {
-                    self.problems.push(format!("{name}: required (i-...)"));
-                }
-                None
+        })
+    }
+
+    /// `ami`: an image id.
+    fn ami(&mut self, required: bool) -> Option<String> {
+        self.checked("ami", required.then_some("required (ami-...)"), |a| {
+            if is_ami_id(&a) {
+                Ok(a)
+            } else {
+                Err(format!("{} is not an AMI id (ami-...)", quote(&a)))
             }
-        }
+        })
     }
 
     fn target(&mut self) -> Option<Target> {
@@ -409,38 +411,20 @@ impl Fields<'_> {
 
     /// `release`: an alias release version or an image id.
     fn release(&mut self, required: bool) -> Option<Release> {
-        let present = self.present("release");
-        match self.string("release") {
-            Some(r) if is_release_version(&r) || is_ami_id(&r) => Some(Release(r)),
-            Some(r) => {
-                self.problems.push(format!(
-                    "release: {} is not a release ({RELEASE_FORMS})",
-                    quote(&r)
-                ));
-                None
+        let missing = required.then(|| format!("required ({RELEASE_FORMS})"));
+        self.checked("release", missing.as_deref(), |r| {
+            if is_release_version(&r) || is_ami_id(&r) {
+                Ok(Release(r))
+            } else {
+                Err(format!("{} is not a release ({RELEASE_FORMS})", quote(&r)))
             }
-            None => {
-                if required && !present {
-                    self.problems
-                        .push(format!("release: required ({RELEASE_FORMS})"));
-                }
-                None
-            }
-        }
+        })
     }
 
     /// Exactly one of `ami` and `release`; a release that is an image id is that image.
     fn quarantine_target(&mut self) -> Option<Quarantined> {
         let (has_ami, has_release) = (self.present("ami"), self.present("release"));
-        let ami = match self.string("ami") {
-            Some(a) if is_ami_id(&a) => Some(a),
-            Some(a) => {
-                self.problems
-                    .push(format!("ami: {} is not an AMI id (ami-...)", quote(&a)));
-                None
-            }
-            None => None,
-        };
+        let ami = self.ami(false);
         let release = self.release(false);
         match (has_ami, has_release) {
             (true, true) => {
@@ -561,21 +545,7 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
         }
         "pin" => {
             let pool = f.pool(true);
-            let present = obj.get("ami").is_some_and(|v| !v.is_null());
-            let ami = match f.string("ami") {
-                Some(a) if is_ami_id(&a) => Some(a),
-                Some(a) => {
-                    f.problems
-                        .push(format!("ami: {} is not an AMI id (ami-...)", quote(&a)));
-                    None
-                }
-                None => {
-                    if !present {
-                        f.problems.push("ami: required (ami-...)".to_string());
-                    }
-                    None
-                }
-            };
+            let ami = f.ami(true);
             let reason = f.reason();
             match (pool, ami, reason) {
                 (Some(pool), Some(ami), Some(reason)) => Some(Request::Pin { pool, ami, reason }),

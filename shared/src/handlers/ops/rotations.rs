@@ -83,31 +83,29 @@ impl Rotate<'_> {
                 .map(|i| i.instance_id.clone())
                 .collect(),
             Target::Instances(ids) => {
+                // The listed ids `keep` holds for, comma-separated.
+                let listed = |keep: &dyn Fn(&str) -> bool| {
+                    let kept: Vec<&str> = ids
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|id| keep(id))
+                        .collect();
+                    kept.join(", ")
+                };
+                let unknown = listed(&|id| !instances.iter().any(|i| i.instance_id == id));
+                let leaving = listed(&|id| {
+                    (instances.iter())
+                        .any(|i| i.instance_id == id && i.lifecycle == Lifecycle::Leaving)
+                });
                 let mut problems = Vec::new();
-                let unknown: Vec<&str> = ids
-                    .iter()
-                    .filter(|id| !instances.iter().any(|i| &i.instance_id == *id))
-                    .map(String::as_str)
-                    .collect();
                 if !unknown.is_empty() {
                     problems.push(format!(
-                        "instances: {} not in pool {pool} (group {group})",
-                        unknown.join(", ")
+                        "instances: {unknown} not in pool {pool} (group {group})"
                     ));
                 }
-                let leaving: Vec<&str> = ids
-                    .iter()
-                    .filter(|id| {
-                        instances
-                            .iter()
-                            .any(|i| &i.instance_id == *id && i.lifecycle == Lifecycle::Leaving)
-                    })
-                    .map(String::as_str)
-                    .collect();
                 if !leaving.is_empty() {
                     problems.push(format!(
-                        "instances: {} already leaving group {group}",
-                        leaving.join(", ")
+                        "instances: {leaving} already leaving group {group}"
                     ));
                 }
                 if !problems.is_empty() {

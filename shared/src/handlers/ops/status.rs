@@ -52,14 +52,14 @@ pub(super) async fn status(
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let mut problems = Vec::new();
-    let quarantined = match ops.state.quarantine().await {
+    let quarantined = match ops.cell.state.quarantine().await {
         Ok(q) => Some(q),
         Err(e) => {
             problems.push(format!("cannot read the quarantine: {e}"));
             None
         }
     };
-    let stopped = super::stop::status_of(&ops.state, &mut problems).await;
+    let stopped = super::stop::status_of(&ops.cell.state, &mut problems).await;
     let mut pools = Vec::new();
     for policy in policies {
         pools.push(pool_status(ops, policy, quarantined.as_ref(), now).await?);
@@ -81,7 +81,7 @@ async fn pool_status(
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let pool = policy.pool_id();
-    let store = &ops.state;
+    let store = &ops.cell.state;
     let internal = |e: crate::port::PortError| HandlerError::internal(e.to_string());
     let record = store.pool(&pool).await.map_err(internal)?;
     let mut problems = Vec::new();
@@ -113,9 +113,14 @@ async fn pool_status(
     let mut budgets = Value::Null;
     let mut blocked = Value::Null;
     let mut rotations: Vec<Rotation> = Vec::new();
-    let snapshot = match ops.at(policy.place.as_ref()).await {
-        Err(e) => Err(e.to_string()),
-        Ok(ops) => match ops.kube.connect(&policy.cluster).await {
+    // The pool's place's ports, had once for the plan and the promotion alarms.
+    let here = ops
+        .at(policy.place.as_ref())
+        .await
+        .map_err(|e| e.to_string());
+    let snapshot = match &here {
+        Err(e) => Err(e.clone()),
+        Ok(ops) => match ops.ports.kube.connect(&policy.cluster).await {
             Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
             Ok(kube) => ops.planner().preview(policy, kube.as_ref(), now).await,
         },
@@ -241,8 +246,12 @@ async fn pool_status(
     let promotion = match quarantined {
         Some(q) => {
             let wait = record.as_ref().and_then(|r| r.promotion_wait.as_deref());
+            let alarms = match &here {
+                Ok(here) => Ok(here.ports.alarms.as_ref()),
+                Err(e) => Err(e.clone()),
+            };
             ops.promotions()
-                .promotion_status(policy, q, wait, now, &mut problems)
+                .promotion_status(policy, alarms, q, wait, now, &mut problems)
                 .await
         }
         None if policy.promotion.is_some() => {

@@ -91,16 +91,15 @@ fn deployment() -> Deployment {
     });
     let store = Arc::new(MemoryStore::new());
     let ops = OpsHandler {
-        policies: cloud.clone(),
-        groups,
-        managed: Arc::new(ManagedGroups::default()),
-        state: Repository::new(store.clone()),
-        announce: crate::announce::Announcer::new(store.clone(), cloud.clone()),
-        kube: Arc::new(Clusters::default()),
-        images: cloud.clone(),
-        alarms: cloud.clone(),
+        cell: cloud.cell(store.clone()),
+        ports: super::OpsPorts {
+            groups,
+            managed: Arc::new(ManagedGroups::default()),
+            kube: Arc::new(Clusters::default()),
+            images: cloud.clone(),
+            alarms: cloud.clone(),
+        },
         node_group_wave: std::time::Duration::from_secs(600),
-        members: Arc::new(crate::members::OwnOnly),
     };
     Deployment { cloud, store, ops }
 }
@@ -121,7 +120,7 @@ async fn policy(ops: &OpsHandler) -> Policy {
 
 fn change(d: &Deployment) -> pool::PoolChange<'_> {
     pool::PoolChange {
-        announce: &d.ops.announce,
+        announce: &d.ops.cell.announce,
     }
 }
 
@@ -148,7 +147,7 @@ async fn pause_is_kept_once_and_resume_lifts_it() {
     let resumed = resumed.unwrap();
     assert_eq!(resumed["changed"], true, "{resumed}");
     assert_eq!(resumed["resumed"]["paused"]["reason"], "incident");
-    let record = d.ops.state.pool(POOL).await.unwrap().unwrap();
+    let record = d.ops.cell.state.pool(POOL).await.unwrap().unwrap();
     assert_eq!(record.paused, None);
 }
 
@@ -157,8 +156,8 @@ async fn pin_takes_only_an_available_image_of_the_pools_architecture() {
     let d = deployment();
     let p = policy(&d.ops).await;
     let pin = pool::Pin {
-        images: d.ops.images.as_ref(),
-        state: &d.ops.state,
+        images: d.ops.ports.images.as_ref(),
+        state: &d.ops.cell.state,
         change: change(&d),
     };
     for (ami, why) in [
@@ -173,7 +172,7 @@ async fn pin_takes_only_an_available_image_of_the_pools_architecture() {
         assert!(e.message.contains(why), "{}", e.message);
     }
     assert_eq!(
-        d.ops.state.pool(POOL).await.unwrap(),
+        d.ops.cell.state.pool(POOL).await.unwrap(),
         None,
         "nothing written"
     );
@@ -183,7 +182,7 @@ async fn pin_takes_only_an_available_image_of_the_pools_architecture() {
         .unwrap();
     assert_eq!(out["changed"], true, "{out}");
     assert_eq!(out["desired"], "ami-1", "{out}");
-    let record = d.ops.state.pool(POOL).await.unwrap().unwrap();
+    let record = d.ops.cell.state.pool(POOL).await.unwrap().unwrap();
     assert_eq!(record.pin.as_ref().map(|p| p.ami.as_str()), Some("ami-1"));
     // Unpinning gives the pin back in the answer and clears it.
     let out = change(&d)
@@ -191,7 +190,10 @@ async fn pin_takes_only_an_available_image_of_the_pools_architecture() {
         .await;
     let out = out.unwrap();
     assert_eq!(out["unpinned"]["ami"], "ami-1", "{out}");
-    assert_eq!(d.ops.state.pool(POOL).await.unwrap().unwrap().pin, None);
+    assert_eq!(
+        d.ops.cell.state.pool(POOL).await.unwrap().unwrap().pin,
+        None
+    );
 }
 
 #[tokio::test]
@@ -200,7 +202,7 @@ async fn rotate_queues_the_in_service_instances_once_and_refuses_unknown_or_leav
     let p = policy(&d.ops).await;
     let rotate = rotations::Rotate {
         planner: d.ops.planner(),
-        announce: &d.ops.announce,
+        announce: &d.ops.cell.announce,
     };
     let e = rotate
         .run(
@@ -222,7 +224,7 @@ async fn rotate_queues_the_in_service_instances_once_and_refuses_unknown_or_leav
         e.message.contains(&format!("{I2} already leaving")),
         "{e:?}"
     );
-    assert!(d.ops.state.rotations(POOL).await.unwrap().is_empty());
+    assert!(d.ops.cell.state.rotations(POOL).await.unwrap().is_empty());
 
     let out = rotate
         .run(&p, &Target::All, "cve", true, 2, &inv("r1"), now())
@@ -230,7 +232,7 @@ async fn rotate_queues_the_in_service_instances_once_and_refuses_unknown_or_leav
         .unwrap();
     assert_eq!(out["queued"], json!([I1]), "{out}");
     assert_eq!(out["maxConcurrent"], 2, "{out}");
-    let rotations = d.ops.state.rotations(POOL).await.unwrap();
+    let rotations = d.ops.cell.state.rotations(POOL).await.unwrap();
     assert_eq!(rotations.len(), 1);
     assert!(
         rotations[0].value.forced,
@@ -243,7 +245,7 @@ async fn rotate_queues_the_in_service_instances_once_and_refuses_unknown_or_leav
         .unwrap();
     assert_eq!(again["repeated"], true, "{again}");
     assert_eq!(again["requestId"], "r1", "{again}");
-    assert_eq!(d.ops.state.rotations(POOL).await.unwrap().len(), 1);
+    assert_eq!(d.ops.cell.state.rotations(POOL).await.unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -252,7 +254,7 @@ async fn cancel_ends_a_queued_rotation_once() {
     let p = policy(&d.ops).await;
     let rotate = rotations::Rotate {
         planner: d.ops.planner(),
-        announce: &d.ops.announce,
+        announce: &d.ops.cell.announce,
     };
     let targets = Target::Instances(vec![I1.into()]);
     (rotate.run(&p, &targets, "cve", false, 1, &inv("r1"), now()))
@@ -260,14 +262,14 @@ async fn cancel_ends_a_queued_rotation_once() {
         .unwrap();
     let cancel = rotations::Cancel {
         planner: d.ops.planner(),
-        announce: &d.ops.announce,
-        kube: d.ops.kube.as_ref(),
+        announce: &d.ops.cell.announce,
+        kube: d.ops.ports.kube.as_ref(),
     };
     let e = cancel.run(&p, I2, "oops", &inv("r2"), now()).await;
     assert!(e.unwrap_err().message.contains("no rotation of"));
     let out = cancel.run(&p, I1, "oops", &inv("r3"), now()).await.unwrap();
     assert_eq!(out["changed"], true, "{out}");
-    let rotations = d.ops.state.rotations(POOL).await.unwrap();
+    let rotations = d.ops.cell.state.rotations(POOL).await.unwrap();
     assert_eq!(rotations[0].value.step, Step::Cancelled);
     assert!(
         (rotations[0].value.error.as_deref()).is_some_and(|e| e.contains("oncall")),
@@ -284,8 +286,8 @@ async fn a_quarantine_is_put_once_and_lifted_by_either_name() {
     let (policies, _) = d.ops.policies().await.unwrap();
     let invocations = [inv("r1"), inv("r2"), inv("r3")];
     let q = |inv| quarantine::Quarantines {
-        state: &d.ops.state,
-        announce: &d.ops.announce,
+        state: &d.ops.cell.state,
+        announce: &d.ops.cell.announce,
         policies: &policies,
         inv,
         now: now(),
@@ -312,23 +314,30 @@ async fn a_quarantine_is_put_once_and_lifted_by_either_name() {
         .await
         .unwrap();
     assert_eq!(lifted["changed"], true, "{lifted}");
-    assert!(d.ops.state.quarantine().await.unwrap().0.is_empty());
+    assert!(d.ops.cell.state.quarantine().await.unwrap().0.is_empty());
 }
 
 #[tokio::test]
 async fn stop_holds_every_pool_and_start_lets_the_unpaused_ones_go() {
     let d = deployment();
     let (policies, _) = d.ops.policies().await.unwrap();
-    let out = stop::stop_switch(&d.ops.state, &policies, true, "freeze", &inv("r1"), now())
-        .await
-        .unwrap();
+    let out = stop::stop_switch(
+        &d.ops.cell.state,
+        &policies,
+        true,
+        "freeze",
+        &inv("r1"),
+        now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(out["changed"], true, "{out}");
     assert_eq!(out["holds"], json!([POOL]), "{out}");
     assert_eq!(out["stopped"]["reason"], "freeze", "{out}");
     let second = inv("r2");
-    let again = stop::stop_switch(&d.ops.state, &policies, true, "x", &second, now());
+    let again = stop::stop_switch(&d.ops.cell.state, &policies, true, "x", &second, now());
     assert_eq!(again.await.unwrap()["changed"], false);
-    let out = stop::stop_switch(&d.ops.state, &policies, false, "go", &inv("r3"), now())
+    let out = stop::stop_switch(&d.ops.cell.state, &policies, false, "go", &inv("r3"), now())
         .await
         .unwrap();
     assert_eq!(out["resumes"], json!([POOL]), "{out}");
@@ -361,7 +370,7 @@ async fn a_mutating_request_is_audited_before_it_acts_and_refused_when_it_cannot
     let e = d.ops.handle(&resume, &inv("r2"), now()).await.unwrap_err();
     assert!(e.message.contains("cannot write the audit record"), "{e:?}");
     d.store.heal();
-    let record = d.ops.state.pool(POOL).await.unwrap().unwrap();
+    let record = d.ops.cell.state.pool(POOL).await.unwrap().unwrap();
     assert!(record.paused.is_some(), "still paused");
 
     // An unknown pool is refused and audited unscoped.

@@ -121,7 +121,7 @@ impl RotatorHandler {
                 _ => None,
             })
             .collect();
-        let swept = (self.announce)
+        let swept = (self.cell.announce)
             .sweep_pool(&plan.pool, ctx.record.as_ref(), &mut records, now)
             .await;
         report.events_swept = swept.put;
@@ -321,6 +321,7 @@ impl RotatorHandler {
             writes.push((written, expected, ttl));
         }
         match self
+            .cell
             .state
             .put_pool_and_rotations(&next, version, &writes)
             .await
@@ -400,6 +401,7 @@ impl RotatorHandler {
         change: impl Fn(&mut GroupHolds) + Send + Sync,
     ) -> Result<(), PortError> {
         let saved = self
+            .cell
             .announce
             .update_pool(pool, now, |r| {
                 let mut next = r.clone();
@@ -439,13 +441,15 @@ impl RotatorHandler {
                     })
                     .await?;
                 }
-                self.groups
+                self.ports
+                    .groups
                     .suspend_processes(&group, std::slice::from_ref(process))
                     .await?;
                 tracing::info!(pool, group = %group, process = %process, decision = "process suspended", "nodecycle has rotations in flight; resumed when none is");
             }
             GroupCommand::Resume { process } => {
-                self.groups
+                self.ports
+                    .groups
                     .resume_processes(&group, std::slice::from_ref(process))
                     .await?;
                 let p = process.clone();
@@ -454,7 +458,7 @@ impl RotatorHandler {
                 tracing::info!(pool, group = %group, process = %process, decision = "process resumed", "no rotation in flight; nodecycle had suspended it");
             }
             GroupCommand::RestoreMaxSize { to } => {
-                self.groups.set_max_size(&group, *to).await?;
+                self.ports.groups.set_max_size(&group, *to).await?;
                 self.update_holds(ctx, pool, now, |h| h.max_size = None)
                     .await?;
                 tracing::info!(pool, group = %group, max_size = to, decision = "MaxSize restored", "no surge holds a unit any more");
@@ -480,7 +484,7 @@ impl RotatorHandler {
     ) -> Result<(), PortError> {
         let group = ctx.snapshot.group.name.clone();
         let now = ctx.clock.now();
-        let s = self.groups.sizes(&group).await?;
+        let s = self.ports.groups.sizes(&group).await?;
         if s.desired >= s.max {
             if !above_max {
                 return Err(PortError::new(
@@ -499,7 +503,7 @@ impl RotatorHandler {
             };
             self.update_holds(ctx, &r.pool, now, move |h| h.max_size = Some(raised))
                 .await?;
-            if let Err(e) = self.groups.set_max_size(&group, s.max + 1).await {
+            if let Err(e) = self.ports.groups.set_max_size(&group, s.max + 1).await {
                 if e.kind == ErrorKind::AccessDenied {
                     let message = format!(
                         "cannot raise MaxSize of {group} for a surge ({e}): deploy with AutoScalingGroupUpdates=Enabled to allow it; rotating without a surge meanwhile"
@@ -517,7 +521,8 @@ impl RotatorHandler {
             }
             tracing::info!(pool = %r.pool, instance = %r.instance_id, group = %group, from = s.max, to = s.max + 1, decision = "MaxSize raised", "policy disruption.surgeAboveMaxSize; restored when no surge holds a unit");
         }
-        self.groups
+        self.ports
+            .groups
             .set_desired_capacity(&group, s.desired + 1)
             .await?;
         tracing::info!(pool = %r.pool, instance = %r.instance_id, group = %group, read = s.desired, desired = s.desired + 1, decision = "capacity raised by one", "a surge for the replacement, on a fresh read");
@@ -533,7 +538,8 @@ impl RotatorHandler {
         rotation: Rotation,
         expected: Option<u64>,
     ) -> Result<Option<Versioned<Rotation>>, PortError> {
-        self.announce
+        self.cell
+            .announce
             .record_rotation(before, rotation, expected)
             .await
     }
@@ -569,7 +575,10 @@ impl RotatorHandler {
         let rotation = &v.value;
         match undo {
             Undo::Terminate { instance_id } => {
-                self.groups.terminate_instance(instance_id, true).await?;
+                self.ports
+                    .groups
+                    .terminate_instance(instance_id, true)
+                    .await?;
             }
             // Never performed (see `Undo::LowerTo`): nodecycle never lowers desired capacity.
             Undo::LowerTo { .. } | Undo::Nothing => {}
@@ -717,7 +726,8 @@ impl RotatorHandler {
                 } else {
                     v
                 };
-                self.groups
+                self.ports
+                    .groups
                     .terminate_instance(&r.instance_id, *decrement)
                     .await?;
                 self.delete_node(ctx, r).await;
@@ -734,60 +744,47 @@ impl RotatorHandler {
                     self.delete_node(ctx, r).await;
                 }
                 let done = r.enter(Step::Done, now);
-                let done = match (why, undo) {
-                    (_, Some(g)) => with_give_back(done, g),
-                    (FinishReason::Terminated, None) => done.with_release(Release::Given),
-                    (FinishReason::InstanceLeft, None) => done,
+                let done = match why {
+                    FinishReason::Terminated => done.with_release(Release::Given),
+                    FinishReason::InstanceLeft => done,
                 };
                 log(Step::Done, "finished");
-                let Some(saved) = self.save(&v, done).await? else {
-                    return Ok(Performed::Lost);
-                };
-                if let Some(u) = undo.as_ref().and_then(GiveBack::now) {
-                    self.give_back(saved, u).await?;
-                }
-                Ok(Performed::Step(from, Step::Done))
+                self.end(&v, done, undo.as_ref(), async { Ok(()) }).await
             }
             Command::Cancel {
                 image,
                 uncordon,
                 undo,
             } => {
-                let mut cancelled = Rotation {
+                let cancelled = Rotation {
                     error: Some(format!(
                         "cancelled: {image}, the AMI it rolled out, is quarantined"
                     )),
                     ..r.enter(Step::Cancelled, now)
                 };
-                if let Some(g) = undo {
-                    cancelled = with_give_back(cancelled, g);
-                }
-                let Some(saved) = self.save(&v, cancelled).await? else {
-                    return Ok(Performed::Lost);
-                };
-                log(
-                    Step::Cancelled,
-                    "rotation cancelled: its AMI is quarantined",
-                );
-                if *uncordon {
-                    let drain: Option<DrainState> =
-                        r.drain.clone().and_then(|d| serde_json::from_value(d).ok());
-                    match drain {
-                        Some(state) => k::abort_drain(ctx.kube.as_ref(), &state).await?,
-                        None => {
-                            let known = ctx.observed_node(&r.instance_id);
-                            if let Some(node) =
-                                k::node_of(ctx.kube.as_ref(), &r.instance_id, known).await?
-                            {
-                                ctx.kube.undo_cordon(&node.name, true).await?;
+                let after = async {
+                    log(
+                        Step::Cancelled,
+                        "rotation cancelled: its AMI is quarantined",
+                    );
+                    if *uncordon {
+                        let drain: Option<DrainState> =
+                            r.drain.clone().and_then(|d| serde_json::from_value(d).ok());
+                        match drain {
+                            Some(state) => k::abort_drain(ctx.kube.as_ref(), &state).await?,
+                            None => {
+                                let known = ctx.observed_node(&r.instance_id);
+                                if let Some(node) =
+                                    k::node_of(ctx.kube.as_ref(), &r.instance_id, known).await?
+                                {
+                                    ctx.kube.undo_cordon(&node.name, true).await?;
+                                }
                             }
                         }
                     }
-                }
-                if let Some(u) = undo.as_ref().and_then(GiveBack::now) {
-                    self.give_back(saved, u).await?;
-                }
-                Ok(Performed::Step(from, Step::Cancelled))
+                    Ok(())
+                };
+                self.end(&v, cancelled, undo.as_ref(), after).await
             }
             Command::Fail {
                 why,
@@ -804,23 +801,43 @@ impl RotatorHandler {
                 if *quarantine {
                     self.quarantine_failed(ctx, r, &why.what(), now).await?;
                 }
-                let mut failed = Rotation {
+                let failed = Rotation {
                     error: Some(message),
                     ..r.enter(Step::Failed, now)
                 };
-                if let Some(g) = undo {
-                    failed = with_give_back(failed, g);
-                }
-                let Some(saved) = self.save(&v, failed).await? else {
-                    return Ok(Performed::Lost);
+                let after = async {
+                    tracing::error!(pool = %r.pool, instance = %r.instance_id, decision = "rotation failed", reason = %why, halt);
+                    Ok(())
                 };
-                tracing::error!(pool = %r.pool, instance = %r.instance_id, decision = "rotation failed", reason = %why, halt);
-                if let Some(u) = undo.as_ref().and_then(GiveBack::now) {
-                    self.give_back(saved, u).await?;
-                }
-                Ok(Performed::Step(from, Step::Failed))
+                self.end(&v, failed, undo.as_ref(), after).await
             }
         }
+    }
+
+    /// Ends the rotation `v` that may owe its surge back (`Finish`, `Cancel`, `Fail`): saves
+    /// `ended` with its surge's release as `undo` says (given back now, or owed), then runs
+    /// `after` (logs and clean-up, only once the end is recorded), then gives the surge back
+    /// when `undo` says now. `Lost` when another writer changed the record first.
+    async fn end(
+        &self,
+        v: &Versioned<Rotation>,
+        ended: Rotation,
+        undo: Option<&GiveBack>,
+        after: impl std::future::Future<Output = Result<(), PortError>>,
+    ) -> Result<Performed, PortError> {
+        let (from, to) = (v.value.step, ended.step);
+        let ended = match undo {
+            Some(g) => with_give_back(ended, g),
+            None => ended,
+        };
+        let Some(saved) = self.save(v, ended).await? else {
+            return Ok(Performed::Lost);
+        };
+        after.await?;
+        if let Some(u) = undo.and_then(GiveBack::now) {
+            self.give_back(saved, u).await?;
+        }
+        Ok(Performed::Step(from, to))
     }
 
     /// Deletes the node of the rotation's instance (best effort: the node controller removes
@@ -900,7 +917,7 @@ impl RotatorHandler {
             },
             outbox: Vec::new(),
         };
-        let new = self.announce.put_quarantine(&q).await?;
+        let new = self.cell.announce.put_quarantine(&q).await?;
         if new {
             tracing::error!(pool = %r.pool, target = %target, decision = "quarantined", reason = %why, "no pool takes it again; this pool rolls back");
         }
@@ -920,7 +937,8 @@ impl RotatorHandler {
             message: why.to_string(),
             at: now,
         };
-        self.announce
+        self.cell
+            .announce
             .update_pool(pool, now, |r| state::PoolRecord {
                 halted: r.halted.clone().or_else(|| Some(halt.clone())),
                 ..r.clone()

@@ -130,12 +130,13 @@ impl RotatorHandler {
             return Ok(Some(v));
         };
         let Some(version) = self
+            .cell
             .state
             .put_managed_update(&next, Some(v.version))
             .await?
         else {
             // Another rotator recorded it first; its view wins this pass.
-            return self.state.managed_update(&pool).await;
+            return self.cell.state.managed_update(&pool).await;
         };
         let id = next.update_id.clone().unwrap_or_default();
         tracing::info!(pool = %pool, update = %id, phase = ?next.phase, errors = ?next.errors, decision = "node group update observed");
@@ -165,7 +166,12 @@ impl RotatorHandler {
         v: Versioned<ManagedUpdate>,
         config: managed::UpdateConfig,
     ) -> Result<Versioned<ManagedUpdate>, PortError> {
-        if let Err(e) = self.managed.set_update_config(cluster, name, config).await {
+        if let Err(e) = self
+            .ports
+            .managed
+            .set_update_config(cluster, name, config)
+            .await
+        {
             tracing::warn!(pool = %v.value.pool, error = %e, decision = "retry", "cannot restore the node group's updateConfig yet");
             return Ok(v);
         }
@@ -175,6 +181,7 @@ impl RotatorHandler {
         };
         tracing::info!(pool = %v.value.pool, config = ?config, decision = "updateConfig restored", "the node group's updateConfig is back as before the update");
         match self
+            .cell
             .state
             .put_managed_update(&restored, Some(v.version))
             .await?
@@ -187,25 +194,6 @@ impl RotatorHandler {
         }
     }
 
-    /// The plan for a managed node group pool (`group` as the snapshot described it), after
-    /// following and recording its update.
-    async fn plan_and_follow(
-        &self,
-        group: &ManagedGroup,
-        snapshot: &mut Snapshot,
-        read: Option<super::observe::UpdateRead>,
-        now: DateTime<Utc>,
-    ) -> Result<(ManagedPlan, Option<Versioned<ManagedUpdate>>), PortError> {
-        let cluster = snapshot.policy.cluster.clone();
-        let update = self
-            .follow_update((&cluster, &group.name), snapshot, read, now)
-            .await?;
-        let plan = self
-            .planner()
-            .plan_with(group, snapshot, update.as_ref(), now);
-        Ok((plan, update))
-    }
-
     pub(super) async fn managed_pass(
         &self,
         policy: &Policy,
@@ -216,9 +204,14 @@ impl RotatorHandler {
     ) -> Result<(), PortError> {
         let now = ctx.clock.start();
         let read = ctx.managed_update.take();
-        let (mplan, update) = self
-            .plan_and_follow(group, &mut ctx.snapshot, read, now)
+        // The plan after following and recording the update.
+        let cluster = ctx.snapshot.policy.cluster.clone();
+        let update = self
+            .follow_update((&cluster, &group.name), &mut ctx.snapshot, read, now)
             .await?;
+        let mplan = self
+            .planner()
+            .plan_with(group, &ctx.snapshot, update.as_ref(), now);
         log_decisions(&mplan.plan);
         report.allowed = Some(mplan.plan.allowed);
         report.blocked = mplan.plan.blocked.clone();
@@ -253,7 +246,7 @@ impl RotatorHandler {
                 // Replaces a finished record, or creates the first: conditional, so two rotators
                 // never start two updates.
                 let expected = update.as_ref().map(|v| v.version);
-                if let Some(version) = self.state.put_managed_update(&fresh, expected).await? {
+                if let Some(version) = self.cell.state.put_managed_update(&fresh, expected).await? {
                     tracing::info!(pool = %pool, image = %image, max_unavailable, decision = "node group update recorded", "starting the node group update");
                     let v = Versioned {
                         value: fresh,
@@ -297,7 +290,12 @@ impl RotatorHandler {
                 if u.original_config.is_none() {
                     u.original_config = Some(group.update_config());
                 }
-                let Some(next) = self.state.put_managed_update(&u, Some(version)).await? else {
+                let Some(next) = self
+                    .cell
+                    .state
+                    .put_managed_update(&u, Some(version))
+                    .await?
+                else {
                     return Ok(());
                 };
                 version = next;
@@ -309,8 +307,12 @@ impl RotatorHandler {
             max_unavailable_percentage: None,
         };
         let started = async {
-            self.managed.set_update_config(cluster, name, ours).await?;
-            self.managed
+            self.ports
+                .managed
+                .set_update_config(cluster, name, ours)
+                .await?;
+            self.ports
+                .managed
                 .start_update(cluster, name, &target, &u.token)
                 .await
         }
@@ -324,7 +326,10 @@ impl RotatorHandler {
                 u.update_id = Some(id);
                 u.phase = Phase::InProgress;
                 u.phase_at = now;
-                self.state.put_managed_update(&u, Some(version)).await?;
+                self.cell
+                    .state
+                    .put_managed_update(&u, Some(version))
+                    .await?;
                 Ok(())
             }
             Err(e) if e.kind == ErrorKind::Conflict || e.kind.is_retryable() => {
@@ -352,6 +357,7 @@ impl RotatorHandler {
         u.phase_at = now;
         u.errors = vec![why];
         if self
+            .cell
             .state
             .put_managed_update(&u, Some(version))
             .await?
@@ -381,6 +387,7 @@ impl RotatorHandler {
         };
         if let Some(t) = &group.launch_template
             && self
+                .ports
                 .managed
                 .template_image(t)
                 .await
@@ -388,6 +395,7 @@ impl RotatorHandler {
                 .is_some()
         {
             let (id, version) = self
+                .ports
                 .managed
                 .template_with_image(t, image)
                 .await
@@ -395,6 +403,7 @@ impl RotatorHandler {
             return Ok(UpdateTarget::LaunchTemplate { id, version });
         }
         let record = self
+            .cell
             .state
             .pool(pool)
             .await
@@ -404,6 +413,7 @@ impl RotatorHandler {
             managed::release_parameters(record.desired.as_ref(), record.known_amis(), image)
                 .map_err(Rejected)?;
         let values = self
+            .ports
             .parameters
             .get_parameters(&lookup.parameters())
             .await

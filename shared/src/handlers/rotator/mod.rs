@@ -23,7 +23,6 @@ pub use crate::kube::{EksConnector, KubeConnector};
 use crate::managed::{ManagedGroup, ManagedGroupOps};
 use crate::plan::Snapshot;
 use crate::plan::{self, Action};
-use crate::policy::source::PolicySource;
 use crate::policy::{self, Policy};
 use crate::port::PortError;
 use crate::rotation::step::StepSettings;
@@ -106,29 +105,31 @@ struct PoolVisit<'a> {
 /// The handler and its ports.
 #[derive(Clone)]
 pub struct RotatorHandler {
-    /// Policy documents.
-    pub policies: Arc<dyn PolicySource>,
-    /// Auto Scaling groups (self-managed pools, and the groups behind managed node groups).
-    pub groups: Arc<dyn GroupOps>,
-    /// EKS managed node groups.
-    pub managed: Arc<dyn ManagedGroupOps>,
-    /// SSM parameters (release versions of EKS-published AMIs).
-    pub parameters: Arc<dyn ParameterStore>,
-    /// What node groups launch on (instance types, for the architecture check before an image
-    /// is written into a launch template or a node group update).
-    pub node_groups: Arc<dyn crate::ami::resolve::NodeGroupCatalog>,
-    /// The state table.
-    pub state: crate::state::Repository,
-    /// Records transitions' events and puts them on the bus (same table as `store`).
-    pub announce: crate::announce::Announcer,
-    /// Kubernetes access per cluster.
-    pub kube: Arc<dyn KubeConnector>,
+    /// Policies, the state table, the bus and the members.
+    pub cell: super::CellPorts,
+    /// The ports of the place it works at.
+    pub ports: RotatorPorts,
     /// Tunables.
     pub settings: Settings,
     /// Where the per-pool metrics of each pass go (EMF on stdout in the Lambda).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
-    /// The ports of pools in other accounts and regions.
-    pub members: Arc<dyn crate::members::Members>,
+}
+
+place_ports! {
+    /// The rotator's ports of the place it works at (the cell's, or a pool's member's).
+    pub struct RotatorPorts {
+        /// Auto Scaling groups (self-managed pools, and the groups behind managed node groups).
+        groups: Arc<dyn GroupOps>,
+        /// EKS managed node groups.
+        managed: Arc<dyn ManagedGroupOps>,
+        /// SSM parameters (release versions of EKS-published AMIs).
+        parameters: Arc<dyn ParameterStore>,
+        /// What node groups launch on (instance types, for the architecture check before an image
+        /// is written into a launch template or a node group update).
+        node_groups: Arc<dyn crate::ami::resolve::NodeGroupCatalog>,
+        /// Kubernetes access per cluster.
+        kube: Arc<dyn KubeConnector>,
+    }
 }
 
 /// What happened to one pool in a pass.
@@ -329,9 +330,9 @@ impl RotatorHandler {
     /// The read-only half of this rotator's pass (see [`Planner`]).
     pub fn planner(&self) -> Planner<'_> {
         Planner {
-            groups: self.groups.as_ref(),
-            managed: self.managed.as_ref(),
-            state: &self.state,
+            groups: self.ports.groups.as_ref(),
+            managed: self.ports.managed.as_ref(),
+            state: &self.cell.state,
             node_group_wave: self.settings.node_group_wave,
         }
     }
@@ -339,7 +340,7 @@ impl RotatorHandler {
     /// The cluster leases of this rotator's passes.
     fn leases(&self) -> lease::Leases<'_> {
         lease::Leases {
-            state: &self.state,
+            state: &self.cell.state,
             length: self.settings.lease,
         }
     }
@@ -372,11 +373,7 @@ impl RotatorHandler {
             Input::Custom(v) => crate::event::rotator_selection(&v)?,
         };
         let clock = Clock::starting_at(now);
-        let docs = self
-            .policies
-            .all()
-            .await
-            .map_err(|e| internal(format!("cannot list policies: {e}")))?;
+        let docs = self.cell.documents().await?;
         let mut by_cluster: BTreeMap<String, Vec<Policy>> = BTreeMap::new();
         let mut configured = BTreeSet::new();
         let mut seen = BTreeSet::new();
@@ -403,7 +400,7 @@ impl RotatorHandler {
         // Fail closed: without the quarantine no pool may move (a quarantined AMI could come
         // back).
         let quarantined =
-            self.state.quarantine().await.map_err(|e| {
+            self.cell.state.quarantine().await.map_err(|e| {
                 internal(format!("cannot read the quarantine: {e}; rotating nothing"))
             })?;
         let holder: Arc<str> = lease::holder(request_id).into();
@@ -515,9 +512,9 @@ impl RotatorHandler {
                 }
             };
             // Under the cluster's lease, so two passes never put the same leftover event.
-            self.announce.sweep_quarantine(&sweep, now).await;
+            self.cell.announce.sweep_quarantine(&sweep, now).await;
             let name = policies.first().map_or(cluster, |p| p.cluster.as_str());
-            let view = match self.kube.connect(name).await {
+            let view = match self.ports.kube.connect(name).await {
                 Err(e) => Err(format!(
                     "cluster {cluster} unreachable: {e}; rotating nothing"
                 )),
@@ -581,7 +578,7 @@ impl RotatorHandler {
                     }
                 }
                 // The pools' events, 10 a call, and their outboxes cleared at once.
-                self.announce.flush(&view.events).await;
+                self.cell.announce.flush(&view.events).await;
                 // A pool whose task panicked still gets its report.
                 let mut failures = failures.into_iter();
                 ids.into_iter()
@@ -694,7 +691,7 @@ impl RotatorHandler {
         if let Some(group) = &observed.managed {
             // A managed node group has no rotation records: only its state record is swept
             // (a self-managed group's are swept by the executor, with its rotation records).
-            let swept = (self.announce)
+            let swept = (self.cell.announce)
                 .sweep_pool(&report.pool, ctx.record.as_ref(), &mut BTreeMap::new(), now)
                 .await;
             report.events_swept = swept.put;
@@ -723,7 +720,8 @@ impl RotatorHandler {
                 reason,
                 lift_halt,
             } => {
-                self.announce
+                self.cell
+                    .announce
                     .update_pool(&pool, now, |r| {
                         r.roll_back(&target, &reason, lift_halt, now)
                     })
@@ -732,7 +730,8 @@ impl RotatorHandler {
                 report.rolled_back = Some(target.id.clone());
             }
             Rollback::Unpin { reason } => {
-                self.announce
+                self.cell
+                    .announce
                     .update_pool(&pool, now, |r| state::PoolRecord {
                         pin: None,
                         ..r.clone()
@@ -759,6 +758,7 @@ impl RotatorHandler {
         }
         let pool = ctx.policy.pool_id();
         let result = self
+            .cell
             .announce
             .update_pool(&pool, now, |r| {
                 match crate::promotion::ledger::observe(&r.ledger, current, now) {
@@ -805,7 +805,7 @@ impl RotatorHandler {
                     return Ok(());
                 }
                 let group = &ctx.snapshot.group.name;
-                match self.groups.set_image(group, image).await {
+                match self.ports.groups.set_image(group, image).await {
                     Ok(version) => {
                         tracing::info!(pool = %plan.pool, group = %group, image = %image, version = %version, decision = "launch template updated", "new instances launch the desired AMI");
                         report.launch_template = Some(image.clone());
@@ -862,6 +862,7 @@ impl RotatorHandler {
             ));
         };
         let facts = match self
+            .ports
             .node_groups
             .instance_types(&policy.cluster, &policy.node_group)
             .await
@@ -895,31 +896,20 @@ impl RotatorHandler {
         &self,
         place: Option<&crate::policy::Place>,
     ) -> Result<Self, crate::members::MemberError> {
-        crate::members::at(self.members.as_ref(), place, self, |p| RotatorHandler {
-            groups: p.groups,
-            managed: p.managed,
-            parameters: p.parameters,
-            node_groups: p.node_groups,
-            kube: p.kube,
+        Ok(RotatorHandler {
+            ports: self.cell.at(place, &self.ports).await?,
             ..self.clone()
         })
-        .await
     }
 
     /// The rotator over `ports`.
     pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+        use super::PlacePorts;
         RotatorHandler {
-            policies: ports.policies.clone(),
-            groups: ports.groups.clone(),
-            managed: ports.managed.clone(),
-            parameters: ports.parameters.clone(),
-            node_groups: ports.node_groups.clone(),
-            state: ports.repository(),
-            announce: ports.announcer(),
-            kube: ports.kube.clone(),
+            cell: super::CellPorts::new(ports),
+            ports: RotatorPorts::of(ports),
             settings,
             metrics: ports.metrics.clone(),
-            members: ports.members.clone(),
         }
     }
 }
