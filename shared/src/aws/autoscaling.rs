@@ -158,6 +158,33 @@ pub(crate) fn launch_template_of(
     })
 }
 
+/// Sends `request` (SuspendProcesses or ResumeProcesses, operation `op`) for the `processes` of
+/// `group`: the two calls take the same query, on two request builders with no common trait.
+macro_rules! scaling_processes {
+    ($request:expr, $op:literal, $group:expr, $processes:expr) => {
+        $request
+            .auto_scaling_group_name($group)
+            .set_scaling_processes(Some($processes.to_vec()))
+            .send()
+            .await
+            .map(drop)
+            .map_err(|e| port_error($op, e))
+    };
+}
+
+/// The launch template version a group launches ([`launch_template_of`]; no version is
+/// `$Default`).
+pub(crate) fn template_spec(
+    group: &aws_sdk_autoscaling::types::AutoScalingGroup,
+) -> Option<TemplateSpec> {
+    let spec = launch_template_of(group)?;
+    Some(TemplateSpec {
+        id: spec.launch_template_id().map(str::to_string),
+        name: spec.launch_template_name().map(str::to_string),
+        version: spec.version().unwrap_or("$Default").to_string(),
+    })
+}
+
 fn lifecycle(state: &str) -> Lifecycle {
     match state {
         "InService" => Lifecycle::InService,
@@ -202,15 +229,6 @@ impl AutoScaling {
     pub fn with_seen(mut self, seen: SeenGroups) -> Self {
         self.seen = seen;
         self
-    }
-
-    fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateSpec> {
-        let spec = launch_template_of(group)?;
-        Some(TemplateSpec {
-            id: spec.launch_template_id().map(str::to_string),
-            name: spec.launch_template_name().map(str::to_string),
-            version: spec.version().unwrap_or("$Default").to_string(),
-        })
     }
 }
 
@@ -257,25 +275,21 @@ impl GroupOps for AutoScaling {
     }
 
     async fn suspend_processes(&self, group: &str, processes: &[String]) -> Result<(), PortError> {
-        self.autoscaling
-            .suspend_processes()
-            .auto_scaling_group_name(group)
-            .set_scaling_processes(Some(processes.to_vec()))
-            .send()
-            .await
-            .map_err(|e| port_error("autoscaling:SuspendProcesses", e))?;
-        Ok(())
+        scaling_processes!(
+            self.autoscaling.suspend_processes(),
+            "autoscaling:SuspendProcesses",
+            group,
+            processes
+        )
     }
 
     async fn resume_processes(&self, group: &str, processes: &[String]) -> Result<(), PortError> {
-        self.autoscaling
-            .resume_processes()
-            .auto_scaling_group_name(group)
-            .set_scaling_processes(Some(processes.to_vec()))
-            .send()
-            .await
-            .map_err(|e| port_error("autoscaling:ResumeProcesses", e))?;
-        Ok(())
+        scaling_processes!(
+            self.autoscaling.resume_processes(),
+            "autoscaling:ResumeProcesses",
+            group,
+            processes
+        )
     }
 
     async fn launch_problem(&self, group: &str) -> Result<Option<String>, PortError> {
@@ -301,7 +315,7 @@ impl GroupOps for AutoScaling {
 
     async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
         let g = self.group(name).await?;
-        let version = match Self::template_of(&g) {
+        let version = match template_spec(&g) {
             Some(t) => Some(template::describe(&self.ec2, &t).await?),
             None => None,
         };
@@ -359,10 +373,9 @@ impl GroupOps for AutoScaling {
             Some(s) => (s.group, s.template, s.template_tags),
             None => (self.group(group).await?, None, None),
         };
-        let t = Self::template_of(&g).ok_or_else(|| {
-            PortError::new(
+        let t = template_spec(&g).ok_or_else(|| {
+            PortError::other(
                 "autoscaling:DescribeAutoScalingGroups",
-                ErrorKind::Other,
                 format!("group {group} uses no launch template; nodecycle rotates only groups with launch templates"),
             )
         })?;
@@ -412,20 +425,27 @@ impl GroupOps for AutoScaling {
 /// What EC2 says of an instance: its image and launch time.
 type InstanceFacts = std::collections::HashMap<String, (Option<String>, DateTime<Utc>)>;
 
-fn add_facts(
-    facts: &mut InstanceFacts,
-    page: &aws_sdk_ec2::operation::describe_instances::DescribeInstancesOutput,
-) {
-    for r in page.reservations() {
-        for i in r.instances() {
-            let Some(id) = i.instance_id() else { continue };
-            let launched = i
-                .launch_time()
-                .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
-                .unwrap_or_default();
-            facts.insert(id.to_string(), (i.image_id().map(str::to_string), launched));
-        }
+/// The facts of every instance `request` (a DescribeInstances) answers, in pages.
+async fn facts_of(
+    request: aws_sdk_ec2::operation::describe_instances::builders::DescribeInstancesFluentBuilder,
+) -> Result<InstanceFacts, PortError> {
+    let reservations = request
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| port_error("ec2:DescribeInstances", e))?;
+    let mut facts = InstanceFacts::new();
+    for i in reservations.iter().flat_map(|r| r.instances()) {
+        let Some(id) = i.instance_id() else { continue };
+        let launched = i
+            .launch_time()
+            .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
+            .unwrap_or_default();
+        facts.insert(id.to_string(), (i.image_id().map(str::to_string), launched));
     }
+    Ok(facts)
 }
 
 /// Instances per DescribeInstances page of a tag filter (the API's limit).
@@ -476,18 +496,11 @@ impl AutoScaling {
     async fn instance_facts(&self, ids: &[String]) -> Result<InstanceFacts, PortError> {
         let mut facts = InstanceFacts::new();
         for chunk in ids.chunks(100) {
-            let mut pages = self
+            let request = self
                 .ec2
                 .describe_instances()
-                .set_instance_ids(Some(chunk.to_vec()))
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                add_facts(
-                    &mut facts,
-                    &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
-                );
-            }
+                .set_instance_ids(Some(chunk.to_vec()));
+            facts.extend(facts_of(request).await?);
         }
         Ok(facts)
     }
@@ -509,22 +522,14 @@ impl AutoScaling {
                     .to_vec(),
             ))
             .build();
-        let mut facts = InstanceFacts::new();
-        let mut pages = self
-            .ec2
-            .describe_instances()
-            .filters(filter)
-            .filters(live)
-            .max_results(INSTANCES_PER_PAGE)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            add_facts(
-                &mut facts,
-                &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
-            );
-        }
-        Ok(facts)
+        facts_of(
+            self.ec2
+                .describe_instances()
+                .filters(filter)
+                .filters(live)
+                .max_results(INSTANCES_PER_PAGE),
+        )
+        .await
     }
 
     /// One batch of [`GroupSnapshots::describe_groups`]: at most
@@ -533,19 +538,16 @@ impl AutoScaling {
         &self,
         names: &[String],
     ) -> Result<Vec<aws_sdk_autoscaling::types::AutoScalingGroup>, PortError> {
-        let mut pages = self
-            .autoscaling
+        self.autoscaling
             .describe_auto_scaling_groups()
             .set_auto_scaling_group_names(Some(names.to_vec()))
             .max_records(100)
             .into_paginator()
-            .send();
-        let mut out = Vec::new();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
-            out.extend(page.auto_scaling_groups().iter().cloned());
-        }
-        Ok(out)
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))
     }
 }
 
@@ -563,7 +565,7 @@ impl GroupSnapshots for AutoScaling {
         // The templates of every group read, in one go.
         let specs: Vec<TemplateSpec> = read
             .iter()
-            .flat_map(|(_, groups)| groups.iter().filter_map(Self::template_of))
+            .flat_map(|(_, groups)| groups.iter().filter_map(template_spec))
             .collect();
         let versions = template::describe_many(&self.ec2, &specs).await;
         let mut found = BTreeMap::new();
@@ -596,7 +598,7 @@ impl GroupSnapshots for AutoScaling {
                 let Some(name) = g.auto_scaling_group_name() else {
                     continue;
                 };
-                let image = match Self::template_of(g).map(|t| versions.get(&t).cloned()) {
+                let image = match template_spec(g).map(|t| versions.get(&t).cloned()) {
                     None => {
                         self.seen.saw(name, g, None, None);
                         Ok(None)
@@ -606,9 +608,8 @@ impl GroupSnapshots for AutoScaling {
                         Ok(v.image)
                     }
                     Some(Some(Err(e))) => Err(e),
-                    Some(None) => Err(PortError::new(
+                    Some(None) => Err(PortError::other(
                         "ec2:DescribeLaunchTemplateVersions",
-                        ErrorKind::Other,
                         format!("the launch template of group {name} was not read"),
                     )),
                 };
