@@ -158,20 +158,6 @@ pub(crate) fn launch_template_of(
     })
 }
 
-/// Sends `request` (SuspendProcesses or ResumeProcesses, operation `op`) for the `processes` of
-/// `group`: the two calls take the same query, on two request builders with no common trait.
-macro_rules! scaling_processes {
-    ($request:expr, $op:literal, $group:expr, $processes:expr) => {
-        $request
-            .auto_scaling_group_name($group)
-            .set_scaling_processes(Some($processes.to_vec()))
-            .send()
-            .await
-            .map(drop)
-            .map_err(|e| port_error($op, e))
-    };
-}
-
 /// The launch template version a group launches ([`launch_template_of`]; no version is
 /// `$Default`).
 pub(crate) fn template_spec(
@@ -275,21 +261,25 @@ impl GroupOps for AutoScaling {
     }
 
     async fn suspend_processes(&self, group: &str, processes: &[String]) -> Result<(), PortError> {
-        scaling_processes!(
-            self.autoscaling.suspend_processes(),
-            "autoscaling:SuspendProcesses",
-            group,
-            processes
-        )
+        self.autoscaling
+            .suspend_processes()
+            .auto_scaling_group_name(group)
+            .set_scaling_processes(Some(processes.to_vec()))
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:SuspendProcesses", e))?;
+        Ok(())
     }
 
     async fn resume_processes(&self, group: &str, processes: &[String]) -> Result<(), PortError> {
-        scaling_processes!(
-            self.autoscaling.resume_processes(),
-            "autoscaling:ResumeProcesses",
-            group,
-            processes
-        )
+        self.autoscaling
+            .resume_processes()
+            .auto_scaling_group_name(group)
+            .set_scaling_processes(Some(processes.to_vec()))
+            .send()
+            .await
+            .map_err(|e| port_error("autoscaling:ResumeProcesses", e))?;
+        Ok(())
     }
 
     async fn launch_problem(&self, group: &str) -> Result<Option<String>, PortError> {
@@ -425,27 +415,38 @@ impl GroupOps for AutoScaling {
 /// What EC2 says of an instance: its image and launch time.
 type InstanceFacts = std::collections::HashMap<String, (Option<String>, DateTime<Utc>)>;
 
-/// The facts of every instance `request` (a DescribeInstances) answers, in pages.
-async fn facts_of(
-    request: aws_sdk_ec2::operation::describe_instances::builders::DescribeInstancesFluentBuilder,
-) -> Result<InstanceFacts, PortError> {
-    let reservations = request
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .map_err(|e| port_error("ec2:DescribeInstances", e))?;
-    let mut facts = InstanceFacts::new();
-    for i in reservations.iter().flat_map(|r| r.instances()) {
-        let Some(id) = i.instance_id() else { continue };
-        let launched = i
-            .launch_time()
-            .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
-            .unwrap_or_default();
-        facts.insert(id.to_string(), (i.image_id().map(str::to_string), launched));
+impl AutoScaling {
+    /// Image and launch time of the instances DescribeInstances answers for `ids` or `filters`
+    /// (`per_page` a page), in pages.
+    async fn facts_of(
+        &self,
+        ids: Option<Vec<String>>,
+        filters: Option<Vec<aws_sdk_ec2::types::Filter>>,
+        per_page: Option<i32>,
+    ) -> Result<InstanceFacts, PortError> {
+        let reservations = self
+            .ec2
+            .describe_instances()
+            .set_instance_ids(ids)
+            .set_filters(filters)
+            .set_max_results(per_page)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| port_error("ec2:DescribeInstances", e))?;
+        let mut facts = InstanceFacts::new();
+        for i in reservations.iter().flat_map(|r| r.instances()) {
+            let Some(id) = i.instance_id() else { continue };
+            let launched = i
+                .launch_time()
+                .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
+                .unwrap_or_default();
+            facts.insert(id.to_string(), (i.image_id().map(str::to_string), launched));
+        }
+        Ok(facts)
     }
-    Ok(facts)
 }
 
 /// Instances per DescribeInstances page of a tag filter (the API's limit).
@@ -496,11 +497,7 @@ impl AutoScaling {
     async fn instance_facts(&self, ids: &[String]) -> Result<InstanceFacts, PortError> {
         let mut facts = InstanceFacts::new();
         for chunk in ids.chunks(100) {
-            let request = self
-                .ec2
-                .describe_instances()
-                .set_instance_ids(Some(chunk.to_vec()));
-            facts.extend(facts_of(request).await?);
+            facts.extend(self.facts_of(Some(chunk.to_vec()), None, None).await?);
         }
         Ok(facts)
     }
@@ -522,14 +519,8 @@ impl AutoScaling {
                     .to_vec(),
             ))
             .build();
-        facts_of(
-            self.ec2
-                .describe_instances()
-                .filters(filter)
-                .filters(live)
-                .max_results(INSTANCES_PER_PAGE),
-        )
-        .await
+        self.facts_of(None, Some(vec![filter, live]), Some(INSTANCES_PER_PAGE))
+            .await
     }
 
     /// One batch of [`GroupSnapshots::describe_groups`]: at most

@@ -256,13 +256,14 @@ impl Store for Table {
         ttl: Option<DateTime<Utc>>,
     ) -> Result<u64, PortError> {
         let next = expected.map_or(1, |v| v + 1);
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.name)
-            .set_item(Some(attributes(pk, sk, doc, next, ttl)));
-        expecting!(put, expected)
-            .send()
+        let put = expecting!(
+            self.client
+                .put_item()
+                .table_name(&self.name)
+                .set_item(Some(attributes(pk, sk, doc, next, ttl))),
+            expected
+        );
+        put.send()
             .await
             .map_err(|e| port_error("dynamodb:PutItem", e))?;
         Ok(next)

@@ -86,41 +86,32 @@ fn answered<T>(sent: Result<T, PortError>) -> Result<bool, PortError> {
     }
 }
 
-/// Sends `request` (operation `op`) about lifecycle action `a` and says whether it was
-/// [`answered`]: RecordLifecycleActionHeartbeat and CompleteLifecycleAction name the action with
-/// the same four fields, on two request builders with no common trait.
-macro_rules! answer {
-    ($request:expr, $op:literal, $a:expr) => {
-        answered(
-            $request
-                .auto_scaling_group_name(&$a.group)
-                .lifecycle_hook_name(&$a.hook)
-                .instance_id(&$a.instance_id)
-                .set_lifecycle_action_token($a.token.clone())
-                .send()
-                .await
-                .map_err(|e| port_error($op, e)),
-        )
-    };
-}
-
 #[async_trait]
 impl LifecycleOps for LifecycleActions {
     async fn heartbeat(&self, a: &LifecycleAction) -> Result<bool, PortError> {
-        answer!(
-            self.client.record_lifecycle_action_heartbeat(),
-            "autoscaling:RecordLifecycleActionHeartbeat",
-            a
-        )
+        let sent = self
+            .client
+            .record_lifecycle_action_heartbeat()
+            .auto_scaling_group_name(&a.group)
+            .lifecycle_hook_name(&a.hook)
+            .instance_id(&a.instance_id)
+            .set_lifecycle_action_token(a.token.clone())
+            .send()
+            .await;
+        answered(sent.map_err(|e| port_error("autoscaling:RecordLifecycleActionHeartbeat", e)))
     }
 
     async fn complete_continue(&self, a: &LifecycleAction) -> Result<bool, PortError> {
-        answer!(
-            self.client
-                .complete_lifecycle_action()
-                .lifecycle_action_result("CONTINUE"),
-            "autoscaling:CompleteLifecycleAction",
-            a
-        )
+        let sent = self
+            .client
+            .complete_lifecycle_action()
+            .lifecycle_action_result("CONTINUE")
+            .auto_scaling_group_name(&a.group)
+            .lifecycle_hook_name(&a.hook)
+            .instance_id(&a.instance_id)
+            .set_lifecycle_action_token(a.token.clone())
+            .send()
+            .await;
+        answered(sent.map_err(|e| port_error("autoscaling:CompleteLifecycleAction", e)))
     }
 }
