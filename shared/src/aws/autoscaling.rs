@@ -158,6 +158,19 @@ pub(crate) fn launch_template_of(
     })
 }
 
+/// The launch template version a group launches ([`launch_template_of`]; no version is
+/// `$Default`).
+pub(crate) fn template_spec(
+    group: &aws_sdk_autoscaling::types::AutoScalingGroup,
+) -> Option<TemplateSpec> {
+    let spec = launch_template_of(group)?;
+    Some(TemplateSpec {
+        id: spec.launch_template_id().map(str::to_string),
+        name: spec.launch_template_name().map(str::to_string),
+        version: spec.version().unwrap_or("$Default").to_string(),
+    })
+}
+
 fn lifecycle(state: &str) -> Lifecycle {
     match state {
         "InService" => Lifecycle::InService,
@@ -202,15 +215,6 @@ impl AutoScaling {
     pub fn with_seen(mut self, seen: SeenGroups) -> Self {
         self.seen = seen;
         self
-    }
-
-    fn template_of(group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Option<TemplateSpec> {
-        let spec = launch_template_of(group)?;
-        Some(TemplateSpec {
-            id: spec.launch_template_id().map(str::to_string),
-            name: spec.launch_template_name().map(str::to_string),
-            version: spec.version().unwrap_or("$Default").to_string(),
-        })
     }
 }
 
@@ -301,7 +305,7 @@ impl GroupOps for AutoScaling {
 
     async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
         let g = self.group(name).await?;
-        let version = match Self::template_of(&g) {
+        let version = match template_spec(&g) {
             Some(t) => Some(template::describe(&self.ec2, &t).await?),
             None => None,
         };
@@ -359,10 +363,9 @@ impl GroupOps for AutoScaling {
             Some(s) => (s.group, s.template, s.template_tags),
             None => (self.group(group).await?, None, None),
         };
-        let t = Self::template_of(&g).ok_or_else(|| {
-            PortError::new(
+        let t = template_spec(&g).ok_or_else(|| {
+            PortError::other(
                 "autoscaling:DescribeAutoScalingGroups",
-                ErrorKind::Other,
                 format!("group {group} uses no launch template; nodecycle rotates only groups with launch templates"),
             )
         })?;
@@ -412,12 +415,29 @@ impl GroupOps for AutoScaling {
 /// What EC2 says of an instance: its image and launch time.
 type InstanceFacts = std::collections::HashMap<String, (Option<String>, DateTime<Utc>)>;
 
-fn add_facts(
-    facts: &mut InstanceFacts,
-    page: &aws_sdk_ec2::operation::describe_instances::DescribeInstancesOutput,
-) {
-    for r in page.reservations() {
-        for i in r.instances() {
+impl AutoScaling {
+    /// Image and launch time of the instances DescribeInstances answers for `ids` or `filters`
+    /// (`per_page` a page), in pages.
+    async fn facts_of(
+        &self,
+        ids: Option<Vec<String>>,
+        filters: Option<Vec<aws_sdk_ec2::types::Filter>>,
+        per_page: Option<i32>,
+    ) -> Result<InstanceFacts, PortError> {
+        let reservations = self
+            .ec2
+            .describe_instances()
+            .set_instance_ids(ids)
+            .set_filters(filters)
+            .set_max_results(per_page)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| port_error("ec2:DescribeInstances", e))?;
+        let mut facts = InstanceFacts::new();
+        for i in reservations.iter().flat_map(|r| r.instances()) {
             let Some(id) = i.instance_id() else { continue };
             let launched = i
                 .launch_time()
@@ -425,6 +445,7 @@ fn add_facts(
                 .unwrap_or_default();
             facts.insert(id.to_string(), (i.image_id().map(str::to_string), launched));
         }
+        Ok(facts)
     }
 }
 
@@ -476,18 +497,7 @@ impl AutoScaling {
     async fn instance_facts(&self, ids: &[String]) -> Result<InstanceFacts, PortError> {
         let mut facts = InstanceFacts::new();
         for chunk in ids.chunks(100) {
-            let mut pages = self
-                .ec2
-                .describe_instances()
-                .set_instance_ids(Some(chunk.to_vec()))
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                add_facts(
-                    &mut facts,
-                    &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
-                );
-            }
+            facts.extend(self.facts_of(Some(chunk.to_vec()), None, None).await?);
         }
         Ok(facts)
     }
@@ -509,22 +519,8 @@ impl AutoScaling {
                     .to_vec(),
             ))
             .build();
-        let mut facts = InstanceFacts::new();
-        let mut pages = self
-            .ec2
-            .describe_instances()
-            .filters(filter)
-            .filters(live)
-            .max_results(INSTANCES_PER_PAGE)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            add_facts(
-                &mut facts,
-                &page.map_err(|e| port_error("ec2:DescribeInstances", e))?,
-            );
-        }
-        Ok(facts)
+        self.facts_of(None, Some(vec![filter, live]), Some(INSTANCES_PER_PAGE))
+            .await
     }
 
     /// One batch of [`GroupSnapshots::describe_groups`]: at most
@@ -533,19 +529,16 @@ impl AutoScaling {
         &self,
         names: &[String],
     ) -> Result<Vec<aws_sdk_autoscaling::types::AutoScalingGroup>, PortError> {
-        let mut pages = self
-            .autoscaling
+        self.autoscaling
             .describe_auto_scaling_groups()
             .set_auto_scaling_group_names(Some(names.to_vec()))
             .max_records(100)
             .into_paginator()
-            .send();
-        let mut out = Vec::new();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))?;
-            out.extend(page.auto_scaling_groups().iter().cloned());
-        }
-        Ok(out)
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| port_error("autoscaling:DescribeAutoScalingGroups", e))
     }
 }
 
@@ -563,7 +556,7 @@ impl GroupSnapshots for AutoScaling {
         // The templates of every group read, in one go.
         let specs: Vec<TemplateSpec> = read
             .iter()
-            .flat_map(|(_, groups)| groups.iter().filter_map(Self::template_of))
+            .flat_map(|(_, groups)| groups.iter().filter_map(template_spec))
             .collect();
         let versions = template::describe_many(&self.ec2, &specs).await;
         let mut found = BTreeMap::new();
@@ -596,7 +589,7 @@ impl GroupSnapshots for AutoScaling {
                 let Some(name) = g.auto_scaling_group_name() else {
                     continue;
                 };
-                let image = match Self::template_of(g).map(|t| versions.get(&t).cloned()) {
+                let image = match template_spec(g).map(|t| versions.get(&t).cloned()) {
                     None => {
                         self.seen.saw(name, g, None, None);
                         Ok(None)
@@ -606,9 +599,8 @@ impl GroupSnapshots for AutoScaling {
                         Ok(v.image)
                     }
                     Some(Some(Err(e))) => Err(e),
-                    Some(None) => Err(PortError::new(
+                    Some(None) => Err(PortError::other(
                         "ec2:DescribeLaunchTemplateVersions",
-                        ErrorKind::Other,
                         format!("the launch template of group {name} was not read"),
                     )),
                 };

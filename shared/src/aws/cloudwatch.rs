@@ -26,28 +26,22 @@ impl AlarmStates for CloudWatch {
         let mut out = Vec::new();
         // DescribeAlarms takes at most 100 names per call.
         for chunk in names.chunks(100) {
-            let mut pages = self
+            let pages = self
                 .client
                 .describe_alarms()
                 .set_alarm_names(Some(chunk.to_vec()))
                 .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                let page = page.map_err(|e| port_error("cloudwatch:DescribeAlarms", e))?;
-                for a in page.metric_alarms() {
-                    out.push(alarm_state(
-                        a.alarm_name(),
-                        a.state_value(),
-                        a.state_updated_timestamp(),
-                    ));
-                }
-                for a in page.composite_alarms() {
-                    out.push(alarm_state(
-                        a.alarm_name(),
-                        a.state_value(),
-                        a.state_updated_timestamp(),
-                    ));
-                }
+                .send()
+                .try_collect()
+                .await
+                .map_err(|e| port_error("cloudwatch:DescribeAlarms", e))?;
+            for page in &pages {
+                out.extend(page.metric_alarms().iter().map(|a| {
+                    alarm_state(a.alarm_name(), a.state_value(), a.state_updated_timestamp())
+                }));
+                out.extend(page.composite_alarms().iter().map(|a| {
+                    alarm_state(a.alarm_name(), a.state_value(), a.state_updated_timestamp())
+                }));
             }
         }
         Ok(out)

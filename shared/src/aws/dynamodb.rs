@@ -132,6 +132,18 @@ fn condition(expected: Option<u64>) -> Condition {
     }
 }
 
+/// `request` (a PutItem, or a transaction's Put or ConditionCheck: three builders with no common
+/// trait) made conditional on the item being at version `expected` ([`condition`]).
+macro_rules! expecting {
+    ($request:expr, $expected:expr) => {{
+        let (expression, names, values) = condition($expected);
+        $request
+            .condition_expression(expression)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(values)
+    }};
+}
+
 /// The attributes of an item written at version `next` (as [`Store::put`] writes it).
 fn attributes(
     pk: &str,
@@ -244,15 +256,14 @@ impl Store for Table {
         ttl: Option<DateTime<Utc>>,
     ) -> Result<u64, PortError> {
         let next = expected.map_or(1, |v| v + 1);
-        let (expression, names, values) = condition(expected);
-        self.client
-            .put_item()
-            .table_name(&self.name)
-            .set_item(Some(attributes(pk, sk, doc, next, ttl)))
-            .condition_expression(expression)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(values)
-            .send()
+        let put = expecting!(
+            self.client
+                .put_item()
+                .table_name(&self.name)
+                .set_item(Some(attributes(pk, sk, doc, next, ttl))),
+            expected
+        );
+        put.send()
             .await
             .map_err(|e| port_error("dynamodb:PutItem", e))?;
         Ok(next)
@@ -299,42 +310,21 @@ impl Store for Table {
     async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
         let mut items = Vec::with_capacity(writes.len());
         for w in writes {
-            let item = match w {
-                TxWrite::Put {
-                    pk,
-                    sk,
-                    doc,
-                    expected,
-                    ttl,
-                } => {
-                    let (expression, names, values) = condition(*expected);
+            let (pk, sk, expected) = w.condition();
+            let item = match w.written() {
+                Some((pk, sk, doc, next, ttl)) => {
                     let put = Put::builder()
                         .table_name(&self.name)
-                        .set_item(Some(attributes(
-                            pk,
-                            sk,
-                            doc,
-                            expected.map_or(1, |v| v + 1),
-                            *ttl,
-                        )))
-                        .condition_expression(expression)
-                        .set_expression_attribute_names(Some(names))
-                        .set_expression_attribute_values(values)
-                        .build()
-                        .map_err(build_error)?;
+                        .set_item(Some(attributes(pk, sk, doc, next, ttl)));
+                    let put = expecting!(put, expected).build().map_err(build_error)?;
                     TransactWriteItem::builder().put(put).build()
                 }
-                TxWrite::Check { pk, sk, expected } => {
-                    let (expression, names, values) = condition(*expected);
+                None => {
                     let check = ConditionCheck::builder()
                         .table_name(&self.name)
-                        .key(PK, AttributeValue::S(pk.clone()))
-                        .key(SK, AttributeValue::S(sk.clone()))
-                        .condition_expression(expression)
-                        .set_expression_attribute_names(Some(names))
-                        .set_expression_attribute_values(values)
-                        .build()
-                        .map_err(build_error)?;
+                        .key(PK, AttributeValue::S(pk.to_string()))
+                        .key(SK, AttributeValue::S(sk.to_string()));
+                    let check = expecting!(check, expected).build().map_err(build_error)?;
                     TransactWriteItem::builder().condition_check(check).build()
                 }
             };

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::port_error;
 use crate::ami::resolve::ClusterCatalog;
 use crate::managed::TemplateRef;
-use crate::port::{ErrorKind, PortError};
+use crate::port::PortError;
 
 /// EKS through the SDK.
 #[derive(Clone, Debug)]
@@ -30,9 +30,8 @@ impl ClusterCatalog for Eks {
             .and_then(|c| c.version())
             .map(str::to_string)
             .ok_or_else(|| {
-                PortError::new(
+                PortError::other(
                     "eks:DescribeCluster",
-                    ErrorKind::Other,
                     format!("cluster {cluster} has no version in the response"),
                 )
             })

@@ -25,14 +25,6 @@ impl ManagedNodeGroups {
     }
 }
 
-fn spec(t: &TemplateRef) -> TemplateSpec {
-    TemplateSpec {
-        id: t.id.clone(),
-        name: t.name.clone(),
-        version: t.version.clone().unwrap_or_else(|| "$Default".into()),
-    }
-}
-
 fn non_negative(v: Option<i32>) -> Option<u32> {
     v.and_then(|n| u32::try_from(n).ok())
 }
@@ -79,9 +71,8 @@ impl ManagedGroupOps for ManagedNodeGroups {
         let signed = |v: Option<u32>| {
             v.map(|n| {
                 i32::try_from(n).map_err(|_| {
-                    PortError::new(
+                    PortError::other(
                         "eks:UpdateNodegroupConfig",
-                        ErrorKind::Other,
                         format!("updateConfig value {n} out of range"),
                     )
                 })
@@ -135,11 +126,7 @@ impl ManagedGroupOps for ManagedNodeGroups {
             .and_then(|u| u.id())
             .map(str::to_string)
             .ok_or_else(|| {
-                PortError::new(
-                    "eks:UpdateNodegroupVersion",
-                    ErrorKind::Other,
-                    "no update id in the response",
-                )
+                PortError::other("eks:UpdateNodegroupVersion", "no update id in the response")
             })
     }
 
@@ -158,18 +145,13 @@ impl ManagedGroupOps for ManagedNodeGroups {
             .send()
             .await
             .map_err(|e| port_error("eks:DescribeUpdate", e))?;
-        let u = out.update().ok_or_else(|| {
-            PortError::new(
-                "eks:DescribeUpdate",
-                ErrorKind::Other,
-                "no update in the response",
-            )
-        })?;
+        let u = out
+            .update()
+            .ok_or_else(|| PortError::other("eks:DescribeUpdate", "no update in the response"))?;
         let status = u.status().map(|s| s.as_str()).unwrap_or_default();
         let state = UpdateState::parse(status).ok_or_else(|| {
-            PortError::new(
+            PortError::other(
                 "eks:DescribeUpdate",
-                ErrorKind::Other,
                 format!("update {update_id} has unknown status {status:?}"),
             )
         })?;
@@ -201,11 +183,12 @@ impl ManagedGroupOps for ManagedNodeGroups {
         t: &TemplateRef,
         image: &str,
     ) -> Result<(String, String), PortError> {
-        let (v, _) = template::with_image(&self.ec2, &spec(t), None, None, image).await?;
+        let (v, _) =
+            template::with_image(&self.ec2, &TemplateSpec::from(t), None, None, image).await?;
         Ok((v.template_id, v.number.to_string()))
     }
 
     async fn template_image(&self, t: &TemplateRef) -> Result<Option<String>, PortError> {
-        Ok(template::describe(&self.ec2, &spec(t)).await?.image)
+        Ok(template::describe(&self.ec2, &t.into()).await?.image)
     }
 }

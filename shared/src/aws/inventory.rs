@@ -2,12 +2,10 @@
 //! the state table (DynamoDB), node groups, launch templates and lifecycle hooks (Auto Scaling,
 //! EKS, EC2), EKS clusters and access entries, and policy documents (SSM).
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 
 use super::ssm::Ssm;
-use super::{autoscaling, eks, port_error};
+use super::{autoscaling, eks, port_error, template};
 use crate::inventory::{
     AccessEntryFacts, AsgFacts, ClusterAccessInfo, ClusterFacts, GroupInfo, HookFacts,
     ManagedFacts, PolicyDocuments, TableFacts, TableInfo, TemplateFacts,
@@ -34,6 +32,16 @@ fn absent<T>(e: PortError) -> Result<Option<T>, PortError> {
     if e.is_not_found() { Ok(None) } else { Err(e) }
 }
 
+/// Owned `(name, value)` pairs, collected as the facts hold them.
+fn owned<'a, C: FromIterator<(String, String)>>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> C {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
 #[async_trait]
 impl TableInfo for Inventory {
     async fn table(&self, name: &str) -> Result<Option<TableFacts>, PortError> {
@@ -57,26 +65,16 @@ impl TableInfo for Inventory {
                 .table_status()
                 .map(|s| s.as_str().to_owned())
                 .unwrap_or_default(),
-            keys: t
-                .key_schema()
-                .iter()
-                .map(|k| {
-                    (
-                        k.attribute_name().to_owned(),
-                        k.key_type().as_str().to_owned(),
-                    )
-                })
-                .collect(),
-            attribute_types: t
-                .attribute_definitions()
-                .iter()
-                .map(|a| {
-                    (
-                        a.attribute_name().to_owned(),
-                        a.attribute_type().as_str().to_owned(),
-                    )
-                })
-                .collect(),
+            keys: owned(
+                t.key_schema()
+                    .iter()
+                    .map(|k| (k.attribute_name(), k.key_type().as_str())),
+            ),
+            attribute_types: owned(
+                t.attribute_definitions()
+                    .iter()
+                    .map(|a| (a.attribute_name(), a.attribute_type().as_str())),
+            ),
             ttl_status: ttl
                 .and_then(|d| d.time_to_live_status())
                 .map(|s| s.as_str().to_owned())
@@ -95,16 +93,11 @@ impl GroupInfo for Inventory {
         let spec = autoscaling::launch_template_of(&g);
         Ok(Some(AsgFacts {
             name: name.to_owned(),
-            tags: g
-                .tags()
-                .iter()
-                .filter_map(|t| {
-                    Some((
-                        t.key()?.to_owned(),
-                        t.value().unwrap_or_default().to_owned(),
-                    ))
-                })
-                .collect(),
+            tags: owned(
+                g.tags()
+                    .iter()
+                    .filter_map(|t| Some((t.key()?, t.value().unwrap_or_default()))),
+            ),
             launch_template: spec.map(|s| TemplateRef {
                 id: s.launch_template_id().map(str::to_owned),
                 name: s.launch_template_name().map(str::to_owned),
@@ -153,29 +146,22 @@ impl GroupInfo for Inventory {
         &self,
         template: &TemplateRef,
     ) -> Result<Option<TemplateFacts>, PortError> {
-        let mut call = self.clients.ec2.describe_launch_templates();
-        call = match (&template.id, &template.name) {
-            (Some(id), _) => call.launch_template_ids(id),
-            (None, Some(name)) => call.launch_template_names(name),
-            (None, None) => return Ok(None),
+        if template.id.is_none() && template.name.is_none() {
+            return Ok(None);
+        }
+        let (id, name) = (template.id.as_deref(), template.name.as_deref());
+        let found = match template::describe_template(&self.clients.ec2, id, name).await {
+            Ok(found) => found,
+            Err(e) => return absent(e),
         };
-        let out = match call.send().await {
-            Ok(out) => out,
-            Err(e) => return absent(port_error("ec2:DescribeLaunchTemplates", e)),
-        };
-        Ok(out.launch_templates().first().map(|t| TemplateFacts {
+        Ok(found.map(|t| TemplateFacts {
             id: t.launch_template_id().unwrap_or_default().to_owned(),
             name: t.launch_template_name().unwrap_or_default().to_owned(),
-            tags: t
-                .tags()
-                .iter()
-                .filter_map(|t| {
-                    Some((
-                        t.key()?.to_owned(),
-                        t.value().unwrap_or_default().to_owned(),
-                    ))
-                })
-                .collect::<BTreeMap<_, _>>(),
+            tags: owned(
+                t.tags()
+                    .iter()
+                    .filter_map(|t| Some((t.key()?, t.value().unwrap_or_default()))),
+            ),
         }))
     }
 }
@@ -200,19 +186,16 @@ impl ClusterAccessInfo for Inventory {
     }
 
     async fn access_entries(&self, cluster: &str) -> Result<Vec<String>, PortError> {
-        let mut out = Vec::new();
-        let mut pages = self
-            .clients
+        self.clients
             .eks
             .list_access_entries()
             .cluster_name(cluster)
             .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| port_error("eks:ListAccessEntries", e))?;
-            out.extend(page.access_entries().iter().cloned());
-        }
-        Ok(out)
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| port_error("eks:ListAccessEntries", e))
     }
 
     async fn access_entry(

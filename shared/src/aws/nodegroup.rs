@@ -60,18 +60,8 @@ impl NodeGroups {
         self
     }
 
-    async fn launch_template_image(
-        &self,
-        id: Option<&str>,
-        name: Option<&str>,
-        version: Option<&str>,
-    ) -> Result<GroupImage, PortError> {
-        let spec = TemplateSpec {
-            id: id.map(str::to_string),
-            name: name.map(str::to_string),
-            version: version.unwrap_or("$Default").to_string(),
-        };
-        match template::describe(&self.ec2, &spec).await {
+    async fn launch_template_image(&self, spec: &TemplateSpec) -> Result<GroupImage, PortError> {
+        match template::describe(&self.ec2, spec).await {
             Ok(v) => Ok(match v.image {
                 Some(id) if id.starts_with("ami-") => GroupImage::Image(id),
                 _ => GroupImage::Unknown,
@@ -85,14 +75,8 @@ impl NodeGroups {
         let Some(group) = autoscaling::describe_group(&self.autoscaling, name).await? else {
             return Err(autoscaling::no_group(name));
         };
-        if let Some(spec) = autoscaling::launch_template_of(&group) {
-            return self
-                .launch_template_image(
-                    spec.launch_template_id(),
-                    spec.launch_template_name(),
-                    spec.version(),
-                )
-                .await;
+        if let Some(spec) = autoscaling::template_spec(&group) {
+            return self.launch_template_image(&spec).await;
         }
         if let Some(lc) = group.launch_configuration_name()
             && let Some(id) = self
@@ -124,17 +108,10 @@ impl NodeGroups {
     /// `InstanceRequirements`), with where it was read.
     async fn template_types(
         &self,
-        id: Option<&str>,
-        name: Option<&str>,
-        version: Option<&str>,
+        spec: &TemplateSpec,
     ) -> Result<(String, Vec<String>, bool), PortError> {
-        let spec = TemplateSpec {
-            id: id.map(str::to_string),
-            name: name.map(str::to_string),
-            version: version.unwrap_or("$Default").to_string(),
-        };
         Ok(template_types_of(
-            &template::describe(&self.ec2, &spec).await?,
+            &template::describe(&self.ec2, spec).await?,
         ))
     }
 
@@ -171,14 +148,8 @@ impl NodeGroups {
         if let Some(v) = seen.and_then(|s| s.template) {
             return Ok(template_types_of(&v));
         }
-        if let Some(spec) = autoscaling::launch_template_of(&group) {
-            return self
-                .template_types(
-                    spec.launch_template_id(),
-                    spec.launch_template_name(),
-                    spec.version(),
-                )
-                .await;
+        if let Some(spec) = autoscaling::template_spec(&group) {
+            return self.template_types(&spec).await;
         }
         if let Some(lc) = group.launch_configuration_name() {
             let types = self
@@ -214,7 +185,10 @@ impl NodeGroups {
             ));
         }
         match ng.launch_template() {
-            Some(lt) => self.template_types(lt.id(), lt.name(), lt.version()).await,
+            Some(lt) => {
+                self.template_types(&TemplateSpec::from(&eks::template_ref(lt)))
+                    .await
+            }
             None => Ok((String::new(), Vec::new(), false)),
         }
     }
@@ -281,7 +255,7 @@ impl NodeGroups {
         };
         if let Some(lt) = ng.launch_template() {
             let image = self
-                .launch_template_image(lt.id(), lt.name(), lt.version())
+                .launch_template_image(&TemplateSpec::from(&eks::template_ref(lt)))
                 .await?;
             if image != GroupImage::Unknown {
                 return Ok(image);

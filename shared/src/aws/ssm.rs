@@ -25,6 +25,15 @@ pub struct StoredParameter {
     pub version: i64,
 }
 
+/// A parameter as read, `None` without its name or value.
+fn stored(p: &aws_sdk_ssm::types::Parameter) -> Option<StoredParameter> {
+    Some(StoredParameter {
+        name: p.name()?.to_string(),
+        value: p.value()?.to_string(),
+        version: p.version(),
+    })
+}
+
 impl Ssm {
     /// Wraps a client.
     pub fn new(client: aws_sdk_ssm::Client) -> Self {
@@ -36,27 +45,22 @@ impl Ssm {
         &self,
         prefix: &str,
     ) -> Result<Vec<StoredParameter>, PortError> {
-        let mut out = Vec::new();
-        let mut pages = self
+        let pages = self
             .client
             .get_parameters_by_path()
             .path(prefix.trim_end_matches('/').to_string() + "/")
             .recursive(true)
             .with_decryption(true)
             .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| port_error("ssm:GetParametersByPath", e))?;
-            for p in page.parameters() {
-                if let (Some(name), Some(value)) = (p.name(), p.value()) {
-                    out.push(StoredParameter {
-                        name: name.to_string(),
-                        value: value.to_string(),
-                        version: p.version(),
-                    });
-                }
-            }
-        }
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| port_error("ssm:GetParametersByPath", e))?;
+        let mut out: Vec<StoredParameter> = pages
+            .iter()
+            .flat_map(|page| page.parameters())
+            .filter_map(stored)
+            .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
@@ -71,13 +75,7 @@ impl Ssm {
             .send()
             .await
         {
-            Ok(out) => Ok(out.parameter().and_then(|p| {
-                Some(StoredParameter {
-                    name: p.name()?.to_string(),
-                    value: p.value()?.to_string(),
-                    version: p.version(),
-                })
-            })),
+            Ok(out) => Ok(out.parameter().and_then(stored)),
             Err(e) => {
                 let e = port_error("ssm:GetParameter", e);
                 if e.is_not_found() { Ok(None) } else { Err(e) }

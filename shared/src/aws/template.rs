@@ -15,6 +15,17 @@ pub(crate) struct TemplateSpec {
     pub(crate) version: String,
 }
 
+impl From<&crate::managed::TemplateRef> for TemplateSpec {
+    /// The version a managed node group's template names (none is `$Default`).
+    fn from(t: &crate::managed::TemplateRef) -> Self {
+        Self {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            version: t.version.clone().unwrap_or_else(|| "$Default".into()),
+        }
+    }
+}
+
 /// One resolved launch template version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TemplateVersion {
@@ -111,23 +122,24 @@ async fn list(
     ),
     PortError,
 > {
-    let mut by_id = std::collections::HashMap::new();
-    let mut by_name = std::collections::HashMap::new();
-    let mut pages = ec2
+    let versions = ec2
         .describe_launch_template_versions()
         .versions(selector)
         .max_results(PAGE)
         .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| port_error("ec2:DescribeLaunchTemplateVersions", e))?;
-        for v in page.launch_template_versions() {
-            let version = version_of(v);
-            if let Some(name) = v.launch_template_name() {
-                by_name.insert(name.to_string(), version.clone());
-            }
-            by_id.insert(version.template_id.clone(), version);
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| port_error("ec2:DescribeLaunchTemplateVersions", e))?;
+    let mut by_id = std::collections::HashMap::new();
+    let mut by_name = std::collections::HashMap::new();
+    for v in &versions {
+        let version = version_of(v);
+        if let Some(name) = v.launch_template_name() {
+            by_name.insert(name.to_string(), version.clone());
         }
+        by_id.insert(version.template_id.clone(), version);
     }
     Ok((by_id, by_name))
 }
@@ -167,6 +179,22 @@ fn tags_of_template(t: &aws_sdk_ec2::types::LaunchTemplate) -> Tags {
         .iter()
         .filter_map(|tag| Some((tag.key()?.to_owned(), tag.value()?.to_owned())))
         .collect()
+}
+
+/// Launch template `id`, else `name` (DescribeLaunchTemplates), as the answer's first template.
+pub(crate) async fn describe_template(
+    ec2: &aws_sdk_ec2::Client,
+    id: Option<&str>,
+    name: Option<&str>,
+) -> Result<Option<aws_sdk_ec2::types::LaunchTemplate>, PortError> {
+    let out = ec2
+        .describe_launch_templates()
+        .set_launch_template_ids(id.map(|id| vec![id.to_string()]))
+        .set_launch_template_names(name.filter(|_| id.is_none()).map(|n| vec![n.to_string()]))
+        .send()
+        .await
+        .map_err(|e| port_error("ec2:DescribeLaunchTemplates", e))?;
+    Ok(out.launch_templates().first().cloned())
 }
 
 /// Templates per DescribeLaunchTemplates call by id.
@@ -213,18 +241,11 @@ pub(crate) async fn ensure_opted_in(
 ) -> Result<(), PortError> {
     let tags = match seen {
         Some(t) => t.clone(),
-        None => {
-            let out = ec2
-                .describe_launch_templates()
-                .launch_template_ids(template_id)
-                .send()
-                .await
-                .map_err(|e| port_error("ec2:DescribeLaunchTemplates", e))?;
-            out.launch_templates()
-                .first()
-                .map(tags_of_template)
-                .unwrap_or_default()
-        }
+        None => describe_template(ec2, Some(template_id), None)
+            .await?
+            .as_ref()
+            .map(tags_of_template)
+            .unwrap_or_default(),
     };
     match crate::opt_in::refusal(template_id, &tags) {
         None => Ok(()),
@@ -269,9 +290,8 @@ pub(crate) async fn with_image(
         .launch_template_version()
         .and_then(|v| v.version_number())
         .ok_or_else(|| {
-            PortError::new(
+            PortError::other(
                 "ec2:CreateLaunchTemplateVersion",
-                ErrorKind::Other,
                 "no version number in the response",
             )
         })?;
