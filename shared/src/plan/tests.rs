@@ -644,6 +644,20 @@ fn externally_cordoned_node_counts_and_is_left_alone() {
 }
 
 #[test]
+fn node_cluster_autoscaler_is_removing_counts_and_is_left_alone() {
+    // Cluster Autoscaler taints a node ToBeDeletedByClusterAutoscaler without cordoning it.
+    let mut members = drifted(4);
+    if let Some(n) = &mut members[3].node {
+        n.marks.autoscaler_deleting = true;
+    }
+    let p = plan(&snapshot(budgets("2"), members, vec![]), now());
+    assert_eq!(p.disrupting, 1);
+    assert_eq!(started_ids(&p), ["i-02"]);
+    assert!(!p.candidates.iter().any(|c| c.instance_id == "i-03"));
+    assert!(has_message(&p, "Cluster Autoscaler is removing it"));
+}
+
+#[test]
 fn each_instance_counts_once() {
     // In flight, NotReady, cordoned and tainted all at once: one disrupting node.
     let mut members = drifted(4);
