@@ -117,3 +117,81 @@ impl Quarantined {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(target: Target) -> Quarantine {
+        Quarantine {
+            target,
+            reason: "test".into(),
+            by: "nodecycle".into(),
+            at: DateTime::<Utc>::UNIX_EPOCH,
+            cause: Cause::Operator {
+                request_id: "r".into(),
+            },
+            outbox: Vec::new(),
+        }
+    }
+
+    fn release(r: &str) -> Release {
+        Release(r.to_string())
+    }
+
+    #[test]
+    fn targets_read_as_words() {
+        assert_eq!(Target::Ami("ami-1".into()).to_string(), "image ami-1");
+        assert_eq!(
+            Target::Release(release("v20241109")).to_string(),
+            "release v20241109"
+        );
+    }
+
+    #[test]
+    fn an_entry_covers_its_image_or_its_release() {
+        let q = Quarantined(vec![
+            entry(Target::Ami("ami-bad".into())),
+            entry(Target::Release(release("v20240807"))),
+        ]);
+        // (image id, its release) -> which entry covers it, by target.
+        let cases: [(&str, &str, Option<Target>); 4] = [
+            ("ami-bad", "v20241109", Some(Target::Ami("ami-bad".into()))),
+            (
+                "ami-other",
+                "v20240807",
+                Some(Target::Release(release("v20240807"))),
+            ),
+            ("ami-other", "v20241109", None),
+            ("ami-other", "ami-other", None),
+        ];
+        for (id, r, want) in cases {
+            assert_eq!(
+                q.covers(id, &release(r)).map(|e| e.target.clone()),
+                want,
+                "{id} of {r}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_release_is_covered_as_a_release_or_as_its_image_id() {
+        let q = Quarantined(vec![
+            entry(Target::Ami("ami-bad".into())),
+            entry(Target::Release(release("v20240807"))),
+        ]);
+        let cases: [(&str, Option<Target>); 4] = [
+            ("ami-bad", Some(Target::Ami("ami-bad".into()))),
+            ("v20240807", Some(Target::Release(release("v20240807")))),
+            ("v20241109", None),
+            ("ami-other", None),
+        ];
+        for (r, want) in cases {
+            assert_eq!(
+                q.covers_release(&release(r)).map(|e| e.target.clone()),
+                want,
+                "{r}"
+            );
+        }
+    }
+}

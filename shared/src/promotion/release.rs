@@ -172,6 +172,9 @@ mod tests {
             ),
             ("golden-eks-al2023-2024.11.10", None),
             ("my-image-v2024", None),
+            // Bottlerocket versions: three non-empty numeric parts.
+            ("bottlerocket-aws-k8s-1.30-x86_64-v1..0", None),
+            ("bottlerocket-aws-k8s-1.30-x86_64-v1.a.0", None),
         ];
         for (name, want) in cases {
             assert_eq!(
@@ -179,6 +182,16 @@ mod tests {
                 want.map(str::to_string),
                 "{name}"
             );
+        }
+    }
+
+    #[test]
+    fn a_release_is_an_image_id_or_a_version() {
+        for (release, image) in [("ami-0abc", true), ("v20241109", false), ("1.26.0", false)] {
+            let r = Release(release.to_string());
+            assert_eq!(r.is_image(), image, "{release}");
+            assert_eq!(r.as_str(), release);
+            assert_eq!(r.to_string(), release);
         }
     }
 }
