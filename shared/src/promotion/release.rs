@@ -194,4 +194,19 @@ mod tests {
             assert_eq!(r.to_string(), release);
         }
     }
+
+    #[test]
+    fn only_a_version_release_pins_an_alias() {
+        for (release, pinned) in [
+            ("v20241109", Some("v20241109")),
+            ("1.26.0", Some("1.26.0")),
+            ("ami-0abc", None),
+        ] {
+            assert_eq!(
+                pinned_version(&Release(release.to_string())),
+                pinned,
+                "{release}"
+            );
+        }
+    }
 }

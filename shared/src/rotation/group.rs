@@ -366,4 +366,29 @@ mod tests {
         holds.max_size_denied = Some((now - DENIED_RETRY, "AccessDenied".into()));
         assert!(may_raise_max(true, &holds, now));
     }
+
+    #[test]
+    fn holds_are_empty_only_when_nothing_is_held() {
+        assert!(GroupHolds::default().is_empty());
+        let held = [
+            GroupHolds {
+                suspended: vec!["AZRebalance".into()],
+                ..GroupHolds::default()
+            },
+            GroupHolds {
+                max_size: Some(MaxRaise {
+                    original: 3,
+                    raised_to: 4,
+                }),
+                ..GroupHolds::default()
+            },
+            GroupHolds {
+                max_size_denied: Some((DateTime::<Utc>::UNIX_EPOCH, "denied".into())),
+                ..GroupHolds::default()
+            },
+        ];
+        for h in held {
+            assert!(!h.is_empty(), "{h:?}");
+        }
+    }
 }
