@@ -318,6 +318,14 @@ mod tests {
         let cases: Vec<(&str, Group, &[Rotation], Vec<GroupCommand>)> = vec![
             ("surge holds", group(7, 7, &[]), &surging, vec![]),
             ("unit owed", group(7, 7, &[]), &owed, vec![]),
+            // Back at the original size, but a surge still holds (or owes) its unit: kept.
+            (
+                "surge holds at the original",
+                group(6, 7, &[]),
+                &surging,
+                vec![],
+            ),
+            ("unit owed at the original", group(6, 7, &[]), &owed, vec![]),
             ("back under", group(6, 7, &[]), &done, restore(6)),
             ("at the original", group(6, 7, &[]), &[], restore(6)),
             // Another writer filled the raised room: restored once it is back under.
