@@ -44,6 +44,22 @@ pub struct NodeStatus {
     pub marks: NodeMarks,
 }
 
+impl NodeStatus {
+    /// A Ready, schedulable node with one pod to evict and no marks (what the forecast and
+    /// the property tests assume of a node in service).
+    pub fn ready(name: String) -> NodeStatus {
+        NodeStatus {
+            name,
+            ready: true,
+            unschedulable: false,
+            disrupted: None,
+            evictable_pods: 1,
+            pods_counted: false,
+            marks: Default::default(),
+        }
+    }
+}
+
 /// The node's marks shared with Cluster Autoscaler (CA) and load balancer controllers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

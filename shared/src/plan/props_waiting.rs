@@ -75,15 +75,7 @@ fn arb_pool() -> impl Strategy<Value = Snapshot> {
                     } else {
                         Lifecycle::InService
                     },
-                    node: Some(NodeStatus {
-                        name: format!("n-{i}"),
-                        ready: true,
-                        unschedulable: false,
-                        disrupted: None,
-                        evictable_pods: 1,
-                        pods_counted: false,
-                        marks: Default::default(),
-                    }),
+                    node: Some(NodeStatus::ready(format!("n-{i}"))),
                 })
                 .collect();
             let mut seen = BTreeSet::new();

@@ -9,7 +9,7 @@ use super::blocked::{self, Wait};
 use super::windows;
 use super::{
     Blocked, ManagedStart, PoolForecast, PoolStart, RotationSpan, Settings, ceil_minute,
-    ready_member, ready_node,
+    ready_member,
 };
 use crate::fleet::Lifecycle;
 use crate::managed::{ManagedUpdate, Phase};
@@ -285,7 +285,9 @@ impl Pool {
             replaced_by = Some(m.instance_id.clone());
             m.lifecycle = Lifecycle::InService;
             let name = format!("node-{}", m.instance_id);
-            let node = m.node.get_or_insert_with(|| ready_node(name));
+            let node = m
+                .node
+                .get_or_insert_with(|| crate::fleet::NodeStatus::ready(name));
             node.ready = true;
         } else if was_member {
             let image = r

@@ -174,20 +174,7 @@ fn ready_member(id: &str, image: &str, launch_time: DateTime<Utc>) -> Member {
         image_id: Some(image.to_string()),
         launch_time,
         lifecycle: Lifecycle::InService,
-        node: Some(ready_node(format!("node-{id}"))),
-    }
-}
-
-/// A Ready, schedulable node with one pod to evict and no marks.
-fn ready_node(name: String) -> NodeStatus {
-    NodeStatus {
-        name,
-        ready: true,
-        unschedulable: false,
-        disrupted: None,
-        evictable_pods: 1,
-        pods_counted: false,
-        marks: Default::default(),
+        node: Some(NodeStatus::ready(format!("node-{id}"))),
     }
 }
 
