@@ -71,7 +71,7 @@ mod props;
 #[cfg(test)]
 mod props_waiting;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::time::Duration;
 

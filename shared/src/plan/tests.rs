@@ -11,11 +11,11 @@ use crate::fleet::{Gates, Group, Lifecycle, Member, NodeStatus};
 use crate::policy::Policy;
 use crate::rotation::{Rotation, RotationReason, Step, Surge};
 
-pub(super) const OLD: &str = "ami-old";
-pub(super) const NEW: &str = "ami-new";
+pub(crate) const OLD: &str = "ami-old";
+pub(crate) const NEW: &str = "ami-new";
 
 /// Saturday 2026-12-05 12:00 UTC.
-pub(super) fn now() -> DateTime<Utc> {
+pub(crate) fn now() -> DateTime<Utc> {
     at("2026-12-05T12:00:00Z")
 }
 
@@ -28,7 +28,7 @@ fn hours(h: u64) -> Duration {
 }
 
 /// A valid policy with `extra` appended (budgets, expireAfter, ...).
-pub(super) fn policy(extra: &str) -> Policy {
+pub(crate) fn policy(extra: &str) -> Policy {
     let doc = format!(
         "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\n\
          amiSelectorTerms:\n  - alias: al2023@latest\n{extra}"
@@ -46,7 +46,7 @@ fn budgets(nodes: &str) -> Policy {
 }
 
 /// An in-service Ready member running `image`, launched `age_h` hours before [`now`].
-pub(super) fn member(id: &str, image: &str, age_h: i64) -> Member {
+pub(crate) fn member(id: &str, image: &str, age_h: i64) -> Member {
     Member {
         instance_id: id.to_string(),
         availability_zone: "eu-west-1a".to_string(),
@@ -79,7 +79,7 @@ fn not_ready(mut m: Member) -> Member {
     m
 }
 
-pub(super) fn rotation(id: &str, reason: RotationReason, step: Step) -> Rotation {
+pub(crate) fn rotation(id: &str, reason: RotationReason, step: Step) -> Rotation {
     let mut r = Rotation::new(
         "prod/general",
         id,
@@ -91,7 +91,7 @@ pub(super) fn rotation(id: &str, reason: RotationReason, step: Step) -> Rotation
     r
 }
 
-pub(super) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rotation>) -> Snapshot {
+pub(crate) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rotation>) -> Snapshot {
     Snapshot {
         policy,
         gates: Gates {
@@ -588,6 +588,11 @@ fn forced_starts_with_zero_budget_and_counts_for_others() {
     assert!(
         rs.iter()
             .all(|r| r.forced && r.step == Step::Pending && r.pool == "prod/general")
+    );
+    // Each records what its replacement runs: the desired AMI of the pass.
+    assert!(
+        rs.iter().all(|r| r.target.as_deref() == Some(NEW)),
+        "{rs:?}"
     );
 }
 

@@ -122,48 +122,6 @@ pub fn chain_problems(from: &BTreeMap<String, Option<String>>) -> Vec<(String, C
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chains_name_unknown_upstreams_and_cycles() {
-        let from: BTreeMap<String, Option<String>> = [
-            ("test/a", None),
-            ("pre/a", Some("test/a")),
-            ("prod/a", Some("pre/a")),
-            ("prod/b", Some("test/zz")),
-            ("x/1", Some("x/2")),
-            ("x/2", Some("x/1")),
-            ("self/s", Some("self/s")),
-        ]
-        .into_iter()
-        .map(|(a, b)| (a.to_string(), b.map(str::to_string)))
-        .collect();
-        let problems = chain_problems(&from);
-        let pools: Vec<&str> = problems.iter().map(|(p, _)| p.as_str()).collect();
-        assert_eq!(
-            pools,
-            vec!["prod/b", "self/s", "x/1", "x/2"],
-            "{problems:?}"
-        );
-        assert!(
-            matches!(&problems[0].1, ChainProblem::UnknownUpstream { upstream, .. } if upstream == "test/zz")
-        );
-        assert!(matches!(
-            &problems[1].1,
-            ChainProblem::ItsOwnUpstream { .. }
-        ));
-        assert_eq!(
-            problems[2].1,
-            ChainProblem::Cycle {
-                path: vec!["x/1".into(), "x/2".into(), "x/1".into()]
-            }
-        );
-        assert!(problems[2].1.to_string().contains("x/1 -> x/2 -> x/1"));
-    }
-}
-
 /// The image every node of the pool runs, Ready, when the pool is fully on its desired AMI:
 /// every member in service with a Ready node on the desired AMI, at least as many as the
 /// group's desired capacity, no rotation of the pool in flight, the pool not halted.
@@ -248,3 +206,6 @@ pub fn alarms_view(wanted: &[String], states: &[AlarmState]) -> Alarms {
     }
     view
 }
+
+#[cfg(test)]
+mod tests;

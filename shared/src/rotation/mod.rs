@@ -312,3 +312,6 @@ impl Rotation {
         self
     }
 }
+
+#[cfg(test)]
+mod tests;
