@@ -249,3 +249,62 @@ pub trait GroupOps: crate::fleet::snapshot::GroupSnapshots + Send + Sync {
     /// overrides kept) is pointed at it. Returns the version number now in use.
     async fn set_image(&self, group: &str, image: &str) -> Result<String, crate::port::PortError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member serializes as one flat camelCase object: the instance's fields, then its node.
+    #[test]
+    fn member_serialized_shape() {
+        let member = GroupInstance {
+            instance_id: "i-1".into(),
+            availability_zone: "eu-west-1a".into(),
+            image_id: Some("ami-1".into()),
+            launch_time: "2026-01-02T03:04:05Z".parse().unwrap(),
+            lifecycle: Lifecycle::Other("Warmed:Pending".into()),
+        }
+        .with_node(Some(NodeStatus::ready("n-1".into())));
+        let json = serde_json::json!({
+            "instanceId": "i-1",
+            "availabilityZone": "eu-west-1a",
+            "imageId": "ami-1",
+            "launchTime": "2026-01-02T03:04:05Z",
+            "lifecycle": {"Other": "Warmed:Pending"},
+            "node": {
+                "name": "n-1",
+                "ready": true,
+                "unschedulable": false,
+                "disrupted": null,
+                "evictablePods": 1,
+                "podsCounted": false,
+                "marks": {
+                    "autoscalerDeleting": false,
+                    "scaleDownDisabled": false,
+                    "scaleDownDisabledByNodecycle": false,
+                    "lbExcluded": false,
+                    "lbExcludedByNodecycle": false
+                }
+            }
+        });
+        let serialized = serde_json::to_value(&member).unwrap();
+        assert_eq!(serialized, json);
+        assert_eq!(
+            serde_json::to_string(&member).unwrap(),
+            serde_json::to_string(&json).unwrap(),
+            "same key order"
+        );
+        assert_eq!(serde_json::from_value::<Member>(json).unwrap(), member);
+        let unregistered = serde_json::json!({
+            "instanceId": "i-2",
+            "availabilityZone": "eu-west-1b",
+            "imageId": null,
+            "launchTime": "2026-01-02T03:04:05Z",
+            "lifecycle": "InService",
+            "node": null
+        });
+        let back: Member = serde_json::from_value(unregistered.clone()).unwrap();
+        assert!(back.podless());
+        assert_eq!(serde_json::to_value(&back).unwrap(), unregistered);
+    }
+}
