@@ -148,12 +148,17 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_entry_covers_its_image_or_its_release() {
-        let q = Quarantined(vec![
+    /// A quarantine of image `ami-bad` and of release `v20240807`.
+    fn bad_image_and_release() -> Quarantined {
+        Quarantined(vec![
             entry(Target::Ami("ami-bad".into())),
             entry(Target::Release(release("v20240807"))),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn an_entry_covers_its_image_or_its_release() {
+        let q = bad_image_and_release();
         // (image id, its release) -> which entry covers it, by target.
         let cases: [(&str, &str, Option<Target>); 4] = [
             ("ami-bad", "v20241109", Some(Target::Ami("ami-bad".into()))),
@@ -176,10 +181,7 @@ mod tests {
 
     #[test]
     fn a_release_is_covered_as_a_release_or_as_its_image_id() {
-        let q = Quarantined(vec![
-            entry(Target::Ami("ami-bad".into())),
-            entry(Target::Release(release("v20240807"))),
-        ]);
+        let q = bad_image_and_release();
         let cases: [(&str, Option<Target>); 4] = [
             ("ami-bad", Some(Target::Ami("ami-bad".into()))),
             ("v20240807", Some(Target::Release(release("v20240807")))),
