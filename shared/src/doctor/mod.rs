@@ -87,8 +87,9 @@ impl fmt::Display for Status {
 }
 
 /// What was checked: a stable identity (JSON `check`), independent of the message text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "camelCase")]
+#[strum(serialize_all = "camelCase")]
 pub enum CheckKind {
     /// The stack exists and has the contract's outputs.
     Stack,
@@ -122,21 +123,7 @@ pub enum CheckKind {
 impl CheckKind {
     /// The JSON name (`group`, `launchTemplate`, ...).
     pub fn name(self) -> &'static str {
-        match self {
-            CheckKind::Stack => "stack",
-            CheckKind::Table => "table",
-            CheckKind::Policy => "policy",
-            CheckKind::Cluster => "cluster",
-            CheckKind::Group => "group",
-            CheckKind::LaunchTemplate => "launchTemplate",
-            CheckKind::LifecycleHook => "lifecycleHook",
-            CheckKind::AccessEntry => "accessEntry",
-            CheckKind::Rbac => "rbac",
-            CheckKind::EventRule => "eventRule",
-            CheckKind::Architecture => "architecture",
-            CheckKind::Spoke => "spoke",
-            CheckKind::Forwarding => "forwarding",
-        }
+        self.into()
     }
 }
 

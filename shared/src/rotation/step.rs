@@ -220,9 +220,11 @@ impl GiveBack {
     }
 }
 
-/// One thing the executor does for one rotation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One thing the executor does for one rotation. Its name ([`Command::name`]) is its serialized
+/// `command` tag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(tag = "command", rename_all = "camelCase")]
+#[strum(serialize_all = "camelCase")]
 pub enum Command {
     /// Record the surge (step `Surging`), then add one to the group's desired capacity as read
     /// just before (first one to its `MaxSize` with `above_max`).
@@ -304,20 +306,7 @@ pub enum Command {
 impl Command {
     /// The command's name, for logs and reports.
     pub fn name(&self) -> &'static str {
-        match self {
-            Command::Surge { .. } => "surge",
-            Command::Raise { .. } => "raise",
-            Command::DropSurge => "dropSurge",
-            Command::ClaimReplacement { .. } => "claimReplacement",
-            Command::Cordon => "cordon",
-            Command::DrainStep => "drainStep",
-            Command::Terminate { .. } => "terminate",
-            Command::UndoSurge { .. } => "undoSurge",
-            Command::Finish { .. } => "finish",
-            Command::Fail { .. } => "fail",
-            Command::Cancel { .. } => "cancel",
-            Command::Wait { .. } => "wait",
-        }
+        self.into()
     }
 
     /// The give-back this command records, if any.

@@ -14,21 +14,8 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// Most instances one `rotate` may list.
 pub const MAX_INSTANCES: usize = 1000;
 
-/// Actions, in the order error messages list them.
-pub const ACTIONS: &[&str] = &[
-    "status",
-    "rotate",
-    "pin",
-    "unpin",
-    "pause",
-    "resume",
-    "cancel",
-    "quarantine",
-    "unquarantine",
-    "promotion",
-    "stop",
-    "start",
-];
+/// Actions, in the order error messages list them: the [`Request`] variants' names.
+pub const ACTIONS: &[&str] = <Request as strum::VariantNames>::VARIANTS;
 
 /// Default `maxConcurrent` of an `ignoreBudgets` rotation.
 pub const DEFAULT_MAX_CONCURRENT: u32 = 1;
@@ -44,8 +31,10 @@ pub enum Target {
     All,
 }
 
-/// A valid request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A valid request. Its variants' names, lowercased, are the actions ([`ACTIONS`],
+/// [`Request::action`]).
+#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr, strum::VariantNames)]
+#[strum(serialize_all = "lowercase")]
 pub enum Request {
     /// What is happening to one pool's nodes (or every pool's) and why.
     Status {
@@ -139,20 +128,7 @@ pub enum Request {
 impl Request {
     /// The action name.
     pub fn action(&self) -> &'static str {
-        match self {
-            Request::Status { .. } => "status",
-            Request::Rotate { .. } => "rotate",
-            Request::Pin { .. } => "pin",
-            Request::Unpin { .. } => "unpin",
-            Request::Pause { .. } => "pause",
-            Request::Resume { .. } => "resume",
-            Request::Cancel { .. } => "cancel",
-            Request::Quarantine { .. } => "quarantine",
-            Request::Unquarantine { .. } => "unquarantine",
-            Request::Promotion { .. } => "promotion",
-            Request::Stop { .. } => "stop",
-            Request::Start { .. } => "start",
-        }
+        self.into()
     }
 
     /// The pool a per-pool mutating request is about (`None` for `status`, `promotion` and the
@@ -619,6 +595,50 @@ mod tests {
 
     const I1: &str = "i-0123456789abcdef0";
     const I2: &str = "i-0fedcba9876543210";
+
+    /// `action()` names the request as the payload's `action` did, for every action, and the
+    /// actions are listed in the order error messages give them.
+    #[test]
+    fn action_names_are_the_payloads() {
+        let payloads = [
+            json!({"action": "status"}),
+            json!({"action": "rotate", "pool": "prod/general", "all": true, "reason": "r"}),
+            json!({"action": "pin", "pool": "prod/general", "ami": "ami-0123456789abcdef0", "reason": "r"}),
+            json!({"action": "unpin", "pool": "prod/general", "reason": "r"}),
+            json!({"action": "pause", "pool": "prod/general", "reason": "r"}),
+            json!({"action": "resume", "pool": "prod/general", "reason": "r"}),
+            json!({"action": "cancel", "pool": "prod/general", "instance": I1, "reason": "r"}),
+            json!({"action": "quarantine", "ami": "ami-0123456789abcdef0", "reason": "r"}),
+            json!({"action": "unquarantine", "ami": "ami-0123456789abcdef0", "reason": "r"}),
+            json!({"action": "promotion", "release": "v20241109"}),
+            json!({"action": "stop", "reason": "r"}),
+            json!({"action": "start", "reason": "r"}),
+        ];
+        let mut names = Vec::new();
+        for payload in &payloads {
+            let request = parse(payload).unwrap_or_else(|p| panic!("{payload}: {p:?}"));
+            assert_eq!(request.action(), payload["action"], "{payload}");
+            names.push(request.action());
+        }
+        assert_eq!(
+            ACTIONS,
+            [
+                "status",
+                "rotate",
+                "pin",
+                "unpin",
+                "pause",
+                "resume",
+                "cancel",
+                "quarantine",
+                "unquarantine",
+                "promotion",
+                "stop",
+                "start"
+            ]
+        );
+        assert_eq!(names, ACTIONS);
+    }
 
     #[test]
     fn valid_requests() {

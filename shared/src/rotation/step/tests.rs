@@ -1569,3 +1569,76 @@ fn commands_are_ordered_ends_first_surges_last() {
         ]
     );
 }
+
+/// A command's name (logs, reports) is its serialized `command` tag, one per variant.
+#[test]
+fn command_names_are_their_serialized_tags() {
+    let cases = [
+        (
+            Command::Surge {
+                baseline: vec![],
+                read: 1,
+                above_max: false,
+            },
+            "surge",
+        ),
+        (Command::Raise { above_max: true }, "raise"),
+        (Command::DropSurge, "dropSurge"),
+        (
+            Command::ClaimReplacement { id: "i-1".into() },
+            "claimReplacement",
+        ),
+        (Command::Cordon, "cordon"),
+        (Command::DrainStep, "drainStep"),
+        (Command::Terminate { decrement: true }, "terminate"),
+        (
+            Command::UndoSurge {
+                undo: terminate("i-1"),
+            },
+            "undoSurge",
+        ),
+        (
+            Command::Finish {
+                why: FinishReason::Terminated,
+                undo: None,
+            },
+            "finish",
+        ),
+        (
+            Command::Fail {
+                why: Failure::ReplacementNotReady {
+                    instance_id: "i-1".into(),
+                    timeout: Duration::from_secs(60),
+                    image: None,
+                    fresh: vec![],
+                },
+                halt: true,
+                quarantine: false,
+                undo: nothing(),
+            },
+            "fail",
+        ),
+        (
+            Command::Cancel {
+                image: NEW.into(),
+                uncordon: false,
+                undo: None,
+            },
+            "cancel",
+        ),
+        (
+            Command::Wait {
+                why: WaitReason::Launch {
+                    since: t0(),
+                    problem: None,
+                },
+            },
+            "wait",
+        ),
+    ];
+    for (command, name) in cases {
+        assert_eq!(command.name(), name, "{command:?}");
+        let tag = serde_json::to_value(&command).expect("serializes")["command"].clone();
+        assert_eq!(tag, name, "{command:?}");
+    }
+}
