@@ -41,10 +41,9 @@ pub struct ManagedGroup {
     pub ami_type: Option<String>,
     /// The custom launch template, if the group was created with one.
     pub launch_template: Option<TemplateRef>,
-    /// `updateConfig.maxUnavailable`.
-    pub max_unavailable: Option<u32>,
-    /// `updateConfig.maxUnavailablePercentage`.
-    pub max_unavailable_percentage: Option<u32>,
+    /// Its `updateConfig` (flat in JSON: `maxUnavailable`, `maxUnavailablePercentage`).
+    #[serde(flatten)]
+    pub update_config: UpdateConfig,
     /// The Auto Scaling group EKS created for it.
     pub auto_scaling_group: Option<String>,
 }
@@ -57,16 +56,6 @@ pub struct UpdateConfig {
     pub max_unavailable: Option<u32>,
     /// `maxUnavailablePercentage`.
     pub max_unavailable_percentage: Option<u32>,
-}
-
-impl ManagedGroup {
-    /// Its `updateConfig`.
-    pub fn update_config(&self) -> UpdateConfig {
-        UpdateConfig {
-            max_unavailable: self.max_unavailable,
-            max_unavailable_percentage: self.max_unavailable_percentage,
-        }
-    }
 }
 
 /// What an `UpdateNodegroupVersion` moves the group to.
@@ -476,6 +465,45 @@ mod tests {
         DateTime::parse_from_rfc3339(s)
             .map(|d| d.with_timezone(&Utc))
             .unwrap_or_default()
+    }
+
+    /// A node group's JSON is flat: its `updateConfig` fields stand beside the others, as
+    /// before they were grouped, and it reads back the same (absent fields are `None`).
+    #[test]
+    fn a_managed_group_serializes_flat_and_reads_back() {
+        let group = ManagedGroup {
+            name: "ng".into(),
+            status: "ACTIVE".into(),
+            release_version: Some("1.31.0-20241109".into()),
+            ami_type: Some("AL2023_x86_64_STANDARD".into()),
+            launch_template: None,
+            update_config: UpdateConfig {
+                max_unavailable: None,
+                max_unavailable_percentage: Some(33),
+            },
+            auto_scaling_group: Some("eks-ng-1".into()),
+        };
+        let v = serde_json::to_value(&group).expect("serializes");
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "name": "ng",
+                "status": "ACTIVE",
+                "releaseVersion": "1.31.0-20241109",
+                "amiType": "AL2023_x86_64_STANDARD",
+                "launchTemplate": null,
+                "maxUnavailable": null,
+                "maxUnavailablePercentage": 33,
+                "autoScalingGroup": "eks-ng-1"
+            })
+        );
+        let back: ManagedGroup = serde_json::from_value(v).expect("reads back");
+        assert_eq!(back, group);
+        let sparse: ManagedGroup =
+            serde_json::from_value(serde_json::json!({"name": "ng", "status": "ACTIVE"}))
+                .expect("absent fields are None");
+        assert_eq!(sparse.update_config.max_unavailable, None);
+        assert_eq!(sparse.update_config.max_unavailable_percentage, None);
     }
 
     #[test]

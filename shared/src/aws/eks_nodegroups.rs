@@ -50,11 +50,13 @@ impl ManagedGroupOps for ManagedNodeGroups {
             release_version: ng.release_version().map(str::to_string),
             ami_type: ng.ami_type().map(|t| t.as_str().to_string()),
             launch_template: ng.launch_template().map(eks::template_ref),
-            max_unavailable: non_negative(ng.update_config().and_then(|c| c.max_unavailable())),
-            max_unavailable_percentage: non_negative(
-                ng.update_config()
-                    .and_then(|c| c.max_unavailable_percentage()),
-            ),
+            update_config: UpdateConfig {
+                max_unavailable: non_negative(ng.update_config().and_then(|c| c.max_unavailable())),
+                max_unavailable_percentage: non_negative(
+                    ng.update_config()
+                        .and_then(|c| c.max_unavailable_percentage()),
+                ),
+            },
             auto_scaling_group: eks::auto_scaling_group_of(&ng),
         })
     }
@@ -65,7 +67,7 @@ impl ManagedGroupOps for ManagedNodeGroups {
         name: &str,
         config: UpdateConfig,
     ) -> Result<(), PortError> {
-        if self.describe(cluster, name).await?.update_config() == config {
+        if self.describe(cluster, name).await?.update_config == config {
             return Ok(());
         }
         let signed = |v: Option<u32>| {

@@ -852,14 +852,13 @@ impl crate::managed::ManagedGroupOps for ManagedGroups {
     ) -> Result<(), PortError> {
         let op = "eks:UpdateNodegroupConfig";
         self.with(op, cluster, name, |g| {
-            if g.group.update_config() == config {
+            if g.group.update_config == config {
                 return Ok(());
             }
             if updating(g) {
                 return Err(in_use(op, name));
             }
-            g.group.max_unavailable = config.max_unavailable;
-            g.group.max_unavailable_percentage = config.max_unavailable_percentage;
+            g.group.update_config = config;
             Ok(())
         })
     }

@@ -465,8 +465,10 @@ async fn managed_node_groups_answer_as_eks_does() {
             release_version: None,
             ami_type: Some("CUSTOM".into()),
             launch_template: Some(template.clone()),
-            max_unavailable: Some(1),
-            max_unavailable_percentage: None,
+            update_config: crate::managed::UpdateConfig {
+                max_unavailable: Some(1),
+                max_unavailable_percentage: None,
+            },
             auto_scaling_group: Some("eks-spot-1".into()),
         },
     );

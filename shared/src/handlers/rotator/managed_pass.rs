@@ -288,7 +288,7 @@ impl RotatorHandler {
                 };
                 u.target = Some(target.clone());
                 if u.original_config.is_none() {
-                    u.original_config = Some(group.update_config());
+                    u.original_config = Some(group.update_config);
                 }
                 let Some(next) = self
                     .cell
