@@ -2,19 +2,23 @@
 //! Handlers take the payload as JSON and `now`, and return a JSON response.
 
 /// Declares a handler's [`PlacePorts`]: a struct of the named fields of [`crate::port::Ports`]
-/// (each field a port the handler uses, with its doc comment), and its
-/// [`PlacePorts::of`], which takes each of them from a place's `Ports` by the same name.
+/// (each of the type and meaning it has there, [`crate::port::port_type`]) and its
+/// [`PlacePorts::of`], which takes each of them from a place's `Ports` by the same name. With
+/// `for Handler`, also the handler's `at(place)`: the handler (a struct with fields `cell` and
+/// `ports` of this type) for pools at `place`.
 macro_rules! place_ports {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident {
-            $($(#[$field_meta:meta])* $field:ident: $ty:ty,)*
-        }
+        pub struct $name:ident { $($field:ident),* $(,)? }
+        $(for $handler:ident)?
     ) => {
         $(#[$meta])*
         #[derive(Clone)]
         pub struct $name {
-            $($(#[$field_meta])* pub $field: $ty,)*
+            $(
+                #[doc = concat!("[`Ports::", stringify!($field), "`](crate::port::Ports::", stringify!($field), ").")]
+                pub $field: $crate::port::port_type::$field,
+            )*
         }
 
         impl $crate::handlers::PlacePorts for $name {
@@ -24,6 +28,24 @@ macro_rules! place_ports {
                 }
             }
         }
+
+        $(
+            impl $handler {
+                /// This handler for pools and events at `place`: its AWS and Kubernetes ports
+                /// those of the place's member ([`crate::members::Members`]); the table, the bus
+                /// and the metrics stay the cell's. `None` (or the cell's own place) is this
+                /// handler. `Err`: the place is not served or its spoke role cannot be assumed.
+                pub async fn at(
+                    &self,
+                    place: Option<&$crate::policy::Place>,
+                ) -> Result<Self, $crate::members::MemberError> {
+                    Ok($handler {
+                        ports: self.cell.at(place, &self.ports).await?,
+                        ..self.clone()
+                    })
+                }
+            }
+        )?
     };
 }
 

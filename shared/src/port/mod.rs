@@ -36,7 +36,7 @@ pub mod ports;
 pub mod uses;
 
 #[cfg(feature = "aws")]
-pub use ports::Ports;
+pub use ports::{Ports, port_type};
 
 /// What kind of failure a port call had; decisions depend on the kind, never on SDK types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -14,43 +14,71 @@ use crate::managed::ManagedGroupOps;
 use crate::policy::source::PolicySource;
 use crate::state::Store;
 
-/// Every capability a handler may use. Cloning is cheap (shared adapters).
-#[derive(Clone)]
-pub struct Ports {
-    /// Pool policies.
-    pub policies: Arc<dyn PolicySource>,
-    /// SSM parameters (aliases, `ssmParameter` terms, EKS release versions).
-    pub parameters: Arc<dyn ParameterStore>,
-    /// AMIs.
-    pub images: Arc<dyn ImageCatalog>,
-    /// Cluster versions.
-    pub clusters: Arc<dyn ClusterCatalog>,
-    /// What node groups launch.
-    pub node_groups: Arc<dyn NodeGroupCatalog>,
-    /// Auto Scaling groups.
-    pub groups: Arc<dyn GroupOps>,
-    /// Managed node groups.
-    pub managed: Arc<dyn ManagedGroupOps>,
-    /// The state table.
-    pub store: Arc<dyn Store>,
-    /// EC2 instances.
-    pub instances: Arc<dyn InstanceLookup>,
-    /// Lifecycle actions.
-    pub lifecycle: Arc<dyn LifecycleOps>,
-    /// The accounts and regions whose events are acted on (the deployment's own).
-    pub deployment: Arc<dyn crate::event::served::Deployment>,
-    /// CloudWatch alarm states (promotion alarms).
-    pub alarms: Arc<dyn crate::promotion::AlarmStates>,
-    /// The account's default event bus (events out).
-    pub events: Arc<dyn crate::bus::EventSink>,
-    /// Where handlers put their metrics ([`crate::metrics::NoMetrics`] unless a Lambda's
-    /// `main.rs` chooses [`crate::metrics::EmfStdout`]).
-    pub metrics: Arc<dyn crate::metrics::MetricSink>,
-    /// The ports of pools in other accounts and regions ([`crate::members`]).
-    pub members: Arc<dyn crate::members::Members>,
-    /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
-    #[cfg(feature = "kube")]
-    pub kube: Arc<dyn KubeConnector>,
+/// Declares [`Ports`] and, beside it, [`port_type`]: each field's type under the field's name,
+/// so a handler's place ports (`place_ports!` in `crate::handlers`) name a port once, by name,
+/// and its type and documentation stay here.
+macro_rules! ports {
+    (
+        $(#[$meta:meta])*
+        pub struct Ports {
+            $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone)]
+        pub struct Ports {
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        /// The type of each [`Ports`] field, named as the field (what `place_ports!` declares a
+        /// handler's place ports with).
+        #[allow(non_camel_case_types)]
+        pub mod port_type {
+            #[allow(unused_imports)]
+            use super::*;
+            $($(#[$field_meta])* pub type $field = $ty;)*
+        }
+    };
+}
+
+ports! {
+    /// Every capability a handler may use. Cloning is cheap (shared adapters).
+    pub struct Ports {
+        /// Pool policies.
+        pub policies: Arc<dyn PolicySource>,
+        /// SSM parameters (aliases, `ssmParameter` terms, EKS release versions).
+        pub parameters: Arc<dyn ParameterStore>,
+        /// AMIs.
+        pub images: Arc<dyn ImageCatalog>,
+        /// Cluster versions.
+        pub clusters: Arc<dyn ClusterCatalog>,
+        /// What node groups launch.
+        pub node_groups: Arc<dyn NodeGroupCatalog>,
+        /// Auto Scaling groups.
+        pub groups: Arc<dyn GroupOps>,
+        /// Managed node groups.
+        pub managed: Arc<dyn ManagedGroupOps>,
+        /// The state table.
+        pub store: Arc<dyn Store>,
+        /// EC2 instances.
+        pub instances: Arc<dyn InstanceLookup>,
+        /// Lifecycle actions.
+        pub lifecycle: Arc<dyn LifecycleOps>,
+        /// The accounts and regions whose events are acted on (the deployment's own).
+        pub deployment: Arc<dyn crate::event::served::Deployment>,
+        /// CloudWatch alarm states (promotion alarms).
+        pub alarms: Arc<dyn crate::promotion::AlarmStates>,
+        /// The account's default event bus (events out).
+        pub events: Arc<dyn crate::bus::EventSink>,
+        /// Where handlers put their metrics ([`crate::metrics::NoMetrics`] unless a Lambda's
+        /// `main.rs` chooses [`crate::metrics::EmfStdout`]).
+        pub metrics: Arc<dyn crate::metrics::MetricSink>,
+        /// The ports of pools in other accounts and regions ([`crate::members`]).
+        pub members: Arc<dyn crate::members::Members>,
+        /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
+        #[cfg(feature = "kube")]
+        pub kube: Arc<dyn KubeConnector>,
+    }
 }
 
 impl Ports {

@@ -17,9 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::HandlerError;
-use crate::ami::resolve::{
-    ClusterCatalog, GroupImage, ImageCatalog, NodeGroupCatalog, ParameterStore, Resolver,
-};
+use crate::ami::resolve::{GroupImage, Resolver};
 use crate::event::{WatcherTrigger, watcher_trigger};
 use crate::policy::source::PolicyDocument;
 use crate::policy::{self, Policy};
@@ -41,18 +39,13 @@ pub struct AmiWatcher {
 place_ports! {
     /// The ami-watcher's ports of the place it resolves pools at (the cell's, or a pool's
     /// member's).
-    pub struct WatcherPorts {
-        /// SSM reads for aliases and `ssmParameter` terms.
-        parameters: Arc<dyn ParameterStore>,
-        /// DescribeImages.
-        images: Arc<dyn ImageCatalog>,
-        /// Cluster versions.
-        clusters: Arc<dyn ClusterCatalog>,
-        /// Node group images (for pools without `architecture`).
-        node_groups: Arc<dyn NodeGroupCatalog>,
-        /// CloudWatch alarm states (`promotion.alarms`).
-        alarms: Arc<dyn crate::promotion::AlarmStates>,
-    }
+    ///
+    /// * `parameters`: SSM reads for aliases and `ssmParameter` terms.
+    /// * `images`: DescribeImages.
+    /// * `clusters`: Cluster versions.
+    /// * `node_groups`: Node group images (for pools without `architecture`).
+    /// * `alarms`: CloudWatch alarm states (`promotion.alarms`).
+    pub struct WatcherPorts { parameters, images, clusters, node_groups, alarms }
 }
 
 impl WatcherPorts {

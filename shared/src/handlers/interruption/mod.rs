@@ -39,8 +39,7 @@ use crate::clock::Clock;
 use crate::event::instance_events::{ClassifiedEvent, Interruption, interruption_event};
 use crate::event::verify;
 use crate::interruption::{
-    Claim, ClaimStatus, InstanceInfo, InstanceLookup, LifecycleOps, NotOurs, action_for, claim_of,
-    pool_of, pool_of_group,
+    Claim, ClaimStatus, InstanceInfo, NotOurs, action_for, claim_of, pool_of, pool_of_group,
 };
 use crate::kube::{KubeConnector, NodeOps};
 use crate::policy::{self, PoolRef};
@@ -128,14 +127,12 @@ pub struct InterruptionHandler {
 place_ports! {
     /// The interruption handler's ports of the place whose events it serves (the cell's, or a
     /// member's).
-    pub struct InterruptionPorts {
-        /// EC2 instances.
-        instances: Arc<dyn InstanceLookup>,
-        /// Auto Scaling lifecycle actions.
-        lifecycle: Arc<dyn LifecycleOps>,
-        /// Kubernetes access per cluster.
-        kube: Arc<dyn KubeConnector>,
-    }
+    ///
+    /// * `instances`: EC2 instances.
+    /// * `lifecycle`: Auto Scaling lifecycle actions.
+    /// * `kube`: Kubernetes access per cluster.
+    pub struct InterruptionPorts { instances, lifecycle, kube }
+    for InterruptionHandler
 }
 
 /// What was done about one instance.
@@ -295,19 +292,6 @@ impl InterruptionHandler {
             Err(e) => return Ok(refused(&c, e.to_string())),
         };
         this.handle_verified(&c, place, &clock, deadline).await
-    }
-
-    /// This handler for pools and events at `place`: its EC2, Auto Scaling and Kubernetes
-    /// ports those of the place's member ([`crate::members::Members`]); the table, the bus and
-    /// the metrics stay the cell's. `None` (or the cell's own place) is this handler.
-    pub async fn at(
-        &self,
-        place: Option<&crate::policy::Place>,
-    ) -> Result<Self, crate::members::MemberError> {
-        Ok(InterruptionHandler {
-            ports: self.cell.at(place, &self.ports).await?,
-            ..self.clone()
-        })
     }
 
     /// Schedule tick: the lifecycle actions handed to the rotator (read from the cell's

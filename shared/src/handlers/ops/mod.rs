@@ -15,16 +15,12 @@ mod status;
 mod stop;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
 use super::HandlerError;
-use super::rotator::{KubeConnector, Planner, Settings};
-use crate::ami::resolve::ImageCatalog;
-use crate::fleet::GroupOps;
-use crate::managed::ManagedGroupOps;
+use super::rotator::{Planner, Settings};
 use crate::policy::{self, Policy};
 use crate::rotation::Rotation;
 use crate::state::{AuditRecord, AuditScope, OperatorAction, PoolRecord, Repository, Versioned};
@@ -104,18 +100,14 @@ pub struct OpsHandler {
 place_ports! {
     /// The ops handler's ports of the place a request's pool is at (the cell's, or the pool's
     /// member's).
-    pub struct OpsPorts {
-        /// Auto Scaling groups (read by `status`'s plan).
-        groups: Arc<dyn GroupOps>,
-        /// EKS managed node groups (the group behind one; `status`'s plan).
-        managed: Arc<dyn ManagedGroupOps>,
-        /// Kubernetes access per cluster (`cancel` uncordons; `status` lists nodes).
-        kube: Arc<dyn KubeConnector>,
-        /// DescribeImages (`pin`).
-        images: Arc<dyn ImageCatalog>,
-        /// CloudWatch alarm states (`status` shows what the promotion alarms hold back).
-        alarms: Arc<dyn crate::promotion::AlarmStates>,
-    }
+    ///
+    /// * `groups`: Auto Scaling groups (read by `status`'s plan).
+    /// * `managed`: EKS managed node groups (the group behind one; `status`'s plan).
+    /// * `kube`: Kubernetes access per cluster (`cancel` uncordons; `status` lists nodes).
+    /// * `images`: DescribeImages (`pin`).
+    /// * `alarms`: CloudWatch alarm states (`status` shows what the promotion alarms hold back).
+    pub struct OpsPorts { groups, managed, kube, images, alarms }
+    for OpsHandler
 }
 
 /// `InvalidRequest` listing the problems, at most [`MAX_PROBLEMS`] of them.
@@ -341,18 +333,6 @@ impl OpsHandler {
             | Request::Stop { .. }
             | Request::Start { .. } => Err(internal("handled above")),
         }
-    }
-
-    /// This handler for a pool at `place`: its groups', managed node groups', Kubernetes,
-    /// images' and alarms' ports those of the place's member; the cell's own place (or `None`) is this handler.
-    pub async fn at(
-        &self,
-        place: Option<&crate::policy::Place>,
-    ) -> Result<OpsHandler, crate::members::MemberError> {
-        Ok(OpsHandler {
-            ports: self.cell.at(place, &self.ports).await?,
-            ..self.clone()
-        })
     }
 
     /// Every valid policy by pool id, and every invalid document (the pool its path owns, if

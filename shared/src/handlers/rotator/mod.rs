@@ -14,7 +14,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::HandlerError;
-use crate::ami::resolve::ParameterStore;
 use crate::clock::Clock;
 use crate::event::{Input, Selection, parse_input};
 use crate::fleet::GroupOps;
@@ -117,19 +116,16 @@ pub struct RotatorHandler {
 
 place_ports! {
     /// The rotator's ports of the place it works at (the cell's, or a pool's member's).
-    pub struct RotatorPorts {
-        /// Auto Scaling groups (self-managed pools, and the groups behind managed node groups).
-        groups: Arc<dyn GroupOps>,
-        /// EKS managed node groups.
-        managed: Arc<dyn ManagedGroupOps>,
-        /// SSM parameters (release versions of EKS-published AMIs).
-        parameters: Arc<dyn ParameterStore>,
-        /// What node groups launch on (instance types, for the architecture check before an image
-        /// is written into a launch template or a node group update).
-        node_groups: Arc<dyn crate::ami::resolve::NodeGroupCatalog>,
-        /// Kubernetes access per cluster.
-        kube: Arc<dyn KubeConnector>,
-    }
+    ///
+    /// * `groups`: Auto Scaling groups (self-managed pools, and the groups behind managed node
+    ///   groups).
+    /// * `managed`: EKS managed node groups.
+    /// * `parameters`: SSM parameters (release versions of EKS-published AMIs).
+    /// * `node_groups`: What node groups launch on (instance types, for the architecture check
+    ///   before an image is written into a launch template or a node group update).
+    /// * `kube`: Kubernetes access per cluster.
+    pub struct RotatorPorts { groups, managed, parameters, node_groups, kube }
+    for RotatorHandler
 }
 
 /// What happened to one pool in a pass.
@@ -886,19 +882,6 @@ impl RotatorHandler {
                 "{image} is not written into the node group: {}; the pool is invalid until fixed",
                 errors.join("; ")
             )
-        })
-    }
-
-    /// This rotator for pools at `place`: its AWS and Kubernetes ports those of the place's
-    /// member ([`crate::members::Members`]); table, bus and metrics stay the cell's. `None` (or
-    /// the cell's own place) is this rotator.
-    pub async fn at(
-        &self,
-        place: Option<&crate::policy::Place>,
-    ) -> Result<Self, crate::members::MemberError> {
-        Ok(RotatorHandler {
-            ports: self.cell.at(place, &self.ports).await?,
-            ..self.clone()
         })
     }
 
