@@ -802,6 +802,15 @@ mod tests {
         let p = plan_managed(&s, &group(None, "ACTIVE"), now());
         assert_eq!(p.update, UpdateAction::None);
         assert_eq!(starts(&p), 1, "{:?}", p.plan.decisions);
+        // Its start decision stays (only the dropped drifted starts' decisions go).
+        assert!(
+            p.plan
+                .decisions
+                .iter()
+                .any(|d| d.kind == DecisionKind::Start && d.instance_id.as_deref() == Some("i-n0")),
+            "{:?}",
+            p.plan.decisions
+        );
     }
 
     #[test]
@@ -900,6 +909,8 @@ mod tests {
         let freeze = "    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 9 * * *\"\n      duration: 9h\n";
         // Open only 01:00 -> 02:00 (a "0" budget 23h a day from 02:00).
         let hour = "    - nodes: \"1\"\n    - nodes: \"0\"\n      schedule: \"0 2 * * *\"\n      duration: 23h\n";
+        // The same, but on Saturdays closed from 01:30: open 01:00 -> 01:30.
+        let short_saturday = "    - nodes: \"1\"\n    - nodes: \"0\"\n      schedule: \"0 2 * * *\"\n      duration: 23h\n    - nodes: \"0\"\n      schedule: \"30 1 * * sat\"\n      duration: 30m\n";
         let cases: Vec<(&str, &str, usize, &str, Option<&str>)> = vec![
             // 6 drifted / 2 = 3 waves x 10m = 30m, 30m left: starts.
             ("fits exactly", freeze, 6, "2026-12-05T08:30:00Z", None),
@@ -934,6 +945,24 @@ mod tests {
                 10,
                 "2026-12-05T01:05:00Z",
                 None,
+            ),
+            // Ten minutes in: tomorrow's hour is longer than what is left by exactly one wave,
+            // not more: start.
+            (
+                "no window fits: a wave lost is not worth a day",
+                hour,
+                10,
+                "2026-12-05T01:10:00Z",
+                None,
+            ),
+            // Friday 01:30, 30m left; Saturday's window is cut to 30m, Sunday's is the whole
+            // hour: the longest later window is the one waited for.
+            (
+                "no window fits: waits for the longest later one",
+                short_saturday,
+                10,
+                "2026-12-04T01:30:00Z",
+                Some("waiting for the window opening at 2026-12-06T01:00:00Z (1h)"),
             ),
         ];
         for (name, b, old, at_, wait) in cases {
@@ -1051,6 +1080,117 @@ mod tests {
                 "{gate}: {:?}",
                 p.plan.decisions
             );
+        }
+    }
+
+    /// EKS owns a managed group's launch template: the plan never says it moves it, even when
+    /// the node-level plan would have.
+    #[test]
+    fn the_plan_never_moves_a_managed_groups_launch_template() {
+        let mut s = snapshot(budgets("    - nodes: \"2\"\n"), fleet(3, 0), vec![]);
+        s.group.launch_template_image = Some(OLD.into());
+        let p = plan_managed(&s, &group(None, "ACTIVE"), now());
+        assert_eq!(p.update, start(2));
+        assert!(
+            !p.plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::UpdateLaunchTemplate { .. })),
+            "{:?}",
+            p.plan.actions
+        );
+        assert!(
+            !p.plan
+                .decisions
+                .iter()
+                .any(|d| d.kind == DecisionKind::LaunchTemplate),
+            "{:?}",
+            p.plan.decisions
+        );
+        assert!(
+            p.plan
+                .decisions
+                .iter()
+                .any(|d| d.kind == DecisionKind::NodeGroupUpdate),
+            "{:?}",
+            p.plan.decisions
+        );
+    }
+
+    /// A running update whose Drifted budget has closed says it runs on (EKS cannot pause it),
+    /// only while nodes are still drifted and only when the budget is 0.
+    #[test]
+    fn a_running_update_says_when_its_budget_closed_under_it() {
+        let open = "    - nodes: \"2\"\n";
+        // 0 from 12:00 for 1h: closed at now().
+        let closed = "    - nodes: \"2\"\n    - nodes: \"0\"\n      schedule: \"0 12 * * *\"\n      duration: 1h\n";
+        let cases = [
+            ("budget closed, nodes drifted", closed, 3, 0, true),
+            ("budget closed, one node drifted", closed, 1, 2, true),
+            ("budget open, nodes drifted", open, 3, 0, false),
+            ("budget closed, nothing drifted", closed, 0, 3, false),
+        ];
+        let said = "Drifted budget is now 0, but EKS cannot pause update u-1";
+        for (name, b, old, new, want) in cases {
+            let s = snapshot(budgets(b), fleet(old, new), vec![]);
+            let u = update(Phase::InProgress);
+            let p = plan_managed(&s, &group(Some(&u), "UPDATING"), now());
+            assert_eq!(p.update, UpdateAction::Continue, "{name}");
+            let says = p
+                .plan
+                .decisions
+                .iter()
+                .any(|d| d.kind == DecisionKind::NodeGroupUpdate && d.message.contains(said));
+            assert_eq!(says, want, "{name}: {:?}", p.plan.decisions);
+        }
+    }
+
+    /// The update waits for this pool's rotations past `Pending` only: not for its own queued
+    /// (`Pending`) or finished ones, nor for another pool's.
+    #[test]
+    fn the_update_waits_only_for_this_pools_rotations_past_pending() {
+        let mut other = rotation("i-x0", RotationReason::Expired, Step::Draining);
+        other.pool = "prod/other".into();
+        let cases = [
+            (
+                "own draining rotation",
+                rotation("i-o0", RotationReason::Expired, Step::Draining),
+                true,
+            ),
+            (
+                "own surging rotation",
+                rotation("i-o0", RotationReason::Expired, Step::Surging),
+                true,
+            ),
+            (
+                "own pending rotation",
+                rotation("i-o0", RotationReason::Expired, Step::Pending),
+                false,
+            ),
+            (
+                "own finished rotation",
+                rotation("i-o0", RotationReason::Expired, Step::Done),
+                false,
+            ),
+            ("another pool's draining rotation", other, false),
+        ];
+        for (name, r, waits) in cases {
+            let s = snapshot(budgets("    - nodes: \"3\"\n"), fleet(3, 0), vec![r]);
+            let p = plan_managed(&s, &group(None, "ACTIVE"), now());
+            if waits {
+                assert_eq!(p.update, UpdateAction::None, "{name}");
+                let blocked = p.plan.blocked.unwrap_or_default();
+                assert!(
+                    blocked.contains("waits for 1 node-level rotation(s) in flight"),
+                    "{name}: {blocked}"
+                );
+            } else {
+                assert!(
+                    matches!(p.update, UpdateAction::Start { .. }),
+                    "{name}: {:?}",
+                    p.plan.decisions
+                );
+            }
         }
     }
 }
