@@ -899,12 +899,8 @@ fn validate_disruption(value: &Value, problems: &mut Problems) -> (Vec<Budget>, 
 fn validate_expire_after(value: &Value, problems: &mut Problems) -> Option<Option<Duration>> {
     const PATH: &str = "expireAfter";
     const EXPECTED: &str = "a number and unit such as \"720h\", \"1h30m\" or \"90s\", or \"Never\"";
-    let text = fields::string(
-        value,
-        PATH,
-        "a string (a duration such as \"720h\", or \"Never\")",
-        problems,
-    )?;
+    const TYPE: &str = "a string (a duration such as \"720h\", or \"Never\")";
+    let text = fields::string(value, PATH, TYPE, problems)?;
     if text == "Never" {
         return Some(None);
     }
@@ -937,12 +933,8 @@ fn validate_expire_after(value: &Value, problems: &mut Problems) -> Option<Optio
 
 fn validate_grace_period(value: &Value, problems: &mut Problems) -> Option<Duration> {
     const PATH: &str = "terminationGracePeriod";
-    let text = fields::string(
-        value,
-        PATH,
-        "a string (a duration such as \"2h\")",
-        problems,
-    )?;
+    const TYPE: &str = "a string (a duration such as \"2h\")";
+    let text = fields::string(value, PATH, TYPE, problems)?;
     match duration::parse(text) {
         Ok(d) => Some(d),
         Err(_) if text.eq_ignore_ascii_case("never") => {

@@ -166,12 +166,8 @@ fn non_empty(value: &Value, path: &str, expected: &str, problems: &mut Problems)
 }
 
 fn alias(value: &Value, path: &str, problems: &mut Problems) -> Option<Alias> {
-    let text = string(
-        value,
-        path,
-        "a string such as \"al2023@latest\" or \"al2023@v20240807\"",
-        problems,
-    )?;
+    let expected = "a string such as \"al2023@latest\" or \"al2023@v20240807\"";
+    let text = string(value, path, expected, problems)?;
     let len = text.chars().count();
     let too_long = len > Alias::MAX_LEN;
     if too_long {
@@ -193,12 +189,8 @@ fn alias(value: &Value, path: &str, problems: &mut Problems) -> Option<Alias> {
 }
 
 fn ami_id(value: &Value, path: &str, problems: &mut Problems) -> Option<String> {
-    let text = string(
-        value,
-        path,
-        "a string (an AMI id such as \"ami-0123456789abcdef0\")",
-        problems,
-    )?;
+    let expected = "a string (an AMI id such as \"ami-0123456789abcdef0\")";
+    let text = string(value, path, expected, problems)?;
     let valid = text.strip_prefix("ami-").is_some_and(|rest| {
         !rest.is_empty()
             && rest
@@ -311,12 +303,8 @@ fn tags(value: &Value, path: &str, problems: &mut Problems) -> BTreeMap<String, 
 }
 
 fn ssm_parameter(value: &Value, path: &str, problems: &mut Problems) -> Option<String> {
-    let text = non_empty(
-        value,
-        path,
-        "a string (an SSM parameter name such as \"/my/ami/id\", or its ARN)",
-        problems,
-    )?;
+    let expected = "a string (an SSM parameter name such as \"/my/ami/id\", or its ARN)";
+    let text = non_empty(value, path, expected, problems)?;
     let name = match text.strip_prefix("arn:") {
         Some(rest) => {
             // arn:<partition>:ssm:<region>:<account>:parameter/<name>

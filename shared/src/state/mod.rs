@@ -1360,15 +1360,8 @@ impl Repository {
         expected: Option<u64>,
         ttl: DateTime<Utc>,
     ) -> Result<u64, PortError> {
-        self.store
-            .put(
-                &keys::pool_pk(pool),
-                &keys::rotate_request_sk(hash),
-                doc,
-                expected,
-                Some(ttl),
-            )
-            .await
+        let (pk, sk) = (keys::pool_pk(pool), keys::rotate_request_sk(hash));
+        self.store.put(&pk, &sk, doc, expected, Some(ttl)).await
     }
 
     // --- interruption handler: claims, lifecycle hand-over, event log ---
@@ -1416,16 +1409,8 @@ impl Repository {
         expected: Option<u64>,
         ttl: DateTime<Utc>,
     ) -> Result<Option<u64>, PortError> {
-        won(self
-            .store
-            .put(
-                &keys::pool_pk(pool),
-                &keys::lifecycle_sk(instance),
-                doc,
-                expected,
-                Some(ttl),
-            )
-            .await)
+        let (pk, sk) = (keys::pool_pk(pool), keys::lifecycle_sk(instance));
+        won(self.store.put(&pk, &sk, doc, expected, Some(ttl)).await)
     }
 
     /// Appends an entry to `pool`'s interruption event log about `instance` at `time`: a new

@@ -203,18 +203,22 @@ impl Quarantines<'_> {
         target: &Target,
         reason: &str,
     ) -> Result<Value, HandlerError> {
-        let (policies, inv, now) = (self.policies, self.inv, self.now);
-        let store = self.state;
+        let inv = self.inv;
         let all = self.current().await?;
-        let by = super::operator(inv, reason, now);
+        let by = super::operator(inv, reason, self.now);
         let mut lifted = Vec::new();
         for t in equivalents(target) {
             let entry = all.0.iter().find(|q| q.target == t).cloned();
-            if store.lift_quarantine(&t, &by).await.map_err(internal)? {
+            if self
+                .state
+                .lift_quarantine(&t, &by)
+                .await
+                .map_err(internal)?
+            {
                 lifted.extend(entry);
             }
         }
-        let records = super::records(self.state, policies).await?;
+        let records = super::records(self.state, self.policies).await?;
         let back = rolled_back_from(&records, target);
         let changed = !lifted.is_empty();
         let next = if changed {
