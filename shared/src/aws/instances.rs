@@ -2,6 +2,8 @@
 //! and Auto Scaling lifecycle actions ([`LifecycleOps`]).
 
 use async_trait::async_trait;
+use aws_sdk_autoscaling::operation::complete_lifecycle_action::builders::CompleteLifecycleActionFluentBuilder as CompleteRequest;
+use aws_sdk_autoscaling::operation::record_lifecycle_action_heartbeat::builders::RecordLifecycleActionHeartbeatFluentBuilder as HeartbeatRequest;
 
 use super::port_error;
 use crate::interruption::{InstanceInfo, InstanceLookup, LifecycleAction, LifecycleOps};
@@ -86,16 +88,34 @@ fn answered<T>(sent: Result<T, PortError>) -> Result<bool, PortError> {
     }
 }
 
+/// A request about one lifecycle action: sets the group, hook, instance and token that name it.
+/// The SDK's two requests that answer an action share these setters but no trait.
+trait ForAction {
+    fn for_action(self, a: &LifecycleAction) -> Self;
+}
+
+macro_rules! impl_for_action {
+    ($($builder:ty),+) => {$(
+        impl ForAction for $builder {
+            fn for_action(self, a: &LifecycleAction) -> Self {
+                self.auto_scaling_group_name(&a.group)
+                    .lifecycle_hook_name(&a.hook)
+                    .instance_id(&a.instance_id)
+                    .set_lifecycle_action_token(a.token.clone())
+            }
+        }
+    )+};
+}
+
+impl_for_action!(HeartbeatRequest, CompleteRequest);
+
 #[async_trait]
 impl LifecycleOps for LifecycleActions {
     async fn heartbeat(&self, a: &LifecycleAction) -> Result<bool, PortError> {
         let sent = self
             .client
             .record_lifecycle_action_heartbeat()
-            .auto_scaling_group_name(&a.group)
-            .lifecycle_hook_name(&a.hook)
-            .instance_id(&a.instance_id)
-            .set_lifecycle_action_token(a.token.clone())
+            .for_action(a)
             .send()
             .await;
         answered(sent.map_err(|e| port_error("autoscaling:RecordLifecycleActionHeartbeat", e)))
@@ -106,10 +126,7 @@ impl LifecycleOps for LifecycleActions {
             .client
             .complete_lifecycle_action()
             .lifecycle_action_result("CONTINUE")
-            .auto_scaling_group_name(&a.group)
-            .lifecycle_hook_name(&a.hook)
-            .instance_id(&a.instance_id)
-            .set_lifecycle_action_token(a.token.clone())
+            .for_action(a)
             .send()
             .await;
         answered(sent.map_err(|e| port_error("autoscaling:CompleteLifecycleAction", e)))
