@@ -1077,6 +1077,23 @@ mod validation {
                 format!("{p}: \"3 nodes\" is not a number or percentage; {NODES}"),
             ),
             ("\"\"", format!("{p}: empty value; {NODES}")),
+            // A negative fraction is negative, not only not whole; zero written as a float is not
+            // negative.
+            ("-1.5", format!("{p}: -1.5 is negative; {NODES}")),
+            ("0.0", format!("{p}: 0.0 is not a whole number; {NODES}")),
+            // Text that only looks like a signed or fractional number is no number at all.
+            (
+                "\"-abc\"",
+                format!("{p}: \"-abc\" is not a number or percentage; {NODES}"),
+            ),
+            (
+                "\"a.b\"",
+                format!("{p}: \"a.b\" is not a number or percentage; {NODES}"),
+            ),
+            (
+                "\".\"",
+                format!("{p}: \".\" is not a number or percentage; {NODES}"),
+            ),
             (
                 "\"99999999999\"",
                 format!("{p}: \"99999999999\" is too large; {NODES}"),
@@ -1097,6 +1114,23 @@ mod validation {
                 "{yaml}"
             );
         }
+    }
+
+    #[test]
+    fn duration_is_at_most_a_hundred_years() {
+        let budget =
+            |d: &str| format!("- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: {d}");
+        // 100 years of 366 days, in hours: the bound itself is allowed.
+        assert_eq!(problems_of(&budget("878400h")), Vec::<String>::new());
+        assert_eq!(problems_of(&budget("8760h")), Vec::<String>::new());
+        assert_eq!(
+            problems_of(&budget("878401h")),
+            vec![
+                "disruption.budgets[0].duration: duration \"878401h\" is too long; expected at \
+                 most 100 years"
+                    .to_string()
+            ]
+        );
     }
 
     #[test]
@@ -1306,6 +1340,11 @@ mod validation {
                 "{PATH}: warning: empty list: no budget limits disruption, so every node may be \
                  disrupted at once; omit budgets for the default nodes: 10%"
             )]
+        );
+        // Karpenter's limit itself is allowed.
+        assert_eq!(
+            problems_of(&"- nodes: \"1\"\n".repeat(50)),
+            Vec::<String>::new()
         );
         let many = "- nodes: \"1\"\n".repeat(51);
         assert_eq!(
