@@ -333,6 +333,40 @@ mod cron_syntax {
             ]
         );
         assert_eq!(warnings("0 9 * * fri-mon,7").len(), 2);
+        // A range that starts or ends at 7 uses it too (and 7-2 is 0-2, no wrap); a 7 in any
+        // other field is only a number.
+        let seven = vec![
+            "day-of-week 7 is read as Sunday; this budget is not portable to Karpenter, whose \
+             cron parser accepts 0-6 only (write 0 or sun)"
+                .to_string(),
+        ];
+        assert_eq!(warnings("0 9 * * 5-7"), seven);
+        assert_eq!(warnings("0 9 * * 7-2"), seven);
+        assert!(warnings("7 9 * * *").is_empty());
+        assert!(warnings("7-9 9 * * *").is_empty());
+    }
+
+    #[test]
+    fn ranges_starting_at_seven_outside_day_of_week_are_minutes_and_hours() {
+        use Weekday::*;
+        assert_eq!(
+            hits("7-9 9 * * *", "2024-01-01 00:00", 4),
+            vec![
+                naive("2024-01-01 09:07"),
+                naive("2024-01-01 09:08"),
+                naive("2024-01-01 09:09"),
+                naive("2024-01-02 09:07"),
+            ]
+        );
+        assert_eq!(weekdays("0 9 * * 7-2", 4), vec![Mon, Tue, Sun, Mon]);
+        assert_eq!(weekdays("0 9 * * 5-7", 4), vec![Fri, Sat, Sun, Fri]);
+    }
+
+    #[test]
+    fn schedules_are_equal_when_written_the_same() {
+        let schedule = |expr: &str| Schedule::parse(expr).unwrap().schedule;
+        assert_eq!(schedule("0 9 * * 1-5"), schedule("0 9 * * 1-5"));
+        assert_ne!(schedule("0 9 * * 1-5"), schedule("0 10 * * 1-5"));
     }
 
     #[test]
