@@ -458,11 +458,6 @@ impl Schedule {
         })
     }
 
-    /// The expression as written.
-    pub fn source(&self) -> &str {
-        &self.source
-    }
-
     /// Largest wall-clock distance (seconds) between consecutive hits within one day; `None`
     /// when a matching day has a single hit.
     pub(crate) fn max_gap_in_day(&self) -> Option<i64> {

@@ -711,6 +711,22 @@ mod windows {
     }
 
     #[test]
+    fn a_window_ends_before_a_later_hit_of_its_day_it_does_not_reach() {
+        // Two hits a day, eight hours apart: the 09:00 window closes at 10:00, not at 18:00.
+        let b = window("0 9,17 * * *", "1h", "UTC");
+        assert_eq!(
+            next_change(&b, at("2024-01-01T09:30:00Z")),
+            Some(at("2024-01-01T10:00:00Z"))
+        );
+        // Hits every 10 minutes from 09:00 to 09:50, each open 15 minutes: one window to 10:05.
+        let b = window("*/10 9 * * *", "15m", "UTC");
+        assert_eq!(
+            next_change(&b, at("2024-01-01T09:05:00Z")),
+            Some(at("2024-01-01T10:05:00Z"))
+        );
+    }
+
+    #[test]
     fn windows_cross_midnight_month_and_year_ends() {
         let b = window("30 22 * * *", "4h", "UTC");
         check(
