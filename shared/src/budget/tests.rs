@@ -718,6 +718,11 @@ mod windows {
             next_change(&b, at("2024-01-01T09:30:00Z")),
             Some(at("2024-01-01T10:00:00Z"))
         );
+        // The horizon is inclusive: a change exactly at it is reported.
+        let w = b.window.as_ref().unwrap();
+        let (now, end) = (at("2024-01-01T09:30:00Z"), at("2024-01-01T10:00:00Z"));
+        assert_eq!(w.next_change(now, end), Some(end));
+        assert_eq!(w.next_change(now, end - TimeDelta::seconds(1)), None);
         // Hits every 10 minutes from 09:00 to 09:50, each open 15 minutes: one window to 10:05.
         let b = window("*/10 9 * * *", "15m", "UTC");
         assert_eq!(
