@@ -718,6 +718,18 @@ mod windows {
             next_change(&b, at("2024-01-01T09:30:00Z")),
             Some(at("2024-01-01T10:00:00Z"))
         );
+        // Overlapping windows that merge, then a hit hours later the same day: the merged window
+        // ends at 11:30 (and at 09:25), not at the later hit's end.
+        let merged = window("0 9,10,17 * * *", "90m", "UTC");
+        assert_eq!(
+            next_change(&merged, at("2024-01-01T09:10:00Z")),
+            Some(at("2024-01-01T11:30:00Z"))
+        );
+        let merged = window("0,10,50 9 * * *", "15m", "UTC");
+        assert_eq!(
+            next_change(&merged, at("2024-01-01T09:05:00Z")),
+            Some(at("2024-01-01T09:25:00Z"))
+        );
         // The horizon is inclusive: a change exactly at it is reported.
         let w = b.window.as_ref().unwrap();
         let (now, end) = (at("2024-01-01T09:30:00Z"), at("2024-01-01T10:00:00Z"));
