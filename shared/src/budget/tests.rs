@@ -712,35 +712,30 @@ mod windows {
 
     #[test]
     fn a_window_ends_before_a_later_hit_of_its_day_it_does_not_reach() {
-        // Two hits a day, eight hours apart: the 09:00 window closes at 10:00, not at 18:00.
+        // (schedule, duration, now, the change): two hits eight hours apart (the 09:00 window
+        // closes at 10:00, not 18:00); overlapping windows that merge, then a hit hours later
+        // the same day (the merged window ends where the merging stops, not at the later hit's
+        // end); hits every 10 minutes, each open 15 minutes (one window to 10:05).
+        let cases = [
+            ("0 9,17 * * *", "1h", "09:30", "10:00"),
+            ("0 9,10,17 * * *", "90m", "09:10", "11:30"),
+            ("0,10,50 9 * * *", "15m", "09:05", "09:25"),
+            ("*/10 9 * * *", "15m", "09:05", "10:05"),
+        ];
+        for (schedule, duration, now, want) in cases {
+            let b = window(schedule, duration, "UTC");
+            assert_eq!(
+                next_change(&b, at(&format!("2024-01-01T{now}:00Z"))),
+                Some(at(&format!("2024-01-01T{want}:00Z"))),
+                "{schedule} for {duration} at {now}"
+            );
+        }
         let b = window("0 9,17 * * *", "1h", "UTC");
-        assert_eq!(
-            next_change(&b, at("2024-01-01T09:30:00Z")),
-            Some(at("2024-01-01T10:00:00Z"))
-        );
-        // Overlapping windows that merge, then a hit hours later the same day: the merged window
-        // ends at 11:30 (and at 09:25), not at the later hit's end.
-        let merged = window("0 9,10,17 * * *", "90m", "UTC");
-        assert_eq!(
-            next_change(&merged, at("2024-01-01T09:10:00Z")),
-            Some(at("2024-01-01T11:30:00Z"))
-        );
-        let merged = window("0,10,50 9 * * *", "15m", "UTC");
-        assert_eq!(
-            next_change(&merged, at("2024-01-01T09:05:00Z")),
-            Some(at("2024-01-01T09:25:00Z"))
-        );
         // The horizon is inclusive: a change exactly at it is reported.
         let w = b.window.as_ref().unwrap();
         let (now, end) = (at("2024-01-01T09:30:00Z"), at("2024-01-01T10:00:00Z"));
         assert_eq!(w.next_change(now, end), Some(end));
         assert_eq!(w.next_change(now, end - TimeDelta::seconds(1)), None);
-        // Hits every 10 minutes from 09:00 to 09:50, each open 15 minutes: one window to 10:05.
-        let b = window("*/10 9 * * *", "15m", "UTC");
-        assert_eq!(
-            next_change(&b, at("2024-01-01T09:05:00Z")),
-            Some(at("2024-01-01T10:05:00Z"))
-        );
     }
 
     #[test]
