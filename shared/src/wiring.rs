@@ -37,6 +37,36 @@ use crate::policy::source::{DEFAULT_PREFIX, PREFIX_ENV};
 use crate::port::Ports;
 use crate::state::TABLE_ENV;
 
+/// What the running process gives the adapters: the AWS SDK configuration and where the
+/// handlers' metrics go.
+#[derive(Clone)]
+pub struct Runtime {
+    /// Region, credentials, endpoint and retries ([`crate::aws::load_config`]).
+    pub sdk: aws_config::SdkConfig,
+    /// The handlers' metrics (the [`Ports`] field).
+    pub metrics: Arc<dyn crate::metrics::MetricSink>,
+}
+
+impl Runtime {
+    /// A Lambda function's: metrics as CloudWatch embedded metric format lines on stdout (the
+    /// function's log).
+    pub async fn lambda() -> Self {
+        Runtime {
+            sdk: crate::aws::load_config().await,
+            metrics: Arc::new(crate::metrics::EmfStdout),
+        }
+    }
+
+    /// The CLI's (`nodecycle run`, `plan`, `simulate`, `ops`): no metrics, its stdout is its
+    /// answer.
+    pub async fn local() -> Self {
+        Runtime {
+            sdk: crate::aws::load_config().await,
+            metrics: Arc::new(crate::metrics::NoMetrics),
+        }
+    }
+}
+
 /// Where variables are read from: the process environment, or a map in tests.
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
@@ -189,6 +219,13 @@ impl Common {
         ports
     }
 
+    /// [`Common::ports`] over the runtime's SDK configuration, with its metrics.
+    pub fn ports_in(&self, runtime: &Runtime) -> Ports {
+        let mut ports = self.ports(&runtime.sdk);
+        ports.metrics = runtime.metrics.clone();
+        ports
+    }
+
     /// [`Common::adapters`] as a value (what [`crate::aws::members::AwsMembers`] builds each
     /// member's adapters with).
     pub fn adapters_fn(&self) -> crate::aws::members::Adapters {
@@ -268,9 +305,9 @@ impl WatcherConfig {
         })
     }
 
-    /// The watcher over the adapters of `sdk`.
-    pub fn watcher(&self, sdk: &aws_config::SdkConfig) -> crate::handlers::ami_watcher::AmiWatcher {
-        crate::handlers::ami_watcher::AmiWatcher::new(&self.common.ports(sdk))
+    /// The watcher over the adapters of `runtime`.
+    pub fn watcher(&self, runtime: &Runtime) -> crate::handlers::ami_watcher::AmiWatcher {
+        crate::handlers::ami_watcher::AmiWatcher::new(&self.common.ports_in(runtime))
     }
 }
 
@@ -338,16 +375,17 @@ impl RotatorConfig {
         Ok(s)
     }
 
-    /// The rotator over the adapters of `sdk`.
-    pub fn rotator(&self, sdk: &aws_config::SdkConfig) -> crate::handlers::rotator::RotatorHandler {
+    /// The rotator over the adapters of `runtime`.
+    pub fn rotator(&self, runtime: &Runtime) -> crate::handlers::rotator::RotatorHandler {
         crate::handlers::rotator::RotatorHandler::new(
-            &self.common.ports(sdk),
+            &self.common.ports_in(runtime),
             self.settings.clone(),
         )
     }
 
-    /// The fan-out (dispatcher and worker) over the adapters of `sdk`.
-    pub fn fan_out(&self, sdk: &aws_config::SdkConfig) -> crate::handlers::dispatch::FanOut {
+    /// The fan-out (dispatcher and worker) over the adapters of `runtime`.
+    pub fn fan_out(&self, runtime: &Runtime) -> crate::handlers::dispatch::FanOut {
+        let sdk = &runtime.sdk;
         let ports = self.common.ports(sdk);
         crate::handlers::dispatch::FanOut {
             policies: ports.policies,
@@ -362,9 +400,9 @@ impl RotatorConfig {
         }
     }
 
-    /// The ops handler over the adapters of `sdk`.
-    pub fn ops(&self, sdk: &aws_config::SdkConfig) -> crate::handlers::ops::OpsHandler {
-        crate::handlers::ops::OpsHandler::new(&self.common.ports(sdk), self.settings.clone())
+    /// The ops handler over the adapters of `runtime`.
+    pub fn ops(&self, runtime: &Runtime) -> crate::handlers::ops::OpsHandler {
+        crate::handlers::ops::OpsHandler::new(&self.common.ports_in(runtime), self.settings.clone())
     }
 }
 
@@ -422,13 +460,10 @@ impl InterruptionConfig {
         })
     }
 
-    /// The interruption handler over the adapters of `sdk`.
-    pub fn handler(
-        &self,
-        sdk: &aws_config::SdkConfig,
-    ) -> crate::handlers::interruption::InterruptionHandler {
+    /// The interruption handler over the adapters of `runtime`.
+    pub fn handler(&self, runtime: &Runtime) -> crate::handlers::interruption::InterruptionHandler {
         crate::handlers::interruption::InterruptionHandler::new(
-            &self.common.ports(sdk),
+            &self.common.ports_in(runtime),
             self.settings.clone(),
         )
     }

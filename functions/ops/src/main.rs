@@ -6,8 +6,9 @@
 //! `--client-context` with `{"custom": {"caller": "..."}}`, or a Cognito identity; the request
 //! id is recorded too, to correlate with CloudTrail.
 
-use lambda_runtime::{Context, Diagnostic, Error, LambdaEvent, service_fn};
+use lambda_runtime::{Context, Error, LambdaEvent, service_fn};
 use nodecycle::handlers::ops::Invocation;
+use nodecycle::wiring::{OpsConfig, Runtime};
 use serde_json::Value;
 
 fn caller_of(ctx: &Context) -> Option<String> {
@@ -24,20 +25,13 @@ fn caller_of(ctx: &Context) -> Option<String> {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
-    let wiring = nodecycle::wiring::OpsConfig::from_env()?;
-    let ops = wiring.ops(&nodecycle::aws::load_config().await);
-    let ops = &ops;
+    let ops = &OpsConfig::from_env()?.ops(&Runtime::lambda().await);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let inv = Invocation {
             request_id: event.context.request_id.clone(),
             caller: caller_of(&event.context),
         };
-        ops.handle(&event.payload, &inv, chrono::Utc::now())
-            .await
-            .map_err(|e| Diagnostic {
-                error_type: e.error_type,
-                error_message: e.message,
-            })
+        ops.handle(&event.payload, &inv, chrono::Utc::now()).await
     }))
     .await
 }

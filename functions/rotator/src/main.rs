@@ -1,45 +1,33 @@
 //! rotator Lambda: wiring only. The handler is `nodecycle::handlers::rotator`; its
 //! configuration is `nodecycle::wiring::RotatorConfig`.
 
-use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use nodecycle::handlers::{deadline_from_epoch_ms, dispatch::PassContext};
+use nodecycle::wiring::{RotatorConfig, Runtime};
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     nodecycle::logging::init();
-    let wiring = nodecycle::wiring::RotatorConfig::from_env()?;
-    let sdk = nodecycle::aws::load_config().await;
-    let mut rotator = wiring.rotator(&sdk);
-    // Metrics as CloudWatch embedded metric format lines on stdout (the CLI prints none).
-    rotator.metrics = std::sync::Arc::new(nodecycle::metrics::EmfStdout);
-    let rotator = &rotator;
+    let wiring = RotatorConfig::from_env()?;
+    let runtime = Runtime::lambda().await;
+    let rotator = &wiring.rotator(&runtime);
     // Fan-out: SQS work items are served, and the schedule dispatches when a queue is set.
-    let fan_out = &wiring.fan_out(&sdk);
+    let fan_out = &wiring.fan_out(&runtime);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let deadline = nodecycle::handlers::deadline_from_epoch_ms(event.context.deadline);
-        let at = nodecycle::handlers::dispatch::PassContext {
+        let deadline = deadline_from_epoch_ms(event.context.deadline);
+        let request_id = event.context.request_id.as_str();
+        let at = PassContext {
             now: chrono::Utc::now(),
             deadline,
-            request_id: Some(event.context.request_id.as_str()),
+            request_id: Some(request_id),
         };
         if let Some(out) = fan_out.route(rotator, &event.payload, at).await {
-            return out.map_err(|e| Diagnostic {
-                error_type: e.error_type,
-                error_message: e.message,
-            });
+            return out;
         }
         rotator
-            .handle_invocation(
-                &event.payload,
-                chrono::Utc::now(),
-                deadline,
-                Some(&event.context.request_id),
-            )
+            .handle_invocation(&event.payload, at.now, deadline, Some(request_id))
             .await
-            .map_err(|e| Diagnostic {
-                error_type: e.error_type,
-                error_message: e.message,
-            })
     }))
     .await
 }

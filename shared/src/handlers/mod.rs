@@ -94,6 +94,17 @@ impl HandlerError {
     }
 }
 
+/// What a Lambda function reports: `errorType` and `errorMessage`.
+#[cfg(feature = "lambda")]
+impl From<HandlerError> for lambda_runtime::Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        lambda_runtime::Diagnostic {
+            error_type: e.error_type,
+            error_message: e.message,
+        }
+    }
+}
+
 impl From<InvalidEvent> for HandlerError {
     fn from(e: InvalidEvent) -> Self {
         Self {

@@ -70,8 +70,8 @@ ports! {
         pub alarms: Arc<dyn crate::promotion::AlarmStates>,
         /// The account's default event bus (events out).
         pub events: Arc<dyn crate::bus::EventSink>,
-        /// Where handlers put their metrics ([`crate::metrics::NoMetrics`] unless a Lambda's
-        /// `main.rs` chooses [`crate::metrics::EmfStdout`]).
+        /// Where handlers put their metrics (the wiring's `Runtime`: CloudWatch embedded
+        /// metric format in a Lambda function, none in the CLI).
         pub metrics: Arc<dyn crate::metrics::MetricSink>,
         /// The ports of pools in other accounts and regions ([`crate::members`]).
         pub members: Arc<dyn crate::members::Members>,

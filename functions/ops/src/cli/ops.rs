@@ -221,7 +221,7 @@ pub async fn run(request: Value) -> u8 {
     nodecycle::logging::init();
     let result = match nodecycle::wiring::OpsConfig::from_env() {
         Ok(c) => {
-            let h = c.ops(&nodecycle::aws::load_config().await);
+            let h = c.ops(&nodecycle::wiring::Runtime::local().await);
             h.handle(&request, &local_invocation(), chrono::Utc::now())
                 .await
         }

@@ -32,7 +32,7 @@ pub async fn run(args: Args) -> u8 {
         Ok(c) => c,
         Err(e) => return fail(e.message),
     };
-    let rotator = wiring.rotator(&nodecycle::aws::load_config().await);
+    let rotator = wiring.rotator(&nodecycle::wiring::Runtime::local().await);
     // The pool's account and region: its member's ports.
     let rotator = match rotator.at(policy.place.as_ref()).await {
         Ok(r) => r,

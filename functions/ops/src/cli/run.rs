@@ -38,7 +38,7 @@ pub async fn run(args: Args) -> u8 {
     let result = match args.function.as_str() {
         "ami-watcher" => match wiring::WatcherConfig::from_env() {
             Ok(c) => {
-                c.watcher(&nodecycle::aws::load_config().await)
+                c.watcher(&wiring::Runtime::local().await)
                     .handle(&payload, now)
                     .await
             }
@@ -46,12 +46,12 @@ pub async fn run(args: Args) -> u8 {
         },
         "rotator" => match wiring::RotatorConfig::from_env() {
             Ok(c) => {
-                let sdk = nodecycle::aws::load_config().await;
-                let rotator = c.rotator(&sdk);
+                let runtime = wiring::Runtime::local().await;
+                let rotator = c.rotator(&runtime);
                 // As the Lambda routes it: an SQS event (the work queue's event source) is
                 // served item by item, a scheduled event dispatches when a work queue is set.
                 let routed = c
-                    .fan_out(&sdk)
+                    .fan_out(&runtime)
                     .route(
                         &rotator,
                         &payload,
@@ -71,7 +71,7 @@ pub async fn run(args: Args) -> u8 {
         },
         "ops" => match wiring::OpsConfig::from_env() {
             Ok(c) => {
-                c.ops(&nodecycle::aws::load_config().await)
+                c.ops(&wiring::Runtime::local().await)
                     .handle(&payload, &super::ops::local_invocation(), now)
                     .await
             }
@@ -79,7 +79,7 @@ pub async fn run(args: Args) -> u8 {
         },
         "interruption-handler" => match wiring::InterruptionConfig::from_env() {
             Ok(c) => {
-                c.handler(&nodecycle::aws::load_config().await)
+                c.handler(&wiring::Runtime::local().await)
                     .handle(&payload, now, deadline())
                     .await
             }

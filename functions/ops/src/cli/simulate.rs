@@ -214,7 +214,7 @@ async fn live(
         1
     };
     let wiring = nodecycle::wiring::RotatorConfig::from_env().map_err(|e| fail(e.message))?;
-    let rotator = wiring.rotator(&nodecycle::aws::load_config().await);
+    let rotator = wiring.rotator(&nodecycle::wiring::Runtime::local().await);
     let docs = rotator
         .cell
         .documents()
