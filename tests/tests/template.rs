@@ -1799,15 +1799,16 @@ fn every_role_grants_what_its_code_calls_and_no_more() {
     );
 
     // Every adapter method that reaches an SDK call is someone's, or no Lambda's.
-    use nodecycle::port::uses::{FUNCTIONS as USES, NOT_IN_LAMBDAS};
-    let listed: BTreeSet<&str> = USES
+    use nodecycle::port::uses::{FUNCTIONS as USES, NOT_IN_LAMBDAS, methods};
+    let listed: BTreeSet<String> = USES
         .iter()
-        .flat_map(|(_, m)| m.iter().copied())
-        .chain(NOT_IN_LAMBDAS.iter().copied())
+        .flat_map(|(_, m)| m.iter())
+        .chain(NOT_IN_LAMBDAS.iter())
+        .flat_map(|entry| methods(entry))
         .collect();
     for key in adapters.keys() {
         assert!(
-            listed.contains(key.as_str()),
+            listed.contains(key),
             "{key} calls AWS ({:?}) but nodecycle::port::uses lists it nowhere",
             adapters[key]
         );
@@ -1827,11 +1828,11 @@ fn every_role_grants_what_its_code_calls_and_no_more() {
         let t = deployed(params);
         let updates = params.contains(&("AutoScalingGroupUpdates", "Enabled"));
         let fan_out = params.contains(&("FanOut", "Enabled"));
-        for (function, methods) in USES {
+        for (function, entries) in USES {
             let mut calls = BTreeSet::new();
-            for m in methods {
+            for m in entries.iter().flat_map(|entry| methods(entry)) {
                 // A listed method must exist and call AWS (no stale entries).
-                let ops = adapters.get(*m).unwrap_or_else(|| {
+                let ops = adapters.get(&m).unwrap_or_else(|| {
                     panic!("{function}: {m} is listed but no adapter method of that name calls AWS")
                 });
                 calls.extend(ops.iter().map(|op| iam_action(op).to_string()));

@@ -12,22 +12,18 @@
 //! (ops embeds the rotator's handler for `status` and `cancel` but never calls
 //! `GroupOps::set_image` or a managed node group update).
 
-/// A Lambda function (its logical id in template.yaml) and the port methods (`Trait::method`)
-/// its code can call. `KubeConnector::connect` stands for the EKS connection (endpoint and CA).
+/// A Lambda function (its logical id in template.yaml) and the port methods (`Trait::method`,
+/// or `Trait::{a,b}` for several of one trait: see [`methods`]) its code can call. `KubeConnector::connect` stands for the EKS connection (endpoint and CA).
 pub const FUNCTIONS: [(&str, &[&str]); 4] = [
     (
         "AmiWatcherFunction",
         &[
-            "PolicySource::all",
-            "PolicySource::one",
+            "PolicySource::{all,one}",
             "ParameterStore::get_parameters",
             "ImageCatalog::describe_images",
             "ClusterCatalog::kubernetes_version",
-            "NodeGroupCatalog::current_image",
-            "NodeGroupCatalog::instance_types",
-            "Store::get",
-            "Store::put",
-            "Store::query",
+            "NodeGroupCatalog::{current_image,instance_types}",
+            "Store::{get,put,query}",
             "AlarmStates::states",
             "EventSink::put",
         ],
@@ -35,33 +31,16 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
     (
         "RotatorFunction",
         &[
-            "PolicySource::all",
-            "PolicySource::one",
+            "PolicySource::{all,one}",
             "ParameterStore::get_parameters",
             "NodeGroupCatalog::instance_types",
-            "GroupOps::describe",
-            "GroupSnapshots::describe_groups",
-            "GroupSnapshots::prefetch_template_tags",
-            "GroupOps::desired_capacity",
-            "GroupOps::sizes",
-            "GroupOps::set_max_size",
-            "GroupOps::suspend_processes",
-            "GroupOps::resume_processes",
-            "GroupOps::launch_problem",
-            "GroupOps::set_desired_capacity",
-            "GroupOps::terminate_instance",
-            "GroupOps::set_image",
-            "ManagedGroupOps::describe",
-            "ManagedGroupOps::set_update_config",
-            "ManagedGroupOps::start_update",
-            "ManagedGroupOps::describe_update",
-            "ManagedGroupOps::template_with_image",
-            "ManagedGroupOps::template_image",
-            "Store::get",
-            "Store::put",
-            "Store::query",
-            "Store::batch_get",
-            "Store::transact",
+            "GroupOps::{describe,desired_capacity,sizes,launch_problem}",
+            "GroupOps::{set_max_size,set_desired_capacity,terminate_instance}",
+            "GroupOps::{suspend_processes,resume_processes,set_image}",
+            "GroupSnapshots::{describe_groups,prefetch_template_tags}",
+            "ManagedGroupOps::{describe,describe_update,template_image}",
+            "ManagedGroupOps::{set_update_config,start_update,template_with_image}",
+            "Store::{get,put,query,batch_get,transact}",
             "EventSink::put",
             "KubeConnector::connect",
             // Fan-out (handlers::dispatch): the dispatcher's queue, the worker's served set.
@@ -72,16 +51,11 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
     (
         "InterruptionHandlerFunction",
         &[
-            "PolicySource::all",
-            "PolicySource::one",
+            "PolicySource::{all,one}",
             "InstanceLookup::instance",
             "Deployment::served",
-            "LifecycleOps::heartbeat",
-            "LifecycleOps::complete_continue",
-            "Store::get",
-            "Store::put",
-            "Store::query",
-            "Store::transact",
+            "LifecycleOps::{heartbeat,complete_continue}",
+            "Store::{get,put,query,transact}",
             "EventSink::put",
             "KubeConnector::connect",
         ],
@@ -89,22 +63,12 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
     (
         "OpsFunction",
         &[
-            "PolicySource::all",
-            "PolicySource::one",
+            "PolicySource::{all,one}",
             "ImageCatalog::describe_images",
-            "GroupOps::describe",
+            "GroupOps::{describe,desired_capacity,set_desired_capacity,terminate_instance}",
             "GroupSnapshots::describe_groups",
-            "GroupOps::desired_capacity",
-            "GroupOps::set_desired_capacity",
-            "GroupOps::terminate_instance",
-            "ManagedGroupOps::describe",
-            "ManagedGroupOps::describe_update",
-            "ManagedGroupOps::template_image",
-            "Store::get",
-            "Store::put",
-            "Store::query",
-            "Store::batch_get",
-            "Store::transact",
+            "ManagedGroupOps::{describe,describe_update,template_image}",
+            "Store::{get,put,query,batch_get,transact}",
             "AlarmStates::states",
             "EventSink::put",
             "KubeConnector::connect",
@@ -117,19 +81,46 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
 /// the listed methods.
 pub const NOT_IN_LAMBDAS: &[&str] = &[
     "StackOutputs::outputs",
-    "EventRules::rule_state",
-    "EventRules::rules",
-    "EventRules::targets",
+    "EventRules::{rule_state,rules,targets}",
     "TableInfo::table",
-    "GroupInfo::auto_scaling_group",
-    "GroupInfo::lifecycle_hooks",
-    "GroupInfo::managed_node_group",
-    "GroupInfo::launch_template",
-    "ClusterAccessInfo::cluster",
-    "ClusterAccessInfo::access_entries",
-    "ClusterAccessInfo::access_entry",
+    "GroupInfo::{auto_scaling_group,lifecycle_hooks,managed_node_group,launch_template}",
+    "ClusterAccessInfo::{cluster,access_entries,access_entry}",
     "PolicyDocuments::under",
     "Table::create_if_missing",
-    "Ssm::parameters_by_path",
-    "Ssm::parameter",
+    "Ssm::{parameters_by_path,parameter}",
 ];
+
+/// The `Trait::method` names an entry of [`FUNCTIONS`] or [`NOT_IN_LAMBDAS`] stands for:
+/// `Trait::method` itself, or `Trait::a` and `Trait::b` for `Trait::{a,b}`.
+pub fn methods(entry: &str) -> Vec<String> {
+    match entry.split_once("::{") {
+        Some((port, rest)) => rest
+            .trim_end_matches('}')
+            .split(',')
+            .map(|m| format!("{port}::{}", m.trim()))
+            .collect(),
+        None => vec![entry.to_string()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_stands_for_one_method_or_each_in_braces() {
+        assert_eq!(methods("Store::get"), ["Store::get"]);
+        assert_eq!(methods("Store::{get,put}"), ["Store::get", "Store::put"]);
+        assert_eq!(methods("Store::{get}"), ["Store::get"]);
+    }
+
+    #[test]
+    fn no_method_is_listed_twice_for_a_function() {
+        for (function, entries) in FUNCTIONS {
+            let all: Vec<String> = entries.iter().flat_map(|e| methods(e)).collect();
+            let distinct: std::collections::BTreeSet<&String> = all.iter().collect();
+            assert_eq!(distinct.len(), all.len(), "{function}: {all:?}");
+            assert!(all.iter().all(|m| !m.contains(['{', '}', ','])), "{all:?}");
+        }
+    }
+}
