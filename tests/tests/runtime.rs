@@ -223,18 +223,34 @@ fn event(name: &str) -> Value {
 }
 
 /// `nodecycle run <function> --event <file>` against the same cloud and table.
+/// Each function's logical id and its name for `nodecycle run`.
+const FUNCTIONS: [(&str, &str); 4] = [
+    ("AmiWatcherFunction", "ami-watcher"),
+    ("RotatorFunction", "rotator"),
+    ("InterruptionHandlerFunction", "interruption-handler"),
+    ("OpsFunction", "ops"),
+];
+
+/// `nodecycle run`'s name of the function with logical id `id`.
+fn cli_name(id: &str) -> &'static str {
+    FUNCTIONS
+        .iter()
+        .find(|(i, _)| *i == id)
+        .map_or_else(|| panic!("no function {id}"), |(_, name)| name)
+}
+
 fn run_cli(cloud: &FakeCloud, function: &str, event: &Value) -> Value {
     let file = std::env::temp_dir().join(format!(
         "nodecycle-runtime-{}-{function}.json",
         std::process::id()
     ));
     std::fs::write(&file, event.to_string()).unwrap();
-    let (_, env) = function_env(match function {
-        "ami-watcher" => "AmiWatcherFunction",
-        "rotator" => "RotatorFunction",
-        "interruption-handler" => "InterruptionHandlerFunction",
-        _ => "OpsFunction",
-    });
+    let (_, env) = function_env(
+        FUNCTIONS
+            .iter()
+            .find(|(_, name)| *name == function)
+            .map_or("OpsFunction", |(id, _)| id),
+    );
     let out = Command::new(target_dir().join("nodecycle"))
         .args(["run", function, "--event", file.to_str().unwrap()])
         .envs(cloud.env_vars())
@@ -384,6 +400,14 @@ async fn a_bad_event_is_an_error_invocation_and_the_process_serves_on() {
                     e["errorType"].as_str().is_some_and(|t| !t.is_empty())
                         && e["errorMessage"].as_str().is_some_and(|m| !m.is_empty()),
                     "{function}: {e}"
+                );
+                // The handler's error as it is: its type and message, as `nodecycle run`
+                // prints them.
+                let cli = run_cli(&cloud, cli_name(function), &bad);
+                assert_eq!(
+                    (&e["errorType"], &e["errorMessage"]),
+                    (&cli["errorType"], &cli["errorMessage"]),
+                    "{function}"
                 );
             }
             Outcome::Response(v) => panic!("{function}: {bad} answered {v}"),
