@@ -51,18 +51,19 @@ impl Runtime {
     /// A Lambda function's: metrics as CloudWatch embedded metric format lines on stdout (the
     /// function's log).
     pub async fn lambda() -> Self {
-        Runtime {
-            sdk: crate::aws::load_config().await,
-            metrics: Arc::new(crate::metrics::EmfStdout),
-        }
+        Self::with(Arc::new(crate::metrics::EmfStdout)).await
     }
 
     /// The CLI's (`nodecycle run`, `plan`, `simulate`, `ops`): no metrics, its stdout is its
     /// answer.
     pub async fn local() -> Self {
+        Self::with(Arc::new(crate::metrics::NoMetrics)).await
+    }
+
+    async fn with(metrics: Arc<dyn crate::metrics::MetricSink>) -> Self {
         Runtime {
             sdk: crate::aws::load_config().await,
-            metrics: Arc::new(crate::metrics::NoMetrics),
+            metrics,
         }
     }
 }

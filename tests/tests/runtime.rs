@@ -223,34 +223,18 @@ fn event(name: &str) -> Value {
 }
 
 /// `nodecycle run <function> --event <file>` against the same cloud and table.
-/// Each function's logical id and its name for `nodecycle run`.
-const FUNCTIONS: [(&str, &str); 4] = [
-    ("AmiWatcherFunction", "ami-watcher"),
-    ("RotatorFunction", "rotator"),
-    ("InterruptionHandlerFunction", "interruption-handler"),
-    ("OpsFunction", "ops"),
-];
-
-/// `nodecycle run`'s name of the function with logical id `id`.
-fn cli_name(id: &str) -> &'static str {
-    FUNCTIONS
-        .iter()
-        .find(|(i, _)| *i == id)
-        .map_or_else(|| panic!("no function {id}"), |(_, name)| name)
-}
-
 fn run_cli(cloud: &FakeCloud, function: &str, event: &Value) -> Value {
     let file = std::env::temp_dir().join(format!(
         "nodecycle-runtime-{}-{function}.json",
         std::process::id()
     ));
     std::fs::write(&file, event.to_string()).unwrap();
-    let (_, env) = function_env(
-        FUNCTIONS
-            .iter()
-            .find(|(_, name)| *name == function)
-            .map_or("OpsFunction", |(id, _)| id),
-    );
+    let (_, env) = function_env(match function {
+        "ami-watcher" => "AmiWatcherFunction",
+        "rotator" => "RotatorFunction",
+        "interruption-handler" => "InterruptionHandlerFunction",
+        _ => "OpsFunction",
+    });
     let out = Command::new(target_dir().join("nodecycle"))
         .args(["run", function, "--event", file.to_str().unwrap()])
         .envs(cloud.env_vars())
@@ -402,8 +386,9 @@ async fn a_bad_event_is_an_error_invocation_and_the_process_serves_on() {
                     "{function}: {e}"
                 );
                 // The handler's error as it is: its type and message, as `nodecycle run`
-                // prints them.
-                let cli = run_cli(&cloud, cli_name(function), &bad);
+                // prints them (the function's binary name is its `nodecycle run` name).
+                let (binary, _) = function_env(function);
+                let cli = run_cli(&cloud, &binary, &bad);
                 assert_eq!(
                     (&e["errorType"], &e["errorMessage"]),
                     (&cli["errorType"], &cli["errorMessage"]),
