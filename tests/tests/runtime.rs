@@ -13,6 +13,7 @@ mod support;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -224,9 +225,12 @@ fn event(name: &str) -> Value {
 
 /// `nodecycle run <function> --event <file>` against the same cloud and table.
 fn run_cli(cloud: &FakeCloud, function: &str, event: &Value) -> Value {
+    // One file per call: the tests of this binary run concurrently in one process.
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
     let file = std::env::temp_dir().join(format!(
-        "nodecycle-runtime-{}-{function}.json",
-        std::process::id()
+        "nodecycle-runtime-{}-{}-{function}.json",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&file, event.to_string()).unwrap();
     let (_, env) = function_env(match function {
@@ -244,6 +248,7 @@ fn run_cli(cloud: &FakeCloud, function: &str, event: &Value) -> Value {
         .env_remove("AWS_PROFILE")
         .output()
         .unwrap();
+    let _ = std::fs::remove_file(&file);
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
