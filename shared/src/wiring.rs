@@ -68,6 +68,39 @@ impl Runtime {
     }
 }
 
+/// Serves `function` as a Lambda function until the runtime stops it: each event with its
+/// [`Invocation`](crate::handlers::Invocation) from the invocation's context (the time it is
+/// taken, the deadline, the request id, and the caller when the client sets one: `--client-context`
+/// with `{"custom": {"caller": "..."}}`, or a Cognito identity). Lambda does not tell a function
+/// which IAM principal invoked it (CloudTrail data events do): the ops function's audit records
+/// the caller given and the request id, to correlate with CloudTrail.
+#[cfg(feature = "lambda")]
+pub async fn serve(function: impl crate::handlers::Function) -> Result<(), lambda_runtime::Error> {
+    let function = &function;
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<serde_json::Value>| async move {
+            let ctx = &event.context;
+            let caller = ctx
+                .client_context
+                .as_ref()
+                .and_then(|c| c.custom.get("caller").cloned())
+                .or_else(|| {
+                    ctx.identity
+                        .as_ref()
+                        .map(|i| format!("cognito:{}", i.identity_id))
+                });
+            let inv = crate::handlers::Invocation {
+                now: chrono::Utc::now(),
+                deadline: crate::handlers::deadline_from_epoch_ms(ctx.deadline),
+                request_id: Some(&ctx.request_id),
+                caller: caller.as_deref(),
+            };
+            function.invoke(&event.payload, inv).await
+        },
+    ))
+    .await
+}
+
 /// Where variables are read from: the process environment, or a map in tests.
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
@@ -384,20 +417,24 @@ impl RotatorConfig {
         )
     }
 
-    /// The fan-out (dispatcher and worker) over the adapters of `runtime`.
-    pub fn fan_out(&self, runtime: &Runtime) -> crate::handlers::dispatch::FanOut {
-        let sdk = &runtime.sdk;
-        let ports = self.common.ports(sdk);
-        crate::handlers::dispatch::FanOut {
-            policies: ports.policies,
-            deployment: ports.deployment,
+    /// The rotator function (its pass and the fan-out's dispatcher and worker) over the
+    /// adapters of `runtime`.
+    pub fn function(&self, runtime: &Runtime) -> crate::handlers::dispatch::RotatorFunction {
+        let ports = self.common.ports_in(runtime);
+        let fan_out = crate::handlers::dispatch::FanOut {
+            policies: ports.policies.clone(),
+            deployment: ports.deployment.clone(),
             queue: self.work_queue.as_deref().map(|url| {
                 Arc::new(crate::aws::queue::SqsQueue::new(
-                    aws_sdk_sqs::Client::new(sdk),
+                    aws_sdk_sqs::Client::new(&runtime.sdk),
                     url,
                 )) as Arc<dyn crate::dispatch::WorkQueue>
             }),
             max_age: self.work_item_max_age,
+        };
+        crate::handlers::dispatch::RotatorFunction {
+            rotator: crate::handlers::rotator::RotatorHandler::new(&ports, self.settings.clone()),
+            fan_out,
         }
     }
 

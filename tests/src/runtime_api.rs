@@ -1,7 +1,7 @@
 //! A Lambda Runtime API emulator (the `2018-06-01` interface a custom runtime's bootstrap
 //! talks to), so tests run the function binaries the way Lambda does: the process polls
 //! `GET /runtime/invocation/next` (long poll), gets the event with the request id, deadline and
-//! function ARN headers, and posts `/response` or `/error` (`errorType`, `errorMessage`), or
+//! function ARN headers (and the client context when the invoker sent one), and posts `/response` or `/error` (`errorType`, `errorMessage`), or
 //! `/runtime/init/error` when it cannot start. Plain HTTP/1.1 on loopback, one thread per
 //! connection, `Connection: close` on every answer.
 
@@ -26,6 +26,7 @@ struct Pending {
     id: String,
     body: Vec<u8>,
     deadline_ms: u128,
+    client_context: Option<String>,
 }
 
 #[derive(Default)]
@@ -71,6 +72,19 @@ impl RuntimeApi {
     /// Queues `event` with `timeout` until its deadline and waits (at most `wait`) for the
     /// function's answer; `None` when none came.
     pub fn invoke(&self, event: &Value, timeout: Duration, wait: Duration) -> Option<Outcome> {
+        self.invoke_with(event, None, timeout, wait)
+    }
+
+    /// [`RuntimeApi::invoke`] with the client context the invoker sent (Invoke's
+    /// `ClientContext`, `{"custom": {...}, ...}`), delivered in the
+    /// `Lambda-Runtime-Client-Context` header as Lambda delivers it.
+    pub fn invoke_with(
+        &self,
+        event: &Value,
+        client_context: Option<&Value>,
+        timeout: Duration,
+        wait: Duration,
+    ) -> Option<Outcome> {
         let id = {
             let mut n = self.serial.lock().expect("serial");
             *n += 1;
@@ -87,6 +101,7 @@ impl RuntimeApi {
             id: id.clone(),
             body: serde_json::to_vec(event).expect("event"),
             deadline_ms,
+            client_context: client_context.map(Value::to_string),
         });
         cvar.notify_all();
         let until = Instant::now() + wait;
@@ -177,7 +192,7 @@ fn serve(stream: TcpStream, shared: &(Mutex<State>, Condvar)) {
                 state = cvar.wait(state).expect("wait");
             };
             drop(state);
-            let headers = vec![
+            let mut headers = vec![
                 ("Lambda-Runtime-Aws-Request-Id".to_string(), next.id.clone()),
                 (
                     "Lambda-Runtime-Deadline-Ms".to_string(),
@@ -192,6 +207,9 @@ fn serve(stream: TcpStream, shared: &(Mutex<State>, Condvar)) {
                     "Root=1-00000000-000000000000000000000000;Sampled=0".to_string(),
                 ),
             ];
+            if let Some(c) = &next.client_context {
+                headers.push(("Lambda-Runtime-Client-Context".to_string(), c.clone()));
+            }
             reply(&mut writer, "200 OK", &headers, &next.body);
         }
         ("POST", "init/error") => {

@@ -16,10 +16,8 @@ use async_trait::async_trait;
 use chrono::Utc;
 use nodecycle::dispatch::{self, Cell, PoolPlace, WorkQueue};
 use nodecycle::event::served::Served;
-use nodecycle::handlers::HandlerError;
-use nodecycle::handlers::dispatch::{
-    ClusterPass, DEFAULT_MAX_AGE, FanOut, PassContext, StandInPass as Passes,
-};
+use nodecycle::handlers::dispatch::{ClusterPass, DEFAULT_MAX_AGE, FanOut, StandInPass as Passes};
+use nodecycle::handlers::{HandlerError, Invocation};
 use nodecycle_tests::{ACCOUNT_ID, DEFAULT_REGION, FakeCloud};
 use serde_json::{Value, json};
 
@@ -154,10 +152,9 @@ impl Queues {
                 .serve(
                     pass,
                     &json!({ "Records": records }),
-                    PassContext {
-                        now: Utc::now(),
-                        deadline: Instant::now() + Duration::from_secs(120),
+                    Invocation {
                         request_id: Some(&format!("invocation-{invocations}")),
+                        ..Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(120))
                     },
                 )
                 .await
@@ -341,10 +338,9 @@ async fn the_dispatcher_reads_the_policies_and_the_rotator_serves_its_cluster() 
         .route(
             &rotator,
             &schedule,
-            PassContext {
-                now: Utc::now(),
-                deadline,
+            Invocation {
                 request_id: Some("tick"),
+                ..Invocation::at(Utc::now(), deadline)
             },
         )
         .await
@@ -398,7 +394,7 @@ struct Recording<'a> {
 
 #[async_trait]
 impl ClusterPass for Recording<'_> {
-    async fn pass(&self, selection: &Value, at: PassContext<'_>) -> Result<Value, HandlerError> {
+    async fn pass(&self, selection: &Value, at: Invocation<'_>) -> Result<Value, HandlerError> {
         let answer = self.inner.pass(selection, at).await?;
         self.answers.lock().unwrap().push(answer.clone());
         Ok(answer)

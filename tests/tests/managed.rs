@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
-use nodecycle::handlers::ops::{Invocation, OpsHandler};
+use nodecycle::handlers::ops::{OpsHandler, Origin};
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::managed::{ManagedUpdate, Phase, UpdateTarget};
 use nodecycle::state::Store;
@@ -192,8 +192,8 @@ fn ops_handler(p: &Mng) -> OpsHandler {
 }
 
 /// An operator invocation by alice with `request_id`.
-fn invocation(request_id: &str) -> Invocation {
-    Invocation {
+fn invocation(request_id: &str) -> Origin {
+    Origin {
         request_id: request_id.into(),
         caller: Some("arn:aws:iam::123456789012:user/alice".into()),
     }

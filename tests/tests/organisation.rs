@@ -30,7 +30,7 @@ use nodecycle::aws::members::AwsMembers;
 use nodecycle::event::served::Served;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::interruption::InterruptionHandler;
-use nodecycle::handlers::ops::{Invocation, OpsHandler};
+use nodecycle::handlers::ops::{OpsHandler, Origin};
 use nodecycle::handlers::rotator::{RotatorHandler, Settings};
 use nodecycle::members::MemberConfig;
 use nodecycle::state::{PoolRecord, Store};
@@ -573,7 +573,7 @@ async fn a_release_proven_in_test_reaches_prod_in_both_regions_and_a_quarantine_
         .ops
         .handle(
             &json!({"action": "quarantine", "release": BAD, "reason": "kernel panics in test"}),
-            &Invocation {
+            &Origin {
                 request_id: "q-1".into(),
                 caller: Some(format!("arn:aws:iam::{TOOLING}:user/alice")),
             },
@@ -1259,7 +1259,7 @@ async fn a_members_promotion_alarms_are_read_in_its_own_account() {
         .ops
         .handle(
             &json!({"action": "status", "pool": PROD_EAST}),
-            &Invocation {
+            &Origin {
                 request_id: "s-1".into(),
                 caller: Some(format!("arn:aws:iam::{TOOLING}:user/alice")),
             },

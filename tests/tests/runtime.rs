@@ -2,7 +2,7 @@
 //! (`nodecycle_tests::RuntimeApi`) with the environment template.yaml gives each (read from the
 //! template, so the two cannot drift), invoked with the events their rules deliver (`events/`)
 //! against the fake cloud. Each answers as `nodecycle run` does, reports a bad event as an error
-//! invocation (`errorType`, `errorMessage`) and serves the next invocation in the same process;
+//! invocation (`errorType`, `errorMessage`), records the caller a client context names, and serves the next invocation in the same process;
 //! the rotator starts no step when the deadline leaves too little time, and the next invocation
 //! does the work.
 
@@ -351,6 +351,36 @@ async fn each_function_answers_its_events_as_nodecycle_run_does() {
     };
     assert_eq!(keys(&cli), keys(&got), "{cli} vs {got}");
     assert!(ops.metrics().is_empty(), "ops prints no metrics");
+}
+
+/// The ops function records who asked as the invocation's client context names them (the
+/// CLI's `--client-context`), beside Lambda's request id.
+#[tokio::test]
+async fn the_ops_function_records_the_caller_its_client_context_names() {
+    let cloud = FakeCloud::start();
+    let _world = world(&cloud).await;
+    let ops = Function::start(&cloud, "OpsFunction");
+    let pause = json!({"action": "pause", "pool": "prod/general", "reason": "change freeze"});
+    let context = json!({"custom": {"caller": "arn:aws:iam::123456789012:user/alice"}});
+    let got = match ops
+        .api
+        .invoke_with(&pause, Some(&context), Duration::from_secs(300), WAIT)
+    {
+        Some(Outcome::Response(v)) => v,
+        other => panic!("pause: {other:?}"),
+    };
+    assert_eq!(got["changed"], true, "{got}");
+    assert!(
+        got["requestId"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("00000000-0000-4000-8000-")),
+        "the request id is Lambda's: {got}"
+    );
+    let status = ops.response(&json!({"action": "status", "pool": "prod/general"}));
+    assert_eq!(
+        status["pools"][0]["paused"]["caller"], "arn:aws:iam::123456789012:user/alice",
+        "{status}"
+    );
 }
 
 /// A bad event is an error invocation as Lambda records it, and the same process serves the

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodecycle::handlers::Invocation;
 use nodecycle::handlers::rotator::{EksConnector, RotatorHandler, Settings};
 use nodecycle_tests::{
     AwsFault, AwsFaults, FakeCloud, Faults, GroupSeed, ImageFixture, KubeFaults,
@@ -332,9 +333,10 @@ async fn a_group_missing_from_the_batch_is_its_pools_report_and_throttled_batche
         .rotator
         .handle_invocation(
             &json!({}),
-            chrono::Utc::now(),
-            Instant::now() + TIMEOUT,
-            Some("missing-group"),
+            Invocation {
+                request_id: Some("missing-group"),
+                ..Invocation::at(chrono::Utc::now(), Instant::now() + TIMEOUT)
+            },
         )
         .await
         .unwrap();
@@ -515,9 +517,10 @@ async fn measured_pass(
     let report = rotator
         .handle_invocation(
             &json!({}),
-            now,
-            Instant::now() + TIMEOUT,
-            Some(&format!("scale-{label}")),
+            Invocation {
+                request_id: Some(&format!("scale-{label}")),
+                ..Invocation::at(now, Instant::now() + TIMEOUT)
+            },
         )
         .await
         .unwrap();

@@ -1,16 +1,10 @@
 //! ami-watcher Lambda: wiring only. The handler is `nodecycle::handlers::ami_watcher`; its
 //! configuration is `nodecycle::wiring::WatcherConfig`.
 
-use lambda_runtime::{Error, LambdaEvent, service_fn};
-use nodecycle::wiring::{Runtime, WatcherConfig};
-use serde_json::Value;
+use nodecycle::wiring::{Runtime, WatcherConfig, serve};
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> Result<(), lambda_runtime::Error> {
     nodecycle::logging::init();
-    let watcher = &WatcherConfig::from_env()?.watcher(&Runtime::lambda().await);
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        watcher.handle(&event.payload, chrono::Utc::now()).await
-    }))
-    .await
+    serve(WatcherConfig::from_env()?.watcher(&Runtime::lambda().await)).await
 }

@@ -1,33 +1,11 @@
-//! rotator Lambda: wiring only. The handler is `nodecycle::handlers::rotator`; its
-//! configuration is `nodecycle::wiring::RotatorConfig`.
+//! rotator Lambda: wiring only. The function is `nodecycle::handlers::dispatch::RotatorFunction`
+//! (an SQS event is served item by item, a schedule dispatched when a work queue is set, else
+//! the rotator's pass); its configuration is `nodecycle::wiring::RotatorConfig`.
 
-use lambda_runtime::{Error, LambdaEvent, service_fn};
-use nodecycle::handlers::{deadline_from_epoch_ms, dispatch::PassContext};
-use nodecycle::wiring::{RotatorConfig, Runtime};
-use serde_json::Value;
+use nodecycle::wiring::{RotatorConfig, Runtime, serve};
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> Result<(), lambda_runtime::Error> {
     nodecycle::logging::init();
-    let wiring = RotatorConfig::from_env()?;
-    let runtime = Runtime::lambda().await;
-    let rotator = &wiring.rotator(&runtime);
-    // Fan-out: SQS work items are served, and the schedule dispatches when a queue is set.
-    let fan_out = &wiring.fan_out(&runtime);
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let deadline = deadline_from_epoch_ms(event.context.deadline);
-        let request_id = event.context.request_id.as_str();
-        let at = PassContext {
-            now: chrono::Utc::now(),
-            deadline,
-            request_id: Some(request_id),
-        };
-        if let Some(out) = fan_out.route(rotator, &event.payload, at).await {
-            return out;
-        }
-        rotator
-            .handle_invocation(&event.payload, at.now, deadline, Some(request_id))
-            .await
-    }))
-    .await
+    serve(RotatorConfig::from_env()?.function(&Runtime::lambda().await)).await
 }

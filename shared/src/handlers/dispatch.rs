@@ -13,10 +13,11 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::HandlerError;
+use super::{Function, HandlerError, Invocation};
 use crate::dispatch::{self, Admission, Verdict, WorkItem, WorkQueue};
 use crate::event::served::Deployment;
 use crate::event::{Input, parse_input};
+use crate::handlers::rotator::RotatorHandler;
 use crate::policy::source::PolicySource;
 
 /// Environment variable: how old a work item may be on its first receive
@@ -30,29 +31,37 @@ const RESERVE: Duration = Duration::from_secs(20);
 /// beyond this fails whole and is redelivered).
 const MAX_RECORDS: usize = 100;
 
-/// The invocation a pass runs in: its clock, its deadline and its request id.
-#[derive(Clone, Copy, Debug)]
-pub struct PassContext<'a> {
-    /// The invocation's time.
-    pub now: DateTime<Utc>,
-    /// When the invocation must have answered.
-    pub deadline: Instant,
-    /// Lambda's request id, for the logs.
-    pub request_id: Option<&'a str>,
-}
-
 /// One rotator pass over a selection (the rotator's custom input), as the worker runs it.
 #[async_trait]
 pub trait ClusterPass: Send + Sync {
     /// The pass's answer (`{"clusters": {<cluster>: <status>}, "pools": [...]}`).
-    async fn pass(&self, selection: &Value, at: PassContext<'_>) -> Result<Value, HandlerError>;
+    async fn pass(&self, selection: &Value, at: Invocation<'_>) -> Result<Value, HandlerError>;
 }
 
 #[async_trait]
-impl ClusterPass for super::rotator::RotatorHandler {
-    async fn pass(&self, selection: &Value, at: PassContext<'_>) -> Result<Value, HandlerError> {
-        self.handle_invocation(selection, at.now, at.deadline, at.request_id)
-            .await
+impl ClusterPass for RotatorHandler {
+    async fn pass(&self, selection: &Value, at: Invocation<'_>) -> Result<Value, HandlerError> {
+        self.handle_invocation(selection, at).await
+    }
+}
+
+/// The rotator function as Lambda runs it: [`FanOut::route`] first (an SQS event is served, a
+/// schedule dispatched when a work queue is set), else the rotator's own pass.
+#[derive(Clone)]
+pub struct RotatorFunction {
+    /// The pass.
+    pub rotator: RotatorHandler,
+    /// The dispatcher and the worker.
+    pub fan_out: FanOut,
+}
+
+#[async_trait]
+impl Function for RotatorFunction {
+    async fn invoke(&self, payload: &Value, inv: Invocation<'_>) -> Result<Value, HandlerError> {
+        if let Some(out) = self.fan_out.route(&self.rotator, payload, inv).await {
+            return out;
+        }
+        self.rotator.pass(payload, inv).await
     }
 }
 
@@ -95,7 +104,7 @@ impl StandInPass {
 #[cfg(any(test, feature = "test-support"))]
 #[async_trait]
 impl ClusterPass for StandInPass {
-    async fn pass(&self, selection: &Value, _at: PassContext<'_>) -> Result<Value, HandlerError> {
+    async fn pass(&self, selection: &Value, _at: Invocation<'_>) -> Result<Value, HandlerError> {
         self.seen
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -139,7 +148,7 @@ impl FanOut {
         &self,
         pass: &dyn ClusterPass,
         payload: &Value,
-        at: PassContext<'_>,
+        at: Invocation<'_>,
     ) -> Option<Result<Value, HandlerError>> {
         if payload.get("Records").is_some() {
             return Some(self.serve(pass, payload, at).await);
@@ -218,7 +227,7 @@ impl FanOut {
         &self,
         pass: &dyn ClusterPass,
         payload: &Value,
-        at: PassContext<'_>,
+        at: Invocation<'_>,
     ) -> Result<Value, HandlerError> {
         let event: SqsEvent = serde_json::from_value(payload.clone()).map_err(|e| {
             HandlerError::from(crate::event::InvalidEvent::new(
@@ -268,7 +277,7 @@ impl FanOut {
         record: &aws_lambda_events::event::sqs::SqsMessage,
         served: &crate::event::served::Served,
         cell: &dispatch::Cell,
-        at: PassContext<'_>,
+        at: Invocation<'_>,
     ) -> Verdict {
         if record.event_source.as_deref() != Some("aws:sqs") {
             return Verdict::Retry(format!(

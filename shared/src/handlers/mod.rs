@@ -61,7 +61,47 @@ pub mod ops;
 #[cfg(feature = "kube")]
 pub mod rotator;
 
+use std::time::Instant;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
 use crate::event::InvalidEvent;
+
+/// One invocation as the Lambda runtime reports it (or `nodecycle run`, which stands in for it).
+#[derive(Clone, Copy, Debug)]
+pub struct Invocation<'a> {
+    /// When it started: the handlers' clock.
+    pub now: DateTime<Utc>,
+    /// When it must have answered.
+    pub deadline: Instant,
+    /// Lambda's request id (`None`: not invoked through Lambda, e.g. a test).
+    pub request_id: Option<&'a str>,
+    /// Who invoked it, when the client says (Lambda's client context or Cognito identity).
+    pub caller: Option<&'a str>,
+}
+
+impl Invocation<'_> {
+    /// An invocation at `now` with `deadline`, of no request and no caller.
+    pub fn at(now: DateTime<Utc>, deadline: Instant) -> Self {
+        Invocation {
+            now,
+            deadline,
+            request_id: None,
+            caller: None,
+        }
+    }
+}
+
+/// A function as its runtime calls it: one event in; out, the answer, or the error Lambda
+/// records for the invocation. Each function's `main` serves one
+/// ([`crate::wiring::serve`]); `nodecycle run` invokes the same.
+#[async_trait]
+pub trait Function: Send + Sync {
+    /// Answers `payload`, delivered in invocation `inv`.
+    async fn invoke(&self, payload: &Value, inv: Invocation<'_>) -> Result<Value, HandlerError>;
+}
 
 /// An invocation's deadline as an `Instant`, from Lambda's deadline in epoch milliseconds (an
 /// already passed or unreadable deadline is now).

@@ -454,7 +454,7 @@ impl Operator {
         let n = self
             .invocations
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let inv = nodecycle::handlers::ops::Invocation {
+        let inv = nodecycle::handlers::ops::Origin {
             request_id: format!("req-{n}"),
             caller: Some("arn:aws:iam::123456789012:user/alice".into()),
         };

@@ -204,9 +204,9 @@ pub fn promotion_request(a: PromotionArgs) -> Value {
 /// Who runs the CLI, for the audit record: `local:$USER`, as the shell says (self-asserted,
 /// not an authenticated identity: the DynamoDB writes themselves are in CloudTrail under the
 /// operator's credentials).
-pub fn local_invocation() -> nodecycle::handlers::ops::Invocation {
+pub fn local_origin() -> nodecycle::handlers::ops::Origin {
     let now = chrono::Utc::now();
-    nodecycle::handlers::ops::Invocation {
+    nodecycle::handlers::ops::Origin {
         request_id: format!("cli-{}-{}", now.format("%Y%m%dT%H%M%S"), std::process::id()),
         caller: Some(format!(
             "local:{}",
@@ -222,7 +222,7 @@ pub async fn run(request: Value) -> u8 {
     let result = match nodecycle::wiring::OpsConfig::from_env() {
         Ok(c) => {
             let h = c.ops(&nodecycle::wiring::Runtime::local().await);
-            h.handle(&request, &local_invocation(), chrono::Utc::now())
+            h.handle(&request, &local_origin(), chrono::Utc::now())
                 .await
         }
         Err(e) => Err(e),

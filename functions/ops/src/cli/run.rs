@@ -1,8 +1,7 @@
 //! `nodecycle run <FUNCTION> --event <FILE>`
 
-use nodecycle::handlers::dispatch::PassContext;
-use nodecycle::handlers::{FUNCTIONS, HandlerError};
-use nodecycle::wiring;
+use nodecycle::handlers::{FUNCTIONS, Function, HandlerError, Invocation};
+use nodecycle::wiring::{InterruptionConfig, OpsConfig, RotatorConfig, Runtime, WatcherConfig};
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
@@ -32,60 +31,20 @@ pub async fn run(args: Args) -> u8 {
             return 2;
         }
     };
-    let now = chrono::Utc::now();
-    // The Lambda's timeout (template.yaml) for the functions that watch their deadline.
-    let deadline = || std::time::Instant::now() + std::time::Duration::from_secs(300);
-    let result = match args.function.as_str() {
-        "ami-watcher" => match wiring::WatcherConfig::from_env() {
-            Ok(c) => {
-                c.watcher(&wiring::Runtime::local().await)
-                    .handle(&payload, now)
-                    .await
-            }
-            Err(e) => Err(e),
-        },
-        "rotator" => match wiring::RotatorConfig::from_env() {
-            Ok(c) => {
-                let runtime = wiring::Runtime::local().await;
-                let rotator = c.rotator(&runtime);
-                // As the Lambda routes it: an SQS event (the work queue's event source) is
-                // served item by item, a scheduled event dispatches when a work queue is set.
-                let routed = c
-                    .fan_out(&runtime)
-                    .route(
-                        &rotator,
-                        &payload,
-                        PassContext {
-                            now,
-                            deadline: deadline(),
-                            request_id: Some("local"),
-                        },
-                    )
-                    .await;
-                match routed {
-                    Some(out) => out,
-                    None => rotator.handle(&payload, now, deadline()).await,
-                }
-            }
-            Err(e) => Err(e),
-        },
-        "ops" => match wiring::OpsConfig::from_env() {
-            Ok(c) => {
-                c.ops(&wiring::Runtime::local().await)
-                    .handle(&payload, &super::ops::local_invocation(), now)
-                    .await
-            }
-            Err(e) => Err(e),
-        },
-        "interruption-handler" => match wiring::InterruptionConfig::from_env() {
-            Ok(c) => {
-                c.handler(&wiring::Runtime::local().await)
-                    .handle(&payload, now, deadline())
-                    .await
-            }
-            Err(e) => Err(e),
-        },
-        other => Err(HandlerError::internal(format!("unknown function {other}"))),
+    // As Lambda invokes it, with the functions' timeout (template.yaml) as the deadline and
+    // the CLI's request id and caller (as `nodecycle ops` records them).
+    let origin = super::ops::local_origin();
+    let inv = Invocation {
+        request_id: Some(&origin.request_id),
+        caller: origin.caller.as_deref(),
+        ..Invocation::at(
+            chrono::Utc::now(),
+            std::time::Instant::now() + std::time::Duration::from_secs(300),
+        )
+    };
+    let result = match function(&args.function).await {
+        Ok(f) => f.invoke(&payload, inv).await,
+        Err(e) => Err(e),
     };
     match result {
         Ok(v) => {
@@ -99,4 +58,17 @@ pub async fn run(args: Args) -> u8 {
             1
         }
     }
+}
+
+/// Function `name` as its `main` builds it, its configuration read from the environment (the
+/// SDK's only once that is valid).
+async fn function(name: &str) -> Result<Box<dyn Function>, HandlerError> {
+    let local = Runtime::local;
+    Ok(match name {
+        "ami-watcher" => Box::new(WatcherConfig::from_env()?.watcher(&local().await)),
+        "rotator" => Box::new(RotatorConfig::from_env()?.function(&local().await)),
+        "ops" => Box::new(OpsConfig::from_env()?.ops(&local().await)),
+        "interruption-handler" => Box::new(InterruptionConfig::from_env()?.handler(&local().await)),
+        other => return Err(HandlerError::internal(format!("unknown function {other}"))),
+    })
 }

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::HandlerError;
+use super::{Function, HandlerError, Invocation};
 use crate::ami::resolve::{GroupImage, Resolver};
 use crate::event::{WatcherTrigger, watcher_trigger};
 use crate::policy::source::PolicyDocument;
@@ -116,6 +116,13 @@ fn references(term_value: &str, name: &str) -> bool {
         format!("/{name}")
     };
     term_value.starts_with("arn:") && term_value.ends_with(&format!(":parameter{normalised}"))
+}
+
+#[async_trait::async_trait]
+impl Function for AmiWatcher {
+    async fn invoke(&self, payload: &Value, inv: Invocation<'_>) -> Result<Value, HandlerError> {
+        self.handle(payload, inv.now).await
+    }
 }
 
 impl AmiWatcher {

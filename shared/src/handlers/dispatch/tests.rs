@@ -58,11 +58,10 @@ fn later() -> Instant {
 }
 
 /// A pass at [`now`] with the deadline [`later`].
-fn pass_at(request_id: Option<&str>) -> PassContext<'_> {
-    PassContext {
-        now: now(),
-        deadline: later(),
+fn pass_at(request_id: Option<&str>) -> Invocation<'_> {
+    Invocation {
         request_id,
+        ..Invocation::at(now(), later())
     }
 }
 

@@ -34,7 +34,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::HandlerError;
+use super::{Function, HandlerError, Invocation};
 use crate::clock::Clock;
 use crate::event::instance_events::{ClassifiedEvent, Interruption, interruption_event};
 use crate::event::verify;
@@ -243,6 +243,13 @@ fn log_outcome(c: &ClassifiedEvent, o: &Outcome) {
         reason = %o.reason,
         "interruption decision"
     );
+}
+
+#[async_trait::async_trait]
+impl Function for InterruptionHandler {
+    async fn invoke(&self, payload: &Value, inv: Invocation<'_>) -> Result<Value, HandlerError> {
+        self.handle(payload, inv.now, inv.deadline).await
+    }
 }
 
 impl InterruptionHandler {

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Invocation, internal, invalid1, operator};
+use super::{Origin, internal, invalid1, operator};
 use crate::ami::resolve::{ImageCatalog, ImageQuery};
 use crate::announce::Announcer;
 use crate::handlers::HandlerError;
@@ -25,14 +25,14 @@ impl PoolChange<'_> {
     async fn update(
         &self,
         policy: &Policy,
-        inv: &Invocation,
+        origin: &Origin,
         now: DateTime<Utc>,
         action: &str,
         reason: &str,
         change: impl Fn(&PoolRecord, OperatorAction) -> (PoolRecord, Value) + Send + Sync,
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
-        let by = operator(inv, reason, now);
+        let by = operator(origin, reason, now);
         let (before, after) = self
             .announce
             .update_pool(&pool, now, |r| change(r, by.clone()).0)
@@ -42,7 +42,7 @@ impl PoolChange<'_> {
         let mut out = json!({
             "action": action,
             "pool": pool,
-            "requestId": inv.request_id,
+            "requestId": origin.request_id,
             "changed": before != after,
             "desired": after.effective_desired(),
         });
@@ -58,7 +58,7 @@ impl PoolChange<'_> {
         field: Field,
         policy: &Policy,
         reason: &str,
-        inv: &Invocation,
+        origin: &Origin,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
         let action = match field {
@@ -66,7 +66,7 @@ impl PoolChange<'_> {
             Field::Pause => "pause",
             Field::Resume => "resume",
         };
-        self.update(policy, inv, now, action, reason, |r, by| match field {
+        self.update(policy, origin, now, action, reason, |r, by| match field {
             Field::Unpin => (
                 PoolRecord {
                     pin: None,
@@ -125,7 +125,7 @@ impl Pin<'_> {
         policy: &Policy,
         ami: &str,
         reason: &str,
-        inv: &Invocation,
+        origin: &Origin,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
@@ -167,7 +167,7 @@ impl Pin<'_> {
         }
         let name = image.name.clone();
         self.change
-            .update(policy, inv, now, "pin", reason, move |r, by| {
+            .update(policy, origin, now, "pin", reason, move |r, by| {
                 let same = r.pin.as_ref().is_some_and(|p| p.ami == ami);
                 let pin = if same {
                     r.pin.clone()

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Invocation, internal};
+use super::{Origin, internal};
 use crate::announce::Announcer;
 use crate::handlers::HandlerError;
 use crate::policy::Policy;
@@ -122,7 +122,7 @@ pub(super) struct Quarantines<'a> {
     /// The pools' policies by pool id (the pools a change moves).
     pub policies: &'a BTreeMap<String, Policy>,
     /// The operator's request (caller and request id, recorded on the entry and in the answer).
-    pub inv: &'a Invocation,
+    pub origin: &'a Origin,
     /// When the request is served.
     pub now: DateTime<Utc>,
 }
@@ -143,7 +143,7 @@ impl Quarantines<'_> {
         target: &Target,
         reason: &str,
     ) -> Result<Value, HandlerError> {
-        let (policies, inv, now) = (self.policies, self.inv, self.now);
+        let (policies, origin, now) = (self.policies, self.origin, self.now);
         let mut all = self.current().await?;
         let (entry, changed) = match in_force(&all, target).cloned() {
             Some(existing) => (existing, false),
@@ -151,10 +151,13 @@ impl Quarantines<'_> {
                 let q = Quarantine {
                     target: target.clone(),
                     reason: reason.to_string(),
-                    by: inv.caller.clone().unwrap_or_else(|| "unknown".to_string()),
+                    by: origin
+                        .caller
+                        .clone()
+                        .unwrap_or_else(|| "unknown".to_string()),
                     at: now,
                     cause: Cause::Operator {
-                        request_id: inv.request_id.clone(),
+                        request_id: origin.request_id.clone(),
                     },
                     outbox: Vec::new(),
                 };
@@ -184,11 +187,11 @@ impl Quarantines<'_> {
             )
         };
         if changed {
-            tracing::warn!(target = %target, request_id = %inv.request_id, affected = affected.len(), decision = "quarantined", reason = %reason, "quarantined by an operator");
+            tracing::warn!(target = %target, request_id = %origin.request_id, affected = affected.len(), decision = "quarantined", reason = %reason, "quarantined by an operator");
         }
         Ok(json!({
             "action": "quarantine",
-            "requestId": inv.request_id,
+            "requestId": origin.request_id,
             "changed": changed,
             "quarantine": entry,
             "affected": affected,
@@ -203,9 +206,9 @@ impl Quarantines<'_> {
         target: &Target,
         reason: &str,
     ) -> Result<Value, HandlerError> {
-        let inv = self.inv;
+        let origin = self.origin;
         let all = self.current().await?;
-        let by = super::operator(inv, reason, self.now);
+        let by = super::operator(origin, reason, self.now);
         let mut lifted = Vec::new();
         for t in equivalents(target) {
             let entry = all.0.iter().find(|q| q.target == t).cloned();
@@ -227,11 +230,11 @@ impl Quarantines<'_> {
             format!("{target} is not quarantined; nothing to do")
         };
         if changed {
-            tracing::warn!(target = %target, request_id = %inv.request_id, decision = "unquarantined", reason = %reason, "quarantine lifted by an operator");
+            tracing::warn!(target = %target, request_id = %origin.request_id, decision = "unquarantined", reason = %reason, "quarantine lifted by an operator");
         }
         Ok(json!({
             "action": "unquarantine",
-            "requestId": inv.request_id,
+            "requestId": origin.request_id,
             "changed": changed,
             "lifted": lifted,
             "rolledBackFrom": back,

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::{
-    Invocation, REPEAT_WINDOW_MINUTES, Target, fnv, instant, internal, invalid, invalid1,
+    Origin, REPEAT_WINDOW_MINUTES, Target, fnv, instant, internal, invalid, invalid1,
     rotation_summary, rotations_by_instance,
 };
 use crate::announce::Announcer;
@@ -38,7 +38,7 @@ impl Rotate<'_> {
         reason: &str,
         ignore_budgets: bool,
         max_concurrent: u32,
-        inv: &Invocation,
+        origin: &Origin,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
@@ -65,7 +65,7 @@ impl Rotate<'_> {
                 if let Some(o) = response.as_object_mut() {
                     o.insert("repeated".into(), json!(true));
                 }
-                tracing::info!(pool = %pool, request_id = %inv.request_id, decision = "repeated", "identical rotate request already recorded; nothing more done");
+                tracing::info!(pool = %pool, request_id = %origin.request_id, decision = "repeated", "identical rotate request already recorded; nothing more done");
                 return Ok(response);
             }
         }
@@ -116,7 +116,7 @@ impl Rotate<'_> {
         };
         let existing = rotations_by_instance(self.planner.state, &pool).await?;
         let queue = Queue {
-            request_id: inv.request_id.clone(),
+            request_id: origin.request_id.clone(),
             ignore_budgets,
             max_concurrent,
             reason: reason.to_string(),
@@ -144,7 +144,7 @@ impl Rotate<'_> {
         let response = json!({
             "action": "rotate",
             "pool": pool,
-            "requestId": inv.request_id,
+            "requestId": origin.request_id,
             "queued": queued,
             "kept": kept,
             "ignoreBudgets": ignore_budgets,
@@ -156,7 +156,7 @@ impl Rotate<'_> {
                 "the rotator starts them on its next passes as the Drifted budget allows".to_string()
             },
         });
-        let doc = json!({"at": instant(now), "requestId": inv.request_id, "response": response});
+        let doc = json!({"at": instant(now), "requestId": origin.request_id, "response": response});
         let ttl =
             now + chrono::Duration::minutes(REPEAT_WINDOW_MINUTES) + chrono::Duration::days(1);
         if let Err(e) = (self.planner.state)
@@ -186,14 +186,14 @@ impl Cancel<'_> {
         policy: &Policy,
         instance: &str,
         reason: &str,
-        inv: &Invocation,
+        origin: &Origin,
         now: DateTime<Utc>,
     ) -> Result<Value, HandlerError> {
         let pool = policy.pool_id();
         let group = group_name(&self.planner, policy).await?;
         let why = format!(
             "cancelled by {}: {reason}",
-            inv.caller.as_deref().unwrap_or("an operator")
+            origin.caller.as_deref().unwrap_or("an operator")
         );
         // Record the cancellation first (conditional write): from then on the rotator leaves the
         // rotation alone, and the surge's undo is recorded before it is performed.
@@ -216,7 +216,7 @@ impl Cancel<'_> {
             };
             if v.value.step == Step::Cancelled {
                 return Ok(json!({
-                    "action": "cancel", "pool": pool, "requestId": inv.request_id,
+                    "action": "cancel", "pool": pool, "requestId": origin.request_id,
                     "instance": instance, "changed": false,
                     "rotation": rotation_summary(&v.value),
                 }));
@@ -306,7 +306,7 @@ impl Cancel<'_> {
         Ok(json!({
             "action": "cancel",
             "pool": pool,
-            "requestId": inv.request_id,
+            "requestId": origin.request_id,
             "instance": instance,
             "changed": true,
             "cancelledAt": format!("{:?}", rot.step),

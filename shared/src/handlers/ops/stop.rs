@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Invocation, internal};
+use super::{Origin, internal};
 use crate::handlers::HandlerError;
 use crate::policy::Policy;
 use crate::state::Repository;
@@ -21,15 +21,15 @@ pub(super) async fn stop_switch(
     policies: &BTreeMap<String, Policy>,
     stopped: bool,
     reason: &str,
-    inv: &Invocation,
+    origin: &Origin,
     now: DateTime<Utc>,
 ) -> Result<Value, HandlerError> {
     let switch = StopSwitch {
         stopped,
         reason: reason.to_string(),
-        by: inv.caller.clone(),
+        by: origin.caller.clone(),
         at: Some(now),
-        request_id: Some(inv.request_id.clone()),
+        request_id: Some(origin.request_id.clone()),
     };
     let (before, changed) = store.set_stop_switch(&switch).await.map_err(internal)?;
     let in_force = if stopped {
@@ -62,7 +62,7 @@ pub(super) async fn stop_switch(
     }
     let mut out = json!({
         "action": if stopped { "stop" } else { "start" },
-        "requestId": inv.request_id,
+        "requestId": origin.request_id,
         "changed": changed,
         "stopped": in_force,
         "before": before,

@@ -104,8 +104,8 @@ fn deployment() -> Deployment {
     Deployment { cloud, store, ops }
 }
 
-fn inv(id: &str) -> Invocation {
-    Invocation {
+fn inv(id: &str) -> Origin {
+    Origin {
         request_id: id.into(),
         caller: Some("arn:aws:iam::123456789012:user/oncall".into()),
     }
@@ -289,7 +289,7 @@ async fn a_quarantine_is_put_once_and_lifted_by_either_name() {
         state: &d.ops.cell.state,
         announce: &d.ops.cell.announce,
         policies: &policies,
-        inv,
+        origin: inv,
         now: now(),
     };
     let target = crate::promotion::Target::Ami("ami-1".into());

@@ -348,18 +348,23 @@ impl RotatorHandler {
         now: DateTime<Utc>,
         deadline: Instant,
     ) -> Result<Value, HandlerError> {
-        self.handle_invocation(payload, now, deadline, None).await
+        self.handle_invocation(payload, super::Invocation::at(now, deadline))
+            .await
     }
 
-    /// [`Self::handle`] for the Lambda invocation `request_id` (the lease holder; `None` = a
-    /// random id): each invocation holds a cluster's lease under its own name.
+    /// [`Self::handle`] in invocation `inv`: its request id is the lease holder (`None`: a
+    /// random id), so each invocation holds a cluster's lease under its own name.
     pub async fn handle_invocation(
         &self,
         payload: &Value,
-        now: DateTime<Utc>,
-        deadline: Instant,
-        request_id: Option<&str>,
+        inv: super::Invocation<'_>,
     ) -> Result<Value, HandlerError> {
+        let super::Invocation {
+            now,
+            deadline,
+            request_id,
+            ..
+        } = inv;
         let selection = match parse_input(payload)? {
             Input::Envelope(e) if e.detail_type == "Scheduled Event" => Selection::default(),
             Input::Envelope(e) => {
