@@ -77,7 +77,8 @@ pub struct NodeMarks {
     pub lb_excluded_by_nodecycle: bool,
 }
 
-/// One instance of the group.
+/// One instance of the group: as Auto Scaling and EC2 report it ([`GroupOps::describe`], with
+/// `node: None`), then joined with its Kubernetes node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Member {
@@ -148,35 +149,6 @@ pub struct Gates {
     pub stopped: Option<String>,
 }
 
-/// An instance of the group as Auto Scaling and EC2 report it (before joining with Kubernetes).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupInstance {
-    /// `i-...`.
-    pub instance_id: String,
-    /// Availability zone.
-    pub availability_zone: String,
-    /// The AMI it runs.
-    pub image_id: Option<String>,
-    /// EC2 launch time.
-    pub launch_time: DateTime<Utc>,
-    /// Auto Scaling lifecycle.
-    pub lifecycle: Lifecycle,
-}
-
-impl GroupInstance {
-    /// Joins with the instance's node (if registered).
-    pub fn with_node(self, node: Option<NodeStatus>) -> Member {
-        Member {
-            instance_id: self.instance_id,
-            availability_zone: self.availability_zone,
-            image_id: self.image_id,
-            launch_time: self.launch_time,
-            lifecycle: self.lifecycle,
-            node,
-        }
-    }
-}
-
 /// A group's sizes, read together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
@@ -192,11 +164,9 @@ pub struct Sizes {
 /// [`crate::fleet::snapshot::GroupSnapshots`].
 #[async_trait::async_trait]
 pub trait GroupOps: crate::fleet::snapshot::GroupSnapshots + Send + Sync {
-    /// The group and its instances (joined with EC2 for image and launch time).
-    async fn describe(
-        &self,
-        group: &str,
-    ) -> Result<(Group, Vec<GroupInstance>), crate::port::PortError>;
+    /// The group and its instances (joined with EC2 for image and launch time; `node` is
+    /// `None`: the caller joins them with Kubernetes).
+    async fn describe(&self, group: &str) -> Result<(Group, Vec<Member>), crate::port::PortError>;
     /// The group's desired capacity now (a fresh read; only the group, not its instances).
     async fn desired_capacity(&self, group: &str) -> Result<i32, crate::port::PortError> {
         Ok(self.sizes(group).await?.desired)
@@ -257,14 +227,14 @@ mod tests {
     /// A member serializes as one flat camelCase object: the instance's fields, then its node.
     #[test]
     fn member_serialized_shape() {
-        let member = GroupInstance {
+        let member = Member {
             instance_id: "i-1".into(),
             availability_zone: "eu-west-1a".into(),
             image_id: Some("ami-1".into()),
             launch_time: "2026-01-02T03:04:05Z".parse().unwrap(),
             lifecycle: Lifecycle::Other("Warmed:Pending".into()),
-        }
-        .with_node(Some(NodeStatus::ready("n-1".into())));
+            node: Some(NodeStatus::ready("n-1".into())),
+        };
         let json = serde_json::json!({
             "instanceId": "i-1",
             "availabilityZone": "eu-west-1a",

@@ -235,13 +235,8 @@ impl nodecycle::fleet::GroupOps for Faulty {
     async fn describe(
         &self,
         g: &str,
-    ) -> Result<
-        (
-            nodecycle::fleet::Group,
-            Vec<nodecycle::fleet::GroupInstance>,
-        ),
-        nodecycle::port::PortError,
-    > {
+    ) -> Result<(nodecycle::fleet::Group, Vec<nodecycle::fleet::Member>), nodecycle::port::PortError>
+    {
         self.inner.describe(g).await
     }
     async fn set_desired_capacity(

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::port_error;
 use super::template::{self, TemplateSpec};
 use crate::fleet::snapshot::{self, GroupRead, GroupSnapshots};
-use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle, Sizes};
+use crate::fleet::{Group, GroupOps, Lifecycle, Member, Sizes};
 use crate::port::{ErrorKind, PortError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -303,7 +303,7 @@ impl GroupOps for AutoScaling {
         }))
     }
 
-    async fn describe(&self, name: &str) -> Result<(Group, Vec<GroupInstance>), PortError> {
+    async fn describe(&self, name: &str) -> Result<(Group, Vec<Member>), PortError> {
         let g = self.group(name).await?;
         let version = match template_spec(&g) {
             Some(t) => Some(template::describe(&self.ec2, &t).await?),
@@ -459,7 +459,7 @@ impl AutoScaling {
         g: &aws_sdk_autoscaling::types::AutoScalingGroup,
         launch_template_image: Option<String>,
         facts: &InstanceFacts,
-    ) -> (Group, Vec<GroupInstance>) {
+    ) -> (Group, Vec<Member>) {
         let group = Group {
             name: name.to_string(),
             min_size: g.min_size().unwrap_or_default(),
@@ -481,12 +481,13 @@ impl AutoScaling {
                     .get(&id)
                     .cloned()
                     .unwrap_or((None, DateTime::<Utc>::default()));
-                Some(GroupInstance {
+                Some(Member {
                     availability_zone: i.availability_zone().unwrap_or_default().to_string(),
                     lifecycle: lifecycle(i.lifecycle_state().map(|s| s.as_str()).unwrap_or("")),
                     instance_id: id,
                     image_id,
                     launch_time,
+                    node: None,
                 })
             })
             .collect();

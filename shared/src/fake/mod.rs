@@ -546,7 +546,7 @@ pub struct StoredGroup {
     /// Name, sizes, the image its launch template launches, suspended processes.
     pub group: crate::fleet::Group,
     /// Its instances.
-    pub instances: Vec<crate::fleet::GroupInstance>,
+    pub instances: Vec<crate::fleet::Member>,
     /// Latest launch template version (the group launches `$Latest`).
     pub template_version: u32,
     /// Status message of the latest scaling activity, when it failed.
@@ -620,7 +620,7 @@ impl crate::fleet::GroupOps for Groups {
     async fn describe(
         &self,
         group: &str,
-    ) -> Result<(crate::fleet::Group, Vec<crate::fleet::GroupInstance>), PortError> {
+    ) -> Result<(crate::fleet::Group, Vec<crate::fleet::Member>), PortError> {
         self.with("autoscaling:DescribeAutoScalingGroups", group, |g| {
             Ok((g.group.clone(), g.instances.clone()))
         })

@@ -384,14 +384,15 @@ async fn a_lifecycle_action_without_a_node_completes_at_once() {
 
 #[tokio::test]
 async fn groups_answer_as_auto_scaling_does() {
-    use crate::fleet::{Group, GroupInstance, GroupOps, Lifecycle};
+    use crate::fleet::{Group, GroupOps, Lifecycle, Member};
     let groups = Groups::default();
-    let member = |id: &str| GroupInstance {
+    let member = |id: &str| Member {
         instance_id: id.into(),
         availability_zone: "us-east-2a".into(),
         image_id: Some("ami-1".into()),
         launch_time: now(),
         lifecycle: Lifecycle::InService,
+        node: None,
     };
     groups.insert(StoredGroup {
         group: Group {

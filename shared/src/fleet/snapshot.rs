@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::fleet::{Group, GroupInstance};
+use crate::fleet::{Group, Member};
 use crate::port::{ErrorKind, PortError};
 
 /// Group names per DescribeAutoScalingGroups call (the API's limit) and per DescribeInstances
@@ -13,7 +13,7 @@ use crate::port::{ErrorKind, PortError};
 pub const GROUPS_PER_CALL: usize = 100;
 
 /// One group as a batch read it, or why it could not be read: its pool's report.
-pub type GroupRead = Result<(Group, Vec<GroupInstance>), PortError>;
+pub type GroupRead = Result<(Group, Vec<Member>), PortError>;
 
 /// Reads many groups at once.
 #[async_trait::async_trait]
@@ -61,7 +61,7 @@ pub fn batches(names: &[String]) -> Vec<Vec<String>> {
 /// of a batch that could not be read.
 pub fn assemble(
     names: &[String],
-    mut found: BTreeMap<String, (Group, Vec<GroupInstance>)>,
+    mut found: BTreeMap<String, (Group, Vec<Member>)>,
     failed: &BTreeMap<String, PortError>,
 ) -> BTreeMap<String, GroupRead> {
     names
@@ -85,7 +85,7 @@ mod tests {
         (0..n).map(|i| format!("g{i}")).collect()
     }
 
-    fn group(name: &str) -> (Group, Vec<GroupInstance>) {
+    fn group(name: &str) -> (Group, Vec<Member>) {
         (
             Group {
                 name: name.into(),

@@ -10,7 +10,7 @@ use super::*;
 use crate::ami::Architecture;
 use crate::ami::select::Image;
 use crate::fake::{Cloud, Clusters, Groups, ManagedGroups, MemoryStore, StoredGroup, World};
-use crate::fleet::{Group, GroupInstance, Lifecycle};
+use crate::fleet::{Group, Lifecycle, Member};
 use crate::policy::source::PolicyDocument;
 use crate::port::ErrorKind;
 use crate::rotation::Step;
@@ -40,13 +40,14 @@ fn image(id: &str, architecture: Architecture) -> crate::fake::StoredImage {
     }
 }
 
-fn member(id: &str, lifecycle: Lifecycle) -> GroupInstance {
-    GroupInstance {
+fn member(id: &str, lifecycle: Lifecycle) -> Member {
+    Member {
         instance_id: id.into(),
         availability_zone: "us-east-2a".into(),
         image_id: Some("ami-1".into()),
         launch_time: now(),
         lifecycle,
+        node: None,
     }
 }
 

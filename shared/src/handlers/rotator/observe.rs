@@ -287,7 +287,7 @@ impl Planner<'_> {
                     pods_counted: false,
                     marks: n.marks,
                 });
-                i.with_node(node)
+                Member { node, ..i }
             })
             .collect();
         let desired = record
