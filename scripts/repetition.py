@@ -6,8 +6,9 @@ library, not in this repo) finds in the code that ships, with tests left out.
 
 Copies the tracked production sources of REPO (default: this checkout) to a scratch folder: Rust,
 Python, TypeScript and shell, without tests (`tests/`, `tests.rs`, `*_tests.rs`, property tests
-`props*.rs`), test-support fakes (`fake/`, `kube/memory.rs`, the fake cloud), benches and inline
-`#[cfg(test)] mod` blocks. Then runs `duplicates --most 200` over the copy and prints its rows
+`props*.rs`), the fake cloud, benches, and the Rust compiled only for tests: inline `#[cfg(test)]`
+modules, and the modules and items behind `#[cfg(any(test, feature = "test-support"))]` (the
+in-memory fakes: `fake/`, `kube/memory.rs`, `doctor/memory.rs`). Then runs `duplicates --most 200` over the copy and prints its rows
 with the copy's paths made relative. Exit 2 when `duplicates` is not on PATH.
 """
 import os
@@ -18,10 +19,14 @@ import sys
 import tempfile
 
 TEST_PATH = re.compile(
-    r"(^|/)tests?\.rs$|_tests?\.rs$|(^|/)tests/|/fake/|fakecloud|(^|/)check_"
-    r"|(^|/)props[a-z_]*\.rs$|kube/memory\.rs$|^shared/benches/|^cdk/test"
+    r"(^|/)tests?\.rs$|_tests?\.rs$|(^|/)tests/|fakecloud|(^|/)check_"
+    r"|(^|/)props[a-z_]*\.rs$|^shared/benches/|^cdk/test"
 )
 INLINE_TESTS = re.compile(r"#\[cfg\(test\)\]\s*(pub(\(crate\))?\s+)?mod\s+\w+\s*\{")
+# An attribute that compiles what follows only for tests (and the `test-support` feature).
+TEST_ONLY = r'#\[cfg\((?:all\()?any\(test, feature = "test-support"\)[^\]]*\)\]'
+TEST_ONLY_MOD = re.compile(TEST_ONLY + r"\s*(?:pub(?:\(crate\))?\s+)?mod\s+(\w+)\s*;")
+TEST_ONLY_ITEM = re.compile(TEST_ONLY + r"(?:\s*(?:#\[[^\]]*\]|///[^\n]*))*\s*[^;{]*[;{]")
 
 
 def production(path):
@@ -30,16 +35,33 @@ def production(path):
 
 
 def without_inline_tests(text):
-    """`text` without its `#[cfg(test)] mod x { ... }` blocks (braces matched)."""
-    while True:
-        m = INLINE_TESTS.search(text)
-        if not m:
-            return text
-        i, depth = m.end(), 1
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        text = text[: m.start()] + text[i:]
+    """`text` without its `#[cfg(test)] mod x { ... }` blocks and its test-only items (braces
+    matched)."""
+    for pattern in (INLINE_TESTS, TEST_ONLY_ITEM):
+        while True:
+            m = pattern.search(text)
+            if not m:
+                break
+            i, depth = m.end(), 1 if text[m.end() - 1] == "{" else 0
+            while i < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            text = text[: m.start()] + text[i:]
+    return text
+
+
+def test_only_modules(repo, files):
+    """The files and folders of the modules declared behind a test-only attribute."""
+    out = []
+    for path in files:
+        if not path.endswith(".rs") or not os.path.isfile(os.path.join(repo, path)):
+            continue
+        with open(os.path.join(repo, path), errors="replace") as f:
+            names = TEST_ONLY_MOD.findall(f.read())
+        base = os.path.dirname(path) if os.path.basename(path) in ("mod.rs", "lib.rs", "main.rs") \
+            else path[: -len(".rs")]
+        out += [os.path.join(base, n) for n in names]
+    return out
 
 
 def main(argv):
@@ -52,7 +74,10 @@ def main(argv):
                            check=True).stdout.split()
     out = tempfile.mkdtemp(prefix="nodecycle-production-")
     try:
+        test_only = test_only_modules(repo, files)
         for path in filter(production, files):
+            if any(path == m + ".rs" or path.startswith(m + "/") for m in test_only):
+                continue
             src = os.path.join(repo, path)
             if not os.path.isfile(src):
                 continue

@@ -22,6 +22,7 @@ pub mod contract;
 pub mod forwarding;
 pub mod groups;
 pub mod members;
+#[cfg(any(test, feature = "test-support"))]
 pub mod memory;
 pub mod policies;
 pub mod rbac;
