@@ -8,6 +8,7 @@
 
 mod support;
 
+use nodecycle::handlers::Invocation;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -328,8 +329,7 @@ impl Fleet {
         self.handler
             .handle(
                 event,
-                Utc::now(),
-                Instant::now() + Duration::from_secs(seconds),
+                Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(seconds)),
             )
             .await
     }

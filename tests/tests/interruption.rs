@@ -9,6 +9,7 @@
 
 mod support;
 
+use nodecycle::handlers::Invocation;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -234,8 +235,7 @@ impl Env {
         self.handler
             .handle(
                 payload,
-                Utc::now(),
-                Instant::now() + Duration::from_secs(170),
+                Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(170)),
             )
             .await
     }
@@ -983,7 +983,10 @@ async fn lifecycle_drain_longer_than_the_invocation_is_handed_to_the_rotator() {
     // 12 s left: the drain (blocked by the PDB, grace period 1h) cannot finish.
     let out = e
         .handler
-        .handle(&ev, Utc::now(), Instant::now() + Duration::from_secs(12))
+        .handle(
+            &ev,
+            Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(12)),
+        )
         .await
         .unwrap();
     assert_eq!(out["outcomes"][0]["action"], "handedOver", "{out}");
@@ -1311,7 +1314,10 @@ async fn a_hand_over_replaces_a_stale_or_waiting_rotation_of_the_instance() {
         );
         let out = e
             .handler
-            .handle(&ev, Utc::now(), Instant::now() + Duration::from_secs(12))
+            .handle(
+                &ev,
+                Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(12)),
+            )
             .await
             .unwrap();
         assert_eq!(

@@ -18,6 +18,7 @@
 
 mod support;
 
+use nodecycle::handlers::Invocation;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -698,8 +699,7 @@ async fn a_spot_warning_from_prod_drains_through_prods_role_and_one_from_a_stran
         .interruptions
         .handle(
             &spot_warning(STRANGER, EAST, &instance, "e-1"),
-            Utc::now(),
-            Instant::now() + Duration::from_secs(60),
+            Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(60)),
         )
         .await
         .unwrap();
@@ -722,8 +722,7 @@ async fn a_spot_warning_from_prod_drains_through_prods_role_and_one_from_a_stran
         .interruptions
         .handle(
             &spot_warning(PROD, WEST, &instance, "e-2"),
-            Utc::now(),
-            Instant::now() + Duration::from_secs(60),
+            Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(60)),
         )
         .await
         .unwrap();
@@ -735,8 +734,7 @@ async fn a_spot_warning_from_prod_drains_through_prods_role_and_one_from_a_stran
         .interruptions
         .handle(
             &spot_warning(PROD, EAST, &instance, "e-3"),
-            Utc::now(),
-            Instant::now() + Duration::from_secs(60),
+            Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(60)),
         )
         .await
         .unwrap();
@@ -846,8 +844,7 @@ async fn a_members_lifecycle_action_handed_over_is_answered_by_the_tick_through_
         .interruptions
         .handle(
             &lifecycle_action(PROD, EAST, prod.group, &instance, token),
-            Utc::now(),
-            Instant::now() + Duration::from_secs(12),
+            Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(12)),
         )
         .await
         .unwrap();
@@ -875,8 +872,7 @@ async fn a_members_lifecycle_action_handed_over_is_answered_by_the_tick_through_
             .interruptions
             .handle(
                 &json!({}),
-                Utc::now(),
-                Instant::now() + Duration::from_secs(60),
+                Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(60)),
             )
             .await
             .unwrap()

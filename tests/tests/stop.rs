@@ -7,6 +7,7 @@
 
 mod support;
 
+use nodecycle::handlers::Invocation;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -195,8 +196,7 @@ async fn stop_holds_every_pool_in_one_request_spot_drains_go_on_and_start_restor
         .interruptions
         .handle(
             &d.spot_warning(&victim),
-            Utc::now(),
-            Instant::now() + Duration::from_secs(170),
+            Invocation::at(Utc::now(), Instant::now() + Duration::from_secs(170)),
         )
         .await
         .unwrap();

@@ -1,6 +1,7 @@
 //! The ami-watcher's and the interruption handler's use cases against the in-memory fakes:
 //! whole invocations (payload in, JSON out, the table and the cloud after), in milliseconds.
 
+use crate::handlers::Invocation;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -223,7 +224,7 @@ async fn a_spot_warning_drains_once_however_often_it_comes() {
     kube.cluster("prod", now()).add_node("ip-10-0-0-1", I1);
     let h = handler(&cloud, &store, &kube);
     let out = h
-        .handle(&spot_warning("e-1", I1), now(), deadline())
+        .handle(&spot_warning("e-1", I1), Invocation::at(now(), deadline()))
         .await
         .unwrap();
     assert_eq!(out["outcomes"][0]["action"], "drained", "{out}");
@@ -245,7 +246,7 @@ async fn a_spot_warning_drains_once_however_often_it_comes() {
     );
     // The same event again: a duplicate.
     let out = h
-        .handle(&spot_warning("e-1", I1), now(), deadline())
+        .handle(&spot_warning("e-1", I1), Invocation::at(now(), deadline()))
         .await
         .unwrap();
     assert_eq!(out["decision"], "duplicate", "{out}");
@@ -260,7 +261,10 @@ async fn a_spot_warning_drains_once_however_often_it_comes() {
         "EC2 Instance State-change Notification",
         json!({"instance-id": I1, "state": "stopping"}),
     );
-    let out = h.handle(&stopping, now(), deadline()).await.unwrap();
+    let out = h
+        .handle(&stopping, Invocation::at(now(), deadline()))
+        .await
+        .unwrap();
     assert_eq!(out["outcomes"][0]["action"], "skipped", "{out}");
     assert!(
         out["outcomes"][0]["reason"]
@@ -278,7 +282,7 @@ async fn a_failed_drain_is_taken_over_by_the_next_delivery() {
     let h = handler(&cloud, &store, &kube);
     // The cluster is unreachable: the event fails (Lambda retries it).
     let e = h
-        .handle(&spot_warning("e-1", I1), now(), deadline())
+        .handle(&spot_warning("e-1", I1), Invocation::at(now(), deadline()))
         .await
         .unwrap_err();
     assert!(e.message.contains("unreachable"), "{e}");
@@ -294,7 +298,7 @@ async fn a_failed_drain_is_taken_over_by_the_next_delivery() {
     // The retry reaches the cluster and drains.
     kube.cluster("prod", now()).add_node("ip-10-0-0-1", I1);
     let out = h
-        .handle(&spot_warning("e-1", I1), now(), deadline())
+        .handle(&spot_warning("e-1", I1), Invocation::at(now(), deadline()))
         .await
         .unwrap();
     assert_eq!(out["outcomes"][0]["action"], "drained", "{out}");
@@ -314,7 +318,7 @@ async fn rebalance_replace_records_one_forced_rotation() {
         )
     };
     let out = h
-        .handle(&rebalance("e-1"), now(), deadline())
+        .handle(&rebalance("e-1"), Invocation::at(now(), deadline()))
         .await
         .unwrap();
     assert_eq!(out["outcomes"][0]["action"], "rotationRecorded", "{out}");
@@ -330,7 +334,7 @@ async fn rebalance_replace_records_one_forced_rotation() {
     assert_eq!(rotation["forced"], true, "{rotation}");
     // Another recommendation for it: the claim says it was handled.
     let out = h
-        .handle(&rebalance("e-2"), now(), deadline())
+        .handle(&rebalance("e-2"), Invocation::at(now(), deadline()))
         .await
         .unwrap();
     assert_eq!(out["outcomes"][0]["action"], "skipped", "{out}");
@@ -370,14 +374,20 @@ async fn a_lifecycle_action_without_a_node_completes_at_once() {
             "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
         },
     });
-    let out = h.handle(&event, now(), deadline()).await.unwrap();
+    let out = h
+        .handle(&event, Invocation::at(now(), deadline()))
+        .await
+        .unwrap();
     assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
     assert!(cloud.world().lifecycle[I2].completed);
     // Another account's event is refused before anything is written.
     let mut other = spot_warning("e-10", I1);
     other["account"] = json!("210987654321");
     let before = store.calls().get("put").copied();
-    let out = h.handle(&other, now(), deadline()).await.unwrap();
+    let out = h
+        .handle(&other, Invocation::at(now(), deadline()))
+        .await
+        .unwrap();
     assert_eq!(out["decision"], "refused", "{out}");
     assert_eq!(store.calls().get("put").copied(), before);
 }

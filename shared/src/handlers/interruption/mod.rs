@@ -248,18 +248,19 @@ fn log_outcome(c: &ClassifiedEvent, o: &Outcome) {
 #[async_trait::async_trait]
 impl Function for InterruptionHandler {
     async fn invoke(&self, payload: &Value, inv: Invocation<'_>) -> Result<Value, HandlerError> {
-        self.handle(payload, inv.now, inv.deadline).await
+        self.handle(payload, inv).await
     }
 }
 
 impl InterruptionHandler {
-    /// Handles one payload at `now`; stops stepping drains when `deadline` is near.
+    /// Handles one payload at the invocation's `now`; stops stepping drains when its
+    /// `deadline` is near.
     pub async fn handle(
         &self,
         payload: &Value,
-        now: DateTime<Utc>,
-        deadline: Instant,
+        inv: Invocation<'_>,
     ) -> Result<Value, HandlerError> {
+        let Invocation { now, deadline, .. } = inv;
         let c = interruption_event(payload)?;
         let clock = Clock::starting_at(now);
         let kind = c.event.kind();
