@@ -11,6 +11,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use nodecycle::handlers::Invocation;
 use nodecycle::rotation::Step;
 use nodecycle::state::Store;
 use nodecycle_tests::{AwsFault, AwsFaults, Faults};
@@ -48,8 +49,8 @@ async fn racing_passes(p: &Pool, now: chrono::DateTime<chrono::Utc>) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let tick = json!({});
     let (a, b) = tokio::join!(
-        p.rotator.handle(&tick, now, deadline),
-        p.rotator.handle(&tick, now, deadline)
+        p.rotator.handle(&tick, Invocation::at(now, deadline)),
+        p.rotator.handle(&tick, Invocation::at(now, deadline))
     );
     a.unwrap();
     b.unwrap();

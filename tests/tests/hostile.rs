@@ -8,7 +8,6 @@
 
 mod support;
 
-use nodecycle::handlers::Invocation;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +15,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::aws::instances::{Ec2Instances, LifecycleActions};
+use nodecycle::handlers::Invocation;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
 use nodecycle::handlers::rotator::{EksConnector, RotatorHandler};

@@ -9,7 +9,6 @@
 
 mod support;
 
-use nodecycle::handlers::Invocation;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use nodecycle::aws::{
     instances::Ec2Instances,
     ssm::{Ssm, SsmPolicies},
 };
+use nodecycle::handlers::Invocation;
 use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
 use nodecycle::handlers::rotator::EksConnector;
 use nodecycle::interruption::{LifecycleAction, LifecycleOps};

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
+use nodecycle::handlers::Invocation;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::ops::{OpsHandler, Origin};
 use nodecycle::handlers::rotator::RotatorHandler;
@@ -113,7 +114,10 @@ async fn mng(size: u32, budgets: &str, terms: &str) -> Mng {
 impl Mng {
     async fn pass(&self, now: DateTime<Utc>) -> Value {
         self.rotator
-            .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
+            .handle(
+                &json!({}),
+                Invocation::at(now, Instant::now() + Duration::from_secs(120)),
+            )
             .await
             .unwrap()
     }

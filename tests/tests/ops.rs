@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
-use nodecycle::handlers::HandlerError;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::rotator::RotatorHandler;
+use nodecycle::handlers::{HandlerError, Invocation};
 use nodecycle::rotation::{Rotation, Step};
 use nodecycle::state::Store;
 use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn, PdbFixture, PodFixture, SyncNodes};
@@ -122,7 +122,10 @@ impl Pool {
     async fn pass(&self, now: DateTime<Utc>) -> Value {
         let report = self
             .rotator
-            .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
+            .handle(
+                &json!({}),
+                Invocation::at(now, Instant::now() + Duration::from_secs(120)),
+            )
             .await
             .unwrap();
         std::thread::sleep(Duration::from_millis(400));

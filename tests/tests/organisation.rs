@@ -18,7 +18,6 @@
 
 mod support;
 
-use nodecycle::handlers::Invocation;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +28,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::aws::members::AwsMembers;
 use nodecycle::event::served::Served;
+use nodecycle::handlers::Invocation;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::interruption::InterruptionHandler;
 use nodecycle::handlers::ops::{OpsHandler, Origin};
@@ -369,12 +369,12 @@ impl Org {
         let rotated = self
             .east
             .rotator
-            .handle(&json!({}), now, deadline())
+            .handle(&json!({}), Invocation::at(now, deadline()))
             .await
             .unwrap();
         self.west
             .rotator
-            .handle(&json!({}), now, deadline())
+            .handle(&json!({}), Invocation::at(now, deadline()))
             .await
             .unwrap();
         std::thread::sleep(Duration::from_millis(400));

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
-use nodecycle::handlers::HandlerError;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::rotator::RotatorHandler;
+use nodecycle::handlers::{HandlerError, Invocation};
 use nodecycle::rotation::Rotation;
 use nodecycle::state::{self, PoolRecord, Store};
 use nodecycle_tests::{FakeCloud, KubeStandIn, SyncNodes};
@@ -120,7 +120,10 @@ impl Stages {
     async fn pass(&self, now: DateTime<Utc>) -> Value {
         let report = self
             .rotator
-            .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
+            .handle(
+                &json!({}),
+                Invocation::at(now, Instant::now() + Duration::from_secs(120)),
+            )
             .await
             .unwrap();
         // Let the stand-ins register nodes for instances the pass launched.

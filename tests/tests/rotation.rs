@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use nodecycle::aws::autoscaling::AutoScaling;
+use nodecycle::handlers::Invocation;
 use nodecycle::rotation::{Rotation, Step};
 use serde_json::json;
 use support::pool::*;
@@ -429,9 +430,14 @@ async fn two_rotators_at_once_never_exceed_the_budget() {
     for _ in 0..40 {
         let tick = json!({});
         let (a, b) = tokio::join!(
-            p.rotator
-                .handle(&tick, now, Instant::now() + Duration::from_secs(120)),
-            other.handle(&tick, now, Instant::now() + Duration::from_secs(120)),
+            p.rotator.handle(
+                &tick,
+                Invocation::at(now, Instant::now() + Duration::from_secs(120))
+            ),
+            other.handle(
+                &tick,
+                Invocation::at(now, Instant::now() + Duration::from_secs(120))
+            ),
         );
         let (a, b) = (a.unwrap(), b.unwrap());
         // Each either worked on the cluster or saw the other's lease; they may also run one

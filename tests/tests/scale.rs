@@ -331,7 +331,7 @@ async fn a_group_missing_from_the_batch_is_its_pools_report_and_throttled_batche
     );
     let report = f
         .rotator
-        .handle_invocation(
+        .handle(
             &json!({}),
             Invocation {
                 request_id: Some("missing-group"),
@@ -515,7 +515,7 @@ async fn measured_pass(
     let started = Instant::now();
     let now = chrono::Utc::now();
     let report = rotator
-        .handle_invocation(
+        .handle(
             &json!({}),
             Invocation {
                 request_id: Some(&format!("scale-{label}")),

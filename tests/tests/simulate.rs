@@ -6,6 +6,7 @@
 
 mod support;
 
+use nodecycle::handlers::Invocation;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -355,8 +356,7 @@ async fn live_forecasts_from_the_stored_state_without_writing() {
     rotator
         .handle(
             &json!({"pools": ["prod/general"]}),
-            now,
-            Instant::now() + Duration::from_secs(60),
+            Invocation::at(now, Instant::now() + Duration::from_secs(60)),
         )
         .await
         .unwrap();

@@ -7,7 +7,6 @@
 
 mod support;
 
-use nodecycle::handlers::Invocation;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::aws::instances::Ec2Instances;
 use nodecycle::aws::ssm::{Ssm, SsmPolicies};
+use nodecycle::handlers::Invocation;
 use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
 use nodecycle::handlers::rotator::{EksConnector, RotatorHandler};
 use nodecycle::rotation::Rotation;
@@ -105,8 +105,7 @@ impl Deployment {
         self.rotator
             .handle(
                 &json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}),
-                now,
-                Instant::now() + Duration::from_secs(110),
+                Invocation::at(now, Instant::now() + Duration::from_secs(110)),
             )
             .await
             .unwrap()

@@ -9,6 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use nodecycle::handlers::Invocation;
 use nodecycle::rotation::Step;
 use serde_json::json;
 use support::pool::*;
@@ -118,8 +119,8 @@ async fn two_rotators_in_one_process_contend_for_the_lease() {
         let deadline = Instant::now() + Duration::from_secs(120);
         let tick = json!({});
         let (a, b) = tokio::join!(
-            p.rotator.handle(&tick, t, deadline),
-            other.handle(&tick, t, deadline),
+            p.rotator.handle(&tick, Invocation::at(t, deadline)),
+            other.handle(&tick, Invocation::at(t, deadline)),
         );
         let states: Vec<String> = [a.unwrap(), b.unwrap()]
             .iter()
@@ -151,7 +152,10 @@ async fn a_lease_held_by_another_invocation_of_the_same_process_and_instant_is_r
     assert!(taken.is_ok());
     let report = p
         .rotator
-        .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
+        .handle(
+            &json!({}),
+            Invocation::at(now, Instant::now() + Duration::from_secs(120)),
+        )
         .await
         .unwrap();
     let state = report["clusters"]["prod"].as_str().unwrap();

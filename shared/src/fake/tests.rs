@@ -1,13 +1,13 @@
 //! The ami-watcher's and the interruption handler's use cases against the in-memory fakes:
 //! whole invocations (payload in, JSON out, the table and the cloud after), in milliseconds.
 
-use crate::handlers::Invocation;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::*;
 use crate::ami::Architecture;
+use crate::handlers::Invocation;
 use crate::handlers::interruption::Settings;
 
 const POOL_PARAM: &str = "/nodecycle/pools/prod/general";

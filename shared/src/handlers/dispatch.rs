@@ -41,7 +41,7 @@ pub trait ClusterPass: Send + Sync {
 #[async_trait]
 impl ClusterPass for RotatorHandler {
     async fn pass(&self, selection: &Value, at: Invocation<'_>) -> Result<Value, HandlerError> {
-        self.handle_invocation(selection, at).await
+        self.handle(selection, at).await
     }
 }
 

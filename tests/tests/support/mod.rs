@@ -12,6 +12,7 @@ use nodecycle::ami::resolve::Resolver;
 use nodecycle::aws::{
     Clients, dynamodb::Table, ec2::Ec2, eks::Eks, nodegroup::NodeGroups, ssm::Ssm,
 };
+use nodecycle::handlers::Invocation;
 use nodecycle::policy::{self, Policy};
 use nodecycle_tests::{FakeCloud, ImageFixture};
 
@@ -542,8 +543,10 @@ pub async fn rotator_pass(
     let report = rotator
         .handle(
             &serde_json::json!({}),
-            now,
-            std::time::Instant::now() + std::time::Duration::from_secs(120),
+            Invocation::at(
+                now,
+                std::time::Instant::now() + std::time::Duration::from_secs(120),
+            ),
         )
         .await
         .unwrap();

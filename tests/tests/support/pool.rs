@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
+use nodecycle::handlers::Invocation;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::rotation::Rotation;
@@ -108,7 +109,10 @@ impl Pool {
     pub async fn pass(&self, now: DateTime<Utc>) -> serde_json::Value {
         let report = self
             .rotator
-            .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
+            .handle(
+                &json!({}),
+                Invocation::at(now, Instant::now() + Duration::from_secs(120)),
+            )
             .await
             .unwrap();
         // Let the stand-in register nodes for instances the pass launched.

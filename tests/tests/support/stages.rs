@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use nodecycle::aws::dynamodb::Table;
+use nodecycle::handlers::Invocation;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
 use nodecycle::handlers::rotator::RotatorHandler;
 use nodecycle::rotation::Rotation;
@@ -154,7 +155,10 @@ impl Stages {
     pub async fn pass(&self, now: DateTime<Utc>) -> Value {
         let report = self
             .rotator
-            .handle(&json!({}), now, Instant::now() + Duration::from_secs(120))
+            .handle(
+                &json!({}),
+                Invocation::at(now, Instant::now() + Duration::from_secs(120)),
+            )
             .await
             .unwrap();
         std::thread::sleep(Duration::from_millis(400));

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::HandlerError;
+use super::{HandlerError, Invocation};
 use crate::clock::Clock;
 use crate::event::{Input, Selection, parse_input};
 use crate::fleet::GroupOps;
@@ -341,25 +341,15 @@ impl RotatorHandler {
         }
     }
 
-    /// One pass at `now`; stops starting steps when `deadline` is near.
+    /// One pass at the invocation's `now`; stops starting steps when its `deadline` is near.
+    /// Its request id is the lease holder (`None`: a random id), so each invocation holds a
+    /// cluster's lease under its own name.
     pub async fn handle(
         &self,
         payload: &Value,
-        now: DateTime<Utc>,
-        deadline: Instant,
+        inv: Invocation<'_>,
     ) -> Result<Value, HandlerError> {
-        self.handle_invocation(payload, super::Invocation::at(now, deadline))
-            .await
-    }
-
-    /// [`Self::handle`] in invocation `inv`: its request id is the lease holder (`None`: a
-    /// random id), so each invocation holds a cluster's lease under its own name.
-    pub async fn handle_invocation(
-        &self,
-        payload: &Value,
-        inv: super::Invocation<'_>,
-    ) -> Result<Value, HandlerError> {
-        let super::Invocation {
+        let Invocation {
             now,
             deadline,
             request_id,
