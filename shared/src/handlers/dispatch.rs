@@ -61,7 +61,7 @@ impl Function for RotatorFunction {
         if let Some(out) = self.fan_out.route(&self.rotator, payload, inv).await {
             return out;
         }
-        self.rotator.pass(payload, inv).await
+        self.rotator.handle(payload, inv).await
     }
 }
 
