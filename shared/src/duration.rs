@@ -64,7 +64,7 @@ fn parse_units(text: &str, units: &[char]) -> Result<Duration, String> {
     Ok(Duration::from_secs(total))
 }
 
-/// Serializes a duration as [`format`] writes it (serde `serialize_with`).
+/// Serializes a duration as [`format()`] writes it (serde `serialize_with`).
 pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format(*d))
 }

@@ -28,8 +28,8 @@ pub struct AutoScaling {
 /// What the latest read of each group saw (its description, its template version and that
 /// template's tags), so that the template write and the architecture check that follow it in
 /// the same pass do not read them again, and what nodecycle wrote (the version it created) is
-/// not read back. An entry serves for [`SEEN_FOR`] at most: every pass reads its groups first,
-/// so nothing goes from an older pass's read. Shared by the adapters of one deployment
+/// not read back. An entry serves for `SEEN_FOR` (two minutes) at most: every pass reads its
+/// groups first, so nothing goes from an older pass's read. Shared by the adapters of one deployment
 /// ([`AutoScaling::with_seen`], [`super::nodegroup::NodeGroups::with_seen`]).
 #[derive(Debug, Clone, Default)]
 pub struct SeenGroups(Arc<Mutex<HashMap<String, Seen>>>);

@@ -5,8 +5,8 @@
 //! - [`drain`]: the resumable drain: a serializable [`DrainState`], the pure decision
 //!   [`plan_step`] of what to do next from (pods, state, now), and the thin I/O step
 //!   [`drain_step`] generic over [`NodeOps`].
-//! - [`ops`]: the narrow async trait [`NodeOps`] (the only thing the drain and the planner see).
-//! - [`token`]: the EKS bearer token (SigV4 query-presigned STS GetCallerIdentity).
+//! - [`node_ops`]: the narrow async trait [`NodeOps`] (the only thing the drain and the planner see).
+//! - [`token`](mod@token): the EKS bearer token (SigV4 query-presigned STS GetCallerIdentity).
 //! - [`client`]: [`EksKube`], the `kube`-based [`NodeOps`] with endpoint and CA from
 //!   eks:DescribeCluster, local overrides and token refresh.
 //! - [`connect`]: [`KubeConnector`], a client per cluster name ([`EksConnector`] over EKS).

@@ -8,7 +8,7 @@
 //! 3. **Start**: which drifted/expired nodes start a rotation, within the budgets.
 //!
 //! # Counting (Karpenter's disruption budgets)
-//! - `total` = members that are `InService` with a Ready node ([`Member::is_ready`]). Launching
+//! - `total` = members that are `InService` with a Ready node ([`crate::fleet::Member::is_ready`]). Launching
 //!   replacements (`Pending`) and unregistered instances do not count.
 //! - `disrupting` = distinct instances that are
 //!   - the subject of an in-flight rotation (whatever its step, even once the instance is gone),

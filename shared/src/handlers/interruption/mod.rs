@@ -11,11 +11,11 @@
 //!
 //! What is done is decided by the pure [`crate::interruption::action_for`] from the event, the
 //! pool's policy and the claim; each action is a use case taking only the ports it uses: the
-//! spot drain ([`spot_drain::SpotDrain`], Kubernetes), cordon ([`rebalance::cordon_only`],
-//! Kubernetes), rotation records ([`rotations::Rotations`], the table), the instance gone
-//! ([`rotations::gone`], Kubernetes and the table), the lifecycle hand-over
-//! ([`lifecycle::HandOver`], Auto Scaling, Kubernetes and the table); claims are
-//! [`claim::Claims`] (the table).
+//! spot drain (`spot_drain::SpotDrain`, Kubernetes), cordon (`rebalance::cordon_only`,
+//! Kubernetes), rotation records (`rotations::Rotations`, the table), the instance gone
+//! (`rotations::gone`, Kubernetes and the table), the lifecycle hand-over
+//! (`lifecycle::HandOver`, Auto Scaling, Kubernetes and the table); claims are
+//! `claim::Claims` (the table).
 //!
 //! | event | action |
 //! |---|---|
