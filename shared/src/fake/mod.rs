@@ -621,8 +621,13 @@ impl crate::fleet::GroupOps for Groups {
         &self,
         group: &str,
     ) -> Result<(crate::fleet::Group, Vec<crate::fleet::Member>), PortError> {
+        // As Auto Scaling answers: the instances, never their Kubernetes nodes.
         self.with("autoscaling:DescribeAutoScalingGroups", group, |g| {
-            Ok((g.group.clone(), g.instances.clone()))
+            let instances = g.instances.iter().map(|m| crate::fleet::Member {
+                node: None,
+                ..m.clone()
+            });
+            Ok((g.group.clone(), instances.collect()))
         })
     }
 
