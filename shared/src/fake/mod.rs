@@ -5,8 +5,8 @@
 //! never like the code under test. The moto integration tests (`tests/`) stay the reference;
 //! these are for unit tests of the handlers' use cases.
 //!
-//! - [`MemoryStore`]: the state table (the `validate --live` scratch store with nothing under
-//!   it), with fault injection: a failing operation, a writer that wins the next race.
+//! - [`MemoryStore`]: the state table ([`crate::state::memory`], re-exported), with fault
+//!   injection: a failing operation, a writer that wins the next race.
 //! - [`Cloud`]: policies, SSM parameters, images, cluster versions, what node groups launch,
 //!   EC2 instances, lifecycle actions, alarm states and the event bus, as one world.
 //! - [`Groups`]: Auto Scaling groups (sizes and their bounds, instances, launch template
@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
 use crate::ami::instance_types::GroupTypes;
 use crate::ami::resolve::{
@@ -42,170 +41,13 @@ use crate::policy::NodeGroup;
 use crate::policy::source::{PolicyDocument, PolicySource};
 use crate::port::{ErrorKind, PortError};
 use crate::promotion::{AlarmState, AlarmStates};
-use crate::state::Scratch;
-use crate::state::{BatchRead, Key, Store, TxWrite, Versioned};
+pub use crate::state::memory::MemoryStore;
 
 #[cfg(test)]
 mod tests;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The state table in memory: versions and conditional writes as [`crate::aws::dynamodb::Table`]
-/// (a put names the version it expects, `None` = the item must not exist; a lost race is a
-/// [`ErrorKind::Conflict`]). TTLs are accepted and not enforced (DynamoDB deletes expired items
-/// lazily too). Counts calls by operation.
-pub struct MemoryStore {
-    items: Scratch,
-    faults: Mutex<Faults>,
-}
-
-impl Default for MemoryStore {
-    fn default() -> Self {
-        MemoryStore {
-            items: Scratch::new(None),
-            faults: Mutex::default(),
-        }
-    }
-}
-
-#[derive(Default)]
-struct Faults {
-    /// Operations (`get`, `put`, `query`, `batch_get`, `transact`) that fail, with the error
-    /// kind.
-    failing: BTreeMap<&'static str, ErrorKind>,
-    /// Items another writer rewrites just before this store's next put of them.
-    racing: Vec<(String, String)>,
-    calls: BTreeMap<&'static str, u32>,
-}
-
-impl MemoryStore {
-    /// An empty table.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Every call of `op` (`get`, `put`, `query`, `batch_get`, `transact`) fails with `kind`
-    /// until [`Self::heal`].
-    pub fn fail(&self, op: &'static str, kind: ErrorKind) {
-        lock(&self.faults).failing.insert(op, kind);
-    }
-
-    /// No call fails any more.
-    pub fn heal(&self) {
-        lock(&self.faults).failing.clear();
-    }
-
-    /// Another writer rewrites `pk`/`sk` (same document, next version) just before this
-    /// store's next put of it: that put, if conditional on the version it read, loses.
-    pub fn race_next_put(&self, pk: &str, sk: &str) {
-        lock(&self.faults)
-            .racing
-            .push((pk.to_string(), sk.to_string()));
-    }
-
-    /// Calls so far by operation.
-    pub fn calls(&self) -> BTreeMap<&'static str, u32> {
-        lock(&self.faults).calls.clone()
-    }
-
-    /// Every item of partition `pk` (all sort keys), for assertions.
-    pub async fn partition(&self, pk: &str) -> Vec<(String, Value)> {
-        self.items
-            .query(pk, "")
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(sk, v)| (sk, v.value))
-            .collect()
-    }
-
-    /// Another writer's rewrite of `pk`/`sk` if [`Self::race_next_put`] asked for one (the
-    /// same document at the next version; `doc` for an item that does not exist yet).
-    async fn race(
-        &self,
-        pk: &str,
-        sk: &str,
-        doc: &Value,
-        ttl: Option<DateTime<Utc>>,
-    ) -> Result<(), PortError> {
-        let race = {
-            let mut f = lock(&self.faults);
-            let at = f.racing.iter().position(|(p, s)| p == pk && s == sk);
-            at.map(|i| f.racing.remove(i))
-        };
-        if race.is_some() {
-            let current = self.items.get(pk, sk).await?;
-            let (value, version) = match current {
-                Some(v) => (v.value, Some(v.version)),
-                None => (doc.clone(), None),
-            };
-            self.items.put(pk, sk, &value, version, ttl).await?;
-        }
-        Ok(())
-    }
-
-    fn enter(&self, op: &'static str) -> Result<(), PortError> {
-        let mut f = lock(&self.faults);
-        *f.calls.entry(op).or_default() += 1;
-        match f.failing.get(op) {
-            Some(kind) => Err(PortError::new(
-                format!("dynamodb:{op}"),
-                *kind,
-                "injected failure",
-            )),
-            None => Ok(()),
-        }
-    }
-}
-
-#[async_trait]
-impl Store for MemoryStore {
-    async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<Value>>, PortError> {
-        self.enter("get")?;
-        self.items.get(pk, sk).await
-    }
-
-    async fn put(
-        &self,
-        pk: &str,
-        sk: &str,
-        doc: &Value,
-        expected: Option<u64>,
-        ttl: Option<DateTime<Utc>>,
-    ) -> Result<u64, PortError> {
-        self.enter("put")?;
-        self.race(pk, sk, doc, ttl).await?;
-        self.items.put(pk, sk, doc, expected, ttl).await
-    }
-
-    async fn query(
-        &self,
-        pk: &str,
-        sk_prefix: &str,
-    ) -> Result<Vec<(String, Versioned<Value>)>, PortError> {
-        self.enter("query")?;
-        self.items.query(pk, sk_prefix).await
-    }
-
-    async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {
-        self.enter("batch_get")?;
-        self.items.batch_get(keys).await
-    }
-
-    async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
-        self.enter("transact")?;
-        for w in writes {
-            if let TxWrite::Put {
-                pk, sk, doc, ttl, ..
-            } = w
-            {
-                self.race(pk, sk, doc, *ttl).await?;
-            }
-        }
-        self.items.transact(writes).await
-    }
 }
 
 /// An image and what DescribeImages filters on beside its id and name.

@@ -97,10 +97,7 @@ async fn a_pass_records_the_desired_ami_and_follows_its_parameter() {
     assert_eq!(report["pools"][0]["status"], "changed", "{report}");
     assert_eq!(report["pools"][0]["desired"], "ami-1", "{report}");
     let pk = crate::state::keys::pool_pk("prod/general");
-    assert_eq!(
-        pool_record(&store.partition(&pk).await)["desired"]["id"],
-        "ami-1"
-    );
+    assert_eq!(pool_record(&store.partition(&pk))["desired"]["id"], "ami-1");
     // Again: unchanged, nothing new.
     let report = watcher.handle(&json!({}), now()).await.unwrap();
     assert_eq!(report["pools"][0]["status"], "unchanged", "{report}");
@@ -109,10 +106,7 @@ async fn a_pass_records_the_desired_ami_and_follows_its_parameter() {
     let report = watcher.handle(&json!({}), now()).await.unwrap();
     assert_eq!(report["pools"][0]["status"], "changed", "{report}");
     assert_eq!(report["pools"][0]["previous"], "ami-1", "{report}");
-    assert_eq!(
-        pool_record(&store.partition(&pk).await)["desired"]["id"],
-        "ami-2"
-    );
+    assert_eq!(pool_record(&store.partition(&pk))["desired"]["id"], "ami-2");
 }
 
 #[tokio::test]
@@ -127,7 +121,6 @@ async fn an_unreadable_quarantine_resolves_nothing() {
     assert!(
         store
             .partition(&crate::state::keys::pool_pk("prod/general"))
-            .await
             .is_empty()
     );
     assert_eq!(cloud.world().calls.get("ec2:DescribeImages"), None);
@@ -143,11 +136,7 @@ async fn a_failed_resolution_keeps_the_desired_ami_and_records_why() {
     let report = watcher.handle(&json!({}), now()).await.unwrap();
     assert_eq!(report["pools"][0]["status"], "failed", "{report}");
     assert_eq!(report["pools"][0]["desired"], "ami-1", "{report}");
-    let rec = pool_record(
-        &store
-            .partition(&crate::state::keys::pool_pk("prod/general"))
-            .await,
-    );
+    let rec = pool_record(&store.partition(&crate::state::keys::pool_pk("prod/general")));
     assert_eq!(rec["desired"]["id"], "ami-1");
     assert!(
         rec["lastError"]["message"]
@@ -157,20 +146,34 @@ async fn a_failed_resolution_keeps_the_desired_ami_and_records_why() {
     );
 }
 
-#[tokio::test]
-async fn a_write_lost_to_another_watcher_is_retried_from_a_fresh_read() {
+/// The pool record's version after a second watcher pass that follows a new parameter value,
+/// with another writer rewriting the record just before that pass's first write of it
+/// (`race`) or not.
+async fn second_pass_version(race: bool) -> u64 {
     let cloud = Cloud::new(world(""));
     let store = Arc::new(MemoryStore::new());
     let watcher = cloud.watcher(store.clone());
     watcher.handle(&json!({}), now()).await.unwrap();
     cloud.with(|w| w.parameters.insert("/golden/ami".into(), "ami-2".into()));
-    let pk = crate::state::keys::pool_pk("prod/general");
-    store.race_next_put(&pk, crate::state::keys::POOL_STATE_SK);
+    let (pk, sk) = (
+        crate::state::keys::pool_pk("prod/general"),
+        crate::state::keys::POOL_STATE_SK,
+    );
+    if race {
+        store.race_next_write(&pk, sk);
+    }
     let report = watcher.handle(&json!({}), now()).await.unwrap();
     assert_eq!(report["pools"][0]["desired"], "ami-2", "{report}");
+    assert_eq!(pool_record(&store.partition(&pk))["desired"]["id"], "ami-2");
+    store.item(&pk, sk).unwrap().doc.version
+}
+
+#[tokio::test]
+async fn a_write_lost_to_another_watcher_is_retried_from_a_fresh_read() {
+    // The other writer's version came in between and the pass's write landed on top of it.
     assert_eq!(
-        pool_record(&store.partition(&pk).await)["desired"]["id"],
-        "ami-2"
+        second_pass_version(true).await,
+        second_pass_version(false).await + 1
     );
 }
 
@@ -231,7 +234,7 @@ async fn a_spot_warning_drains_once_however_often_it_comes() {
     let node = kube.cluster("prod", now()).node("ip-10-0-0-1").unwrap();
     assert!(node.unschedulable);
     let pk = crate::state::keys::pool_pk("prod/general");
-    let items = store.partition(&pk).await;
+    let items = store.partition(&pk);
     let claim = items
         .iter()
         .find(|(sk, _)| sk == &format!("CLAIM#{I1}#drain"))
@@ -289,7 +292,6 @@ async fn a_failed_drain_is_taken_over_by_the_next_delivery() {
     let pk = crate::state::keys::pool_pk("prod/general");
     let claim = store
         .partition(&pk)
-        .await
         .into_iter()
         .find(|(sk, _)| sk == &format!("CLAIM#{I1}#drain"))
         .map(|(_, v)| v)
@@ -325,7 +327,6 @@ async fn rebalance_replace_records_one_forced_rotation() {
     let pk = crate::state::keys::pool_pk("prod/general");
     let rotation = store
         .partition(&pk)
-        .await
         .into_iter()
         .find(|(sk, _)| sk == &crate::state::keys::rotation_sk(I1))
         .map(|(_, v)| v)
@@ -383,13 +384,13 @@ async fn a_lifecycle_action_without_a_node_completes_at_once() {
     // Another account's event is refused before anything is written.
     let mut other = spot_warning("e-10", I1);
     other["account"] = json!("210987654321");
-    let before = store.calls().get("put").copied();
+    let before = store.calls("put");
     let out = h
         .handle(&other, Invocation::at(now(), deadline()))
         .await
         .unwrap();
     assert_eq!(out["decision"], "refused", "{out}");
-    assert_eq!(store.calls().get("put").copied(), before);
+    assert_eq!(store.calls("put"), before);
 }
 
 #[tokio::test]

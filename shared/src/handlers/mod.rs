@@ -154,9 +154,6 @@ impl From<InvalidEvent> for HandlerError {
     }
 }
 
-/// Names of the functions `nodecycle run` can invoke.
-pub const FUNCTIONS: &[&str] = &["ami-watcher", "rotator", "ops", "interruption-handler"];
-
 /// What every handler of a cell holds, wherever the pool it works on is: the policy documents,
 /// the cell's state table and bus, and the members whose ports reach other places. Beside it
 /// each handler keeps only the ports it uses of the place it works at ([`PlacePorts`]).

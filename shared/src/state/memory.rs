@@ -1,8 +1,9 @@
 //! An in-memory [`Store`] that behaves as the table does (conditional writes on versions,
 //! sort-key prefix queries in key order, at most [`BATCH_GET_LIMIT`] keys a batch read),
-//! recording each item's TTL so tests can check it, counting its calls by operation and
-//! running a test's hook just before the next call of one (another writer getting in
-//! between). Tests use it as the table; [`super::Scratch`] keeps its writes in one.
+//! recording each item's TTL so tests can check it, counting its calls by operation, and
+//! with the table's faults on a test's demand: a hook just before the next call of an
+//! operation, another writer winning the next write of an item, an operation that fails.
+//! Tests use it as the table; [`super::Scratch`] keeps its writes in one.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -28,12 +29,16 @@ pub struct Item {
 /// What [`MemoryStore::before`] runs on the table, once.
 type Hook = Box<dyn FnOnce(&MemoryStore) + Send>;
 
-/// The calls of a [`MemoryStore`] by operation, and the hook that runs before the next call
-/// of one.
+/// The calls of a [`MemoryStore`] by operation, and the faults a test asked for.
 #[derive(Default)]
 struct Watch {
     calls: BTreeMap<&'static str, u32>,
+    /// The hook that runs before the next call of an operation.
     before: Option<(&'static str, Hook)>,
+    /// Operations that fail, with the error kind.
+    failing: BTreeMap<&'static str, ErrorKind>,
+    /// Items another writer rewrites just before this store's next write of them.
+    racing: Vec<Key>,
 }
 
 impl std::fmt::Debug for Watch {
@@ -41,6 +46,8 @@ impl std::fmt::Debug for Watch {
         f.debug_struct("Watch")
             .field("calls", &self.calls)
             .field("before", &self.before.as_ref().map(|(op, _)| op))
+            .field("failing", &self.failing)
+            .field("racing", &self.racing)
             .finish()
     }
 }
@@ -63,6 +70,15 @@ impl MemoryStore {
     /// Every item, by (`pk`, `sk`).
     pub fn items(&self) -> BTreeMap<(String, String), Item> {
         self.items.lock().map(|i| i.clone()).unwrap_or_default()
+    }
+
+    /// Every item of partition `pk` (all sort keys, in key order), for assertions.
+    pub fn partition(&self, pk: &str) -> Vec<(String, Value)> {
+        self.items()
+            .into_iter()
+            .filter(|((p, _), _)| p == pk)
+            .map(|((_, sk), i)| (sk, i.doc.value))
+            .collect()
     }
 
     /// The item at (`pk`, `sk`).
@@ -109,10 +125,37 @@ impl MemoryStore {
         }
     }
 
-    /// Counts a call of `op` and runs the hook waiting for it (no lock held).
-    fn enter(&self, op: &'static str) {
+    /// Every call of `op` fails with `kind` (the table throttling, refusing) until
+    /// [`Self::heal`].
+    pub fn fail(&self, op: &'static str, kind: ErrorKind) {
+        if let Ok(mut w) = self.watch.lock() {
+            w.failing.insert(op, kind);
+        }
+    }
+
+    /// No call fails any more.
+    pub fn heal(&self) {
+        if let Ok(mut w) = self.watch.lock() {
+            w.failing.clear();
+        }
+    }
+
+    /// Another writer rewrites `pk`/`sk` (the same document at the next version) just before
+    /// this store's next write of it, by put or in a transaction: that write, if conditional
+    /// on the version it read, loses.
+    pub fn race_next_write(&self, pk: &str, sk: &str) {
+        if let Ok(mut w) = self.watch.lock() {
+            w.racing.push((pk.to_string(), sk.to_string()));
+        }
+    }
+
+    /// Counts a call of `op`, runs the hook waiting for it (no lock held), then fails it if a
+    /// test asked so.
+    fn enter(&self, op: &'static str) -> Result<(), PortError> {
+        let mut failing = None;
         let hook = self.watch.lock().ok().and_then(|mut w| {
             *w.calls.entry(op).or_default() += 1;
+            failing = w.failing.get(op).copied();
             match w.before.take() {
                 Some((o, h)) if o == op => Some(h),
                 other => {
@@ -123,6 +166,31 @@ impl MemoryStore {
         });
         if let Some(h) = hook {
             h(self);
+        }
+        match failing {
+            Some(kind) => Err(PortError::new(
+                format!("memory:{op}"),
+                kind,
+                "injected failure",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Another writer's rewrite of `pk`/`sk` if [`Self::race_next_write`] asked for one: the
+    /// same document at the next version (`doc` at version 1 for an item not there yet).
+    fn race(&self, items: &mut BTreeMap<Key, Item>, pk: &str, sk: &str, doc: &Value) {
+        let key = (pk.to_string(), sk.to_string());
+        let raced = self.watch.lock().is_ok_and(|mut w| {
+            let at = w.racing.iter().position(|k| *k == key);
+            at.map(|i| w.racing.remove(i)).is_some()
+        });
+        if raced {
+            let (value, version, ttl) = match items.get(&key) {
+                Some(i) => (i.doc.value.clone(), i.doc.version + 1, i.ttl),
+                None => (doc.clone(), 1, None),
+            };
+            Self::store(items, pk, sk, value, version, ttl);
         }
     }
 
@@ -148,6 +216,9 @@ impl MemoryStore {
     /// a conflict).
     fn apply(&self, op: &str, writes: &[TxWrite]) -> Result<(), PortError> {
         let mut items = self.items.lock().map_err(Self::poisoned)?;
+        for (pk, sk, doc, ..) in writes.iter().filter_map(TxWrite::written) {
+            self.race(&mut items, pk, sk, doc);
+        }
         for w in writes {
             let (pk, sk, _) = w.condition();
             w.check(op, Self::version(&items, pk, sk))?;
@@ -166,7 +237,7 @@ impl MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     async fn get(&self, pk: &str, sk: &str) -> Result<Option<Versioned<Value>>, PortError> {
-        self.enter("get");
+        self.enter("get")?;
         Ok(self.item(pk, sk).map(|i| i.doc))
     }
 
@@ -178,8 +249,9 @@ impl Store for MemoryStore {
         expected: Option<u64>,
         ttl: Option<DateTime<Utc>>,
     ) -> Result<u64, PortError> {
-        self.enter("put");
+        self.enter("put")?;
         let mut items = self.items.lock().map_err(Self::poisoned)?;
+        self.race(&mut items, pk, sk, doc);
         check_version(
             "memory:put",
             pk,
@@ -193,7 +265,7 @@ impl Store for MemoryStore {
     }
 
     async fn batch_get(&self, keys: &[Key]) -> Result<BatchRead, PortError> {
-        self.enter("batch_get");
+        self.enter("batch_get")?;
         if keys.len() > BATCH_GET_LIMIT {
             return Err(PortError::new(
                 "memory:batch_get",
@@ -225,7 +297,7 @@ impl Store for MemoryStore {
     }
 
     async fn transact(&self, writes: &[TxWrite]) -> Result<(), PortError> {
-        self.enter("transact");
+        self.enter("transact")?;
         self.apply("memory:transact", writes)
     }
 
@@ -234,7 +306,7 @@ impl Store for MemoryStore {
         pk: &str,
         sk_prefix: &str,
     ) -> Result<Vec<(String, Versioned<Value>)>, PortError> {
-        self.enter("query");
+        self.enter("query")?;
         Ok(self
             .items()
             .into_iter()

@@ -1,6 +1,6 @@
 //! `nodecycle run <FUNCTION> --event <FILE>`
 
-use nodecycle::handlers::{FUNCTIONS, Function, HandlerError, Invocation};
+use nodecycle::handlers::{Function, HandlerError, Invocation};
 use nodecycle::wiring::{InterruptionConfig, OpsConfig, RotatorConfig, Runtime, WatcherConfig};
 
 /// Arguments.
@@ -60,7 +60,10 @@ pub async fn run(args: Args) -> u8 {
     }
 }
 
-/// Function `name` as its `main` builds it, its configuration read from the environment (the
+/// The functions [`function`] builds, by the names template.yaml deploys them under.
+const FUNCTIONS: [&str; 4] = ["ami-watcher", "rotator", "ops", "interruption-handler"];
+
+/// Function `name` (one of [`FUNCTIONS`]) as its `main` builds it, its configuration read from the environment (the
 /// SDK's only once that is valid).
 async fn function(name: &str) -> Result<Box<dyn Function>, HandlerError> {
     let local = Runtime::local;

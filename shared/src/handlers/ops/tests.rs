@@ -359,7 +359,7 @@ async fn a_mutating_request_is_audited_before_it_acts_and_refused_when_it_cannot
     let pause = json!({"action": "pause", "pool": POOL, "reason": "incident"});
     let out = d.ops.handle(&pause, &inv("r1"), now()).await.unwrap();
     assert_eq!(out["changed"], true, "{out}");
-    let items = d.store.partition(&keys::pool_pk(POOL)).await;
+    let items = d.store.partition(&keys::pool_pk(POOL));
     let audit = audit_of(&items);
     assert_eq!(audit.len(), 1, "{items:?}");
     assert_eq!(audit[0]["requestId"], "r1");
@@ -378,6 +378,6 @@ async fn a_mutating_request_is_audited_before_it_acts_and_refused_when_it_cannot
     let unknown = json!({"action": "pause", "pool": "prod/nope", "reason": "x"});
     let e = d.ops.handle(&unknown, &inv("r3"), now()).await.unwrap_err();
     assert!(e.message.contains("pool: unknown"), "{e:?}");
-    let unscoped = d.store.partition(keys::AUDIT_PK).await;
+    let unscoped = d.store.partition(keys::AUDIT_PK);
     assert_eq!(audit_of(&unscoped).len(), 1, "{unscoped:?}");
 }
