@@ -10,19 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::{NodeGroup, PoolRef};
 use crate::port::PortError;
+use crate::tags;
 
 pub mod action;
 
 pub use action::{Action, Claim, ClaimDoc, ClaimStatus, action_for, claim_of};
-
-/// Tag naming the Auto Scaling group of an instance.
-pub const ASG_TAG: &str = "aws:autoscaling:groupName";
-/// Tag naming the EKS cluster (EKS managed node groups, eksctl, Karpenter).
-pub const CLUSTER_TAG: &str = "eks:cluster-name";
-/// Prefix of the `kubernetes.io/cluster/<name>` tag (`owned` or `shared`).
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
-/// Tag naming the EKS managed node group.
-pub const NODEGROUP_TAG: &str = "eks:nodegroup-name";
 
 /// An EC2 instance as the interruption handler needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -41,24 +33,24 @@ pub struct InstanceInfo {
 impl InstanceInfo {
     /// The EKS cluster from `eks:cluster-name`, else from a `kubernetes.io/cluster/<name>` tag.
     pub fn cluster(&self) -> Option<&str> {
-        if let Some(c) = self.tags.get(CLUSTER_TAG).filter(|c| !c.is_empty()) {
+        if let Some(c) = self.tags.get(tags::CLUSTER).filter(|c| !c.is_empty()) {
             return Some(c);
         }
         self.tags
             .iter()
             .filter(|(_, v)| matches!(v.as_str(), "owned" | "shared"))
-            .find_map(|(k, _)| k.strip_prefix(CLUSTER_TAG_PREFIX))
+            .find_map(|(k, _)| k.strip_prefix(tags::KUBERNETES_CLUSTER_PREFIX))
             .filter(|c| !c.is_empty())
     }
 
     /// The Auto Scaling group (`aws:autoscaling:groupName`).
     pub fn group(&self) -> Option<&str> {
-        self.tags.get(ASG_TAG).map(String::as_str)
+        self.tags.get(tags::AUTO_SCALING_GROUP).map(String::as_str)
     }
 
     /// The EKS managed node group (`eks:nodegroup-name`).
     pub fn nodegroup(&self) -> Option<&str> {
-        self.tags.get(NODEGROUP_TAG).map(String::as_str)
+        self.tags.get(tags::NODEGROUP).map(String::as_str)
     }
 }
 
@@ -112,7 +104,9 @@ pub fn pool_of<'a>(info: &InstanceInfo, policies: &'a [PoolRef]) -> Result<&'a P
     match (found, cluster) {
         (Some(p), _) => Ok(p),
         (None, None) => Err(NotOurs(format!(
-            "{id} has no cluster tag ({CLUSTER_TAG} or {CLUSTER_TAG_PREFIX}<name>) and no managed group"
+            "{id} has no cluster tag ({} or {}<name>) and no managed group",
+            tags::CLUSTER,
+            tags::KUBERNETES_CLUSTER_PREFIX
         ))),
         (None, Some(c)) if !policies.iter().any(|p| p.cluster == c) => Err(NotOurs(format!(
             "{id} belongs to cluster {c}, which no pool policy manages"
@@ -172,13 +166,16 @@ mod tests {
         let cases: Vec<Case<'_>> = vec![
             (
                 "asg + eks tag",
-                vec![(ASG_TAG, "prod-general"), (CLUSTER_TAG, "prod")],
+                vec![
+                    (tags::AUTO_SCALING_GROUP, "prod-general"),
+                    (tags::CLUSTER, "prod"),
+                ],
                 Ok("prod/prod-general"),
             ),
             (
                 "asg + kubernetes.io tag",
                 vec![
-                    (ASG_TAG, "prod-general"),
+                    (tags::AUTO_SCALING_GROUP, "prod-general"),
                     ("kubernetes.io/cluster/prod", "owned"),
                 ],
                 Ok("prod/prod-general"),
@@ -186,30 +183,39 @@ mod tests {
             (
                 "managed node group",
                 vec![
-                    (ASG_TAG, "eks-spot-1234"),
-                    (CLUSTER_TAG, "prod"),
-                    (NODEGROUP_TAG, "spot"),
+                    (tags::AUTO_SCALING_GROUP, "eks-spot-1234"),
+                    (tags::CLUSTER, "prod"),
+                    (tags::NODEGROUP, "spot"),
                 ],
                 Ok("prod/mng-spot"),
             ),
             (
                 "asg without cluster tag still matches its group",
-                vec![(ASG_TAG, "staging-general")],
+                vec![(tags::AUTO_SCALING_GROUP, "staging-general")],
                 Ok("staging/staging-general"),
             ),
             (
                 "other cluster",
-                vec![(ASG_TAG, "prod-general"), (CLUSTER_TAG, "dev")],
+                vec![
+                    (tags::AUTO_SCALING_GROUP, "prod-general"),
+                    (tags::CLUSTER, "dev"),
+                ],
                 Err("cluster dev"),
             ),
             (
                 "cluster tag disagrees with the group's pool",
-                vec![(ASG_TAG, "prod-general"), (CLUSTER_TAG, "staging")],
+                vec![
+                    (tags::AUTO_SCALING_GROUP, "prod-general"),
+                    (tags::CLUSTER, "staging"),
+                ],
                 Err("group prod-general"),
             ),
             (
                 "unmanaged group",
-                vec![(ASG_TAG, "prod-gpu"), (CLUSTER_TAG, "prod")],
+                vec![
+                    (tags::AUTO_SCALING_GROUP, "prod-gpu"),
+                    (tags::CLUSTER, "prod"),
+                ],
                 Err("group prod-gpu"),
             ),
             ("no tags", vec![], Err("no cluster tag")),

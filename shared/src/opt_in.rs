@@ -8,13 +8,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::tags::NODEGROUP as EKS_NODEGROUP_TAG;
+
 /// The opt-in tag's key.
 pub const MANAGED_TAG: &str = "nodecycle.dev/managed";
 /// The opt-in tag's value.
 pub const MANAGED_VALUE: &str = "true";
-/// The tag EKS puts on the launch templates (and Auto Scaling groups) it creates for a managed
-/// node group.
-pub const EKS_NODEGROUP_TAG: &str = "eks:nodegroup-name";
 
 /// Why nodecycle may not write versions of launch template `id` whose tags are `tags`; `None`
 /// when it may. Pure: the adapter and `nodecycle doctor` both ask it.

@@ -508,7 +508,7 @@ impl AutoScaling {
     /// [`INSTANCES_PER_PAGE`].
     async fn facts_of_groups(&self, names: &[String]) -> Result<InstanceFacts, PortError> {
         let filter = aws_sdk_ec2::types::Filter::builder()
-            .name("tag:aws:autoscaling:groupName")
+            .name(format!("tag:{}", crate::tags::AUTO_SCALING_GROUP))
             .set_values(Some(names.to_vec()))
             .build();
         // Terminated instances keep their tags for a while; none of them is in a group.

@@ -3,12 +3,10 @@
 //! group's terminate lifecycle hook is the one nodecycle answers.
 
 use super::port::{AsgFacts, HookFacts, ManagedFacts, TemplateFacts};
-use super::{CLUSTER_TAG, Check, CheckKind};
+use super::{Check, CheckKind};
 use crate::managed::TemplateRef;
 use crate::port::PortError;
-
-/// Tag EKS puts on a managed node group's Auto Scaling group.
-pub const NODEGROUP_TAG: &str = "eks:nodegroup-name";
+use crate::tags::{CLUSTER as CLUSTER_TAG, NODEGROUP as NODEGROUP_TAG};
 /// The lifecycle transition of terminate hooks.
 pub const TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
 
@@ -219,7 +217,7 @@ pub fn launch_template(
                     CheckKind::LaunchTemplate,
                     pool,
                     p,
-                    if t.tags.contains_key(crate::opt_in::EKS_NODEGROUP_TAG) {
+                    if t.tags.contains_key(NODEGROUP_TAG) {
                         "create a launch template of your own for the node group (eks update-nodegroup-version \
                      --launch-template), tagged as the docs say (docs/iam-and-rbac.md)"
                         .to_owned()

@@ -56,8 +56,6 @@ pub fn kubernetes_group(output: &str) -> Option<&'static str> {
         .find(|(o, _)| *o == output)
         .map(|(_, g)| *g)
 }
-/// Tag the stack's IAM conditions require on groups and launch templates.
-pub const CLUSTER_TAG: &str = "eks:cluster-name";
 /// Default stack name (`--stack`, `NODECYCLE_STACK`).
 pub const DEFAULT_STACK: &str = "nodecycle";
 /// Environment variable naming the stack.

@@ -272,7 +272,7 @@ async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: 
                 .as_ref()
                 .ok()
                 .and_then(Option::as_ref)
-                .filter(|a| !a.tags.contains_key(groups::NODEGROUP_TAG))
+                .filter(|a| !a.tags.contains_key(crate::tags::NODEGROUP))
                 .cloned();
             checks.push(groups::self_managed(&pool, cluster, name, asg));
             let Some(asg) = found else { return };

@@ -7,8 +7,9 @@ use super::contract::{self, KUBE_ROLES};
 use super::memory::World;
 use super::port::*;
 use super::run::{Options, diagnose};
-use super::{CLUSTER_TAG, CheckKind, Report, Status};
+use super::{CheckKind, Report, Status};
 use crate::managed::TemplateRef;
+use crate::tags::CLUSTER as CLUSTER_TAG;
 
 const ROLE_PREFIX: &str = "arn:aws:iam::123456789012:role/";
 
@@ -94,10 +95,7 @@ fn healthy() -> World {
         "eks-golden-1".into(),
         AsgFacts {
             name: "eks-golden-1".into(),
-            tags: tags(&[
-                (CLUSTER_TAG, "prod"),
-                (super::groups::NODEGROUP_TAG, "golden"),
-            ]),
+            tags: tags(&[(CLUSTER_TAG, "prod"), (crate::tags::NODEGROUP, "golden")]),
             launch_template: Some(lt("lt-eks")),
             launch_configuration: None,
         },

@@ -77,7 +77,7 @@ mod tests {
             state: state.into(),
             availability_zone: "us-east-2a".into(),
             tags: group
-                .map(|g| BTreeMap::from([(crate::interruption::ASG_TAG.to_string(), g.into())]))
+                .map(|g| BTreeMap::from([(crate::tags::AUTO_SCALING_GROUP.to_string(), g.into())]))
                 .unwrap_or_default(),
         }
     }

@@ -54,8 +54,8 @@ fn instance(id: &str) -> InstanceInfo {
         state: "running".into(),
         availability_zone: "us-east-2a".into(),
         tags: [
-            (crate::interruption::ASG_TAG, "prod-general"),
-            (crate::interruption::CLUSTER_TAG, "prod"),
+            (crate::tags::AUTO_SCALING_GROUP, "prod-general"),
+            (crate::tags::CLUSTER, "prod"),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
