@@ -16,6 +16,10 @@ pub mod action;
 
 pub use action::{Action, Claim, ClaimDoc, ClaimStatus, action_for, claim_of};
 
+/// The terminate lifecycle hook's name when the deployment does not name one (the template's
+/// `LifecycleHookName` default): the hook the handler answers and `nodecycle doctor` expects.
+pub const DEFAULT_LIFECYCLE_HOOK: &str = "nodecycle-drain";
+
 /// An EC2 instance as the interruption handler needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -30,8 +30,6 @@ pub const REQUIRED: [&str; 8] = [
     KUBE_ROLES[1],
     KUBE_ROLES[2],
 ];
-/// The hook name when the stack does not say (template default).
-pub const DEFAULT_HOOK_NAME: &str = "nodecycle-drain";
 
 /// What doctor takes from the stack; `None` where the output is missing (already reported).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

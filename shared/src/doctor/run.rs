@@ -85,7 +85,7 @@ pub async fn diagnose_organisation(
     let hook_name = contract
         .hook_name
         .as_deref()
-        .unwrap_or(contract::DEFAULT_HOOK_NAME);
+        .unwrap_or(crate::interruption::DEFAULT_LIFECYCLE_HOOK);
     for (_, policy) in valid.iter().filter(|(_, p)| clusters.contains(&p.cluster)) {
         check_pool(ports, policy, hook_name, &mut checks).await;
     }

@@ -4,10 +4,10 @@ use super::port::TableFacts;
 use super::{Check, CheckKind};
 use crate::port::PortError;
 
-/// What nodecycle's table must look like.
-pub const KEYS: [(&str, &str); 2] = [("pk", "HASH"), ("sk", "RANGE")];
-/// The TTL attribute.
-pub const TTL_ATTRIBUTE: &str = "ttl";
+/// What nodecycle's table must look like: the repository's key attributes.
+pub const KEYS: [(&str, &str); 2] = [(crate::state::PK, "HASH"), (crate::state::SK, "RANGE")];
+/// The TTL attribute the repository writes.
+pub const TTL_ATTRIBUTE: &str = crate::state::TTL;
 
 /// One `table` check from what DynamoDB said about `name`.
 pub fn check(name: &str, facts: Result<Option<TableFacts>, PortError>) -> Check {

@@ -88,9 +88,6 @@ pub struct Settings {
     pub max_event_age: Duration,
 }
 
-/// Default of [`Settings::lifecycle_hook`] (the template's `LifecycleHookName` default).
-pub const DEFAULT_LIFECYCLE_HOOK: &str = "nodecycle-drain";
-
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -102,7 +99,7 @@ impl Default for Settings {
             reserve: Duration::from_secs(10),
             retention: chrono::Duration::days(7),
             stale_claim: chrono::Duration::minutes(10),
-            lifecycle_hook: DEFAULT_LIFECYCLE_HOOK.to_string(),
+            lifecycle_hook: crate::interruption::DEFAULT_LIFECYCLE_HOOK.to_string(),
             max_event_age: Duration::from_secs(240),
         }
     }
