@@ -313,7 +313,7 @@ mod tests {
     fn max_size_is_restored_only_when_no_surge_holds_and_only_if_nodecycle_set_it() {
         let surging = [rotation(Step::Surging, true)];
         let done = [rotation(Step::Done, false)];
-        let owed = [rotation(Step::Done, true).with_release(crate::rotation::Release::Owed)];
+        let owed = [rotation(Step::Done, true).with_release(crate::rotation::UnitRelease::Owed)];
         let restore = |to| vec![GroupCommand::RestoreMaxSize { to }];
         let cases: Vec<(&str, Group, &[Rotation], Vec<GroupCommand>)> = vec![
             ("surge holds", group(7, 7, &[]), &surging, vec![]),

@@ -12,7 +12,7 @@
 //! end), or, when the rotation ends otherwise (failed, cancelled, the old instance vanished),
 //! an instance known to run no workload ([`crate::fleet::Member::podless`]) launched since the
 //! surge, chosen by [`step`] and recorded on the rotation *before* it is terminated
-//! ([`Release::Undoing`]), so a crash repeats the same undo instead of choosing another. What
+//! ([`UnitRelease::Undoing`]), so a crash repeats the same undo instead of choosing another. What
 //! other writers did meanwhile is kept: after a roll the group is at the size they last set.
 //! See [`step`] for the level-triggered rules that repair a crash around the +1.
 
@@ -106,15 +106,16 @@ pub enum Undo {
     Nothing,
 }
 
-/// Where a surge's unit of capacity stands.
+/// Where the release of a surge's unit of capacity stands (not an AMI release:
+/// [`crate::promotion::Release`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "release", rename_all = "camelCase")]
-pub enum Release {
+pub enum UnitRelease {
     /// The rotation ended (the instance left, an operator or the interruption handler closed
     /// it) and the unit is still to be given back; the rotator chooses how.
     Owed,
     /// Being given back this way: decided and recorded before acting, repeated until recorded
-    /// as [`Release::Given`]. `Terminate` of the rotation's own instance is the normal end.
+    /// as [`UnitRelease::Given`]. `Terminate` of the rotation's own instance is the normal end.
     Undoing(Undo),
     /// Given back.
     Given,
@@ -146,7 +147,7 @@ pub struct Surge {
     /// Absent while the surge is active. Records written before this field existed have none
     /// and were settled by the code of their time: a finished rotation without it owes nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub release: Option<Release>,
+    pub release: Option<UnitRelease>,
 }
 
 impl Surge {
@@ -155,9 +156,12 @@ impl Surge {
         self.release.is_none()
     }
 
-    /// The unit still has to be given back ([`Release::Owed`] or [`Release::Undoing`]).
+    /// The unit still has to be given back ([`UnitRelease::Owed`] or [`UnitRelease::Undoing`]).
     pub fn owed(&self) -> bool {
-        matches!(self.release, Some(Release::Owed | Release::Undoing(_)))
+        matches!(
+            self.release,
+            Some(UnitRelease::Owed | UnitRelease::Undoing(_))
+        )
     }
 }
 
@@ -305,7 +309,7 @@ impl Rotation {
     }
 
     /// This rotation with its surge's release set to `release` (no-op without a surge).
-    pub fn with_release(mut self, release: Release) -> Rotation {
+    pub fn with_release(mut self, release: UnitRelease) -> Rotation {
         if let Some(s) = self.surge.as_mut() {
             s.release = Some(release);
         }

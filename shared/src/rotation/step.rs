@@ -68,7 +68,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{Release, Rotation, Step, Surge, Undo};
+use super::{Rotation, Step, Surge, Undo, UnitRelease};
 use crate::fleet::{Group, Lifecycle, Member};
 
 /// Tunables the step function needs.
@@ -200,12 +200,12 @@ impl fmt::Display for WaitReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "giveBack", rename_all = "camelCase")]
 pub enum GiveBack {
-    /// Now, this way (recorded as [`Release::Undoing`] first).
+    /// Now, this way (recorded as [`UnitRelease::Undoing`] first).
     Now {
         /// How.
         undo: Undo,
     },
-    /// The unit's launch is still to come: recorded as [`Release::Owed`], given back once the
+    /// The unit's launch is still to come: recorded as [`UnitRelease::Owed`], given back once the
     /// instance is there.
     Later,
 }
@@ -261,8 +261,8 @@ pub enum Command {
         /// Decrement desired capacity (the surge's unit goes with the old instance).
         decrement: bool,
     },
-    /// Give back the surge's unit: record `undo` as [`Release::Undoing`], perform it, record
-    /// [`Release::Given`].
+    /// Give back the surge's unit: record `undo` as [`UnitRelease::Undoing`], perform it, record
+    /// [`UnitRelease::Given`].
     UndoSurge {
         /// How.
         undo: Undo,
@@ -460,7 +460,7 @@ pub enum CancelRefusal {
 }
 
 /// Whether an operator may cancel `rotation` now (ops `cancel`). A cancelled rotation that
-/// holds a surge records it [`Release::Owed`]: the rotator's next pass gives it back, with the
+/// holds a surge records it [`UnitRelease::Owed`]: the rotator's next pass gives it back, with the
 /// pods of the group's instances counted (`ops` does not count them, so it never chooses an
 /// instance to terminate).
 pub fn cancel(rotation: &Rotation) -> Result<(), CancelRefusal> {
@@ -507,7 +507,7 @@ impl<'a> Ctx<'a> {
             if let Some(rep) = &r.replacement {
                 taken.insert(rep.clone());
             }
-            if let Some(Release::Undoing(Undo::Terminate { instance_id })) =
+            if let Some(UnitRelease::Undoing(Undo::Terminate { instance_id })) =
                 r.surge.as_ref().and_then(|s| s.release.as_ref())
                 && instance_id != &r.instance_id
             {
@@ -607,7 +607,7 @@ impl<'a> Ctx<'a> {
     /// replacement on a cancel, the launched instance matched with its surge on a failure).
     fn choose_undo(&mut self, r: &Rotation, surge: &Surge, own: Option<&str>) -> GiveBack {
         match &surge.release {
-            Some(Release::Undoing(Undo::Terminate { instance_id })) => {
+            Some(UnitRelease::Undoing(Undo::Terminate { instance_id })) => {
                 if self.staying(instance_id) {
                     if !self.may_decrement() {
                         // Refused at MinSize: the unit is the group's now.
@@ -624,7 +624,7 @@ impl<'a> Ctx<'a> {
                 };
             }
             // A legacy absolute target is never performed: settled as nothing to give back.
-            Some(Release::Undoing(Undo::LowerTo { .. } | Undo::Nothing)) => {
+            Some(UnitRelease::Undoing(Undo::LowerTo { .. } | Undo::Nothing)) => {
                 return GiveBack::Now {
                     undo: Undo::Nothing,
                 };
@@ -857,7 +857,7 @@ fn step_one(
             let decrement = (r.surge_active()
                 || matches!(
                     r.surge.as_ref().and_then(|s| s.release.as_ref()),
-                    Some(Release::Undoing(Undo::Terminate { instance_id })) if *instance_id == r.instance_id
+                    Some(UnitRelease::Undoing(Undo::Terminate { instance_id })) if *instance_id == r.instance_id
                 ))
                 && ctx.may_decrement();
             if decrement {
@@ -868,7 +868,7 @@ fn step_one(
         Step::Terminating => {
             let own_terminate = matches!(
                 r.surge.as_ref().and_then(|s| s.release.as_ref()),
-                Some(Release::Undoing(Undo::Terminate { instance_id })) if *instance_id == r.instance_id
+                Some(UnitRelease::Undoing(Undo::Terminate { instance_id })) if *instance_id == r.instance_id
             );
             if own_terminate {
                 Command::Finish {

@@ -8,7 +8,7 @@ use crate::clock::Clock;
 use crate::event::instance_events::InstanceState;
 use crate::handlers::HandlerError;
 use crate::kube::{self as k, NodeOps};
-use crate::rotation::{Release, Rotation, Step};
+use crate::rotation::{Rotation, Step, UnitRelease};
 use crate::state::{self, Repository, Versioned};
 
 /// Rotation records of the interruption handler: the state table, and the announcer that puts
@@ -107,7 +107,7 @@ impl Rotations<'_> {
             let now = clock.now();
             // Its surge's unit is owed: the rotator gives it back (it chooses how).
             let done = if r.surge_active() {
-                r.enter(Step::Done, now).with_release(Release::Owed)
+                r.enter(Step::Done, now).with_release(UnitRelease::Owed)
             } else {
                 r.enter(Step::Done, now)
             };

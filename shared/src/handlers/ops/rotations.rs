@@ -16,7 +16,7 @@ use crate::handlers::rotator::{KubeConnector, Planner};
 use crate::kube as k;
 use crate::policy::{NodeGroup, Policy};
 use crate::rotation::step;
-use crate::rotation::{Queue, Release, Rotation, Step};
+use crate::rotation::{Queue, Rotation, Step, UnitRelease};
 use crate::state;
 
 /// `rotate`: queues manual rotations of a pool's instances (budgeted, or `ignoreBudgets` with
@@ -243,7 +243,7 @@ impl Cancel<'_> {
                 ..v.value.enter(Step::Cancelled, now)
             };
             if undo {
-                cancelled = cancelled.with_release(Release::Owed);
+                cancelled = cancelled.with_release(UnitRelease::Owed);
             }
             if let Some(saved) = self
                 .announce

@@ -20,7 +20,7 @@ use crate::port::ErrorKind;
 use crate::port::PortError;
 use crate::rotation::group::{self as holds, GroupCommand, GroupHolds, MaxRaise};
 use crate::rotation::step::{self, Command, FinishReason, GiveBack, PoolView};
-use crate::rotation::{Release, Rotation, Step, Surge, Undo};
+use crate::rotation::{Rotation, Step, Surge, Undo, UnitRelease};
 use crate::state::{self, RecordedError, Versioned};
 
 /// Everything one pool's pass needs.
@@ -562,7 +562,7 @@ impl RotatorHandler {
         v: Versioned<Rotation>,
         undo: &Undo,
     ) -> Result<Option<Versioned<Rotation>>, PortError> {
-        let intent = Release::Undoing(undo.clone());
+        let intent = UnitRelease::Undoing(undo.clone());
         let v = if v.value.surge.as_ref().and_then(|s| s.release.as_ref()) == Some(&intent) {
             v
         } else {
@@ -584,7 +584,7 @@ impl RotatorHandler {
             Undo::LowerTo { .. } | Undo::Nothing => {}
         }
         tracing::info!(pool = %rotation.pool, instance = %rotation.instance_id, undo = ?undo, decision = "surge given back");
-        let given = rotation.clone().with_release(Release::Given);
+        let given = rotation.clone().with_release(UnitRelease::Given);
         self.save(&v, given).await
     }
 
@@ -630,7 +630,9 @@ impl RotatorHandler {
                 Ok(Performed::Idle)
             }
             Command::DropSurge => {
-                let next = r.enter(Step::Cordoned, now).with_release(Release::Given);
+                let next = r
+                    .enter(Step::Cordoned, now)
+                    .with_release(UnitRelease::Given);
                 log(
                     Step::Cordoned,
                     "surge dropped: the group is at MaxSize and the surge holds no unit; replaced without a surge (drain first)",
@@ -716,9 +718,11 @@ impl RotatorHandler {
                 // With a decrement, record first that this terminate gives the surge back: if
                 // the instance is gone next pass, that was us, not a loss to undo.
                 let v = if *decrement && r.surge_active() {
-                    let intent = r.clone().with_release(Release::Undoing(Undo::Terminate {
-                        instance_id: r.instance_id.clone(),
-                    }));
+                    let intent = r
+                        .clone()
+                        .with_release(UnitRelease::Undoing(Undo::Terminate {
+                            instance_id: r.instance_id.clone(),
+                        }));
                     match self.save(&v, intent).await? {
                         Some(v) => v,
                         None => return Ok(Performed::Lost),
@@ -731,7 +735,7 @@ impl RotatorHandler {
                     .terminate_instance(&r.instance_id, *decrement)
                     .await?;
                 self.delete_node(ctx, r).await;
-                let done = r.enter(Step::Done, now).with_release(Release::Given);
+                let done = r.enter(Step::Done, now).with_release(UnitRelease::Given);
                 log(Step::Done, "terminated");
                 moved(self.save(&v, done).await?)
             }
@@ -745,7 +749,7 @@ impl RotatorHandler {
                 }
                 let done = r.enter(Step::Done, now);
                 let done = match why {
-                    FinishReason::Terminated => done.with_release(Release::Given),
+                    FinishReason::Terminated => done.with_release(UnitRelease::Given),
                     FinishReason::InstanceLeft => done,
                 };
                 log(Step::Done, "finished");
@@ -971,12 +975,12 @@ fn surging_record(
     }
 }
 
-/// `r` with its surge's give-back recorded: [`Release::Undoing`] now, or [`Release::Owed`]
+/// `r` with its surge's give-back recorded: [`UnitRelease::Undoing`] now, or [`UnitRelease::Owed`]
 /// while the unit's launch is still to come.
 fn with_give_back(r: Rotation, g: &GiveBack) -> Rotation {
     match g {
-        GiveBack::Now { undo } => r.with_release(Release::Undoing(undo.clone())),
-        GiveBack::Later => r.with_release(Release::Owed),
+        GiveBack::Now { undo } => r.with_release(UnitRelease::Undoing(undo.clone())),
+        GiveBack::Later => r.with_release(UnitRelease::Owed),
     }
 }
 

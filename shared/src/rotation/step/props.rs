@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::tests::{NEW, OLD, group, member, t0};
 use super::*;
-use crate::rotation::{Release, Rotation, RotationReason, Step, Surge, Undo};
+use crate::rotation::{Rotation, RotationReason, Step, Surge, Undo, UnitRelease};
 
 fn arb_step() -> impl Strategy<Value = Step> {
     prop_oneof![
@@ -22,15 +22,15 @@ fn arb_step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn arb_release() -> impl Strategy<Value = Option<Release>> {
+fn arb_release() -> impl Strategy<Value = Option<UnitRelease>> {
     prop_oneof![
         4 => Just(None),
-        1 => Just(Some(Release::Owed)),
-        1 => Just(Some(Release::Given)),
+        1 => Just(Some(UnitRelease::Owed)),
+        1 => Just(Some(UnitRelease::Given)),
     ]
 }
 
-type RawRot = (usize, Step, bool, Option<usize>, Option<Release>, i64);
+type RawRot = (usize, Step, bool, Option<usize>, Option<UnitRelease>, i64);
 
 fn arb_case() -> impl Strategy<Value = (Vec<Member>, Vec<Rotation>, Group, i64)> {
     (
@@ -145,7 +145,7 @@ proptest! {
             prop_assert!(!lowers, "{:?}", c);
             if let Some(Undo::Terminate { instance_id }) = c.undo() {
                 let m = members.iter().find(|m| m.instance_id == *instance_id);
-                let recorded = rotations.iter().any(|r| r.instance_id == *id && matches!(r.surge.as_ref().and_then(|s| s.release.as_ref()), Some(Release::Undoing(_))));
+                let recorded = rotations.iter().any(|r| r.instance_id == *id && matches!(r.surge.as_ref().and_then(|s| s.release.as_ref()), Some(UnitRelease::Undoing(_))));
                 prop_assert!(recorded || m.is_some_and(Member::podless), "{} may run workload: {:?}", instance_id, plan);
             }
             raises += i32::from(c.raises());

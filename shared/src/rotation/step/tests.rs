@@ -7,7 +7,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
 use crate::fleet::{Group, Lifecycle, Member, NodeStatus};
-use crate::rotation::{Release, Rotation, RotationReason, Step, Surge, Undo};
+use crate::rotation::{Rotation, RotationReason, Step, Surge, Undo, UnitRelease};
 
 pub(super) const OLD: &str = "ami-old";
 pub(super) const NEW: &str = "ami-new";
@@ -621,7 +621,7 @@ fn a_recorded_undo_is_repeated_and_its_target_is_taken() {
     // Crashed after recording Failed with its undo of i-bad2, before performing it.
     let failed = surging("i-old0", &base)
         .enter(Step::Failed, t0() + TimeDelta::minutes(20))
-        .with_release(Release::Undoing(terminate("i-bad2")));
+        .with_release(UnitRelease::Undoing(terminate("i-bad2")));
     let plan = run(
         &group(8, 0, 10),
         &members,
@@ -647,7 +647,7 @@ fn a_legacy_lower_to_record_is_settled_as_nothing_and_never_lowers() {
     members.push(member("i-idle", NEW, 1, false));
     let legacy = surging("i-old0", &base)
         .enter(Step::Failed, t0())
-        .with_release(Release::Undoing(Undo::LowerTo { desired: 6 }));
+        .with_release(UnitRelease::Undoing(Undo::LowerTo { desired: 6 }));
     let plan = run(&group(8, 0, 10), &members, &[legacy], t0());
     assert_eq!(
         command(&plan, "i-old0"),
@@ -674,7 +674,7 @@ fn terminating_in_service_decrements_only_with_an_active_surge() {
         replacement: Some("i-new1".into()),
         ..surging("i-old2", &base).enter(Step::Terminating, t0())
     }
-    .with_release(Release::Given);
+    .with_release(UnitRelease::Given);
     let without = rotation("i-old1", Step::Terminating);
     let plan = run(&group(7, 0, 10), &members, &[with, without, given], t0());
     assert_eq!(
@@ -726,7 +726,7 @@ fn old_instance_gone_mid_rotation_gives_the_surge_back_with_a_podless_instance()
             replacement: Some("i-new1".into()),
             ..surging("i-old0", &base).enter(Step::Done, t0())
         }
-        .with_release(Release::Owed)
+        .with_release(UnitRelease::Owed)
     };
     let plan = run(&g, &members, &[closed()], t0() + TimeDelta::minutes(31));
     assert_eq!(
@@ -802,7 +802,7 @@ fn the_undo_target_is_not_ready_first_then_newest_then_by_id() {
     let owed = || {
         surging("i-old0", &base)
             .enter(Step::Failed, t0())
-            .with_release(Release::Owed)
+            .with_release(UnitRelease::Owed)
     };
     let pick = |fresh: Vec<Member>| {
         let mut members = base.clone();
@@ -854,7 +854,7 @@ fn own_terminate_recorded_then_instance_leaving_finishes_without_undo() {
     members[0].lifecycle = Lifecycle::Leaving;
     let r = surging("i-old0", &base)
         .enter(Step::Terminating, t0())
-        .with_release(Release::Undoing(terminate("i-old0")));
+        .with_release(UnitRelease::Undoing(terminate("i-old0")));
     let plan = run(&group(6, 0, 10), &members, std::slice::from_ref(&r), t0());
     assert_eq!(
         command(&plan, "i-old0"),
@@ -876,7 +876,7 @@ fn settled_and_legacy_finished_rotations_get_no_command() {
     let base = old_members(6);
     let given = surging("i-old0", &base)
         .enter(Step::Done, t0())
-        .with_release(Release::Given);
+        .with_release(UnitRelease::Given);
     let legacy = surging("i-old1", &base).enter(Step::Failed, t0());
     let plan = run(&group(6, 0, 10), &base, &[given, legacy], t0());
     assert!(plan.commands.is_empty(), "{plan:?}");
@@ -961,7 +961,7 @@ fn a_new_surge_counts_from_the_capacity_after_this_pass_give_backs() {
         replacement: Some("i-new1".into()),
         ..surging("i-old0", &base).enter(Step::Terminating, t0())
     }
-    .with_release(Release::Undoing(terminate("i-old0")));
+    .with_release(UnitRelease::Undoing(terminate("i-old0")));
     let c = created(rotation("i-old1", Step::Pending), 5);
     let plan = run(&group(5, 0, 5), &members, &[c.clone(), a.clone()], t0());
     assert_eq!(
@@ -988,7 +988,7 @@ fn a_new_surge_counts_from_the_capacity_after_this_pass_give_backs() {
     with_bad.push(member("i-bad", NEW, 1, false));
     let failed = surging("i-old2", &base)
         .enter(Step::Failed, t0())
-        .with_release(Release::Undoing(terminate("i-bad")));
+        .with_release(UnitRelease::Undoing(terminate("i-bad")));
     let plan = run(
         &group(5, 0, 5),
         &with_bad,
@@ -1147,10 +1147,10 @@ fn at_min_size_nothing_is_decremented() {
     };
     let owed = surging("i-old1", &base)
         .enter(Step::Done, t0())
-        .with_release(Release::Owed);
+        .with_release(UnitRelease::Owed);
     let recorded = surging("i-old2", &base)
         .enter(Step::Failed, t0())
-        .with_release(Release::Undoing(terminate("i-spare")));
+        .with_release(UnitRelease::Undoing(terminate("i-spare")));
     let rotations = [terminating, owed, recorded];
     let at_min = run(&group(8, 8, 10), &members, &rotations, t0());
     assert_eq!(
@@ -1195,7 +1195,7 @@ fn give_backs_count_in_the_capacity_of_the_same_pass() {
     members.push(counted(member("i-spare", NEW, 1, true), 0));
     let owed = surging("i-old0", &base)
         .enter(Step::Done, t0())
-        .with_release(Release::Owed);
+        .with_release(UnitRelease::Owed);
     let pending = created(rotation("i-old1", Step::Pending), 5);
     let plan = run(
         &group(5, 0, 5),
@@ -1223,7 +1223,7 @@ fn give_backs_count_in_the_capacity_of_the_same_pass() {
     let owed2 = created(
         surging("i-old2", &base)
             .enter(Step::Done, t0())
-            .with_release(Release::Owed),
+            .with_release(UnitRelease::Owed),
         1,
     );
     let plan = run(&group(5, 0, 6), &base, &[owed, owed2], t0());
@@ -1252,14 +1252,14 @@ fn settling_prefers_the_own_replacement_only_for_unfinished_work() {
         replacement: Some("i-rep".into()),
         ..surging("i-old0", &base).enter(Step::Cancelled, t0())
     }
-    .with_release(Release::Owed);
+    .with_release(UnitRelease::Owed);
     let plan = run(&group(6, 0, 8), &members, &[cancelled], t0());
     assert_eq!(terminated(&plan), vec!["i-rep".to_string()], "{plan:?}");
     let done = Rotation {
         replacement: Some("i-rep".into()),
         ..surging("i-old0", &base).enter(Step::Done, t0())
     }
-    .with_release(Release::Owed);
+    .with_release(UnitRelease::Owed);
     let plan = run(&group(6, 0, 8), &members, &[done], t0());
     assert_eq!(terminated(&plan), vec!["i-other".to_string()], "{plan:?}");
 }
@@ -1388,7 +1388,7 @@ fn draining_is_the_old_instances_on_their_way_out_only() {
         (
             surging("i-old0", &base)
                 .enter(Step::Done, t0())
-                .with_release(Release::Owed),
+                .with_release(UnitRelease::Owed),
             (7, 10),
             "undoSurge",
             false,
