@@ -7,6 +7,7 @@ use super::{Check, CheckKind};
 use crate::managed::TemplateRef;
 use crate::port::PortError;
 use crate::tags::{CLUSTER as CLUSTER_TAG, NODEGROUP as NODEGROUP_TAG};
+
 /// The lifecycle transition of terminate hooks.
 pub const TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
 

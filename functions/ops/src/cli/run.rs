@@ -63,8 +63,8 @@ pub async fn run(args: Args) -> u8 {
 /// The functions [`function`] builds, by the names template.yaml deploys them under.
 const FUNCTIONS: [&str; 4] = ["ami-watcher", "rotator", "ops", "interruption-handler"];
 
-/// Function `name` (one of [`FUNCTIONS`]) as its `main` builds it, its configuration read from the environment (the
-/// SDK's only once that is valid).
+/// Function `name` (one of [`FUNCTIONS`]) as its `main` builds it, its configuration read from
+/// the environment (the SDK's only once that is valid).
 async fn function(name: &str) -> Result<Box<dyn Function>, HandlerError> {
     let local = Runtime::local;
     Ok(match name {
