@@ -29,8 +29,8 @@ pub struct AutoScaling {
 /// template's tags), so that the template write and the architecture check that follow it in
 /// the same pass do not read them again, and what nodecycle wrote (the version it created) is
 /// not read back. An entry serves for `SEEN_FOR` (two minutes) at most: every pass reads its
-/// groups first, so nothing goes from an older pass's read. Shared by the adapters of one deployment
-/// ([`AutoScaling::with_seen`], [`super::nodegroup::NodeGroups::with_seen`]).
+/// groups first, so nothing goes from an older pass's read. Shared by the adapters of one
+/// deployment ([`AutoScaling::with_seen`], [`super::nodegroup::NodeGroups::with_seen`]).
 #[derive(Debug, Clone, Default)]
 pub struct SeenGroups(Arc<Mutex<HashMap<String, Seen>>>);
 
