@@ -11,7 +11,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use chrono::{DateTime, Utc};
 use nodecycle::rotation::Step;

@@ -7,7 +7,7 @@
 // Test code: helpers outside #[test] fns panic on failure too.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

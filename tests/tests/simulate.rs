@@ -4,7 +4,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use nodecycle::handlers::Invocation;
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! Shared fixtures for the AMI tests: public EKS AMIs published the way AWS publishes them
 //! (an image owned by Amazon plus the SSM parameter pointing at it), policies, adapters.
 
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod pool;
 pub mod stages;
