@@ -36,6 +36,8 @@ echo "==> fakecloud self-check (indexed lookups and seed_groups answer as moto d
 "$NODECYCLE_PYTHON" tests/fakecloud/check_index.py
 echo "==> fakecloud self-check (transactions back up the items they name)" >&2
 "$NODECYCLE_PYTHON" tests/fakecloud/check_transactions.py
+echo "==> fakecloud self-check (forked clouds: each its own, fresh, gone with its connection)" >&2
+"$NODECYCLE_PYTHON" tests/fakecloud/check_zygote.py
 echo "==> cargo build (binaries the CLI tests run)" >&2
 # cargo test builds a package's binaries only for that package's own integration tests; the
 # CLI tests live in the tests crate, so build the `nodecycle` binary explicitly first.

@@ -119,6 +119,12 @@ def wrap(original):
     return call
 
 
+def clear() -> None:
+    """Forgets every call recorded so far."""
+    with _LOCK:
+        _CALLS.clear()
+
+
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in
     @op("aws_calls")
     def aws_calls(args):

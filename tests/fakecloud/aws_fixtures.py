@@ -277,33 +277,42 @@ def import_and_patch() -> None:
     apply_patches()
 
 
-def warm_up(aws_url: str) -> None:
-    # One cheap request per service: loads moto's per-service app, response
-    # classes and the backend of the default region.
+def _warm_up_requests() -> list[tuple[str, str, bytes | None, dict]]:
+    """One cheap request per service (method, path, body, headers): loads moto's per-service
+    app, response classes and the backend of the default region."""
     auth = "AWS4-HMAC-SHA256 Credential=testing/20240101/{region}/{svc}/aws4_request, SignedHeaders=host, Signature=0"
     calls = [
         ("ec2", b"Action=DescribeImages&Version=2016-11-15&Owner.1=self", "application/x-www-form-urlencoded", None),
         ("ssm", b'{"Name": "/fakecloud/warm-up"}', "application/x-amz-json-1.1", "AmazonSSM.GetParameter"),
         ("autoscaling", b"Action=DescribeAutoScalingGroups&Version=2011-01-01", "application/x-www-form-urlencoded", None),
     ]
+    out = []
     for svc, body, ctype, target in calls:
         headers = {"Authorization": auth.format(region=DEFAULT_REGION, svc=svc), "Content-Type": ctype}
         if target:
             headers["X-Amz-Target"] = target
-        req = urllib.request.Request(aws_url + "/", data=body, headers=headers, method="POST")
+        out.append(("POST", "/", body, headers))
+    out.append(("GET", "/clusters", None, {"Authorization": auth.format(region=DEFAULT_REGION, svc="eks")}))
+    return out
+
+
+def warm_up(aws_url: str) -> None:
+    """The warm-up requests, to the moto server at `aws_url`."""
+    for method, path, body, headers in _warm_up_requests():
+        req = urllib.request.Request(aws_url + path, data=body, headers=headers, method=method)
         try:
             urllib.request.urlopen(req, timeout=30).read()
         except Exception:
             pass  # e.g. ParameterNotFound: the point was the import
-    req = urllib.request.Request(
-        aws_url + "/clusters",
-        headers={"Authorization": auth.format(region=DEFAULT_REGION, svc="eks")},
-        method="GET",
-    )
-    try:
-        urllib.request.urlopen(req, timeout=30).read()
-    except Exception:
-        pass
+
+
+def warm_up_app(app) -> None:
+    """The warm-up requests, straight to moto's WSGI `app` (no server, no thread)."""
+    from werkzeug.test import Client
+
+    client = Client(app)
+    for method, path, body, headers in _warm_up_requests():
+        client.open(path, method=method, data=body, headers=headers).close()
 
 
 # --------------------------------------------------------------------------

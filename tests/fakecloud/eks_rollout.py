@@ -84,6 +84,10 @@ class _Clock:
         self.now()
         self.paused = paused
 
+    def restart(self) -> None:
+        """Back to 0 fake seconds, following the wall clock (a forked launcher starts here)."""
+        self.__init__()
+
 
 CLOCK = _Clock()
 _TICKER: threading.Thread | None = None
@@ -513,9 +517,27 @@ def _ticker() -> None:
             step_all()
 
 
+# While set (in the launcher's zygote, which must not run threads when it forks), the
+# ticker waits for `release_ticker`.
+_HELD = False
+
+
+def hold_ticker() -> None:
+    global _HELD
+    _HELD = True
+
+
+def release_ticker() -> None:
+    """Starts the ticker held by `hold_ticker` (in a forked launcher), its clock at 0."""
+    global _HELD
+    _HELD = False
+    CLOCK.restart()
+    ensure_ticker()
+
+
 def ensure_ticker() -> None:
     global _TICKER
-    if _TICKER is None:
+    if _TICKER is None and not _HELD:
         _TICKER = threading.Thread(target=_ticker, name="eks-rollout", daemon=True)
         _TICKER.start()
 

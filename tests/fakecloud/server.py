@@ -13,6 +13,14 @@ When ready it prints exactly one JSON line on stdout:
 and then serves until stdin is closed (the parent died or dropped the pipe) or
 SIGTERM/SIGINT arrives.
 
+``server.py --zygote`` instead imports and patches everything once, warms moto
+up in-process, listens on a Unix socket and prints ``{"zygote": PATH}``; each
+connection to PATH gets a forked fake cloud of its own, which writes its ready
+line to the connection and serves until the connection closes. A fork starts
+in milliseconds with moto already imported (a fresh launcher spends about 2 s
+of CPU importing and warming up), with the state a fresh launcher has after
+its warm-up. The zygote serves until its stdin closes.
+
 Control protocol: ``POST /control`` with ``{"op": NAME, "args": {...}}``;
 the answer is JSON, ``400 {"error": MESSAGE}`` on failure.
 See README.md for the list of operations.
@@ -173,10 +181,8 @@ def _warm_up(aws_url: str) -> None:
         traceback.print_exc()
 
 
-def main() -> None:
-    _quiet_logging()
+def _register_ops() -> None:
     import aws_fixtures  # registers the AWS control ops
-    from moto.server import ThreadedMotoServer
 
     aws_fixtures.register(op, ControlError)
     import kube  # the Kubernetes API server stand-ins
@@ -192,11 +198,12 @@ def main() -> None:
 
     accounts.register(op, ControlError)
 
-    _gate_moto_requests()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    aws_url = f"http://{host}:{port}"
+
+def _serve(aws_url: str, started: float, say_ready, closed) -> None:
+    """Starts the control server beside moto at `aws_url`, says the ready line with
+    `say_ready(line)`, serves until `closed()` returns (or SIGTERM/SIGINT), then stops the
+    stand-ins and exits the process."""
+    import aws_fixtures
 
     control = ThreadingHTTPServer(("127.0.0.1", 0), ControlHandler)
     control.daemon_threads = True
@@ -209,12 +216,9 @@ def main() -> None:
         "pid": os.getpid(),
         "account": aws_fixtures.ACCOUNT_ID,
         "region": aws_fixtures.DEFAULT_REGION,
-        "startup_ms": round((time.monotonic() - _T0) * 1000),
+        "startup_ms": round((time.monotonic() - started) * 1000),
     }
-    sys.stdout.write(json.dumps(ready) + "\n")
-    sys.stdout.flush()
-
-    threading.Thread(target=_patch_then_warm_up, args=(aws_url,), name="warm-up", daemon=True).start()
+    say_ready(json.dumps(ready) + "\n")
 
     stop = threading.Event()
 
@@ -224,17 +228,18 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    def watch_stdin():
+    def watch():
         try:
-            while sys.stdin.buffer.read(4096):
-                pass
+            closed()
         except Exception:
             pass
         stop.set()
 
-    threading.Thread(target=watch_stdin, name="stdin", daemon=True).start()
+    threading.Thread(target=watch, name="liveness", daemon=True).start()
     while not stop.wait(0.2):
         pass
+    # Whatever hangs in the clean-up below, the process is gone within 5 s.
+    signal.alarm(5)
     try:
         import kube
 
@@ -247,5 +252,116 @@ def main() -> None:
     os._exit(0)
 
 
+def _stdin_closed() -> None:
+    while sys.stdin.buffer.read(4096):
+        pass
+
+
+def main() -> None:
+    _quiet_logging()
+    from moto.server import ThreadedMotoServer
+
+    _register_ops()
+    _gate_moto_requests()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    aws_url = f"http://{host}:{port}"
+
+    def say_ready(line: str) -> None:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        threading.Thread(target=_patch_then_warm_up, args=(aws_url,), name="warm-up", daemon=True).start()
+
+    _serve(aws_url, _T0, say_ready, _stdin_closed)
+
+
+def zygote() -> None:
+    """Imports, patches and warms up once, then forks a fake cloud per connection (see the
+    module's doc)."""
+    import select
+    import shutil
+    import socket
+    import tempfile
+
+    _quiet_logging()
+    _register_ops()
+    _gate_moto_requests()
+    import accounts
+    import aws_fixtures
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    import eks_rollout
+
+    # Threads do not survive a fork: the EKS rollout ticker starts in each forked cloud.
+    eks_rollout.hold_ticker()
+    aws_fixtures.import_and_patch()
+    PATCHED.set()
+    app = DomainDispatcherApplication(create_backend_app)
+    aws_fixtures.warm_up_app(app)
+    # A fresh cloud has made no AWS call.
+    accounts.clear()
+    if threading.active_count() != 1:
+        sys.exit(f"fakecloud zygote: threads {[t.name for t in threading.enumerate()]} before forking; refusing to fork")
+
+    folder = tempfile.mkdtemp(prefix="fakecloud-")
+    path = os.path.join(folder, "zygote.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    sys.stdout.write(json.dumps({"zygote": path, "pid": os.getpid()}) + "\n")
+    sys.stdout.flush()
+    # Forked clouds are reaped by the kernel; each restores the default in itself.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        while True:
+            readable, _, _ = select.select([listener, sys.stdin], [], [])
+            if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
+                break
+            if listener not in readable:
+                continue
+            conn, _ = listener.accept()
+            if os.fork() == 0:
+                started = time.monotonic()
+                listener.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _fork_serves(conn, app, started)
+            conn.close()
+    finally:
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Tearing moto's modules down would take seconds; nothing is left to clean up.
+    os._exit(0)
+
+
+def _fork_serves(conn, app, started: float) -> None:
+    """A forked fake cloud: moto's warmed-up `app` on a new port, the ready line on `conn`,
+    served until `conn` closes."""
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+    from werkzeug.serving import make_server
+
+    import eks_rollout
+
+    try:
+        eks_rollout.release_ticker()
+        server = make_server("127.0.0.1", 0, app, True, request_handler=MotoRequestHandler)
+        threading.Thread(target=server.serve_forever, name="moto", daemon=True).start()
+        host, port = server.server_address[:2]
+
+        def closed() -> None:
+            while conn.recv(4096):
+                pass
+
+        _serve(f"http://{host}:{port}", started, lambda line: conn.sendall(line.encode()), closed)
+    except BaseException:
+        traceback.print_exc()
+    os._exit(1)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--zygote"]:
+        zygote()
+    else:
+        main()

@@ -1,9 +1,11 @@
 //! The fake cloud process: moto + control endpoint (+ Kubernetes stand-ins).
 
 use std::io::{BufRead, BufReader, Read};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -29,15 +31,140 @@ pub const RETRY_BACKOFF: Duration = Duration::from_millis(25);
 
 const DEFAULT_VENV_PYTHON: &str = "/root/.cache/nodecycle/venv/bin/python";
 
+/// Set to `0` to start every fake cloud as a launcher process of its own instead of forking
+/// it from the zygote (see [`FakeCloud::start`]).
+pub const FORK_ENV: &str = "NODECYCLE_FAKECLOUD_FORK";
+
+/// How long a launcher may take to say it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// One fake cloud: a launcher process private to the test that started it.
 ///
-/// The process dies when this value is dropped (killed), and also when the
-/// test process dies (its stdin is a pipe from us; EOF stops it).
+/// The process stops when this value is dropped, and also when the test process dies (its
+/// stdin, or its connection to the zygote, closes).
 pub struct FakeCloud {
-    child: Child,
+    launcher: Launcher,
     aws_url: String,
     control: Control,
     startup: Duration,
+}
+
+/// The process a fake cloud runs in.
+enum Launcher {
+    /// `server.py`, started for this cloud.
+    Process(Child),
+    /// Forked by the zygote; it serves until `conn` closes.
+    Forked { conn: UnixStream, pid: u32 },
+}
+
+/// `server.py --zygote`, started once per test process: it has imported and warmed up moto,
+/// and forks a fake cloud for each connection to `socket`. It stops when `_stdin` closes,
+/// that is when the test process ends.
+struct Zygote {
+    socket: PathBuf,
+    _stdin: ChildStdin,
+}
+
+impl Zygote {
+    /// The test process's zygote; `None` when [`FORK_ENV`] is `0` or it could not start (said
+    /// once on stderr).
+    fn get() -> Option<&'static Zygote> {
+        static ZYGOTE: OnceLock<Option<Zygote>> = OnceLock::new();
+        ZYGOTE
+            .get_or_init(|| {
+                if std::env::var(FORK_ENV).is_ok_and(|v| v == "0") {
+                    return None;
+                }
+                Zygote::start()
+                    .map_err(|e| {
+                        eprintln!("fake cloud: no zygote ({e}); each cloud starts its own launcher")
+                    })
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    fn start() -> Result<Zygote, String> {
+        let mut child = launch(&["--zygote"])?;
+        let line = ready_line(&mut child)?;
+        let ready: Value = serde_json::from_str(line.trim())
+            .map_err(|e| format!("bad ready line {line:?}: {e}"))?;
+        let socket = ready["zygote"]
+            .as_str()
+            .ok_or_else(|| format!("ready line lacks the socket: {line}"))?;
+        Ok(Zygote {
+            socket: PathBuf::from(socket),
+            _stdin: child
+                .stdin
+                .take()
+                .ok_or("the zygote's stdin is not piped")?,
+        })
+    }
+
+    /// A new fake cloud: its connection and its ready line.
+    fn fork(&self) -> std::io::Result<(UnixStream, String)> {
+        let conn = UnixStream::connect(&self.socket)?;
+        conn.set_read_timeout(Some(READY_TIMEOUT))?;
+        let mut line = String::new();
+        BufReader::new(&conn).read_line(&mut line)?;
+        if line.trim().is_empty() {
+            return Err(std::io::Error::other(
+                "the forked cloud closed before its ready line",
+            ));
+        }
+        conn.set_read_timeout(None)?;
+        Ok((conn, line))
+    }
+}
+
+/// Starts `server.py` with `args`, its stdin and stdout piped to us.
+fn launch(args: &[&str]) -> Result<Child, String> {
+    let python = python();
+    let script = launcher_path();
+    Command::new(&python)
+        .arg(&script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot start the fake cloud with `{python} {}`: {e} \
+                 (set NODECYCLE_PYTHON to a Python with `pip install -r tests/requirements.txt`)",
+                script.display()
+            )
+        })
+}
+
+/// The first line `child` writes on stdout (within [`READY_TIMEOUT`]); the rest is drained so
+/// that it never blocks on a full pipe. The child is killed when no line comes.
+fn ready_line(child: &mut Child) -> Result<String, String> {
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or("the launcher's stdout is not piped")?;
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let _ = reader.read_line(&mut line);
+        let _ = tx.send(line);
+        let mut sink = Vec::new();
+        let _ = reader.read_to_end(&mut sink);
+    });
+    match rx.recv_timeout(READY_TIMEOUT) {
+        Ok(line) if !line.trim().is_empty() => Ok(line),
+        other => {
+            let _ = child.kill();
+            let status = child.wait().ok();
+            Err(format!(
+                "the fake cloud did not become ready ({other:?}, exit {status:?}); is moto \
+                 installed for {}? (pip install -r tests/requirements.txt)",
+                python()
+            ))
+        }
+    }
 }
 
 /// A handle on the control endpoint (cheap to clone).
@@ -89,9 +216,15 @@ impl std::fmt::Debug for FakeCloud {
         f.debug_struct("FakeCloud")
             .field("aws_url", &self.aws_url)
             .field("control_url", &self.control.url)
-            .field("pid", &self.child.id())
+            .field("pid", &self.pid())
             .finish()
     }
+}
+
+/// A launcher's ready line as JSON.
+fn parse_ready(line: &str) -> Value {
+    serde_json::from_str(line.trim())
+        .unwrap_or_else(|e| panic!("bad ready line from the fake cloud: {line:?}: {e}"))
 }
 
 /// The launcher script, `tests/fakecloud/server.py`.
@@ -115,51 +248,39 @@ pub fn python() -> String {
 
 impl FakeCloud {
     /// Starts a fresh fake cloud and waits until it is ready.
+    ///
+    /// The cloud is forked from the test process's zygote (`server.py --zygote`, started on
+    /// first use), which has moto imported and warmed up: a fork is ready in milliseconds,
+    /// where a launcher of its own spends about 2 s of CPU getting there. Each cloud is still
+    /// a process of its own with its own state. With [`FORK_ENV`]`=0`, or when the zygote
+    /// cannot start or fork, the cloud starts its own launcher.
     pub fn start() -> FakeCloud {
         let started = Instant::now();
-        let python = python();
-        let script = launcher_path();
-        let mut child = Command::new(&python)
-            .arg(&script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start the fake cloud with `{python} {}`: {e} \
-                     (set NODECYCLE_PYTHON to a Python with `pip install -r tests/requirements.txt`)",
-                    script.display()
-                )
-            });
-        let stdout = child.stdout.take().expect("child stdout is piped");
-        let (tx, rx) = mpsc::channel::<String>();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let _ = tx.send(line);
-            // Keep draining so the child never blocks on a full pipe.
-            let mut sink = Vec::new();
-            let _ = reader.read_to_end(&mut sink);
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(line) if !line.trim().is_empty() => line,
-            other => {
-                let _ = child.kill();
-                let status = child.wait().ok();
-                panic!(
-                    "fake cloud did not become ready ({other:?}, exit {status:?}); \
-                     is moto installed for {python}? (pip install -r tests/requirements.txt)"
-                );
+        if let Some(zygote) = Zygote::get() {
+            match zygote.fork() {
+                Ok((conn, line)) => {
+                    let ready = parse_ready(&line);
+                    let pid = ready["pid"]
+                        .as_u64()
+                        .and_then(|p| u32::try_from(p).ok())
+                        .unwrap_or_else(|| panic!("ready line lacks pid: {line}"));
+                    return FakeCloud::ready(Launcher::Forked { conn, pid }, &ready, started);
+                }
+                Err(e) => eprintln!(
+                    "fake cloud: the zygote did not fork ({e}); this cloud starts its own launcher"
+                ),
             }
-        };
-        let ready: Value = serde_json::from_str(line.trim())
-            .unwrap_or_else(|e| panic!("bad ready line from the fake cloud: {line:?}: {e}"));
+        }
+        let mut child = launch(&[]).unwrap_or_else(|e| panic!("{e}"));
+        let line = ready_line(&mut child).unwrap_or_else(|e| panic!("{e}"));
+        FakeCloud::ready(Launcher::Process(child), &parse_ready(&line), started)
+    }
+
+    fn ready(launcher: Launcher, ready: &Value, started: Instant) -> FakeCloud {
         let field = |k: &str| {
             ready[k]
                 .as_str()
-                .unwrap_or_else(|| panic!("ready line lacks {k}: {line}"))
+                .unwrap_or_else(|| panic!("ready line lacks {k}: {ready}"))
                 .to_string()
         };
         FakeCloud {
@@ -167,12 +288,12 @@ impl FakeCloud {
             control: Control {
                 url: field("control"),
             },
-            child,
+            launcher,
             startup: started.elapsed(),
         }
     }
 
-    /// How long [`FakeCloud::start`] took (process start to ready line).
+    /// How long [`FakeCloud::start`] took (to the ready line).
     pub fn startup_time(&self) -> Duration {
         self.startup
     }
@@ -339,24 +460,40 @@ impl FakeCloud {
 
     /// The launcher's process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.launcher {
+            Launcher::Process(child) => child.id(),
+            Launcher::Forked { pid, .. } => *pid,
+        }
     }
 }
 
 impl Drop for FakeCloud {
     fn drop(&mut self) {
-        // Closing stdin asks the launcher to stop and clean up its temporary
-        // files (stand-in certificates); kill it if it does not within 2 s.
-        drop(self.child.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+        // Closing stdin (or the connection) asks the launcher to stop and clean up its
+        // temporary files (stand-in certificates).
+        match &mut self.launcher {
+            Launcher::Process(child) => {
+                // Killed if it has not stopped within 2 s.
+                drop(child.stdin.take());
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
             }
-            std::thread::sleep(Duration::from_millis(20));
+            Launcher::Forked { conn, .. } => {
+                // The connection reads end of file once the fork has exited (it stops itself
+                // within 5 s whatever hangs); wait for that up to 2 s.
+                let _ = conn.shutdown(Shutdown::Write);
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut buf = [0u8; 256];
+                while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+            }
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
