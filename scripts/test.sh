@@ -45,7 +45,7 @@ cargo build --workspace --bins --locked
 echo "==> cargo test" >&2
 # The integration tests mostly wait, not compute: on the Kubernetes stand-in's clock (pod
 # grace periods, node registration), on the SDK's retry backoff, on moto. Three at a time per
-# core keeps the cores busy: on 2 cores the test binaries took 1,008 s two at a time and 546 s
-# six at a time. RUST_TEST_THREADS set by the caller wins.
+# core keeps the cores busy (docs/development.md, Tests, has the figures). RUST_TEST_THREADS
+# set by the caller wins.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-$(( $(getconf _NPROCESSORS_ONLN) * 3 ))}"
 cargo test --workspace --locked
