@@ -26,18 +26,13 @@ cargo check -p nodecycle-shared --no-default-features --locked
 export NODECYCLE_LINT_VENV="${NODECYCLE_LINT_VENV:-$NODECYCLE_VENV-lint}"
 scripts/lint-template.sh
 scripts/check-cdk.sh
-echo "==> fakecloud self-check (EKS node group updates)" >&2
-"$NODECYCLE_PYTHON" tests/fakecloud/check_eks_updates.py
-echo "==> fakecloud self-check (fault injection)" >&2
-"$NODECYCLE_PYTHON" tests/fakecloud/check_faults.py
-echo "==> fakecloud self-check (Auto Scaling fidelity, Cluster Autoscaler actor)" >&2
-"$NODECYCLE_PYTHON" tests/fakecloud/check_autoscaler.py
-echo "==> fakecloud self-check (indexed lookups and seed_groups answer as moto does)" >&2
-"$NODECYCLE_PYTHON" tests/fakecloud/check_index.py
-echo "==> fakecloud self-check (transactions back up the items they name)" >&2
-"$NODECYCLE_PYTHON" tests/fakecloud/check_transactions.py
-echo "==> fakecloud self-check (forked clouds: each its own, fresh, gone with its connection)" >&2
-"$NODECYCLE_PYTHON" tests/fakecloud/check_zygote.py
+# The fake cloud's self-checks, every tests/fakecloud/check_*.py (each says in its docstring
+# what it checks: EKS node group updates, faults, Auto Scaling and the Cluster Autoscaler actor,
+# indexed lookups, transactions, forked clouds).
+for check in tests/fakecloud/check_*.py; do
+  echo "==> fakecloud self-check $check" >&2
+  "$NODECYCLE_PYTHON" "$check"
+done
 echo "==> cargo build (binaries the CLI tests run)" >&2
 # cargo test builds a package's binaries only for that package's own integration tests; the
 # CLI tests live in the tests crate, so build the `nodecycle` binary explicitly first.
