@@ -131,6 +131,7 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
         },
         members,
         rotations,
+        adopted_at: None,
     })
 }
 

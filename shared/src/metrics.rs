@@ -92,7 +92,7 @@ pub fn drifted_nodes(snapshot: &Snapshot, now: DateTime<Utc>) -> u32 {
         .filter(|m| m.lifecycle == Lifecycle::InService)
         .filter(|m| {
             matches!(
-                plan::assess(m, desired, None, None, now).drift,
+                plan::assess(m, desired, &plan::Expiration::default(), now).drift,
                 Drift::Drifted { .. }
             )
         })

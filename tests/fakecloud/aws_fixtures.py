@@ -367,6 +367,30 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             versions.pop(0)
         return {"name": name, "version": version}
 
+    @op("age_instances")
+    def age_instances(args):
+        """Backdates the launch time of the instances of Auto Scaling group `group`
+        to `hours` ago (EC2 reports LaunchTime as when the instance started): the
+        old nodes of a group nodecycle adopts. Returns {"instances": [ids]}."""
+        import datetime
+
+        from moto.autoscaling.models import autoscaling_backends
+        from moto.core.utils import utcnow
+
+        hours = args.get("hours")
+        if not isinstance(hours, (int, float)) or hours < 0:
+            raise ControlError("hours must be a number >= 0")
+        groups = autoscaling_backends[_account(args)][_region(args)].autoscaling_groups
+        group = groups.get(args.get("group"))
+        if group is None:
+            raise ControlError(f"no Auto Scaling group {args.get('group')!r}")
+        launched = utcnow() - datetime.timedelta(hours=hours)
+        ids = []
+        for state in group.instance_states:
+            state.instance.launch_time = launched
+            ids.append(state.instance.id)
+        return {"instances": sorted(ids)}
+
     @op("delete_parameter")
     def delete_parameter(args):
         name = args["name"]

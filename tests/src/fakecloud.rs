@@ -376,6 +376,13 @@ impl FakeCloud {
             .expect("put_parameter returns a version")
     }
 
+    /// Backdates the launch time of every instance of Auto Scaling group `group` to `hours`
+    /// ago (old nodes of a group nodecycle adopts); returns their ids.
+    pub fn age_instances(&self, group: &str, hours: u32) -> Vec<String> {
+        let v = self.control("age_instances", json!({ "group": group, "hours": hours }));
+        serde_json::from_value(v["instances"].clone()).expect("age_instances returns ids")
+    }
+
     /// Deletes an SSM parameter (no error if absent).
     pub fn delete_parameter(&self, name: &str) {
         self.control("delete_parameter", json!({ "name": name }));

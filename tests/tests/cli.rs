@@ -24,11 +24,11 @@ fn bin() -> PathBuf {
     path
 }
 
-fn repo(path: &str) -> String {
+pub(crate) fn repo(path: &str) -> String {
     nodecycle_tests::repo_path(path).display().to_string()
 }
 
-fn run(args: &[&str], cloud: Option<&FakeCloud>, extra_env: &[(&str, &str)]) -> Output {
+pub(crate) fn run(args: &[&str], cloud: Option<&FakeCloud>, extra_env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(bin());
     cmd.args(args)
         .env_remove("AWS_PROFILE")
@@ -40,11 +40,11 @@ fn run(args: &[&str], cloud: Option<&FakeCloud>, extra_env: &[(&str, &str)]) -> 
     cmd.output().unwrap()
 }
 
-fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn temp_file(name: &str, text: &str) -> String {
+pub(crate) fn temp_file(name: &str, text: &str) -> String {
     let dir = std::env::temp_dir().join(format!("nodecycle-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);

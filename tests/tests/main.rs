@@ -7,6 +7,7 @@
 
 mod support;
 
+mod adoption;
 mod ami_resolution;
 mod ami_watcher;
 mod autoscaler;

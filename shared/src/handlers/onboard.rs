@@ -98,7 +98,8 @@ pub fn live_checks(
 ///   `error`), `desired`: the pool record after it (`ami`, `name`, `source`, `history`);
 /// - `plan`: the rotator's plan as `nodecycle plan` prints it (candidates, actions, blocked,
 ///   decisions; a managed node group's `update`);
-/// - `problems`: [`live_checks`].
+/// - `problems`: [`live_checks`], and more nodes forced at once than the budgets allow
+///   ([`crate::plan::ForcedAtOnce`]).
 ///
 /// `base` are the deployment's ports; nothing is written through them (`Err` says what could
 /// not be read). A pool that names its account and region is read through that member's
@@ -168,6 +169,7 @@ pub async fn first_pass(
         .node_groups
         .instance_types(&policy.cluster, &policy.node_group)
         .await;
+    let forced_at_once = preview.plan().forced_at_once.clone();
     let mut plan = serde_json::to_value(&preview).map_err(|e| e.to_string())?;
     if let Some(o) = plan.as_object_mut() {
         o.insert(
@@ -184,6 +186,12 @@ pub async fn first_pass(
             "pin": r.pin.as_ref().map(|p| &p.ami),
         })
     });
+    let mut problems = live_checks(
+        policy,
+        record.as_ref().and_then(|r| r.desired.as_ref()),
+        facts.as_ref(),
+    );
+    problems.extend(forced_at_once.map(|f| f.message));
     Ok(json!({
         "pool": pool,
         "firstPass": before.is_none(),
@@ -191,10 +199,6 @@ pub async fn first_pass(
         "watcher": outcome,
         "desired": desired,
         "plan": plan,
-        "problems": live_checks(
-            policy,
-            record.as_ref().and_then(|r| r.desired.as_ref()),
-            facts.as_ref(),
-        ),
+        "problems": problems,
     }))
 }

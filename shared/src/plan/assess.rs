@@ -5,8 +5,14 @@
 //!   (fail closed: nothing is rotated on a guess).
 //! - **Expired**: age (from the EC2 launch time) `>= expireAfter`, as Karpenter's expiration
 //!   controller (`!now.Before(launch + expireAfter)`). `expireAfter: Never` never expires.
-//! - **Forced**: age `>= expireAfter + terminationGracePeriod`. Without a
-//!   `terminationGracePeriod` (wait indefinitely) expiry stays budgeted forever.
+//! - **Forced**: `now >= max(launch, adopted) + expireAfter + terminationGracePeriod`, where
+//!   `adopted` is when nodecycle first resolved the pool's AMI ([`Expiration::adopted`]): the
+//!   forced deadline counts from when nodecycle could first act on the node. Nodes already old
+//!   when a pool is adopted are `Expired` at once but replaced within the budgets, oldest
+//!   first, and forced only a full `expireAfter + terminationGracePeriod` after adoption
+//!   (Karpenter never adopts existing nodes, so this is nodecycle's own rule: adoption never
+//!   stampedes). Without a `terminationGracePeriod` (wait indefinitely) expiry stays budgeted
+//!   forever.
 //! - Drift wins over expiry (one reason per node, `Drifted`, budgeted) unless the node is past
 //!   the forced-expiry line, where the reason is `Expired` and the rotation is forced.
 
@@ -16,6 +22,39 @@ use chrono::{DateTime, Utc};
 
 use crate::fleet::Member;
 use crate::rotation::RotationReason;
+
+/// When a pool's nodes expire and when their expiry is forced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Expiration {
+    /// `expireAfter` (`None` = Never).
+    pub after: Option<Duration>,
+    /// `terminationGracePeriod` (`None` = unset: expiry is never forced).
+    pub grace: Option<Duration>,
+    /// When nodecycle adopted the pool (its first resolved AMI,
+    /// [`crate::state::PoolRecord::adopted_at`]); `None` = unknown, the forced deadline then
+    /// counts from the launch alone.
+    pub adopted: Option<DateTime<Utc>>,
+}
+
+impl Expiration {
+    /// The policy's `expireAfter` and `terminationGracePeriod`, for a pool adopted at `adopted`.
+    pub fn of(policy: &crate::policy::Policy, adopted: Option<DateTime<Utc>>) -> Expiration {
+        Expiration {
+            after: policy.expire_after,
+            grace: policy.termination_grace_period,
+            adopted,
+        }
+    }
+
+    /// When a node launched at `launch` is forced: `max(launch, adopted) + expireAfter +
+    /// terminationGracePeriod`; `None` when it never is (no `expireAfter`, no
+    /// `terminationGracePeriod`, or a sum past the calendar).
+    pub fn forced_at(&self, launch: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let line = self.after?.checked_add(self.grace?)?;
+        let from = self.adopted.map_or(launch, |a| a.max(launch));
+        from.checked_add_signed(chrono::TimeDelta::from_std(line).ok()?)
+    }
+}
 
 /// Drift state of an instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,11 +88,15 @@ pub enum Expiry {
     Expired {
         /// `age - expireAfter`.
         overdue: Duration,
+        /// When it is forced ([`Expiration::forced_at`]); `None` = never.
+        forced_at: Option<DateTime<Utc>>,
     },
-    /// Older than `expireAfter + terminationGracePeriod` (by `overdue`): forced, no budget wait.
+    /// Past its forced deadline (by `overdue`): forced, no budget wait.
     Forced {
-        /// `age - (expireAfter + terminationGracePeriod)`.
+        /// `now - forced_at`.
         overdue: Duration,
+        /// When it was forced ([`Expiration::forced_at`]).
+        forced_at: DateTime<Utc>,
     },
 }
 
@@ -99,14 +142,12 @@ impl Assessment {
     }
 }
 
-/// Assesses `member` at `now` against the desired AMI (`None` = unresolved), `expire_after`
-/// (`None` = Never) and `termination_grace_period` (`None` = unset: expiry is never forced).
-/// Sums that overflow are treated as never reached.
+/// Assesses `member` at `now` against the desired AMI (`None` = unresolved) and the pool's
+/// [`Expiration`]. Sums that overflow are treated as never reached.
 pub fn assess(
     member: &Member,
     desired_ami: Option<&str>,
-    expire_after: Option<Duration>,
-    termination_grace_period: Option<Duration>,
+    expiration: &Expiration,
     now: DateTime<Utc>,
 ) -> Assessment {
     let age = (now - member.launch_time)
@@ -121,22 +162,21 @@ pub fn assess(
             desired: desired.to_string(),
         },
     };
-    let expiry = match expire_after {
+    let expiry = match expiration.after {
         None => Expiry::Never,
         Some(limit) if age < limit => Expiry::Fresh {
             remaining: limit - age,
         },
-        Some(limit) => {
-            let forced_at = termination_grace_period.and_then(|g| limit.checked_add(g));
-            match forced_at {
-                Some(line) if age >= line => Expiry::Forced {
-                    overdue: age - line,
-                },
-                _ => Expiry::Expired {
-                    overdue: age - limit,
-                },
-            }
-        }
+        Some(limit) => match expiration.forced_at(member.launch_time) {
+            Some(forced_at) if now >= forced_at => Expiry::Forced {
+                overdue: (now - forced_at).to_std().unwrap_or(Duration::ZERO),
+                forced_at,
+            },
+            forced_at => Expiry::Expired {
+                overdue: age - limit,
+                forced_at,
+            },
+        },
     };
     Assessment { age, drift, expiry }
 }

@@ -82,13 +82,7 @@ pub(super) fn count<'a>(
         if m.lifecycle != Lifecycle::InService || busy {
             continue;
         }
-        let a = assess(
-            m,
-            desired,
-            policy.expire_after,
-            policy.termination_grace_period,
-            now,
-        );
+        let a = assess(m, desired, &snapshot.expiration(), now);
         let Some(need) = a.need() else {
             if a.drift == Drift::ImageUnknown && m.is_ready() {
                 decisions.push(Decision::instance(

@@ -79,7 +79,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 
 use crate::rotation::{Rotation, RotationReason, Step};
-pub use assess::{Assessment, Drift, Expiry, Need, assess};
+pub use assess::{Assessment, Drift, Expiration, Expiry, Need, assess};
 pub use gates::Gate;
 pub(crate) use start::budget_message;
 
@@ -96,6 +96,16 @@ pub struct Snapshot {
     pub members: Vec<crate::fleet::Member>,
     /// Rotations recorded for this pool (any step, including recently finished ones).
     pub rotations: Vec<Rotation>,
+    /// When nodecycle adopted the pool ([`crate::state::PoolRecord::adopted`]): forced expiry
+    /// counts from then for nodes launched before ([`Expiration`]). `None`: unknown.
+    pub adopted_at: Option<DateTime<Utc>>,
+}
+
+impl Snapshot {
+    /// The pool's expiration rules ([`Expiration`]).
+    pub fn expiration(&self) -> Expiration {
+        Expiration::of(&self.policy, self.adopted_at)
+    }
 }
 
 /// What one rotator pass does for one pool. Serializes (camelCase) as the `nodecycle plan`
@@ -122,6 +132,11 @@ pub struct Plan {
     pub blocked: Option<String>,
     /// Every decision of the pass, once each, with its reason.
     pub decisions: Vec<Decision>,
+    /// More nodes are forced at once than the `Expired` budget allows, if they are (see
+    /// [`ForcedAtOnce`]). Computed whether or not a gate holds the starts: a paused pool says
+    /// what resuming it would do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forced_at_once: Option<ForcedAtOnce>,
     /// The gate that keeps anything from starting, if any (its message is in `blocked`).
     #[serde(skip)]
     pub gate: Option<Gate>,
@@ -149,6 +164,60 @@ impl Allowed {
             RotationReason::Expired => Some(self.expired),
             _ => None,
         }
+    }
+}
+
+/// More nodes would start at once than the budgets allow: more than one candidate is past its
+/// forced-expiry deadline (forced ones start without budget), and more than the `Expired`
+/// budgets allow at this instant with nothing else disrupting. Happens when the deadlines
+/// passed while nothing could start (a pause, a halt, an unresolved AMI) or when many nodes
+/// launched together reach it together. One forced node, or forced nodes within what the
+/// budget allows, is forced expiry working as designed, not reported. Serializes as
+/// `{"forced", "nodes", "allowed", "message"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForcedAtOnce {
+    /// Candidates forced now.
+    pub forced: u32,
+    /// Ready nodes of the pool (the budgets' `total`).
+    pub nodes: u32,
+    /// What the `Expired` budgets allow at once now, nothing else disrupting.
+    pub allowed: u32,
+    /// "N of M nodes are forced at once", why, and what to do.
+    pub message: String,
+}
+
+impl ForcedAtOnce {
+    /// `Some` when `forced` exceeds `allowed`; `held` names the gate that holds them now.
+    fn check(
+        forced: &[(&str, DateTime<Utc>)],
+        nodes: u32,
+        allowed: u32,
+        held: Option<&Gate>,
+    ) -> Option<ForcedAtOnce> {
+        let n = u32::try_from(forced.len()).unwrap_or(u32::MAX);
+        if n <= allowed.max(1) {
+            return None;
+        }
+        let earliest = forced.iter().map(|(_, t)| *t).min()?;
+        let when = match held {
+            Some(g) => format!("they all start as soon as this lifts: {g}"),
+            None => "they all start this pass".to_string(),
+        };
+        Some(ForcedAtOnce {
+            forced: n,
+            nodes,
+            allowed,
+            message: format!(
+                "{n} of {nodes} nodes are forced at once: past their forced-expiry deadline \
+                 (expireAfter + terminationGracePeriod from launch or adoption, the earliest \
+                 {}), they start without budget while the Expired budgets allow {allowed} at once; \
+                 {when}. To spread them out, raise or remove terminationGracePeriod before they \
+                 start (they are then replaced within the budgets), or rotate them in batches \
+                 with `nodecycle rotate`",
+                instant(earliest)
+            ),
+        })
     }
 }
 
@@ -382,6 +451,28 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
         &mut decisions,
     );
 
+    let forced: Vec<(&str, DateTime<Utc>)> = counts
+        .pending
+        .iter()
+        .filter_map(|p| match p.assessment.expiry {
+            Expiry::Forced { forced_at, .. } if p.need.forced => {
+                Some((p.member.instance_id.as_str(), forced_at))
+            }
+            _ => None,
+        })
+        .collect();
+    let budget_at_once = crate::budget::evaluate(
+        &snapshot.policy.budgets,
+        crate::budget::Reason::Expired,
+        counts.total,
+        0,
+        now,
+    )
+    .allowed;
+    let forced_at_once = ForcedAtOnce::check(&forced, counts.total, budget_at_once, gate.as_ref());
+    if let Some(f) = &forced_at_once {
+        decisions.push(Decision::pool(DecisionKind::Anomaly, f.message.clone()));
+    }
     Plan {
         pool,
         allowed: counts.allowed,
@@ -402,6 +493,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
         actions,
         blocked,
         decisions,
+        forced_at_once,
         gate,
         desired: desired.map(str::to_string),
     }
@@ -416,10 +508,12 @@ fn describe_need(id: &str, need: Need, a: &Assessment, policy: &crate::policy::P
         .unwrap_or_default();
     let age = fmt_duration(a.age);
     match (need.reason, &a.drift, a.expiry) {
-        (RotationReason::Expired, _, Expiry::Forced { overdue }) => format!(
-            "{id}: Expired, forced ({} past expireAfter+terminationGracePeriod {expire}+{grace}, \
-             age {age}; no budget wait)",
-            fmt_duration(overdue)
+        (RotationReason::Expired, _, Expiry::Forced { overdue, forced_at }) => format!(
+            "{id}: Expired, forced ({} past its deadline {}: expireAfter+terminationGracePeriod \
+             {expire}+{grace} from launch or adoption, whichever is later; age {age}; no budget \
+             wait)",
+            fmt_duration(overdue),
+            instant(forced_at)
         ),
         (RotationReason::Drifted, Drift::Drifted { image, desired }, expiry) => {
             let also = match expiry {
@@ -428,10 +522,15 @@ fn describe_need(id: &str, need: Need, a: &Assessment, policy: &crate::policy::P
             };
             format!("{id}: Drifted (runs {image}, desired {desired}{also})")
         }
-        (_, _, Expiry::Expired { overdue }) => format!(
-            "{id}: Expired (age {age}, {} past expireAfter {expire})",
-            fmt_duration(overdue)
-        ),
+        (_, _, Expiry::Expired { overdue, forced_at }) => {
+            let forced = forced_at
+                .map(|t| format!("; forced from {}", instant(t)))
+                .unwrap_or_default();
+            format!(
+                "{id}: Expired (age {age}, {} past expireAfter {expire}{forced})",
+                fmt_duration(overdue)
+            )
+        }
         (reason, _, _) => format!("{id}: {reason:?}"),
     }
 }

@@ -244,15 +244,9 @@ fn oracle_eligible(s: &Snapshot, now: DateTime<Utc>) -> Vec<(String, Need)> {
                 })
         })
         .filter_map(|m| {
-            assess(
-                m,
-                s.gates.desired_ami.as_deref(),
-                s.policy.expire_after,
-                s.policy.termination_grace_period,
-                now,
-            )
-            .need()
-            .map(|n| (m.instance_id.clone(), n))
+            assess(m, s.gates.desired_ami.as_deref(), &s.expiration(), now)
+                .need()
+                .map(|n| (m.instance_id.clone(), n))
         })
         .collect()
 }

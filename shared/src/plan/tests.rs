@@ -110,6 +110,7 @@ pub(crate) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rota
         },
         members,
         rotations,
+        adopted_at: None,
     }
 }
 
@@ -212,20 +213,42 @@ fn drift_and_expiry_classification() {
     for (i, (image, age, desired, expire, grace, want)) in cases.into_iter().enumerate() {
         let mut m = member("i-1", "x", age);
         m.image_id = image.map(str::to_string);
-        let a = assess(&m, desired, expire, grace, now());
+        let a = assess(&m, desired, &exp(expire, grace), now());
         assert_eq!(a.need(), want, "case {i}: {a:?}");
         assert_eq!(a.age, hours(u64::try_from(age).unwrap()), "case {i}");
+    }
+}
+
+/// The expiration rules of a pool adopted before any node launched (forced from launch).
+fn exp(after: Option<Duration>, grace: Option<Duration>) -> Expiration {
+    Expiration {
+        after,
+        grace,
+        adopted: None,
     }
 }
 
 #[test]
 fn expiry_states_and_future_launch_time() {
     let m = member("i-1", NEW, 725);
-    let a = assess(&m, Some(NEW), Some(hours(720)), Some(hours(2)), now());
-    assert_eq!(a.expiry, Expiry::Forced { overdue: hours(3) });
-    let a = assess(&m, Some(NEW), Some(hours(720)), None, now());
-    assert_eq!(a.expiry, Expiry::Expired { overdue: hours(5) });
-    let a = assess(&m, Some(NEW), Some(hours(800)), None, now());
+    let launch = m.launch_time;
+    let a = assess(&m, Some(NEW), &exp(Some(hours(720)), Some(hours(2))), now());
+    assert_eq!(
+        a.expiry,
+        Expiry::Forced {
+            overdue: hours(3),
+            forced_at: launch + TimeDelta::hours(722)
+        }
+    );
+    let a = assess(&m, Some(NEW), &exp(Some(hours(720)), None), now());
+    assert_eq!(
+        a.expiry,
+        Expiry::Expired {
+            overdue: hours(5),
+            forced_at: None
+        }
+    );
+    let a = assess(&m, Some(NEW), &exp(Some(hours(800)), None), now());
     assert_eq!(
         a.expiry,
         Expiry::Fresh {
@@ -233,7 +256,7 @@ fn expiry_states_and_future_launch_time() {
         }
     );
     assert_eq!(
-        assess(&m, Some(NEW), None, None, now()).expiry,
+        assess(&m, Some(NEW), &exp(None, None), now()).expiry,
         Expiry::Never
     );
     // Clock skew: launched "in the future" is age zero, never expired.
@@ -241,19 +264,82 @@ fn expiry_states_and_future_launch_time() {
     let a = assess(
         &future,
         Some(NEW),
-        Some(Duration::from_secs(1)),
-        None,
+        &exp(Some(Duration::from_secs(1)), None),
         now(),
     );
     assert_eq!(a.age, Duration::ZERO);
     assert_eq!(a.need(), None);
     // Overflowing expireAfter + grace: never forced.
-    let a = assess(&m, Some(NEW), Some(hours(1)), Some(Duration::MAX), now());
+    let a = assess(
+        &m,
+        Some(NEW),
+        &exp(Some(hours(1)), Some(Duration::MAX)),
+        now(),
+    );
     assert_eq!(
         a.expiry,
         Expiry::Expired {
-            overdue: hours(724)
+            overdue: hours(724),
+            forced_at: None
         }
+    );
+}
+
+/// Adoption never stampedes: a node older than `expireAfter + terminationGracePeriod` when the
+/// pool is adopted is expired (budgeted) at once and forced only a full
+/// `expireAfter + terminationGracePeriod` after adoption; a node launched after adoption is
+/// forced from its launch as before.
+#[test]
+fn forced_expiry_counts_from_adoption() {
+    let old = member("i-old", NEW, 1000);
+    let adopted = now() - TimeDelta::hours(1);
+    let e = Expiration {
+        after: Some(hours(720)),
+        grace: Some(hours(2)),
+        adopted: Some(adopted),
+    };
+    let deadline = adopted + TimeDelta::hours(722);
+    let a = assess(&old, Some(NEW), &e, now());
+    assert_eq!(
+        a.expiry,
+        Expiry::Expired {
+            overdue: hours(280),
+            forced_at: Some(deadline)
+        }
+    );
+    assert_eq!(
+        a.need(),
+        Some(Need {
+            reason: RotationReason::Expired,
+            forced: false
+        })
+    );
+    // Forced once the deadline from adoption passes, not a minute before.
+    let before = deadline - TimeDelta::minutes(1);
+    assert!(!assess(&old, Some(NEW), &e, before).need().unwrap().forced);
+    assert_eq!(
+        assess(&old, Some(NEW), &e, deadline).expiry,
+        Expiry::Forced {
+            overdue: Duration::ZERO,
+            forced_at: deadline
+        }
+    );
+    // Launched after adoption: the launch counts.
+    let young = member("i-young", NEW, 0);
+    let e_before = Expiration {
+        adopted: Some(now() - TimeDelta::hours(5000)),
+        ..e
+    };
+    assert_eq!(
+        e_before.forced_at(young.launch_time),
+        Some(young.launch_time + TimeDelta::hours(722))
+    );
+    // Without adoption recorded, the launch alone counts (forced at once).
+    assert!(
+        assess(&old, Some(NEW), &exp(e.after, e.grace), now())
+            .need()
+            .unwrap()
+            .forced
     );
 }
 
@@ -300,11 +386,11 @@ fn drift_wins_over_budgeted_expiry_and_node_is_reported_once() {
     ));
     assert!(has_message(
         &plan,
-        "starting i-b: Expired, forced (78h past expireAfter+terminationGracePeriod 720h+2h, age 800h; no budget wait)"
+        "starting i-b: Expired, forced (78h past its deadline 2026-12-02T06:00:00Z: expireAfter+terminationGracePeriod 720h+2h from launch or adoption, whichever is later; age 800h; no budget wait)"
     ));
     assert!(has_message(
         &plan,
-        "starting i-c: Expired (age 721h, 1h past expireAfter 720h)"
+        "starting i-c: Expired (age 721h, 1h past expireAfter 720h; forced from 2026-12-05T13:00:00Z)"
     ));
 }
 
@@ -1028,7 +1114,7 @@ fn serializes_to_the_cli_shape() {
         "decisions": [
             {"instance": null, "kind": "launchTemplate", "message": "updating the launch template of prod-general: it launches ami-old, desired ami-new"},
             {"instance": "i-0fly", "kind": "advance", "message": "advancing i-0fly: Drifted rotation at step Draining"},
-            {"instance": "i-0def", "kind": "start", "message": "starting i-0def: Expired, forced (3h30m past expireAfter+terminationGracePeriod 720h+2h, age 725h30m; no budget wait), 3 evictable pod(s)"},
+            {"instance": "i-0def", "kind": "start", "message": "starting i-0def: Expired, forced (3h30m past its deadline 2026-12-05T08:30:00Z: expireAfter+terminationGracePeriod 720h+2h from launch or adoption, whichever is later; age 725h30m; no budget wait), 3 evictable pod(s)"},
             {"instance": null, "kind": "wait", "message": "not starting: Drifted budget 0 (disruption.budgets[0] nodes \"1\" allows 1 of 2; 1 disrupting, 1 started this pass); 1 Drifted candidate(s) wait"}
         ]
     });
@@ -1370,4 +1456,65 @@ fn a_stopped_deployment_holds_everything_but_interruptions() {
     s.gates.paused = Some("by ops".into());
     s.gates.halted = Some("rotation failed".into());
     assert!(matches!(plan(&s, now()).gate, Some(Gate::Stopped(_))));
+}
+
+/// The adoption case: six nodes aged 1,000 hours, `expireAfter: 720h`,
+/// `terminationGracePeriod: 2h`, a 20% budget (2 of 6). Adopted now: they are Expired, not
+/// forced, and only the budget's two start, oldest first. Adopted long ago (the deadline passed
+/// during a pause): all six are forced, the plan says "6 of 6 nodes are forced at once", also
+/// while paused (what resuming would do), and nothing says so when the budget covers them.
+#[test]
+fn adoption_never_stampedes_and_forced_at_once_is_said() {
+    let pol = policy(
+        "disruption:\n  budgets:\n    - nodes: \"20%\"\nexpireAfter: 720h\nterminationGracePeriod: 2h\n",
+    );
+    let members: Vec<Member> = (0..6)
+        .map(|i| member(&format!("i-{i}"), NEW, 1000 + i))
+        .collect();
+    let mut s = snapshot(pol, members, Vec::new());
+
+    s.adopted_at = Some(now());
+    let p = plan(&s, now());
+    let starts = started(&p);
+    assert_eq!(
+        starts,
+        vec![
+            ("i-5".to_string(), RotationReason::Expired, false),
+            ("i-4".to_string(), RotationReason::Expired, false),
+        ],
+        "{p:#?}"
+    );
+    assert_eq!(p.forced_at_once, None);
+
+    // Adopted 800 hours ago: 800 >= 722, every deadline has passed.
+    s.adopted_at = Some(now() - TimeDelta::hours(800));
+    let p = plan(&s, now());
+    assert_eq!(started(&p).len(), 6, "{p:#?}");
+    let f = p.forced_at_once.clone().expect("forced at once");
+    assert_eq!((f.forced, f.nodes, f.allowed), (6, 6, 2));
+    assert!(
+        f.message.contains("6 of 6 nodes are forced at once"),
+        "{}",
+        f.message
+    );
+    assert!(
+        p.decisions
+            .iter()
+            .any(|d| d.kind == DecisionKind::Anomaly && d.message == f.message)
+    );
+
+    // Paused: nothing starts, the plan still says what resuming would do.
+    s.gates.paused = Some("ops: look first".to_string());
+    let p = plan(&s, now());
+    assert!(started(&p).is_empty());
+    let f = p.forced_at_once.expect("said while paused");
+    assert!(f.message.contains("look first"), "{}", f.message);
+
+    // A budget as large as the pool: forced nodes all fit, nothing to say.
+    let mut wide = s.clone();
+    wide.gates.paused = None;
+    wide.policy = policy(
+        "disruption:\n  budgets:\n    - nodes: \"100%\"\nexpireAfter: 720h\nterminationGracePeriod: 2h\n",
+    );
+    assert_eq!(plan(&wide, now()).forced_at_once, None);
 }

@@ -115,6 +115,7 @@ impl Pool {
             snapshot,
             managed,
             desired_change,
+            notes,
         } = start;
         let from = settings.from;
         let to = settings.to();
@@ -141,6 +142,7 @@ impl Pool {
             desired_change: desired_change.as_ref().map(|(at, _)| *at),
             closed: Vec::new(),
             managed: managed.is_some(),
+            notes,
         };
         let mut pool = Pool {
             budget_changes: windows::budget_changes(&snapshot.policy.budgets, from, to)
@@ -549,19 +551,12 @@ impl Pool {
         if let Some((at, _)) = &self.desired_change {
             consider(*at);
         }
-        let policy = &self.snap.policy;
-        if let Some(expire) = policy
-            .expire_after
-            .and_then(|e| TimeDelta::from_std(e).ok())
-        {
-            let grace = policy
-                .termination_grace_period
-                .and_then(|g| TimeDelta::from_std(g).ok());
+        let expiration = self.snap.expiration();
+        if let Some(expire) = expiration.after.and_then(|e| TimeDelta::from_std(e).ok()) {
             for m in &self.snap.members {
-                let expiry = m.launch_time + expire;
-                consider(expiry);
-                if let Some(g) = grace {
-                    consider(expiry + g);
+                consider(m.launch_time + expire);
+                if let Some(forced) = expiration.forced_at(m.launch_time) {
+                    consider(forced);
                 }
             }
         }

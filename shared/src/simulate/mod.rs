@@ -113,13 +113,17 @@ pub struct PoolStart {
     pub managed: Option<ManagedStart>,
     /// The desired AMI changes to this AMI at this instant (none: it stays).
     pub desired_change: Option<(DateTime<Utc>, String)>,
+    /// What the forecast assumes that the reader should know (copied to
+    /// [`PoolForecast::notes`]): a paused pool forecast as if resumed, an age left at 0.
+    pub notes: Vec<String>,
 }
 
 impl PoolStart {
     /// The synthetic start: `nodes` Ready nodes running [`CURRENT_AMI`], launched `age` before
     /// `from`, the group launching [`CURRENT_AMI`] (the desired AMI until `new_ami_at`, then
     /// [`NEW_AMI`]); a managed node group is `ACTIVE` with no update. Gates: only the policy's
-    /// `paused`.
+    /// `paused`. The pool is adopted at `from` (nodes older than `expireAfter` are expired but
+    /// not forced until `from + expireAfter + terminationGracePeriod`).
     pub fn synthetic(
         policy: Policy,
         nodes: u32,
@@ -159,9 +163,11 @@ impl PoolStart {
                 },
                 members,
                 rotations: Vec::new(),
+                adopted_at: Some(floor_minute(from)),
             },
             managed,
             desired_change: Some((new_ami_at, NEW_AMI.to_string())),
+            notes: Vec::new(),
         }
     }
 }
@@ -228,6 +234,9 @@ pub struct PoolForecast {
     /// For a pool with `promotion`: when its upstream was done and its desired AMI changes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub promotion: Option<PromotionForecast>,
+    /// What the forecast assumed ([`PoolStart::notes`]); omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// When the desired AMI changes, if it does (for the picture).
     #[serde(skip)]
     pub desired_change: Option<DateTime<Utc>>,

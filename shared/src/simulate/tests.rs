@@ -192,12 +192,12 @@ fn forced_expiry_goes_through_a_closed_budget() {
         false,
         "disruption:\n  budgets:\n    - nodes: \"0\"\nexpireAfter: 20h\nterminationGracePeriod: 2h\n",
     );
-    // 19h old: forced 3h in; their replacements would be forced only after the forecast.
+    // 19h old: forced 3h in (adopted before they launched: forced from launch); their
+    // replacements would be forced only after the forecast.
     let s = settings(MONDAY, 1, 10);
-    let f = run(
-        PoolStart::synthetic(p, 2, s.from, TimeDelta::hours(19), s.from),
-        &s,
-    );
+    let mut start = PoolStart::synthetic(p, 2, s.from, TimeDelta::hours(19), s.from);
+    start.snapshot.adopted_at = None;
+    let f = run(start, &s);
     assert_eq!(f.rotations.len(), 2);
     assert!(
         f.rotations
@@ -550,7 +550,12 @@ fn check_self_managed(start: &PoolStart, f: &PoolForecast, s: &Settings) {
                 continue;
             }
             let age = t - *launch;
-            let forced = matches!((expire, grace), (Some(e), Some(g)) if age >= e + g);
+            // Forced from launch or adoption, whichever is later (adoption never stampedes).
+            let since = t - start
+                .snapshot
+                .adopted_at
+                .map_or(*launch, |a| a.max(*launch));
+            let forced = matches!((expire, grace), (Some(e), Some(g)) if since >= e + g);
             assert!(!forced, "{id} past its forced-expiry line waits at {t}");
             let reason = if image != desired(t) {
                 RotationReason::Drifted
@@ -773,8 +778,11 @@ fn forced_rotations_say_so_and_max_in_flight_gives_its_reason() {
         false,
         "disruption:\n  budgets:\n    - nodes: \"1\"\nexpireAfter: 24h\nterminationGracePeriod: 1h\n",
     );
-    // Three nodes 30 hours old: past expireAfter + terminationGracePeriod, all forced at once.
-    let start = PoolStart::synthetic(p, 3, s.from, TimeDelta::hours(30), DateTime::<Utc>::MAX_UTC);
+    // Three nodes 30 hours old, the pool adopted before they launched: past expireAfter +
+    // terminationGracePeriod, all forced at once.
+    let mut start =
+        PoolStart::synthetic(p, 3, s.from, TimeDelta::hours(30), DateTime::<Utc>::MAX_UTC);
+    start.snapshot.adopted_at = None;
     let f = run(start, &s);
     assert_eq!(f.max_in_flight, 3);
     let v = serde_json::to_value(&f).unwrap();
@@ -891,4 +899,38 @@ fn the_picture_is_readable_at_900_pixels() {
     let html = picture::html(&f);
     assert!(html.contains("the JSON of <code>nodecycle simulate</code> is in UTC"));
     assert!(html.contains("self-managed node group"));
+}
+
+/// The issue's `simulate --nodes 40 --age 1000h` on a 20% budget with a weekday freeze: a
+/// synthetic pool is adopted at `--from`, so its old nodes are replaced within the budget (at
+/// most 8 in flight, none forced) instead of all 40 forced at once.
+#[test]
+fn adopted_old_nodes_are_replaced_within_the_budget() {
+    let s = settings(MONDAY, 7, 10);
+    let p = pol(
+        "adopted",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"20%\"\n    - nodes: \"0\"\n      schedule: \"0 9 * * mon-fri\"\n      duration: 8h\nexpireAfter: 720h\nterminationGracePeriod: 2h\n",
+    );
+    let start = PoolStart::synthetic(
+        p,
+        40,
+        s.from,
+        TimeDelta::hours(1000),
+        DateTime::<Utc>::MAX_UTC,
+    );
+    let f = run(start.clone(), &s);
+    assert!(f.max_in_flight <= 8, "maxInFlight {}", f.max_in_flight);
+    assert!(f.rotations.iter().all(|r| !r.forced), "{:?}", f.rotations);
+    assert_eq!(
+        f.rotations.len(),
+        40,
+        "every old node replaced within the week"
+    );
+    check_self_managed(&start, &f, &s);
+    // Adopted before the nodes launched (adoption unknown), the same pool forces all 40.
+    let mut unknown = start;
+    unknown.snapshot.adopted_at = None;
+    let f = run(unknown, &s);
+    assert_eq!(f.max_in_flight, 40);
 }

@@ -53,6 +53,12 @@ pub struct PoolRecord {
     /// Every AMI the pool resolved to, oldest first, at most [`HISTORY_LIMIT`].
     #[serde(default)]
     pub history: Vec<HistoryEntry>,
+    /// When the pool's AMI first resolved (the earliest resolution observed, whatever order
+    /// writers land in): from then on nodecycle could act on the pool's nodes, so their forced
+    /// expiry counts from here at the earliest ([`Self::adopted`]). Absent in records written
+    /// before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted_at: Option<DateTime<Utc>>,
     /// The latest failure not yet superseded by a later success.
     pub last_error: Option<RecordedError>,
     /// Set when a rotation failed (e.g. a replacement never became Ready): no new rotation
@@ -247,6 +253,18 @@ pub enum Observation {
 }
 
 impl PoolRecord {
+    /// When nodecycle adopted the pool: [`Self::adopted_at`], or for a record written before
+    /// that field, the first observation its history still holds (the history may have dropped
+    /// older ones, so this errs late: nodes are forced later, never earlier). `None` before
+    /// the first resolution.
+    pub fn adopted(&self) -> Option<DateTime<Utc>> {
+        let first_seen = self.history.iter().map(|h| h.first_seen).min();
+        match (self.adopted_at, first_seen) {
+            (Some(a), Some(h)) => Some(a.min(h)),
+            (a, h) => a.or(h),
+        }
+    }
+
     /// Applies an observation. Order-independent for the outcome that matters: `desired` is
     /// always the AMI of the newest successful observation, whatever order writers land in,
     /// history keeps every AMI ever observed (earliest first-seen), and an error is cleared only
@@ -259,6 +277,7 @@ impl PoolRecord {
                 kubernetes_version,
                 desired,
             } => {
+                next.adopted_at = Some(self.adopted().map_or(*at, |a| a.min(*at)));
                 match next.history.iter_mut().find(|h| h.ami.id == desired.id) {
                     Some(h) => {
                         h.first_seen = h.first_seen.min(*at);

@@ -163,9 +163,28 @@ fn from_files(args: &Args, settings: &Settings) -> Result<Vec<PoolStart>, u8> {
         .into_iter()
         .map(|p| {
             let n = counts.get(&p.pool_id()).copied().unwrap_or(DEFAULT_NODES);
-            PoolStart::synthetic(p, n, from, age, new_ami_at)
+            let note = age_note(&p, args.age);
+            let mut start = PoolStart::synthetic(p, n, from, age, new_ami_at);
+            start.notes.extend(note);
+            start
         })
         .collect())
+}
+
+/// The warning for a policy with `expireAfter` forecast without `--age`: every node starts new,
+/// so the forecast shows no expiry, whatever the real nodes' ages.
+fn age_note(policy: &Policy, age: Option<TimeDelta>) -> Option<String> {
+    let expire = policy.expire_after?;
+    if age.is_some_and(|a| a > TimeDelta::zero()) {
+        return None;
+    }
+    let note = format!(
+        "--age is 0: every node starts new, so none reaches expireAfter {} in this forecast; \
+         pass --age with the age of your oldest nodes (e.g. --age 1000h) to see expiry",
+        nodecycle::duration::format(expire)
+    );
+    eprintln!("warning: {}: {note}", policy.pool_id());
+    Some(note)
 }
 
 /// `--nodes` values: `N` for every pool, `<pool>=N` for one; unknown pools are named.
@@ -297,10 +316,24 @@ async fn live(
             }
             _ => None,
         };
+        // A paused pool is forecast as if resumed: what resuming it would do is the question
+        // (a forecast of a pause is empty). Halts and stops stay: they need more than a resume.
+        let mut snapshot = snapshot;
+        let notes = snapshot
+            .gates
+            .paused
+            .take()
+            .map(|why| {
+                vec![format!(
+                    "paused ({why}): forecast as if resumed now; nothing starts until it is"
+                )]
+            })
+            .unwrap_or_default();
         out.push(PoolStart {
             snapshot,
             managed,
             desired_change: None,
+            notes,
         });
     }
     Ok(out)

@@ -265,8 +265,24 @@ impl OpsHandler {
             let audit = self
                 .audit_start(AuditScope::Deployment, payload, origin, now)
                 .await?;
-            let result =
+            let mut result =
                 stop::stop_switch(&self.cell.state, &policies, stopped, reason, origin, now).await;
+            if let (false, Ok(out)) = (stopped, result.as_mut()) {
+                // What the pools let go would force at once beyond their budgets.
+                let stays: Vec<Value> = out["staysPaused"].as_array().cloned().unwrap_or_default();
+                let mut forced = Vec::new();
+                for policy in policies
+                    .values()
+                    .filter(|p| !stays.contains(&json!(p.pool_id())))
+                {
+                    if let Some(f) = status::forced_at_once(self, policy, now).await {
+                        forced.push(json!({"pool": policy.pool_id(), "forcedAtOnce": f}));
+                    }
+                }
+                if let Some(o) = out.as_object_mut().filter(|_| !forced.is_empty()) {
+                    o.insert("forcedAtOnce".into(), json!(forced));
+                }
+            }
             self.audit_finish(&audit, payload, origin, &result, now)
                 .await;
             log_outcome(origin, None, Some("deployment"), req.action(), &result);
@@ -352,7 +368,16 @@ impl OpsHandler {
                 (change.set(pool::Field::Pause, policy, reason, origin, now)).await
             }
             Request::Resume { reason, .. } => {
-                (change.set(pool::Field::Resume, policy, reason, origin, now)).await
+                let mut out = change
+                    .set(pool::Field::Resume, policy, reason, origin, now)
+                    .await?;
+                if let (Some(o), Some(f)) = (
+                    out.as_object_mut(),
+                    status::forced_at_once(self, policy, now).await,
+                ) {
+                    o.insert("forcedAtOnce".into(), json!(f));
+                }
+                Ok(out)
             }
             Request::Cancel {
                 instance, reason, ..

@@ -45,6 +45,25 @@ pub struct Invalid {
     pub problems: String,
 }
 
+/// More nodes of `policy`'s pool forced at once than its budgets allow, as `status` reads the
+/// pool now ([`plan::ForcedAtOnce`]), for the answer of a request that lets the pool start
+/// (`resume`, `start`). `None` when none is, or when the pool cannot be read (the request has
+/// done its work; the rotator plans again and `status` says more).
+pub(super) async fn forced_at_once(
+    ops: &OpsHandler,
+    policy: &Policy,
+    now: DateTime<Utc>,
+) -> Option<plan::ForcedAtOnce> {
+    let ops = ops.at(policy.place.as_ref()).await.ok()?;
+    let kube = ops.ports.kube.connect(&policy.cluster).await.ok()?;
+    let (_, preview) = ops
+        .planner()
+        .preview(policy, kube.as_ref(), now)
+        .await
+        .ok()?;
+    preview.plan().forced_at_once.clone()
+}
+
 pub(super) async fn status(
     ops: &OpsHandler,
     policies: &[&Policy],
@@ -112,6 +131,7 @@ async fn pool_status(
     let mut nodes = Value::Null;
     let mut budgets = Value::Null;
     let mut blocked = Value::Null;
+    let mut forced_at_once = Value::Null;
     let mut rotations: Vec<Rotation> = Vec::new();
     // The pool's place's ports, had once for the plan and the promotion alarms.
     let here = ops
@@ -148,13 +168,7 @@ async fn pool_status(
                 if m.lifecycle != Lifecycle::InService {
                     continue;
                 }
-                let a = plan::assess(
-                    m,
-                    desired_ami,
-                    policy.expire_after,
-                    policy.termination_grace_period,
-                    now,
-                );
+                let a = plan::assess(m, desired_ami, &s.expiration(), now);
                 if matches!(a.drift, Drift::Drifted { .. }) {
                     drifted += 1;
                 }
@@ -193,6 +207,10 @@ async fn pool_status(
             }
             budgets = Value::Object(b);
             blocked = json!(p.blocked);
+            if let Some(f) = &p.forced_at_once {
+                problems.push(f.message.clone());
+                forced_at_once = json!(f);
+            }
             rotations = s.rotations;
         }
     }
@@ -273,6 +291,7 @@ async fn pool_status(
         "nodes": nodes,
         "budgets": budgets,
         "blocked": blocked,
+        "forcedAtOnce": forced_at_once,
         "paused": paused,
         "halted": record.as_ref().and_then(|r| r.halted.clone()),
         "rotations": in_flight,

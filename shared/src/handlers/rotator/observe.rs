@@ -17,6 +17,7 @@ use crate::managed::ManagedGroup;
 use crate::plan::{self, Snapshot};
 use crate::policy::{NodeGroup, Policy};
 use crate::port::{ErrorKind, PortError};
+use crate::state::PoolRecord;
 
 /// Above this many candidates in one pool, their pods are counted from one list of the
 /// cluster's pods (shared by the cluster's pools this pass) instead of one list per node.
@@ -301,6 +302,8 @@ impl Planner<'_> {
             .filter(|v| v.value.surge_active() || v.value.surge_owed())
             .filter_map(|v| v.value.surge.as_ref())
             .collect();
+        let adopted_at = record.as_ref().and_then(PoolRecord::adopted);
+        let expiration = plan::Expiration::of(policy, adopted_at);
         let fresh = |m: &Member| surged.iter().any(|s| !s.baseline.contains(&m.instance_id));
         // Evictable pod counts order the candidates (empty nodes first); only candidates and
         // fresh instances need them.
@@ -308,15 +311,9 @@ impl Planner<'_> {
             .iter()
             .filter(|m| {
                 fresh(m)
-                    || plan::assess(
-                        m,
-                        desired.as_deref(),
-                        policy.expire_after,
-                        policy.termination_grace_period,
-                        now,
-                    )
-                    .need()
-                    .is_some()
+                    || plan::assess(m, desired.as_deref(), &expiration, now)
+                        .need()
+                        .is_some()
             })
             .filter_map(|m| m.node.as_ref().map(|n| n.name.clone()))
             .collect();
@@ -385,6 +382,7 @@ impl Planner<'_> {
                 group,
                 members,
                 rotations: records.into_iter().map(|v| v.value).collect(),
+                adopted_at,
             },
             managed,
             versions,

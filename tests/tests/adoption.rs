@@ -1,0 +1,286 @@
+//! Adoption never stampedes (docs/concepts.md, Drift and expiry): the getting-started path with
+//! the shipped example (examples/prod-general.yaml: `expireAfter: 720h`,
+//! `terminationGracePeriod: 2h`, budgets 15% and "3") on a fake-cloud group of 6 nodes aged
+//! 1,000 hours. Stored paused, checked, resumed: no pass has more rotations in flight than the
+//! budget allows and none is forced. And when forced deadlines did pass while the pool was
+//! paused, `validate --live` (exit 1), `status` and the answer of `resume` say "6 of 6 nodes
+//! are forced at once" before anything starts.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use crate::cli::{repo, run, stdout, temp_file};
+use crate::support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Datelike, TimeDelta, Timelike, Utc};
+use nodecycle::aws::dynamodb::Table;
+use nodecycle::handlers::Invocation;
+use nodecycle::handlers::ami_watcher::AmiWatcher;
+use nodecycle::handlers::rotator::RotatorHandler;
+use nodecycle::rotation::Rotation;
+use nodecycle::state::Store;
+use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn, SyncNodes};
+use serde_json::{Value, json};
+use support::{Adapters, Operator};
+
+const NODES: i32 = 6;
+const PARAMETER: &str = "/nodecycle/pools/prod/general";
+
+struct Adopted {
+    cloud: FakeCloud,
+    kube: KubeStandIn,
+    table: Arc<Table>,
+    watcher: AmiWatcher,
+    rotator: RotatorHandler,
+    operator: Operator,
+    image: String,
+}
+
+/// examples/prod-general.yaml, its terms resolving to the image the group runs (so its nodes
+/// are only expired, never drifted), `paused: true` appended when `paused`.
+fn example(paused: bool) -> String {
+    let text = std::fs::read_to_string(repo("examples/prod-general.yaml")).unwrap();
+    assert!(
+        text.contains("  - alias: al2023@v20240807\n"),
+        "the example's terms moved"
+    );
+    let mut text = text.replace(
+        "  - alias: al2023@v20240807\n",
+        "  - name: golden-1\n    owner: self\n",
+    );
+    if paused {
+        text.push_str("paused: true\n");
+    }
+    text
+}
+
+/// A group of 6 Ready nodes on `golden-1`, launched 1,000 hours ago; the example not stored.
+async fn adopted() -> Adopted {
+    let cloud = FakeCloud::start();
+    cloud.create_cluster("prod", "1.30");
+    let kube = cloud.create_kube("prod");
+    let image = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let a = Adapters::new(&cloud).await;
+    a.create_group("prod-general", &image, "m5.large", NODES, NODES + 4, None)
+        .await;
+    kube.sync_nodes(SyncNodes {
+        asg: Some("prod-general".into()),
+        ..SyncNodes::default()
+    });
+    kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
+        (s.nodes.len() == NODES as usize).then_some(())
+    });
+    assert_eq!(cloud.age_instances("prod-general", 1000).len(), 6);
+    let table = a.table("nodecycle").await;
+    let policies = a.policies();
+    let watcher = a.watcher(policies.clone(), table.clone());
+    let rotator = a.rotator(&cloud, policies, table.clone()).await;
+    let operator = Operator::new(a.ops(rotator.clone()));
+    Adopted {
+        cloud,
+        kube,
+        table,
+        watcher,
+        rotator,
+        operator,
+        image,
+    }
+}
+
+impl Adopted {
+    async fn rotations(&self) -> Vec<Rotation> {
+        self.table
+            .query("POOL#prod/general", "ROT#")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| serde_json::from_value(v.value).unwrap())
+            .collect()
+    }
+
+    async fn pass(&self, now: DateTime<Utc>) -> Value {
+        let report = self
+            .rotator
+            .handle(
+                &json!({}),
+                Invocation::at(now, Instant::now() + Duration::from_secs(120)),
+            )
+            .await
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        report
+    }
+
+    /// `validate --live` of `text` at the real clock, reading the state table.
+    fn validate_live(&self, text: &str) -> (Option<i32>, Value) {
+        let file = temp_file("adoption.yaml", text);
+        let out = run(
+            &["validate", "--live", &file],
+            Some(&self.cloud),
+            &[("NODECYCLE_TABLE", "nodecycle")],
+        );
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                stdout(&out),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out.status.code(), v["pools"][0].clone())
+    }
+
+    async fn status(&self, now: DateTime<Utc>) -> Value {
+        self.operator
+            .ok(json!({"action": "status", "pool": "prod/general"}), now)
+            .await["pools"][0]
+            .clone()
+    }
+}
+
+/// The next Wednesday 02:00 UTC after `t`: outside the example's weekend window, so its
+/// Expired budgets allow 1 of 6 (15% rounded up).
+fn next_wednesday(t: DateTime<Utc>) -> DateTime<Utc> {
+    let mut d = t + TimeDelta::days(1);
+    while d.weekday() != chrono::Weekday::Wed {
+        d += TimeDelta::days(1);
+    }
+    d.with_hour(2)
+        .and_then(|d| d.with_minute(0))
+        .and_then(|d| d.with_second(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn adopting_old_nodes_replaces_them_within_the_budget() {
+    let p = adopted().await;
+
+    // Before storing: the first pass over the paused pool would start nothing, and resuming
+    // would force nothing (adoption is now), so validate --live has no problem.
+    let (code, v) = p.validate_live(&example(true));
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["problems"], json!([]), "{v}");
+    let candidates = v["plan"]["candidates"].as_array().unwrap();
+    assert_eq!(candidates.len(), 6, "{v}");
+    assert!(
+        candidates
+            .iter()
+            .all(|c| c["reason"] == "Expired" && c["forced"] == false),
+        "{v}"
+    );
+    assert!(v["plan"].get("forcedAtOnce").is_none(), "{v}");
+
+    // Stored paused: the watcher adopts the pool; nothing starts, nothing is forced at once.
+    p.cloud.put_parameter(PARAMETER, &example(true));
+    let t0 = next_wednesday(Utc::now());
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    let record = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.adopted_at, Some(t0));
+    p.pass(t0).await;
+    assert!(p.rotations().await.is_empty());
+    let s = p.status(t0).await;
+    assert_eq!(s["forcedAtOnce"], Value::Null, "{s}");
+
+    // Resumed (the policy stored without `paused`): one node at a time, oldest first, never
+    // forced, until all six are replaced.
+    p.cloud.put_parameter(PARAMETER, &example(false));
+    let mut now = t0 + TimeDelta::minutes(1);
+    let mut max_in_flight = 0;
+    for _ in 0..150 {
+        p.pass(now).await;
+        let rotations = p.rotations().await;
+        let in_flight = rotations.iter().filter(|r| r.in_flight()).count();
+        max_in_flight = max_in_flight.max(in_flight);
+        assert!(
+            in_flight <= 1,
+            "budget 1 exceeded at {now}: {in_flight} in flight"
+        );
+        assert!(
+            rotations.iter().all(|r| !r.forced),
+            "a rotation was forced at {now}: {rotations:?}"
+        );
+        if in_flight == 0 && rotations.len() == 6 {
+            break;
+        }
+        now += TimeDelta::minutes(1);
+    }
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 6, "{rotations:?}");
+    assert!(rotations.iter().all(|r| !r.in_flight()), "{rotations:?}");
+    assert_eq!(max_in_flight, 1, "the budget was used");
+    let _ = (&p.kube, &p.image);
+}
+
+#[tokio::test]
+async fn deadlines_passed_while_paused_are_said_before_anything_starts() {
+    let p = adopted().await;
+    // Adopted 800 hours ago (more than expireAfter + terminationGracePeriod, 722h) and paused
+    // by an operator since: every node's forced deadline has passed.
+    p.cloud.put_parameter(PARAMETER, &example(false));
+    let adopted_at = Utc::now() - TimeDelta::hours(800);
+    p.watcher.handle(&json!({}), adopted_at).await.unwrap();
+    p.operator
+        .ok(
+            json!({"action": "pause", "pool": "prod/general", "reason": "look first"}),
+            adopted_at,
+        )
+        .await;
+    let now = Utc::now();
+    p.watcher.handle(&json!({}), now).await.unwrap();
+    p.pass(now).await;
+    assert!(p.rotations().await.is_empty(), "paused: nothing starts");
+
+    // validate --live: a problem, exit 1.
+    let (code, v) = p.validate_live(&example(false));
+    assert_eq!(code, Some(1), "{v}");
+    let problems: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert!(
+        problems
+            .iter()
+            .any(|m| m.starts_with("6 of 6 nodes are forced at once")),
+        "{v}"
+    );
+
+    // status says it while paused, naming the pause.
+    let s = p.status(now).await;
+    assert_eq!(
+        (
+            s["forcedAtOnce"]["forced"].clone(),
+            s["forcedAtOnce"]["nodes"].clone(),
+            s["forcedAtOnce"]["allowed"].clone()
+        ),
+        (json!(6), json!(6), json!(1)),
+        "{s}"
+    );
+    assert!(
+        s["forcedAtOnce"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("look first"),
+        "{s}"
+    );
+
+    // The answer of resume carries it.
+    let resumed = p
+        .operator
+        .ok(
+            json!({"action": "resume", "pool": "prod/general", "reason": "go"}),
+            now,
+        )
+        .await;
+    assert_eq!(resumed["forcedAtOnce"]["forced"], 6, "{resumed}");
+}
