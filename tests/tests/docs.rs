@@ -2,7 +2,10 @@
 //! lists exactly the fields the policy parser accepts, with the defaults a parsed policy gets,
 //! and its examples are valid policies; every relative link of README.md, CHANGELOG.md and
 //! docs/*.md resolves (file and heading). The `nodecycle` commands the pages show are parsed
-//! against the real CLI in functions/ops (`cli::doc_commands`).
+//! against the real CLI in functions/ops (`cli::doc_commands`). Every `sam build`, `sam package`
+//! and `sam deploy` they show carries what template.yaml needs (its transforms and IAM resources,
+//! read from the template) and overrides only parameters it has; every parameter table gives
+//! the template's defaults, and getting-started.md's lists every parameter.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
