@@ -17,6 +17,8 @@ compares, by logical id:
     concurrency, role) and their asynchronous invocation settings;
   * table keys, TTL, billing, encryption, protection; queue settings and queue policy; log groups;
   * alarms; outputs; and that neither has a resource type the other lacks.
+Not compared: the template's Parameters and its Metadata (the console's parameter groups,
+AWS::CloudFormation::Interface): the CDK app takes context values and synthesizes none.
 Exit 1 on any difference (each printed), 0 when equal. Before comparing, it checks that the
 comparison notices a removed permission and a dropped condition (so a broken normalisation cannot
 pass silently).

@@ -2552,3 +2552,108 @@ fn each_cell_function_assumes_the_spoke_role_the_spoke_creates_for_it() {
         );
     }
 }
+
+/// What is wrong with the console's parameter groups (`Metadata: AWS::CloudFormation::Interface`)
+/// of a template: a parameter in no group or in more than one, a group or label naming a
+/// parameter the template does not have.
+fn parameter_group_problems(template: &serde_norway::Value) -> Vec<String> {
+    let names = |v: &serde_norway::Value| -> Vec<String> {
+        v.as_mapping()
+            .map(|m| {
+                m.keys()
+                    .filter_map(|k| k.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let params: BTreeSet<String> = names(&template["Parameters"]).into_iter().collect();
+    let interface = &template["Metadata"]["AWS::CloudFormation::Interface"];
+    let mut groups_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for group in interface["ParameterGroups"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
+        let label = group["Label"]["default"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if label.is_empty() {
+            problems.push(format!("a parameter group without a label: {group:?}"));
+        }
+        for p in group["Parameters"].as_sequence().into_iter().flatten() {
+            let p = p.as_str().unwrap_or_default().to_string();
+            if !params.contains(&p) {
+                problems.push(format!(
+                    "group {label:?} names {p:?}, which is no parameter"
+                ));
+            }
+            groups_of.entry(p).or_default().push(label.clone());
+        }
+    }
+    for p in &params {
+        match groups_of.get(p).map(Vec::len) {
+            Some(1) => {}
+            None => problems.push(format!("{p} is in no parameter group")),
+            Some(_) => problems.push(format!("{p} is in groups {:?}", groups_of[p])),
+        }
+    }
+    for p in names(&interface["ParameterLabels"]) {
+        if !params.contains(&p) {
+            problems.push(format!(
+                "ParameterLabels names {p:?}, which is no parameter"
+            ));
+        }
+    }
+    problems
+}
+
+fn template_source() -> serde_norway::Value {
+    let text = std::fs::read_to_string(nodecycle_tests::repo_path("template.yaml")).unwrap();
+    serde_norway::from_str(&text).unwrap()
+}
+
+#[test]
+fn every_parameter_is_in_exactly_one_console_group() {
+    let t = template_source();
+    assert!(
+        t["Parameters"].as_mapping().unwrap().len() > 20,
+        "template.yaml's parameters not read"
+    );
+    let problems = parameter_group_problems(&t);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The check notices a parameter left out, one listed twice and one that does not exist.
+#[test]
+fn console_group_check_finds_what_is_wrong() {
+    let mut t = template_source();
+    let groups = t["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+        .as_sequence_mut()
+        .unwrap();
+    let first = groups[0]["Parameters"].as_sequence_mut().unwrap();
+    let left_out = first.remove(0);
+    let twice = first[0].clone();
+    first.push("NoSuchParameter".into());
+    groups[1]["Parameters"]
+        .as_sequence_mut()
+        .unwrap()
+        .push(twice.clone());
+    let problems = parameter_group_problems(&t);
+    let left_out = left_out.as_str().unwrap();
+    let twice = twice.as_str().unwrap();
+    assert!(
+        problems.len() == 3
+            && problems
+                .iter()
+                .any(|p| p == &format!("{left_out} is in no parameter group"))
+            && problems
+                .iter()
+                .any(|p| p.starts_with(&format!("{twice} is in groups")))
+            && problems
+                .iter()
+                .any(|p| p.contains("\"NoSuchParameter\", which is no parameter")),
+        "{problems:?}"
+    );
+}
