@@ -224,23 +224,22 @@ mod tests {
             "tags",
             "name",
         ];
-        let cases: [(&str, Option<&str>); 12] = [
-            ("expireAfer", Some("expireAfter")),
-            ("expierAfter", Some("expireAfter")),
-            ("EXPIREAFTER", Some("expireAfter")),
-            ("amiSelectorTerm", Some("amiSelectorTerms")),
-            ("budget", Some("budgets")),
-            ("ids", Some("id")),
-            // Too far, or too short for its distance.
-            ("expire", None),
-            ("ix", None),
-            ("tag", Some("tags")),
-            ("xy", None),
-            ("nmae", Some("name")),
-            ("", None),
-        ];
-        for (word, want) in cases {
-            assert_eq!(closest(word, fields), want, "{word}");
+        // Misspelt: a transposition, a missing or extra character, another case.
+        for (word, meant) in [
+            ("expireAfer", "expireAfter"),
+            ("expierAfter", "expireAfter"),
+            ("EXPIREAFTER", "expireAfter"),
+            ("amiSelectorTerm", "amiSelectorTerms"),
+            ("budget", "budgets"),
+            ("ids", "id"),
+            ("tag", "tags"),
+            ("nmae", "name"),
+        ] {
+            assert_eq!(closest(word, fields), Some(meant), "{word}");
+        }
+        // Too far, or too short for its distance: no guess.
+        for word in ["expire", "ix", "xy", ""] {
+            assert_eq!(closest(word, fields), None, "{word}");
         }
         // Two candidates as close: no suggestion.
         assert_eq!(closest("al2022", ["al2023", "al2021"]), None);

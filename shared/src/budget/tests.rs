@@ -1773,8 +1773,16 @@ mod outlooks {
     fn next_change_skips_edges_where_allowed_stays() {
         let zero_beside_window =
             "- nodes: \"0\"\n- nodes: \"5\"\n  schedule: \"0 9 * * *\"\n  duration: 2h\n";
-        // (budgets, reason, now, allowed, next window edge, next change)
-        let cases: [(&str, Reason, &str, u32, Option<&str>, Option<&str>); 6] = [
+        /// (budgets, reason, now, allowed, next window edge, next change)
+        type Case<'a> = (
+            &'a str,
+            Reason,
+            &'a str,
+            u32,
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: [Case<'_>; 6] = [
             // Tuesday 10:00: the evening window closes Drifted at 17:00, both the same.
             (
                 SEED,
