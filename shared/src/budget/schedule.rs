@@ -488,8 +488,9 @@ impl Schedule {
 
     /// True when the schedule has a hit in the [`FIRES_YEARS`] years from 1 January of
     /// [`FIRES_FROM`] (a fixed span, so validation does not depend on the clock). Every
-    /// schedule that fires at all fires within any such span: its hits recur every year, or
-    /// every leap year (29 feb) when nothing else matches.
+    /// schedule that fires at all fires within this span: its hits recur every year (a
+    /// weekday in given months, a day of given months), or every leap year for 29 feb alone,
+    /// and the span holds two leap days (2024, 2028).
     fn fires(&self) -> bool {
         let year = FIRES_FROM;
         let from = chrono::NaiveDate::from_ymd_opt(year, 1, 1).and_then(|d| d.and_hms_opt(0, 0, 0));
