@@ -117,19 +117,27 @@ async fn adopting_old_nodes_replaces_them_within_the_budget() {
     let s = status(&operator, t0).await;
     assert_eq!(s["forcedAtOnce"], Value::Null, "{s}");
 
-    // Resumed (the policy stored without `paused`): one node at a time, oldest first, never
-    // forced, until all six are replaced.
+    // Resumed (the policy stored without `paused`): within the budgets at every pass (15% of
+    // the Ready nodes rounded up: 1 of 6, 2 of 7 while a surged replacement is Ready beside
+    // the node it replaces), never forced, until all six are replaced.
     p.cloud.put_parameter(PARAMETER, &example(false));
     let mut now = t0 + TimeDelta::minutes(1);
     let mut max_in_flight = 0;
     for _ in 0..150 {
-        p.pass(now).await;
+        let report = p.pass(now).await;
+        let pool = &report["pools"][0];
+        let started = pool["started"].as_array().map_or(0, Vec::len);
+        let allowed = pool["allowed"]["Expired"].as_u64().unwrap_or(0);
+        assert!(
+            started as u64 <= allowed,
+            "{started} started at {now}, the budget allowed {allowed}: {report}"
+        );
         let rotations = p.rotations().await;
         let in_flight = rotations.iter().filter(|r| r.in_flight()).count();
         max_in_flight = max_in_flight.max(in_flight);
         assert!(
-            in_flight <= 1,
-            "budget 1 exceeded at {now}: {in_flight} in flight"
+            in_flight <= 2,
+            "budget exceeded at {now}: {in_flight} in flight"
         );
         assert!(
             rotations.iter().all(|r| !r.forced),
@@ -143,7 +151,7 @@ async fn adopting_old_nodes_replaces_them_within_the_budget() {
     let rotations = p.rotations().await;
     assert_eq!(rotations.len(), 6, "{rotations:?}");
     assert!(rotations.iter().all(|r| !r.in_flight()), "{rotations:?}");
-    assert_eq!(max_in_flight, 1, "the budget was used");
+    assert!(max_in_flight >= 1, "nothing was replaced");
 }
 
 #[tokio::test]
@@ -180,17 +188,18 @@ async fn deadlines_passed_while_paused_are_said_before_anything_starts() {
         "{v}"
     );
 
-    // status says it while paused, naming the pause.
+    // status says it while paused, naming the pause. (The example's budgets allow 1 of 6 at
+    // once on weekdays, 0 in its weekend window: the real clock decides which.)
     let s = status(&operator, now).await;
     assert_eq!(
         (
             s["forcedAtOnce"]["forced"].clone(),
-            s["forcedAtOnce"]["nodes"].clone(),
-            s["forcedAtOnce"]["allowed"].clone()
+            s["forcedAtOnce"]["nodes"].clone()
         ),
-        (json!(6), json!(6), json!(1)),
+        (json!(6), json!(6)),
         "{s}"
     );
+    assert!(s["forcedAtOnce"]["allowed"].as_u64().unwrap() <= 1, "{s}");
     assert!(
         s["forcedAtOnce"]["message"]
             .as_str()
