@@ -52,6 +52,48 @@ pub fn summary<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
     text
 }
 
+/// Largest edit distance at which [`closest`] suggests a name.
+pub const SUGGEST_MAX_DISTANCE: usize = 2;
+
+/// The one of `candidates` that `word` is most likely a misspelling of, for a "did you mean"
+/// hint: the candidate at the smallest Damerau-Levenshtein distance (ASCII case ignored, so a
+/// transposition, a dropped or an extra character each count 1), when that distance is at
+/// most [`SUGGEST_MAX_DISTANCE`] and at most a third of the longer of the two (`ids` for `id`,
+/// never `id` for `ix`), and no other candidate is as close (an ambiguous
+/// word gets no suggestion). Candidates whose length differs from the word's by more than the
+/// maximum distance are skipped without computing one, so a long hostile word costs nothing.
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = word.to_ascii_lowercase();
+    let len = lower.chars().count();
+    let mut best: Option<(usize, &'a str)> = None;
+    let mut tied = false;
+    for candidate in candidates {
+        let candidate_len = candidate.chars().count();
+        if candidate_len.abs_diff(len) > SUGGEST_MAX_DISTANCE {
+            continue;
+        }
+        let distance = strsim::damerau_levenshtein(&lower, &candidate.to_ascii_lowercase());
+        if distance > SUGGEST_MAX_DISTANCE || distance > candidate_len.max(len) / 3 {
+            continue;
+        }
+        match best {
+            Some((d, c)) if d == distance && c != candidate => tied = true,
+            Some((d, _)) if d <= distance => {}
+            _ => {
+                best = Some((distance, candidate));
+                tied = false;
+            }
+        }
+    }
+    best.filter(|_| !tied).map(|(_, c)| c)
+}
+
+/// `did you mean <name>?` for the one of `names` that `text` is a misspelling of
+/// ([`closest`]), if any.
+pub fn did_you_mean<'a>(text: &str, names: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    closest(text, names).map(|n| format!("did you mean {n}?"))
+}
+
 /// How serious a [`Problem`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -170,5 +212,43 @@ mod tests {
         // Multi-byte characters are cut on a boundary.
         assert!(summary([&"é".repeat(1000)]).ends_with("é..."));
         assert_eq!(quote(&"é".repeat(100)).chars().count(), QUOTE_MAX + 5);
+    }
+
+    #[test]
+    fn closest_suggests_only_near_unambiguous_names() {
+        let fields = [
+            "expireAfter",
+            "amiSelectorTerms",
+            "budgets",
+            "id",
+            "tags",
+            "name",
+        ];
+        // Misspelt: a transposition, a missing or extra character, another case.
+        for (word, meant) in [
+            ("expireAfer", "expireAfter"),
+            ("expierAfter", "expireAfter"),
+            ("EXPIREAFTER", "expireAfter"),
+            ("amiSelectorTerm", "amiSelectorTerms"),
+            ("budget", "budgets"),
+            ("ids", "id"),
+            ("tag", "tags"),
+            ("nmae", "name"),
+        ] {
+            assert_eq!(closest(word, fields), Some(meant), "{word}");
+        }
+        // Too far, or too short for its distance: no guess.
+        for word in ["expire", "ix", "xy", ""] {
+            assert_eq!(closest(word, fields), None, "{word}");
+        }
+        // Two candidates as close: no suggestion.
+        assert_eq!(closest("al2022", ["al2023", "al2021"]), None);
+        assert_eq!(closest("al2022", ["al2023", "al2"]), Some("al2023"));
+        assert_eq!(
+            closest("Europe/Berlln", ["Europe/Berlin", "Europe/Dublin"]),
+            Some("Europe/Berlin")
+        );
+        // A hostile word is skipped by length alone.
+        assert_eq!(closest(&"x".repeat(1 << 20), fields), None);
     }
 }

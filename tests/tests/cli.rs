@@ -88,6 +88,41 @@ fn validate_exit_codes_and_problem_lines() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Warnings alone exit 0, and 1 with `--strict`; an error exits 2 either way.
+#[test]
+fn validate_strict_fails_on_warnings() {
+    let base = "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: g }\namiSelectorTerms:\n  - alias: al2023@latest\n";
+    let clean = temp_file("clean.yaml", base);
+    let warned = temp_file("warned.yaml", &format!("{base}expireAfter: 5m\n"));
+    let broken = temp_file("broken.yaml", &format!("{base}expireAfer: 24h\n"));
+    let code = |args: &[&str]| run(args, None, &[]).status.code();
+    assert_eq!(code(&["validate", &clean]), Some(0));
+    assert_eq!(code(&["validate", "--strict", &clean]), Some(0));
+    let out = run(&["validate", &warned], None, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains(&format!(
+            "{warned}: expireAfter: warning: \"5m\" is shorter than 1h"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(code(&["validate", "--strict", &warned]), Some(1));
+    assert_eq!(code(&["validate", "--strict", &clean, &warned]), Some(1));
+    let out = run(&["validate", "--strict", &warned, &broken], None, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stdout(&out).contains(&format!(
+            "{broken}: expireAfer: unknown field; expected one of "
+        )) && stdout(&out).contains("; did you mean expireAfter?"),
+        "{}",
+        stdout(&out)
+    );
+    // A byte order mark (Windows editors) is skipped.
+    let bom = temp_file("bom.yaml", &format!("\u{feff}{base}"));
+    assert_eq!(code(&["validate", "--strict", &bom]), Some(0));
+}
+
 /// Promotion chains across the files given: a cycle fails validation naming the pools, an
 /// upstream outside the files is a warning; the examples form a valid chain.
 #[test]
@@ -227,7 +262,32 @@ fn budget_prints_the_allowance() {
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(
         v,
-        serde_json::json!({"reason": "Drifted", "total": 19, "disrupting": 0, "allowed": 0, "limitedBy": "disruption.budgets[2]", "nextChange": "2026-12-07T01:00:00Z"})
+        serde_json::json!({"reason": "Drifted", "total": 19, "disrupting": 0, "allowed": 0, "limitedBy": "disruption.budgets[2]", "nextChange": "2026-12-07T01:00:00Z", "nextWindowEdge": "2026-12-07T01:00:00Z"})
+    );
+    // Friday 20:00 UTC, inside the weekday-evening "0" window: the weekend "0" window opens on
+    // Saturday at 01:00 UTC and the evening one ends at 09:00 UTC, neither a change (still 0);
+    // the weekend ends on Monday at 01:00 UTC, which is.
+    let out = run(
+        &[
+            "budget",
+            &policy,
+            "--at",
+            "2026-12-04T20:00:00Z",
+            "--nodes",
+            "19",
+        ],
+        None,
+        &[],
+    );
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        (&v["allowed"], &v["nextWindowEdge"], &v["nextChange"]),
+        (
+            &serde_json::json!(0),
+            &serde_json::json!("2026-12-05T01:00:00Z"),
+            &serde_json::json!("2026-12-07T01:00:00Z")
+        ),
+        "{v}"
     );
     // Wednesday 10:00 UTC: 15% of 19 rounds up to 3, the "3" budget ties; one already disrupting.
     let out = run(

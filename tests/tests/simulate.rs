@@ -146,8 +146,16 @@ fn a_forecast_from_policy_files_prints_the_contract_and_draws_it() {
                 "done",
                 "maxInFlight",
                 "maxInFlightAt",
-                "maxInFlightWhy"
+                "maxInFlightWhy",
+                "notes"
             ]
+        );
+        // No --age: every pool (expireAfter defaults to 720h) says no node expires.
+        assert!(
+            p["notes"][0]
+                .as_str()
+                .is_some_and(|n| n.starts_with("--age is 0")),
+            "{p}"
         );
         for r in p["rotations"].as_array().unwrap() {
             let keys: Vec<&String> = r.as_object().unwrap().keys().collect();

@@ -24,7 +24,7 @@ pub use parse::{BUDGET_FIELDS, parse_budgets};
 pub use schedule::Schedule;
 pub use window::Window;
 
-/// How far ahead [`next_change`] and [`evaluate`] look for the next change.
+/// How far ahead [`next_change`], [`evaluate`] and [`outlook`] look for the next change.
 pub const HORIZON_DAYS: i64 = 366;
 
 /// Why a node is disrupted; budgets may apply to some reasons only.
@@ -206,7 +206,7 @@ pub fn open_spans(
             }
             _ => {}
         }
-        match a.next_change {
+        match a.next_window_edge {
             // Past `until`, follow an open span to its end only.
             Some(next) if next <= until || open.is_some() => t = next,
             _ => break,
@@ -219,9 +219,10 @@ pub fn open_spans(
 }
 
 /// The allowance for one reason. Serializes as
-/// `{"reason","total","disrupting","allowed","limitedBy","nextChange"}` with `limitedBy` the
-/// budget's field path (`"disruption.budgets[1]"`) or null, `nextChange` in
-/// RFC 3339 UTC, seconds precision, `Z` suffix (or null).
+/// `{"reason","total","disrupting","allowed","limitedBy","nextWindowEdge"}` with `limitedBy`
+/// the budget's field path (`"disruption.budgets[1]"`) or null, `nextWindowEdge` in RFC 3339
+/// UTC, seconds precision, `Z` suffix (or null). When `allowed` itself changes next is
+/// [`Outlook::next_change`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Allowance {
@@ -238,10 +239,60 @@ pub struct Allowance {
     /// `"disruption.budgets[i]"` (as `status` and `validate` name a budget), or null.
     #[serde(serialize_with = "serialize_budget_path")]
     pub limited_by: Option<usize>,
-    /// Next instant at which a budget applying to the reason becomes active or inactive, if
-    /// within [`HORIZON_DAYS`] days.
+    /// Next instant at which a budget applying to the reason becomes active or inactive (a
+    /// window edge), if within [`HORIZON_DAYS`] days; `allowed` may stay the same there.
+    #[serde(serialize_with = "serialize_instant")]
+    pub next_window_edge: Option<DateTime<Utc>>,
+}
+
+/// Most window edges [`outlook`] evaluates looking for a change of `allowed`.
+pub const OUTLOOK_MAX_EDGES: usize = 512;
+
+/// An [`Allowance`] and when its `allowed` changes next: what `nodecycle budget` and the ops
+/// `status` show. Serializes as the allowance's fields and `nextChange` (RFC 3339 UTC, or null).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outlook {
+    /// The allowance now.
+    #[serde(flatten)]
+    pub allowance: Allowance,
+    /// The first window edge after `now` at which `allowed` differs from now's, the pool's
+    /// counts (`total`, `disrupting`) unchanged; `None` when none comes within
+    /// [`HORIZON_DAYS`] days of `now` or within [`OUTLOOK_MAX_EDGES`] edges.
     #[serde(serialize_with = "serialize_instant")]
     pub next_change: Option<DateTime<Utc>>,
+}
+
+/// [`evaluate`] at `now`, and when `allowed` changes next ([`Outlook::next_change`]): walks the
+/// window edges from `now`, skipping those where `allowed` stays the same (a window opening
+/// beside a smaller always-active budget, one window closing as another opens with the same
+/// value).
+pub fn outlook(
+    budgets: &[Budget],
+    reason: Reason,
+    total: u32,
+    disrupting: u32,
+    now: DateTime<Utc>,
+) -> Outlook {
+    let allowance = evaluate(budgets, reason, total, disrupting, now);
+    let horizon = now + TimeDelta::days(HORIZON_DAYS);
+    let mut edge = allowance.next_window_edge;
+    let mut next_change = None;
+    for _ in 0..OUTLOOK_MAX_EDGES {
+        let Some(t) = edge.filter(|t| *t <= horizon) else {
+            break;
+        };
+        let later = evaluate(budgets, reason, total, disrupting, t);
+        if later.allowed != allowance.allowed {
+            next_change = Some(t);
+            break;
+        }
+        edge = later.next_window_edge;
+    }
+    Outlook {
+        allowance,
+        next_change,
+    }
 }
 
 /// The field path of budget `i` of a policy: `disruption.budgets[i]`.
@@ -269,8 +320,9 @@ fn serialize_instant<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S
 /// `allowed = max(0, m - disrupting)` where `m` is the minimum `nodes` value (computed against
 /// `total`) over the budgets that apply to `reason` and are active at `now`; with no such
 /// budget, `m = total`. `limited_by` is the index of the budget giving `m` (lowest on ties).
-/// `next_change` is the earliest instant after `now` (within [`HORIZON_DAYS`] days) at which a
-/// budget applying to `reason` becomes active or inactive.
+/// `next_window_edge` is the earliest instant after `now` (within [`HORIZON_DAYS`] days) at
+/// which a budget applying to `reason` becomes active or inactive ([`outlook`]: when `allowed`
+/// changes).
 pub fn evaluate(
     budgets: &[Budget],
     reason: Reason,
@@ -305,6 +357,6 @@ pub fn evaluate(
         disrupting,
         allowed: cap.saturating_sub(disrupting),
         limited_by: limit.map(|(_, i)| i),
-        next_change: change,
+        next_window_edge: change,
     }
 }

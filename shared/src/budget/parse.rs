@@ -89,11 +89,49 @@ pub fn parse_budgets(value: Option<&Value>, path: &str, problems: &mut Problems)
             ),
         );
     }
-    items
+    let budgets: Vec<(usize, Budget)> = items
         .iter()
         .enumerate()
-        .filter_map(|(i, item)| parse_budget(item, &problem::index(path, i), problems))
-        .collect()
+        .filter_map(|(i, item)| Some((i, parse_budget(item, &problem::index(path, i), problems)?)))
+        .collect();
+    warn_zero_beside_windows(&budgets, path, problems);
+    budgets.into_iter().map(|(_, b)| b).collect()
+}
+
+/// Warns on each always-active budget allowing no node (`nodes: "0"` or `"0%"`, no schedule)
+/// beside a window budget allowing some for the same Drifted or Expired reason: the smallest
+/// active budget wins, so the window can never allow more than 0 and the pool never rotates
+/// for that reason. `budgets` are `(index in the list, budget)`.
+fn warn_zero_beside_windows(budgets: &[(usize, Budget)], path: &str, problems: &mut Problems) {
+    let allows_none = |b: &Budget| matches!(b.nodes, Nodes::Count(0) | Nodes::Percent(0));
+    for (i, zero) in budgets {
+        if zero.window.is_some() || !allows_none(zero) {
+            continue;
+        }
+        let blocked = budgets.iter().find_map(|(j, other)| {
+            let reasons: Vec<&str> = Reason::ALL
+                .into_iter()
+                .filter(|r| r.applied_by_nodecycle() && zero.applies_to(*r) && other.applies_to(*r))
+                .map(Reason::name)
+                .collect();
+            (other.window.is_some() && !allows_none(other) && !reasons.is_empty())
+                .then(|| (*j, reasons.join(" or ")))
+        });
+        let Some((j, reasons)) = blocked else {
+            continue;
+        };
+        problems.warning(
+            problem::join(&problem::index(path, *i), "nodes"),
+            format!(
+                "nodes \"{}\" without schedule is always active and allows no {reasons} \
+                 disruption, so the window of {} can never allow more (the smallest active budget \
+                 wins) and the pool never rotates; expected a schedule and duration on this budget \
+                 (a freeze window), or paused: true to stop rotation on purpose",
+                zero.nodes,
+                problem::index(path, j)
+            ),
+        );
+    }
 }
 
 fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Budget> {
@@ -115,9 +153,12 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
     };
     for key in map.keys() {
         if !BUDGET_FIELDS.contains(&key.as_str()) {
+            let hint = problem::did_you_mean(key, BUDGET_FIELDS)
+                .map(|h| format!("; {h}"))
+                .unwrap_or_default();
             problems.error(
                 problem::join(path, key),
-                format!("unknown field; expected one of {FIELDS}"),
+                format!("unknown field; expected one of {FIELDS}{hint}"),
             );
         }
     }
@@ -211,10 +252,9 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
                 Some(tz)
             }
             Err(_) => {
-                let hint = chrono_tz::TZ_VARIANTS
-                    .iter()
-                    .find(|tz| tz.name().eq_ignore_ascii_case(name))
-                    .map(|tz| format!(" (did you mean {:?}?)", tz.name()))
+                let names = chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name());
+                let hint = problem::closest(name, names)
+                    .map(|tz| format!(" (did you mean {tz:?}?)"))
                     .unwrap_or_default();
                 problems.error(
                     &zone_path,
@@ -244,6 +284,22 @@ fn parse_budget(item: &Value, path: &str, problems: &mut Problems) -> Option<Bud
         }),
         _ => None,
     };
+    if let Some(w) = window.as_ref().filter(|w| w.never_closes()) {
+        let written = map
+            .get("duration")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        problems.warning(
+            &duration_path,
+            format!(
+                "duration {written:?} is at least the time between the hits of schedule \"{}\", \
+                 so each window opens before the last one closes, the window never closes and \
+                 this budget is always active; expected a duration shorter than the time between \
+                 hits, or no schedule and duration for a budget that is always active",
+                w.schedule
+            ),
+        );
+    }
     Some(Budget {
         nodes: nodes?,
         window,
@@ -346,9 +402,13 @@ fn parse_reasons(v: &Value, path: &str, problems: &mut Problems) -> Option<Vec<R
                 Some(r) => out.push(r),
                 None => {
                     ok = false;
+                    let names = Reason::ALL.map(Reason::name);
+                    let hint = problem::did_you_mean(s, names)
+                        .map(|h| format!(" ({h})"))
+                        .unwrap_or_default();
                     problems.error(
                         item_path,
-                        format!("unknown reason {s:?}; expected one of {REASONS}"),
+                        format!("unknown reason {s:?}; expected one of {REASONS}{hint}"),
                     );
                 }
             },

@@ -24,6 +24,12 @@ use std::str::FromStr;
 
 use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 
+/// The span a schedule must have a hit in, or it is said never to fire: [`FIRES_YEARS`] years
+/// from 1 January of this year (a leap year, so 29 feb is in the span).
+const FIRES_FROM: i32 = 2024;
+/// How many years [`Schedule::fires`] looks at.
+const FIRES_YEARS: i32 = 5;
+
 /// Macros accepted in place of five fields, with their 5-field meaning.
 const MACROS: [(&str, &str); 7] = [
     ("@yearly", "0 0 1 1 *"),
@@ -341,7 +347,8 @@ impl PartialEq for Schedule {
 pub struct Parsed {
     /// The schedule.
     pub schedule: Schedule,
-    /// Valid but not portable to Karpenter (wrapping ranges, day-of-week 7).
+    /// Valid but not portable to Karpenter (wrapping ranges, day-of-week 7), or almost
+    /// certainly wrong (minute `*` with a fixed hour, a schedule that never fires).
     pub warnings: Vec<String>,
 }
 
@@ -448,14 +455,52 @@ impl Schedule {
             .flat_map(|h| minute.values().map(move |m| i64::from(h * 3600 + m * 60)))
             .collect();
         let max_gap_in_day = times.windows(2).map(|w| w[1] - w[0]).max();
+        if texts[0] == "*" && !hour.is_full(Kind::Hour) {
+            let mut fixed = texts.clone();
+            fixed[0] = "0";
+            notes.warnings.push(format!(
+                "minute \"*\" with hour \"{}\" fires at every minute of that hour, so each window \
+                 opens 60 times an hour and stays open until the duration after the hour's last \
+                 minute; expected a window that opens once: did you mean \"{}\"?",
+                texts[1],
+                fixed.join(" ")
+            ));
+        }
+        let schedule = Schedule {
+            source: expr.to_string(),
+            crons,
+            max_gap_in_day,
+        };
+        if !schedule.fires() {
+            notes.warnings.push(format!(
+                "schedule \"{expr}\" never fires (no time from {} to {} matches it, e.g. a \
+                 day-of-month its months never have such as 30 feb), so this budget is never \
+                 active; expected a schedule that matches a date that exists",
+                FIRES_FROM,
+                FIRES_FROM + FIRES_YEARS - 1
+            ));
+        }
         Ok(Parsed {
-            schedule: Schedule {
-                source: expr.to_string(),
-                crons,
-                max_gap_in_day,
-            },
+            schedule,
             warnings: notes.warnings,
         })
+    }
+
+    /// True when the schedule has a hit in the [`FIRES_YEARS`] years from 1 January of
+    /// [`FIRES_FROM`] (a fixed span, so validation does not depend on the clock). Every
+    /// schedule that fires at all fires within this span: its hits recur every year (a
+    /// weekday in given months, a day of given months), or every leap year for 29 feb alone,
+    /// and the span holds two leap days (2024, 2028).
+    fn fires(&self) -> bool {
+        let year = FIRES_FROM;
+        let from = chrono::NaiveDate::from_ymd_opt(year, 1, 1).and_then(|d| d.and_hms_opt(0, 0, 0));
+        let until = chrono::NaiveDate::from_ymd_opt(year + FIRES_YEARS, 1, 1)
+            .and_then(|d| d.and_hms_opt(0, 0, 0));
+        let (Some(from), Some(until)) = (from, until) else {
+            return true;
+        };
+        self.next_after(from - chrono::TimeDelta::seconds(1))
+            .is_some_and(|hit| hit < until)
     }
 
     /// Largest wall-clock distance (seconds) between consecutive hits within one day; `None`

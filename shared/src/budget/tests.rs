@@ -570,7 +570,7 @@ mod evaluation {
         ];
         for (now, reason, next) in cases {
             let a = evaluate(&budgets, reason, 40, 0, at(now));
-            assert_eq!(a.next_change, Some(at(next)), "{now} {reason}");
+            assert_eq!(a.next_window_edge, Some(at(next)), "{now} {reason}");
         }
     }
 
@@ -619,7 +619,10 @@ mod evaluation {
             1,
             at("2024-01-01T00:00:00Z"),
         );
-        assert_eq!((a.allowed, a.limited_by, a.next_change), (2, Some(0), None));
+        assert_eq!(
+            (a.allowed, a.limited_by, a.next_window_edge),
+            (2, Some(0), None)
+        );
         // Budgets only for Underutilized: nothing restricts Drifted.
         let b = valid("- nodes: \"0\"\n  reasons: [Underutilized]\n");
         let a = evaluate(&b, Reason::Drifted, 25, 5, at("2024-01-01T00:00:00Z"));
@@ -628,10 +631,13 @@ mod evaluation {
         let b = valid("- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 1h\n");
         let a = evaluate(&b, Reason::Drifted, 25, 30, at("2024-01-01T12:00:00Z"));
         assert_eq!((a.allowed, a.limited_by), (0, None));
-        assert_eq!(a.next_change, Some(at("2024-01-02T09:00:00Z")));
+        assert_eq!(a.next_window_edge, Some(at("2024-01-02T09:00:00Z")));
         // An empty list restricts nothing (with a warning, see validation tests).
         let a = evaluate(&[], Reason::Expired, 25, 0, at("2024-01-01T12:00:00Z"));
-        assert_eq!((a.allowed, a.limited_by, a.next_change), (25, None, None));
+        assert_eq!(
+            (a.allowed, a.limited_by, a.next_window_edge),
+            (25, None, None)
+        );
     }
 
     #[test]
@@ -644,15 +650,15 @@ mod evaluation {
     #[test]
     fn serializes_exactly() {
         let b = valid(SEED);
-        let a = evaluate(&b, Reason::Drifted, 40, 1, at("2024-06-03T10:00:30.250Z"));
+        let a = outlook(&b, Reason::Drifted, 40, 1, at("2024-06-03T10:00:30.250Z"));
         assert_eq!(
             serde_json::to_string(&a).unwrap(),
-            r#"{"reason":"Drifted","total":40,"disrupting":1,"allowed":2,"limitedBy":"disruption.budgets[1]","nextChange":"2024-06-03T17:00:00Z"}"#
+            r#"{"reason":"Drifted","total":40,"disrupting":1,"allowed":2,"limitedBy":"disruption.budgets[1]","nextWindowEdge":"2024-06-03T17:00:00Z","nextChange":"2024-06-03T17:00:00Z"}"#
         );
-        let a = evaluate(&[], Reason::Empty, 3, 0, at("2024-06-03T10:00:00Z"));
+        let a = outlook(&[], Reason::Empty, 3, 0, at("2024-06-03T10:00:00Z"));
         assert_eq!(
             serde_json::to_string(&a).unwrap(),
-            r#"{"reason":"Empty","total":3,"disrupting":0,"allowed":3,"limitedBy":null,"nextChange":null}"#
+            r#"{"reason":"Empty","total":3,"disrupting":0,"allowed":3,"limitedBy":null,"nextWindowEdge":null,"nextChange":null}"#
         );
     }
 
@@ -1182,9 +1188,19 @@ mod validation {
     fn duration_is_at_most_a_hundred_years() {
         let budget =
             |d: &str| format!("- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: {d}");
-        // 100 years of 366 days, in hours: the bound itself is allowed.
-        assert_eq!(problems_of(&budget("878400h")), Vec::<String>::new());
-        assert_eq!(problems_of(&budget("8760h")), Vec::<String>::new());
+        // 100 years of 366 days, in hours: the bound itself is allowed (warned: a daily
+        // window that long never closes).
+        let never_closes = |d: &str| {
+            vec![format!(
+                "disruption.budgets[0].duration: warning: duration \"{d}\" is at least the time \
+                 between the hits of schedule \"0 9 * * *\", so each window opens before the last \
+                 one closes, the window never closes and this budget is always active; expected a \
+                 duration shorter than the time between hits, or no schedule and duration for a \
+                 budget that is always active"
+            )]
+        };
+        assert_eq!(problems_of(&budget("878400h")), never_closes("878400h"));
+        assert_eq!(problems_of(&budget("8760h")), never_closes("8760h"));
         assert_eq!(
             problems_of(&budget("878401h")),
             vec![
@@ -1334,13 +1350,13 @@ mod validation {
             (
                 "[Drifted, Drift]",
                 vec![format!(
-                    "{r}[1]: unknown reason \"Drift\"; expected one of {REASONS}"
+                    "{r}[1]: unknown reason \"Drift\"; expected one of {REASONS} (did you mean Drifted?)"
                 )],
             ),
             (
                 "[drifted]",
                 vec![format!(
-                    "{r}[0]: unknown reason \"drifted\"; expected one of {REASONS}"
+                    "{r}[0]: unknown reason \"drifted\"; expected one of {REASONS} (did you mean Drifted?)"
                 )],
             ),
             (
@@ -1381,7 +1397,9 @@ mod validation {
             problems_of("- nodes: \"1\"\n  foo: 1\n  timezone: UTC"),
             vec![
                 format!("{PATH}[0].foo: unknown field; expected one of {fields}"),
-                format!("{PATH}[0].timezone: unknown field; expected one of {fields}"),
+                format!(
+                    "{PATH}[0].timezone: unknown field; expected one of {fields}; did you mean timeZone?"
+                ),
             ]
         );
         assert_eq!(
@@ -1644,7 +1662,7 @@ mod properties {
         prop_oneof![instant(), near_transition()]
     }
 
-    fn budget_list() -> impl Strategy<Value = Vec<Budget>> {
+    pub(super) fn budget_list() -> impl Strategy<Value = Vec<Budget>> {
         let one = (
             spec(),
             any::<bool>(),
@@ -1744,6 +1762,300 @@ mod properties {
             let b = evaluate(&budgets, reason, total, disrupting + more, now);
             prop_assert!(b.allowed <= a.allowed);
         }
+    }
+}
+
+/// `outlook`: `nextChange` is when `allowed` changes, skipping window edges where it stays.
+mod outlooks {
+    use super::*;
+
+    #[test]
+    fn next_change_skips_edges_where_allowed_stays() {
+        let zero_beside_window =
+            "- nodes: \"0\"\n- nodes: \"5\"\n  schedule: \"0 9 * * *\"\n  duration: 2h\n";
+        /// (budgets, reason, now, allowed, next window edge, next change)
+        type Case<'a> = (
+            &'a str,
+            Reason,
+            &'a str,
+            u32,
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: [Case<'_>; 6] = [
+            // Tuesday 10:00: the evening window closes Drifted at 17:00, both the same.
+            (
+                SEED,
+                Reason::Drifted,
+                "2024-06-04T10:00:00Z",
+                3,
+                Some("2024-06-04T17:00:00Z"),
+                Some("2024-06-04T17:00:00Z"),
+            ),
+            // Friday 18:00: the evening window ends Saturday 09:00 as the weekend one opens
+            // (still 0); Monday 09:00 the weekend closes and 3 are allowed.
+            (
+                SEED,
+                Reason::Drifted,
+                "2024-06-07T18:00:00Z",
+                0,
+                Some("2024-06-08T09:00:00Z"),
+                Some("2024-06-10T09:00:00Z"),
+            ),
+            // Expired ignores the evening window: the weekend is its next edge and change.
+            (
+                SEED,
+                Reason::Expired,
+                "2024-06-07T18:00:00Z",
+                3,
+                Some("2024-06-08T09:00:00Z"),
+                Some("2024-06-08T09:00:00Z"),
+            ),
+            // An always-active 0 beside a window: edges every day, allowed never changes.
+            (
+                zero_beside_window,
+                Reason::Drifted,
+                "2024-06-04T10:00:00Z",
+                0,
+                Some("2024-06-04T11:00:00Z"),
+                None,
+            ),
+            // No window: no edge, no change.
+            (
+                "- nodes: \"2\"\n",
+                Reason::Drifted,
+                "2024-06-04T10:00:00Z",
+                2,
+                None,
+                None,
+            ),
+            // A window budget larger than the pool's cap changes nothing for a small pool.
+            (
+                "- nodes: \"1\"\n- nodes: \"10\"\n  schedule: \"0 9 * * *\"\n  duration: 2h\n",
+                Reason::Drifted,
+                "2024-06-04T08:00:00Z",
+                1,
+                Some("2024-06-04T09:00:00Z"),
+                None,
+            ),
+        ];
+        for (yaml, reason, now, allowed, edge, change) in cases {
+            let o = outlook(&valid(yaml), reason, 40, 0, at(now));
+            assert_eq!(
+                (
+                    o.allowance.allowed,
+                    o.allowance.next_window_edge,
+                    o.next_change
+                ),
+                (allowed, edge.map(at), change.map(at)),
+                "{yaml} {reason} {now}"
+            );
+        }
+    }
+
+    #[test]
+    fn counts_decide_whether_an_edge_changes_allowed() {
+        // 2 always; 1 from 09:00 for 2h. With 2 disrupting, allowed is 0 either way.
+        let b =
+            valid("- nodes: \"2\"\n- nodes: \"1\"\n  schedule: \"0 9 * * *\"\n  duration: 2h\n");
+        let now = at("2024-06-04T08:00:00Z");
+        assert_eq!(
+            outlook(&b, Reason::Drifted, 10, 0, now).next_change,
+            Some(at("2024-06-04T09:00:00Z"))
+        );
+        assert_eq!(outlook(&b, Reason::Drifted, 10, 2, now).next_change, None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        /// `nextChange` is a window edge where `allowed` differs from now's, and no edge
+        /// before it changes `allowed`.
+        #[test]
+        fn next_change_is_the_first_edge_changing_allowed(
+            budgets in properties::budget_list(),
+            total in 0u32..50,
+            disrupting in 0u32..5,
+            start in 0i64..(366 * 86_400),
+        ) {
+            let now = at("2024-01-01T00:00:00Z") + TimeDelta::seconds(start);
+            let o = outlook(&budgets, Reason::Drifted, total, disrupting, now);
+            let mut edge = o.allowance.next_window_edge;
+            for _ in 0..OUTLOOK_MAX_EDGES {
+                let Some(t) = edge.filter(|t| *t <= now + TimeDelta::days(HORIZON_DAYS)) else {
+                    break;
+                };
+                let later = evaluate(&budgets, Reason::Drifted, total, disrupting, t);
+                if o.next_change == Some(t) {
+                    prop_assert_ne!(later.allowed, o.allowance.allowed);
+                    break;
+                }
+                prop_assert_eq!(later.allowed, o.allowance.allowed, "edge {} before {:?}", t, o.next_change);
+                edge = later.next_window_edge;
+            }
+        }
+    }
+}
+
+/// Valid budgets that are almost certainly wrong: warnings with the path, value and fix.
+mod warnings {
+    use super::*;
+
+    fn warnings_of(yaml: &str) -> Vec<String> {
+        let (_, problems) = parse_yaml(yaml);
+        assert!(!problems.has_errors(), "{yaml}: {problems:?}");
+        problems.warnings().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn an_always_active_zero_beside_a_window_is_warned_on_the_zero() {
+        let zero = |nodes: &str, rest: &str| {
+            warnings_of(&format!(
+                "- nodes: \"{nodes}\"\n- nodes: \"3\"\n  schedule: \"0 22 * * *\"\n  duration: 4h\n{rest}"
+            ))
+        };
+        let expected = "disruption.budgets[0].nodes: warning: nodes \"0\" without schedule is always \
+             active and allows no Drifted or Expired disruption, so the window of \
+             disruption.budgets[1] can never allow more (the smallest active budget wins) and the \
+             pool never rotates; expected a schedule and duration on this budget (a freeze \
+             window), or paused: true to stop rotation on purpose";
+        assert_eq!(zero("0", ""), vec![expected.to_string()]);
+        assert!(
+            zero("0%", "")[0]
+                .starts_with("disruption.budgets[0].nodes: warning: nodes \"0%\" without schedule")
+        );
+        // Not zero, or zero in a window (a freeze), or alone (no window to be blocked): fine.
+        assert!(zero("1", "").is_empty());
+        assert!(warnings_of("- nodes: \"0\"\n").is_empty());
+        assert!(
+            warnings_of(
+                "- nodes: \"0\"\n  schedule: \"0 9 * * *\"\n  duration: 8h\n- nodes: \"2\"\n"
+            )
+            .is_empty()
+        );
+        // Different reasons: the zero blocks Expired, the window is for Drifted only.
+        assert!(warnings_of("- nodes: \"0\"\n  reasons: [Expired]\n- nodes: \"3\"\n  schedule: \"0 22 * * *\"\n  duration: 4h\n  reasons: [Drifted]\n").is_empty());
+        // Overlapping in Drifted only: named.
+        let w = warnings_of(
+            "- nodes: \"0\"\n  reasons: [Drifted, Expired]\n- nodes: \"3\"\n  schedule: \"0 22 * * *\"\n  duration: 4h\n  reasons: [Drifted]\n",
+        );
+        assert!(w[0].contains("allows no Drifted disruption"), "{w:?}");
+        // A window that itself allows 0 is no window to open.
+        assert!(
+            warnings_of(
+                "- nodes: \"0\"\n- nodes: \"0\"\n  schedule: \"0 22 * * *\"\n  duration: 4h\n"
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_schedule_that_never_fires() {
+        let never = "disruption.budgets[0].schedule: warning: schedule \"0 0 30 2 *\" never \
+             fires (no time from 2024 to 2028 matches it, e.g. a day-of-month its months never \
+             have such as 30 feb), so this budget is never active; expected a schedule that \
+             matches a date that exists";
+        let of = |expr: &str| {
+            warnings_of(&format!(
+                "- nodes: \"0\"\n  schedule: \"{expr}\"\n  duration: 1h\n"
+            ))
+        };
+        assert_eq!(of("0 0 30 2 *"), vec![never.to_string()]);
+        assert_eq!(of("0 0 31 apr,jun,sep,nov *").len(), 1);
+        // Once every four years still fires; so does a 31st in a month that has one.
+        assert!(of("0 0 29 2 *").is_empty());
+        assert!(of("0 0 31 2,3 *").is_empty());
+        // Day-of-month OR day-of-week: Mondays in February fire.
+        assert!(of("0 0 30 2 mon").is_empty());
+    }
+
+    #[test]
+    fn a_window_at_least_as_long_as_the_gap_never_closes() {
+        let of = |expr: &str, duration: &str, zone: &str| {
+            warnings_of(&format!(
+                "- nodes: \"0\"\n  schedule: \"{expr}\"\n  duration: {duration}\n  timeZone: {zone}\n"
+            ))
+        };
+        assert_eq!(
+            of("0 9 * * *", "48h", "UTC"),
+            vec![
+                "disruption.budgets[0].duration: warning: duration \"48h\" is at least the time \
+                 between the hits of schedule \"0 9 * * *\", so each window opens before the last \
+                 one closes, the window never closes and this budget is always active; expected a \
+                 duration shorter than the time between hits, or no schedule and duration for a \
+                 budget that is always active"
+                    .to_string()
+            ]
+        );
+        // (schedule, duration, zone, never closes)
+        let cases = [
+            ("0 9 * * *", "24h", "UTC", true),
+            ("0 9 * * *", "23h59m", "UTC", false),
+            ("@hourly", "1h", "UTC", true),
+            ("@hourly", "59m", "UTC", false),
+            // Weekdays: the weekend gap is 72h.
+            ("0 9 * * mon-fri", "48h", "UTC", false),
+            ("0 9 * * mon-fri", "72h", "UTC", true),
+            // 24h daily in a zone with DST: the 25h day of the fall back leaves an hour closed.
+            ("0 9 * * *", "24h", "Europe/Berlin", false),
+            ("0 9 * * *", "25h", "Europe/Berlin", true),
+            ("0 0 1 1 *", "8784h", "UTC", true),
+            ("0 0 1 1 *", "8000h", "UTC", false),
+        ];
+        for (expr, duration, zone, warned) in cases {
+            let w = of(expr, duration, zone);
+            assert_eq!(
+                w.iter().any(|l| l.contains("never closes")),
+                warned,
+                "{expr} {duration} {zone}: {w:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_minute_of_a_fixed_hour() {
+        let warnings = |expr: &str| Schedule::parse(expr).unwrap().warnings;
+        assert_eq!(
+            warnings("* 9 * * mon-fri"),
+            vec![
+                "minute \"*\" with hour \"9\" fires at every minute of that hour, so each window \
+                 opens 60 times an hour and stays open until the duration after the hour's last \
+                 minute; expected a window that opens once: did you mean \"0 9 * * mon-fri\"?"
+            ]
+        );
+        assert!(warnings("* 9,17 * * *")[0].ends_with("did you mean \"0 9,17 * * *\"?"));
+        // Every minute of every hour, a fixed minute, or a minute list: no warning.
+        for expr in [
+            "* * * * *",
+            "0 9 * * *",
+            "*/15 9 * * *",
+            "0-59 9 * * *",
+            "30 * * * *",
+        ] {
+            assert!(warnings(expr).is_empty(), "{expr}");
+        }
+    }
+
+    #[test]
+    fn misspelt_fields_reasons_and_zones_get_a_suggestion() {
+        let (_, problems) = parse_yaml(
+            "- node: \"1\"\n  reasons: [Drifed]\n  timeZone: Europe/Berlln\n  schedule: \"0 9 * * *\"\n  duration: 1h\n",
+        );
+        assert_eq!(
+            lines(&problems),
+            vec![
+                "disruption.budgets[0].node: unknown field; expected one of nodes, schedule, duration, timeZone, reasons; did you mean nodes?",
+                "disruption.budgets[0].timeZone: unknown time zone \"Europe/Berlln\" (did you mean \"Europe/Berlin\"?); expected an IANA time zone name such as \"America/New_York\", \"Europe/Berlin\" or \"UTC\"",
+                "disruption.budgets[0].reasons[0]: unknown reason \"Drifed\"; expected one of Drifted, Expired, Underutilized, Empty (did you mean Drifted?)",
+            ]
+        );
+        // Too far from every name: no guess.
+        let (_, problems) =
+            parse_yaml("- timeZone: Mars/Olympus\n  schedule: \"0 9 * * *\"\n  duration: 1h\n");
+        assert!(
+            !lines(&problems)[0].contains("did you mean"),
+            "{problems:?}"
+        );
     }
 }
 

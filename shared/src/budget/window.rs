@@ -12,6 +12,10 @@ use chrono_tz::Tz;
 
 use super::schedule::Schedule;
 
+/// Where [`Window::never_closes`] looks from: 2024-01-01T00:00:00Z.
+pub const NEVER_CLOSES_FROM: DateTime<Utc> =
+    DateTime::from_timestamp_nanos(1_704_067_200_000_000_000);
+
 /// A schedule, a duration and a time zone: active for `now` in `[H, H + duration)` for a hit H.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Window {
@@ -163,6 +167,18 @@ impl Window {
                 }
             }
         }
+    }
+
+    /// True when the window never closes: it is open at [`NEVER_CLOSES_FROM`] and does not
+    /// close in the [`super::HORIZON_DAYS`] days after (each hit comes before the window of the
+    /// one before it ends: a duration at least the longest time between hits). A fixed instant
+    /// keeps validation free of the clock.
+    pub fn never_closes(&self) -> bool {
+        let from = NEVER_CLOSES_FROM;
+        self.is_active(from)
+            && self
+                .next_change(from, from + TimeDelta::days(super::HORIZON_DAYS))
+                .is_none()
     }
 
     /// The last hit on the local calendar day of instant `q`.

@@ -50,6 +50,32 @@ impl Family {
         Family::ALL.into_iter().find(|f| f.as_str() == text)
     }
 
+    /// Why the family publishes no image of `arch` and `variant`, and what to write instead;
+    /// `None` when it publishes one, or for Windows (x86_64 and standard only, which policy
+    /// validation rejects otherwise). From the public parameters [`Alias::parameters`] reads
+    /// and the AMIs AWS publishes: AL2's accelerated AMIs (`amazon-eks-gpu-node`) are x86_64
+    /// only; Neuron serves AWS Inferentia and Trainium, x86_64 instances only; AL2023 and
+    /// Bottlerocket publish arm64 NVIDIA AMIs.
+    pub fn missing_image(
+        self,
+        arch: super::Architecture,
+        variant: super::Variant,
+    ) -> Option<(&'static str, &'static str)> {
+        use super::Architecture::Arm64;
+        use super::Variant::{Neuron, Nvidia};
+        match (self, arch, variant) {
+            (_, Arm64, Neuron) if !self.is_windows() => Some((
+                "Neuron serves AWS Inferentia and Trainium instances, which are x86_64 only",
+                "architecture x86_64 with variant neuron",
+            )),
+            (Family::Al2, Arm64, Nvidia) => Some((
+                "AL2's accelerated AMIs are x86_64 only",
+                "architecture x86_64, or alias al2023@latest or bottlerocket@latest for arm64 nvidia",
+            )),
+            _ => None,
+        }
+    }
+
     /// True for the Windows families, which accept only `@latest`.
     pub fn is_windows(self) -> bool {
         matches!(

@@ -296,7 +296,7 @@ pub(crate) fn budget_message(
         .min()
         .unwrap_or(total);
     let mut lift = None;
-    let mut at = a.next_change.filter(|_| steady_cap > used);
+    let mut at = a.next_window_edge.filter(|_| steady_cap > used);
     for _ in 0..LIFT_LOOKAHEAD {
         let Some(t) = at else { break };
         let later = budget::evaluate(budgets, reason, total, used, t);
@@ -304,7 +304,7 @@ pub(crate) fn budget_message(
             lift = Some(t);
             break;
         }
-        at = later.next_change;
+        at = later.next_window_edge;
     }
     let until = lift
         .map(|t| format!(" until {}", instant(t)))

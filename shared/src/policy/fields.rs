@@ -86,7 +86,8 @@ pub(super) fn object<'a>(
 
 /// Pushes `<path>.<key>: unknown field; expected one of <known>`, with a hint when the key is a
 /// known field spelled with another case or separators (`expire_after`), a field one level
-/// away from its place (`budgets` at the top level), or a Karpenter field nodecycle lacks.
+/// away from its place (`budgets` at the top level), a Karpenter field nodecycle lacks, or a
+/// misspelling of one known field ([`crate::problem::closest`]: `expireAfer`).
 pub(super) fn unknown_field(parent: &str, key: &str, known: &[&str], problems: &mut Problems) {
     let shown_key = if key.is_empty() || key.contains(char::is_whitespace) {
         quote(key)
@@ -134,12 +135,13 @@ fn unknown_field_hint(key: &str, known: &[&str]) -> Option<String> {
         }
         "amiFamily" => "the AMI family comes from an alias term such as { alias: al2023@latest }",
         "consolidationPolicy" | "consolidateAfter" => "nodecycle does not consolidate nodes",
-        _ => return None,
+        _ => return crate::problem::did_you_mean(key, known.iter().copied()),
     };
     Some(note.to_string())
 }
 
-/// Pushes `<path>: unknown <kind> "<got>"; expected one of <options>` with an optional hint.
+/// Pushes `<path>: unknown <kind> "<got>"; expected one of <options>` with a hint: `hint` when
+/// given, else the option `got` is a misspelling of ([`crate::problem::closest`], case aside).
 pub(super) fn unknown_value(
     path: &str,
     kind: &str,
@@ -153,8 +155,7 @@ pub(super) fn unknown_value(
         quote(got),
         options.join(", ")
     );
-    let lower = got.to_ascii_lowercase();
-    let suggestion = hint.or_else(|| options.iter().copied().find(|o| *o == lower));
+    let suggestion = hint.or_else(|| crate::problem::closest(got, options.iter().copied()));
     if let Some(s) = suggestion {
         message.push_str(&format!(" (did you mean {s}?)"));
     }

@@ -52,6 +52,10 @@ mod tests;
 /// Default `expireAfter`: 30 days.
 pub const DEFAULT_EXPIRE_AFTER: Duration = Duration::from_secs(720 * 3600);
 
+/// The shortest `expireAfter` accepted without a warning: 1 hour. Below it, nodes expire about
+/// as fast as a replacement (launch, Ready, drain) takes, so the pool would never stop rotating.
+pub const MIN_SENSIBLE_EXPIRE_AFTER: Duration = Duration::from_secs(3600);
+
 /// The node group a pool manages.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum NodeGroup {
@@ -387,8 +391,10 @@ fn parse_owned(text: &str, owner: &Owner) -> Parsed {
 }
 
 /// The document as a JSON value, within [`limits`]: `Err((path, message))` when it is beyond
-/// them or not one YAML/JSON document (repeated keys included).
+/// them or not one YAML/JSON document (repeated keys included). A UTF-8 byte order mark at
+/// the start (editors on Windows write one) is skipped.
 pub(crate) fn read(text: &str) -> Result<Value, (String, String)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     limits::check(text).map_err(|e| (e.path, e.message))?;
     // `serde_json::Value` silently keeps the last of repeated keys; `serde_norway::Value`
     // reports them, so the text is read with it first.
@@ -912,7 +918,18 @@ fn validate_expire_after(value: &Value, problems: &mut Problems) -> Option<Optio
             );
             None
         }
-        Ok(d) => Some(Some(d)),
+        Ok(d) => {
+            if d < MIN_SENSIBLE_EXPIRE_AFTER {
+                problems.warning(
+                    PATH,
+                    format!(
+                        "{} is shorter than 1h: every node would be replaced once it is that old, so the pool would replace nodes continuously; expected a node lifetime such as \"720h\" (the default; at least 1h), or \"Never\"",
+                        quote(text)
+                    ),
+                );
+            }
+            Some(Some(d))
+        }
         Err(_) => {
             let hint = if text.eq_ignore_ascii_case("never") {
                 " (\"Never\" is capitalized)".to_string()
@@ -1019,7 +1036,25 @@ fn check_across_fields(
                 );
             }
         }
-        Some(_) => {}
+        Some(alias) => {
+            let variant = variant.unwrap_or_default();
+            if let Some(arch) = architecture
+                && let Some((why, instead)) = alias.family.missing_image(arch, variant)
+            {
+                let path = terms
+                    .iter()
+                    .position(|t| t.alias.is_some())
+                    .map(|i| format!("amiSelectorTerms[{i}].alias"))
+                    .unwrap_or_default();
+                problems.warning(
+                    "variant",
+                    format!(
+                        "{} has no {arch} {variant} AMI ({why}), so {path} \"{alias}\" would resolve to no image; expected {instead}",
+                        alias.family,
+                    ),
+                );
+            }
+        }
         None => {
             if let Some(v) = variant.filter(|v| *v != Variant::Standard) {
                 problems.warning(

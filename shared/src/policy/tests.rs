@@ -353,7 +353,10 @@ fn top_level_field_rules() {
             ],
         ),
         // Unknown fields, with hints for near misses and Karpenter-only fields.
-        (format!("{BASE}pause: true\n"), vec![unknown("pause", "")]),
+        (format!("{BASE}pause: true\n"), vec![unknown("pause", "; did you mean paused?")]),
+        (format!("{BASE}expireAfer: 24h\n"), vec![unknown("expireAfer", "; did you mean expireAfter?")]),
+        (format!("{BASE}amiSelectorTerm: []\n"), vec![unknown("amiSelectorTerm", "; did you mean amiSelectorTerms?")]),
+        (format!("{BASE}clusterName: prod\n"), vec![unknown("clusterName", "")]),
         (format!("{BASE}expire_after: 24h\n"), vec![unknown("expire_after", "; did you mean expireAfter?")]),
         (format!("{BASE}AMISelectorTerms: []\n"), vec![unknown("AMISelectorTerms", "; did you mean amiSelectorTerms?")]),
         (
@@ -1234,4 +1237,118 @@ fn field_paths_are_the_fields_the_parser_accepts() {
             parse(&doc.to_string()).problems
         );
     }
+}
+
+/// Valid policies that are almost certainly wrong: warnings with the field path, the value and
+/// what to do; the policy is still returned.
+#[test]
+fn warnings_for_valid_but_wrong_policies() {
+    let cases: Vec<(String, Vec<String>)> = vec![
+        // expireAfter below 1h.
+        (
+            format!("{BASE}expireAfter: 5m\n"),
+            vec!["expireAfter: warning: \"5m\" is shorter than 1h: every node would be replaced once it is that old, so the pool would replace nodes continuously; expected a node lifetime such as \"720h\" (the default; at least 1h), or \"Never\"".into()],
+        ),
+        (format!("{BASE}expireAfter: 59m59s\n"), vec!["expireAfter: warning: \"59m59s\" is shorter than 1h: every node would be replaced once it is that old, so the pool would replace nodes continuously; expected a node lifetime such as \"720h\" (the default; at least 1h), or \"Never\"".into()]),
+        (format!("{BASE}expireAfter: 1h\n"), vec![]),
+        (format!("{BASE}expireAfter: Never\n"), vec![]),
+        // An alias family with no image of the architecture and variant.
+        (
+            "cluster: prod\nname: gpu\nnodeGroup: { autoScalingGroup: g }\narchitecture: arm64\nvariant: nvidia\namiSelectorTerms:\n  - alias: al2@latest\n".into(),
+            vec!["variant: warning: al2 has no arm64 nvidia AMI (AL2's accelerated AMIs are x86_64 only), so amiSelectorTerms[0].alias \"al2@latest\" would resolve to no image; expected architecture x86_64, or alias al2023@latest or bottlerocket@latest for arm64 nvidia".into()],
+        ),
+        (
+            "cluster: prod\nname: inf\nnodeGroup: { autoScalingGroup: g }\narchitecture: arm64\nvariant: neuron\namiSelectorTerms:\n  - alias: al2023@v20240807\n".into(),
+            vec!["variant: warning: al2023 has no arm64 neuron AMI (Neuron serves AWS Inferentia and Trainium instances, which are x86_64 only), so amiSelectorTerms[0].alias \"al2023@v20240807\" would resolve to no image; expected architecture x86_64 with variant neuron".into()],
+        ),
+    ];
+    for (doc, expected) in &cases {
+        let parsed = parse(doc);
+        let got: Vec<String> = parsed.problems.0.iter().map(ToString::to_string).collect();
+        assert_eq!(&got, expected, "document:\n{doc}");
+        assert!(parsed.policy.is_some(), "{doc}");
+    }
+    // The combinations that exist (or that the architecture leaves open) give no warning.
+    for family in ["al2", "al2023", "bottlerocket"] {
+        for arch in ["x86_64", "arm64", ""] {
+            for variant in ["standard", "nvidia", "neuron"] {
+                let arch_line = if arch.is_empty() {
+                    String::new()
+                } else {
+                    format!("architecture: {arch}\n")
+                };
+                let doc = format!(
+                    "cluster: prod\nname: p\nnodeGroup: {{ autoScalingGroup: g }}\n{arch_line}variant: {variant}\namiSelectorTerms:\n  - alias: {family}@latest\n"
+                );
+                let warned = !messages(&doc).is_empty();
+                let missing = arch == "arm64"
+                    && (variant == "neuron" || (family == "al2" && variant == "nvidia"));
+                assert_eq!(warned, missing, "{doc}");
+            }
+        }
+    }
+}
+
+/// Misspelt fields and values one or two edits from a known one are named; the budgets' own
+/// fields too (`disruption.budget`).
+#[test]
+fn did_you_mean_by_edit_distance() {
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("{BASE}disruption: {{ budget: [] }}\n"),
+            "disruption.budget: unknown field; expected one of budgets, surgeAboveMaxSize; did you mean budgets?",
+        ),
+        (
+            format!("{BASE}variant: nvidai\n"),
+            "variant: unknown variant \"nvidai\"; expected one of standard, nvidia, neuron (did you mean nvidia?)",
+        ),
+        (
+            format!("{BASE}architecture: arm46\n"),
+            "architecture: unknown architecture \"arm46\"; expected one of x86_64, arm64 (did you mean arm64?)",
+        ),
+        (
+            format!("{BASE}interruption: {{ rebalance: cordn }}\n"),
+            "interruption.rebalance: unknown action \"cordn\"; expected one of ignore, cordon, replace (did you mean cordon?)",
+        ),
+        (
+            BASE.replace(
+                "{ autoScalingGroup: prod-general }",
+                "{ autoScalingGrup: g }",
+            ),
+            "nodeGroup.autoScalingGrup: unknown field; expected one of autoScalingGroup, managedNodeGroup; did you mean autoScalingGroup?",
+        ),
+        (
+            format!(
+                "{BASE}disruption:\n  budgets:\n    - nodes: \"1\"\n      schedule: \"0 9 * * *\"\n      duration: 1h\n      timeZone: Europe/Berlln\n"
+            ),
+            "disruption.budgets[0].timeZone: unknown time zone \"Europe/Berlln\" (did you mean \"Europe/Berlin\"?); expected an IANA time zone name such as \"America/New_York\", \"Europe/Berlin\" or \"UTC\"",
+        ),
+    ];
+    for (doc, expected) in cases {
+        let got = messages(&doc);
+        assert!(
+            got.iter().any(|m| m == expected),
+            "{got:#?}\nexpected {expected}"
+        );
+    }
+}
+
+/// A UTF-8 byte order mark (Windows editors) is skipped, in YAML and in JSON.
+#[test]
+fn a_byte_order_mark_is_accepted() {
+    let parsed = parse(&format!("\u{feff}{BASE}"));
+    assert!(parsed.problems.0.is_empty(), "{:?}", parsed.problems);
+    assert_eq!(parsed.policy.map(|p| p.name), Some("general".to_string()));
+    let json = "\u{feff}{\"cluster\": \"prod\", \"name\": \"general\", \"nodeGroup\": {\"autoScalingGroup\": \"g\"}, \"amiSelectorTerms\": [{\"alias\": \"al2023@latest\"}]}";
+    assert!(
+        parse(json).problems.0.is_empty(),
+        "{:?}",
+        parse(json).problems
+    );
+    // Only at the start: a second mark is content.
+    assert!(
+        parse(&format!("\u{feff}\u{feff}{BASE}"))
+            .problems
+            .has_errors()
+    );
 }

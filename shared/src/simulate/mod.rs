@@ -24,7 +24,7 @@
 //!
 //! # Skipping minutes
 //! The planner's answer for an unchanged fleet only changes at known instants: a rotation or
-//! wave ends, a budget becomes active or inactive (`next_change` of [`crate::budget::evaluate`]),
+//! wave ends, a budget becomes active or inactive (`next_window_edge` of [`crate::budget::evaluate`]),
 //! a node reaches `expireAfter` or `expireAfter + terminationGracePeriod`, the desired AMI
 //! changes, a waiting maintenance rotation reaches its forced line. A pass that changes nothing
 //! is therefore followed by the pass at the first such instant (rounded up to the minute, as the

@@ -31,7 +31,7 @@ fn changes(
 ) -> Vec<DateTime<Utc>> {
     let mut out = Vec::new();
     let mut t = from;
-    while let Some(c) = budget::evaluate(budgets, reason, 0, 0, t).next_change {
+    while let Some(c) = budget::evaluate(budgets, reason, 0, 0, t).next_window_edge {
         if c > to {
             break;
         }

@@ -33,13 +33,15 @@ fn parse_reason(s: &str) -> Result<Reason, String> {
     s.parse::<Reason>().map_err(|e| e.to_string())
 }
 
-/// Prints `{"reason", "total", "disrupting", "allowed", "limitedBy", "nextChange"}`.
+/// Prints `{"reason", "total", "disrupting", "allowed", "limitedBy", "nextChange",
+/// "nextWindowEdge"}`: `nextChange` is when `allowed` changes next (the counts unchanged),
+/// `nextWindowEdge` when a budget window next opens or closes ([`budget::Outlook`]).
 pub fn run(args: Args) -> u8 {
     let policy = match super::load_policy(&args.file) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let allowance = budget::evaluate(
+    let allowance = budget::outlook(
         &policy.budgets,
         args.reason,
         args.nodes,

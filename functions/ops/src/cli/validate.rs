@@ -10,19 +10,23 @@ pub struct Args {
     /// what nodecycle's first pass would do for each valid file, changing nothing.
     #[arg(long)]
     live: bool,
+    /// Treat warnings as failures: exit 1 when a file has a warning and no error (for CI).
+    #[arg(long)]
+    strict: bool,
 }
 
 /// Prints every problem of every file (errors and warnings, `<file>: <path>: <message>`), then
 /// the promotion chains across the files: a pool promoting from itself or a cycle is an error,
 /// an upstream that is none of the files a warning (it may be deployed from elsewhere; the
 /// ami-watcher checks the chains across every deployed policy). Exit 0 when no file has an
-/// error, 2 otherwise.
+/// error, 2 otherwise; with `--strict`, 1 when there is no error but a warning. `--live` runs
+/// when no file has an error, and the larger exit code of the two is returned.
 pub async fn run(args: Args) -> u8 {
     let code = check(&args);
-    if !args.live || code != 0 {
+    if !args.live || code == 2 {
         return code;
     }
-    live(&args.files).await
+    live(&args.files).await.max(code)
 }
 
 /// The offline checks (see [`run`]); with `--live` their lines go to stderr, so that stdout
@@ -37,6 +41,7 @@ fn check(args: &Args) -> u8 {
         }
     };
     let mut failed = false;
+    let mut warned = false;
     let mut chains = std::collections::BTreeMap::new();
     let mut files = std::collections::BTreeMap::new();
     for path in &args.files {
@@ -53,6 +58,7 @@ fn check(args: &Args) -> u8 {
             say(format!("{path}: {problem}"));
         }
         failed |= parsed.problems.has_errors();
+        warned |= parsed.problems.warnings().next().is_some();
         if let Some(p) = &parsed.policy {
             let from = p.promotion.as_ref().and_then(|x| x.from.clone());
             chains.insert(p.pool_id(), from);
@@ -62,16 +68,23 @@ fn check(args: &Args) -> u8 {
     for (pool, problem) in chain_problems(&chains) {
         let path = files.get(&pool).map(String::as_str).unwrap_or_default();
         match problem {
-            ChainProblem::UnknownUpstream { upstream, .. } => say(format!(
-                "{path}: promotion.from: warning: upstream pool {upstream} is not among the files given; the ami-watcher checks it against every deployed policy"
-            )),
+            ChainProblem::UnknownUpstream { upstream, .. } => {
+                say(format!(
+                    "{path}: promotion.from: warning: upstream pool {upstream} is not among the files given; the ami-watcher checks it against every deployed policy"
+                ));
+                warned = true;
+            }
             other => {
                 say(format!("{path}: {other}"));
                 failed = true;
             }
         }
     }
-    if failed { 2 } else { 0 }
+    match (failed, warned && args.strict) {
+        (true, _) => 2,
+        (false, true) => 1,
+        (false, false) => 0,
+    }
 }
 
 /// `--live`: for each file, what the first pass would do

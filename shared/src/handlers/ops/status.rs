@@ -195,13 +195,15 @@ async fn pool_status(
             });
             let mut b = serde_json::Map::new();
             for reason in [budget::Reason::Drifted, budget::Reason::Expired] {
-                let a = budget::evaluate(&policy.budgets, reason, p.total, p.disrupting, now);
+                let o = budget::outlook(&policy.budgets, reason, p.total, p.disrupting, now);
+                let a = &o.allowance;
                 b.insert(
                     reason.to_string(),
                     json!({
                         "allowed": a.allowed,
                         "limitedBy": a.limited_by.map(budget::budget_path),
-                        "nextChange": a.next_change.map(instant),
+                        "nextChange": o.next_change.map(instant),
+                        "nextWindowEdge": a.next_window_edge.map(instant),
                     }),
                 );
             }
