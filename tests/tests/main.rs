@@ -27,6 +27,7 @@ mod launch_template;
 mod managed;
 mod ops;
 mod organisation;
+mod policy_data;
 mod promotion;
 mod quarantine_ops;
 mod rotation;

@@ -82,6 +82,32 @@ impl Ssm {
             }
         }
     }
+
+    /// Stores `value` as String parameter `name` (overwriting), and returns its new version.
+    /// `advanced` asks for the Advanced tier; otherwise no tier is sent (a new parameter is
+    /// Standard, an existing one keeps its tier: SSM refuses to move one back to Standard).
+    pub async fn put_string(
+        &self,
+        name: &str,
+        value: &str,
+        advanced: bool,
+    ) -> Result<i64, PortError> {
+        let mut put = self
+            .client
+            .put_parameter()
+            .name(name)
+            .value(value)
+            .r#type(aws_sdk_ssm::types::ParameterType::String)
+            .overwrite(true);
+        if advanced {
+            put = put.tier(aws_sdk_ssm::types::ParameterTier::Advanced);
+        }
+        let out = put
+            .send()
+            .await
+            .map_err(|e| port_error("ssm:PutParameter", e))?;
+        Ok(out.version())
+    }
 }
 
 #[async_trait]

@@ -12,8 +12,9 @@ use saphyr_parser::{Event, Parser};
 
 use crate::problem::join;
 
-/// Largest document accepted, in bytes (SSM Advanced parameters hold 8 KB; a local file may
-/// carry comments).
+/// Largest document accepted, in bytes: the parser's bound on hostile input (a local file may
+/// carry comments). What an SSM parameter holds is a separate, smaller bound, checked where a
+/// policy is stored ([`super::stored::SSM_STANDARD_BYTES`], [`super::stored::SSM_ADVANCED_BYTES`]).
 pub const MAX_BYTES: usize = 32 * 1024;
 /// Largest number of nodes (scalars, lists, objects, keys included) once every alias is
 /// expanded. A policy with 30 terms of 10 tags each and 20 budgets has about 1,000.

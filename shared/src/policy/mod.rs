@@ -45,6 +45,7 @@ pub mod limits;
 pub mod place;
 mod pool_id;
 pub mod source;
+pub mod stored;
 mod terms;
 #[cfg(test)]
 mod tests;

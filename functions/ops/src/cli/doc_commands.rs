@@ -68,8 +68,28 @@ fn check_synopsis(text: &str, mentioned: &mut BTreeSet<(String, String)>) -> Res
             .find_subcommand(name)
             .ok_or_else(|| format!("no subcommand {name:?}"))?;
         mentioned.insert((name.to_string(), String::new()));
-        subcommands.push(sub);
+        subcommands.push((name.to_string(), sub));
     }
+    let mut words = words.peekable();
+    // A command with subcommands of its own (`nodecycle policy get|diff|apply ...`).
+    if let [(parent, sub)] = subcommands.as_slice()
+        && sub.has_subcommands()
+        && let Some(next) = words.peek()
+    {
+        let (parent, sub) = (parent.clone(), *sub);
+        let mut nested = Vec::new();
+        for n in next.split('|').filter(|n| !n.is_empty()) {
+            let child = sub
+                .find_subcommand(n)
+                .ok_or_else(|| format!("no subcommand {parent} {n:?}"))?;
+            let name = format!("{parent} {n}");
+            mentioned.insert((name.clone(), String::new()));
+            nested.push((name, child));
+        }
+        subcommands = nested;
+        words.next();
+    }
+    let names: Vec<String> = subcommands.iter().map(|(n, _)| n.clone()).collect();
     for word in words {
         let Some(start) = word.find("--") else {
             continue;
@@ -81,14 +101,14 @@ fn check_synopsis(text: &str, mentioned: &mut BTreeSet<(String, String)>) -> Res
         if flag.is_empty() {
             continue;
         }
-        let owner = subcommands
+        let (owner, _) = subcommands
             .iter()
-            .find(|s| {
+            .find(|(_, s)| {
                 s.get_arguments()
                     .any(|a| a.get_long() == Some(flag.as_str()))
             })
             .ok_or_else(|| format!("--{flag} is no flag of {}", names.join("|")))?;
-        mentioned.insert((owner.get_name().to_string(), flag));
+        mentioned.insert((owner.clone(), flag));
     }
     Ok(())
 }
@@ -99,11 +119,19 @@ fn used(words: &[String]) -> Vec<(String, String)> {
     let Some(name) = words.get(1) else {
         return Vec::new();
     };
-    let Some(sub) = cli.find_subcommand(name) else {
+    let Some(mut sub) = cli.find_subcommand(name) else {
         return Vec::new();
     };
     let mut out = vec![(name.clone(), String::new())];
-    for w in &words[2..] {
+    let mut name = name.clone();
+    let mut rest = &words[2..];
+    if let Some(child) = rest.first().and_then(|w| sub.find_subcommand(w)) {
+        name = format!("{name} {}", child.get_name());
+        out.push((name.clone(), String::new()));
+        sub = child;
+        rest = &rest[1..];
+    }
+    for w in rest {
         if let Some(flag) = w.strip_prefix("--") {
             let flag = flag.split('=').next().unwrap_or_default();
             if sub.get_arguments().any(|a| a.get_long() == Some(flag)) {
@@ -189,9 +217,16 @@ fn every_nodecycle_command_in_the_docs_parses() {
 
     // docs/reference.md names every subcommand and every flag.
     let mut missing = Vec::new();
-    for sub in Cli::command().get_subcommands() {
-        let name = sub.get_name().to_string();
-        if name == "help" {
+    let cli = Cli::command();
+    let mut all = Vec::new();
+    for sub in cli.get_subcommands() {
+        all.push((sub.get_name().to_string(), sub));
+        for child in sub.get_subcommands() {
+            all.push((format!("{} {}", sub.get_name(), child.get_name()), child));
+        }
+    }
+    for (name, sub) in all {
+        if name == "help" || name.ends_with(" help") {
             continue;
         }
         if !in_reference.contains(&(name.clone(), String::new())) {

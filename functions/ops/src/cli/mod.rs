@@ -8,6 +8,7 @@ mod doctor;
 mod drain;
 mod ops;
 mod plan;
+mod policy;
 mod resolve;
 mod run;
 mod simulate;
@@ -28,6 +29,9 @@ enum Command {
     /// Validate policy files; one line per problem (`<file>: <path>: <message>`), exit 2 if any
     /// error. With --live, also what the first pass would do for each (JSON), changing nothing.
     Validate(validate::Args),
+    /// Policies as data: print (get), compare (diff) or store (apply) the policies kept as SSM
+    /// parameters under the prefix.
+    Policy(policy::Args),
     /// Resolve a policy's amiSelectorTerms against AWS and print the desired AMI and candidates.
     Resolve(resolve::Args),
     /// Evaluate a policy's disruption budgets at an instant.
@@ -72,6 +76,7 @@ enum Command {
 pub async fn run(cli: Cli) -> u8 {
     match cli.command {
         Command::Validate(a) => validate::run(a).await,
+        Command::Policy(a) => policy::run(a).await,
         Command::Resolve(a) => resolve::run(a).await,
         Command::Budget(a) => budget::run(a),
         Command::Run(a) => run::run(a).await,

@@ -1,11 +1,18 @@
-//! `nodecycle validate <POLICY_FILE>...` and `nodecycle validate --live <POLICY_FILE>...`
+//! `nodecycle validate <POLICY_FILE>...`, `nodecycle validate --live <POLICY_FILE>...` and
+//! `nodecycle validate --prefix <PREFIX> [POOL...]` (the stored form).
+
+use nodecycle::policy::source::PolicyDocument;
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Policy files (YAML or JSON).
-    #[arg(required = true, value_name = "POLICY_FILE")]
+    /// Policy files (YAML or JSON); with --prefix, pools (`<cluster>/<name>`, all when none).
+    #[arg(required_unless_present = "prefix", value_name = "POLICY_FILE")]
     files: Vec<String>,
+    /// Validate the policies stored as SSM parameters under this prefix (e.g.
+    /// /nodecycle/pools/) instead of files: the stored form, cluster and name from the path.
+    #[arg(long, conflicts_with = "live")]
+    prefix: Option<String>,
     /// Also read the live group (and the state table when NODECYCLE_TABLE is set) and print
     /// what nodecycle's first pass would do for each valid file, changing nothing.
     #[arg(long)]
@@ -22,16 +29,78 @@ pub struct Args {
 /// error, 2 otherwise; with `--strict`, 1 when there is no error but a warning. `--live` runs
 /// when no file has an error, and the larger exit code of the two is returned.
 pub async fn run(args: Args) -> u8 {
-    let code = check(&args);
+    if let Some(prefix) = &args.prefix {
+        return stored(&args, prefix).await;
+    }
+    let docs = args
+        .files
+        .iter()
+        .map(|path| {
+            let doc = std::fs::read_to_string(path)
+                .map(|text| PolicyDocument::file(path.clone(), text))
+                .map_err(|e| format!("{path}: cannot read: {e}"));
+            (path.clone(), doc)
+        })
+        .collect::<Vec<_>>();
+    let code = check(&args, &docs, true);
     if !args.live || code == 2 {
         return code;
     }
     live(&args.files).await.max(code)
 }
 
-/// The offline checks (see [`run`]); with `--live` their lines go to stderr, so that stdout
-/// is the JSON alone.
-fn check(args: &Args) -> u8 {
+/// `--prefix`: the documents stored under the prefix (those of the pools given, all when none)
+/// checked as the deployed functions read them. Exit 1 when they cannot be read, 2 when a pool
+/// given is not stored.
+async fn stored(args: &Args, prefix: &str) -> u8 {
+    let prefix = super::policy::prefix(Some(prefix));
+    let mut wanted = Vec::new();
+    for p in &args.files {
+        match nodecycle::policy::PoolId::parse(p) {
+            Ok(id) => wanted.push(nodecycle::policy::stored::parameter_name(&prefix, &id)),
+            Err(e) => {
+                println!("{p}: not a pool: {e}");
+                return 2;
+            }
+        }
+    }
+    let ssm = match super::policy::ssm().await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let all = match ssm.parameters_by_path(&prefix).await {
+        Ok(all) => all,
+        Err(e) => {
+            super::print_json(&serde_json::json!({"error": super::policy::aws_error(&e)}));
+            return 1;
+        }
+    };
+    let mut missing = false;
+    for w in &wanted {
+        if !all.iter().any(|p| &p.name == w) {
+            println!("{w}: no policy stored at this parameter");
+            missing = true;
+        }
+    }
+    let docs: Vec<(String, Result<PolicyDocument, String>)> = all
+        .into_iter()
+        .filter(|p| wanted.is_empty() || wanted.contains(&p.name))
+        .map(|p| {
+            let name = p.name.clone();
+            (
+                name,
+                Ok(PolicyDocument::parameter(&prefix, p.name, p.value)),
+            )
+        })
+        .collect();
+    let code = check(args, &docs, false);
+    if missing { code.max(2) } else { code }
+}
+
+/// The offline checks (see [`run`]) of `docs` (source, document or why it is unreadable);
+/// `size_bounds`: also the SSM size bounds (a stored document fits its parameter already). With
+/// `--live` their lines go to stderr, so that stdout is the JSON alone.
+fn check(args: &Args, docs: &[(String, Result<PolicyDocument, String>)], size_bounds: bool) -> u8 {
     use nodecycle::promotion::{ChainProblem, chain_problems};
     let say = |line: String| {
         if args.live {
@@ -44,18 +113,31 @@ fn check(args: &Args) -> u8 {
     let mut warned = false;
     let mut chains = std::collections::BTreeMap::new();
     let mut files = std::collections::BTreeMap::new();
-    for path in &args.files {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) => {
-                say(format!("{path}: cannot read: {e}"));
+    for (path, doc) in docs {
+        let doc = match doc {
+            Ok(d) => d,
+            Err(line) => {
+                say(line.clone());
                 failed = true;
                 continue;
             }
         };
-        let parsed = nodecycle::policy::parse(&text);
+        let parsed = nodecycle::policy::parse_document(doc);
         for problem in &parsed.problems.0 {
             say(format!("{path}: {problem}"));
+        }
+        if size_bounds {
+            match nodecycle::policy::stored::size_problem(doc.text.len()) {
+                Ok(None) => {}
+                Ok(Some(warning)) => {
+                    say(format!("{path}: (document): warning: {warning}"));
+                    warned = true;
+                }
+                Err(error) => {
+                    say(format!("{path}: (document): {error}"));
+                    failed = true;
+                }
+            }
         }
         failed |= parsed.problems.has_errors();
         warned |= parsed.problems.warnings().next().is_some();
@@ -95,7 +177,6 @@ fn check(args: &Args) -> u8 {
 /// a pool's AMI does not resolve (its entry says why).
 async fn live(files: &[String]) -> u8 {
     use nodecycle::handlers::onboard;
-    use nodecycle::policy::source::PolicyDocument;
     nodecycle::logging::init();
     let config = nodecycle::aws::load_config().await;
     let table = std::env::var(nodecycle::state::TABLE_ENV)
