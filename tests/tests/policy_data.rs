@@ -187,6 +187,23 @@ fn oversized_and_invalid_policies_are_refused_before_anything_is_stored() {
     let out = run(&["policy", "get"], Some(&cloud), &[]);
     assert_eq!(json_out(&out), json!([]), "{}", stdout(&out));
 
+    // A cycle through the stored policies and the files: refused, nothing written.
+    let test_general = std::fs::read_to_string(repo("examples/test-general.yaml")).unwrap();
+    cloud.put_parameter(
+        "/nodecycle/pools/test/general",
+        &format!("{test_general}promotion:\n  from: prod/apps\n  soak: 24h\n"),
+    );
+    puts(&cloud);
+    let out = run(&["policy", "apply", "-f", &good], Some(&cloud), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("{good}: promotion.from")),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(puts(&cloud), 0, "nothing is stored");
+    cloud.delete_parameter("/nodecycle/pools/test/general");
+
     // --tier Advanced stores the medium one.
     let out = run(
         &["policy", "apply", "-f", &medium, "--tier", "Advanced"],
@@ -233,4 +250,55 @@ fn missing_configuration_names_what_to_set() {
     for debug in ["Some(", "DispatchFailure("] {
         assert!(!text.contains(debug), "{text}");
     }
+}
+
+/// `validate --prefix`: the stored form (cluster and name from the path), which the file
+/// validator refuses, and the problems of a stored document named by its parameter.
+#[test]
+fn validate_prefix_checks_the_stored_form() {
+    let cloud = FakeCloud::start();
+    let stored_form = "nodeGroup: { autoScalingGroup: prod-general }\namiSelectorTerms:\n  - alias: al2023@latest\n";
+    cloud.put_parameter("/nodecycle/pools/prod/general", stored_form);
+    let file = temp_file("stored-form.yaml", stored_form);
+    assert_eq!(run(&["validate", &file], None, &[]).status.code(), Some(2));
+    let out = run(&["validate", "--prefix", PREFIX], Some(&cloud), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/broken",
+        &format!("{stored_form}paused: yes\n"),
+    );
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/other",
+        &format!("cluster: prod\nname: general\n{stored_form}"),
+    );
+    let out = run(&["validate", "--prefix", PREFIX], Some(&cloud), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("/nodecycle/pools/prod/broken: paused: expected a boolean"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/nodecycle/pools/prod/other: name: "),
+        "{text}"
+    );
+    // Only the pools given.
+    let out = run(
+        &["validate", "--prefix", "/nodecycle/pools", "prod/general"],
+        Some(&cloud),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = run(
+        &["validate", "--prefix", PREFIX, "prod/missing"],
+        Some(&cloud),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("/nodecycle/pools/prod/missing: no policy stored"),
+        "{}",
+        stdout(&out)
+    );
 }

@@ -323,6 +323,9 @@ async fn diff_or_apply(args: FileArgs, apply: bool) -> u8 {
             return 2;
         }
     };
+    if chains_broken(&prefix, &plan) {
+        return 2;
+    }
     let mut pools = Vec::new();
     let mut written = 0;
     let mut failure = None;
@@ -382,6 +385,56 @@ async fn diff_or_apply(args: FileArgs, apply: bool) -> u8 {
     }
     print_json(&out);
     u8::from(failure.is_some())
+}
+
+/// The promotion chains once the files are stored (the stored policies, each file in its
+/// pool's place): a pool of the files promoting from itself or in a cycle is an error (its
+/// line on stdout, `true`); an upstream stored nowhere a warning on stderr.
+fn chains_broken(prefix: &str, plan: &stored::Plan) -> bool {
+    use nodecycle::policy::source::PolicyDocument;
+    use nodecycle::promotion::{ChainProblem, chain_problems};
+    let from_of = |doc: PolicyDocument| {
+        let parsed = nodecycle::policy::parse_document(&doc);
+        parsed
+            .policy
+            .map(|p| (p.pool_id(), p.promotion.and_then(|x| x.from)))
+    };
+    let mut chains = std::collections::BTreeMap::new();
+    let stored_docs = plan
+        .steps
+        .iter()
+        .filter_map(|s| s.stored.as_ref())
+        .chain(&plan.not_in_files);
+    for s in stored_docs {
+        let doc = PolicyDocument::parameter(prefix, s.name.clone(), s.text.clone());
+        if let Some((pool, from)) = from_of(doc) {
+            chains.insert(pool, from);
+        }
+    }
+    let mut files = std::collections::BTreeMap::new();
+    for step in &plan.steps {
+        let doc = PolicyDocument::file(step.file.path.clone(), step.file.text.clone());
+        if let Some((pool, from)) = from_of(doc) {
+            chains.insert(pool.clone(), from);
+            files.insert(pool, step.file.path.clone());
+        }
+    }
+    let mut broken = false;
+    for (pool, problem) in chain_problems(&chains) {
+        let Some(path) = files.get(&pool) else {
+            continue;
+        };
+        match problem {
+            ChainProblem::UnknownUpstream { upstream, .. } => eprintln!(
+                "{path}: promotion.from: warning: upstream pool {upstream} is neither among the files nor stored under {prefix}"
+            ),
+            other => {
+                println!("{path}: {other}");
+                broken = true;
+            }
+        }
+    }
+    broken
 }
 
 #[cfg(test)]
