@@ -524,4 +524,39 @@ pub(crate) mod tests {
             prop_assert_eq!(r.history.len(), ids.len());
         }
     }
+
+    /// `adoptedAt` is the earliest resolution whatever order the writers land in, and a record
+    /// written before the field counts from its history's first observation.
+    #[test]
+    fn adoption_is_the_earliest_resolution_in_any_order() {
+        let t = |h: i64| {
+            DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z")
+                .unwrap()
+                .with_timezone(&Utc)
+                + chrono::TimeDelta::hours(h)
+        };
+        let obs = |h: i64, id: &str| Observation::Resolved {
+            at: t(h),
+            kubernetes_version: "1.30".into(),
+            desired: ami(id),
+        };
+        let empty = PoolRecord::default();
+        assert_eq!(empty.adopted(), None);
+        let a = empty.apply(&obs(5, "ami-a")).apply(&obs(2, "ami-b"));
+        let b = empty.apply(&obs(2, "ami-b")).apply(&obs(5, "ami-a"));
+        assert_eq!(a.adopted_at, Some(t(2)));
+        assert_eq!(b.adopted_at, Some(t(2)));
+        // An older record: no field, the history's first observation counts.
+        let old = PoolRecord {
+            adopted_at: None,
+            ..a.clone()
+        };
+        assert_eq!(old.adopted(), Some(t(2)));
+        // A failure never adopts.
+        let failed = empty.apply(&Observation::Failed {
+            at: t(1),
+            message: "no image".into(),
+        });
+        assert_eq!(failed.adopted(), None);
+    }
 }

@@ -168,6 +168,9 @@ impl Pin<'_> {
         let name = image.name.clone();
         self.change
             .update(policy, origin, now, "pin", reason, move |r, by| {
+                // A pin is the pool's first desired AMI when the terms never resolved: from
+                // then on nodecycle acts on its nodes (their forced expiry counts from here).
+                let adopted_at = Some(r.adopted().map_or(by.at, |a| a.min(by.at)));
                 let same = r.pin.as_ref().is_some_and(|p| p.ami == ami);
                 let pin = if same {
                     r.pin.clone()
@@ -181,6 +184,7 @@ impl Pin<'_> {
                 (
                     PoolRecord {
                         pin: pin.clone(),
+                        adopted_at,
                         ..r.clone()
                     },
                     json!({

@@ -185,6 +185,20 @@ async fn pin_takes_only_an_available_image_of_the_pools_architecture() {
     assert_eq!(out["desired"], "ami-1", "{out}");
     let record = d.ops.cell.state.pool(POOL).await.unwrap().unwrap();
     assert_eq!(record.pin.as_ref().map(|p| p.ami.as_str()), Some("ami-1"));
+    // The pin is the pool's first desired AMI: the pool is adopted now, and a later pin keeps
+    // that adoption.
+    assert_eq!(record.adopted_at, Some(now()));
+    pin.run(
+        &p,
+        "ami-1",
+        "again",
+        &inv("r2b"),
+        now() + chrono::TimeDelta::hours(1),
+    )
+    .await
+    .unwrap();
+    let record = d.ops.cell.state.pool(POOL).await.unwrap().unwrap();
+    assert_eq!(record.adopted_at, Some(now()));
     // Unpinning gives the pin back in the answer and clears it.
     let out = change(&d)
         .set(pool::Field::Unpin, &p, "fixed", &inv("r3"), now())
