@@ -77,8 +77,8 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
 ];
 
 /// Adapter methods that reach SDK calls but no Lambda function calls: `nodecycle doctor`'s ports
-/// (the operator's credentials), the CLI's local table setup, and helpers reached only through
-/// the listed methods.
+/// (the operator's credentials), the CLI's local table setup, `nodecycle policy apply`'s
+/// parameter writes, and helpers reached only through the listed methods.
 pub const NOT_IN_LAMBDAS: &[&str] = &[
     "StackOutputs::outputs",
     "EventRules::{rule_state,rules,targets}",
@@ -87,7 +87,7 @@ pub const NOT_IN_LAMBDAS: &[&str] = &[
     "ClusterAccessInfo::{cluster,access_entries,access_entry}",
     "PolicyDocuments::under",
     "Table::create_if_missing",
-    "Ssm::{parameters_by_path,parameter}",
+    "Ssm::{parameters_by_path,parameter,put_string}",
 ];
 
 /// The `Trait::method` names an entry of [`FUNCTIONS`] or [`NOT_IN_LAMBDAS`] stands for:
