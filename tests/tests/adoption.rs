@@ -8,7 +8,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use crate::cli::{repo, run, stdout, temp_file};
+use crate::cli::{repo, temp_file};
 use crate::support;
 
 use chrono::{DateTime, Datelike, TimeDelta, Timelike, Utc};
@@ -49,19 +49,7 @@ async fn adopted(paused: bool) -> (Pool, Operator) {
 /// `validate --live` of `text` at the real clock, reading the state table.
 fn validate_live(p: &Pool, text: &str) -> (Option<i32>, Value) {
     let file = temp_file("adoption.yaml", text);
-    let out = run(
-        &["validate", "--live", &file],
-        Some(&p.cloud),
-        &[("NODECYCLE_TABLE", "nodecycle")],
-    );
-    let v: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}{}",
-            stdout(&out),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code(), v["pools"][0].clone())
+    crate::cli::validate_live(&p.cloud, &file, &[("NODECYCLE_TABLE", "nodecycle")])
 }
 
 async fn status(operator: &Operator, now: DateTime<Utc>) -> Value {

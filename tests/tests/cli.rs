@@ -44,6 +44,24 @@ pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `nodecycle validate --live FILE` against `cloud` with `env`: its exit code and the entry of
+/// its one pool.
+pub(crate) fn validate_live(
+    cloud: &FakeCloud,
+    file: &str,
+    env: &[(&str, &str)],
+) -> (Option<i32>, Value) {
+    let out = run(&["validate", "--live", file], Some(cloud), env);
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            stdout(&out),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), v["pools"][0].clone())
+}
+
 pub(crate) fn temp_file(name: &str, text: &str) -> String {
     let dir = std::env::temp_dir().join(format!("nodecycle-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -478,17 +496,7 @@ async fn validate_live_previews_the_first_pass_and_writes_nothing() {
             "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n    - nodes: \"1\"\npaused: {paused}\n"
         )
     };
-    let live = |file: &str, env: &[(&str, &str)]| {
-        let out = run(&["validate", "--live", file], Some(&cloud), env);
-        let v: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| {
-            panic!(
-                "{e}: {}{}",
-                stdout(&out),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (out.status.code(), v["pools"][0].clone())
-    };
+    let live = |file: &str, env: &[(&str, &str)]| validate_live(&cloud, file, env);
 
     // Unpaused, without the table: the terms resolve to golden-2, every node is drifted, the
     // first pass moves the launch template and starts one rotation (budget "1").

@@ -461,15 +461,20 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
             _ => None,
         })
         .collect();
-    let budget_at_once = crate::budget::evaluate(
-        &snapshot.policy.budgets,
-        crate::budget::Reason::Expired,
-        counts.total,
-        0,
-        now,
-    )
-    .allowed;
-    let forced_at_once = ForcedAtOnce::check(&forced, counts.total, budget_at_once, gate.as_ref());
+    // The budgets are evaluated again only when several nodes are forced (rare).
+    let forced_at_once = (forced.len() > 1)
+        .then(|| {
+            let at_once = crate::budget::evaluate(
+                &snapshot.policy.budgets,
+                crate::budget::Reason::Expired,
+                counts.total,
+                0,
+                now,
+            )
+            .allowed;
+            ForcedAtOnce::check(&forced, counts.total, at_once, gate.as_ref())
+        })
+        .flatten();
     if let Some(f) = &forced_at_once {
         decisions.push(Decision::pool(DecisionKind::Anomaly, f.message.clone()));
     }
