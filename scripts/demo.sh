@@ -130,5 +130,5 @@ seed converged prod-apps 4 v20241109 || { echo "prod/apps left v20241109" >&2; e
 seed pool-state test/general prod/apps
 for release in v20241109 v20241201; do
   echo "==> nodecycle promotion $release (the release's journey through the stages)"
-  "$NODECYCLE" promotion "$release" 2>/dev/null | seed journey
+  "$NODECYCLE" promotion "$release" -o json 2>/dev/null | seed journey
 done

@@ -70,32 +70,81 @@ impl Runtime {
 
 /// Serves `function` as a Lambda function until the runtime stops it: each event with its
 /// [`Invocation`](crate::handlers::Invocation) from the invocation's context (the time it is
-/// taken, the deadline, the request id, and the caller when the client sets one: `--client-context`
-/// with `{"custom": {"caller": "..."}}`, or a Cognito identity). Lambda does not tell a function
-/// which IAM principal invoked it (CloudTrail data events do): the ops function's audit records
-/// the caller given and the request id, to correlate with CloudTrail.
+/// taken, the deadline, the request id) and the caller (see [`serve_ops`] for the ops function;
+/// here the caller a client context claims, `--client-context` with
+/// `{"custom": {"caller": "..."}}`, or a Cognito identity, marked `unverified:`).
 #[cfg(feature = "lambda")]
 pub async fn serve(function: impl crate::handlers::Function) -> Result<(), lambda_runtime::Error> {
+    serve_with(function, None).await
+}
+
+/// [`serve`] for the ops function, whose audit names who asked: a request carrying a caller
+/// proof ([`crate::aws::caller`], what the `nodecycle` CLI sends) is served with the IAM
+/// identity STS reports for it as the caller, and refused (`Unauthenticated`, nothing done)
+/// when the proof does not verify; the proof is taken out of the request first, so no record
+/// or log holds it. A request without one is served with the claimed caller marked
+/// `unverified:` (Lambda does not tell a function which principal invoked it; CloudTrail
+/// data events do, by request id).
+#[cfg(feature = "lambda")]
+pub async fn serve_ops(
+    function: impl crate::handlers::Function,
+    callers: crate::aws::caller::StsCallers,
+) -> Result<(), lambda_runtime::Error> {
+    serve_with(function, Some(callers)).await
+}
+
+#[cfg(feature = "lambda")]
+async fn serve_with(
+    function: impl crate::handlers::Function,
+    callers: Option<crate::aws::caller::StsCallers>,
+) -> Result<(), lambda_runtime::Error> {
+    use crate::aws::caller::PROOF_FIELD;
     let function = &function;
+    let callers = &callers;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| async move {
             let ctx = &event.context;
-            let caller = ctx
-                .client_context
-                .as_ref()
-                .and_then(|c| c.custom.get("caller").cloned())
-                .or_else(|| {
-                    ctx.identity
-                        .as_ref()
-                        .map(|i| format!("cognito:{}", i.identity_id))
-                });
+            let mut payload = event.payload;
+            let proof = payload
+                .as_object_mut()
+                .and_then(|o| o.remove(PROOF_FIELD));
+            let caller = match (proof, callers) {
+                (Some(proof), Some(callers)) => {
+                    let verified = match proof.as_str() {
+                        Some(p) => callers.verify(p, std::time::SystemTime::now()).await,
+                        None => Err(format!("{PROOF_FIELD} is not a string")),
+                    };
+                    match verified {
+                        Ok(c) => Some(c.arn),
+                        Err(why) => {
+                            tracing::warn!(request_id = %ctx.request_id, decision = "refused", reason = %why, "caller proof not verified; nothing done");
+                            return Err(crate::handlers::HandlerError {
+                                error_type: "Unauthenticated".into(),
+                                message: format!(
+                                    "the caller could not be verified, so nothing was done: {why}"
+                                ),
+                            });
+                        }
+                    }
+                }
+                _ => ctx
+                    .client_context
+                    .as_ref()
+                    .and_then(|c| c.custom.get("caller").cloned())
+                    .or_else(|| {
+                        ctx.identity
+                            .as_ref()
+                            .map(|i| format!("cognito:{}", i.identity_id))
+                    })
+                    .map(|claim| format!("unverified:{claim}")),
+            };
             let inv = crate::handlers::Invocation {
                 now: chrono::Utc::now(),
                 deadline: crate::handlers::deadline_from_epoch_ms(ctx.deadline),
                 request_id: Some(&ctx.request_id),
                 caller: caller.as_deref(),
             };
-            function.invoke(&event.payload, inv).await
+            function.invoke(&payload, inv).await
         },
     ))
     .await
@@ -441,6 +490,19 @@ impl RotatorConfig {
     /// The ops handler over the adapters of `runtime`.
     pub fn ops(&self, runtime: &Runtime) -> crate::handlers::ops::OpsHandler {
         crate::handlers::ops::OpsHandler::new(&self.common.ports_in(runtime), self.settings.clone())
+    }
+
+    /// The ops function's caller verification ([`serve_ops`]): proofs for `function` (its
+    /// name, `AWS_LAMBDA_FUNCTION_NAME`) replayed to the STS endpoint of `runtime`.
+    #[cfg(feature = "lambda")]
+    pub fn callers(
+        runtime: &Runtime,
+        function: &str,
+    ) -> Result<crate::aws::caller::StsCallers, HandlerError> {
+        crate::aws::caller::StsCallers::new(&runtime.sdk, function).map_err(|m| HandlerError {
+            error_type: "Configuration".into(),
+            message: m,
+        })
     }
 }
 

@@ -4,6 +4,13 @@
 //! function ARN headers (and the client context when the invoker sent one), and posts `/response` or `/error` (`errorType`, `errorMessage`), or
 //! `/runtime/init/error` when it cannot start. Plain HTTP/1.1 on loopback, one thread per
 //! connection, `Connection: close` on every answer.
+//!
+//! It also serves Lambda's `Invoke` API for the function it runs
+//! ([`RuntimeApi::serve_invoke`]): `POST /2015-03-31/functions/{name}/invocations` (a name or
+//! ARN ending in it; any other is `404 ResourceNotFoundException`), the `X-Amz-Client-Context`
+//! header (base64 of the JSON) delivered as the client context, answered with the function's
+//! response (`200`), or its error with `X-Amz-Function-Error: Unhandled`, as Lambda answers a
+//! synchronous invocation. Point an SDK at it with `AWS_ENDPOINT_URL_LAMBDA=http://<addr>`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -35,13 +42,17 @@ struct State {
     outcomes: HashMap<String, Outcome>,
     next_requests: u32,
     init_error: Option<Value>,
+    serial: u64,
+    /// The function names `Invoke` answers for ([`RuntimeApi::serve_invoke`]).
+    functions: Vec<String>,
+    /// `Invoke` calls received: (function, client context).
+    invokes: Vec<(String, Option<Value>)>,
 }
 
 /// The emulator; serves until dropped (the listener thread ends with the process).
 pub struct RuntimeApi {
     addr: String,
     shared: Arc<(Mutex<State>, Condvar)>,
-    serial: Mutex<u64>,
 }
 
 impl RuntimeApi {
@@ -57,11 +68,24 @@ impl RuntimeApi {
                 std::thread::spawn(move || serve(stream, &shared));
             }
         });
-        RuntimeApi {
-            addr,
-            shared,
-            serial: Mutex::new(0),
-        }
+        RuntimeApi { addr, shared }
+    }
+
+    /// Answers Lambda's `Invoke` for `function` (the name the stack's `OpsFunctionName` gives)
+    /// from now on, beside the names given before (an alias of the same process: the function
+    /// itself still knows its own name from `AWS_LAMBDA_FUNCTION_NAME`).
+    pub fn serve_invoke(&self, function: &str) {
+        self.shared
+            .0
+            .lock()
+            .expect("state")
+            .functions
+            .push(function.to_string());
+    }
+
+    /// `Invoke` calls received so far: the function named and the client context sent.
+    pub fn invokes(&self) -> Vec<(String, Option<Value>)> {
+        self.shared.0.lock().expect("state").invokes.clone()
     }
 
     /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
@@ -85,33 +109,13 @@ impl RuntimeApi {
         timeout: Duration,
         wait: Duration,
     ) -> Option<Outcome> {
-        let id = {
-            let mut n = self.serial.lock().expect("serial");
-            *n += 1;
-            format!("00000000-0000-4000-8000-{:012}", *n)
-        };
-        let deadline_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis()
-            + timeout.as_millis();
-        let (lock, cvar) = &*self.shared;
-        let mut state = lock.lock().expect("state");
-        state.queue.push_back(Pending {
-            id: id.clone(),
-            body: serde_json::to_vec(event).expect("event"),
-            deadline_ms,
-            client_context: client_context.map(Value::to_string),
-        });
-        cvar.notify_all();
-        let until = Instant::now() + wait;
-        loop {
-            if let Some(o) = state.outcomes.remove(&id) {
-                return Some(o);
-            }
-            let left = until.checked_duration_since(Instant::now())?;
-            state = cvar.wait_timeout(state, left).expect("wait").0;
-        }
+        enqueue_and_wait(
+            &self.shared,
+            serde_json::to_vec(event).expect("event"),
+            client_context.map(Value::to_string),
+            timeout,
+            wait,
+        )
     }
 
     /// `GET /runtime/invocation/next` requests received so far.
@@ -122,6 +126,40 @@ impl RuntimeApi {
     /// The body of `POST /runtime/init/error`, if the function reported one.
     pub fn init_error(&self) -> Option<Value> {
         self.shared.0.lock().expect("state").init_error.clone()
+    }
+}
+
+/// Queues one invocation and waits (at most `wait`) for its outcome.
+fn enqueue_and_wait(
+    shared: &(Mutex<State>, Condvar),
+    body: Vec<u8>,
+    client_context: Option<String>,
+    timeout: Duration,
+    wait: Duration,
+) -> Option<Outcome> {
+    let deadline_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+        + timeout.as_millis();
+    let (lock, cvar) = shared;
+    let mut state = lock.lock().expect("state");
+    state.serial += 1;
+    let id = format!("00000000-0000-4000-8000-{:012}", state.serial);
+    state.queue.push_back(Pending {
+        id: id.clone(),
+        body,
+        deadline_ms,
+        client_context,
+    });
+    cvar.notify_all();
+    let until = Instant::now() + wait;
+    loop {
+        if let Some(o) = state.outcomes.remove(&id) {
+            return Some(o);
+        }
+        let left = until.checked_duration_since(Instant::now())?;
+        state = cvar.wait_timeout(state, left).expect("wait").0;
     }
 }
 
@@ -140,12 +178,16 @@ fn serve(stream: TcpStream, shared: &(Mutex<State>, Condvar)) {
     let path = parts.next().unwrap_or_default().to_string();
     let mut length = 0usize;
     let mut chunked = false;
+    let mut client_context_b64: Option<String> = None;
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
             break;
         }
         let lower = header.to_ascii_lowercase();
+        if lower.starts_with("x-amz-client-context:") {
+            client_context_b64 = header.split_once(':').map(|(_, v)| v.trim().to_string());
+        }
         if let Some(v) = lower.strip_prefix("content-length:") {
             length = v.trim().parse().unwrap_or(0);
         }
@@ -175,6 +217,18 @@ fn serve(stream: TcpStream, shared: &(Mutex<State>, Condvar)) {
         let _ = w.flush();
     };
     let accepted = br#"{"status":"OK"}"#;
+    if let Some(rest) = path.strip_prefix("/2015-03-31/functions/") {
+        invoke(
+            rest,
+            &method,
+            body,
+            client_context_b64,
+            shared,
+            &mut writer,
+            &reply,
+        );
+        return;
+    }
     let prefix = "/2018-06-01/runtime/";
     let Some(route) = path.strip_prefix(prefix) else {
         reply(&mut writer, "404 Not Found", &[], b"{}");
@@ -238,6 +292,87 @@ fn serve(stream: TcpStream, shared: &(Mutex<State>, Condvar)) {
             }
         }
         _ => reply(&mut writer, "404 Not Found", &[], b"{}"),
+    }
+}
+
+/// Writes one answer: status line, extra headers, body.
+type Reply<'a> = dyn Fn(&mut TcpStream, &str, &[(String, String)], &[u8]) + 'a;
+
+/// Lambda's synchronous `Invoke` of the function the emulator runs.
+fn invoke(
+    rest: &str,
+    method: &str,
+    body: Vec<u8>,
+    client_context_b64: Option<String>,
+    shared: &(Mutex<State>, Condvar),
+    writer: &mut TcpStream,
+    reply: &Reply<'_>,
+) {
+    use base64::Engine as _;
+    let name = rest
+        .split(['/', '?'])
+        .next()
+        .map(|n| n.replace("%3A", ":"))
+        .unwrap_or_default();
+    let served = shared.0.lock().expect("state").functions.clone();
+    let known = served
+        .iter()
+        .any(|f| name == *f || name.ends_with(&format!(":function:{f}")));
+    if method != "POST" || !rest.contains("/invocations") || !known {
+        let error =
+            serde_json::json!({"Type": "User", "Message": format!("Function not found: {name}")});
+        reply(
+            writer,
+            "404 Not Found",
+            &[(
+                "x-amzn-ErrorType".into(),
+                "ResourceNotFoundException".into(),
+            )],
+            error.to_string().as_bytes(),
+        );
+        return;
+    }
+    let client_context = client_context_b64.and_then(|b| {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(b).ok()?;
+        serde_json::from_slice::<Value>(&bytes).ok()
+    });
+    shared
+        .0
+        .lock()
+        .expect("state")
+        .invokes
+        .push((name, client_context.clone()));
+    let outcome = enqueue_and_wait(
+        shared,
+        body,
+        client_context.as_ref().map(Value::to_string),
+        Duration::from_secs(300),
+        Duration::from_secs(120),
+    );
+    let executed = ("X-Amz-Executed-Version".to_string(), "$LATEST".to_string());
+    match outcome {
+        Some(Outcome::Response(v)) => {
+            reply(writer, "200 OK", &[executed], v.to_string().as_bytes());
+        }
+        Some(Outcome::Error(v)) => reply(
+            writer,
+            "200 OK",
+            &[
+                executed,
+                ("X-Amz-Function-Error".into(), "Unhandled".into()),
+            ],
+            v.to_string().as_bytes(),
+        ),
+        None => {
+            let error =
+                serde_json::json!({"Type": "Service", "Message": "the function did not answer"});
+            reply(
+                writer,
+                "500 Internal Server Error",
+                &[("x-amzn-ErrorType".into(), "ServiceException".into())],
+                error.to_string().as_bytes(),
+            );
+        }
     }
 }
 

@@ -631,6 +631,7 @@ fn bin() -> PathBuf {
 fn cli(args: &[&str], cloud: &FakeCloud) -> (Option<i32>, Value) {
     let out: Output = Command::new(bin())
         .args(args)
+        .args(["-o", "json"])
         .env_remove("AWS_PROFILE")
         .env("NODECYCLE_LOG", "warn")
         .env("NODECYCLE_TABLE", "nodecycle")
@@ -665,10 +666,15 @@ async fn the_cli_quarantines_lifts_and_shows_a_journey() {
             .starts_with("local:")
     );
 
-    let (code, v) = cli(&["quarantine", "--release", R1], &s.cloud);
-    assert_eq!(code, Some(2), "{v:#}");
-    assert_eq!(v["errorType"], "InvalidRequest");
-    assert!(v["errorMessage"].as_str().unwrap().contains("reason"));
+    // Without --reason the command line is refused before anything is asked.
+    let out = Command::new(bin())
+        .args(["quarantine", "--release", R1])
+        .env("NODECYCLE_TABLE", "nodecycle")
+        .envs(s.cloud.env_vars())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--reason"));
 
     let (code, v) = cli(&["promotion", R1], &s.cloud);
     assert_eq!(code, Some(0), "{v:#}");
@@ -681,5 +687,9 @@ async fn the_cli_quarantines_lifts_and_shows_a_journey() {
     );
     assert_eq!(code, Some(0), "{v:#}");
     assert_eq!(v["changed"], true);
-    assert_eq!(s.audit().await.len(), 2, "the refused one never parsed");
+    assert_eq!(
+        s.audit().await.len(),
+        2,
+        "the refused one never reached the handler"
+    );
 }

@@ -377,9 +377,294 @@ async fn the_ops_function_records_the_caller_its_client_context_names() {
         "the request id is Lambda's: {got}"
     );
     let status = ops.response(&json!({"action": "status", "pool": "prod/general"}));
+    // Claimed, not proven: marked as such.
     assert_eq!(
-        status["pools"][0]["paused"]["caller"], "arn:aws:iam::123456789012:user/alice",
+        status["pools"][0]["paused"]["caller"], "unverified:arn:aws:iam::123456789012:user/alice",
         "{status}"
+    );
+}
+
+/// Stack `name` as a deployment's stack shows itself to the CLI: its outputs (table, policy
+/// prefix, ops function).
+async fn stack(cloud: &FakeCloud, name: &str, ops_function: &str) {
+    let config = cloud.sdk_config().await;
+    let outputs = json!({
+        "StateTableName": {"Value": TABLE},
+        "PolicyPrefix": {"Value": "/nodecycle/pools/"},
+        "OpsFunctionName": {"Value": ops_function},
+    });
+    let template = json!({
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": outputs,
+    });
+    aws_sdk_cloudformation::Client::new(&config)
+        .create_stack()
+        .stack_name(name)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A home directory as an operator's laptop has it: `~/.aws` with the credentials of role
+/// `operator` assumed as session `alice`, and the endpoints of the fake cloud (moto for every
+/// service, the Runtime API emulator for Lambda) in the profile, so the CLI needs no
+/// environment variable.
+async fn operator_home(cloud: &FakeCloud, lambda: &str) -> PathBuf {
+    let arn = cloud.control(
+        "create_role",
+        json!({"account": "123456789012", "name": "operator"}),
+    )["arn"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let config = cloud.sdk_config().await;
+    let assumed = aws_sdk_sts::Client::new(&config)
+        .assume_role()
+        .role_arn(&arn)
+        .role_session_name("alice")
+        .send()
+        .await
+        .unwrap();
+    let c = assumed.credentials().unwrap();
+    static HOMES: AtomicUsize = AtomicUsize::new(0);
+    let home = std::env::temp_dir().join(format!(
+        "nodecycle-home-{}-{}",
+        std::process::id(),
+        HOMES.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::write(
+        home.join(".aws/credentials"),
+        format!(
+            "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\naws_session_token = {}\n",
+            c.access_key_id(),
+            c.secret_access_key(),
+            c.session_token()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        home.join(".aws/config"),
+        format!(
+            "[default]\nendpoint_url = {}\nservices = fake\n\n[services fake]\nlambda =\n  endpoint_url = http://{lambda}\n",
+            cloud.aws_url()
+        ),
+    )
+    .unwrap();
+    home
+}
+
+/// `nodecycle ARGS` with only `HOME` (and `PATH`) set: what the CLI reads is the config file
+/// and `~/.aws`. Exit code, stdout, stderr; no message carries Rust debug text.
+fn operator(home: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(target_dir().join("nodecycle"))
+        .args(args)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    for debug in ["DispatchFailure(", "Some(", "ConnectorError {"] {
+        assert!(
+            !stdout.contains(debug) && !stderr.contains(debug),
+            "{args:?} printed Rust debug text {debug}: {stdout}{stderr}"
+        );
+    }
+    (out.status.code(), stdout, stderr)
+}
+
+/// With a context and no environment variable, `status` prints a table, `pause` goes through
+/// the deployed ops function (`lambda:Invoke`, the request carrying a caller proof), and the
+/// audit record names the IAM identity STS verified: the operator's assumed role session. A
+/// proof signed for another function is refused and nothing changes.
+#[tokio::test]
+async fn the_cli_invokes_the_ops_function_which_audits_the_callers_iam_identity() {
+    let cloud = FakeCloud::start();
+    let (a, _, _kube) = world(&cloud).await;
+    let ops = Function::start(&cloud, "OpsFunction");
+    ops.api.serve_invoke("nodecycle-ops");
+    ops.api.serve_invoke("alias-of-ops");
+    stack(&cloud, "nodecycle", "nodecycle-ops").await;
+    stack(&cloud, "aliased", "alias-of-ops").await;
+    let home = operator_home(&cloud, ops.api.addr()).await;
+    let assumed = "arn:aws:sts::123456789012:assumed-role/operator/alice";
+
+    let (code, out, err) = operator(
+        &home,
+        &[
+            "config",
+            "use",
+            "prod",
+            "--stack",
+            "nodecycle",
+            "--region",
+            "us-east-2",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = operator(
+        &home,
+        &["pause", "prod/general", "--reason", "change freeze"],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("changed: yes"), "a table, not JSON: {out}");
+    assert_eq!(ops.api.invokes().len(), 1, "through the function");
+
+    let (code, out, err) = operator(&home, &["status"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let header = out.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("POOL") && header.contains("STATE"),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("prod/general"))
+        .unwrap_or_default();
+    assert!(
+        row.contains(&format!("paused by {assumed}: change freeze")),
+        "{out}"
+    );
+    assert!(
+        serde_json::from_str::<Value>(&out).is_err(),
+        "a table: {out}"
+    );
+
+    // The audit record of the pause names the verified identity, and holds no proof.
+    use nodecycle::state::Store as _;
+    let audit = a
+        .table(TABLE)
+        .await
+        .query("POOL#prod/general", "AUDIT#")
+        .await
+        .unwrap();
+    let pause: Vec<&Value> = audit
+        .iter()
+        .map(|(_, v)| &v.value)
+        .filter(|v| v.to_string().contains("change freeze"))
+        .collect();
+    assert_eq!(pause.len(), 1, "{audit:?}");
+    assert!(pause[0].to_string().contains(assumed), "{}", pause[0]);
+    assert!(
+        !pause[0].to_string().contains("nodecycle-caller-v1."),
+        "{}",
+        pause[0]
+    );
+
+    // JSON for scripts is the function's answer, unchanged.
+    let (code, out, _) = operator(&home, &["status", "prod/general", "-o", "json"]);
+    assert_eq!(code, Some(0));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["pools"][0]["paused"]["caller"], assumed, "{v}");
+
+    // A proof for another function name does not verify there: refused, nothing done.
+    let (code, out, err) = operator(
+        &home,
+        &[
+            "resume",
+            "prod/general",
+            "--reason",
+            "go",
+            "--stack",
+            "aliased",
+            "--region",
+            "us-east-2",
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("Unauthenticated") && err.contains("SignatureDoesNotMatch"),
+        "{err}"
+    );
+    let (_, out, _) = operator(&home, &["status", "prod/general", "-o", "json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["pools"][0]["paused"]["caller"], assumed,
+        "still paused: {v}"
+    );
+
+    // A forged proof is refused before the handler sees the request.
+    let forged = json!({"action": "resume", "pool": "prod/general", "reason": "go",
+                        "callerProof": "nodecycle-caller-v1.aHR0cHM6Ly9ldmlsLmV4YW1wbGUv"});
+    match ops.invoke(&forged, Duration::from_secs(300)) {
+        Outcome::Error(e) => {
+            assert_eq!(e["errorType"], "Unauthenticated", "{e}");
+            assert!(
+                e["errorMessage"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("STS endpoint"),
+                "{e}"
+            );
+        }
+        other => panic!("forged proof served: {other:?}"),
+    }
+}
+
+/// What the CLI says when it cannot act: each message names what to set, none carries Rust
+/// debug text.
+#[tokio::test]
+async fn cli_errors_say_what_to_set() {
+    let cloud = FakeCloud::start();
+    let empty = std::env::temp_dir().join(format!("nodecycle-empty-home-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    // No deployment selected.
+    let (code, _, err) = operator(&empty, &["status"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("nodecycle config use"), "{err}");
+    // A stack but no region.
+    let (code, _, err) = operator(&empty, &["status", "--stack", "nodecycle"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--region") && err.contains("AWS_REGION"),
+        "{err}"
+    );
+    // An unknown context.
+    let (code, _, err) = operator(&empty, &["status", "--context", "prod"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("config use prod"), "{err}");
+    // No credentials anywhere (the endpoint is reachable).
+    let home = std::env::temp_dir().join(format!("nodecycle-nocreds-home-{}", std::process::id()));
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::write(
+        home.join(".aws/config"),
+        format!("[default]\nendpoint_url = {}\n", cloud.aws_url()),
+    )
+    .unwrap();
+    let (code, _, err) = operator(
+        &home,
+        &["status", "--stack", "nodecycle", "--region", "us-east-2"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("AWS_PROFILE") && err.contains("AWS_ACCESS_KEY_ID"),
+        "{err}"
+    );
+    // A stack that does not exist there.
+    let with_creds = operator_home(&cloud, "127.0.0.1:9").await;
+    let (code, _, err) = operator(
+        &with_creds,
+        &["status", "--stack", "absent", "--region", "us-east-2"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("\"absent\" does not exist in us-east-2"),
+        "{err}"
+    );
+    // plan without a region says so (it said "cluster ... unreachable").
+    let policy = std::env::temp_dir().join(format!("nodecycle-plan-{}.yaml", std::process::id()));
+    std::fs::write(&policy, "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: g }\namiSelectorTerms:\n  - alias: al2023@latest\n").unwrap();
+    let (code, out, err) = operator(&with_creds, &["plan", policy.to_str().unwrap(), "--local"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("no AWS region") && out.contains("--region"),
+        "{out}{err}"
     );
 }
 

@@ -297,7 +297,10 @@ impl GroupOps for AutoScaling {
                 let what = a.description().unwrap_or("scaling activity");
                 match a.status_message() {
                     Some(m) => format!("{what}: {m}"),
-                    None => format!("{what}: {:?}", a.status_code()),
+                    None => format!(
+                        "{what}: {}",
+                        a.status_code().map_or("no status", |c| c.as_str())
+                    ),
                 }
             })
         }))

@@ -79,7 +79,7 @@ impl AwsMembers {
                         place: place.clone(),
                         field: "account",
                         role: Some(role.clone()),
-                        message: aws_sdk_sts::error::DisplayErrorContext(&e).to_string(),
+                        message: crate::port::error_chain(&e),
                     });
                 }
                 Ok(self

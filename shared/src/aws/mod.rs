@@ -2,6 +2,8 @@
 //! [`PortError`]s. Nothing outside this module sees SDK types.
 
 pub mod autoscaling;
+#[cfg(all(feature = "lambda", feature = "kube"))]
+pub mod caller;
 #[cfg(feature = "doctor")]
 pub mod cloudformation;
 pub mod cloudwatch;
@@ -22,9 +24,9 @@ pub mod ssm;
 mod template;
 
 use aws_sdk_ssm::config::http::HttpResponse;
-use aws_sdk_ssm::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ssm::error::{ProvideErrorMetadata, SdkError};
 
-use crate::port::{ErrorKind, PortError};
+use crate::port::{ErrorKind, PortError, credentials_hint, error_chain};
 
 /// Every AWS client nodecycle uses, built once per process from one SDK configuration.
 #[derive(Clone, Debug)]
@@ -67,10 +69,26 @@ pub const MAX_ATTEMPTS: u32 = 10;
 /// Loads the SDK configuration from the environment (region, credentials, `AWS_ENDPOINT_URL`),
 /// with [`MAX_ATTEMPTS`] per call.
 pub async fn load_config() -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
-        .load()
-        .await
+    load_config_with(None, None, MAX_ATTEMPTS).await
+}
+
+/// [`load_config`] with `region` and `profile` (a profile of the shared config files) in place
+/// of the environment's when given, and `attempts` per call (the CLI makes fewer, so that a
+/// wrong endpoint fails in seconds, not a minute).
+pub async fn load_config_with(
+    region: Option<&str>,
+    profile: Option<&str>,
+    attempts: u32,
+) -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(attempts));
+    if let Some(profile) = profile {
+        loader = loader.profile_name(profile);
+    }
+    if let Some(region) = region {
+        loader = loader.region(aws_config::Region::new(region.to_string()));
+    }
+    loader.load().await
 }
 
 /// Classifies an AWS error code.
@@ -148,13 +166,18 @@ where
             };
             PortError::new(op, kind, format!("{code} (HTTP {status}): {message}"))
         }
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            PortError::new(
-                op,
-                ErrorKind::Transient,
-                DisplayErrorContext(&err).to_string(),
-            )
+        _ => {
+            let chain = error_chain(&err);
+            if let Some(hint) = credentials_hint(&chain) {
+                return PortError::new(op, ErrorKind::AccessDenied, format!("{hint} ({chain})"));
+            }
+            let kind = match &err {
+                SdkError::TimeoutError(_)
+                | SdkError::DispatchFailure(_)
+                | SdkError::ResponseError(_) => ErrorKind::Transient,
+                _ => ErrorKind::Other,
+            };
+            PortError::new(op, kind, chain)
         }
-        _ => PortError::new(op, ErrorKind::Other, DisplayErrorContext(&err).to_string()),
     }
 }

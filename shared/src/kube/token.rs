@@ -81,26 +81,61 @@ pub fn presigned_url(
     cluster: &str,
     time: SystemTime,
 ) -> Result<String, KubeError> {
-    if region.is_empty()
-        || !region
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return Err(KubeError::Config(format!(
-            "invalid AWS region {region:?} for the EKS token; set AWS_REGION (e.g. us-east-1)"
-        )));
-    }
     if cluster.is_empty() || cluster.chars().any(|c| c.is_control()) {
         return Err(KubeError::Config(format!(
             "invalid EKS cluster name {cluster:?}"
         )));
     }
-    let url = format!(
-        "https://{}/?Action=GetCallerIdentity&Version=2011-06-15",
-        sts_host(region)
-    );
-    let signing_error =
-        |e: &dyn fmt::Display| KubeError::Aws(format!("signing the EKS token: {e}"));
+    let base = format!("https://{}/", sts_host(region));
+    presign_caller_identity(
+        credentials,
+        region,
+        &base,
+        (CLUSTER_ID_HEADER, cluster),
+        time,
+    )
+    .map_err(|e| match e {
+        PresignError::Region(m) => KubeError::Config(format!(
+            "{m} for the EKS token; set AWS_REGION (e.g. us-east-1)"
+        )),
+        PresignError::Signing(m) => KubeError::Aws(format!("signing the EKS token: {m}")),
+    })
+}
+
+/// Why [`presign_caller_identity`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PresignError {
+    /// The region is not one (empty, or not lowercase letters, digits and `-`).
+    #[error("{0}")]
+    Region(String),
+    /// The signer refused the request (bad URL or header).
+    #[error("{0}")]
+    Signing(String),
+}
+
+/// `GET <base>?Action=GetCallerIdentity&Version=2011-06-15`, SigV4 query-presigned at `time`
+/// for `region` with `credentials` and with `header` (name, value) among the signed headers:
+/// whoever holds the URL can ask STS who signed it, and STS answers only when the request
+/// carries the same header value. `base` is the STS endpoint with its trailing `/`
+/// (`https://sts.<region>.amazonaws.com/`, or the configured endpoint).
+pub fn presign_caller_identity(
+    credentials: &Credentials,
+    region: &str,
+    base: &str,
+    header: (&str, &str),
+    time: SystemTime,
+) -> Result<String, PresignError> {
+    if region.is_empty()
+        || !region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(PresignError::Region(format!(
+            "invalid AWS region {region:?}"
+        )));
+    }
+    let url = format!("{base}?Action=GetCallerIdentity&Version=2011-06-15");
+    let signing_error = |e: &dyn fmt::Display| PresignError::Signing(e.to_string());
 
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;
@@ -118,7 +153,7 @@ pub fn presigned_url(
     let signable = SignableRequest::new(
         "GET",
         url.as_str(),
-        std::iter::once((CLUSTER_ID_HEADER, cluster)),
+        std::iter::once(header),
         SignableBody::Bytes(&[]),
     )
     .map_err(|e| signing_error(&e))?;
@@ -126,7 +161,7 @@ pub fn presigned_url(
         .map_err(|e| signing_error(&e))?
         .into_parts();
     let mut request = http::Request::get(url.as_str())
-        .header(CLUSTER_ID_HEADER, cluster)
+        .header(header.0, header.1)
         .body(())
         .map_err(|e| signing_error(&e))?;
     instructions.apply_to_request_http1x(&mut request);

@@ -98,6 +98,33 @@ impl PortError {
     }
 }
 
+/// `err` and its sources as people read them: each level's `Display`, joined by `: `, a level
+/// whose text the previous one already contains left out. Never `Debug` text (the AWS SDK's
+/// `DisplayErrorContext` ends with the error's `Debug` form, e.g. `DispatchFailure(...)`).
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = e.source();
+    }
+    out
+}
+
+/// What to set when an AWS call failed for want of credentials: `Some(hint)` when `chain` (an
+/// [`error_chain`]) says the SDK found none or could not load them.
+pub fn credentials_hint(chain: &str) -> Option<&'static str> {
+    let lower = chain.to_ascii_lowercase();
+    (lower.contains("credentials") && !lower.contains("invalidclienttokenid")).then_some(
+        "no usable AWS credentials: set AWS_PROFILE (a profile of ~/.aws/config), or \
+         AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones)",
+    )
+}
+
 impl fmt::Display for PortError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} failed: {}", self.operation, self.message)

@@ -1,4 +1,4 @@
-//! `nodecycle budget <POLICY_FILE> --at <RFC3339> --nodes <N> [--disrupting <M>] [--reason <R>]`
+//! `nodecycle budget <POLICY_FILE> [--at <INSTANT>] --nodes <N> [--disrupting <M>] [--reason <R>]`
 
 use chrono::{DateTime, Utc};
 use nodecycle::budget::{self, Reason};
@@ -9,9 +9,10 @@ pub struct Args {
     /// Policy file (YAML or JSON).
     #[arg(value_name = "POLICY_FILE")]
     file: String,
-    /// Instant to evaluate at (RFC 3339, e.g. 2026-12-05T10:00:00Z).
+    /// Instant to evaluate at: `now` (the default), RFC 3339 (2026-12-05T10:00:00+01:00), or a
+    /// date and time without an offset, taken as UTC (2026-12-05T10:00, 2026-12-05 10:00:00).
     #[arg(long, value_parser = parse_instant)]
-    at: DateTime<Utc>,
+    at: Option<DateTime<Utc>>,
     /// Ready nodes in the pool.
     #[arg(long)]
     nodes: u32,
@@ -23,10 +24,31 @@ pub struct Args {
     reason: Reason,
 }
 
+/// An instant as the CLI takes it (`--at`, `--from`, `--new-ami-at`): `now`, RFC 3339 with its
+/// offset, or a date and time without one (`T` or a space between them, seconds optional),
+/// which is UTC. The error shows the forms.
 pub fn parse_instant(s: &str) -> Result<DateTime<Utc>, String> {
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("{e}; expected RFC 3339 such as 2026-12-05T10:00:00Z"))
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("now") {
+        return Ok(Utc::now());
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    for form in [
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, form) {
+            return Ok(t.and_utc());
+        }
+    }
+    Err(format!(
+        "{s:?} is not an instant; expected now, RFC 3339 such as 2026-12-05T10:00:00Z or \
+         2026-12-05T11:00:00+01:00, or 2026-12-05T10:00 (no offset: UTC)"
+    ))
 }
 
 fn parse_reason(s: &str) -> Result<Reason, String> {
@@ -46,16 +68,49 @@ pub fn run(args: Args) -> u8 {
         args.reason,
         args.nodes,
         args.disrupting,
-        args.at,
+        args.at.unwrap_or_else(Utc::now),
     );
     match serde_json::to_value(&allowance) {
         Ok(v) => {
-            println!("{v}");
+            match super::target::get().output_or(super::target::Output::Json) {
+                super::target::Output::Json => println!("{v}"),
+                other => super::output::print(&v, other, super::output::generic),
+            }
             0
         }
         Err(e) => {
             eprintln!("nodecycle: cannot encode the result: {e}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_take_now_an_offset_or_utc() {
+        let utc = |s: &str| {
+            DateTime::parse_from_rfc3339(s)
+                .map(|t| t.with_timezone(&Utc))
+                .ok()
+        };
+        for (given, want) in [
+            ("2026-12-05T10:00:00Z", "2026-12-05T10:00:00Z"),
+            ("2026-12-05T11:00:00+01:00", "2026-12-05T10:00:00Z"),
+            ("2026-12-05T10:00", "2026-12-05T10:00:00Z"),
+            ("2026-12-05 10:00:30", "2026-12-05T10:00:30Z"),
+        ] {
+            assert_eq!(parse_instant(given).ok(), utc(want), "{given}");
+        }
+        let before = Utc::now();
+        let now = parse_instant("now").unwrap_or_default();
+        assert!(now >= before && now <= Utc::now());
+        let e = parse_instant("yesterday").err().unwrap_or_default();
+        assert!(
+            e.contains("\"yesterday\"") && e.contains("no offset: UTC"),
+            "{e}"
+        );
     }
 }

@@ -101,6 +101,14 @@ fn check_synopsis(text: &str, mentioned: &mut BTreeSet<(String, String)>) -> Res
         if flag.is_empty() {
             continue;
         }
+        // The global options (`--stack`, `--region`, `-o`, ...) go with every subcommand.
+        if cli
+            .get_arguments()
+            .any(|a| a.is_global_set() && a.get_long() == Some(flag.as_str()))
+        {
+            mentioned.insert((String::new(), flag));
+            continue;
+        }
         let (owner, _) = subcommands
             .iter()
             .find(|(_, s)| {
@@ -136,6 +144,11 @@ fn used(words: &[String]) -> Vec<(String, String)> {
             let flag = flag.split('=').next().unwrap_or_default();
             if sub.get_arguments().any(|a| a.get_long() == Some(flag)) {
                 out.push((name.clone(), flag.to_string()));
+            } else if cli
+                .get_arguments()
+                .any(|a| a.is_global_set() && a.get_long() == Some(flag))
+            {
+                out.push((String::new(), flag.to_string()));
             }
         }
     }
@@ -223,6 +236,13 @@ fn every_nodecycle_command_in_the_docs_parses() {
         all.push((sub.get_name().to_string(), sub));
         for child in sub.get_subcommands() {
             all.push((format!("{} {}", sub.get_name(), child.get_name()), child));
+        }
+    }
+    for arg in cli.get_arguments().filter(|a| a.is_global_set()) {
+        if let Some(long) = arg.get_long()
+            && !in_reference.contains(&(String::new(), long.to_string()))
+        {
+            missing.push(format!("nodecycle --{long} (a global option)"));
         }
     }
     for (name, sub) in all {

@@ -9,10 +9,6 @@ use nodecycle::kube::rbac::EksRbac;
 /// Arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The deployment's CloudFormation stack (name or id). Default: $NODECYCLE_STACK, else
-    /// `nodecycle`.
-    #[arg(long, value_name = "NAME")]
-    stack: Option<String>,
     /// Check only this cluster and its pools (repeatable). Default: every cluster in the
     /// stack's ClusterNames.
     #[arg(long = "cluster", value_name = "NAME")]
@@ -45,9 +41,10 @@ fn valid_cluster(s: &str) -> bool {
 /// check (`ok|warn|FAIL  <check> <subject>: <detail>  <fix>`) or the JSON report. Exit 0 when
 /// nothing failed, 1 when something did, 2 for bad arguments (or no region).
 pub async fn run(args: Args) -> u8 {
-    let stack = args
+    // The stack: --stack, $NODECYCLE_STACK or the context's (the global options), else `nodecycle`.
+    let stack = super::target::get()
         .stack
-        .or_else(|| std::env::var(doctor::STACK_ENV).ok())
+        .clone()
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| doctor::DEFAULT_STACK.to_owned());
@@ -66,13 +63,13 @@ pub async fn run(args: Args) -> u8 {
         return 2;
     }
     nodecycle::logging::init();
-    let config = nodecycle::aws::load_config().await;
-    if config.region().is_none() {
-        eprintln!(
-            "nodecycle doctor: no AWS region configured; set AWS_REGION to the stack's region"
-        );
-        return 2;
-    }
+    let config = match super::target::sdk().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nodecycle doctor: {e}");
+            return 2;
+        }
+    };
     let clients = Clients::new(&config);
     let inventory = Inventory::new(clients.clone());
     let ssm = Ssm::new(clients.ssm.clone());
@@ -104,13 +101,12 @@ pub async fn run(args: Args) -> u8 {
     let options = Options {
         stack,
         clusters: args.clusters,
-        fallback_prefix: std::env::var(nodecycle::policy::source::PREFIX_ENV)
-            .ok()
+        fallback_prefix: super::target::env(nodecycle::policy::source::PREFIX_ENV)
             .filter(|p| !p.trim().is_empty())
             .unwrap_or_else(|| nodecycle::policy::source::DEFAULT_PREFIX.to_owned()),
     };
     // Members through their spoke roles (NODECYCLE_SERVED_ACCOUNTS, NODECYCLE_MEMBER_ROLE).
-    let common = match nodecycle::wiring::Common::without_table(&nodecycle::wiring::process_env) {
+    let common = match nodecycle::wiring::Common::without_table(&super::target::env) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("nodecycle doctor: {}", e.message);

@@ -35,7 +35,13 @@ pub async fn run(args: Args) -> u8 {
             return 2;
         }
     };
-    let config = nodecycle::aws::load_config().await;
+    let config = match super::target::sdk().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nodecycle drain: {e}");
+            return 2;
+        }
+    };
     let mut progress = |line: &str| eprintln!("{line}");
     match nodecycle::kube::drain_command(
         &config,

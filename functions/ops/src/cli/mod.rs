@@ -2,26 +2,37 @@
 //! 2 bad input (invalid policy, bad arguments).
 
 mod budget;
+mod config;
 #[cfg(test)]
 mod doc_commands;
 mod doctor;
 mod drain;
 mod ops;
+mod output;
 mod plan;
 mod policy;
 mod resolve;
 mod run;
 mod simulate;
+mod target;
 mod validate;
 
 use clap::{Parser, Subcommand};
 
-/// Keep EKS node groups on the right AMI: nodecycle's local interface.
+/// Keep EKS node groups on the right AMI: nodecycle's command line.
+///
+/// Operator commands (status, rotate, pin, pause, ...) invoke the deployed ops function, which
+/// records your IAM identity in its audit; select the deployment once with `nodecycle config
+/// use NAME --stack STACK --region REGION` (or pass --stack and --region). Policy commands
+/// (validate, policy, plan, simulate, doctor) read the same deployment with your credentials.
+/// Answers print as tables; `-o json` for scripts.
 #[derive(Debug, Parser)]
-#[command(name = "nodecycle", version, about)]
+#[command(name = "nodecycle", version, about, long_about)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    global: target::Global,
 }
 
 #[derive(Debug, Subcommand)]
@@ -70,10 +81,38 @@ enum Command {
     Simulate(simulate::Args),
     /// Read-only preflight of a deployment: stack, table, policies, groups, access, RBAC, rules.
     Doctor(doctor::Args),
+    /// Contexts: which deployment (stack, region, profile) commands act on.
+    Config(config::Args),
 }
 
-/// Runs the parsed command and returns the process exit code.
+/// Runs the parsed command and returns the process exit code: resolves the target (context,
+/// stack, region) first, and reads the stack's outputs for the commands that act on a
+/// deployment (exit 2 with what to fix when that fails).
 pub async fn run(cli: Cli) -> u8 {
+    if let Command::Config(a) = cli.command {
+        return config::run(a, &cli.global);
+    }
+    let file = match target::ConfigFile::load() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("nodecycle: {e}");
+            return 2;
+        }
+    };
+    let mut t = match target::Target::resolve(&cli.global, &nodecycle::wiring::process_env, &file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("nodecycle: {e}");
+            return 2;
+        }
+    };
+    if cli.command.acts_on_a_deployment()
+        && let Err(e) = target::load_stack(&mut t).await
+    {
+        eprintln!("nodecycle: {e}");
+        return 2;
+    }
+    target::init(t);
     match cli.command {
         Command::Validate(a) => validate::run(a).await,
         Command::Policy(a) => policy::run(a).await,
@@ -81,21 +120,41 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Budget(a) => budget::run(a),
         Command::Run(a) => run::run(a).await,
         Command::Drain(a) => drain::run(a).await,
-        Command::Status(a) => ops::run(ops::status_request(a)).await,
-        Command::Rotate(a) => ops::run(ops::rotate_request(a)).await,
-        Command::Pin(a) => ops::run(ops::pin_request(a)).await,
-        Command::Unpin(a) => ops::run(ops::pool_request("unpin", a)).await,
-        Command::Pause(a) => ops::run(ops::pool_request("pause", a)).await,
-        Command::Resume(a) => ops::run(ops::pool_request("resume", a)).await,
-        Command::Cancel(a) => ops::run(ops::cancel_request(a)).await,
-        Command::Quarantine(a) => ops::run(ops::quarantine_request("quarantine", a)).await,
-        Command::Unquarantine(a) => ops::run(ops::quarantine_request("unquarantine", a)).await,
-        Command::Promotion(a) => ops::run(ops::promotion_request(a)).await,
-        Command::Stop(a) => ops::run(ops::switch_request("stop", a)).await,
-        Command::Start(a) => ops::run(ops::switch_request("start", a)).await,
+        Command::Status(a) => ops::run(ops::status_request(a), output::status).await,
+        Command::Rotate(a) => ops::run(ops::rotate_request(a), output::generic).await,
+        Command::Pin(a) => ops::run(ops::pin_request(a), output::generic).await,
+        Command::Unpin(a) => ops::run(ops::pool_request("unpin", a), output::generic).await,
+        Command::Pause(a) => ops::run(ops::pool_request("pause", a), output::generic).await,
+        Command::Resume(a) => ops::run(ops::pool_request("resume", a), output::generic).await,
+        Command::Cancel(a) => ops::run(ops::cancel_request(a), output::generic).await,
+        Command::Quarantine(a) => {
+            ops::run(ops::quarantine_request("quarantine", a), output::generic).await
+        }
+        Command::Unquarantine(a) => {
+            ops::run(ops::quarantine_request("unquarantine", a), output::generic).await
+        }
+        Command::Promotion(a) => ops::run(ops::promotion_request(a), output::generic).await,
+        Command::Stop(a) => ops::run(ops::switch_request("stop", a), output::generic).await,
+        Command::Start(a) => ops::run(ops::switch_request("start", a), output::generic).await,
         Command::Plan(a) => plan::run(a).await,
         Command::Simulate(a) => simulate::run(a).await,
         Command::Doctor(a) => doctor::run(a).await,
+        Command::Config(a) => config::run(a, &cli.global),
+    }
+}
+
+impl Command {
+    /// Whether the command reads the deployment a stack names (its table, policies, ops
+    /// function), so that the stack's outputs are read first. `doctor` reads the stack itself
+    /// (a missing stack is one of its findings); validate, budget and simulate of files need
+    /// no deployment.
+    fn acts_on_a_deployment(&self) -> bool {
+        match self {
+            Command::Validate(a) => a.reads_deployment(),
+            Command::Simulate(a) => a.reads_deployment(),
+            Command::Budget(_) | Command::Doctor(_) | Command::Config(_) | Command::Run(_) => false,
+            _ => true,
+        }
     }
 }
 
@@ -149,6 +208,28 @@ mod tests {
         }
     }
 
+    /// clap's own checks of the definition (one id per argument, globals that do not clash
+    /// with a subcommand's flags, ...): a clash panics at parse time only for the command used.
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+        // Every operator command that changes something needs --reason before anything runs.
+        for args in [
+            vec!["pause", "prod/general"],
+            vec!["pin", "prod/general", "ami-1"],
+            vec!["stop"],
+            vec!["quarantine", "--ami", "ami-1"],
+        ] {
+            let parsed =
+                Cli::try_parse_from(std::iter::once("nodecycle").chain(args.iter().copied()));
+            assert!(
+                parsed.is_err_and(|e| e.to_string().contains("--reason")),
+                "{args:?}"
+            );
+        }
+    }
+
     #[test]
     fn quarantine_commands_build_the_ops_requests() {
         let cases = [
@@ -170,10 +251,18 @@ mod tests {
                 vec!["unquarantine", "--release", "1.26.0", "--reason", "fixed"],
                 json!({"action": "unquarantine", "release": "1.26.0", "reason": "fixed"}),
             ),
-            // The handler validates (both, neither, no reason): every problem at once.
+            // The handler validates (both, neither): every problem at once.
             (
-                vec!["quarantine", "--ami", "ami-1", "--release", "v1"],
-                json!({"action": "quarantine", "ami": "ami-1", "release": "v1"}),
+                vec![
+                    "quarantine",
+                    "--ami",
+                    "ami-1",
+                    "--release",
+                    "v1",
+                    "--reason",
+                    "r",
+                ],
+                json!({"action": "quarantine", "ami": "ami-1", "release": "v1", "reason": "r"}),
             ),
             (
                 vec!["promotion", "v20241109"],

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-/// `nodecycle status [POOL] [--account A] [--region R]`
+/// `nodecycle status [POOL] [--account A] [--pool-region R]`
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
     /// `<cluster>/<name>` or `<account>/<region>/<cluster>/<name>`; every pool when omitted.
@@ -14,8 +14,9 @@ pub struct StatusArgs {
     /// Only the pools of this account (12 digits; the cell's own pools are its account's).
     #[arg(long, value_name = "ACCOUNT")]
     account: Option<String>,
-    /// Only the pools of this region.
-    #[arg(long, value_name = "REGION")]
+    /// Only the pools of this region (a deployment serving several; `--region` is the
+    /// deployment's own).
+    #[arg(long = "pool-region", id = "pool_region", value_name = "REGION")]
     region: Option<String>,
 }
 
@@ -32,7 +33,7 @@ pub struct RotateArgs {
     #[arg(long)]
     all: bool,
     /// Why (required; written to the audit record).
-    #[arg(long)]
+    #[arg(long, required = true)]
     reason: Option<String>,
     /// Do not wait for disruption budgets (still counted as disrupting).
     #[arg(long)]
@@ -52,7 +53,7 @@ pub struct PinArgs {
     #[arg(value_name = "AMI")]
     ami: String,
     /// Why (required).
-    #[arg(long)]
+    #[arg(long, required = true)]
     reason: Option<String>,
 }
 
@@ -63,7 +64,7 @@ pub struct PoolArgs {
     #[arg(value_name = "POOL")]
     pool: String,
     /// Why (required).
-    #[arg(long)]
+    #[arg(long, required = true)]
     reason: Option<String>,
 }
 
@@ -77,7 +78,7 @@ pub struct CancelArgs {
     #[arg(value_name = "INSTANCE_ID")]
     instance: String,
     /// Why (required).
-    #[arg(long)]
+    #[arg(long, required = true)]
     reason: Option<String>,
 }
 
@@ -92,7 +93,7 @@ pub struct QuarantineArgs {
     #[arg(long, value_name = "RELEASE")]
     release: Option<String>,
     /// Why (required; written to the audit record and the quarantine entry).
-    #[arg(long)]
+    #[arg(long, required = true)]
     reason: Option<String>,
 }
 
@@ -100,7 +101,7 @@ pub struct QuarantineArgs {
 #[derive(Debug, clap::Args)]
 pub struct ReasonArgs {
     /// Why (required; written to the audit record and shown by status).
-    #[arg(long)]
+    #[arg(long, required = true)]
     reason: Option<String>,
 }
 
@@ -201,9 +202,10 @@ pub fn promotion_request(a: PromotionArgs) -> Value {
     json!({"action": "promotion", "release": a.release})
 }
 
-/// Who runs the CLI, for the audit record: `local:$USER`, as the shell says (self-asserted,
-/// not an authenticated identity: the DynamoDB writes themselves are in CloudTrail under the
-/// operator's credentials).
+/// Who runs the CLI in-process (`--local`), for the audit record: `local:$USER`, as the shell
+/// says (self-asserted, not an authenticated identity: the DynamoDB writes themselves are in
+/// CloudTrail under the operator's credentials). Through the deployed function the caller is
+/// the IAM identity STS verifies ([`nodecycle::aws::caller`]).
 pub fn local_origin() -> nodecycle::handlers::ops::Origin {
     let now = chrono::Utc::now();
     nodecycle::handlers::ops::Origin {
@@ -215,25 +217,78 @@ pub fn local_origin() -> nodecycle::handlers::ops::Origin {
     }
 }
 
-/// Runs one request through the ops handler: prints the response (exit 0), or
-/// `{"errorType", "errorMessage"}` (exit 2 for `InvalidRequest`, 1 otherwise).
-pub async fn run(request: Value) -> u8 {
+/// Where an operator command runs: the deployed ops function, or this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Invoke the function the stack's `OpsFunctionName` output names.
+    Function(String),
+    /// Run the handler in-process with the operator's credentials.
+    Local,
+}
+
+/// The route for the process's target: `--local`, or no stack but `NODECYCLE_TABLE` set (the
+/// in-process path of earlier versions), runs here; a stack invokes its ops function. The
+/// error says how to select a deployment.
+pub fn route(target: &super::target::Target) -> Result<Route, String> {
+    let table_set = std::env::var(nodecycle::state::TABLE_ENV).is_ok_and(|t| !t.trim().is_empty());
+    if target.local || (target.stack.is_none() && table_set) {
+        return Ok(Route::Local);
+    }
+    match &target.outputs {
+        Some(outputs) => outputs
+            .get("OpsFunctionName")
+            .filter(|f| !f.is_empty())
+            .map(|f| Route::Function(f.clone()))
+            .ok_or_else(|| {
+                format!(
+                    "stack {:?} has no OpsFunctionName output: is it a nodecycle stack? (--local runs in-process)",
+                    target.stack.as_deref().unwrap_or_default()
+                )
+            }),
+        None => Err("no deployment selected: run `nodecycle config use NAME --stack STACK --region REGION` once (or pass --stack STACK --region REGION); --local runs the ops code in this process with NODECYCLE_TABLE and your own credentials".into()),
+    }
+}
+
+/// Runs one request through the ops handler, where [`route`] says: prints the response (exit
+/// 0), or the error (`{"errorType", "errorMessage"}` with `-o json`; exit 2 for
+/// `InvalidRequest`, 1 otherwise). `table` renders the answer for people.
+pub async fn run(request: Value, table: fn(&Value) -> String) -> u8 {
     nodecycle::logging::init();
-    let result = match nodecycle::wiring::OpsConfig::from_env() {
-        Ok(c) => {
-            let h = c.ops(&nodecycle::wiring::Runtime::local().await);
-            h.handle(&request, &local_origin(), chrono::Utc::now())
-                .await
-        }
-        Err(e) => Err(e),
+    let target = super::target::get();
+    let result = match route(target) {
+        Err(message) => Err(nodecycle::handlers::HandlerError {
+            error_type: "Configuration".into(),
+            message,
+        }),
+        Ok(Route::Local) => match nodecycle::wiring::OpsConfig::from_lookup(&super::target::env) {
+            Ok(c) => match super::target::runtime().await {
+                Ok(runtime) => {
+                    c.ops(&runtime)
+                        .handle(&request, &local_origin(), chrono::Utc::now())
+                        .await
+                }
+                Err(message) => Err(nodecycle::handlers::HandlerError {
+                    error_type: "Configuration".into(),
+                    message,
+                }),
+            },
+            Err(e) => Err(e),
+        },
+        Ok(Route::Function(name)) => invoke(&name, request).await,
     };
+    let output = target.output_or(super::target::Output::Table);
     match result {
         Ok(v) => {
-            super::print_json(&v);
+            super::output::print(&v, output, table);
             0
         }
         Err(e) => {
-            super::print_json(&json!({"errorType": e.error_type, "errorMessage": e.message}));
+            let v = json!({"errorType": e.error_type, "errorMessage": e.message});
+            if output == super::target::Output::Table {
+                eprintln!("{}", super::output::generic(&v));
+            } else {
+                super::output::print(&v, output, super::output::generic);
+            }
             if e.error_type == "InvalidRequest" {
                 2
             } else {
@@ -241,4 +296,78 @@ pub async fn run(request: Value) -> u8 {
             }
         }
     }
+}
+
+/// Invokes the deployed ops function `name` with `request` and a caller proof
+/// ([`nodecycle::aws::caller::proof`]) signed with the operator's credentials: the function's
+/// answer, or its error (`errorType`, `errorMessage`), or why it could not be invoked, saying
+/// what to fix.
+async fn invoke(
+    name: &str,
+    mut request: Value,
+) -> Result<Value, nodecycle::handlers::HandlerError> {
+    use nodecycle::handlers::HandlerError;
+    let failed = |error_type: &str, message: String| HandlerError {
+        error_type: error_type.into(),
+        message,
+    };
+    let sdk = super::target::sdk()
+        .await
+        .map_err(|m| failed("Configuration", m))?;
+    let proof = nodecycle::aws::caller::proof(&sdk, name)
+        .await
+        .map_err(|m| failed("Configuration", m))?;
+    if let Some(o) = request.as_object_mut() {
+        o.insert(nodecycle::aws::caller::PROOF_FIELD.into(), json!(proof));
+    }
+    let client = aws_sdk_lambda::Client::new(&sdk);
+    let out = client
+        .invoke()
+        .function_name(name)
+        .payload(aws_sdk_lambda::primitives::Blob::new(request.to_string()))
+        .send()
+        .await
+        .map_err(|e| {
+            use aws_sdk_lambda::error::ProvideErrorMetadata as _;
+            let chain = nodecycle::port::error_chain(&e);
+            let message = match e.code() {
+                Some("AccessDeniedException") => format!(
+                    "you may not invoke {name}: your identity needs lambda:InvokeFunction on it ({})",
+                    e.message().unwrap_or_default()
+                ),
+                Some("ResourceNotFoundException") => format!(
+                    "the ops function {name} does not exist in {}: is the stack deployed there?",
+                    sdk.region().map(ToString::to_string).unwrap_or_default()
+                ),
+                Some(code) => format!("lambda:Invoke {name} failed: {code}: {}", e.message().unwrap_or_default()),
+                None => match nodecycle::port::credentials_hint(&chain) {
+                    Some(hint) => format!("{hint} ({chain})"),
+                    None => format!("cannot invoke {name}: {chain}; check the region and your network (AWS_ENDPOINT_URL if you set one)"),
+                },
+            };
+            failed("Invoke", message)
+        })?;
+    let body: Value = out
+        .payload()
+        .map(|p| serde_json::from_slice(p.as_ref()))
+        .transpose()
+        .map_err(|e| {
+            failed(
+                "Invoke",
+                format!("{name} answered with something that is not JSON: {e}"),
+            )
+        })?
+        .unwrap_or(Value::Null);
+    if out.function_error().is_some() {
+        return Err(HandlerError {
+            error_type: body["errorType"]
+                .as_str()
+                .unwrap_or("Unhandled")
+                .to_string(),
+            message: body["errorMessage"]
+                .as_str()
+                .map_or_else(|| body.to_string(), str::to_string),
+        });
+    }
+    Ok(body)
 }

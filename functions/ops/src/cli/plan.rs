@@ -1,4 +1,4 @@
-//! `nodecycle plan <POLICY_FILE> [--at <RFC3339>]`
+//! `nodecycle plan <POLICY_FILE> [--at <INSTANT>]`
 
 use chrono::{DateTime, Utc};
 
@@ -8,7 +8,8 @@ pub struct Args {
     /// Policy file (YAML or JSON) of the pool.
     #[arg(value_name = "POLICY_FILE")]
     file: String,
-    /// Plan as if it were this instant (RFC 3339); default now. Observed state is today's.
+    /// Plan as if it were this instant (now, RFC 3339, or without offset: UTC); default now.
+    /// Observed state is today's.
     #[arg(long, value_parser = super::budget::parse_instant)]
     at: Option<DateTime<Utc>>,
 }
@@ -28,11 +29,15 @@ pub async fn run(args: Args) -> u8 {
         super::print_json(&serde_json::json!({"error": e}));
         1
     };
-    let wiring = match nodecycle::wiring::RotatorConfig::from_env() {
+    let runtime = match super::target::runtime().await {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let wiring = match nodecycle::wiring::RotatorConfig::from_lookup(&super::target::env) {
         Ok(c) => c,
         Err(e) => return fail(e.message),
     };
-    let rotator = wiring.rotator(&nodecycle::wiring::Runtime::local().await);
+    let rotator = wiring.rotator(&runtime);
     // The pool's account and region: its member's ports.
     let rotator = match rotator.at(policy.place.as_ref()).await {
         Ok(r) => r,
@@ -59,7 +64,11 @@ pub async fn run(args: Args) -> u8 {
                     serde_json::json!(record.and_then(|r| r.promotion_wait)),
                 );
             }
-            super::print_json(&v);
+            super::output::print(
+                &v,
+                super::target::get().output_or(super::target::Output::Json),
+                super::output::generic,
+            );
             0
         }
         Err(e) => fail(e.to_string()),

@@ -69,9 +69,7 @@ pub async fn run(args: Args) -> u8 {
 
 /// The prefix given, else `NODECYCLE_POLICY_PREFIX`, else the default; with one trailing `/`.
 pub fn prefix(given: Option<&str>) -> String {
-    let env = std::env::var(PREFIX_ENV)
-        .ok()
-        .filter(|p| !p.trim().is_empty());
+    let env = super::target::env(PREFIX_ENV).filter(|p| !p.trim().is_empty());
     stored::normalize_prefix(
         given
             .map(str::to_string)
@@ -84,13 +82,13 @@ pub fn prefix(given: Option<&str>) -> String {
 /// An SSM client from the environment; `Err(exit code)` after saying what to set.
 pub async fn ssm() -> Result<Ssm, u8> {
     nodecycle::logging::init();
-    let config = nodecycle::aws::load_config().await;
-    if config.region().is_none() {
-        print_json(&json!({
-            "error": "no AWS region configured; set AWS_REGION (or AWS_PROFILE to a profile with a region)"
-        }));
-        return Err(2);
-    }
+    let config = match super::target::sdk().await {
+        Ok(c) => c,
+        Err(e) => {
+            print_json(&json!({ "error": e }));
+            return Err(2);
+        }
+    };
     Ok(Ssm::new(nodecycle::aws::Clients::new(&config).ssm))
 }
 

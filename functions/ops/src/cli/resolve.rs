@@ -18,7 +18,13 @@ pub async fn run(args: Args) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let config = nodecycle::aws::load_config().await;
+    let config = match super::target::sdk().await {
+        Ok(c) => c,
+        Err(e) => {
+            super::print_json(&serde_json::json!({ "error": e }));
+            return 1;
+        }
+    };
     let c = Clients::new(&config);
     let (ssm, ec2, eks) = (
         Ssm::new(c.ssm.clone()),
@@ -31,7 +37,11 @@ pub async fn run(args: Args) -> u8 {
         Ok(resolution) => {
             let value = serde_json::to_value(&resolution)
                 .unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}));
-            super::print_json(&value);
+            super::output::print(
+                &value,
+                super::target::get().output_or(super::target::Output::Json),
+                super::output::generic,
+            );
             0
         }
         Err(e) => {

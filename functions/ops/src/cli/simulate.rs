@@ -13,6 +13,13 @@ use nodecycle::policy::{NodeGroup, Policy};
 use nodecycle::simulate::{self, Forecast, ManagedStart, PoolStart, Settings};
 use serde_json::json;
 
+impl Args {
+    /// Whether it reads a deployment (`--live`).
+    pub fn reads_deployment(&self) -> bool {
+        self.live
+    }
+}
+
 /// Nodes per pool when `--nodes` does not say.
 const DEFAULT_NODES: u32 = 6;
 
@@ -25,8 +32,13 @@ pub struct Args {
     /// With --live: only the pools of this account (12 digits).
     #[arg(long, value_name = "ACCOUNT", requires = "live")]
     account: Option<String>,
-    /// With --live: only the pools of this region.
-    #[arg(long, value_name = "REGION", requires = "live")]
+    /// With --live: only the pools of this region (`--region` is the deployment's own).
+    #[arg(
+        long = "pool-region",
+        id = "pool_region",
+        value_name = "REGION",
+        requires = "live"
+    )]
     region: Option<String>,
     /// Forecast the live fleet from now: each pool's nodes, rotations and desired AMI as
     /// `status` reads them (read-only).
@@ -232,8 +244,9 @@ async fn live(
         super::print_json(&json!({ "error": e }));
         1
     };
-    let wiring = nodecycle::wiring::RotatorConfig::from_env().map_err(|e| fail(e.message))?;
-    let rotator = wiring.rotator(&nodecycle::wiring::Runtime::local().await);
+    let wiring = nodecycle::wiring::RotatorConfig::from_lookup(&super::target::env)
+        .map_err(|e| fail(e.message))?;
+    let rotator = wiring.rotator(&super::target::runtime().await.map_err(fail)?);
     let docs = rotator
         .cell
         .documents()

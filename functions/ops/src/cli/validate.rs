@@ -22,6 +22,13 @@ pub struct Args {
     strict: bool,
 }
 
+impl Args {
+    /// Whether it reads a deployment (`--live`, `--prefix`).
+    pub fn reads_deployment(&self) -> bool {
+        self.live || self.prefix.is_some()
+    }
+}
+
 /// Prints every problem of every file (errors and warnings, `<file>: <path>: <message>`), then
 /// the promotion chains across the files: a pool promoting from itself or a cycle is an error,
 /// an upstream that is none of the files a warning (it may be deployed from elsewhere; the
@@ -178,14 +185,17 @@ fn check(args: &Args, docs: &[(String, Result<PolicyDocument, String>)], size_bo
 async fn live(files: &[String]) -> u8 {
     use nodecycle::handlers::onboard;
     nodecycle::logging::init();
-    let config = nodecycle::aws::load_config().await;
-    let table = std::env::var(nodecycle::state::TABLE_ENV)
-        .ok()
-        .filter(|t| !t.trim().is_empty());
+    let config = match super::target::sdk().await {
+        Ok(c) => c,
+        Err(e) => {
+            super::print_json(&serde_json::json!({ "error": e }));
+            return 1;
+        }
+    };
+    let table = super::target::env(nodecycle::state::TABLE_ENV).filter(|t| !t.trim().is_empty());
     // No table is fine here (nothing is written); the served accounts and regions and the
     // members' spoke role are the deployment's (a member's pool is read through its role).
-    let mut common = match nodecycle::wiring::Common::without_table(&nodecycle::wiring::process_env)
-    {
+    let mut common = match nodecycle::wiring::Common::without_table(&super::target::env) {
         Ok(c) => c,
         Err(e) => {
             super::print_json(&serde_json::json!({"error": e.message}));
@@ -195,8 +205,7 @@ async fn live(files: &[String]) -> u8 {
     common.table = table.clone().unwrap_or_else(|| "-".into());
     common.group_updates = false;
     let ports = common.ports(&config);
-    let settings = match nodecycle::wiring::RotatorConfig::settings(&nodecycle::wiring::process_env)
-    {
+    let settings = match nodecycle::wiring::RotatorConfig::settings(&super::target::env) {
         Ok(s) => s,
         Err(e) => {
             super::print_json(&serde_json::json!({"error": e.message}));

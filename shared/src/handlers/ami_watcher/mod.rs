@@ -299,7 +299,7 @@ impl AmiWatcher {
             pools: outcomes,
             aws_calls,
         };
-        tracing::info!(trigger = %report.trigger, pools = report.pools.len(), calls = ?report.aws_calls, "pass complete");
+        tracing::info!(trigger = %report.trigger, pools = report.pools.len(), calls = %crate::logging::json(&report.aws_calls), "pass complete");
         serde_json::to_value(&report).map_err(|e| HandlerError::internal(e.to_string()))
     }
 
@@ -424,12 +424,12 @@ impl AmiWatcher {
         let previous = before.desired.as_ref().map(|a| a.id.clone());
         match &choice {
             Verdict::Failed { message } => {
-                tracing::warn!(pool = %pool, source = %source, decision = "kept", desired = ?desired, reason = %message, "resolution failed; keeping the last desired AMI");
+                tracing::warn!(pool = %pool, source = %source, decision = "kept", desired = desired.as_deref(), reason = %message, "resolution failed; keeping the last desired AMI");
                 outcome("failed", desired, previous, Some(message.clone()), None)
             }
             Verdict::Keep { why } => {
                 let why = (!why.is_empty()).then(|| why.clone());
-                tracing::info!(pool = %pool, source = %source, decision = "kept", desired = ?desired, reason = ?why, "desired AMI kept");
+                tracing::info!(pool = %pool, source = %source, decision = "kept", desired = desired.as_deref(), reason = why.as_deref(), "desired AMI kept");
                 let status = if why.is_some() {
                     "waiting"
                 } else {
@@ -586,7 +586,7 @@ impl AmiWatcher {
         when: Record,
         now: DateTime<Utc>,
     ) -> PoolOutcome {
-        tracing::error!(source = %source, pool = ?pool, decision = "invalid", reason = %message, "policy rejected; the pool keeps its last desired AMI");
+        tracing::error!(source = %source, pool = pool.as_deref(), decision = "invalid", reason = %message, "policy rejected; the pool keeps its last desired AMI");
         let mut outcome = PoolOutcome {
             pool: pool.clone(),
             source: source.to_string(),

@@ -191,7 +191,7 @@ impl OpsHandler {
             Ok(r) => r,
             Err(problems) => {
                 let refused = Err(invalid(problems));
-                tracing::warn!(request_id = %origin.request_id, decision = "rejected", error = ?refused.as_ref().err().map(|e| &e.message), "invalid request");
+                tracing::warn!(request_id = %origin.request_id, decision = "rejected", error = refused.as_ref().err().map(|e| e.message.as_str()), "invalid request");
                 if let Ok(audit) = self
                     .audit_start(AuditScope::Unscoped, payload, origin, now)
                     .await
@@ -520,10 +520,10 @@ fn log_outcome(
 ) {
     match result {
         Ok(v) => {
-            tracing::info!(request_id = %origin.request_id, caller = ?origin.caller, pool, target, action, decision = "done", response = %v)
+            tracing::info!(request_id = %origin.request_id, caller = origin.caller.as_deref(), pool, target, action, decision = "done", response = %v)
         }
         Err(e) => {
-            tracing::warn!(request_id = %origin.request_id, caller = ?origin.caller, pool, target, action, decision = "refused", error = %e)
+            tracing::warn!(request_id = %origin.request_id, caller = origin.caller.as_deref(), pool, target, action, decision = "refused", error = %e)
         }
     }
 }

@@ -314,7 +314,7 @@ pub(super) fn fully_on_release(
 
 fn log_decisions(plan: &plan::Plan) {
     for d in &plan.decisions {
-        tracing::info!(pool = %plan.pool, instance = ?d.instance_id, decision = %d.message);
+        tracing::info!(pool = %plan.pool, instance = d.instance_id.as_deref(), decision = %d.message);
     }
 }
 
@@ -531,7 +531,7 @@ impl RotatorHandler {
                         blocked: Some(why.clone()),
                         ..PoolReport::default()
                     };
-                    tracing::error!(pool = %report.pool, decision = "blocked", reason = ?report.blocked);
+                    tracing::error!(pool = %report.pool, decision = "blocked", reason = report.blocked.as_deref());
                     report
                 })
                 .collect(),
@@ -605,7 +605,7 @@ impl RotatorHandler {
         if visit.deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
             report.blocked =
                 Some("invocation time nearly used up; the pool is worked on next pass".into());
-            tracing::warn!(pool = %report.pool, decision = "deferred", reason = ?report.blocked);
+            tracing::warn!(pool = %report.pool, decision = "deferred", reason = report.blocked.as_deref());
             return report;
         }
         if let Err(e) = self.pool_pass(&visit, quarantined, &mut report).await {
@@ -763,7 +763,7 @@ impl RotatorHandler {
             .await;
         match result {
             Ok(_) => {
-                tracing::info!(pool = %pool, fully_on = ?current.map(|(r, _)| r.to_string()), decision = "soak ledger")
+                tracing::info!(pool = %pool, fully_on = current.map(|(r, _)| r.to_string()).as_deref(), decision = "soak ledger")
             }
             Err(e) => {
                 tracing::warn!(pool = %pool, error = %e, "cannot record the soak ledger; next pass")

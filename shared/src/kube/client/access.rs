@@ -201,7 +201,7 @@ pub(super) async fn describe_cluster(
             } else {
                 KubeError::Aws(format!(
                     "eks:DescribeCluster {cluster}: {}",
-                    aws_sdk_eks::error::DisplayErrorContext(&e)
+                    crate::port::error_chain(&e)
                 ))
             }
         })?;
