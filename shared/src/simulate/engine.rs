@@ -116,6 +116,7 @@ impl Pool {
             managed,
             desired_change,
             notes,
+            release: _,
         } = start;
         let from = settings.from;
         let to = settings.to();

@@ -934,3 +934,165 @@ fn adopted_old_nodes_are_replaced_within_the_budget() {
     let f = run(unknown, &s);
     assert_eq!(f.max_in_flight, 40);
 }
+
+/// A live start (no desired change given): `nodes` Ready nodes on [`CURRENT_AMI`], the desired
+/// AMI `desired`, as `simulate --live` builds it.
+fn live_start(p: &Policy, nodes: u32, from: DateTime<Utc>, desired: &str) -> PoolStart {
+    let mut start = PoolStart::synthetic(p.clone(), nodes, from, TimeDelta::zero(), from);
+    start.desired_change = None;
+    start.snapshot.gates.desired_ami = Some(desired.to_string());
+    start
+}
+
+/// `--live`: prod (on its desired AMI, promoting from test with soak 2h) is not done while
+/// test rolls a new AMI: it waits for test's done plus the soak, then rotates to it.
+#[test]
+fn a_live_pool_waits_for_its_upstream_soak_then_rotates() {
+    let s = settings(MONDAY, 2, 10);
+    let from = at(MONDAY);
+    let test = pol(
+        "test",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"1\"\n",
+    );
+    let prod = pol(
+        "prod",
+        false,
+        "promotion:\n  from: prod/test\n  soak: 2h\ndisruption:\n  budgets:\n    - nodes: \"2\"\n",
+    );
+    let f = simulate(
+        vec![
+            live_start(&prod, 4, from, CURRENT_AMI),
+            live_start(&test, 3, from, NEW_AMI),
+        ],
+        &s,
+    );
+    let (prod_f, test_f) = (&f.pools[0], &f.pools[1]);
+    let test_done = test_f.done.expect("test is done");
+    assert!(test_done > from);
+    let promo = prod_f
+        .promotion
+        .as_ref()
+        .expect("prod's promotion forecast");
+    assert_eq!(promo.from.as_deref(), Some("prod/test"));
+    assert_eq!(promo.upstream_done, Some(test_done));
+    assert_eq!(promo.desired_at, Some(test_done + TimeDelta::hours(2)));
+    assert_eq!(promo.waits_from, Some(from));
+    assert_eq!(prod_f.rotations.len(), 4, "{:?}", prod_f.rotations);
+    assert!(
+        prod_f
+            .rotations
+            .iter()
+            .all(|r| r.start >= test_done + TimeDelta::hours(2))
+    );
+    assert!(
+        prod_f
+            .done
+            .is_some_and(|d| d > test_done + TimeDelta::hours(2))
+    );
+    let v = serde_json::to_value(prod_f).unwrap();
+    assert_eq!(
+        v["promotion"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["from", "upstreamDone", "desiredAt"]
+    );
+
+    // The upstream done at the start, soaking for 90m already: the change comes in 30m.
+    let mut soaked = live_start(&test, 3, from, NEW_AMI);
+    for m in &mut soaked.snapshot.members {
+        m.image_id = Some(NEW_AMI.into());
+    }
+    soaked.release.soaking_since = Some(from - min(90));
+    let f = simulate(vec![live_start(&prod, 4, from, CURRENT_AMI), soaked], &s);
+    let promo = f.pools[0].promotion.as_ref().unwrap();
+    assert_eq!(promo.upstream_done, Some(from));
+    assert_eq!(promo.desired_at, Some(from + min(30)));
+    assert!(
+        f.pools[0]
+            .rotations
+            .iter()
+            .all(|r| r.start >= from + min(30))
+    );
+
+    // Other images of one release (another region): nothing to promote, done from the start.
+    let mut up = live_start(&test, 3, from, "ami-west");
+    up.release.release = Some("1.30.6-20241101".into());
+    let mut down = live_start(&prod, 4, from, CURRENT_AMI);
+    down.release.release = Some("1.30.6-20241101".into());
+    let f = simulate(vec![down, up], &s);
+    assert!(f.pools[0].promotion.is_none());
+    assert!(f.pools[0].rotations.is_empty());
+    assert_eq!(f.pools[0].done, Some(from));
+
+    // The upstream paused all along: never proven, the pool waits to the end (not done).
+    let paused = pol("test", false, "paused: true\n");
+    let f = simulate(
+        vec![
+            live_start(&prod, 4, from, CURRENT_AMI),
+            live_start(&paused, 3, from, NEW_AMI),
+        ],
+        &s,
+    );
+    let promo = f.pools[0].promotion.as_ref().unwrap();
+    assert_eq!((promo.upstream_done, promo.desired_at), (None, None));
+    assert!(f.pools[0].rotations.is_empty() && f.pools[0].done.is_none());
+}
+
+/// What a pool record says of its release: the desired AMI's release and its open soak
+/// period on that AMI; nothing of a pin's release, no soak on another image.
+#[test]
+fn release_state_reads_the_pool_record() {
+    use crate::promotion::{Release, SoakPeriod};
+    use crate::state::{OperatorAction, Pin, PoolRecord};
+    let from = at(MONDAY);
+    let ami = |id: &str| crate::ami::resolve::Ami {
+        id: id.into(),
+        name: "amazon-eks-node-al2023-x86_64-standard-1.30-v20241101".into(),
+        architecture: crate::image::Architecture::X86_64,
+        variant: None,
+        creation_date: "2024-11-01T00:00:00Z".into(),
+        deprecated: false,
+        source: crate::ami::select::Provenance {
+            term: 0,
+            field: "alias".into(),
+            value: "al2023@latest".into(),
+            parameter: None,
+        },
+    };
+    let period = |image: &str, until: Option<DateTime<Utc>>| SoakPeriod {
+        release: Release("v".into()),
+        image: image.into(),
+        since: from - min(90),
+        until,
+    };
+    let mut record = PoolRecord {
+        desired: Some(ami("ami-west")),
+        ledger: vec![
+            period("ami-old", Some(from - min(100))),
+            period("ami-west", None),
+        ],
+        ..PoolRecord::default()
+    };
+    let state = ReleaseState::of(&record);
+    assert_eq!(state.release.as_deref(), Some("v20241101"));
+    assert_eq!(state.soaking_since, Some(from - min(90)));
+    // The open period is on another image than the pool runs: no soak under way.
+    record.ledger = vec![period("ami-old", None)];
+    assert_eq!(ReleaseState::of(&record).soaking_since, None);
+    // Pinned: the pin's image runs, its release is not known.
+    record.pin = Some(Pin {
+        ami: "ami-old".into(),
+        name: None,
+        by: OperatorAction {
+            reason: "r".into(),
+            at: from,
+            by: None,
+        },
+    });
+    let pinned = ReleaseState::of(&record);
+    assert_eq!(pinned.release, None);
+    assert_eq!(pinned.soaking_since, Some(from - min(90)));
+}
