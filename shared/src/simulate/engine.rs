@@ -589,6 +589,7 @@ impl Pool {
                 reason: w.reason,
                 why: w.why,
                 kind: w.kind,
+                gate: w.gate,
             });
         }
     }

@@ -339,6 +339,11 @@ pub struct Blocked {
     /// For the picture.
     #[serde(skip)]
     pub kind: BlockKind,
+    /// For a [`BlockKind::Gate`] wait, the gate in a few words, as the picture names its band
+    /// (`paused by alice at ...: CVE triage`, `halted: ...`, `deployment stopped`, `window
+    /// wait: ...`, `node group update in progress`); `None` for a budget.
+    #[serde(skip)]
+    pub gate: Option<String>,
 }
 
 /// A stretch in which a reason's budgets allow no disruption.
