@@ -10,15 +10,31 @@ use super::BlockKind;
 use crate::budget::{self, Budget, Reason};
 use crate::plan::Snapshot;
 use crate::plan::managed_update::UpdateAction;
-use crate::plan::{Plan, maintenance};
+use crate::plan::{Gate, Plan, maintenance};
 use crate::rotation::RotationReason;
 
-/// Rotations of `reason` wait because of `why`.
+/// Rotations of `reason` wait because of `why`; `gate` names the gate of a
+/// [`BlockKind::Gate`] wait in a few words (see [`super::Blocked::gate`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Wait {
     pub reason: RotationReason,
     pub why: String,
     pub kind: BlockKind,
+    pub gate: Option<String>,
+}
+
+/// A gate's name as the picture writes it on its band: which gate, and for a pause by whom
+/// and why (`paused by alice at 2026-12-01T09:00:00Z: CVE triage`, `paused: policy sets
+/// paused: true`), for a halt its message.
+pub(super) fn gate_name(gate: &Gate) -> String {
+    match gate {
+        Gate::Stopped(_) => "deployment stopped".into(),
+        Gate::Halted(why) => format!("halted: {why}"),
+        Gate::Paused(why) if why.starts_with("by ") => format!("paused {why}"),
+        Gate::Paused(why) => format!("paused: {why}"),
+        Gate::Untrusted(_) => "snapshot not trusted (duplicate instances)".into(),
+        Gate::Unresolved => "desired AMI unresolved".into(),
+    }
 }
 
 /// What the managed plan decided, beside the node-level plan.
@@ -40,14 +56,22 @@ pub(super) fn waits(
     managed: Option<ManagedView<'_>>,
     now: DateTime<Utc>,
 ) -> Vec<Wait> {
-    let mut out: BTreeMap<RotationReason, (String, BlockKind)> = BTreeMap::new();
-    let gate = |why: &Option<String>| {
+    let mut out: BTreeMap<RotationReason, (String, BlockKind, Option<String>)> = BTreeMap::new();
+    // The plan's gate, named; else `name`.
+    let gate_or = |name: &str| {
         (
-            why.clone()
+            plan.blocked
+                .clone()
                 .unwrap_or_else(|| "the planner starts nothing".into()),
             BlockKind::Gate,
+            Some(
+                plan.gate
+                    .as_ref()
+                    .map_or_else(|| name.to_string(), gate_name),
+            ),
         )
     };
+    let named = |why: String, name: &str| (why, BlockKind::Gate, Some(name.to_string()));
     let budgets = &snap.policy.budgets;
     let used = plan.disrupting + u32::try_from(started.len()).unwrap_or(u32::MAX);
     let budget_wait = |r: Reason, used: u32| limited(budgets, r, plan.total, used, now);
@@ -65,7 +89,8 @@ pub(super) fn waits(
         .filter(|r| r.waiting() || maintenance::waits(r, now))
         .collect();
     let desired = snap.gates.desired_ami.as_deref();
-    let gated = snap.gates.halted.is_some()
+    let gated = plan.gate.is_some()
+        || snap.gates.halted.is_some()
         || snap.gates.paused.is_some()
         || snap.policy.paused
         || desired.is_none();
@@ -81,11 +106,12 @@ pub(super) fn waits(
         candidates.remove(&RotationReason::Drifted);
         let inactive = !m.active && *m.update == UpdateAction::None;
         if gated || inactive {
+            let wait = gate_or("node group not ACTIVE");
             if drift_pending || desired.is_none() {
-                out.insert(RotationReason::Drifted, gate(&plan.blocked));
+                out.insert(RotationReason::Drifted, wait.clone());
             }
             for r in candidates.iter().chain(records.iter().map(|r| &r.reason)) {
-                out.insert(*r, gate(&plan.blocked));
+                out.insert(*r, wait.clone());
             }
             return collect(out);
         }
@@ -96,7 +122,7 @@ pub(super) fn waits(
                     _ => "the node group update starts: node-level rotations wait".into(),
                 };
                 for r in candidates.iter().chain(records.iter().map(|r| &r.reason)) {
-                    out.insert(*r, (why.clone(), BlockKind::Gate));
+                    out.insert(*r, named(why.clone(), "node group update in progress"));
                 }
                 return collect(out);
             }
@@ -105,8 +131,14 @@ pub(super) fn waits(
         if drift_pending {
             let wait = if m.node_level_in_flight == 0 && plan.allowed.drifted == 0 {
                 budget_wait(Reason::Drifted, plan.disrupting)
+            } else if plan
+                .blocked
+                .as_deref()
+                .is_some_and(|b| b.contains("window"))
+            {
+                gate_or("window wait: the node group update waits for a window it fits in")
             } else {
-                gate(&plan.blocked)
+                gate_or("the node group update waits")
             };
             out.insert(RotationReason::Drifted, wait);
         }
@@ -117,13 +149,13 @@ pub(super) fn waits(
                 desired.unwrap_or_default()
             );
             for r in candidates.iter().chain(records.iter().map(|r| &r.reason)) {
-                out.insert(*r, (why.clone(), BlockKind::Gate));
+                out.insert(*r, named(why.clone(), "waiting for the node group update"));
             }
             return collect(out);
         }
     } else if gated {
         for r in candidates.iter().chain(records.iter().map(|r| &r.reason)) {
-            out.insert(*r, gate(&plan.blocked));
+            out.insert(*r, gate_or("the planner starts nothing"));
         }
         return collect(out);
     }
@@ -135,12 +167,15 @@ pub(super) fn waits(
     }
     for r in records {
         let wait = match (&r.queued, r.reason) {
-            (Some(q), _) if q.ignore_budgets => (
+            (Some(q), _) if q.ignore_budgets => named(
                 format!(
                     "request {}: at most maxConcurrent {} at once",
                     q.request_id, q.max_concurrent
                 ),
-                BlockKind::Gate,
+                &format!(
+                    "request {} maxConcurrent {}",
+                    q.request_id, q.max_concurrent
+                ),
             ),
             (Some(_), _) => budget_wait(Reason::Drifted, used),
             // Maintenance waits within the smaller of the two allowances.
@@ -162,9 +197,14 @@ pub(super) fn waits(
     collect(out)
 }
 
-fn collect(out: BTreeMap<RotationReason, (String, BlockKind)>) -> Vec<Wait> {
+fn collect(out: BTreeMap<RotationReason, (String, BlockKind, Option<String>)>) -> Vec<Wait> {
     out.into_iter()
-        .map(|(reason, (why, kind))| Wait { reason, why, kind })
+        .map(|(reason, (why, kind, gate))| Wait {
+            reason,
+            why,
+            kind,
+            gate,
+        })
         .collect()
 }
 
@@ -175,7 +215,7 @@ fn limited(
     total: u32,
     used: u32,
     now: DateTime<Utc>,
-) -> (String, BlockKind) {
+) -> (String, BlockKind, Option<String>) {
     let a = budget::evaluate(budgets, reason, total, used, now);
     match a.limited_by.and_then(|i| budgets.get(i).map(|b| (i, b))) {
         Some((i, b)) => {
@@ -185,11 +225,16 @@ fn limited(
             } else {
                 BlockKind::Full
             };
-            (format!("{}: {cap} of {total} nodes", describe(i, b)), kind)
+            (
+                format!("{}: {cap} of {total} nodes", describe(i, b)),
+                kind,
+                None,
+            )
         }
         None => (
             format!("no budget applies: all {total} nodes are being disrupted"),
             BlockKind::Full,
+            None,
         ),
     }
 }

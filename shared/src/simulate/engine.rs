@@ -116,6 +116,7 @@ impl Pool {
             managed,
             desired_change,
             notes,
+            release: _,
         } = start;
         let from = settings.from;
         let to = settings.to();
@@ -588,6 +589,7 @@ impl Pool {
                 reason: w.reason,
                 why: w.why,
                 kind: w.kind,
+                gate: w.gate,
             });
         }
     }

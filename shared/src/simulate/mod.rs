@@ -116,6 +116,45 @@ pub struct PoolStart {
     /// What the forecast assumes that the reader should know (copied to
     /// [`PoolForecast::notes`]): a paused pool forecast as if resumed, an age left at 0.
     pub notes: Vec<String>,
+    /// What the pool's record says of its release (live); empty for a synthetic pool.
+    pub release: ReleaseState,
+}
+
+/// What a live pool's record says of the release it runs, so that a promotion compares
+/// releases (one release may be a different image per region or architecture) and counts a
+/// soak already under way. Empty ([`Default`]) for synthetic pools: images are compared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleaseState {
+    /// The release of the pool's desired AMI ([`crate::promotion::release_of`]); `None` when
+    /// not known (no record, or a pin).
+    pub release: Option<String>,
+    /// Start of the pool's open soak period (its ledger's: every node Ready on the desired AMI
+    /// since then, nothing in flight), if one is open.
+    pub soaking_since: Option<DateTime<Utc>>,
+}
+
+impl ReleaseState {
+    /// What a pool record says: the release of its desired AMI (`None` while pinned: the pin
+    /// names an image only) and the start of its open soak period when that period is on the
+    /// AMI the pool runs (its pin, else its desired AMI).
+    pub fn of(record: &crate::state::PoolRecord) -> ReleaseState {
+        let release = match (&record.pin, &record.desired) {
+            (None, Some(ami)) => Some(crate::promotion::release_of(ami).0),
+            _ => None,
+        };
+        let effective = record.effective_desired();
+        let soaking_since = record
+            .ledger
+            .iter()
+            .rev()
+            .find(|p| p.until.is_none())
+            .filter(|p| Some(p.image.as_str()) == effective)
+            .map(|p| p.since);
+        ReleaseState {
+            release,
+            soaking_since,
+        }
+    }
 }
 
 impl PoolStart {
@@ -168,6 +207,7 @@ impl PoolStart {
             managed,
             desired_change: Some((new_ami_at, NEW_AMI.to_string())),
             notes: Vec::new(),
+            release: ReleaseState::default(),
         }
     }
 }
@@ -299,6 +339,11 @@ pub struct Blocked {
     /// For the picture.
     #[serde(skip)]
     pub kind: BlockKind,
+    /// For a [`BlockKind::Gate`] wait, the gate in a few words, as the picture names its band
+    /// (`paused by alice at ...: CVE triage`, `halted: ...`, `deployment stopped`, `window
+    /// wait: ...`, `node group update in progress`); `None` for a budget.
+    #[serde(skip)]
+    pub gate: Option<String>,
 }
 
 /// A stretch in which a reason's budgets allow no disruption.
@@ -330,6 +375,9 @@ pub fn simulate(pools: Vec<PoolStart>, settings: &Settings) -> Forecast {
     };
     let mut pending: Vec<Option<PoolStart>> = pools.into_iter().map(Some).collect();
     let mut out: Vec<Option<PoolForecast>> = vec![None; pending.len()];
+    // What each forecast pool ends on (its final desired AMI and release), for its downstream.
+    let mut ends_on: Vec<(Option<String>, ReleaseState)> =
+        vec![(None, ReleaseState::default()); pending.len()];
     // A pool is forecast once the pool it promotes from is; what is left is a cycle.
     loop {
         let mut progressed = false;
@@ -344,7 +392,22 @@ pub fn simulate(pools: Vec<PoolStart>, settings: &Settings) -> Forecast {
             let Some(mut start) = pending[i].take() else {
                 continue;
             };
-            let note = promote(&mut start, upstream.and_then(|j| out[j].as_ref()));
+            let up = upstream.and_then(|j| {
+                Some(Upstream {
+                    forecast: out[j].as_ref()?,
+                    ami: ends_on[j].0.as_deref(),
+                    release: &ends_on[j].1,
+                })
+            });
+            let note = promote(&mut start, up, settings.from);
+            ends_on[i] = (
+                start
+                    .desired_change
+                    .as_ref()
+                    .map(|(_, ami)| ami.clone())
+                    .or_else(|| start.snapshot.gates.desired_ami.clone()),
+                start.release.clone(),
+            );
             let mut forecast = engine::run(start, &settings, engine::Stepping::Events);
             forecast.promotion = note;
             out[i] = Some(forecast);
@@ -371,26 +434,56 @@ pub fn simulate(pools: Vec<PoolStart>, settings: &Settings) -> Forecast {
     }
 }
 
+/// The pool a pool with `promotion.from` promotes from, as [`promote`] needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Upstream<'a> {
+    /// Its forecast (`done`: when it runs its desired AMI on every node).
+    pub forecast: &'a PoolForecast,
+    /// The desired AMI it ends on (after its own change, if any).
+    pub ami: Option<&'a str>,
+    /// What its record says of that AMI's release (live).
+    pub release: &'a ReleaseState,
+}
+
 /// When a pool with `promotion` takes the new AMI, as nodecycle would: with `promotion.from`,
 /// once the upstream pool has run it on all its nodes for `soak` (its forecast `done` plus
 /// `soak`; never within the forecast when the upstream is not done in time or is not among the
 /// pools simulated, since nothing proves the release then); with `minAge`, no earlier than
 /// `minAge` after the new AMI appears (it is created at its desired-change instant). Alarms
-/// are not modelled (assumed quiet). Pools without `promotion`, or without a desired change
-/// (live forecasts), are left as they are.
+/// are not modelled (assumed quiet). Pools without `promotion` are left as they are.
+///
+/// A live pool (no desired change given) with `promotion.from` whose upstream is simulated
+/// and ends on another release than the pool's (releases compared when both are known, else
+/// the AMIs) is given the change the promotion will bring: to the upstream's AMI (standing for
+/// its release) at the end of the upstream's soak, which counts from the upstream's `done`, or
+/// from its open soak period ([`ReleaseState::soaking_since`]) when it is done at `from`;
+/// never within the forecast when the upstream is not done in time. `minAge` is not applied
+/// to a live pool (the image's creation date is not read). Its release becomes the
+/// upstream's, for the pools downstream of it.
 pub fn promote(
     start: &mut PoolStart,
-    upstream: Option<&PoolForecast>,
+    upstream: Option<Upstream<'_>>,
+    from: DateTime<Utc>,
 ) -> Option<PromotionForecast> {
     let promo = start.snapshot.policy.promotion.clone()?;
-    let (at, ami) = start.desired_change.clone()?;
     let delta = |d: std::time::Duration| TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
-    let mut when = Some(promo.min_age.map_or(at, |m| at + delta(m)));
-    let upstream_done = upstream.and_then(|u| u.done);
+    let soak = promo.soak.map(delta).unwrap_or_default();
+    let upstream_done = upstream.and_then(|u| u.forecast.done);
+    let Some((at, ami)) = start.desired_change.clone() else {
+        return promote_live(start, upstream, from, promo.from, soak);
+    };
+    let mut when = Some(promo.min_age.map_or(at, |m| {
+        at.checked_add_signed(delta(m))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }));
     if promo.from.is_some() {
-        let soak = promo.soak.map(delta).unwrap_or_default();
         when = match (when, upstream_done) {
-            (Some(w), Some(done)) => Some(w.max(done + soak)),
+            (Some(w), Some(done)) => Some(
+                w.max(
+                    done.checked_add_signed(soak)
+                        .unwrap_or(DateTime::<Utc>::MAX_UTC),
+                ),
+            ),
             _ => None,
         };
     }
@@ -401,6 +494,59 @@ pub fn promote(
         from: promo.from,
         upstream_done,
         desired_at: when,
+        waits_from: (at < DateTime::<Utc>::MAX_UTC).then_some(at.max(from)),
+        soak: promo.soak,
+        min_age: promo.min_age,
+    })
+}
+
+/// [`promote`] for a live pool (see there).
+fn promote_live(
+    start: &mut PoolStart,
+    upstream: Option<Upstream<'_>>,
+    from: DateTime<Utc>,
+    upstream_id: Option<String>,
+    soak: TimeDelta,
+) -> Option<PromotionForecast> {
+    upstream_id.as_ref()?;
+    let up = upstream?;
+    let up_ami = up.ami?;
+    let same = match (&start.release.release, &up.release.release) {
+        (Some(mine), Some(theirs)) => mine == theirs,
+        _ => start.snapshot.gates.desired_ami.as_deref() == Some(up_ami),
+    };
+    if same {
+        return None;
+    }
+    let upstream_done = up.forecast.done;
+    let soak_from = match (upstream_done, up.release.soaking_since) {
+        (Some(done), Some(since)) if done <= from && since <= done => Some(since),
+        (done, _) => done,
+    };
+    let when = soak_from.map(|s| {
+        ceil_minute(
+            s.checked_add_signed(soak)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC)
+                .max(from),
+        )
+    });
+    start.desired_change = Some((when.unwrap_or(DateTime::<Utc>::MAX_UTC), up_ami.to_string()));
+    start.release = ReleaseState {
+        release: up.release.release.clone(),
+        soaking_since: None,
+    };
+    Some(PromotionForecast {
+        from: upstream_id,
+        upstream_done,
+        desired_at: when,
+        waits_from: Some(from),
+        soak: start
+            .snapshot
+            .policy
+            .promotion
+            .as_ref()
+            .and_then(|p| p.soak),
+        min_age: None,
     })
 }
 
@@ -417,6 +563,17 @@ pub struct PromotionForecast {
     /// When this pool's desired AMI changes (`None`: not within the forecast).
     #[serde(serialize_with = "optional_instant")]
     pub desired_at: Option<DateTime<Utc>>,
+    /// From when the pool waits for the promotion (the new AMI is there, or the start of a
+    /// live forecast; not before the forecast's start); `None` when no new AMI ever comes.
+    /// The pool waits from here to `desired_at` (or the end), for the picture.
+    #[serde(skip)]
+    pub waits_from: Option<DateTime<Utc>>,
+    /// `promotion.soak`, for the picture.
+    #[serde(skip)]
+    pub soak: Option<std::time::Duration>,
+    /// `promotion.minAge` (as applied: not for a live pool), for the picture.
+    #[serde(skip)]
+    pub min_age: Option<std::time::Duration>,
 }
 
 /// The one time zone all scheduled budgets use, else UTC.

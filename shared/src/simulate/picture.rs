@@ -7,9 +7,13 @@
 //! go to separate lanes (stacked when several are in flight); stretches where a reason's budgets
 //! allow no node are shaded per reason (both reasons at once: a shading of its own), waits on a
 //! gate (paused, halted, stopped, a node group waiting for a window) are a hatched band at the
-//! top of the row, the change of the desired AMI is a dashed line and the moment a pool is done
-//! a green mark in the row's bottom band, clear of the bars. Every shading is in the legend.
-//! Every element carries a `<title>` with its details (shown on hover).
+//! top of the row named after its gate (`paused by alice ...: CVE triage`), a wait for a
+//! promotion a blue band there named after what it waits for (`waiting for prod/test soak until
+//! Tue 01 Dec 14:10 UTC`), the change of the desired AMI is a dashed line and the moment a pool
+//! is done a green mark in the row's bottom band, clear of the bars; a pool not done by the end
+//! says why in that band ([`not_done_reason`]). Pool names too long for the label column wrap
+//! onto more lines (the row grows), so no label runs into the chart. Every shading is in the
+//! legend. Every element carries a `<title>` with its details (shown on hover).
 
 use std::fmt::Write as _;
 
@@ -21,13 +25,27 @@ use crate::budget::Reason;
 use crate::rotation::RotationReason;
 
 const LABEL_W: f64 = 150.0;
+/// Left margin of the labels.
+const LABEL_X: f64 = 10.0;
+/// Room kept between a label and the chart.
+const LABEL_GAP: f64 = 8.0;
+/// The widest a character of an 11 px bold label is taken to be (Helvetica's widest common
+/// glyphs are about 0.61 em), so that a wrapped name never reaches the chart.
+const CHAR_W_BOLD: f64 = 7.0;
+/// The same for 11 px regular text.
+const CHAR_W: f64 = 6.2;
+/// The same for the 10 px text of band labels and reasons.
+const CHAR_W_SMALL: f64 = 5.0;
+/// Line height of the labels.
+const LABEL_LINE_H: f64 = 13.0;
 const PLOT_W: f64 = 730.0;
 const RIGHT_PAD: f64 = 20.0;
 const TOP: f64 = 80.0;
 const LANE_H: f64 = 12.0;
 const BAR_H: f64 = 9.0;
-/// Height of the gate band at the top of a row, and of the done band at its bottom.
-const GATE_BAND: f64 = 9.0;
+/// Height of the gate band at the top of a row (it carries its label), and of the done band at
+/// its bottom (its mark, or the reason a pool is not done).
+const GATE_BAND: f64 = 14.0;
 const DONE_BAND: f64 = 15.0;
 const ROW_MIN_H: f64 = 42.0;
 /// The narrowest bar drawn (a 10-minute rotation in a week is under 1 px), and the gap kept
@@ -42,7 +60,7 @@ const STYLE: &str = "text{fill:#1a202c}.t{font-size:15px;font-weight:bold}.s{fil
 .ce{fill:#9f7aea;fill-opacity:.28}.cb{fill:#718096;fill-opacity:.30}.gate{fill:url(#hatch)}\
 .Drifted{fill:#3182ce}.Expired{fill:#805ad5}.forced{fill:#c53030}.other{fill:#718096}\
 .wave{fill:#2c5282}.ami{stroke:#2d3748;stroke-dasharray:4 3}.done{fill:#38a169}\
-.doneline{stroke:#38a169;stroke-width:2}";
+.doneline{stroke:#38a169;stroke-width:2}.promo{fill:#90cdf4;fill-opacity:.55}.gl{font-size:10px;paint-order:stroke;stroke:#ffffff;stroke-width:3px;stroke-linejoin:round}.why{font-size:10px;fill:#c53030}";
 
 /// The forecast as an SVG document.
 pub fn svg(forecast: &Forecast) -> String {
@@ -124,18 +142,25 @@ pub fn html(forecast: &Forecast) -> String {
             (Some(at), Some(why)) => format!("{} ({}: {why})", p.max_in_flight, zoned(*at, zone)),
             _ => p.max_in_flight.to_string(),
         };
-        let waits: Vec<String> = p
-            .blocked
-            .iter()
-            .map(|b| {
+        let promotion = promotion_wait(p, forecast.to, zone).map(|(from, to, _, title)| {
+            format!("{} to {}: {title}", zoned(from, zone), zoned(to, zone))
+        });
+        let waits: Vec<String> = promotion
+            .into_iter()
+            .chain(p.blocked.iter().map(|b| {
+                let gate = b
+                    .gate
+                    .as_ref()
+                    .map(|g| format!(" ({g})"))
+                    .unwrap_or_default();
                 format!(
-                    "{} to {}: {:?} waits: {}",
+                    "{} to {}: {:?} waits{gate}: {}",
                     zoned(b.from, zone),
                     zoned(b.to, zone),
                     b.reason,
                     b.why
                 )
-            })
+            }))
             .collect();
         let _ = writeln!(
             s,
@@ -194,7 +219,10 @@ impl Layout {
         for p in &f.pools {
             let l = assign_lanes(&p.rotations, |r| layout.bar_extent(r));
             let count = l.iter().max().map_or(1, |m| m + 1);
-            let h = (GATE_BAND + 3.0 + LANE_H * count as f64 + DONE_BAND).max(ROW_MIN_H);
+            let labels = label_lines(p, layout.zone).len() as f64;
+            let h = (GATE_BAND + 3.0 + LANE_H * count as f64 + DONE_BAND)
+                .max(ROW_MIN_H)
+                .max(15.0 + LABEL_LINE_H * (labels - 1.0) + 8.0);
             layout.rows.push((y, h));
             layout.lanes.push(l);
             y += h;
@@ -332,29 +360,21 @@ impl Layout {
             "<rect class=\"{class}\" x=\"0\" y=\"{y:.1}\" width=\"{:.0}\" height=\"{h:.1}\"/>",
             self.width()
         );
-        let _ = writeln!(
-            s,
-            "<text class=\"p\" x=\"10\" y=\"{:.1}\">{}<title>{} ({})</title></text>",
-            y + 15.0,
-            esc(&pool.pool),
-            esc(&pool.pool),
-            kind(pool)
-        );
-        let status = match pool.done {
-            Some(d) => format!(
-                "{} nodes, done {}",
-                pool.nodes,
-                d.with_timezone(&self.zone).format("%a %H:%M")
-            ),
-            None => format!("{} nodes, not done by the end", pool.nodes),
-        };
-        let status_class = if pool.done.is_some() { "s" } else { "nd" };
-        let _ = writeln!(
-            s,
-            "<text class=\"{status_class}\" x=\"10\" y=\"{:.1}\">{}</text>",
-            y + 29.0,
-            esc(&status)
-        );
+        let names = wrap(&pool.pool, label_chars(CHAR_W_BOLD)).len();
+        for (i, (class, line)) in label_lines(pool, self.zone).into_iter().enumerate() {
+            let title = if i < names {
+                format!("{} ({})", pool.pool, kind(pool))
+            } else {
+                format!("{}: {}", pool.pool, line)
+            };
+            let _ = writeln!(
+                s,
+                "<text class=\"{class}\" x=\"{LABEL_X:.0}\" y=\"{:.1}\">{}<title>{}</title></text>",
+                y + 15.0 + LABEL_LINE_H * i as f64,
+                esc(&line),
+                esc(&title)
+            );
+        }
         for (class, from, to, what) in closed_pieces(pool) {
             self.stretch(
                 s,
@@ -364,14 +384,26 @@ impl Layout {
                 &format!("{what}: {}", self.span(from, to)),
             );
         }
-        for b in pool.blocked.iter().filter(|b| b.kind == BlockKind::Gate) {
-            self.stretch(
+        if let Some((from, to, label, title)) = promotion_wait(pool, self.to, self.zone) {
+            self.band(
                 s,
-                (y + 1.0, GATE_BAND - 1.0),
+                y,
+                (from, to),
+                "promo",
+                &label,
+                &format!("{title}; {}", self.span(from, to)),
+            );
+        }
+        for b in pool.blocked.iter().filter(|b| b.kind == BlockKind::Gate) {
+            let name = b.gate.as_deref().unwrap_or("gate");
+            self.band(
+                s,
+                y,
                 (b.from, b.to),
                 "gate",
+                name,
                 &format!(
-                    "{:?} waits, {}: {}",
+                    "{name}: {:?} waits, {}: {}",
                     b.reason,
                     self.span(b.from, b.to),
                     b.why
@@ -393,6 +425,20 @@ impl Layout {
         }
         for (r, lane) in pool.rotations.iter().zip(&self.lanes[index]) {
             self.bar(s, y, *lane, r);
+        }
+        if pool.done.is_none()
+            && let Some((short, full)) = not_done_reason(pool, self.to, self.zone)
+        {
+            let text =
+                fit(&format!("not done: {short}"), PLOT_W - 8.0, CHAR_W_SMALL).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "<text class=\"why\" x=\"{:.1}\" y=\"{:.1}\">{}<title>not done by the end: {}</title></text>",
+                LABEL_W + 4.0,
+                y + h - 4.0,
+                esc(&text),
+                esc(&full)
+            );
         }
         if let Some(d) = pool.done {
             let x = self.x(d);
@@ -426,6 +472,41 @@ impl Layout {
             s,
             "<rect class=\"{class}\" x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{h:.1}\"><title>{}</title></rect>",
             x1 - x0,
+            esc(title)
+        );
+    }
+
+    /// A band at the top of the row (a gate, a promotion wait) over `from..to`, its `label`
+    /// written in it as far as it fits.
+    fn band(
+        &self,
+        s: &mut String,
+        y: f64,
+        (from, to): (DateTime<Utc>, DateTime<Utc>),
+        class: &str,
+        label: &str,
+        title: &str,
+    ) {
+        let (x0, x1) = (self.x(from), self.x(to));
+        if x1 <= x0 {
+            return;
+        }
+        let text = fit(label, x1 - x0 - 6.0, CHAR_W_SMALL)
+            .map(|t| {
+                format!(
+                    "<text class=\"gl\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                    x0 + 3.0,
+                    y + GATE_BAND - 3.0,
+                    esc(&t)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "<g><rect class=\"{class}\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"/>{text}<title>{}</title></g>",
+            y + 1.0,
+            x1 - x0,
+            GATE_BAND - 1.0,
             esc(title)
         );
     }
@@ -512,7 +593,7 @@ impl Layout {
 }
 
 /// Every mark and shading the picture draws, with its legend label (the legend shows all).
-pub const LEGEND: [(&str, &str); 11] = [
+pub const LEGEND: [(&str, &str); 12] = [
     ("Drifted", "Drifted rotation"),
     ("Expired", "Expired rotation"),
     ("forced", "forced (no budget wait)"),
@@ -521,7 +602,8 @@ pub const LEGEND: [(&str, &str); 11] = [
     ("cd", "Drifted budget closed"),
     ("ce", "Expired budget closed"),
     ("cb", "both budgets closed"),
-    ("gate", "waiting on a gate or a window fit (band)"),
+    ("gate", "waiting on a gate or a window fit (band, named)"),
+    ("promo", "waiting for a promotion (band, named)"),
     ("ami", "desired AMI changes"),
     ("done", "done: every node on the desired AMI"),
 ];
@@ -641,4 +723,186 @@ fn esc(text: &str) -> String {
         }
     }
     out
+}
+
+/// What the label column says of a pool, one `(class, text)` per line: its name (wrapped to
+/// the column), its node count and when it is done (or that it is not).
+fn label_lines(pool: &PoolForecast, zone: Tz) -> Vec<(&'static str, String)> {
+    let mut lines: Vec<(&'static str, String)> = wrap(&pool.pool, label_chars(CHAR_W_BOLD))
+        .into_iter()
+        .map(|l| ("p", l))
+        .collect();
+    let status = match pool.done {
+        Some(d) => (
+            "s",
+            format!("done {}", d.with_timezone(&zone).format("%a %H:%M")),
+        ),
+        None => ("nd", "not done by the end".to_string()),
+    };
+    for (class, text) in [("s", format!("{} nodes", pool.nodes)), status] {
+        lines.extend(
+            wrap(&text, label_chars(CHAR_W))
+                .into_iter()
+                .map(|l| (class, l)),
+        );
+    }
+    lines
+}
+
+/// How many characters of width `char_w` a label line holds.
+fn label_chars(char_w: f64) -> usize {
+    ((LABEL_W - LABEL_X - LABEL_GAP) / char_w).floor().max(1.0) as usize
+}
+
+/// `text` in lines of at most `max` characters, broken after a `/`, `-`, `_`, `.` or space
+/// where one falls in the line, else cut at `max`.
+fn wrap(text: &str, max: usize) -> Vec<String> {
+    let max = max.max(1);
+    let mut lines = Vec::new();
+    let mut rest: Vec<char> = text.chars().collect();
+    while rest.len() > max {
+        let cut = rest[..max]
+            .iter()
+            .rposition(|c| matches!(c, '/' | '-' | '_' | '.' | ' '))
+            .map_or(max, |i| i + 1);
+        lines.push(
+            rest[..cut]
+                .iter()
+                .collect::<String>()
+                .trim_end()
+                .to_string(),
+        );
+        rest.drain(..cut);
+    }
+    if !rest.is_empty() || lines.is_empty() {
+        lines.push(rest.into_iter().collect());
+    }
+    lines
+}
+
+/// `text` cut to fit `width` px at `char_w` px a character (with `…` when cut); `None` when
+/// not even a few characters fit.
+fn fit(text: &str, width: f64, char_w: f64) -> Option<String> {
+    let max = (width / char_w).floor();
+    if max < 4.0 {
+        return None;
+    }
+    let max = max as usize;
+    let count = text.chars().count();
+    if count <= max {
+        return Some(text.to_string());
+    }
+    let mut cut: String = text.chars().take(max - 1).collect();
+    cut.push('…');
+    Some(cut)
+}
+
+/// The stretch a pool waits for its promotion (from [`super::PromotionForecast`]): from when the
+/// new AMI is there to when its desired AMI changes (or the end), with its band's label
+/// (`waiting for prod/test soak until <time>`, `waiting for minAge 3h until <time>`) and
+/// title (times in `zone`). `None` when it never waits (no promotion, no new AMI, a change at once).
+pub fn promotion_wait(
+    pool: &PoolForecast,
+    end: DateTime<Utc>,
+    zone: Tz,
+) -> Option<(DateTime<Utc>, DateTime<Utc>, String, String)> {
+    let p = pool.promotion.as_ref()?;
+    let from = p.waits_from?;
+    let to = p.desired_at.map_or(end, |d| d.min(end));
+    if to <= from {
+        return None;
+    }
+    let dur = |d: Option<std::time::Duration>| d.map(crate::duration::format);
+    let (until, until_long) = match p.desired_at {
+        Some(d) if d <= end => (
+            format!("until {}", day_time(d, zone)),
+            format!("until {}", zoned_short(d, zone)),
+        ),
+        _ => ("past the end".to_string(), "past the end".to_string()),
+    };
+    let (label, title) = match &p.from {
+        Some(up) => {
+            let soak = dur(p.soak).map(|s| format!(" {s}")).unwrap_or_default();
+            let state = match p.upstream_done {
+                Some(done) => format!("{up} done {}", zoned_short(done, zone)),
+                None => format!(
+                    "{up} not done within the forecast (or not simulated): nothing proves the release"
+                ),
+            };
+            (
+                format!("waiting for {up} soak {until}"),
+                format!(
+                    "waiting for {up} to run the new release for soak{soak} ({state}), {until_long}"
+                ),
+            )
+        }
+        None => {
+            let age = dur(p.min_age).unwrap_or_default();
+            (
+                format!("waiting for minAge {age} {until}"),
+                format!("waiting for the new AMI to be minAge {age} old, {until_long}"),
+            )
+        }
+    };
+    Some((from, to, label, title))
+}
+
+/// `Tue 01 Dec 14:10 UTC`.
+fn zoned_short(t: DateTime<Utc>, zone: Tz) -> String {
+    let local = t.with_timezone(&zone);
+    format!("{} {}", local.format("%a %d %b %H:%M"), offset(local))
+}
+
+/// `Tue 14:10 UTC`: for a band's label (its title gives the date).
+fn day_time(t: DateTime<Utc>, zone: Tz) -> String {
+    let local = t.with_timezone(&zone);
+    format!("{} {}", local.format("%a %H:%M"), offset(local))
+}
+
+/// Why a pool is not done by the end, `(short, full)`: the promotion it still waits for, else
+/// what its nodes still wait on at the end (the gate's name, or the budget), else what they
+/// waited on longest, else that its desired AMI does not change within the forecast. `None`
+/// when nothing is known.
+pub fn not_done_reason(
+    pool: &PoolForecast,
+    end: DateTime<Utc>,
+    zone: Tz,
+) -> Option<(String, String)> {
+    if let Some((_, to, label, title)) = promotion_wait(pool, end, zone)
+        && to >= end
+    {
+        return Some((label, title));
+    }
+    let describe = |b: &super::Blocked| {
+        let short = match &b.gate {
+            Some(g) => format!("{:?} waits: {g}", b.reason),
+            None => format!("{:?} waits: {}", b.reason, b.why),
+        };
+        (short, format!("{:?} waits: {}", b.reason, b.why))
+    };
+    let at_end: Vec<(String, String)> = pool
+        .blocked
+        .iter()
+        .filter(|b| b.to >= end)
+        .map(describe)
+        .collect();
+    if !at_end.is_empty() {
+        let short: Vec<&str> = at_end.iter().map(|(s, _)| s.as_str()).collect();
+        let full: Vec<&str> = at_end.iter().map(|(_, f)| f.as_str()).collect();
+        return Some((short.join("; "), full.join("; ")));
+    }
+    if let Some(b) = pool.blocked.iter().max_by_key(|b| b.to - b.from) {
+        let (short, full) = describe(b);
+        return Some((
+            format!("longest wait: {short}"),
+            format!("longest wait: {full}"),
+        ));
+    }
+    match pool.desired_change {
+        Some(at) if at < end => None,
+        _ => Some((
+            "the desired AMI does not change within the forecast".to_string(),
+            "the desired AMI does not change within the forecast".to_string(),
+        )),
+    }
 }

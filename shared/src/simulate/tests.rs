@@ -934,3 +934,424 @@ fn adopted_old_nodes_are_replaced_within_the_budget() {
     let f = run(unknown, &s);
     assert_eq!(f.max_in_flight, 40);
 }
+
+/// A live start (no desired change given): `nodes` Ready nodes on [`CURRENT_AMI`], the desired
+/// AMI `desired`, as `simulate --live` builds it.
+fn live_start(p: &Policy, nodes: u32, from: DateTime<Utc>, desired: &str) -> PoolStart {
+    let mut start = PoolStart::synthetic(p.clone(), nodes, from, TimeDelta::zero(), from);
+    start.desired_change = None;
+    start.snapshot.gates.desired_ami = Some(desired.to_string());
+    start
+}
+
+/// `--live`: prod (on its desired AMI, promoting from test with soak 2h) is not done while
+/// test rolls a new AMI: it waits for test's done plus the soak, then rotates to it.
+#[test]
+fn a_live_pool_waits_for_its_upstream_soak_then_rotates() {
+    let s = settings(MONDAY, 2, 10);
+    let from = at(MONDAY);
+    let test = pol(
+        "test",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"1\"\n",
+    );
+    let prod = pol(
+        "prod",
+        false,
+        "promotion:\n  from: prod/test\n  soak: 2h\ndisruption:\n  budgets:\n    - nodes: \"2\"\n",
+    );
+    let f = simulate(
+        vec![
+            live_start(&prod, 4, from, CURRENT_AMI),
+            live_start(&test, 3, from, NEW_AMI),
+        ],
+        &s,
+    );
+    let (prod_f, test_f) = (&f.pools[0], &f.pools[1]);
+    let test_done = test_f.done.expect("test is done");
+    assert!(test_done > from);
+    let promo = prod_f
+        .promotion
+        .as_ref()
+        .expect("prod's promotion forecast");
+    assert_eq!(promo.from.as_deref(), Some("prod/test"));
+    assert_eq!(promo.upstream_done, Some(test_done));
+    assert_eq!(promo.desired_at, Some(test_done + TimeDelta::hours(2)));
+    assert_eq!(promo.waits_from, Some(from));
+    assert_eq!(prod_f.rotations.len(), 4, "{:?}", prod_f.rotations);
+    assert!(
+        prod_f
+            .rotations
+            .iter()
+            .all(|r| r.start >= test_done + TimeDelta::hours(2))
+    );
+    assert!(
+        prod_f
+            .done
+            .is_some_and(|d| d > test_done + TimeDelta::hours(2))
+    );
+    let v = serde_json::to_value(prod_f).unwrap();
+    assert_eq!(
+        v["promotion"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["from", "upstreamDone", "desiredAt"]
+    );
+
+    // The upstream done at the start, soaking for 90m already: the change comes in 30m.
+    let mut soaked = live_start(&test, 3, from, NEW_AMI);
+    for m in &mut soaked.snapshot.members {
+        m.image_id = Some(NEW_AMI.into());
+    }
+    soaked.release.soaking_since = Some(from - min(90));
+    let f = simulate(vec![live_start(&prod, 4, from, CURRENT_AMI), soaked], &s);
+    let promo = f.pools[0].promotion.as_ref().unwrap();
+    assert_eq!(promo.upstream_done, Some(from));
+    assert_eq!(promo.desired_at, Some(from + min(30)));
+    assert!(
+        f.pools[0]
+            .rotations
+            .iter()
+            .all(|r| r.start >= from + min(30))
+    );
+
+    // Other images of one release (another region): nothing to promote, done from the start.
+    let mut up = live_start(&test, 3, from, "ami-west");
+    up.release.release = Some("1.30.6-20241101".into());
+    let mut down = live_start(&prod, 4, from, CURRENT_AMI);
+    down.release.release = Some("1.30.6-20241101".into());
+    let f = simulate(vec![down, up], &s);
+    assert!(f.pools[0].promotion.is_none());
+    assert!(f.pools[0].rotations.is_empty());
+    assert_eq!(f.pools[0].done, Some(from));
+
+    // The upstream paused all along: never proven, the pool waits to the end (not done).
+    let paused = pol("test", false, "paused: true\n");
+    let f = simulate(
+        vec![
+            live_start(&prod, 4, from, CURRENT_AMI),
+            live_start(&paused, 3, from, NEW_AMI),
+        ],
+        &s,
+    );
+    let promo = f.pools[0].promotion.as_ref().unwrap();
+    assert_eq!((promo.upstream_done, promo.desired_at), (None, None));
+    assert!(f.pools[0].rotations.is_empty() && f.pools[0].done.is_none());
+}
+
+/// What a pool record says of its release: the desired AMI's release and its open soak
+/// period on that AMI; nothing of a pin's release, no soak on another image.
+#[test]
+fn release_state_reads_the_pool_record() {
+    use crate::promotion::{Release, SoakPeriod};
+    use crate::state::{OperatorAction, Pin, PoolRecord};
+    let from = at(MONDAY);
+    let ami = |id: &str| crate::ami::resolve::Ami {
+        id: id.into(),
+        name: "amazon-eks-node-al2023-x86_64-standard-1.30-v20241101".into(),
+        architecture: crate::image::Architecture::X86_64,
+        variant: None,
+        creation_date: "2024-11-01T00:00:00Z".into(),
+        deprecated: false,
+        source: crate::ami::select::Provenance {
+            term: 0,
+            field: "alias".into(),
+            value: "al2023@latest".into(),
+            parameter: None,
+        },
+    };
+    let period = |image: &str, until: Option<DateTime<Utc>>| SoakPeriod {
+        release: Release("v".into()),
+        image: image.into(),
+        since: from - min(90),
+        until,
+    };
+    let mut record = PoolRecord {
+        desired: Some(ami("ami-west")),
+        ledger: vec![
+            period("ami-old", Some(from - min(100))),
+            period("ami-west", None),
+        ],
+        ..PoolRecord::default()
+    };
+    let state = ReleaseState::of(&record);
+    assert_eq!(state.release.as_deref(), Some("v20241101"));
+    assert_eq!(state.soaking_since, Some(from - min(90)));
+    // The open period is on another image than the pool runs: no soak under way.
+    record.ledger = vec![period("ami-old", None)];
+    assert_eq!(ReleaseState::of(&record).soaking_since, None);
+    // Pinned: the pin's image runs, its release is not known.
+    record.pin = Some(Pin {
+        ami: "ami-old".into(),
+        name: None,
+        by: OperatorAction {
+            reason: "r".into(),
+            at: from,
+            by: None,
+        },
+    });
+    let pinned = ReleaseState::of(&record);
+    assert_eq!(pinned.release, None);
+    assert_eq!(pinned.soaking_since, Some(from - min(90)));
+}
+
+/// An attribute of an SVG element's opening tag (`el`: what follows the tag name).
+fn svg_attr(el: &str, name: &str) -> Option<f64> {
+    let start = el.find(&format!(" {name}=\""))? + name.len() + 3;
+    el[start..].split('"').next()?.parse().ok()
+}
+
+/// Every `<text>` of an SVG: its attributes (the opening tag), its own text (before any
+/// `<title>`, unescaped), its title.
+fn svg_texts(svg: &str) -> Vec<(String, String, String)> {
+    svg.split("<text")
+        .skip(1)
+        .map(|t| {
+            let (attrs, rest) = t.split_once('>').unwrap_or_default();
+            let own = rest.split('<').next().unwrap_or_default();
+            let title = rest
+                .split_once("<title>")
+                .map(|(_, x)| x.split('<').next().unwrap_or_default())
+                .unwrap_or_default();
+            let unescape = |s: &str| s.replace("&amp;", "&").replace("&quot;", "\"");
+            (attrs.to_string(), unescape(own), unescape(title))
+        })
+        .collect()
+}
+
+/// Each band (`<g>` with a `<rect>`): its class, x range, label and title.
+fn svg_bands(svg: &str) -> Vec<(String, f64, f64, String, String)> {
+    svg.split("<g><rect")
+        .skip(1)
+        .map(|g| {
+            let g = g.split("</g>").next().unwrap_or_default();
+            let attrs = g.split('>').next().unwrap_or_default();
+            let class = attrs
+                .split(" class=\"")
+                .nth(1)
+                .and_then(|c| c.split('"').next())
+                .unwrap_or_default()
+                .to_string();
+            let (x, w) = (
+                svg_attr(attrs, "x").unwrap(),
+                svg_attr(attrs, "width").unwrap(),
+            );
+            let (_, label, _) = svg_texts(g).into_iter().next().unwrap_or_default();
+            // The band's own title (its label has none).
+            let title = g
+                .split("<title>")
+                .nth(1)
+                .and_then(|t| t.split('<').next())
+                .unwrap_or_default()
+                .to_string();
+            (class, x, x + w, label, title)
+        })
+        .collect()
+}
+
+/// The chart's x range, from the axis line along its top.
+fn chart_x(svg: &str) -> (f64, f64) {
+    svg.split("<line class=\"day\"")
+        .skip(1)
+        .map(|l| l.split('>').next().unwrap_or_default())
+        .find(|l| svg_attr(l, "y1") == svg_attr(l, "y2"))
+        .map(|l| (svg_attr(l, "x1").unwrap(), svg_attr(l, "x2").unwrap()))
+        .expect("the axis line")
+}
+
+/// Where the picture draws instant `t` (to the 0.1 px it prints).
+fn x_of(f: &Forecast, svg: &str, t: DateTime<Utc>) -> f64 {
+    let (left, right) = chart_x(svg);
+    let span = (f.to - f.from).num_seconds() as f64;
+    left + (right - left) * (t.clamp(f.from, f.to) - f.from).num_seconds() as f64 / span
+}
+
+/// A pool waiting for its upstream's soak carries a band named after it, over the wait the
+/// forecast gives (from the new AMI to the promoted change); one whose upstream is never done
+/// says so to the end, and why it is not done.
+#[test]
+fn a_promotion_wait_is_a_band_named_after_the_upstream_soak() {
+    let s = settings(MONDAY, 3, 10);
+    let from = at(MONDAY);
+    let new_ami_at = from + TimeDelta::hours(2);
+    let test = pol(
+        "test",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"1\"\n",
+    );
+    let prod = pol(
+        "prod",
+        false,
+        "promotion:\n  from: prod/test\n  soak: 24h\n",
+    );
+    let orphan = pol(
+        "orphan",
+        false,
+        "promotion:\n  from: prod/elsewhere\n  soak: 2h\n",
+    );
+    let start =
+        |p: &Policy| PoolStart::synthetic(p.clone(), 4, from, TimeDelta::zero(), new_ami_at);
+    let f = simulate(vec![start(&test), start(&prod), start(&orphan)], &s);
+    let promo = f.pools[1].promotion.as_ref().unwrap();
+    let desired_at = promo
+        .desired_at
+        .expect("prod is promoted within the forecast");
+    let svg = picture::svg(&f);
+    let bands = svg_bands(&svg);
+    let band = bands
+        .iter()
+        .find(|b| b.3.contains("waiting for prod/test soak"))
+        .unwrap_or_else(|| panic!("no band names the wait: {bands:?}"));
+    assert_eq!(band.0, "promo");
+    assert!(
+        (band.1 - x_of(&f, &svg, new_ami_at)).abs() <= 0.11,
+        "{band:?}"
+    );
+    assert!(
+        (band.2 - x_of(&f, &svg, desired_at)).abs() <= 0.11,
+        "{band:?}"
+    );
+    assert!(band.4.contains("soak 24h"), "{band:?}");
+    assert!(
+        band.3.contains("until") || band.3.ends_with('…'),
+        "{band:?}"
+    );
+    // The orphan's upstream is not simulated: it waits to the end, and says so.
+    let orphan_band = bands
+        .iter()
+        .find(|b| b.3.contains("waiting for prod/elsewhere"))
+        .unwrap_or_else(|| panic!("{bands:?}"));
+    assert!((orphan_band.2 - x_of(&f, &svg, f.to)).abs() <= 0.11);
+    let texts = svg_texts(&svg);
+    assert!(
+        texts.iter().any(|(a, t, title)| a.contains("class=\"why\"")
+            && t.contains("waiting for prod/elsewhere")
+            && title.contains("nothing proves the release")),
+        "{texts:?}"
+    );
+    // The HTML's table lists the wait.
+    assert!(picture::html(&f).contains("waiting for prod/test to run the new release"));
+}
+
+/// A gate's band says which gate: paused (by whom, why), halted; a pool held all week says why
+/// in its row, with the full reason in the title; a pool held by a closed budget names it.
+#[test]
+fn gate_bands_are_named_and_a_held_pool_says_why() {
+    let s = settings(MONDAY, 7, 10);
+    let from = at(MONDAY);
+    let start = |p: Policy| PoolStart::synthetic(p, 3, from, TimeDelta::zero(), from);
+    let mut paused = start(pol("paused", false, ""));
+    paused.snapshot.gates.paused = Some("by alice at 2026-11-29T10:00:00Z: CVE triage".into());
+    let mut halted = start(pol("halted", false, ""));
+    halted.snapshot.gates.halted = Some("replacement i-1 never Ready".into());
+    let closed = start(pol(
+        "closed",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"0\"\n",
+    ));
+    let f = simulate(vec![paused, halted, closed], &s);
+    let svg = picture::svg(&f);
+    let bands = svg_bands(&svg);
+    let gate_labels: Vec<&str> = bands
+        .iter()
+        .filter(|b| b.0 == "gate")
+        .map(|b| b.3.as_str())
+        .collect();
+    assert_eq!(gate_labels.len(), 2, "{bands:?}");
+    assert!(
+        gate_labels[0].starts_with("paused by alice") && gate_labels[0].contains("CVE triage"),
+        "{gate_labels:?}"
+    );
+    assert!(
+        gate_labels[1].starts_with("halted: replacement i-1"),
+        "{gate_labels:?}"
+    );
+    let why: Vec<(String, String)> = svg_texts(&svg)
+        .into_iter()
+        .filter(|(a, _, _)| a.contains("class=\"why\""))
+        .map(|(_, t, title)| (t, title))
+        .collect();
+    assert_eq!(why.len(), 3, "{why:?}");
+    assert!(why[0].0.contains("paused by alice"), "{why:?}");
+    assert!(why[1].0.contains("halted"), "{why:?}");
+    assert!(
+        why[2].0.contains("disruption.budgets[0]") && why[2].1.contains("0 of 3 nodes"),
+        "{why:?}"
+    );
+    // The reasons lie in the chart, under their pool's row label.
+    let (left, _) = chart_x(&svg);
+    assert!(
+        svg_texts(&svg)
+            .iter()
+            .filter(|(a, _, _)| a.contains("class=\"why\""))
+            .all(|(a, _, _)| svg_attr(a, "x").unwrap() >= left)
+    );
+}
+
+/// A pool name too long for the label column wraps: every line of it stays clear of the chart
+/// (taking 7 px a bold character), the lines give the whole name, and the row is tall enough.
+#[test]
+fn a_long_pool_name_wraps_clear_of_the_chart() {
+    let s = settings(MONDAY, 7, 10);
+    let from = at(MONDAY);
+    let long = "general-purpose-arm64-workers-for-the-batch-jobs";
+    let f = simulate(
+        vec![
+            PoolStart::synthetic(pol(long, false, ""), 3, from, TimeDelta::zero(), from),
+            PoolStart::synthetic(pol("next", false, ""), 3, from, TimeDelta::zero(), from),
+        ],
+        &s,
+    );
+    let svg = picture::svg(&f);
+    let (left, _) = chart_x(&svg);
+    let row_y = |class: &str| {
+        svg.split(&format!("<rect class=\"{class}\""))
+            .nth(1)
+            .and_then(|r| svg_attr(r.split('>').next().unwrap_or_default(), "y"))
+            .unwrap()
+    };
+    let (first_row, second_row) = (row_y("rowa"), row_y("rowb"));
+    let texts = svg_texts(&svg);
+    // The label column's texts (not the header above the rows).
+    let labels: Vec<&(String, String, String)> = texts
+        .iter()
+        .filter(|(a, _, _)| svg_attr(a, "x").is_some_and(|x| x < left))
+        .filter(|(a, _, _)| svg_attr(a, "y").is_some_and(|y| y > first_row))
+        .filter(|(a, _, _)| {
+            ["p", "s", "nd"]
+                .iter()
+                .any(|c| a.contains(&format!("class=\"{c}\"")))
+        })
+        .collect();
+    for (a, t, _) in &labels {
+        let x = svg_attr(a, "x").unwrap();
+        let right = x + 7.0 * t.chars().count() as f64;
+        assert!(
+            right <= left,
+            "{t:?} ends at {right} px, the chart starts at {left}"
+        );
+    }
+    let name_lines: Vec<&str> = labels
+        .iter()
+        .filter(|(a, _, title)| {
+            a.contains("class=\"p\"") && title.starts_with("prod/general-purpose")
+        })
+        .map(|(_, t, _)| t.as_str())
+        .collect();
+    assert!(name_lines.len() >= 3, "{name_lines:?}");
+    assert_eq!(name_lines.concat(), format!("prod/{long}"));
+    // Every label line of the first pool lies above the second row.
+    let next_label = labels
+        .iter()
+        .find(|(_, t, _)| t == "prod/next")
+        .map(|(a, _, _)| svg_attr(a, "y").unwrap())
+        .unwrap();
+    assert!(next_label > second_row);
+    for (a, _, title) in &labels {
+        if title.contains(long) {
+            assert!(svg_attr(a, "y").unwrap() < second_row, "{a}");
+        }
+    }
+}

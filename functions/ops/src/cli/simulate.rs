@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::policy::{NodeGroup, Policy};
-use nodecycle::simulate::{self, Forecast, ManagedStart, PoolStart, Settings};
+use nodecycle::simulate::{self, Forecast, ManagedStart, PoolStart, ReleaseState, Settings};
 use serde_json::json;
 
 impl Args {
@@ -329,6 +329,16 @@ async fn live(
             }
             _ => None,
         };
+        // The release the pool runs and its soak under way, so that a pool promoting from it
+        // is forecast to take what it will prove (and one promoting from another, to wait).
+        let release = rotator
+            .cell
+            .state
+            .pool(&pool)
+            .await
+            .map_err(|e| fail(format!("{pool}: {e}")))?
+            .map(|r| ReleaseState::of(&r))
+            .unwrap_or_default();
         // A paused pool is forecast as if resumed: what resuming it would do is the question
         // (a forecast of a pause is empty). Halts and stops stay: they need more than a resume.
         let mut snapshot = snapshot;
@@ -347,6 +357,7 @@ async fn live(
             managed,
             desired_change: None,
             notes,
+            release,
         });
     }
     Ok(out)
