@@ -13,7 +13,7 @@
 //! enforces this list (CI runs it from `scripts/test.sh`); a nested module listed on its own
 //! (`ami::resolve`) is a layer of its own, apart from its parent. Unit tests may use anything.
 //!
-//! - L0 base: problem, duration, clock, opt_in, port, tags
+//! - L0 base: problem, duration, clock, opt_in, port, tags, log_field
 //! - L1 vocabulary: image, ami
 //! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop, dispatch, members
 //! - L3 state: state, announce
@@ -44,6 +44,7 @@ pub mod fleet;
 pub mod image;
 pub mod interruption;
 pub mod inventory;
+pub mod log_field;
 pub mod managed;
 pub mod members;
 pub mod metrics;

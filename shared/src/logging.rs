@@ -143,13 +143,6 @@ where
     )
 }
 
-/// `value` as compact JSON, for a log field that is a structure (`field = %logging::json(&v)`):
-/// log lines carry data as JSON, never Rust `Debug` text (`Some(..)`, `Terminate { .. }`). A
-/// value that cannot be encoded logs as `null`.
-pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
-}
-
 /// Installs the global JSON subscriber once, to stderr, with the level of [`filter_from`] the
 /// process environment; later calls are no-ops.
 pub fn init() {

@@ -123,6 +123,7 @@ pub struct PoolStart {
 /// What a live pool's record says of the release it runs, so that a promotion compares
 /// releases (one release may be a different image per region or architecture) and counts a
 /// soak already under way. Empty ([`Default`]) for synthetic pools: images are compared.
+/// A live pool's is its record's (`PoolRecord::release_state` in the state module).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReleaseState {
     /// The release of the pool's desired AMI ([`crate::promotion::release_of`]); `None` when
@@ -131,30 +132,6 @@ pub struct ReleaseState {
     /// Start of the pool's open soak period (its ledger's: every node Ready on the desired AMI
     /// since then, nothing in flight), if one is open.
     pub soaking_since: Option<DateTime<Utc>>,
-}
-
-impl ReleaseState {
-    /// What a pool record says: the release of its desired AMI (`None` while pinned: the pin
-    /// names an image only) and the start of its open soak period when that period is on the
-    /// AMI the pool runs (its pin, else its desired AMI).
-    pub fn of(record: &crate::state::PoolRecord) -> ReleaseState {
-        let release = match (&record.pin, &record.desired) {
-            (None, Some(ami)) => Some(crate::promotion::release_of(ami).0),
-            _ => None,
-        };
-        let effective = record.effective_desired();
-        let soaking_since = record
-            .ledger
-            .iter()
-            .rev()
-            .find(|p| p.until.is_none())
-            .filter(|p| Some(p.image.as_str()) == effective)
-            .map(|p| p.since);
-        ReleaseState {
-            release,
-            soaking_since,
-        }
-    }
 }
 
 impl PoolStart {

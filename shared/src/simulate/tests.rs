@@ -1076,12 +1076,12 @@ fn release_state_reads_the_pool_record() {
         ],
         ..PoolRecord::default()
     };
-    let state = ReleaseState::of(&record);
+    let state = record.release_state();
     assert_eq!(state.release.as_deref(), Some("v20241101"));
     assert_eq!(state.soaking_since, Some(from - min(90)));
     // The open period is on another image than the pool runs: no soak under way.
     record.ledger = vec![period("ami-old", None)];
-    assert_eq!(ReleaseState::of(&record).soaking_since, None);
+    assert_eq!(record.release_state().soaking_since, None);
     // Pinned: the pin's image runs, its release is not known.
     record.pin = Some(Pin {
         ami: "ami-old".into(),
@@ -1092,7 +1092,7 @@ fn release_state_reads_the_pool_record() {
             by: None,
         },
     });
-    let pinned = ReleaseState::of(&record);
+    let pinned = record.release_state();
     assert_eq!(pinned.release, None);
     assert_eq!(pinned.soaking_since, Some(from - min(90)));
 }

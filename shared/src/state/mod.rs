@@ -772,7 +772,7 @@ impl Repository {
             .await;
         match won(result) {
             Ok(Some(v)) => {
-                tracing::info!(pool, rotations = %crate::logging::json(&next.rotation_index), decision = "rotation index recorded", "the pass reads these rotation records by key");
+                tracing::info!(pool, rotations = %crate::log_field::json(&next.rotation_index), decision = "rotation index recorded", "the pass reads these rotation records by key");
                 Some(v)
             }
             Ok(None) => None,

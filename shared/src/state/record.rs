@@ -144,6 +144,29 @@ pub enum ReleaseHow {
 }
 
 impl PoolRecord {
+    /// What the record says of the release the pool runs, for the simulator: the release of
+    /// its desired AMI (`None` while pinned: the pin names an image only) and the start of its
+    /// open soak period when that period is on the AMI the pool runs (its pin, else its
+    /// desired AMI).
+    pub fn release_state(&self) -> crate::simulate::ReleaseState {
+        let release = match (&self.pin, &self.desired) {
+            (None, Some(ami)) => Some(crate::promotion::release_of(ami).0),
+            _ => None,
+        };
+        let effective = self.effective_desired();
+        let soaking_since = self
+            .ledger
+            .iter()
+            .rev()
+            .find(|p| p.until.is_none())
+            .filter(|p| Some(p.image.as_str()) == effective)
+            .map(|p| p.since);
+        crate::simulate::ReleaseState {
+            release,
+            soaking_since,
+        }
+    }
+
     /// Appends a release event (keeping the last [`RELEASE_EVENTS_LIMIT`]).
     pub fn push_release(&mut self, event: ReleaseEvent) {
         self.releases.push(event);

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::policy::{NodeGroup, Policy};
-use nodecycle::simulate::{self, Forecast, ManagedStart, PoolStart, ReleaseState, Settings};
+use nodecycle::simulate::{self, Forecast, ManagedStart, PoolStart, Settings};
 use serde_json::json;
 
 impl Args {
@@ -337,7 +337,7 @@ async fn live(
             .pool(&pool)
             .await
             .map_err(|e| fail(format!("{pool}: {e}")))?
-            .map(|r| ReleaseState::of(&r))
+            .map(|r| r.release_state())
             .unwrap_or_default();
         // A paused pool is forecast as if resumed: what resuming it would do is the question
         // (a forecast of a pause is empty). Halts and stops stay: they need more than a resume.

@@ -299,7 +299,7 @@ impl AmiWatcher {
             pools: outcomes,
             aws_calls,
         };
-        tracing::info!(trigger = %report.trigger, pools = report.pools.len(), calls = %crate::logging::json(&report.aws_calls), "pass complete");
+        tracing::info!(trigger = %report.trigger, pools = report.pools.len(), calls = %crate::log_field::json(&report.aws_calls), "pass complete");
         serde_json::to_value(&report).map_err(|e| HandlerError::internal(e.to_string()))
     }
 

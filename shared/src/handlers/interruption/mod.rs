@@ -332,7 +332,7 @@ impl InterruptionHandler {
                 Err(e) => {
                     let mut pools: Vec<&str> = open.iter().map(|(p, _, _)| p.as_str()).collect();
                     pools.dedup();
-                    tracing::error!(place = %e.place, pools = %crate::logging::json(&pools), decision = "unserved", reason = %e, "lifecycle actions of this member not answered this tick");
+                    tracing::error!(place = %e.place, pools = %crate::log_field::json(&pools), decision = "unserved", reason = %e, "lifecycle actions of this member not answered this tick");
                     unserved.push(json!({"place": e.place.to_string(), "pools": pools, "error": e.to_string()}));
                     continue;
                 }
@@ -428,7 +428,7 @@ impl InterruptionHandler {
             policies.map(|all| all.into_iter().filter(|p| at_place(p)).collect::<Vec<_>>());
         let version = match claim.map_err(internal)? {
             Some(Claim::Taken(doc)) => {
-                tracing::info!(event_id = c.id.as_deref().unwrap_or(""), kind, decision = "duplicate", status = %crate::logging::json(&doc.map(|d| d.status)), "event already handled or being handled");
+                tracing::info!(event_id = c.id.as_deref().unwrap_or(""), kind, decision = "duplicate", status = %crate::log_field::json(&doc.map(|d| d.status)), "event already handled or being handled");
                 return Ok(json!({"event": c.id, "kind": kind, "decision": "duplicate"}));
             }
             Some(Claim::Ours(v)) => Some(v),

@@ -157,7 +157,7 @@ impl RotatorHandler {
         // The group first: AZRebalance is suspended before any surge launches.
         for c in group_commands {
             if let Err(e) = self.group_command(ctx, &plan.pool, &c, now).await {
-                tracing::warn!(pool = %plan.pool, command = %crate::logging::json(&c), kind = ?e.kind, error = %e, "group command failed; retried next pass");
+                tracing::warn!(pool = %plan.pool, command = %crate::log_field::json(&c), kind = ?e.kind, error = %e, "group command failed; retried next pass");
                 report.errors.push(format!("group: {e}"));
             }
         }
@@ -583,7 +583,7 @@ impl RotatorHandler {
             // Never performed (see `Undo::LowerTo`): nodecycle never lowers desired capacity.
             Undo::LowerTo { .. } | Undo::Nothing => {}
         }
-        tracing::info!(pool = %rotation.pool, instance = %rotation.instance_id, undo = %crate::logging::json(undo), decision = "surge given back");
+        tracing::info!(pool = %rotation.pool, instance = %rotation.instance_id, undo = %crate::log_field::json(undo), decision = "surge given back");
         let given = rotation.clone().with_release(UnitRelease::Given);
         self.save(&v, given).await
     }
@@ -606,7 +606,7 @@ impl RotatorHandler {
         };
         match command {
             Command::Wait { why } => {
-                tracing::debug!(pool = %r.pool, instance = %r.instance_id, why = %crate::logging::json(why), decision = "waiting");
+                tracing::debug!(pool = %r.pool, instance = %r.instance_id, why = %crate::log_field::json(why), decision = "waiting");
                 Ok(Performed::Idle)
             }
             Command::Surge {
@@ -700,7 +700,7 @@ impl RotatorHandler {
                         )
                     }
                     Ok(p) => {
-                        tracing::info!(pool = %r.pool, instance = %r.instance_id, remaining = p.pods_remaining, blocked_by = %crate::logging::json(&p.blocked_by), deadline = %crate::logging::json(&p.deadline), decision = "draining");
+                        tracing::info!(pool = %r.pool, instance = %r.instance_id, remaining = p.pods_remaining, blocked_by = %crate::log_field::json(&p.blocked_by), deadline = %crate::log_field::json(&p.deadline), decision = "draining");
                         moved(self.save(&v, Rotation { drain, ..r.clone() }).await?)
                     }
                     Err(e) => {

@@ -139,7 +139,7 @@ impl RotatorHandler {
             return self.cell.state.managed_update(&pool).await;
         };
         let id = next.update_id.clone().unwrap_or_default();
-        tracing::info!(pool = %pool, update = %id, phase = ?next.phase, errors = %crate::logging::json(&next.errors), decision = "node group update observed");
+        tracing::info!(pool = %pool, update = %id, phase = ?next.phase, errors = %crate::log_field::json(&next.errors), decision = "node group update observed");
         if let Some(why) = next.halt_reason() {
             self.halt(&pool, &why, now).await?;
             snapshot.gates.halted = Some(why);
@@ -179,7 +179,7 @@ impl RotatorHandler {
             config_restored: true,
             ..v.value.clone()
         };
-        tracing::info!(pool = %v.value.pool, config = %crate::logging::json(&config), decision = "updateConfig restored", "the node group's updateConfig is back as before the update");
+        tracing::info!(pool = %v.value.pool, config = %crate::log_field::json(&config), decision = "updateConfig restored", "the node group's updateConfig is back as before the update");
         match self
             .cell
             .state
