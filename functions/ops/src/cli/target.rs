@@ -260,7 +260,7 @@ pub async fn sdk() -> Result<aws_config::SdkConfig, String> {
 
 /// What to do when no region is known.
 pub fn no_region() -> String {
-    "no AWS region: pass --region REGION, select a context (`nodecycle config use NAME --stack STACK --region REGION`), or set AWS_REGION".into()
+    "no AWS region: pass --region REGION, select a context (`nodecycle config use NAME --stack STACK --region REGION`), or set AWS_REGION (or AWS_PROFILE to a profile with a region)".into()
 }
 
 /// The runtime the in-process commands build their adapters from ([`sdk`], no metrics).
