@@ -11,8 +11,12 @@ Every `crate::x` reference in code (comments are not code) is an edge from the f
 module x (or `x::y` when that is listed). The check fails, naming the file and line, when
 
   * a module refers to a module of a higher layer,
-  * modules refer to each other in a circle (strongly connected modules), or
-  * a module of the crate is in no layer (so a new module gets a place, not a free pass).
+  * modules refer to each other in a circle (strongly connected modules),
+  * grouped by top-level module (the first path segment: `port::uses` and `port` are one), the
+    references form a circle (a nested module listed on a layer of its own must not hide one), or
+  * a module of the crate is in no layer (so a new module gets a place, not a free pass), or
+  * code outside `wiring.rs` reads the process environment (`std::env::var`, `var_os`,
+    `vars`): configuration is read in one place, and everything else is given it.
 
 Unit tests (`#[cfg(test)] mod ... {` blocks, `tests.rs` files and `tests/` folders) may use any
 module, and are not scanned.
@@ -238,6 +242,16 @@ def main():
                 if there == here or there.startswith(here + "::") or here.startswith(there + "::"):
                     continue
                 edges.setdefault((here, there), []).append((os.path.join(src, rel), n))
+    env_read = re.compile(r"\benv::(?:var|var_os|vars|vars_os)\s*\(")
+    for root, _, files in os.walk(src):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, src)
+            if not name.endswith(".rs") or rel == "wiring.rs" or is_test_file(rel):
+                continue
+            for n, line in code_lines(path):
+                if env_read.search(line):
+                    problems.append(f"{os.path.join(src, rel)}:{n}: reads the environment; only wiring.rs does")
     used_allow = set()
     for (a, b), places in sorted(edges.items(), key=lambda e: e[1][0]):
         if (a, b) in allowed:
@@ -256,6 +270,17 @@ def main():
         )
         where = "; ".join(f"{a} -> {b} at {p}:{n}" for (p, n), (a, b) in inside)
         problems.append(f"circle between {', '.join(comp)}: {where}")
+    # Grouped by top-level module (the first path segment), the code references form no circle
+    # either: a nested module listed on its own (`port::ports`) does not hide one.
+    top = lambda m: m.split("::")[0]  # noqa: E731
+    top_edges = {}
+    for (a, b), places in edges.items():
+        if top(a) != top(b):
+            top_edges.setdefault((top(a), top(b)), []).extend(places)
+    for comp in circles(list(top_edges)):
+        inside = sorted((top_edges[e][0], e) for e in top_edges if e[0] in comp and e[1] in comp)
+        where = "; ".join(f"{a} -> {b} at {p}:{n}" for (p, n), (a, b) in inside)
+        problems.append(f"circle between top-level modules {', '.join(comp)}: {where}")
     for a, b in sorted(allowed - used_allow):
         print(f"note: allowed edge {a} -> {b} no longer exists; remove it from {args.allow}")
     if problems:
@@ -264,7 +289,8 @@ def main():
         print(f"layers: {len(problems)} problem(s)")
         return 1
     print(f"layers: {len(listed)} modules in {len(set(l for l, _ in layers.values()))} layers, "
-          f"{len(edges)} edges, {len(used_allow)} allowed; no upward reference, no circle")
+          f"{len(edges)} edges, {len(used_allow)} allowed; no upward reference, no circle, "
+          f"none among the {len({m.split('::')[0] for m in listed})} top-level modules either")
     return 0
 
 

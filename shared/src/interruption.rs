@@ -3,10 +3,7 @@
 //! uses for EC2 instance lookup and Auto Scaling lifecycle actions. The handler is
 //! `crate::handlers::interruption`.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 use crate::policy::{NodeGroup, PoolRef};
 use crate::port::PortError;
@@ -14,69 +11,19 @@ use crate::tags;
 
 pub mod action;
 
+/// The event vocabulary the ports speak in (defined with the events, `crate::event`).
+pub use crate::event::instance_events::{InstanceInfo, LifecycleAction};
 pub use action::{Action, Claim, ClaimDoc, ClaimStatus, action_for, claim_of};
 
 /// The terminate lifecycle hook's name when the deployment does not name one (the template's
 /// `LifecycleHookName` default): the hook the handler answers and `nodecycle doctor` expects.
 pub const DEFAULT_LIFECYCLE_HOOK: &str = "nodecycle-drain";
 
-/// An EC2 instance as the interruption handler needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceInfo {
-    /// `i-...`.
-    pub instance_id: String,
-    /// EC2 state name (`running`, `shutting-down`, ...).
-    pub state: String,
-    /// Availability zone.
-    pub availability_zone: String,
-    /// Tags.
-    pub tags: BTreeMap<String, String>,
-}
-
-impl InstanceInfo {
-    /// The EKS cluster from `eks:cluster-name`, else from a `kubernetes.io/cluster/<name>` tag.
-    pub fn cluster(&self) -> Option<&str> {
-        if let Some(c) = self.tags.get(tags::CLUSTER).filter(|c| !c.is_empty()) {
-            return Some(c);
-        }
-        self.tags
-            .iter()
-            .filter(|(_, v)| matches!(v.as_str(), "owned" | "shared"))
-            .find_map(|(k, _)| k.strip_prefix(tags::KUBERNETES_CLUSTER_PREFIX))
-            .filter(|c| !c.is_empty())
-    }
-
-    /// The Auto Scaling group (`aws:autoscaling:groupName`).
-    pub fn group(&self) -> Option<&str> {
-        self.tags.get(tags::AUTO_SCALING_GROUP).map(String::as_str)
-    }
-
-    /// The EKS managed node group (`eks:nodegroup-name`).
-    pub fn nodegroup(&self) -> Option<&str> {
-        self.tags.get(tags::NODEGROUP).map(String::as_str)
-    }
-}
-
 /// Looks up EC2 instances.
 #[async_trait]
 pub trait InstanceLookup: Send + Sync {
     /// The instance, `Ok(None)` when EC2 does not know it (any more).
     async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, PortError>;
-}
-
-/// An Auto Scaling lifecycle action to answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LifecycleAction {
-    /// Auto Scaling group.
-    pub group: String,
-    /// Lifecycle hook name.
-    pub hook: String,
-    /// Token of this action (`None` when the event carried none: the instance id identifies it).
-    pub token: Option<String>,
-    /// The instance.
-    pub instance_id: String,
 }
 
 /// Answers Auto Scaling lifecycle actions.

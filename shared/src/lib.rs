@@ -17,7 +17,7 @@
 //! - L1 vocabulary: image, ami
 //! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop, dispatch, members
 //! - L3 state: state, announce
-//! - L4 adapters: aws, kube, port::ports
+//! - L4 adapters: aws, kube, ports
 //! - L5 use cases: handlers, handlers::ami_watcher, handlers::interruption, handlers::ops, handlers::rotator, handlers::onboard, doctor
 //! - L6 wiring: wiring, logging
 //! - L7 test support: fake
@@ -64,9 +64,12 @@ pub mod tags;
 pub mod aws;
 #[cfg(feature = "aws")]
 pub mod handlers;
+// The bundle names the AWS-built adapters' ports (members among them): with `aws` only.
 #[cfg(feature = "kube")]
 pub mod kube;
 #[cfg(feature = "aws")]
 pub mod logging;
+#[cfg(feature = "aws")]
+pub mod ports;
 #[cfg(all(feature = "aws", feature = "kube"))]
 pub mod wiring;

@@ -143,13 +143,13 @@ where
     )
 }
 
-/// Installs the global JSON subscriber once, to stderr, with the level of [`filter_from`] the
-/// process environment; later calls are no-ops.
-pub fn init() {
+/// Installs the global JSON subscriber once, to stderr, with `directives` (what
+/// [`filter_from`] reads; the process environment's through `crate::wiring::init_logging`,
+/// the one place that reads it); later calls are no-ops.
+pub fn init(directives: &str) {
     use tracing_subscriber::util::SubscriberInitExt;
 
-    let directives = filter_from(|name| std::env::var(name).ok());
-    let (subscriber, problem) = subscriber(&directives, std::io::stderr);
+    let (subscriber, problem) = subscriber(directives, std::io::stderr);
     if subscriber.try_init().is_ok()
         && let Some(why) = problem
     {

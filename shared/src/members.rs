@@ -260,65 +260,10 @@ pub fn selected(
     fits(account, at.map(|p| p.account.as_str())) && fits(region, at.map(|p| p.region.as_str()))
 }
 
-/// Hands out the ports of a place.
-#[cfg(feature = "aws")]
-#[async_trait::async_trait]
-pub trait Members: Send + Sync {
-    /// The cell's own account and region.
-    async fn cell(&self) -> Result<Place, crate::port::PortError>;
-    /// The ports for pools at `place`: `Ok(None)` for the cell's own place (use the cell's
-    /// ports), `Ok(Some)` for another served place (built once and reused), `Err` when the
-    /// place is not served or its spoke role cannot be assumed.
-    async fn ports(&self, place: &Place) -> Result<Option<crate::port::Ports>, MemberError>;
-}
-
-/// `this` handler for pools at `place`: `this` itself for `None` or the cell's own place,
-/// else `with(ports)` over the place's member's ports (the handler swaps in the ports that
-/// reach the member and keeps the cell's table, bus and metrics). `Err` as
-/// [`Members::ports`]: the place is not served or its spoke role cannot be assumed.
-#[cfg(feature = "aws")]
-pub async fn at<T: Clone>(
-    members: &dyn Members,
-    place: Option<&Place>,
-    this: &T,
-    with: impl FnOnce(crate::port::Ports) -> T,
-) -> Result<T, MemberError> {
-    let Some(place) = place else {
-        return Ok(this.clone());
-    };
-    Ok(match members.ports(place).await? {
-        None => this.clone(),
-        Some(ports) => with(ports),
-    })
-}
-
 /// No members: only pools that name no place (the cell's own) are served. The default of
 /// handlers built without a [`Members`] adapter (tests).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OwnOnly;
-
-#[cfg(feature = "aws")]
-#[async_trait::async_trait]
-impl Members for OwnOnly {
-    async fn cell(&self) -> Result<Place, crate::port::PortError> {
-        Err(crate::port::PortError::new(
-            "configuration",
-            crate::port::ErrorKind::Other,
-            "this deployment has no members",
-        ))
-    }
-
-    async fn ports(&self, place: &Place) -> Result<Option<crate::port::Ports>, MemberError> {
-        Err(MemberError {
-            place: place.clone(),
-            field: "account",
-            role: None,
-            message: format!(
-                "{place} is not served: this deployment serves only pools that name no account and region"
-            ),
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {

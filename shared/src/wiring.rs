@@ -34,7 +34,7 @@ use crate::aws::{
 use crate::event::served::{ACCOUNTS_ENV, REGIONS_ENV, Served};
 use crate::handlers::HandlerError;
 use crate::policy::source::{DEFAULT_PREFIX, PREFIX_ENV};
-use crate::port::Ports;
+use crate::ports::Ports;
 use crate::state::TABLE_ENV;
 
 /// What the running process gives the adapters: the AWS SDK configuration and where the
@@ -148,6 +148,12 @@ async fn serve_with(
         },
     ))
     .await
+}
+
+/// Installs the JSON log subscriber (once per process) with the level the process environment
+/// asks for (`NODECYCLE_LOG`, `AWS_LAMBDA_LOG_LEVEL`: [`crate::logging::filter_from`]).
+pub fn init_logging() {
+    crate::logging::init(&crate::logging::filter_from(process_env));
 }
 
 /// Where variables are read from: the process environment, or a map in tests.

@@ -103,7 +103,7 @@ const POOLS: [Pool; 3] = [
 /// The handlers of one cell.
 struct Cell {
     /// The cell's ports (its members through the spoke roles).
-    ports: nodecycle::port::Ports,
+    ports: nodecycle::ports::Ports,
     watcher: AmiWatcher,
     rotator: RotatorHandler,
     ops: OpsHandler,

@@ -5,6 +5,6 @@ use nodecycle::wiring::{Runtime, WatcherConfig, serve};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     serve(WatcherConfig::from_env()?.watcher(&Runtime::lambda().await)).await
 }

@@ -5,6 +5,6 @@ use nodecycle::wiring::{InterruptionConfig, Runtime, serve};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     serve(InterruptionConfig::from_env()?.handler(&Runtime::lambda().await)).await
 }

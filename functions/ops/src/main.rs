@@ -6,7 +6,7 @@ use nodecycle::wiring::{OpsConfig, Runtime, serve_ops};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     let config = OpsConfig::from_env()?;
     let runtime = Runtime::lambda().await;
     let name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_default();

@@ -6,6 +6,6 @@ use nodecycle::wiring::{RotatorConfig, Runtime, serve};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     serve(RotatorConfig::from_env()?.function(&Runtime::lambda().await)).await
 }

@@ -13,9 +13,11 @@ use aws_config::identity::IdentityCache;
 use aws_config::sts::AssumeRoleProvider;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 
-use crate::members::{self, MemberConfig, MemberError, Members, Serve};
+use crate::members::{self, MemberConfig, MemberError, Serve};
 use crate::policy::Place;
-use crate::port::{PortError, Ports};
+use crate::port::PortError;
+use crate::ports::Members;
+use crate::ports::Ports;
 
 /// Builds the AWS and Kubernetes adapters over an SDK configuration (the wiring's, so a
 /// member's adapters are configured as the cell's).

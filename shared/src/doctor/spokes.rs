@@ -78,7 +78,7 @@ impl crate::doctor::members::SpokeRoles for Spokes {
         &self,
         place: &crate::policy::Place,
     ) -> Result<crate::doctor::members::Expected, crate::port::PortError> {
-        use crate::members::Members;
+        use crate::ports::Members;
         let cell = self.0.cell().await?;
         Ok(crate::doctor::members::expected(
             place,

@@ -6,8 +6,10 @@
 //! other services) are [`Interruption::Ignored`]; a known event missing what it needs is an
 //! [`InvalidEvent`] naming the field.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Input, InvalidEvent, parse_input};
@@ -69,10 +71,64 @@ impl InstanceState {
     }
 }
 
-/// An Auto Scaling lifecycle action to answer (the port's type: [`LifecycleOps`] answers it).
-///
-/// [`LifecycleOps`]: crate::interruption::LifecycleOps
-pub use crate::interruption::LifecycleAction;
+/// An Auto Scaling lifecycle action to answer (`crate::interruption::LifecycleOps` answers it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleAction {
+    /// Auto Scaling group.
+    pub group: String,
+    /// Lifecycle hook name.
+    pub hook: String,
+    /// Token of this action (`None` when the event carried none: the instance id identifies it).
+    pub token: Option<String>,
+    /// The instance.
+    pub instance_id: String,
+}
+
+/// An EC2 instance as the interruption handler needs it (`crate::interruption::InstanceLookup`
+/// finds it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceInfo {
+    /// `i-...`.
+    pub instance_id: String,
+    /// EC2 state name (`running`, `shutting-down`, ...).
+    pub state: String,
+    /// Availability zone.
+    pub availability_zone: String,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl InstanceInfo {
+    /// The EKS cluster from `eks:cluster-name`, else from a `kubernetes.io/cluster/<name>` tag.
+    pub fn cluster(&self) -> Option<&str> {
+        if let Some(c) = self
+            .tags
+            .get(crate::tags::CLUSTER)
+            .filter(|c| !c.is_empty())
+        {
+            return Some(c);
+        }
+        self.tags
+            .iter()
+            .filter(|(_, v)| matches!(v.as_str(), "owned" | "shared"))
+            .find_map(|(k, _)| k.strip_prefix(crate::tags::KUBERNETES_CLUSTER_PREFIX))
+            .filter(|c| !c.is_empty())
+    }
+
+    /// The Auto Scaling group (`aws:autoscaling:groupName`).
+    pub fn group(&self) -> Option<&str> {
+        self.tags
+            .get(crate::tags::AUTO_SCALING_GROUP)
+            .map(String::as_str)
+    }
+
+    /// The EKS managed node group (`eks:nodegroup-name`).
+    pub fn nodegroup(&self) -> Option<&str> {
+        self.tags.get(crate::tags::NODEGROUP).map(String::as_str)
+    }
+}
 
 /// What an interruption-handler event asks for.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -3,8 +3,7 @@
 //! `Err(why)` for a refusal: the handler logs why and changes nothing. Which accounts and
 //! regions are served is [`super::served`].
 
-use super::instance_events::{InstanceState, LifecycleAction};
-use crate::interruption::InstanceInfo;
+use super::instance_events::{InstanceInfo, InstanceState, LifecycleAction};
 use crate::problem::quote;
 
 /// A state change that claims the instance is going away (`shutting-down`, `terminated`) or

@@ -1,8 +1,8 @@
 //! Lambda handlers: the one code path shared by each function's `main.rs` and `nodecycle run`.
 //! Handlers take the payload as JSON and `now`, and return a JSON response.
 
-/// Declares a handler's [`PlacePorts`]: a struct of the named fields of [`crate::port::Ports`]
-/// (each of the type and meaning it has there, [`crate::port::port_type`]) and its
+/// Declares a handler's [`PlacePorts`]: a struct of the named fields of [`crate::ports::Ports`]
+/// (each of the type and meaning it has there, [`crate::ports::port_type`]) and its
 /// [`PlacePorts::of`], which takes each of them from a place's `Ports` by the same name. With
 /// `for Handler`, also the handler's `at(place)`: the handler (a struct with fields `cell` and
 /// `ports` of this type) for pools at `place`.
@@ -16,13 +16,13 @@ macro_rules! place_ports {
         #[derive(Clone)]
         pub struct $name {
             $(
-                #[doc = concat!("[`Ports::", stringify!($field), "`](crate::port::Ports::", stringify!($field), ").")]
-                pub $field: $crate::port::port_type::$field,
+                #[doc = concat!("[`Ports::", stringify!($field), "`](crate::ports::Ports::", stringify!($field), ").")]
+                pub $field: $crate::ports::port_type::$field,
             )*
         }
 
         impl $crate::handlers::PlacePorts for $name {
-            fn of(ports: &$crate::port::Ports) -> Self {
+            fn of(ports: &$crate::ports::Ports) -> Self {
                 $name {
                     $($field: ports.$field.clone(),)*
                 }
@@ -32,7 +32,7 @@ macro_rules! place_ports {
         $(
             impl $handler {
                 /// This handler for pools and events at `place`: its AWS and Kubernetes ports
-                /// those of the place's member ([`crate::members::Members`]); the table, the bus
+                /// those of the place's member ([`crate::ports::Members`]); the table, the bus
                 /// and the metrics stay the cell's. `None` (or the cell's own place) is this
                 /// handler. `Err`: the place is not served or its spoke role cannot be assumed.
                 pub async fn at(
@@ -166,12 +166,12 @@ pub struct CellPorts {
     /// Records transitions' events and puts them on the bus (same table as `state`).
     pub announce: crate::announce::Announcer,
     /// The ports of pools in other accounts and regions.
-    pub members: std::sync::Arc<dyn crate::members::Members>,
+    pub members: std::sync::Arc<dyn crate::ports::Members>,
 }
 
 impl CellPorts {
     /// The cell's parts of `ports`.
-    pub fn new(ports: &crate::port::Ports) -> Self {
+    pub fn new(ports: &crate::ports::Ports) -> Self {
         CellPorts {
             policies: ports.policies.clone(),
             state: ports.repository(),
@@ -199,13 +199,13 @@ impl CellPorts {
         place: Option<&crate::policy::Place>,
         own: &P,
     ) -> Result<P, crate::members::MemberError> {
-        crate::members::at(self.members.as_ref(), place, own, |p| P::of(&p)).await
+        crate::ports::at(self.members.as_ref(), place, own, |p| P::of(&p)).await
     }
 }
 
 /// The ports a handler uses of the place it works at (AWS and Kubernetes: the cell's own, or a
-/// member's), taken from that place's [`crate::port::Ports`].
+/// member's), taken from that place's [`crate::ports::Ports`].
 pub trait PlacePorts: Clone {
     /// The ports this handler uses, out of `ports`.
-    fn of(ports: &crate::port::Ports) -> Self;
+    fn of(ports: &crate::ports::Ports) -> Self;
 }

@@ -19,7 +19,8 @@ use super::rotator::{RotatorHandler, Settings};
 use crate::ami::instance_types::{self, GroupTypes};
 use crate::policy::source::{PolicyDocument, PolicySource};
 use crate::policy::{self, Policy};
-use crate::port::{PortError, Ports};
+use crate::port::PortError;
+use crate::ports::Ports;
 use crate::state::{Scratch, Store};
 
 /// The deployed policies (when they can be read) with `doc` in the place of any document of

@@ -1,6 +1,6 @@
-//! Ports: the errors every port call shares ([`PortError`], [`ErrorKind`]), the [`Ports`] bundle
-//! that carries one implementation of each port to a function's handlers, and [`uses`], what
-//! each function's code calls.
+//! Ports: the errors every port call shares ([`PortError`], [`ErrorKind`]) and [`uses`], what
+//! each function's code calls. The bundle that carries one implementation of each port to a
+//! function's handlers is `crate::ports::Ports`, a layer above the traits.
 //!
 //! Each trait is defined beside the values it speaks in (the planner's types for
 //! `GroupOps`, the resolver's for `ImageCatalog`, ...), in the model layer, so that adapters
@@ -30,13 +30,7 @@
 
 use std::fmt;
 
-// The bundle names the AWS-built adapters' ports (members among them): with `aws` only.
-#[cfg(feature = "aws")]
-pub mod ports;
 pub mod uses;
-
-#[cfg(feature = "aws")]
-pub use ports::{Ports, port_type};
 
 /// What kind of failure a port call had; decisions depend on the kind, never on SDK types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

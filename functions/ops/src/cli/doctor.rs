@@ -62,7 +62,7 @@ pub async fn run(args: Args) -> u8 {
         );
         return 2;
     }
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     let config = match super::target::sdk().await {
         Ok(c) => c,
         Err(e) => {

@@ -27,7 +27,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Cordons and drains; progress lines on stderr, the report JSON on stdout. Exit 0 when done,
 /// 1 when the timeout ended it first (or the APIs failed), 2 on bad input or an unknown instance.
 pub async fn run(args: Args) -> u8 {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     let overrides = match nodecycle::wiring::kube_overrides(&nodecycle::wiring::process_env) {
         Ok(o) => o,
         Err(e) => {

@@ -253,7 +253,7 @@ pub fn route(target: &super::target::Target) -> Result<Route, String> {
 /// 0), or the error (`{"errorType", "errorMessage"}` with `-o json`; exit 2 for
 /// `InvalidRequest`, 1 otherwise). `table` renders the answer for people.
 pub async fn run(request: Value, table: fn(&Value) -> String) -> u8 {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     let target = super::target::get();
     let result = match route(target) {
         Err(message) => Err(nodecycle::handlers::HandlerError {

@@ -81,7 +81,7 @@ pub fn prefix(given: Option<&str>) -> String {
 
 /// An SSM client from the environment; `Err(exit code)` after saying what to set.
 pub async fn ssm() -> Result<Ssm, u8> {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     let config = match super::target::sdk().await {
         Ok(c) => c,
         Err(e) => {

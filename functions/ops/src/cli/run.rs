@@ -20,7 +20,7 @@ pub struct Args {
 /// (`{"batchItemFailures", "items"}`), a scheduled event to the dispatcher when
 /// `NODECYCLE_WORK_QUEUE_URL` is set.
 pub async fn run(args: Args) -> u8 {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     let payload: serde_json::Value = match std::fs::read_to_string(&args.event)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")))

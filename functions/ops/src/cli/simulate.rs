@@ -239,7 +239,7 @@ async fn live(
     (account, region): (Option<&str>, Option<&str>),
     now: DateTime<Utc>,
 ) -> Result<Vec<PoolStart>, u8> {
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     let fail = |e: String| {
         super::print_json(&json!({ "error": e }));
         1

@@ -184,7 +184,7 @@ fn check(args: &Args, docs: &[(String, Result<PolicyDocument, String>)], size_bo
 /// a pool's AMI does not resolve (its entry says why).
 async fn live(files: &[String]) -> u8 {
     use nodecycle::handlers::onboard;
-    nodecycle::logging::init();
+    nodecycle::wiring::init_logging();
     let config = match super::target::sdk().await {
         Ok(c) => c,
         Err(e) => {

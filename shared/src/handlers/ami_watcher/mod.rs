@@ -709,7 +709,7 @@ impl AmiWatcher {
     }
 
     /// The watcher over `ports`.
-    pub fn new(ports: &crate::port::Ports) -> Self {
+    pub fn new(ports: &crate::ports::Ports) -> Self {
         use super::PlacePorts;
         AmiWatcher {
             cell: super::CellPorts::new(ports),

@@ -802,7 +802,7 @@ pub(super) async fn connect(
 
 impl InterruptionHandler {
     /// The handler over `ports`.
-    pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+    pub fn new(ports: &crate::ports::Ports, settings: Settings) -> Self {
         use super::PlacePorts;
         InterruptionHandler {
             cell: super::CellPorts::new(ports),

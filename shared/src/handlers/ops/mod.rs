@@ -596,7 +596,7 @@ pub(crate) fn rotation_summary(r: &Rotation) -> Value {
 
 impl OpsHandler {
     /// The ops handler over `ports` (planning with the rotator's `settings`).
-    pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+    pub fn new(ports: &crate::ports::Ports, settings: Settings) -> Self {
         use super::PlacePorts;
         OpsHandler {
             cell: super::CellPorts::new(ports),

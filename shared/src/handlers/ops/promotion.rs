@@ -306,7 +306,7 @@ pub(super) struct Promotions<'a> {
     /// CloudWatch alarm states of the promotion alarms (the cell's own place).
     pub alarms: &'a dyn AlarmStates,
     /// The members' ports: a pool of another place reads its alarms in its account.
-    pub members: &'a dyn crate::members::Members,
+    pub members: &'a dyn crate::ports::Members,
 }
 
 /// The port a pool's promotion alarms are read through (its place's), or why it cannot be had.
@@ -340,7 +340,7 @@ impl Promotions<'_> {
     async fn member_for_alarms(
         &self,
         policy: &Policy,
-    ) -> Result<Option<crate::port::Ports>, String> {
+    ) -> Result<Option<crate::ports::Ports>, String> {
         let reads =
             (policy.promotion.as_ref()).is_some_and(|p| p.from.is_some() && !p.alarms.is_empty());
         match policy.place.as_ref().filter(|_| reads) {

@@ -881,7 +881,7 @@ impl RotatorHandler {
     }
 
     /// The rotator over `ports`.
-    pub fn new(ports: &crate::port::Ports, settings: Settings) -> Self {
+    pub fn new(ports: &crate::ports::Ports, settings: Settings) -> Self {
         use super::PlacePorts;
         RotatorHandler {
             cell: super::CellPorts::new(ports),

@@ -74,7 +74,7 @@ ports! {
         /// metric format in a Lambda function, none in the CLI).
         pub metrics: Arc<dyn crate::metrics::MetricSink>,
         /// The ports of pools in other accounts and regions ([`crate::members`]).
-        pub members: Arc<dyn crate::members::Members>,
+        pub members: Arc<dyn Members>,
         /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
         #[cfg(feature = "kube")]
         pub kube: Arc<dyn KubeConnector>,
@@ -91,5 +91,63 @@ impl Ports {
     /// handler records as a transition goes on the bus from there.
     pub fn announcer(&self) -> crate::announce::Announcer {
         crate::announce::Announcer::new(self.store.clone(), self.events.clone())
+    }
+}
+
+/// Hands out the ports of a place.
+#[async_trait::async_trait]
+pub trait Members: Send + Sync {
+    /// The cell's own account and region.
+    async fn cell(&self) -> Result<crate::policy::Place, crate::port::PortError>;
+    /// The ports for pools at `place`: `Ok(None)` for the cell's own place (use the cell's
+    /// ports), `Ok(Some)` for another served place (built once and reused), `Err` when the
+    /// place is not served or its spoke role cannot be assumed.
+    async fn ports(
+        &self,
+        place: &crate::policy::Place,
+    ) -> Result<Option<Ports>, crate::members::MemberError>;
+}
+
+/// `this` handler for pools at `place`: `this` itself for `None` or the cell's own place,
+/// else `with(ports)` over the place's member's ports (the handler swaps in the ports that
+/// reach the member and keeps the cell's table, bus and metrics). `Err` as
+/// [`Members::ports`]: the place is not served or its spoke role cannot be assumed.
+pub async fn at<T: Clone>(
+    members: &dyn Members,
+    place: Option<&crate::policy::Place>,
+    this: &T,
+    with: impl FnOnce(Ports) -> T,
+) -> Result<T, crate::members::MemberError> {
+    let Some(place) = place else {
+        return Ok(this.clone());
+    };
+    Ok(match members.ports(place).await? {
+        None => this.clone(),
+        Some(ports) => with(ports),
+    })
+}
+
+#[async_trait::async_trait]
+impl Members for crate::members::OwnOnly {
+    async fn cell(&self) -> Result<crate::policy::Place, crate::port::PortError> {
+        Err(crate::port::PortError::new(
+            "configuration",
+            crate::port::ErrorKind::Other,
+            "this deployment has no members",
+        ))
+    }
+
+    async fn ports(
+        &self,
+        place: &crate::policy::Place,
+    ) -> Result<Option<Ports>, crate::members::MemberError> {
+        Err(crate::members::MemberError {
+            place: place.clone(),
+            field: "account",
+            role: None,
+            message: format!(
+                "{place} is not served: this deployment serves only pools that name no account and region"
+            ),
+        })
     }
 }
