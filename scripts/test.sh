@@ -14,6 +14,8 @@ bash -n scripts/figures.sh
 "$NODECYCLE_PYTHON" -m py_compile scripts/figures.py
 echo "==> layers (shared/src/lib.rs's layer list: no upward reference, no circle)" >&2
 "$NODECYCLE_PYTHON" scripts/layers.py --allow scripts/layers-allow.txt
+echo "==> function length (the rotator pass: at most 100 lines a function)" >&2
+"$NODECYCLE_PYTHON" scripts/function_length.py --max 100 shared/src/handlers/rotator
 echo "==> cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "==> cargo check the pure core alone (nodecycle-shared without default features)" >&2

@@ -86,6 +86,89 @@ enum Performed {
     Idle,
 }
 
+mod capacity;
+mod node;
+mod record;
+
+/// The rotation records the pass observed, by instance, with the versions it read them at.
+fn observed_records(ctx: &PoolCtx<'_>) -> BTreeMap<String, Versioned<Rotation>> {
+    ctx.snapshot
+        .rotations
+        .iter()
+        .filter_map(|r| {
+            ctx.versions.get(&r.instance_id).map(|v| {
+                (
+                    r.instance_id.clone(),
+                    Versioned {
+                        value: r.clone(),
+                        version: *v,
+                    },
+                )
+            })
+        })
+        .collect()
+}
+
+/// `records` and `moving` as they are once `starts` are recorded (each staged with its
+/// events, at the version of the finished record it replaces, else new).
+fn with_starts(
+    records: &BTreeMap<String, Versioned<Rotation>>,
+    moving: &BTreeSet<String>,
+    starts: &[Rotation],
+) -> (BTreeMap<String, Versioned<Rotation>>, BTreeSet<String>) {
+    let mut planned = records.clone();
+    let mut planned_moving = moving.clone();
+    for r in starts {
+        let old = records.get(&r.instance_id);
+        let pending = crate::announce::stage::stage_rotation(old.map(|v| &v.value), r.clone());
+        let version = old.map_or(0, |v| v.version);
+        planned.insert(
+            r.instance_id.clone(),
+            Versioned {
+                value: pending,
+                version,
+            },
+        );
+        planned_moving.insert(r.instance_id.clone());
+    }
+    (planned, planned_moving)
+}
+
+/// The pool record written with a pass's starts: the process holds `commands` take (recorded
+/// before the calls) and the soak ledger this pass observes, staged with its events.
+fn pool_record_with(
+    ctx: &PoolCtx<'_>,
+    record: &state::PoolRecord,
+    commands: &[GroupCommand],
+    now: DateTime<Utc>,
+) -> state::PoolRecord {
+    let mut next = record.clone();
+    for c in commands {
+        if let GroupCommand::Suspend { process } = c
+            && !next.group_holds.suspended.contains(process)
+        {
+            next.group_holds.suspended.push(process.clone());
+        }
+    }
+    let current = super::fully_on_release(&ctx.snapshot, record);
+    let current = current.as_ref().map(|(r, i)| (r, i.as_str()));
+    if let Some(ledger) = crate::promotion::ledger::observe(&record.ledger, current, now) {
+        next.ledger = ledger;
+    }
+    crate::announce::stage::stage_pool(record, next, now)
+}
+
+/// What a saved step change means for the pass: the move from `from`, or `Lost` when another
+/// writer changed the record first.
+fn moved(from: Step, saved: Option<Versioned<Rotation>>) -> Result<Performed, PortError> {
+    Ok(saved.map_or(Performed::Lost, |s| Performed::Step(from, s.value.step)))
+}
+
+/// The decision line of a step change of `r` by `command` to `to`.
+fn log_move(r: &Rotation, command: &Command, to: Step, what: &str) {
+    tracing::info!(pool = %r.pool, instance = %r.instance_id, command = command.name(), from = ?r.step, to = ?to, decision = what);
+}
+
 impl RotatorHandler {
     /// Carries out a node-level plan's rotation actions (starts, releases, one command per
     /// moving rotation, capacity repair); the launch template action is the caller's.
@@ -97,22 +180,7 @@ impl RotatorHandler {
         report: &mut PoolReport,
     ) -> Result<(), PortError> {
         let now = ctx.clock.start();
-        let mut records: BTreeMap<String, Versioned<Rotation>> = ctx
-            .snapshot
-            .rotations
-            .iter()
-            .filter_map(|r| {
-                ctx.versions.get(&r.instance_id).map(|v| {
-                    (
-                        r.instance_id.clone(),
-                        Versioned {
-                            value: r.clone(),
-                            version: *v,
-                        },
-                    )
-                })
-            })
-            .collect();
+        let mut records = observed_records(ctx);
         let mut moving: BTreeSet<String> = plan
             .actions
             .iter()
@@ -132,24 +200,8 @@ impl RotatorHandler {
         let (group_commands, steps, surging) = match at_once {
             Some(done) => done,
             None => {
-                for rotation in starts {
-                    // A finished record of the same instance is replaced, conditionally.
-                    let old = records.get(&rotation.instance_id);
-                    let (before, expected) = (old.map(|v| v.value.clone()), old.map(|v| v.version));
-                    let instance = rotation.instance_id.clone();
-                    match self.put_rotation(before.as_ref(), rotation, expected).await {
-                        Ok(Some(v)) => {
-                            tracing::info!(pool = %plan.pool, instance = %instance, reason = ?v.value.reason, forced = v.value.forced, decision = "rotation started");
-                            report.started.push(instance.clone());
-                            moving.insert(instance.clone());
-                            records.insert(instance, v);
-                        }
-                        Ok(None) => {}
-                        Err(e) => report
-                            .errors
-                            .push(format!("cannot record rotation of {instance}: {e}")),
-                    }
-                }
+                self.start_one_by_one(&plan.pool, starts, &mut records, &mut moving, report)
+                    .await;
                 let (commands, steps) = self.step_plan(ctx, &records, &moving, now);
                 (commands, steps, BTreeSet::new())
             }
@@ -161,17 +213,65 @@ impl RotatorHandler {
                 report.errors.push(format!("group: {e}"));
             }
         }
-        let mut stopped = false;
-        for (instance, command) in &steps.commands {
-            if stopped || deadline.saturating_duration_since(Instant::now()) < self.settings.reserve
-            {
-                if !stopped {
-                    report.errors.push(
-                        "invocation time nearly used up; remaining steps continue next pass".into(),
-                    );
-                    stopped = true;
+        self.run_steps(
+            ctx, &plan.pool, &steps, &records, &surging, deadline, report,
+        )
+        .await;
+        self.apply_marks(ctx, &plan.pool, &steps.protect, &steps.draining)
+            .await;
+        Ok(())
+    }
+
+    /// Starts `starts` one conditional write at a time (a finished record of the same
+    /// instance is replaced): what the pass does when they cannot start in one write.
+    async fn start_one_by_one(
+        &self,
+        pool: &str,
+        starts: Vec<Rotation>,
+        records: &mut BTreeMap<String, Versioned<Rotation>>,
+        moving: &mut BTreeSet<String>,
+        report: &mut PoolReport,
+    ) {
+        for rotation in starts {
+            let old = records.get(&rotation.instance_id);
+            let (before, expected) = (old.map(|v| v.value.clone()), old.map(|v| v.version));
+            let instance = rotation.instance_id.clone();
+            match self.put_rotation(before.as_ref(), rotation, expected).await {
+                Ok(Some(v)) => {
+                    tracing::info!(pool = %pool, instance = %instance, reason = ?v.value.reason, forced = v.value.forced, decision = "rotation started");
+                    report.started.push(instance.clone());
+                    moving.insert(instance.clone());
+                    records.insert(instance, v);
                 }
-                continue;
+                Ok(None) => {}
+                Err(e) => report
+                    .errors
+                    .push(format!("cannot record rotation of {instance}: {e}")),
+            }
+        }
+    }
+
+    /// Performs the step plan's command of each rotation in turn, while the invocation has
+    /// more than the reserve left (the rest continue next pass). A surge whose intent the
+    /// pass's first write recorded (`surging`) only raises. Each step change is counted, listed
+    /// and announced on the node; a failed command is reported and retried next pass.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_steps(
+        &self,
+        ctx: &mut PoolCtx<'_>,
+        pool: &str,
+        steps: &step::StepPlan,
+        records: &BTreeMap<String, Versioned<Rotation>>,
+        surging: &BTreeSet<String>,
+        deadline: Instant,
+        report: &mut PoolReport,
+    ) {
+        for (instance, command) in &steps.commands {
+            if deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
+                report.errors.push(
+                    "invocation time nearly used up; remaining steps continue next pass".into(),
+                );
+                return;
             }
             let Some(v) = records.get(instance).cloned() else {
                 continue;
@@ -196,16 +296,13 @@ impl RotatorHandler {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(pool = %plan.pool, instance = %instance, command = command.name(), kind = ?e.kind, error = %e, "step failed; retried next pass");
+                    tracing::warn!(pool = %pool, instance = %instance, command = command.name(), kind = ?e.kind, error = %e, "step failed; retried next pass");
                     report
                         .errors
                         .push(format!("{instance} ({}): {e}", command.name()));
                 }
             }
         }
-        self.apply_marks(ctx, &plan.pool, &steps.protect, &steps.draining)
-            .await;
-        Ok(())
     }
 
     /// The group commands and the step plan of `records` (`moving`: the instances the plan
@@ -265,36 +362,9 @@ impl RotatorHandler {
         let (Some(record), Some(version)) = (ctx.record.clone(), ctx.record_version) else {
             return None;
         };
-        let mut planned = records.clone();
-        let mut planned_moving = moving.clone();
-        for r in starts {
-            let old = records.get(&r.instance_id);
-            let pending = crate::announce::stage::stage_rotation(old.map(|v| &v.value), r.clone());
-            let version = old.map_or(0, |v| v.version);
-            planned.insert(
-                r.instance_id.clone(),
-                Versioned {
-                    value: pending,
-                    version,
-                },
-            );
-            planned_moving.insert(r.instance_id.clone());
-        }
+        let (planned, planned_moving) = with_starts(records, moving, starts);
         let (commands, steps) = self.step_plan(ctx, &planned, &planned_moving, now);
-        let mut next = record.clone();
-        for c in &commands {
-            if let GroupCommand::Suspend { process } = c
-                && !next.group_holds.suspended.contains(process)
-            {
-                next.group_holds.suspended.push(process.clone());
-            }
-        }
-        let current = super::fully_on_release(&ctx.snapshot, &record);
-        let current = current.as_ref().map(|(r, i)| (r, i.as_str()));
-        if let Some(ledger) = crate::promotion::ledger::observe(&record.ledger, current, now) {
-            next.ledger = ledger;
-        }
-        let next = crate::announce::stage::stage_pool(&record, next, now);
+        let next = pool_record_with(ctx, &record, &commands, now);
         if next.outbox != record.outbox {
             return None;
         }
@@ -588,24 +658,19 @@ impl RotatorHandler {
         self.save(&v, given).await
     }
 
-    /// Performs one command for the rotation `v` and records the result.
+    /// Performs one command for the rotation `v` and records the result, by command family:
+    /// capacity (surge, raise, give back, terminate: [`capacity`]), the node (replacement,
+    /// cordon, drain: [`node`]) and the record's end (finish, cancel, fail: [`record`]).
+    /// Every command is matched by name: a new one makes the compiler name this site.
     async fn perform(
         &self,
         ctx: &mut PoolCtx<'_>,
         v: Versioned<Rotation>,
         command: &Command,
     ) -> Result<Performed, PortError> {
-        let now = ctx.clock.now();
-        let r = &v.value.clone();
-        let from = r.step;
-        let moved = |saved: Option<Versioned<Rotation>>| {
-            Ok(saved.map_or(Performed::Lost, |s| Performed::Step(from, s.value.step)))
-        };
-        let log = |to: Step, what: &str| {
-            tracing::info!(pool = %r.pool, instance = %r.instance_id, command = command.name(), from = ?from, to = ?to, decision = what);
-        };
         match command {
             Command::Wait { why } => {
+                let r = &v.value;
                 tracing::debug!(pool = %r.pool, instance = %r.instance_id, why = %crate::log_field::json(why), decision = "waiting");
                 Ok(Performed::Idle)
             }
@@ -614,181 +679,27 @@ impl RotatorHandler {
                 read,
                 above_max,
             } => {
-                // The intent first, then +1 on a fresh read: a crash or a failed call in
-                // between leaves a surge without supply, raised again next pass (see step).
-                let next = surging_record(r, baseline, *read, *above_max, now);
-                log(Step::Surging, "surge");
-                let Some(saved) = self.save(&v, next).await? else {
-                    return Ok(Performed::Lost);
-                };
-                self.raise(ctx, &saved.value, *above_max).await?;
-                Ok(Performed::Step(from, Step::Surging))
+                self.surge(ctx, v, command, baseline, *read, *above_max)
+                    .await
             }
-            Command::Raise { above_max } => {
-                tracing::info!(pool = %r.pool, instance = %r.instance_id, decision = "surge raised again", "the surge has neither an instance nor a pending launch (never raised, or another writer took its unit)");
-                self.raise(ctx, r, *above_max).await?;
-                Ok(Performed::Idle)
-            }
-            Command::DropSurge => {
-                let next = r
-                    .enter(Step::Cordoned, now)
-                    .with_release(UnitRelease::Given);
-                log(
-                    Step::Cordoned,
-                    "surge dropped: the group is at MaxSize and the surge holds no unit; replaced without a surge (drain first)",
-                );
-                moved(self.save(&v, next).await?)
-            }
-            Command::ClaimReplacement { id } => {
-                let next = Rotation {
-                    replacement: Some(id.clone()),
-                    ..r.enter(Step::Cordoned, now)
-                };
-                log(Step::Cordoned, "replacement ready");
-                moved(self.save(&v, next).await?)
-            }
-            Command::Cordon => {
-                let reason = format!("{:?}", r.reason);
-                let next = match k::start_drain_known(
-                    ctx.kube.as_ref(),
-                    &r.instance_id,
-                    ctx.observed_node(&r.instance_id),
-                    &reason,
-                    ctx.policy.termination_grace_period,
-                    now,
-                )
-                .await
-                {
-                    Ok(state) => Rotation {
-                        drain: Some(
-                            serde_json::to_value(&state)
-                                .map_err(|e| PortError::other("encode", e))?,
-                        ),
-                        ..r.enter(Step::Draining, now)
-                    },
-                    Err(k::DrainError::NodeNotFound(_)) => r.enter(Step::Terminating, now),
-                    Err(e) => return Err(e.into()),
-                };
-                log(next.step, "cordoned");
-                moved(self.save(&v, next).await?)
-            }
-            Command::DrainStep => {
-                let mut state: DrainState = r
-                    .drain
-                    .clone()
-                    .and_then(|d| serde_json::from_value(d).ok())
-                    .ok_or_else(|| {
-                        PortError::other("rotation record", "Draining without a drain state")
-                    })?;
-                let result =
-                    k::drain_step(ctx.kube.as_ref(), &mut state, now, self.settings.drain_step)
-                        .await;
-                let drain =
-                    Some(serde_json::to_value(&state).map_err(|e| PortError::other("encode", e))?);
-                match result {
-                    Ok(p) if p.done => {
-                        log(Step::Terminating, "drained");
-                        moved(
-                            self.save(
-                                &v,
-                                Rotation {
-                                    drain,
-                                    ..r.enter(Step::Terminating, now)
-                                },
-                            )
-                            .await?,
-                        )
-                    }
-                    Ok(p) => {
-                        tracing::info!(pool = %r.pool, instance = %r.instance_id, remaining = p.pods_remaining, blocked_by = %crate::log_field::json(&p.blocked_by), deadline = %crate::log_field::json(&p.deadline), decision = "draining");
-                        moved(self.save(&v, Rotation { drain, ..r.clone() }).await?)
-                    }
-                    Err(e) => {
-                        let kept = Rotation {
-                            drain,
-                            error: Some(e.to_string()),
-                            ..r.clone()
-                        };
-                        self.save(&v, kept).await?;
-                        Err(e.into())
-                    }
-                }
-            }
-            Command::Terminate { decrement } => {
-                // With a decrement, record first that this terminate gives the surge back: if
-                // the instance is gone next pass, that was us, not a loss to undo.
-                let v = if *decrement && r.surge_active() {
-                    let intent = r
-                        .clone()
-                        .with_release(UnitRelease::Undoing(Undo::Terminate {
-                            instance_id: r.instance_id.clone(),
-                        }));
-                    match self.save(&v, intent).await? {
-                        Some(v) => v,
-                        None => return Ok(Performed::Lost),
-                    }
-                } else {
-                    v
-                };
-                self.ports
-                    .groups
-                    .terminate_instance(&r.instance_id, *decrement)
-                    .await?;
-                self.delete_node(ctx, r).await;
-                let done = r.enter(Step::Done, now).with_release(UnitRelease::Given);
-                log(Step::Done, "terminated");
-                moved(self.save(&v, done).await?)
-            }
+            Command::Raise { above_max } => self.raise_again(ctx, &v.value, *above_max).await,
+            Command::DropSurge => self.drop_surge(ctx, v, command).await,
             Command::UndoSurge { undo } => {
                 let saved = self.give_back(v, undo).await?;
                 Ok(saved.map_or(Performed::Lost, |_| Performed::Idle))
             }
-            Command::Finish { why, undo } => {
-                if from == Step::Terminating {
-                    self.delete_node(ctx, r).await;
-                }
-                let done = r.enter(Step::Done, now);
-                let done = match why {
-                    FinishReason::Terminated => done.with_release(UnitRelease::Given),
-                    FinishReason::InstanceLeft => done,
-                };
-                log(Step::Done, "finished");
-                self.end(&v, done, undo.as_ref(), async { Ok(()) }).await
-            }
+            Command::Terminate { decrement } => self.terminate(ctx, v, command, *decrement).await,
+            Command::ClaimReplacement { id } => self.claim_replacement(ctx, v, command, id).await,
+            Command::Cordon => self.cordon(ctx, v, command).await,
+            Command::DrainStep => self.drain_step(ctx, v, command).await,
+            Command::Finish { why, undo } => self.finish(ctx, v, command, why, undo.as_ref()).await,
             Command::Cancel {
                 image,
                 uncordon,
                 undo,
             } => {
-                let cancelled = Rotation {
-                    error: Some(format!(
-                        "cancelled: {image}, the AMI it rolled out, is quarantined"
-                    )),
-                    ..r.enter(Step::Cancelled, now)
-                };
-                let after = async {
-                    log(
-                        Step::Cancelled,
-                        "rotation cancelled: its AMI is quarantined",
-                    );
-                    if *uncordon {
-                        let drain: Option<DrainState> =
-                            r.drain.clone().and_then(|d| serde_json::from_value(d).ok());
-                        match drain {
-                            Some(state) => k::abort_drain(ctx.kube.as_ref(), &state).await?,
-                            None => {
-                                let known = ctx.observed_node(&r.instance_id);
-                                if let Some(node) =
-                                    k::node_of(ctx.kube.as_ref(), &r.instance_id, known).await?
-                                {
-                                    ctx.kube.undo_cordon(&node.name, true).await?;
-                                }
-                            }
-                        }
-                    }
-                    Ok(())
-                };
-                self.end(&v, cancelled, undo.as_ref(), after).await
+                self.cancel(ctx, v, command, image, *uncordon, undo.as_ref())
+                    .await
             }
             Command::Fail {
                 why,
@@ -796,24 +707,13 @@ impl RotatorHandler {
                 quarantine,
                 undo,
             } => {
-                let message = why.to_string();
-                // Halt and quarantine first: if recording the failure is lost, the next pass
-                // fails it again (both are idempotent).
-                if *halt {
-                    self.halt(&r.pool, &message, now).await?;
-                }
-                if *quarantine {
-                    self.quarantine_failed(ctx, r, &why.what(), now).await?;
-                }
-                let failed = Rotation {
-                    error: Some(message),
-                    ..r.enter(Step::Failed, now)
+                let how = record::Failing {
+                    why,
+                    halt: *halt,
+                    quarantine: *quarantine,
+                    undo: undo.as_ref(),
                 };
-                let after = async {
-                    tracing::error!(pool = %r.pool, instance = %r.instance_id, decision = "rotation failed", reason = %why, halt);
-                    Ok(())
-                };
-                self.end(&v, failed, undo.as_ref(), after).await
+                self.fail(ctx, v, command, how).await
             }
         }
     }

@@ -365,29 +365,7 @@ impl RotatorHandler {
         };
         let clock = Clock::starting_at(now);
         let docs = self.cell.documents().await?;
-        let mut by_cluster: BTreeMap<String, Vec<Policy>> = BTreeMap::new();
-        let mut configured = BTreeSet::new();
-        let mut seen = BTreeSet::new();
-        for doc in docs {
-            match policy::parse_document(&doc).policy {
-                // The first document of a pool wins (the ami-watcher reports the second).
-                Some(p) if !seen.insert(p.pool_id()) => {
-                    tracing::warn!(source = %doc.source, pool = %p.pool_id(), decision = "skipped", "pool defined twice; the ami-watcher reports why")
-                }
-                // One lease per scope: the cluster, with its account and region when named.
-                Some(p) if selection.includes_at(&p.cluster, &p.pool_id(), p.place.as_ref()) => {
-                    let scope = crate::policy::place::scope_of(&p.pool_id()).to_string();
-                    configured.insert(scope.clone());
-                    by_cluster.entry(scope).or_default().push(p)
-                }
-                Some(p) => {
-                    configured.insert(crate::policy::place::scope_of(&p.pool_id()).to_string());
-                }
-                None => {
-                    tracing::warn!(source = %doc.source, decision = "skipped", "invalid policy; the ami-watcher reports why")
-                }
-            }
-        }
+        let (by_cluster, configured) = by_scope(docs, &selection);
         // Fail closed: without the quarantine no pool may move (a quarantined AMI could come
         // back).
         let quarantined =
@@ -433,23 +411,7 @@ impl RotatorHandler {
             });
             names.insert(task.id(), name);
         }
-        let mut clusters = BTreeMap::new();
-        let mut by_name: BTreeMap<String, Vec<PoolReport>> = BTreeMap::new();
-        // A member whose ports cannot be had: its pools say why, the others go on.
-        for (cluster, policies, e) in unserved {
-            tracing::error!(cluster = %cluster, error = %e, decision = "blocked", "member not served");
-            clusters.insert(cluster.clone(), format!("failed: {e}"));
-            let reports = policies
-                .iter()
-                .map(|p| PoolReport {
-                    pool: p.pool_id(),
-                    blocked: Some(e.to_string()),
-                    errors: vec![e.to_string()],
-                    ..PoolReport::default()
-                })
-                .collect();
-            by_name.insert(cluster, reports);
-        }
+        let (mut clusters, mut by_name) = unserved_reports(unserved);
         while let Some(joined) = tasks.join_next_with_id().await {
             match joined {
                 Ok((id, (status, pools))) => {
@@ -504,23 +466,7 @@ impl RotatorHandler {
             };
             // Under the cluster's lease, so two passes never put the same leftover event.
             self.cell.announce.sweep_quarantine(&sweep, now).await;
-            let name = policies.first().map_or(cluster, |p| p.cluster.as_str());
-            let view = match self.ports.kube.connect(name).await {
-                Err(e) => Err(format!(
-                    "cluster {cluster} unreachable: {e}; rotating nothing"
-                )),
-                Ok(kube) => match self
-                    .planner()
-                    .cluster_view(kube.as_ref(), &policies, true, now)
-                    .await
-                {
-                    Ok(view) => Ok((kube, Arc::new(view))),
-                    Err(e) => Err(format!(
-                        "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"
-                    )),
-                },
-            };
-            (held, view)
+            (held, self.connect_and_list(cluster, &policies, now).await)
         };
         let reports = match view {
             Err(why) => policies
@@ -536,60 +482,94 @@ impl RotatorHandler {
                 })
                 .collect(),
             Ok((kube, view)) => {
-                let ids: Vec<String> = policies.iter().map(Policy::pool_id).collect();
-                let mut tasks = JoinSet::new();
-                for (i, policy) in policies.into_iter().enumerate() {
-                    let (this, kube, view) = (self.clone(), kube.clone(), view.clone());
-                    let (permits, quarantined) = (permits.clone(), quarantined.clone());
-                    tasks.spawn(async move {
-                        let _permit = permits.acquire_owned().await;
-                        let report = this
-                            .visit_pool(
-                                PoolVisit {
-                                    policy: &policy,
-                                    kube,
-                                    view: &view,
-                                    clock,
-                                    deadline,
-                                },
-                                &quarantined,
-                            )
-                            .await;
-                        (i, report)
-                    });
-                }
-                let mut done: BTreeMap<usize, PoolReport> = BTreeMap::new();
-                let mut failures = Vec::new();
-                while let Some(joined) = tasks.join_next().await {
-                    match joined {
-                        Ok((i, report)) => {
-                            done.insert(i, report);
-                        }
-                        Err(e) => failures.push(e.to_string()),
-                    }
-                }
-                // The pools' events, 10 a call, and their outboxes cleared at once.
-                self.cell.announce.flush(&view.events).await;
-                // A pool whose task panicked still gets its report.
-                let mut failures = failures.into_iter();
-                ids.into_iter()
-                    .enumerate()
-                    .map(|(i, pool)| {
-                        done.remove(&i).unwrap_or_else(|| {
-                            let why = failures.next().unwrap_or_default();
-                            tracing::error!(pool = %pool, error = %why, "pool pass failed");
-                            PoolReport {
-                                pool,
-                                errors: vec![format!("pool pass failed: {why}")],
-                                ..PoolReport::default()
-                            }
-                        })
-                    })
-                    .collect()
+                let pass = PoolsPass {
+                    kube,
+                    view,
+                    clock,
+                    deadline,
+                    quarantined: quarantined.clone(),
+                    permits: permits.clone(),
+                };
+                self.pools_pass(policies, pass).await
             }
         };
         self.leases().release(&held, clock.now()).await;
         ("done".into(), reports)
+    }
+
+    /// The cluster's Kubernetes connection and its view (nodes, the pods to count), or why
+    /// the cluster is not worked on this pass.
+    async fn connect_and_list(
+        &self,
+        cluster: &str,
+        policies: &[Policy],
+        now: DateTime<Utc>,
+    ) -> Result<(Arc<dyn NodeOps>, Arc<ClusterView>), String> {
+        let name = policies.first().map_or(cluster, |p| p.cluster.as_str());
+        let kube = self
+            .ports
+            .kube
+            .connect(name)
+            .await
+            .map_err(|e| format!("cluster {cluster} unreachable: {e}; rotating nothing"))?;
+        match self
+            .planner()
+            .cluster_view(kube.as_ref(), policies, true, now)
+            .await
+        {
+            Ok(view) => Ok((kube, Arc::new(view))),
+            Err(e) => Err(format!(
+                "cannot list the nodes of cluster {cluster}: {e}; rotating nothing"
+            )),
+        }
+    }
+
+    /// The cluster's pools at once, each under a permit of its own, then their events put
+    /// (10 a call, outboxes cleared at once): their reports in policy order, a pool whose task
+    /// panicked with the failure.
+    async fn pools_pass(&self, policies: Vec<Policy>, pass: PoolsPass) -> Vec<PoolReport> {
+        let ids: Vec<String> = policies.iter().map(Policy::pool_id).collect();
+        let mut tasks = JoinSet::new();
+        for (i, policy) in policies.into_iter().enumerate() {
+            let (this, pass) = (self.clone(), pass.clone());
+            tasks.spawn(async move {
+                let _permit = pass.permits.acquire_owned().await;
+                let visit = PoolVisit {
+                    policy: &policy,
+                    kube: pass.kube,
+                    view: &pass.view,
+                    clock: pass.clock,
+                    deadline: pass.deadline,
+                };
+                (i, this.visit_pool(visit, &pass.quarantined).await)
+            });
+        }
+        let mut done: BTreeMap<usize, PoolReport> = BTreeMap::new();
+        let mut failures = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((i, report)) => {
+                    done.insert(i, report);
+                }
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        self.cell.announce.flush(&pass.view.events).await;
+        let mut failures = failures.into_iter();
+        ids.into_iter()
+            .enumerate()
+            .map(|(i, pool)| {
+                done.remove(&i).unwrap_or_else(|| {
+                    let why = failures.next().unwrap_or_default();
+                    tracing::error!(pool = %pool, error = %why, "pool pass failed");
+                    PoolReport {
+                        pool,
+                        errors: vec![format!("pool pass failed: {why}")],
+                        ..PoolReport::default()
+                    }
+                })
+            })
+            .collect()
     }
 
     /// One pool's part of a pass, unless too little of the invocation is left to start it.
@@ -890,6 +870,74 @@ impl RotatorHandler {
             metrics: ports.metrics.clone(),
         }
     }
+}
+
+/// What every pool of one cluster's pass shares.
+#[derive(Clone)]
+struct PoolsPass {
+    kube: Arc<dyn NodeOps>,
+    view: Arc<ClusterView>,
+    clock: Clock,
+    deadline: Instant,
+    quarantined: Arc<crate::promotion::Quarantined>,
+    permits: Arc<Semaphore>,
+}
+
+/// The valid policies the pass selects, by lease scope (the cluster, with its account and
+/// region when named), and every scope a valid policy names (selected or not: the quarantine
+/// sweep needs them). The first document of a pool wins (the ami-watcher reports the second);
+/// an invalid one is skipped (the ami-watcher reports why).
+fn by_scope(
+    docs: Vec<crate::policy::source::PolicyDocument>,
+    selection: &Selection,
+) -> (BTreeMap<String, Vec<Policy>>, BTreeSet<String>) {
+    let mut by_cluster: BTreeMap<String, Vec<Policy>> = BTreeMap::new();
+    let mut configured = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    for doc in docs {
+        match policy::parse_document(&doc).policy {
+            Some(p) if !seen.insert(p.pool_id()) => {
+                tracing::warn!(source = %doc.source, pool = %p.pool_id(), decision = "skipped", "pool defined twice; the ami-watcher reports why")
+            }
+            Some(p) if selection.includes_at(&p.cluster, &p.pool_id(), p.place.as_ref()) => {
+                let scope = crate::policy::place::scope_of(&p.pool_id()).to_string();
+                configured.insert(scope.clone());
+                by_cluster.entry(scope).or_default().push(p)
+            }
+            Some(p) => {
+                configured.insert(crate::policy::place::scope_of(&p.pool_id()).to_string());
+            }
+            None => {
+                tracing::warn!(source = %doc.source, decision = "skipped", "invalid policy; the ami-watcher reports why")
+            }
+        }
+    }
+    (by_cluster, configured)
+}
+
+/// The clusters' statuses and pools' reports of the members whose ports cannot be had: each
+/// pool says why (the others go on).
+#[allow(clippy::type_complexity)]
+fn unserved_reports(
+    unserved: Vec<(String, Vec<Policy>, crate::members::MemberError)>,
+) -> (BTreeMap<String, String>, BTreeMap<String, Vec<PoolReport>>) {
+    let mut clusters = BTreeMap::new();
+    let mut by_name = BTreeMap::new();
+    for (cluster, policies, e) in unserved {
+        tracing::error!(cluster = %cluster, error = %e, decision = "blocked", "member not served");
+        clusters.insert(cluster.clone(), format!("failed: {e}"));
+        let reports = policies
+            .iter()
+            .map(|p| PoolReport {
+                pool: p.pool_id(),
+                blocked: Some(e.to_string()),
+                errors: vec![e.to_string()],
+                ..PoolReport::default()
+            })
+            .collect();
+        by_name.insert(cluster, reports);
+    }
+    (clusters, by_name)
 }
 
 #[cfg(test)]

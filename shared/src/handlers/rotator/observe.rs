@@ -276,48 +276,15 @@ impl Planner<'_> {
             Some(read) => read?,
             None => self.groups.describe(&group_name).await?,
         };
-        let mut members: Vec<Member> = instances
-            .into_iter()
-            .map(|i| {
-                let node = view.by_instance.get(&i.instance_id).map(|n| NodeStatus {
-                    name: n.name.clone(),
-                    ready: n.ready,
-                    unschedulable: n.unschedulable,
-                    disrupted: n.disrupted_taint.clone(),
-                    evictable_pods: 0,
-                    pods_counted: false,
-                    marks: n.marks,
-                });
-                Member { node, ..i }
-            })
-            .collect();
+        let mut members = with_nodes(instances, view);
+        let adopted_at = record.as_ref().and_then(PoolRecord::adopted);
+        let expiration = plan::Expiration::of(policy, adopted_at);
         let desired = record
             .as_ref()
             .and_then(|r| r.desired.as_ref())
             .map(|a| a.id.clone());
-        // Instances a surge may give back (launched since a surge that holds or owes a unit):
-        // their pods are counted, so only a podless one is ever terminated.
-        let surged: Vec<&crate::rotation::Surge> = records
-            .iter()
-            .filter(|v| v.value.surge_active() || v.value.surge_owed())
-            .filter_map(|v| v.value.surge.as_ref())
-            .collect();
-        let adopted_at = record.as_ref().and_then(PoolRecord::adopted);
-        let expiration = plan::Expiration::of(policy, adopted_at);
-        let fresh = |m: &Member| surged.iter().any(|s| !s.baseline.contains(&m.instance_id));
-        // Evictable pod counts order the candidates (empty nodes first); only candidates and
-        // fresh instances need them.
-        let candidates: Vec<String> = members
-            .iter()
-            .filter(|m| {
-                fresh(m)
-                    || plan::assess(m, desired.as_deref(), &expiration, now)
-                        .need()
-                        .is_some()
-            })
-            .filter_map(|m| m.node.as_ref().map(|n| n.name.clone()))
-            .collect();
-        let counts = view.evictable(kube, &candidates, now).await;
+        let need_counts = pods_to_count(&members, &records, desired.as_deref(), &expiration, now);
+        let counts = view.evictable(kube, &need_counts, now).await;
         for node in members.iter_mut().filter_map(|m| m.node.as_mut()) {
             if let Some(n) = counts.get(&node.name) {
                 node.evictable_pods = *n;
@@ -347,34 +314,7 @@ impl Planner<'_> {
             .iter()
             .map(|v| (v.value.instance_id.clone(), v.version))
             .collect();
-        let gates = Gates {
-            // An operator's pin wins over what the terms resolve to.
-            desired_ami: record
-                .as_ref()
-                .and_then(|r| r.effective_desired())
-                .map(str::to_string),
-            paused: record
-                .as_ref()
-                .and_then(|r| r.paused.as_ref())
-                .map(|p| {
-                    format!(
-                        "by {} at {}: {}",
-                        p.by.as_deref().unwrap_or("an operator"),
-                        p.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                        p.reason
-                    )
-                })
-                .or_else(|| {
-                    policy
-                        .paused
-                        .then(|| "policy sets paused: true".to_string())
-                }),
-            halted: record
-                .as_ref()
-                .and_then(|r| r.halted.as_ref())
-                .map(|h| h.message.clone()),
-            stopped: view.stopped.clone(),
-        };
+        let gates = gates_of(record.as_ref(), policy, view);
         Ok(Observed {
             snapshot: Snapshot {
                 policy: policy.clone(),
@@ -391,5 +331,81 @@ impl Planner<'_> {
             managed_update,
             launch_problem,
         })
+    }
+}
+
+/// The group's instances with their Nodes as the cluster view has them (pods not counted yet).
+fn with_nodes(instances: Vec<Member>, view: &ClusterView) -> Vec<Member> {
+    instances
+        .into_iter()
+        .map(|i| {
+            let node = view.by_instance.get(&i.instance_id).map(|n| NodeStatus {
+                name: n.name.clone(),
+                ready: n.ready,
+                unschedulable: n.unschedulable,
+                disrupted: n.disrupted_taint.clone(),
+                evictable_pods: 0,
+                pods_counted: false,
+                marks: n.marks,
+            });
+            Member { node, ..i }
+        })
+        .collect()
+}
+
+/// The Nodes whose evictable pods are counted: those of candidates (the counts order them,
+/// empty nodes first) and of instances a surge may give back (launched since a surge that
+/// holds or owes a unit: only a podless one is ever terminated).
+fn pods_to_count(
+    members: &[Member],
+    records: &[crate::state::Versioned<crate::rotation::Rotation>],
+    desired: Option<&str>,
+    expiration: &plan::Expiration,
+    now: DateTime<Utc>,
+) -> Vec<String> {
+    let surged: Vec<&crate::rotation::Surge> = records
+        .iter()
+        .filter(|v| v.value.surge_active() || v.value.surge_owed())
+        .filter_map(|v| v.value.surge.as_ref())
+        .collect();
+    let fresh = |m: &Member| surged.iter().any(|s| !s.baseline.contains(&m.instance_id));
+    members
+        .iter()
+        .filter(|m| fresh(m) || plan::assess(m, desired, expiration, now).need().is_some())
+        .filter_map(|m| m.node.as_ref().map(|n| n.name.clone()))
+        .collect()
+}
+
+/// What holds the pool, from its record and policy and the deployment's stop switch: the
+/// desired AMI (an operator's pin wins over what the terms resolve to), paused (by whom,
+/// when, why), halted, stopped.
+fn gates_of(record: Option<&PoolRecord>, policy: &Policy, view: &ClusterView) -> Gates {
+    Gates {
+        // An operator's pin wins over what the terms resolve to.
+        desired_ami: record
+            .as_ref()
+            .and_then(|r| r.effective_desired())
+            .map(str::to_string),
+        paused: record
+            .as_ref()
+            .and_then(|r| r.paused.as_ref())
+            .map(|p| {
+                format!(
+                    "by {} at {}: {}",
+                    p.by.as_deref().unwrap_or("an operator"),
+                    p.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    p.reason
+                )
+            })
+            .or_else(|| {
+                policy
+                    .paused
+                    .then(|| "policy sets paused: true".to_string())
+            }),
+        halted: record
+            .as_ref()
+            .and_then(|r| r.halted.as_ref())
+            .map(|h| h.message.clone()),
+        stopped: view.stopped.clone(),
     }
 }
