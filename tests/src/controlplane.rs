@@ -180,10 +180,8 @@ impl ControlPlane {
         let certs = Certs::make(&dir);
         let webhook = Webhook::start();
 
-        let etcd_port = free_port();
-        let etcd_peer = free_port();
-        let api_port = free_port();
-        let kwok_port = free_port();
+        let started = Instant::now();
+        let [etcd_port, etcd_peer, api_port, kwok_port] = free_ports();
         let endpoint = format!("https://127.0.0.1:{api_port}");
         let admin_token = random_token();
         let tokens = [
@@ -345,6 +343,12 @@ impl ControlPlane {
                     == 200)
                     .then_some(())
             },
+        );
+        eprintln!(
+            "control plane {} ready in {:.1} s ({})",
+            plane.endpoint,
+            started.elapsed().as_secs_f64(),
+            plane.dir.display()
         );
         plane
     }
@@ -574,13 +578,18 @@ fn unique_dir() -> PathBuf {
     ))
 }
 
-/// A loopback port free now (the OS picks it; the short race until the process binds it is
-/// accepted in tests).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
+/// `N` distinct loopback ports free now (the OS picks them, all bound at once so that none is
+/// handed out twice; the short race until the processes bind them is accepted in tests).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
+        .collect();
+    std::array::from_fn(|i| {
+        listeners[i]
+            .local_addr()
+            .expect("a bound loopback port")
+            .port()
+    })
 }
 
 fn random_token() -> String {
