@@ -4,7 +4,8 @@
 //!
 //! [`ControlPlane::start`] runs the five processes on free loopback ports with certificates made
 //! for it (openssl), waits until the API server is ready and the controller manager works, and
-//! [`Drop`] kills them and removes their files. The API server authorizes with RBAC and
+//! [`Drop`] kills them and removes their files (and the processes die with the thread that
+//! started them, should the test binary be killed before it drops the control plane). The API server authorizes with RBAC and
 //! authenticates two ways:
 //! - static tokens: [`ControlPlane::admin`] (group `system:masters`) for the test itself, and one
 //!   per component;
@@ -34,6 +35,9 @@ use crate::kube_client::KubeClient;
 /// The directory holding kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok
 /// (`scripts/controlplane.sh` prints it).
 pub const ENV_BIN: &str = "NODECYCLE_CONTROLPLANE_BIN";
+
+/// util-linux's setpriv, to set the parent-death signal of the processes (no unsafe code here).
+const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// Bound on the start (API server ready, controllers running). A hang guard, not a timing
 /// assertion: on 2 busy cores the control plane starts in seconds.
@@ -468,7 +472,17 @@ impl ControlPlane {
     fn spawn(&mut self, bin: &Path, name: &'static str, args: &[String]) {
         let exe = bin.join(name);
         let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log file");
-        let child = Command::new(&exe)
+        // Under setpriv (util-linux), when there, the process gets SIGKILL once the thread that
+        // started it ends: a test binary killed on a timeout leaves no API server behind. So a
+        // ControlPlane lives at most as long as the thread that called `start`.
+        let mut command = if Path::new(SETPRIV).is_file() {
+            let mut c = Command::new(SETPRIV);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
