@@ -40,10 +40,10 @@ fn create(client: &KubeClient, path: &str, body: Value) {
     assert_eq!(r.status, 201, "POST {path}: {}", r.raw);
 }
 
-/// The pods of app `web`, with their node, uid and readiness.
-fn web_pods(client: &KubeClient) -> Vec<(String, String, String, bool)> {
+/// The pods of `app`, with their node, uid and readiness (Ready and not being deleted).
+fn pods_of(client: &KubeClient, app: &str) -> Vec<(String, String, String, bool)> {
     let r = client.get(&format!(
-        "/api/v1/namespaces/{NS}/pods?labelSelector=app%3Dweb"
+        "/api/v1/namespaces/{NS}/pods?labelSelector=app%3D{app}"
     ));
     assert_eq!(r.status, 200, "{}", r.raw);
     r.body["items"]
@@ -67,60 +67,120 @@ fn web_pods(client: &KubeClient) -> Vec<(String, String, String, bool)> {
         .collect()
 }
 
-fn pdb_status(client: &KubeClient) -> Value {
+fn web_pods(client: &KubeClient) -> Vec<(String, String, String, bool)> {
+    pods_of(client, "web")
+}
+
+fn pdb(client: &KubeClient, name: &str) -> Value {
     client
         .get(&format!(
-            "/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/web"
+            "/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/{name}"
         ))
         .body
 }
 
-/// A Deployment of 3 `web` replicas spread over the schedulable nodes (a tainted, e.g.
-/// cordoned, node does not count), and a PDB allowing 1 of them to be unavailable.
-fn deploy_web(client: &KubeClient) {
+fn pdb_status(client: &KubeClient) -> Value {
+    pdb(client, "web")
+}
+
+/// Whether the disruption controller has computed the status of PDB `name`'s current spec,
+/// with `allowed` disruptions when given.
+fn pdb_settled(client: &KubeClient, name: &str, allowed: Option<i64>) -> bool {
+    let p = pdb(client, name);
+    p["status"]["observedGeneration"] == p["metadata"]["generation"]
+        && allowed.is_none_or(|a| p["status"]["disruptionsAllowed"] == a)
+}
+
+fn create_namespace(client: &KubeClient) {
     create(
         client,
         "/api/v1/namespaces",
         json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": NS } }),
     );
+}
+
+/// A PodDisruptionBudget `name` over the pods of `app`; `budget` is `{"maxUnavailable": 1}` or
+/// `{"minAvailable": 2}`.
+fn create_pdb(client: &KubeClient, name: &str, app: &str, budget: Value) {
+    let mut spec = budget;
+    spec["selector"] = json!({ "matchLabels": { "app": app } });
     create(
         client,
         &format!("/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"),
         json!({
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
-            "metadata": { "name": "web" },
-            "spec": { "maxUnavailable": 1, "selector": { "matchLabels": { "app": "web" } } },
+            "metadata": { "name": name },
+            "spec": spec,
         }),
     );
+}
+
+/// A Deployment `app` of `replicas` pods spread over the schedulable nodes (a tainted, e.g.
+/// cordoned, node does not count).
+fn create_deployment(client: &KubeClient, app: &str, replicas: u32) {
     create(
         client,
         &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
         json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": { "name": "web" },
+            "metadata": { "name": app },
             "spec": {
-                "replicas": 3,
-                "selector": { "matchLabels": { "app": "web" } },
+                "replicas": replicas,
+                "selector": { "matchLabels": { "app": app } },
                 "template": {
-                    "metadata": { "labels": { "app": "web" } },
+                    "metadata": { "labels": { "app": app } },
                     "spec": {
                         "terminationGracePeriodSeconds": 1,
                         "automountServiceAccountToken": false,
-                        "containers": [{ "name": "web", "image": "registry.k8s.io/pause:3.10" }],
+                        "containers": [{ "name": app, "image": "registry.k8s.io/pause:3.10" }],
                         "topologySpreadConstraints": [{
                             "maxSkew": 1,
                             "topologyKey": "kubernetes.io/hostname",
                             "whenUnsatisfiable": "DoNotSchedule",
                             "nodeTaintsPolicy": "Honor",
-                            "labelSelector": { "matchLabels": { "app": "web" } },
+                            "labelSelector": { "matchLabels": { "app": app } },
                         }],
                     },
                 },
             },
         }),
     );
+}
+
+/// 3 `web` replicas and a PDB allowing 1 of them to be unavailable.
+fn deploy_web(client: &KubeClient) {
+    create_namespace(client);
+    create_pdb(client, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(client, "web", 3);
+}
+
+/// Runs `nodecycle drain` of `instance` (connecting with its EKS token, endpoint and CA as
+/// overrides), printing its progress lines.
+async fn drain(
+    cp: &ControlPlane,
+    instance: &str,
+    timeout: Duration,
+) -> Result<nodecycle::kube::DrainReport, nodecycle::kube::DrainCommandError> {
+    let overrides = KubeOverrides {
+        endpoint: Some(cp.endpoint.clone()),
+        ca_file: Some(cp.ca_file.clone()),
+        insecure: false,
+    };
+    let mut lines = Vec::new();
+    let report = drain_command(
+        &sdk(),
+        &overrides,
+        "prod",
+        instance,
+        None,
+        timeout,
+        &mut |l: &str| lines.push(l.to_string()),
+    )
+    .await;
+    eprintln!("progress:\n{}", lines.join("\n"));
+    report
 }
 
 /// `nodecycle drain` of a node holding two of a Deployment's three pods, under a PDB with
@@ -186,25 +246,9 @@ async fn drain_evicts_within_the_pdb_and_the_scheduler_moves_the_pods() {
             seen
         })
     };
-    let overrides = KubeOverrides {
-        endpoint: Some(cp.endpoint.clone()),
-        ca_file: Some(cp.ca_file.clone()),
-        insecure: false,
-    };
-    let mut lines = Vec::new();
-    let report = drain_command(
-        &sdk(),
-        &overrides,
-        "prod",
-        &drained.instance_id,
-        None,
-        Duration::from_secs(120),
-        &mut |l: &str| lines.push(l.to_string()),
-    )
-    .await;
+    let report = drain(&cp, &drained.instance_id, Duration::from_secs(120)).await;
     stop.store(true, Ordering::SeqCst);
     let seen = watcher.join().expect("PDB watcher");
-    eprintln!("progress:\n{}", lines.join("\n"));
     let report = report.expect("the drain succeeds");
     assert!(report.done, "{report:?}");
     assert_eq!(report.evicted, 2, "{report:?}");
@@ -265,4 +309,105 @@ async fn drain_evicts_within_the_pdb_and_the_scheduler_moves_the_pods() {
             "{name} was replaced: {after:?}"
         );
     }
+}
+
+/// A drain the real API server refuses, and nodecycle neither forces nor misreads: `db`'s PDB
+/// (`minAvailable` = its replicas) has no healthy budget, so its evictions get 429 naming the
+/// budget; the `cache` pod is under two PDBs, so its eviction gets 500. With no deadline,
+/// nodecycle keeps retrying until its timeout, deletes nothing, and reports the drain not done,
+/// blocked by `db`'s PDB. The answers are the ones the stand-in (tests/fakecloud/kube.py) gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_blocked_by_budgets_retries_and_forces_nothing() {
+    let cp = ControlPlane::start();
+    let admin = cp.admin();
+    let node = KwokNode::new("i-0a1b2c3d4e5f60003", "us-east-2c");
+    cp.add_node(&node);
+    cp.wait_node_ready(&node.name);
+    create_namespace(&admin);
+    create_pdb(&admin, "db", "db", json!({ "minAvailable": 2 }));
+    create_pdb(&admin, "cache-a", "cache", json!({ "maxUnavailable": 1 }));
+    create_pdb(&admin, "cache-b", "cache", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "db", 2);
+    create_deployment(&admin, "cache", 1);
+    let before = cp.wait_for("3 pods Ready and the PDBs computed", |_| {
+        let pods: Vec<_> = pods_of(&admin, "db")
+            .into_iter()
+            .chain(pods_of(&admin, "cache"))
+            .collect();
+        (pods.len() == 3
+            && pods.iter().all(|p| p.3)
+            && pdb_settled(&admin, "db", Some(0))
+            // A pod under two PDBs updates only one of them ("matches multiple
+            // PodDisruptionBudgets. Chose cache-a arbitrarily"): the other may keep the
+            // disruptionsAllowed it had before the pod was Ready. The eviction is refused
+            // whatever they say.
+            && pdb_settled(&admin, "cache-a", None)
+            && pdb_settled(&admin, "cache-b", None))
+        .then_some(pods)
+    });
+
+    // What the real API server answers, next to what the stand-in answers.
+    let cache_pod = &pods_of(&admin, "cache")[0].0;
+    let direct = admin.post(
+        &format!("/api/v1/namespaces/{NS}/pods/{cache_pod}/eviction"),
+        &json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": { "name": cache_pod, "namespace": NS },
+            "dryRun": ["All"],
+        }),
+    );
+    assert_eq!(direct.status, 500, "{}", direct.raw);
+    assert_eq!(
+        direct.body["message"],
+        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not \
+         support.",
+        "the stand-in's message for a pod under two PDBs is the API server's: {}",
+        direct.raw
+    );
+
+    let report = drain(&cp, &node.instance_id, Duration::from_secs(10))
+        .await
+        .expect("the drain reports");
+    assert!(!report.done, "{report:?}");
+    assert_eq!(report.evicted, 0, "{report:?}");
+    assert_eq!(report.deleted, 0, "{report:?}");
+    assert_eq!(report.blocked_by, vec![format!("{NS}/db")], "{report:?}");
+
+    let audit = cp.audit();
+    let by_nodecycle: Vec<_> = audit
+        .iter()
+        .filter(|e| e.user == ControlPlane::EKS_USER && e.resource == "pods")
+        .collect();
+    let evictions = |name: &str| -> Vec<u16> {
+        by_nodecycle
+            .iter()
+            .filter(|e| e.subresource == "eviction" && e.name == name)
+            .map(|e| e.code)
+            .collect()
+    };
+    for (name, ..) in &before {
+        let codes = evictions(name);
+        let refusal = if name == cache_pod { 500 } else { 429 };
+        assert!(
+            !codes.is_empty() && codes.iter().all(|c| *c == refusal),
+            "{name}: every eviction refused with {refusal}: {codes:?}"
+        );
+    }
+    assert!(
+        !by_nodecycle.iter().any(|e| e.verb == "delete"),
+        "nodecycle deleted no pod: {by_nodecycle:#?}"
+    );
+    // Every pod is still there, the same pod, Ready on the cordoned node.
+    let after: Vec<_> = pods_of(&admin, "db")
+        .into_iter()
+        .chain(pods_of(&admin, "cache"))
+        .collect();
+    let uids = |pods: &[(String, String, String, bool)]| {
+        let mut u: Vec<String> = pods.iter().map(|p| p.2.clone()).collect();
+        u.sort();
+        u
+    };
+    assert_eq!(uids(&after), uids(&before), "{after:?}");
+    assert!(after.iter().all(|p| p.3 && p.1 == node.name), "{after:?}");
 }
