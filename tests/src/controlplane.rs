@@ -51,7 +51,7 @@ pub struct ControlPlane {
     pub ca_file: PathBuf,
     admin_token: String,
     dir: PathBuf,
-    processes: Vec<(&'static str, Child)>,
+    processes: Mutex<Vec<(&'static str, Child)>>,
     webhook: Webhook,
 }
 
@@ -179,13 +179,110 @@ impl ControlPlane {
     /// processes' logs) when a binary is missing, a process exits, or [`START_TIMEOUT`] passes.
     pub fn start() -> ControlPlane {
         let bin = bin_dir();
+        let started = Instant::now();
+        // A port picked free can be taken by another process before ours binds it: then the
+        // start is tried again with other ports.
+        let mut attempt = 1;
+        let mut plane = loop {
+            match Self::start_api_server(&bin) {
+                Ok(plane) => break plane,
+                Err(e) if attempt < 3 && e.contains("address already in use") => {
+                    eprintln!(
+                        "control plane: a port was taken, starting again ({})",
+                        e.lines().next().unwrap_or_default()
+                    );
+                    attempt += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let s = |p: &Path| p.display().to_string();
+        let kubeconfig_of = |user: &str| {
+            s(&plane
+                .dir
+                .join(format!("{}.kubeconfig", user.replace(':', "-"))))
+        };
+        let controllers = [
+            "disruption-controller",
+            "replicaset-controller",
+            "deployment-controller",
+            "node-lifecycle-controller",
+            "taint-eviction-controller",
+            "garbage-collector-controller",
+            "pod-garbage-collector-controller",
+            "serviceaccount-controller",
+            "namespace-controller",
+        ];
+        let (kcm, scheduler, kwok) = (
+            kubeconfig_of("system:kube-controller-manager"),
+            kubeconfig_of("system:kube-scheduler"),
+            kubeconfig_of("kwok"),
+        );
+        plane.spawn(
+            &bin,
+            "kube-controller-manager",
+            &[
+                format!("--kubeconfig={kcm}"),
+                format!("--controllers={}", controllers.join(",")),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--use-service-account-credentials=false".into(),
+                "--profiling=false".into(),
+            ],
+        );
+        plane.spawn(
+            &bin,
+            "kube-scheduler",
+            &[
+                format!("--kubeconfig={scheduler}"),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--profiling=false".into(),
+            ],
+        );
+        plane.spawn(
+            &bin,
+            "kwok",
+            &[
+                format!("--kubeconfig={kwok}"),
+                format!(
+                    "--config={}",
+                    s(&crate::repo_path("tests/controlplane/kwok-stages.yaml"))
+                ),
+                "--manage-all-nodes=true".into(),
+                "--node-lease-duration-seconds=40".into(),
+                "--cidr=10.244.0.0/16".into(),
+                "--node-ip=10.0.0.1".into(),
+            ],
+        );
+        plane.wait_for(
+            "the controller manager to create the default ServiceAccount",
+            |p| {
+                (p.admin()
+                    .get("/api/v1/namespaces/default/serviceaccounts/default")
+                    .status
+                    == 200)
+                    .then_some(())
+            },
+        );
+        eprintln!(
+            "control plane {} ready in {:.1} s ({})",
+            plane.endpoint,
+            started.elapsed().as_secs_f64(),
+            plane.dir.display()
+        );
+        plane
+    }
+
+    /// Certificates, tokens and kubeconfigs, then etcd and the API server, until `/readyz`
+    /// answers 200. Err (with the logs) when a process exits or [`START_TIMEOUT`] passes.
+    fn start_api_server(bin: &Path) -> Result<ControlPlane, String> {
         let dir = unique_dir();
         std::fs::create_dir_all(&dir).expect("control plane directory");
         let certs = Certs::make(&dir);
         let webhook = Webhook::start();
 
-        let started = Instant::now();
-        let [etcd_port, etcd_peer, api_port, kwok_port] = free_ports();
+        let [etcd_port, etcd_peer, api_port] = free_ports();
         let endpoint = format!("https://127.0.0.1:{api_port}");
         let admin_token = random_token();
         let tokens = [
@@ -219,27 +316,24 @@ impl ControlPlane {
                 "",
             ),
         );
-        let kubeconfig_of = |user: &str| {
-            let (_, _, token) = tokens.iter().find(|(u, _, _)| u == user).expect("token");
-            let path = dir.join(format!("{}.kubeconfig", user.replace(':', "-")));
+        for (user, _, token) in &tokens[1..] {
             write(
-                &path,
+                &dir.join(format!("{}.kubeconfig", user.replace(':', "-"))),
                 &kubeconfig(&endpoint, Some(&certs.ca_crt), token.as_str()),
             );
-            path
-        };
+        }
 
         let mut plane = ControlPlane {
             endpoint: endpoint.clone(),
             ca_file: certs.ca_crt.clone(),
             admin_token,
             dir: dir.clone(),
-            processes: Vec::new(),
+            processes: Mutex::new(Vec::new()),
             webhook,
         };
         let s = |p: &Path| p.display().to_string();
         plane.spawn(
-            &bin,
+            bin,
             "etcd",
             &[
                 "--name=default".into(),
@@ -255,7 +349,7 @@ impl ControlPlane {
             ],
         );
         plane.spawn(
-            &bin,
+            bin,
             "kube-apiserver",
             &[
                 format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
@@ -284,77 +378,8 @@ impl ControlPlane {
                 "--profiling=false".into(),
             ],
         );
-        plane.wait_ready();
-
-        let controllers = [
-            "disruption-controller",
-            "replicaset-controller",
-            "deployment-controller",
-            "node-lifecycle-controller",
-            "taint-eviction-controller",
-            "garbage-collector-controller",
-            "pod-garbage-collector-controller",
-            "serviceaccount-controller",
-            "namespace-controller",
-        ];
-        let kcm = kubeconfig_of("system:kube-controller-manager");
-        plane.spawn(
-            &bin,
-            "kube-controller-manager",
-            &[
-                format!("--kubeconfig={}", s(&kcm)),
-                format!("--controllers={}", controllers.join(",")),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                "--use-service-account-credentials=false".into(),
-                "--profiling=false".into(),
-            ],
-        );
-        let scheduler = kubeconfig_of("system:kube-scheduler");
-        plane.spawn(
-            &bin,
-            "kube-scheduler",
-            &[
-                format!("--kubeconfig={}", s(&scheduler)),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                "--profiling=false".into(),
-            ],
-        );
-        let kwok = kubeconfig_of("kwok");
-        plane.spawn(
-            &bin,
-            "kwok",
-            &[
-                format!("--kubeconfig={}", s(&kwok)),
-                format!(
-                    "--config={}",
-                    s(&crate::repo_path("tests/controlplane/kwok-stages.yaml"))
-                ),
-                "--manage-all-nodes=true".into(),
-                "--node-lease-duration-seconds=40".into(),
-                "--cidr=10.244.0.0/16".into(),
-                "--node-ip=10.0.0.1".into(),
-                format!("--server-address=127.0.0.1:{kwok_port}"),
-            ],
-        );
-        plane.wait_for(
-            "the controller manager to create the default ServiceAccount",
-            |p| {
-                (p.admin()
-                    .get("/api/v1/namespaces/default/serviceaccounts/default")
-                    .status
-                    == 200)
-                    .then_some(())
-            },
-        );
-        eprintln!(
-            "control plane {} ready in {:.1} s ({})",
-            plane.endpoint,
-            started.elapsed().as_secs_f64(),
-            plane.dir.display()
-        );
-        plane
+        plane.wait_ready()?;
+        Ok(plane)
     }
 
     /// PEM of the CA to trust for [`Self::endpoint`].
@@ -442,6 +467,9 @@ impl ControlPlane {
             if let Some(t) = check(self) {
                 return t;
             }
+            if let Some(exited) = self.exited() {
+                panic!("{exited} while waiting for {what}\n{}", self.logs());
+            }
             if Instant::now() > deadline {
                 panic!(
                     "timed out after {START_TIMEOUT:?} waiting for {what}\n{}",
@@ -455,7 +483,8 @@ impl ControlPlane {
     /// The last lines of every process's log (for failure messages).
     pub fn logs(&self) -> String {
         let mut out = String::new();
-        for (name, _) in &self.processes {
+        let names: Vec<&str> = self.processes().iter().map(|(n, _)| *n).collect();
+        for name in names {
             let log =
                 std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
             let lines: Vec<&str> = log.lines().collect();
@@ -498,31 +527,40 @@ impl ControlPlane {
                     exe.display()
                 )
             });
-        self.processes.push((name, child));
+        self.processes().push((name, child));
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&self) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            self.check_alive();
+            if let Some(exited) = self.exited() {
+                return Err(format!("{exited}\n{}", self.logs()));
+            }
             if let Ok(r) = self.admin().try_request("GET", "/readyz", None, None)
                 && r.status == 200
             {
-                return;
+                return Ok(());
             }
             if Instant::now() > deadline {
-                panic!(
+                return Err(format!(
                     "the API server was not ready within {START_TIMEOUT:?}\n{}",
                     self.logs()
-                );
+                ));
             }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
 
-    fn check_alive(&mut self) {
+    fn processes(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, Child)>> {
+        self.processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Which processes have exited, if any (`etcd exited (exit status: 1)`).
+    fn exited(&self) -> Option<String> {
         let exited: Vec<String> = self
-            .processes
+            .processes()
             .iter_mut()
             .filter_map(|(name, child)| {
                 child
@@ -532,16 +570,14 @@ impl ControlPlane {
                     .map(|status| format!("{name} exited ({status})"))
             })
             .collect();
-        if !exited.is_empty() {
-            panic!("{}\n{}", exited.join(", "), self.logs());
-        }
+        (!exited.is_empty()).then(|| exited.join(", "))
     }
 }
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         // Reverse order: the clients before the API server, the API server before etcd.
-        for (_, child) in self.processes.iter_mut().rev() {
+        for (_, child) in self.processes().iter_mut().rev() {
             let _ = child.kill();
             let _ = child.wait();
         }
