@@ -10,9 +10,10 @@
 # Cold, on 2 cores, the build takes minutes: docs/development.md, Tests, has the figures.
 # Needs Go (the version tests/controlplane/go.mod names) and the module proxy (GOPROXY).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$self")/.."
 src=tests/controlplane
-hash=$(cat "$src/go.mod" "$src/go.sum" "$0" | sha256sum | cut -c1-16)
+hash=$(cat "$src/go.mod" "$src/go.sum" "$self" | sha256sum | cut -c1-16)
 root="${NODECYCLE_CONTROLPLANE_CACHE:-$HOME/.cache/nodecycle/controlplane}"
 out="$root/$hash/bin"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
@@ -22,7 +23,10 @@ if [ -f "$out/.complete" ]; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "controlplane.sh: Go is not on PATH (tests/controlplane/go.mod names the version)" >&2; exit 1; }
+if ! command -v go >/dev/null; then
+  echo "controlplane.sh: Go is not on PATH (tests/controlplane/go.mod names the version)" >&2
+  exit 1
+fi
 echo "==> building the control plane (${binaries[*]}) into $out; cold this takes minutes" >&2
 mkdir -p "$root/$hash"
 tmp=$(mktemp -d "$root/$hash/bin.partial.XXXXXX")
@@ -31,7 +35,10 @@ start=$SECONDS
 # The release the components report (/version, --version), set the way Kubernetes' own build
 # (hack/lib/version.sh) does; without it they say v0.0.0-master.
 version=$(awk '$1 == "k8s.io/kubernetes" { print $2 }' "$src/go.mod")
-[[ "$version" =~ ^v([0-9]+)\.([0-9]+)\. ]] || { echo "controlplane.sh: no k8s.io/kubernetes version in $src/go.mod" >&2; exit 1; }
+if ! [[ "$version" =~ ^v([0-9]+)\.([0-9]+)\. ]]; then
+  echo "controlplane.sh: no k8s.io/kubernetes version in $src/go.mod" >&2
+  exit 1
+fi
 ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=${BASH_REMATCH[1]}"

@@ -5,8 +5,8 @@
 //! [`ControlPlane::start`] runs the five processes on free loopback ports with certificates made
 //! for it (openssl), waits until the API server is ready and the controller manager works, and
 //! [`Drop`] kills them and removes their files (and the processes die with the thread that
-//! started them, should the test binary be killed before it drops the control plane). The API server authorizes with RBAC and
-//! authenticates two ways:
+//! started them, should the test binary be killed before it drops the control plane). The API
+//! server authorizes with RBAC and authenticates two ways:
 //! - static tokens: [`ControlPlane::admin`] (group `system:masters`) for the test itself, and one
 //!   per component;
 //! - an authentication webhook served by the harness, which accepts EKS tokens
