@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The full test suite: formatting, lints, template checks and CDK parity, unit, property and
-# integration tests (moto server and the Kubernetes API stand-in start inside the tests). No AWS
-# account needed.
+# integration tests (moto server and the Kubernetes API stand-in start inside the tests, and a real
+# control plane built from the Go module proxy: Go needed). No AWS account needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -39,6 +39,11 @@ echo "==> cargo build (binaries the CLI tests run)" >&2
 # cargo test builds a package's binaries only for that package's own integration tests; the
 # CLI tests live in the tests crate, so build the `nodecycle` binary explicitly first.
 cargo build --workspace --bins --locked
+echo "==> the real Kubernetes control plane (scripts/controlplane.sh: built once, then cached)" >&2
+# The tests in tests/tests/controlplane.rs start etcd, kube-apiserver, the controller manager,
+# the scheduler and KWOK from this directory, and fail without it.
+NODECYCLE_CONTROLPLANE_BIN="$(scripts/controlplane.sh)"
+export NODECYCLE_CONTROLPLANE_BIN
 echo "==> cargo test" >&2
 # The integration tests mostly wait, not compute: on the Kubernetes stand-in's clock (pod
 # grace periods, node registration), on the SDK's retry backoff, on moto. Three at a time per

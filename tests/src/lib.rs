@@ -7,12 +7,16 @@
 //! Kubernetes API server stand-ins ([`KubeStandIn`]) for fake EKS clusters.
 //! Each `FakeCloud` is its own server process, so tests run in parallel
 //! without sharing state. See `tests/fakecloud/README.md` for the control API.
+//!
+//! [`ControlPlane`] is the real thing beside the stand-in (issue 44): etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and KWOK nodes, one per test.
 
 // This crate is test support: a failure here is a broken test setup, and a
 // panic with a clear message is the right way to report it.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod autoscaler;
+mod controlplane;
 pub mod docs;
 mod eks;
 mod fakecloud;
@@ -27,6 +31,7 @@ mod token;
 pub use autoscaler::{
     CaAction, CapacityChange, ClusterAutoscaler, ScalingRecords, Termination, WorkloadsStep,
 };
+pub use controlplane::{AuditEvent, ControlPlane, ENV_BIN as CONTROLPLANE_BIN_ENV, KwokNode};
 pub use eks::EksTiming;
 pub use fakecloud::{
     ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, GroupSeed, ImageFixture,

@@ -12,6 +12,7 @@ mod ami_resolution;
 mod ami_watcher;
 mod autoscaler;
 mod cli;
+mod controlplane;
 mod docs;
 mod doctor;
 mod drain;

@@ -1,0 +1,862 @@
+//! A real Kubernetes control plane for one test (issue 44): etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and KWOK (simulated kubelets), built from the Go module
+//! proxy by `scripts/controlplane.sh` (tests/controlplane/go.mod pins the releases).
+//!
+//! [`ControlPlane::start`] runs the five processes on free loopback ports with certificates made
+//! for it (openssl), waits until the API server is ready and the controller manager works, and
+//! [`Drop`] kills them and removes their files (and the processes die with the thread that
+//! started them, should the test binary be killed before it drops the control plane). The API
+//! server authorizes with RBAC and authenticates two ways:
+//! - static tokens: [`ControlPlane::admin`] (group `system:masters`) for the test itself, and one
+//!   per component;
+//! - an authentication webhook served by the harness, which accepts EKS tokens
+//!   (`k8s-aws-v1.` + a presigned STS `GetCallerIdentity` URL) as nodecycle's code sends them
+//!   and maps them to [`ControlPlane::EKS_USER`] in `system:masters`. It checks the token's form
+//!   only; validating it against STS and mapping the function roles to the groups of
+//!   deploy/rbac.yaml is the next step of issue 44.
+//!
+//! The binaries are found in [`ENV_BIN`] (`scripts/test.sh` sets it); without it, or without a
+//! binary, [`ControlPlane::start`] panics: the tests fail, they do not skip.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::kube_client::KubeClient;
+
+/// The directory holding kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok
+/// (`scripts/controlplane.sh` prints it).
+pub const ENV_BIN: &str = "NODECYCLE_CONTROLPLANE_BIN";
+
+/// util-linux's setpriv, to set the parent-death signal of the processes (no unsafe code here).
+const SETPRIV: &str = "/usr/bin/setpriv";
+
+/// Bound on the start (API server ready, controllers running). A hang guard, not a timing
+/// assertion: on 2 busy cores the control plane starts in seconds.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A running control plane; dropping it stops every process and removes its directory.
+pub struct ControlPlane {
+    /// `https://127.0.0.1:PORT` of the API server.
+    pub endpoint: String,
+    /// PEM file of the CA that signed the API server's serving certificate.
+    pub ca_file: PathBuf,
+    admin_token: String,
+    dir: PathBuf,
+    processes: Mutex<Vec<(&'static str, Child)>>,
+    webhook: Webhook,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("endpoint", &self.endpoint)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A KWOK node as EKS nodes look: named after the private DNS name, providerID
+/// `aws:///<zone>/<instance>`, zone, region and instance-type labels. KWOK makes it Ready and
+/// keeps its Lease fresh; pods the scheduler binds to it become Running and Ready.
+#[derive(Debug, Clone)]
+pub struct KwokNode {
+    /// Node name, e.g. `ip-10-0-1-10.us-east-2.compute.internal`.
+    pub name: String,
+    /// EC2 instance id, e.g. `i-0123456789abcdef0`.
+    pub instance_id: String,
+    /// Availability zone, e.g. `us-east-2a` (the region is the zone without its last letter).
+    pub zone: String,
+    /// EC2 instance type, e.g. `m6i.large`.
+    pub instance_type: String,
+    /// Further labels (e.g. `eks.amazonaws.com/nodegroup`).
+    pub labels: Vec<(String, String)>,
+}
+
+impl KwokNode {
+    /// A node of `instance_id` in `zone`, type `m6i.large`, named from the instance id.
+    pub fn new(instance_id: &str, zone: &str) -> KwokNode {
+        let region = &zone[..zone.len() - 1];
+        // A stable private address from the id's last hex digits, as EKS names nodes.
+        let n = u32::from_str_radix(&instance_id[instance_id.len() - 4..], 16).unwrap_or(0);
+        KwokNode {
+            name: format!(
+                "ip-10-0-{}-{}.{region}.compute.internal",
+                (n >> 8) % 256,
+                n % 256
+            ),
+            instance_id: instance_id.to_string(),
+            zone: zone.to_string(),
+            instance_type: "m6i.large".to_string(),
+            labels: Vec::new(),
+        }
+    }
+
+    /// The `spec.providerID` EKS nodes carry.
+    pub fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.zone, self.instance_id)
+    }
+
+    /// The Node object.
+    pub fn to_json(&self) -> Value {
+        let region = &self.zone[..self.zone.len() - 1];
+        let mut labels = json!({
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "topology.kubernetes.io/zone": self.zone,
+            "topology.kubernetes.io/region": region,
+            "failure-domain.beta.kubernetes.io/zone": self.zone,
+            "node.kubernetes.io/instance-type": self.instance_type,
+            "type": "kwok",
+        });
+        for (k, v) in &self.labels {
+            labels[k] = json!(v);
+        }
+        let resources = json!({ "cpu": "4", "memory": "16Gi", "pods": "110" });
+        json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": labels,
+                "annotations": { "kwok.x-k8s.io/node": "fake" },
+            },
+            "spec": { "providerID": self.provider_id() },
+            "status": { "capacity": resources, "allocatable": resources },
+        })
+    }
+}
+
+/// One request of the API server's audit log ([`ControlPlane::audit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEvent {
+    /// Who sent it: `admin`, [`ControlPlane::EKS_USER`], `kwok`, `system:kube-scheduler`...
+    pub user: String,
+    /// `create`, `update`, `patch`, `delete`...
+    pub verb: String,
+    /// `pods`, `nodes`...
+    pub resource: String,
+    /// `eviction`, `status`, `binding`... (empty for the resource itself).
+    pub subresource: String,
+    /// Namespace of the object (empty for cluster-scoped ones).
+    pub namespace: String,
+    /// Name of the object.
+    pub name: String,
+    /// HTTP status of the answer.
+    pub code: u16,
+}
+
+/// What the API server audits: writes of every kind, at metadata level; reads and Lease
+/// renewals are left out (they are most of the traffic and no test asserts on them).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: None
+  verbs: [get, list, watch]
+- level: None
+  resources:
+  - group: coordination.k8s.io
+    resources: [leases]
+- level: Metadata
+";
+
+impl ControlPlane {
+    /// The user an EKS token authenticates as (group `system:masters`, for now).
+    pub const EKS_USER: &'static str = "nodecycle-eks-token";
+
+    /// Starts a control plane and waits until it works: the API server answers `/readyz` and
+    /// the controller manager has created the `default` ServiceAccount. Panics (with the
+    /// processes' logs) when a binary is missing, a process exits, or [`START_TIMEOUT`] passes.
+    pub fn start() -> ControlPlane {
+        let bin = bin_dir();
+        let started = Instant::now();
+        // A port picked free can be taken by another process before ours binds it: then the
+        // start is tried again with other ports.
+        let mut attempt = 1;
+        let mut plane = loop {
+            match Self::start_api_server(&bin) {
+                Ok(plane) => break plane,
+                Err(e) if attempt < 3 && e.contains("address already in use") => {
+                    eprintln!(
+                        "control plane: a port was taken, starting again ({})",
+                        e.lines().next().unwrap_or_default()
+                    );
+                    attempt += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let s = |p: &Path| p.display().to_string();
+        let kubeconfig_of = |user: &str| {
+            s(&plane
+                .dir
+                .join(format!("{}.kubeconfig", user.replace(':', "-"))))
+        };
+        let controllers = [
+            "disruption-controller",
+            "replicaset-controller",
+            "deployment-controller",
+            "node-lifecycle-controller",
+            "taint-eviction-controller",
+            "garbage-collector-controller",
+            "pod-garbage-collector-controller",
+            "serviceaccount-controller",
+            "namespace-controller",
+        ];
+        let (kcm, scheduler, kwok) = (
+            kubeconfig_of("system:kube-controller-manager"),
+            kubeconfig_of("system:kube-scheduler"),
+            kubeconfig_of("kwok"),
+        );
+        plane.spawn(
+            &bin,
+            "kube-controller-manager",
+            &[
+                format!("--kubeconfig={kcm}"),
+                format!("--controllers={}", controllers.join(",")),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--use-service-account-credentials=false".into(),
+                "--profiling=false".into(),
+            ],
+        );
+        plane.spawn(
+            &bin,
+            "kube-scheduler",
+            &[
+                format!("--kubeconfig={scheduler}"),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--profiling=false".into(),
+            ],
+        );
+        plane.spawn(
+            &bin,
+            "kwok",
+            &[
+                format!("--kubeconfig={kwok}"),
+                format!(
+                    "--config={}",
+                    s(&crate::repo_path("tests/controlplane/kwok-stages.yaml"))
+                ),
+                "--manage-all-nodes=true".into(),
+                "--node-lease-duration-seconds=40".into(),
+                "--cidr=10.244.0.0/16".into(),
+                "--node-ip=10.0.0.1".into(),
+            ],
+        );
+        plane.wait_for(
+            "the controller manager to create the default ServiceAccount",
+            |p| {
+                (p.admin()
+                    .get("/api/v1/namespaces/default/serviceaccounts/default")
+                    .status
+                    == 200)
+                    .then_some(())
+            },
+        );
+        eprintln!(
+            "control plane {} ready in {:.1} s ({})",
+            plane.endpoint,
+            started.elapsed().as_secs_f64(),
+            plane.dir.display()
+        );
+        plane
+    }
+
+    /// Certificates, tokens and kubeconfigs, then etcd and the API server, until `/readyz`
+    /// answers 200. Err (with the logs) when a process exits or [`START_TIMEOUT`] passes.
+    fn start_api_server(bin: &Path) -> Result<ControlPlane, String> {
+        let dir = unique_dir();
+        std::fs::create_dir_all(&dir).expect("control plane directory");
+        let certs = Certs::make(&dir);
+        let webhook = Webhook::start();
+
+        let [etcd_port, etcd_peer, api_port] = free_ports();
+        let endpoint = format!("https://127.0.0.1:{api_port}");
+        let admin_token = random_token();
+        let tokens = [
+            ("admin", "system:masters"),
+            ("system:kube-controller-manager", "system:masters"),
+            ("system:kube-scheduler", "system:masters"),
+            ("kwok", "system:masters"),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, (user, group))| {
+            let token = if i == 0 {
+                admin_token.clone()
+            } else {
+                random_token()
+            };
+            (user.to_string(), group.to_string(), token)
+        })
+        .collect::<Vec<_>>();
+        let csv: String = tokens
+            .iter()
+            .map(|(user, group, token)| format!("{token},{user},{user},\"{group}\"\n"))
+            .collect();
+        write(&dir.join("tokens.csv"), &csv);
+        write(&dir.join("audit-policy.yaml"), AUDIT_POLICY);
+        write(
+            &dir.join("webhook.kubeconfig"),
+            &kubeconfig(
+                &format!("http://127.0.0.1:{}/authenticate", webhook.port),
+                None,
+                "",
+            ),
+        );
+        for (user, _, token) in &tokens[1..] {
+            write(
+                &dir.join(format!("{}.kubeconfig", user.replace(':', "-"))),
+                &kubeconfig(&endpoint, Some(&certs.ca_crt), token.as_str()),
+            );
+        }
+
+        let mut plane = ControlPlane {
+            endpoint: endpoint.clone(),
+            ca_file: certs.ca_crt.clone(),
+            admin_token,
+            dir: dir.clone(),
+            processes: Mutex::new(Vec::new()),
+            webhook,
+        };
+        let s = |p: &Path| p.display().to_string();
+        plane.spawn(
+            bin,
+            "etcd",
+            &[
+                "--name=default".into(),
+                format!("--data-dir={}", s(&dir.join("etcd"))),
+                format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer}"),
+                // Throwaway data: no fsync, no snapshots worth keeping.
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+        );
+        plane.spawn(
+            bin,
+            "kube-apiserver",
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", s(&dir.join("apiserver"))),
+                format!("--tls-cert-file={}", s(&certs.serving_crt)),
+                format!("--tls-private-key-file={}", s(&certs.serving_key)),
+                format!("--token-auth-file={}", s(&dir.join("tokens.csv"))),
+                format!(
+                    "--authentication-token-webhook-config-file={}",
+                    s(&dir.join("webhook.kubeconfig"))
+                ),
+                "--authentication-token-webhook-version=v1".into(),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", s(&certs.sa_pub)),
+                format!("--service-account-signing-key-file={}", s(&certs.sa_key)),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                format!("--audit-policy-file={}", s(&dir.join("audit-policy.yaml"))),
+                format!("--audit-log-path={}", s(&dir.join("audit.log"))),
+                "--audit-log-format=json".into(),
+                "--audit-log-mode=blocking".into(),
+                "--enable-priority-and-fairness=false".into(),
+                "--profiling=false".into(),
+            ],
+        );
+        plane.wait_ready()?;
+        Ok(plane)
+    }
+
+    /// PEM of the CA to trust for [`Self::endpoint`].
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(&self.ca_file).expect("CA file is readable")
+    }
+
+    /// A client with the admin token (group `system:masters`).
+    pub fn admin(&self) -> KubeClient {
+        KubeClient::new(
+            &self.endpoint,
+            &self.ca_pem(),
+            Some(self.admin_token.clone()),
+        )
+    }
+
+    /// Creates `node` (KWOK then makes it Ready). Panics unless the API server created it.
+    pub fn add_node(&self, node: &KwokNode) -> Value {
+        let r = self.admin().post("/api/v1/nodes", &node.to_json());
+        assert_eq!(r.status, 201, "creating node {}: {}", node.name, r.raw);
+        r.body
+    }
+
+    /// Waits until `node` reports Ready (KWOK's node stages ran) and the node lifecycle
+    /// controller has lifted its `not-ready` taint, so pods can be scheduled onto it.
+    pub fn wait_node_ready(&self, name: &str) {
+        self.wait_for(&format!("node {name} Ready and untainted"), |p| {
+            let node = p.admin().get(&format!("/api/v1/nodes/{name}")).body;
+            let ready = node["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let tainted = node["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| {
+                    t["key"]
+                        .as_str()
+                        .is_some_and(|k| k.starts_with("node.kubernetes.io/"))
+                });
+            (ready && !tainted).then_some(())
+        });
+    }
+
+    /// The EKS tokens the authentication webhook was asked about, with its answer (accepted or
+    /// not), oldest first.
+    pub fn token_reviews(&self) -> Vec<(String, bool)> {
+        self.webhook.reviews.lock().expect("reviews lock").clone()
+    }
+
+    /// The API server's audit log so far: every request that is not a read (get, list, watch)
+    /// or a Lease renewal, in the order the API server answered them.
+    pub fn audit(&self) -> Vec<AuditEvent> {
+        let log = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .map(|e| {
+                let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                let o = &e["objectRef"];
+                AuditEvent {
+                    user: s(&e["user"]["username"]),
+                    verb: s(&e["verb"]),
+                    resource: s(&o["resource"]),
+                    subresource: s(&o["subresource"]),
+                    namespace: s(&o["namespace"]),
+                    name: s(&o["name"]),
+                    code: e["responseStatus"]["code"]
+                        .as_u64()
+                        .and_then(|c| u16::try_from(c).ok())
+                        .unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+
+    /// Polls `check` every 200 ms until it returns `Some`, or panics after [`START_TIMEOUT`]
+    /// with `what` and the logs. Panics as well when a process of the control plane exited.
+    /// A hang guard, not a timing assertion.
+    pub fn wait_for<T>(&self, what: &str, mut check: impl FnMut(&Self) -> Option<T>) -> T {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(t) = check(self) {
+                return t;
+            }
+            if let Some(exited) = self.exited() {
+                panic!("{exited} while waiting for {what}\n{}", self.logs());
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out after {START_TIMEOUT:?} waiting for {what}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The last lines of every process's log (for failure messages).
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        let names: Vec<&str> = self.processes().iter().map(|(n, _)| *n).collect();
+        for name in names {
+            let log =
+                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(30)..];
+            out.push_str(&format!("--- {name}.log (last {} lines)\n", tail.len()));
+            for l in tail {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    fn spawn(&mut self, bin: &Path, name: &'static str, args: &[String]) {
+        let exe = bin.join(name);
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log file");
+        // Under setpriv (util-linux), when there, the process gets SIGKILL once the thread that
+        // started it ends: a test binary killed on a timeout leaves no API server behind. So a
+        // ControlPlane lives at most as long as the thread that called `start`.
+        let mut command = if Path::new(SETPRIV).is_file() {
+            let mut c = Command::new(SETPRIV);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let child = command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            // Its own process group: a Ctrl-C of the test run does not reach it twice, and
+            // Drop ends exactly the processes started here.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {}: {e}; build the control plane with scripts/controlplane.sh \
+                     and set {ENV_BIN} to the directory it prints",
+                    exe.display()
+                )
+            });
+        self.processes().push((name, child));
+    }
+
+    fn wait_ready(&self) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(exited) = self.exited() {
+                return Err(format!("{exited}\n{}", self.logs()));
+            }
+            if let Ok(r) = self.admin().try_request("GET", "/readyz", None, None)
+                && r.status == 200
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the API server was not ready within {START_TIMEOUT:?}\n{}",
+                    self.logs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn processes(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, Child)>> {
+        self.processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Which processes have exited, if any (`etcd exited (exit status: 1)`).
+    fn exited(&self) -> Option<String> {
+        let exited: Vec<String> = self
+            .processes()
+            .iter_mut()
+            .filter_map(|(name, child)| {
+                child
+                    .try_wait()
+                    .ok()
+                    .flatten()
+                    .map(|status| format!("{name} exited ({status})"))
+            })
+            .collect();
+        (!exited.is_empty()).then(|| exited.join(", "))
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // Reverse order: the clients before the API server, the API server before etcd.
+        for (_, child) in self.processes().iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.webhook.stop.store(true, Ordering::SeqCst);
+        if std::env::var_os("NODECYCLE_CONTROLPLANE_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// [`ENV_BIN`], checked to hold every binary.
+fn bin_dir() -> PathBuf {
+    let dir = std::env::var_os(ENV_BIN)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "{ENV_BIN} is not set: the real-control-plane tests need the binaries \
+             scripts/controlplane.sh builds; run scripts/test.sh, or \
+             `export {ENV_BIN}=$(scripts/controlplane.sh)`"
+            )
+        });
+    for b in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ] {
+        assert!(
+            dir.join(b).is_file(),
+            "{ENV_BIN}={} has no {b}; run scripts/controlplane.sh",
+            dir.display()
+        );
+    }
+    dir
+}
+
+fn unique_dir() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!(
+        "nodecycle-cp-{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ))
+}
+
+/// `N` distinct loopback ports free now (the OS picks them, all bound at once so that none is
+/// handed out twice; the short race until the processes bind them is accepted in tests).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
+        .collect();
+    std::array::from_fn(|i| {
+        listeners[i]
+            .local_addr()
+            .expect("a bound loopback port")
+            .port()
+    })
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .expect("/dev/urandom");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::write(path, content).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+}
+
+/// A kubeconfig for `server` (trusting `ca`, when https) with bearer `token` (none when empty).
+fn kubeconfig(server: &str, ca: Option<&Path>, token: &str) -> String {
+    let ca = ca
+        .map(|p| format!("    certificate-authority: {}\n", p.display()))
+        .unwrap_or_default();
+    let user = if token.is_empty() {
+        "  user: {}\n".to_string()
+    } else {
+        format!("  user:\n    token: {token}\n")
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{ca}\
+         users:\n- name: u\n{user}contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+         current-context: c\n"
+    )
+}
+
+/// The certificates and keys of one control plane, made with the openssl CLI: a CA, the API
+/// server's serving certificate for 127.0.0.1 and localhost, and the service-account key pair.
+struct Certs {
+    ca_crt: PathBuf,
+    serving_crt: PathBuf,
+    serving_key: PathBuf,
+    sa_key: PathBuf,
+    sa_pub: PathBuf,
+}
+
+impl Certs {
+    fn make(dir: &Path) -> Certs {
+        let p = |n: &str| dir.join(n).display().to_string();
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+        openssl(&[
+            &["req", "-x509", "-nodes", "-days", "2"],
+            &ec[..],
+            &[
+                "-keyout",
+                &p("ca.key"),
+                "-out",
+                &p("ca.crt"),
+                "-subj",
+                "/CN=nodecycle-test-ca",
+            ],
+        ]);
+        openssl(&[
+            &["req", "-x509", "-nodes", "-days", "2"],
+            &ec[..],
+            &[
+                "-CA",
+                &p("ca.crt"),
+                "-CAkey",
+                &p("ca.key"),
+                "-keyout",
+                &p("apiserver.key"),
+                "-out",
+                &p("apiserver.crt"),
+                "-subj",
+                "/CN=kube-apiserver",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,\
+                 DNS:kubernetes.default.svc",
+                "-addext",
+                "basicConstraints=critical,CA:FALSE",
+                "-addext",
+                "extendedKeyUsage=serverAuth",
+            ],
+        ]);
+        openssl(&[&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-out",
+            &p("sa.key"),
+        ]]);
+        openssl(&[&["pkey", "-in", &p("sa.key"), "-pubout", "-out", &p("sa.pub")]]);
+        Certs {
+            ca_crt: dir.join("ca.crt"),
+            serving_crt: dir.join("apiserver.crt"),
+            serving_key: dir.join("apiserver.key"),
+            sa_key: dir.join("sa.key"),
+            sa_pub: dir.join("sa.pub"),
+        }
+    }
+}
+
+fn openssl(parts: &[&[&str]]) {
+    let args: Vec<&str> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+    let out = Command::new("openssl")
+        .args(&args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run openssl (needed for the test certificates): {e}"));
+    assert!(
+        out.status.success(),
+        "openssl {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The API server's token authentication webhook (plain HTTP on loopback, one request per
+/// connection), answering TokenReviews in a background thread until stopped.
+struct Webhook {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    reviews: Arc<Mutex<Vec<(String, bool)>>>,
+}
+
+impl Webhook {
+    fn start() -> Webhook {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("webhook port");
+        listener.set_nonblocking(true).expect("non-blocking accept");
+        let port = listener.local_addr().expect("webhook address").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reviews = Arc::new(Mutex::new(Vec::new()));
+        let (stop2, reviews2) = (stop.clone(), reviews.clone());
+        std::thread::spawn(move || {
+            while !stop2.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let _ = serve_review(conn, &reviews2);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Webhook {
+            port,
+            stop,
+            reviews,
+        }
+    }
+}
+
+fn serve_review(conn: TcpStream, reviews: &Mutex<Vec<(String, bool)>>) -> std::io::Result<()> {
+    conn.set_nonblocking(false)?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body)?;
+    let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let token = review["spec"]["token"].as_str().unwrap_or_default();
+    let accepted = is_eks_token(token);
+    reviews
+        .lock()
+        .expect("reviews lock")
+        .push((token.to_string(), accepted));
+    let status = if accepted {
+        json!({
+            "authenticated": true,
+            "user": {
+                "username": ControlPlane::EKS_USER,
+                "uid": ControlPlane::EKS_USER,
+                "groups": ["system:masters", "system:authenticated"],
+            },
+        })
+    } else {
+        json!({ "authenticated": false, "error": "not an EKS token" })
+    };
+    let answer = serde_json::to_vec(&json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "status": status,
+    }))
+    .expect("JSON");
+    let mut conn = conn;
+    write!(
+        conn,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        answer.len()
+    )?;
+    conn.write_all(&answer)?;
+    conn.flush()
+}
+
+/// Whether `token` has the form of an EKS token: `k8s-aws-v1.` and the base64url of a
+/// presigned STS `GetCallerIdentity` URL (its signature is not checked yet).
+fn is_eks_token(token: &str) -> bool {
+    let Some(rest) = token.strip_prefix("k8s-aws-v1.") else {
+        return false;
+    };
+    let Ok(url) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(rest) else {
+        return false;
+    };
+    let url = String::from_utf8_lossy(&url);
+    url.starts_with("https://sts.")
+        && url.contains("Action=GetCallerIdentity")
+        && url.contains("X-Amz-Signature=")
+}
