@@ -162,7 +162,9 @@ impl Allowed {
         match reason {
             RotationReason::Drifted => Some(self.drifted),
             RotationReason::Expired => Some(self.expired),
-            _ => None,
+            RotationReason::Interrupted | RotationReason::Maintenance | RotationReason::Manual => {
+                None
+            }
         }
     }
 }

@@ -44,7 +44,9 @@ impl RotationReason {
         match self {
             RotationReason::Drifted => Some(crate::budget::Reason::Drifted),
             RotationReason::Expired => Some(crate::budget::Reason::Expired),
-            _ => None,
+            RotationReason::Interrupted | RotationReason::Maintenance | RotationReason::Manual => {
+                None
+            }
         }
     }
 }

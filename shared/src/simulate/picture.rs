@@ -520,7 +520,9 @@ impl Layout {
             _ if r.wave => "wave",
             RotationReason::Drifted => "Drifted",
             RotationReason::Expired => "Expired",
-            _ => "other",
+            RotationReason::Interrupted | RotationReason::Maintenance | RotationReason::Manual => {
+                "other"
+            }
         };
         let how = if r.wave {
             ", node group update wave"
