@@ -151,20 +151,7 @@ pub(super) fn count<'a>(
         });
     }
 
-    pending.sort_by(|a, b| {
-        (
-            !a.need.forced,
-            a.evictable_pods > 0,
-            a.member.launch_time,
-            a.member.instance_id.as_str(),
-        )
-            .cmp(&(
-                !b.need.forced,
-                b.evictable_pods > 0,
-                b.member.launch_time,
-                b.member.instance_id.as_str(),
-            ))
-    });
+    super::StartStrategy::of(policy).order(&mut pending);
 
     let disrupting = u32::try_from(disrupting.len()).unwrap_or(u32::MAX);
     let allowed_for =

@@ -65,6 +65,7 @@ pub mod gates;
 pub mod maintenance;
 pub mod managed_update;
 mod start;
+mod strategy;
 
 #[cfg(test)]
 mod props;
@@ -82,6 +83,7 @@ use crate::rotation::{Rotation, RotationReason, Step};
 pub use assess::{Assessment, Drift, Expiration, Expiry, Need, assess};
 pub use gates::Gate;
 pub(crate) use start::budget_message;
+pub use strategy::StartStrategy;
 
 /// Everything the planner sees about one pool at one instant.
 #[derive(Debug, Clone, PartialEq)]

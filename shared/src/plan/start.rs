@@ -98,11 +98,11 @@ pub(super) fn start(
         &mut parts,
     );
     let mut waiting: BTreeMap<RotationReason, usize> = BTreeMap::new();
+    let strategy = super::StartStrategy::of(policy);
     for p in &counts.pending {
         let id = p.member.instance_id.as_str();
         let reason = p.need.reason;
-        let budgeted = !p.need.forced;
-        if budgeted && started >= counts.allowed.get(reason).unwrap_or(0) {
+        if !strategy.admits(p.need.forced, started, counts.allowed.get(reason)) {
             *waiting.entry(reason).or_default() += 1;
             continue;
         }

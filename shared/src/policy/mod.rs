@@ -68,6 +68,30 @@ pub enum NodeGroup {
     ManagedNodeGroup(String),
 }
 
+/// The order in which a pool's candidates are taken (`disruption.order`); forced candidates
+/// always come first ([`crate::plan::StartStrategy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CandidateOrder {
+    /// Nodes without evictable pods first, then the oldest (nothing to move is the cheapest
+    /// disruption).
+    #[default]
+    EmptiestFirst,
+    /// The oldest first, whatever runs on them (age-based hygiene: expiry and drift retire
+    /// nodes in launch order).
+    OldestFirst,
+}
+
+impl fmt::Display for CandidateOrder {
+    /// The policy's spelling (`emptiestFirst`, `oldestFirst`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CandidateOrder::EmptiestFirst => "emptiestFirst",
+            CandidateOrder::OldestFirst => "oldestFirst",
+        })
+    }
+}
+
 /// What to do on an EC2 rebalance recommendation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -145,6 +169,8 @@ pub struct Policy {
     /// group at `MaxSize` has its `MaxSize` raised by one per surge (and put back after)
     /// instead of rotating without a surge. Needs the stack's `AutoScalingGroupUpdates`.
     pub surge_above_max_size: bool,
+    /// `disruption.order` (default `emptiestFirst`): the order in which candidates start.
+    pub candidate_order: CandidateOrder,
 }
 
 impl Policy {
@@ -291,7 +317,7 @@ pub const FIELDS: [&str; 12] = [
 /// unknown-field message shows, unchanged since before accounts and regions).
 pub const PLACE_FIELDS: [&str; 2] = ["account", "region"];
 const NODE_GROUP_FIELDS: [&str; 2] = ["autoScalingGroup", "managedNodeGroup"];
-const DISRUPTION_FIELDS: [&str; 2] = ["budgets", "surgeAboveMaxSize"];
+const DISRUPTION_FIELDS: [&str; 3] = ["budgets", "order", "surgeAboveMaxSize"];
 const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
 /// Path passed to [`crate::budget::parse_budgets`].
 const BUDGETS_PATH: &str = "disruption.budgets";
@@ -457,6 +483,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     let mut terms = None;
     let mut budgets = None;
     let mut surge_above_max_size = false;
+    let mut candidate_order = CandidateOrder::default();
     let mut expire_after = Some(DEFAULT_EXPIRE_AFTER);
     let mut termination_grace_period = None;
     let mut rebalance = RebalanceAction::default();
@@ -486,9 +513,10 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
             "variant" => variant = fields::choice(field, "variant", "variant", &VARIANTS, problems),
             "amiSelectorTerms" => terms = terms::validate(field, "amiSelectorTerms", problems),
             "disruption" => {
-                let (b, above) = validate_disruption(field, problems);
-                budgets = Some(b);
-                surge_above_max_size = above;
+                let d = validate_disruption(field, problems);
+                budgets = Some(d.budgets);
+                surge_above_max_size = d.surge_above_max_size;
+                candidate_order = d.order;
             }
             "expireAfter" => {
                 if let Some(d) = validate_expire_after(field, problems) {
@@ -543,6 +571,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
         paused,
         promotion,
         surge_above_max_size,
+        candidate_order,
     })
 }
 
@@ -861,20 +890,31 @@ const VARIANTS: [(Variant, &[&str]); 3] = [
     (Variant::Neuron, &["inferentia", "trainium"]),
 ];
 
-/// Validates `disruption` and returns its budgets (the defaults when `budgets` is absent or
-/// `disruption` is not an object; the latter is an error anyway).
-/// Also returns `surgeAboveMaxSize` (false when absent).
-fn validate_disruption(value: &Value, problems: &mut Problems) -> (Vec<Budget>, bool) {
+/// What `disruption` says.
+struct Disruption {
+    /// Its budgets (the defaults when `budgets` is absent or `disruption` is not an object; the
+    /// latter is an error anyway).
+    budgets: Vec<Budget>,
+    /// `surgeAboveMaxSize` (false when absent).
+    surge_above_max_size: bool,
+    /// `order` (`emptiestFirst` when absent).
+    order: CandidateOrder,
+}
+
+/// Validates `disruption`.
+fn validate_disruption(value: &Value, problems: &mut Problems) -> Disruption {
     const PATH: &str = "disruption";
+    let mut d = Disruption {
+        budgets: Vec::new(),
+        surge_above_max_size: false,
+        order: CandidateOrder::default(),
+    };
     let Some(map) = fields::object(value, PATH, "an object with the field budgets", problems)
     else {
-        return (
-            crate::budget::parse_budgets(None, BUDGETS_PATH, problems),
-            false,
-        );
+        d.budgets = crate::budget::parse_budgets(None, BUDGETS_PATH, problems);
+        return d;
     };
     let mut budgets = None;
-    let mut above = false;
     for (key, field) in map {
         match key.as_str() {
             "budgets" => {
@@ -885,7 +925,7 @@ fn validate_disruption(value: &Value, problems: &mut Problems) -> (Vec<Budget>, 
                 ))
             }
             "surgeAboveMaxSize" => match field {
-                Value::Bool(b) => above = *b,
+                Value::Bool(b) => d.surge_above_max_size = *b,
                 _ => wrong_type(
                     "disruption.surgeAboveMaxSize",
                     "a boolean (true or false)",
@@ -893,13 +933,26 @@ fn validate_disruption(value: &Value, problems: &mut Problems) -> (Vec<Budget>, 
                     problems,
                 ),
             },
+            "order" => {
+                let options: [(_, &[&str]); 2] = [
+                    (
+                        CandidateOrder::EmptiestFirst,
+                        &["emptiest", "leastpodsfirst", "emptyfirst"],
+                    ),
+                    (CandidateOrder::OldestFirst, &["oldest", "agefirst", "fifo"]),
+                ];
+                if let Some(o) =
+                    fields::choice(field, "disruption.order", "order", &options, problems)
+                {
+                    d.order = o;
+                }
+            }
             _ => unknown_field(PATH, key, &DISRUPTION_FIELDS, problems),
         }
     }
-    (
-        budgets.unwrap_or_else(|| crate::budget::parse_budgets(None, BUDGETS_PATH, problems)),
-        above,
-    )
+    d.budgets =
+        budgets.unwrap_or_else(|| crate::budget::parse_budgets(None, BUDGETS_PATH, problems));
+    d
 }
 
 /// `Some(None)` for `Never`, `Some(Some(d))` for a positive duration, `None` on error.

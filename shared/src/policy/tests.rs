@@ -432,7 +432,7 @@ fn top_level_field_rules() {
         (format!("{BASE}interruption: {{ spot: drain }}\n"), vec!["interruption.spot: unknown field; expected one of rebalance".into()]),
         (format!("{BASE}interruption: cordon\n"), vec!["interruption: expected an object with the field rebalance, got \"cordon\"".into()]),
         // disruption
-        (format!("{BASE}disruption: {{ consolidationPolicy: WhenEmpty }}\n"), vec!["disruption.consolidationPolicy: unknown field; expected one of budgets, surgeAboveMaxSize; nodecycle does not consolidate nodes".into()]),
+        (format!("{BASE}disruption: {{ consolidationPolicy: WhenEmpty }}\n"), vec!["disruption.consolidationPolicy: unknown field; expected one of budgets, order, surgeAboveMaxSize; nodecycle does not consolidate nodes".into()]),
         (format!("{BASE}disruption: [{{ nodes: 10% }}]\n"), vec!["disruption: expected an object with the field budgets, got a list".into()]),
         // paused
         (format!("{BASE}paused: true\n"), vec![]),
@@ -1296,7 +1296,7 @@ fn did_you_mean_by_edit_distance() {
     let cases: Vec<(String, &str)> = vec![
         (
             format!("{BASE}disruption: {{ budget: [] }}\n"),
-            "disruption.budget: unknown field; expected one of budgets, surgeAboveMaxSize; did you mean budgets?",
+            "disruption.budget: unknown field; expected one of budgets, order, surgeAboveMaxSize; did you mean budgets?",
         ),
         (
             format!("{BASE}variant: nvidai\n"),
@@ -1350,5 +1350,36 @@ fn a_byte_order_mark_is_accepted() {
         parse(&format!("\u{feff}\u{feff}{BASE}"))
             .problems
             .has_errors()
+    );
+}
+
+/// `disruption.order`: the two orders, `emptiestFirst` by default, a misspelling named with the
+/// right spelling.
+#[test]
+fn disruption_order_chooses_how_candidates_are_taken() {
+    assert_eq!(valid(BASE).candidate_order, CandidateOrder::EmptiestFirst);
+    for (text, want) in [
+        ("emptiestFirst", CandidateOrder::EmptiestFirst),
+        ("oldestFirst", CandidateOrder::OldestFirst),
+    ] {
+        let policy = valid(&format!("{BASE}disruption:\n  order: {text}\n"));
+        assert_eq!(policy.candidate_order, want, "{text}");
+    }
+    for (text, hint) in [
+        ("oldest", "oldestFirst"),
+        ("oldestFrist", "oldestFirst"),
+        ("emptyFirst", "emptiestFirst"),
+    ] {
+        let got = messages(&format!("{BASE}disruption:\n  order: {text}\n"));
+        assert!(
+            got.len() == 1 && got[0].starts_with("disruption.order: ") && got[0].contains(hint),
+            "{text}: {got:?}"
+        );
+    }
+    let got = messages(&format!("{BASE}disruption:\n  ordr: oldestFirst\n"));
+    assert!(
+        got.iter()
+            .any(|m| m.contains("did you mean") && m.contains("order")),
+        "{got:?}"
     );
 }
