@@ -222,6 +222,7 @@ fn observed(field: &str) -> Default {
             base.expire_after
                 .map_or("Never".to_string(), nodecycle::duration::format),
         ),
+        "disruption.order" => value(base.candidate_order.to_string()),
         "terminationGracePeriod" => nothing(base.termination_grace_period.is_none()),
         "interruption" => value(format!(
             "{{rebalance: {}}}",
