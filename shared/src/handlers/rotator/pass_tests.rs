@@ -1,0 +1,557 @@
+//! The rotator pass (observe, plan, perform, record) against the in-memory fakes: the state
+//! table ([`MemoryStore`]), Auto Scaling groups ([`Groups`]), EKS managed node groups
+//! ([`ManagedGroups`]), images and policies ([`Cloud`]) and Kubernetes ([`MemoryCluster`]).
+//! Whole passes run one after the other on the fakes' clock (a minute apart); between two
+//! passes the test plays Auto Scaling (instances launched up to the desired capacity, on the
+//! launch template's image) and the kubelet (a Node per new instance, Ready unless its image is
+//! bad), and advances the cluster's clock (evicted pods leave after their grace period).
+//! The moto tests in `tests/` stay the reference; these cover the same behaviour in
+//! milliseconds: surge, drain under a PodDisruptionBudget, give-back, another writer of the
+//! desired capacity between passes, a crash around any Auto Scaling call, quarantine and
+//! rollback.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::{RotatorHandler, Settings};
+use crate::ami::Architecture;
+use crate::ami::select::Image;
+use crate::fake::{
+    Cloud, Clusters, Groups, ManagedGroups, MemoryStore, StoredGroup, StoredImage, World,
+};
+use crate::fleet::{Group, GroupOps, Lifecycle, Member};
+use crate::handlers::Invocation;
+use crate::handlers::ami_watcher::AmiWatcher;
+use crate::kube::memory::MemoryCluster;
+use crate::kube::{EvictOutcome, PodInfo, PodRef};
+use crate::policy::source::PolicyDocument;
+use crate::port::{ErrorKind, PortError};
+use crate::rotation::{Rotation, Step};
+
+const GROUP: &str = "prod-general";
+const POOL: &str = "prod/general";
+const POOL_PARAM: &str = "/nodecycle/pools/prod/general";
+/// The AMI the pool runs at first.
+const OLD: &str = "ami-1";
+/// The AMI the pool is told to run.
+const NEW: &str = "ami-2";
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|d| d.with_timezone(&Utc))
+        .unwrap()
+}
+
+fn image(id: &str, created: &str) -> StoredImage {
+    StoredImage {
+        image: Image {
+            id: id.into(),
+            name: format!("golden-{id}"),
+            architecture: Some(Architecture::X86_64),
+            creation_date: created.into(),
+            deprecation_time: None,
+        },
+        owner: "123456789012".into(),
+        tags: BTreeMap::new(),
+    }
+}
+
+fn world(budget: u32) -> World {
+    let policy = PolicyDocument::parameter(
+        "/nodecycle/pools/",
+        POOL_PARAM,
+        format!(
+            "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: {GROUP} }}\narchitecture: x86_64\namiSelectorTerms: [{{ ssmParameter: /golden/ami }}]\ndisruption:\n  budgets:\n    - nodes: \"{budget}\"\nterminationGracePeriod: 10m\n"
+        ),
+    );
+    World {
+        policies: [(POOL_PARAM.to_string(), policy)].into(),
+        parameters: [("/golden/ami".to_string(), OLD.to_string())].into(),
+        images: vec![
+            image(OLD, "2026-11-01T00:00:00Z"),
+            image(NEW, "2026-11-30T00:00:00Z"),
+        ],
+        versions: [("prod".to_string(), "1.31".to_string())].into(),
+        ..World::default()
+    }
+}
+
+/// A pod of a ReplicaSet on `node`, leaving 30 s after its eviction.
+fn pod(name: &str) -> PodInfo {
+    PodInfo {
+        pod: PodRef {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        },
+        phase: "Running".into(),
+        controller_kind: Some("ReplicaSet".into()),
+        mirror: false,
+        deletion_timestamp: None,
+        grace_period_seconds: Some(30),
+        priority_class: None,
+    }
+}
+
+/// What nodecycle did to the group's desired capacity, and a crash injected around one Auto
+/// Scaling call: the first call of `op` fails, before reaching Auto Scaling or (`after`) once
+/// Auto Scaling performed it (the answer lost, as a crash right after the call).
+struct Watched {
+    inner: Arc<Groups>,
+    crash: Option<(&'static str, bool)>,
+    fired: AtomicBool,
+    /// The desired capacity after each call of nodecycle that changed it, with the call.
+    changes: Mutex<Vec<(String, i32)>>,
+}
+
+impl Watched {
+    fn new(inner: Arc<Groups>, crash: Option<(&'static str, bool)>) -> Self {
+        Watched {
+            inner,
+            crash,
+            fired: AtomicBool::new(false),
+            changes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `call` as Auto Scaling answers `op`, with the crash if it is this one's.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        call: impl std::future::Future<Output = Result<T, PortError>>,
+    ) -> Result<T, PortError> {
+        let trip =
+            self.crash.is_some_and(|(o, _)| o == op) && !self.fired.swap(true, Ordering::SeqCst);
+        let crash = || PortError::new(op, ErrorKind::Transient, "injected crash");
+        if trip && self.crash.is_some_and(|(_, after)| !after) {
+            return Err(crash());
+        }
+        let out = call.await?;
+        let desired = self.inner.get(GROUP).unwrap().group.desired_capacity;
+        self.changes.lock().unwrap().push((op.to_string(), desired));
+        if trip { Err(crash()) } else { Ok(out) }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::fleet::snapshot::GroupSnapshots for Watched {
+    async fn describe_groups(
+        &self,
+        names: &[String],
+    ) -> BTreeMap<String, crate::fleet::snapshot::GroupRead> {
+        self.inner.describe_groups(names).await
+    }
+}
+
+#[async_trait::async_trait]
+impl GroupOps for Watched {
+    async fn describe(&self, g: &str) -> Result<(Group, Vec<Member>), PortError> {
+        self.inner.describe(g).await
+    }
+    async fn set_max_size(&self, g: &str, max: i32) -> Result<(), PortError> {
+        self.inner.set_max_size(g, max).await
+    }
+    async fn suspend_processes(&self, g: &str, p: &[String]) -> Result<(), PortError> {
+        self.call("suspend_processes", self.inner.suspend_processes(g, p))
+            .await
+    }
+    async fn resume_processes(&self, g: &str, p: &[String]) -> Result<(), PortError> {
+        self.call("resume_processes", self.inner.resume_processes(g, p))
+            .await
+    }
+    async fn launch_problem(&self, g: &str) -> Result<Option<String>, PortError> {
+        self.inner.launch_problem(g).await
+    }
+    async fn set_desired_capacity(&self, g: &str, d: i32) -> Result<(), PortError> {
+        self.call(
+            "set_desired_capacity",
+            self.inner.set_desired_capacity(g, d),
+        )
+        .await
+    }
+    async fn terminate_instance(&self, i: &str, decrement: bool) -> Result<(), PortError> {
+        self.call(
+            "terminate_instance",
+            self.inner.terminate_instance(i, decrement),
+        )
+        .await
+    }
+    async fn set_image(&self, g: &str, image: &str) -> Result<String, PortError> {
+        self.call("set_image", self.inner.set_image(g, image)).await
+    }
+}
+
+/// One pool of `size` nodes on [`OLD`] in cluster `prod`, with the rotator and the ami-watcher
+/// over the fakes, and the clock of its passes.
+struct Pool {
+    cloud: Arc<Cloud>,
+    store: Arc<MemoryStore>,
+    groups: Arc<Groups>,
+    watched: Arc<Watched>,
+    kube: Arc<MemoryCluster>,
+    rotator: RotatorHandler,
+    watcher: AmiWatcher,
+    now: DateTime<Utc>,
+    /// Instances launched so far (their ids count up).
+    launched: u32,
+    /// Images whose nodes register but never become Ready.
+    never_ready: BTreeSet<String>,
+    /// Each instance's node name.
+    node_of: BTreeMap<String, String>,
+    /// The pool's disruption budget.
+    budget: usize,
+    /// Instances that left the group, each checked once: drained before it was terminated.
+    gone: BTreeSet<String>,
+}
+
+impl Pool {
+    /// `size` nodes on [`OLD`] (group MinSize 1, MaxSize `size + 4`), budget `budget` nodes,
+    /// the desired AMI [`OLD`] resolved, then [`NEW`] (so the record knows both), and a crash
+    /// around the first call of `crash` if given.
+    async fn new(size: i32, budget: u32, crash: Option<(&'static str, bool)>) -> Pool {
+        let now = at("2026-12-01T12:00:00Z");
+        let cloud = Cloud::new(world(budget));
+        let store = Arc::new(MemoryStore::new());
+        let groups = Arc::new(Groups::default());
+        groups.insert(StoredGroup {
+            group: Group {
+                name: GROUP.into(),
+                min_size: 1,
+                max_size: size + 4,
+                desired_capacity: size,
+                launch_template_image: Some(OLD.into()),
+                suspended_processes: Vec::new(),
+            },
+            instances: Vec::new(),
+            template_version: 1,
+            failed_activity: None,
+        });
+        let clusters = Arc::new(Clusters::default());
+        let kube = clusters.cluster("prod", now);
+        let watched = Arc::new(Watched::new(groups.clone(), crash));
+        let mut rotator = cloud.rotator(
+            store.clone(),
+            groups.clone(),
+            Arc::new(ManagedGroups::default()),
+            clusters,
+            Settings::default(),
+        );
+        rotator.ports.groups = watched.clone();
+        let watcher = cloud.watcher(store.clone());
+        let mut pool = Pool {
+            cloud,
+            store,
+            groups,
+            watched,
+            kube,
+            rotator,
+            watcher,
+            now,
+            launched: 0,
+            never_ready: BTreeSet::new(),
+            node_of: BTreeMap::new(),
+            budget: budget as usize,
+            gone: BTreeSet::new(),
+        };
+        pool.settle().await;
+        let report = pool.watcher.handle(&json!({}), now).await.unwrap();
+        assert_eq!(report["pools"][0]["desired"], OLD, "{report}");
+        pool.cloud
+            .with(|w| w.parameters.insert("/golden/ami".into(), NEW.into()));
+        let report = pool.watcher.handle(&json!({}), now).await.unwrap();
+        assert_eq!(report["pools"][0]["desired"], NEW, "{report}");
+        pool
+    }
+
+    /// Auto Scaling and the kubelet between passes: instances launched on the launch
+    /// template's image up to the desired capacity, each with its Node (Ready unless its image
+    /// never becomes Ready) and one pod; above the desired capacity, the newest instances
+    /// terminated with their Nodes.
+    async fn settle(&mut self) {
+        let mut g = self.groups.get(GROUP).unwrap();
+        let desired = usize::try_from(g.group.desired_capacity).unwrap();
+        while g.instances.len() < desired {
+            self.launched += 1;
+            let id = format!("i-{:017x}", self.launched);
+            let name = format!("node-{}", self.launched);
+            let image = g.group.launch_template_image.clone().unwrap();
+            g.instances.push(Member {
+                instance_id: id.clone(),
+                availability_zone: "us-east-1a".into(),
+                image_id: Some(image.clone()),
+                launch_time: self.now,
+                lifecycle: Lifecycle::InService,
+                node: None,
+            });
+            self.kube.add_node(&name, &id);
+            if self.never_ready.contains(&image) {
+                let mut node = self.kube.node(&name).unwrap();
+                node.ready = false;
+                self.kube.set_node(node);
+            } else {
+                self.kube
+                    .add_pod(&name, pod(&format!("web-{}", self.launched)));
+            }
+            self.node_of.insert(id, name);
+        }
+        while g.instances.len() > desired {
+            let m = g.instances.pop().unwrap();
+            let node = &self.node_of[&m.instance_id];
+            self.gone.insert(m.instance_id.clone());
+            crate::kube::NodeOps::delete_node(self.kube.as_ref(), node)
+                .await
+                .unwrap();
+        }
+        self.groups.insert(g);
+    }
+
+    /// One rotator pass at the pool's clock; then the checks every pass must pass (budget,
+    /// drains), the clock a minute on, and [`Self::settle`].
+    async fn pass(&mut self) -> Value {
+        let report = self
+            .rotator
+            .handle(
+                &json!({}),
+                Invocation::at(self.now, Instant::now() + Duration::from_secs(600)),
+            )
+            .await
+            .unwrap();
+        self.check_pass(&report).await;
+        self.now += chrono::Duration::minutes(1);
+        self.kube.advance(self.now);
+        self.settle().await;
+        report
+    }
+
+    /// What holds after every pass: at most `budget` rotations in flight and nodes cordoned,
+    /// and every instance that left the group had no pod left on its node.
+    async fn check_pass(&mut self, report: &Value) {
+        let in_flight = self
+            .rotations()
+            .await
+            .iter()
+            .filter(|r| r.in_flight())
+            .count();
+        assert!(
+            in_flight <= self.budget,
+            "budget {} exceeded: {in_flight} rotations in flight\n{report}",
+            self.budget
+        );
+        let members: BTreeSet<String> = self.instances().into_keys().collect();
+        let cordoned = members
+            .iter()
+            .filter_map(|i| self.kube.node(&self.node_of[i]))
+            .filter(|n| n.unschedulable)
+            .count();
+        assert!(
+            cordoned <= self.budget,
+            "budget {} exceeded: {cordoned} nodes cordoned\n{report}",
+            self.budget
+        );
+        let left: Vec<String> = self
+            .node_of
+            .keys()
+            .filter(|i| !members.contains(*i) && !self.gone.contains(*i))
+            .cloned()
+            .collect();
+        for instance in left {
+            let node = &self.node_of[&instance];
+            let pods: Vec<String> = self
+                .kube
+                .pods(node)
+                .iter()
+                .map(|p| p.pod.to_string())
+                .collect();
+            assert!(
+                pods.is_empty(),
+                "instance {instance} terminated before its drain ended: pods {pods:?} still on node {node}\n{report}"
+            );
+            self.gone.insert(instance);
+        }
+    }
+
+    /// Passes until every rotation ended, the group is at `size` on `image` and no process is
+    /// suspended (at most `passes`); the number of passes it took.
+    async fn until_settled(&mut self, size: usize, image: &str, passes: usize) -> usize {
+        for n in 1..=passes {
+            self.pass().await;
+            let images: Vec<String> = self.instances().into_values().collect();
+            let g = self.groups.get(GROUP).unwrap().group;
+            if self.rotations().await.iter().all(|r| !r.in_flight())
+                && images.len() == size
+                && images.iter().all(|i| i == image)
+                && g.suspended_processes.is_empty()
+            {
+                return n;
+            }
+        }
+        panic!(
+            "not settled after {passes} passes: {:?}, rotations {:?}",
+            self.groups.get(GROUP).unwrap(),
+            self.rotations().await
+        );
+    }
+
+    /// The group's instances with their images.
+    fn instances(&self) -> BTreeMap<String, String> {
+        self.groups
+            .get(GROUP)
+            .unwrap()
+            .instances
+            .into_iter()
+            .map(|m| (m.instance_id, m.image_id.unwrap_or_default()))
+            .collect()
+    }
+
+    fn desired_capacity(&self) -> i32 {
+        self.groups.get(GROUP).unwrap().group.desired_capacity
+    }
+
+    async fn rotations(&self) -> Vec<Rotation> {
+        self.rotator
+            .cell
+            .state
+            .rotations(POOL)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|v| v.value)
+            .collect()
+    }
+
+    async fn record(&self) -> crate::state::PoolRecord {
+        self.rotator.cell.state.pool(POOL).await.unwrap().unwrap()
+    }
+
+    /// Every node of the group, and none cordoned.
+    fn assert_nodes_schedulable(&self) {
+        for (instance, _) in self.instances() {
+            let node = self.kube.node(&self.node_of[&instance]).unwrap();
+            assert!(!node.unschedulable, "{} left cordoned", node.name);
+        }
+    }
+}
+
+/// A drifted pool of 4 rolls to the desired AMI: the launch template first, then each node
+/// replaced surge first (+1, the replacement Ready, cordon, drain, terminate with the
+/// decrement), never more than the budget of 2 at once. At the end the group is back at 4, all
+/// on the new AMI, every rotation `Done` with its replacement and its surge given back, each
+/// old node drained (its pod evicted) and its Node deleted, no node left cordoned, and
+/// AZRebalance, suspended during the roll, resumed.
+#[tokio::test]
+async fn a_drifted_pool_rolls_to_the_desired_ami_with_surge_within_budget() {
+    let mut p = Pool::new(4, 2, None).await;
+    let old: Vec<String> = p.instances().into_keys().collect();
+    let report = p.pass().await;
+    assert_eq!(report["pools"][0]["launchTemplate"], NEW, "{report}");
+    assert_eq!(p.desired_capacity(), 6, "two surges (budget 2): {report}");
+    let started = p.rotations().await;
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert!(
+        started.iter().all(|r| r.step == Step::Surging),
+        "{started:?}"
+    );
+    assert_eq!(
+        p.groups.get(GROUP).unwrap().group.suspended_processes,
+        vec!["AZRebalance".to_string()],
+        "AZRebalance suspended while rotations run"
+    );
+    p.until_settled(4, NEW, 30).await;
+    assert_eq!(p.desired_capacity(), 4, "every surge given back");
+    let rotations = p.rotations().await;
+    assert_eq!(
+        rotations.len(),
+        4,
+        "each old node rotated once: {rotations:?}"
+    );
+    for r in &rotations {
+        assert_eq!(r.step, Step::Done, "{r:?}");
+        assert!(old.contains(&r.instance_id), "{r:?}");
+        assert!(r.replacement.is_some(), "{r:?}");
+        assert!(
+            !r.surge_active() && !r.surge_owed(),
+            "surge given back: {r:?}"
+        );
+    }
+    for i in &old {
+        let node = &p.node_of[i];
+        assert!(p.kube.node(node).is_none(), "{node} deleted");
+        assert!(
+            p.kube.log().contains(&format!("cordon {node}")),
+            "{node} cordoned before it went"
+        );
+    }
+    assert!(
+        p.kube
+            .log()
+            .iter()
+            .any(|l| l.starts_with("evict default/web-"))
+    );
+    p.assert_nodes_schedulable();
+    // Nothing more to do: a further pass starts nothing and changes nothing.
+    let desired_before = p.desired_capacity();
+    let report = p.pass().await;
+    assert_eq!(report["pools"][0]["started"], json!([]), "{report}");
+    assert_eq!(p.desired_capacity(), desired_before);
+}
+
+/// A drain waits for its pods: the old node's pod is refused eviction by its
+/// PodDisruptionBudget (HTTP 429) three times; the rotation stays `Draining` pass after pass
+/// and the instance is terminated only once the pod has left (checked after every pass: no
+/// instance leaves the group with a pod still on its node).
+#[tokio::test]
+async fn a_drain_blocked_by_a_pod_disruption_budget_waits_for_the_pod() {
+    let mut p = Pool::new(1, 1, None).await;
+    let (old, node) = p
+        .node_of
+        .iter()
+        .next()
+        .map(|(i, n)| (i.clone(), n.clone()))
+        .unwrap();
+    p.kube.add_pod(&node, pod("db-0"));
+    let blocked = || EvictOutcome::Blocked {
+        pdb: Some("db".into()),
+        message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+    };
+    p.kube
+        .script_evictions("db-0", vec![blocked(), blocked(), blocked()]);
+    let mut draining_passes = 0;
+    for _ in 0..20 {
+        p.pass().await;
+        let rotations = p.rotations().await;
+        if rotations.iter().any(|r| r.step == Step::Draining) {
+            draining_passes += 1;
+            assert!(
+                p.instances().contains_key(&old),
+                "terminated while draining"
+            );
+        }
+        if rotations.iter().all(|r| r.step == Step::Done) && !rotations.is_empty() {
+            break;
+        }
+    }
+    let evictions = p
+        .kube
+        .log()
+        .iter()
+        .filter(|l| *l == "evict default/db-0")
+        .count();
+    assert_eq!(evictions, 4, "three refused, the fourth accepted");
+    assert!(
+        draining_passes >= 4,
+        "the drain waited for the budget ({draining_passes} passes)"
+    );
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 1);
+    assert_eq!(rotations[0].step, Step::Done, "{rotations:?}");
+    assert!(!p.instances().contains_key(&old));
+    assert!(p.kube.pods(&node).is_empty(), "the pod left before the end");
+    assert_eq!(p.desired_capacity(), 1, "the surge was given back");
+}
