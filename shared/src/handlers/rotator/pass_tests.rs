@@ -192,7 +192,6 @@ impl GroupOps for Watched {
 /// over the fakes, and the clock of its passes.
 struct Pool {
     cloud: Arc<Cloud>,
-    store: Arc<MemoryStore>,
     groups: Arc<Groups>,
     watched: Arc<Watched>,
     kube: Arc<MemoryCluster>,
@@ -212,7 +211,8 @@ struct Pool {
 }
 
 impl Pool {
-    /// `size` nodes on [`OLD`] (group MinSize 1, MaxSize `size + 4`), budget `budget` nodes,
+    /// `size` nodes on [`OLD`] with a pod each (group MinSize 1, MaxSize `size + 4`), budget
+    /// `budget` nodes,
     /// the desired AMI [`OLD`] resolved, then [`NEW`] (so the record knows both), and a crash
     /// around the first call of `crash` if given.
     async fn new(size: i32, budget: u32, crash: Option<(&'static str, bool)>) -> Pool {
@@ -247,7 +247,6 @@ impl Pool {
         let watcher = cloud.watcher(store.clone());
         let mut pool = Pool {
             cloud,
-            store,
             groups,
             watched,
             kube,
@@ -261,6 +260,9 @@ impl Pool {
             gone: BTreeSet::new(),
         };
         pool.settle().await;
+        for (n, node) in pool.node_of.values().enumerate() {
+            pool.kube.add_pod(node, pod(&format!("web-{n}")));
+        }
         let report = pool.watcher.handle(&json!({}), now).await.unwrap();
         assert_eq!(report["pools"][0]["desired"], OLD, "{report}");
         pool.cloud
@@ -272,7 +274,7 @@ impl Pool {
 
     /// Auto Scaling and the kubelet between passes: instances launched on the launch
     /// template's image up to the desired capacity, each with its Node (Ready unless its image
-    /// never becomes Ready) and one pod; above the desired capacity, the newest instances
+    /// never becomes Ready, no pod yet); above the desired capacity, the newest instances
     /// terminated with their Nodes.
     async fn settle(&mut self) {
         let mut g = self.groups.get(GROUP).unwrap();
@@ -295,9 +297,6 @@ impl Pool {
                 let mut node = self.kube.node(&name).unwrap();
                 node.ready = false;
                 self.kube.set_node(node);
-            } else {
-                self.kube
-                    .add_pod(&name, pod(&format!("web-{}", self.launched)));
             }
             self.node_of.insert(id, name);
         }
@@ -377,17 +376,18 @@ impl Pool {
         }
     }
 
-    /// Passes until every rotation ended, the group is at `size` on `image` and no process is
-    /// suspended (at most `passes`); the number of passes it took.
-    async fn until_settled(&mut self, size: usize, image: &str, passes: usize) -> usize {
+    /// Passes until every rotation ended, every instance runs `image` and no process is
+    /// suspended, on the group nor in the pool's record (at most `passes`); the number of
+    /// passes it took.
+    async fn until_settled(&mut self, image: &str, passes: usize) -> usize {
         for n in 1..=passes {
             self.pass().await;
             let images: Vec<String> = self.instances().into_values().collect();
             let g = self.groups.get(GROUP).unwrap().group;
             if self.rotations().await.iter().all(|r| !r.in_flight())
-                && images.len() == size
                 && images.iter().all(|i| i == image)
                 && g.suspended_processes.is_empty()
+                && self.record().await.group_holds.suspended.is_empty()
             {
                 return n;
             }
@@ -430,6 +430,18 @@ impl Pool {
         self.rotator.cell.state.pool(POOL).await.unwrap().unwrap()
     }
 
+    /// `instance` disappears (Spot reclaim, someone terminates it): it leaves the group
+    /// without a decrement, its Node with it.
+    async fn vanish(&mut self, instance: &str) {
+        let mut g = self.groups.get(GROUP).unwrap();
+        g.instances.retain(|m| m.instance_id != instance);
+        self.groups.insert(g);
+        self.gone.insert(instance.to_string());
+        crate::kube::NodeOps::delete_node(self.kube.as_ref(), &self.node_of[instance])
+            .await
+            .unwrap();
+    }
+
     /// Every node of the group, and none cordoned.
     fn assert_nodes_schedulable(&self) {
         for (instance, _) in self.instances() {
@@ -463,8 +475,9 @@ async fn a_drifted_pool_rolls_to_the_desired_ami_with_surge_within_budget() {
         vec!["AZRebalance".to_string()],
         "AZRebalance suspended while rotations run"
     );
-    p.until_settled(4, NEW, 30).await;
+    p.until_settled(NEW, 30).await;
     assert_eq!(p.desired_capacity(), 4, "every surge given back");
+    assert_eq!(p.instances().len(), 4, "the group back at its size");
     let rotations = p.rotations().await;
     assert_eq!(
         rotations.len(),
@@ -554,4 +567,231 @@ async fn a_drain_blocked_by_a_pod_disruption_budget_waits_for_the_pod() {
     assert!(!p.instances().contains_key(&old));
     assert!(p.kube.pods(&node).is_empty(), "the pod left before the end");
     assert_eq!(p.desired_capacity(), 1, "the surge was given back");
+}
+
+/// The Cluster Autoscaler (or any other writer) raises the desired capacity between two
+/// passes while a surge holds a unit: nodecycle changes the capacity only by a delta from a
+/// fresh read (+1 on the value it reads, the give-back as a terminate with its decrement), so
+/// no value it sets is below the other writer's size, and the group ends at that size (the
+/// other writer's extra node kept), every instance on the new AMI.
+#[tokio::test]
+async fn another_writer_raising_capacity_between_passes_is_never_undone() {
+    let mut p = Pool::new(4, 1, None).await;
+    p.pass().await;
+    assert_eq!(p.desired_capacity(), 5, "one surge (budget 1)");
+    // The Cluster Autoscaler scales up by one: its size without nodecycle's unit is 5.
+    p.groups.set_desired_capacity(GROUP, 6).await.unwrap();
+    let other_writers_size = 5;
+    let before = p.watched.changes.lock().unwrap().len();
+    p.until_settled(NEW, 40).await;
+    let changes = p.watched.changes.lock().unwrap()[before..].to_vec();
+    assert!(!changes.is_empty());
+    for (call, desired) in &changes {
+        assert!(
+            *desired >= other_writers_size,
+            "{call} left the desired capacity at {desired}, below the other writer's {other_writers_size}: {changes:?}"
+        );
+    }
+    assert_eq!(
+        p.desired_capacity(),
+        other_writers_size,
+        "the other writer's size, nodecycle's surges given back: {changes:?}"
+    );
+    assert_eq!(p.instances().len(), 5);
+    assert_eq!(p.rotations().await.len(), 4, "the four old nodes rotated");
+}
+
+/// A rotation whose old instance disappears mid-rotation (after its replacement was claimed)
+/// gives its surge back: Auto Scaling replaces the lost instance, and the group ends at its
+/// size, all on the new AMI.
+#[tokio::test]
+async fn an_old_instance_vanishing_mid_rotation_gives_the_surge_back() {
+    let mut p = Pool::new(4, 1, None).await;
+    let mut victim = None;
+    for _ in 0..10 {
+        p.pass().await;
+        let rotations = p.rotations().await;
+        if let Some(r) = rotations.iter().find(|r| r.step == Step::Cordoned) {
+            victim = Some(r.instance_id.clone());
+            break;
+        }
+    }
+    let victim = victim.expect("a rotation claimed its replacement");
+    assert_eq!(p.desired_capacity(), 5, "the surge holds a unit");
+    p.vanish(&victim).await;
+    p.until_settled(NEW, 40).await;
+    assert_eq!(p.desired_capacity(), 4, "the surge was given back");
+    assert_eq!(p.instances().len(), 4);
+    let rotations = p.rotations().await;
+    assert!(
+        rotations
+            .iter()
+            .all(|r| !r.surge_active() && !r.surge_owed()),
+        "{rotations:?}"
+    );
+}
+
+/// A pool of 4, budget 2, rolled while the first call of `op` fails, before Auto Scaling
+/// performed it or (`after`) after (its answer lost: a crash between the call and the record
+/// of its result). The next passes finish the roll: every old node rotated exactly once, no
+/// surge left behind (the group back at 4, all on the new AMI), AZRebalance resumed, never
+/// more than the budget in flight.
+async fn converges_despite_a_crash(op: &'static str, after: bool) {
+    let mut p = Pool::new(4, 2, Some((op, after))).await;
+    p.until_settled(NEW, 40).await;
+    assert!(
+        p.watched.fired.load(Ordering::SeqCst),
+        "the crash in {op} happened"
+    );
+    assert_eq!(
+        p.desired_capacity(),
+        4,
+        "crash in {op} (after={after}): a surge was left behind: {:?}",
+        p.watched.changes.lock().unwrap()
+    );
+    assert_eq!(p.instances().len(), 4, "crash in {op} (after={after})");
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 4, "no node rotated twice: {rotations:?}");
+    assert!(
+        rotations.iter().all(|r| r.step == Step::Done),
+        "{rotations:?}"
+    );
+    assert!(
+        p.record().await.group_holds.suspended.is_empty(),
+        "crash in {op} (after={after}): the record holds no suspended process"
+    );
+    p.assert_nodes_schedulable();
+}
+
+/// [`converges_despite_a_crash`] in `SetDesiredCapacity` (the surge's raise), before the call.
+#[tokio::test]
+async fn a_crash_before_raising_capacity_leaves_no_surge() {
+    converges_despite_a_crash("set_desired_capacity", false).await;
+}
+
+/// [`converges_despite_a_crash`] in `SetDesiredCapacity` (the surge's raise), after the call.
+#[tokio::test]
+async fn a_crash_after_raising_capacity_leaves_no_surge() {
+    converges_despite_a_crash("set_desired_capacity", true).await;
+}
+
+/// [`converges_despite_a_crash`] in the terminate with decrement, before the call.
+#[tokio::test]
+async fn a_crash_before_terminating_leaves_no_surge() {
+    converges_despite_a_crash("terminate_instance", false).await;
+}
+
+/// [`converges_despite_a_crash`] in the terminate with decrement, after the call.
+#[tokio::test]
+async fn a_crash_after_terminating_leaves_no_surge() {
+    converges_despite_a_crash("terminate_instance", true).await;
+}
+
+/// [`converges_despite_a_crash`] in suspending AZRebalance, before and after the call.
+#[tokio::test]
+async fn a_crash_around_suspending_az_rebalance_leaves_no_surge() {
+    converges_despite_a_crash("suspend_processes", false).await;
+    converges_despite_a_crash("suspend_processes", true).await;
+}
+
+/// [`converges_despite_a_crash`] in resuming AZRebalance, before and after the call.
+#[tokio::test]
+async fn a_crash_around_resuming_az_rebalance_leaves_no_surge() {
+    converges_despite_a_crash("resume_processes", false).await;
+    converges_despite_a_crash("resume_processes", true).await;
+}
+
+/// [`converges_despite_a_crash`] in the launch template update, before and after the call.
+#[tokio::test]
+async fn a_crash_around_the_launch_template_update_leaves_no_surge() {
+    converges_despite_a_crash("set_image", false).await;
+    converges_despite_a_crash("set_image", true).await;
+}
+
+/// A new AMI whose replacement never becomes Ready: the rotation fails after the replacement
+/// timeout, the AMI's release is quarantined, the pool's desired AMI rolls back to the previous
+/// one, and the pool is not left halted; the surge is given back (the bad instance terminated), so the group
+/// is back at its size on the old AMI with no node cordoned.
+#[tokio::test]
+async fn a_replacement_never_ready_quarantines_the_ami_and_rolls_back() {
+    let mut p = Pool::new(3, 1, None).await;
+    p.never_ready.insert(NEW.into());
+    for _ in 0..25 {
+        p.pass().await;
+    }
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 1, "only one node was tried: {rotations:?}");
+    assert_eq!(rotations[0].step, Step::Failed, "{rotations:?}");
+    assert!(
+        rotations[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("not Ready within 15m")),
+        "{rotations:?}"
+    );
+    let quarantine = p.rotator.cell.state.quarantine().await.unwrap();
+    assert_eq!(quarantine.0.len(), 1, "the release is quarantined");
+    let record = p.record().await;
+    assert_eq!(
+        record.desired.as_ref().map(|a| a.id.as_str()),
+        Some(OLD),
+        "rolled back"
+    );
+    assert!(
+        record.halted.is_none(),
+        "the rollback lifts the pool's own halt: {:?}",
+        record.halted
+    );
+    let g = p.groups.get(GROUP).unwrap().group;
+    assert_eq!(g.launch_template_image.as_deref(), Some(OLD));
+    assert_eq!(g.desired_capacity, 3, "the surge was given back");
+    let images: Vec<String> = p.instances().into_values().collect();
+    assert_eq!(
+        images,
+        vec![OLD.to_string(); 3],
+        "no instance of the bad AMI left"
+    );
+    p.assert_nodes_schedulable();
+}
+
+/// An operator quarantines the release a pool has fully rolled out: the next pass rolls the
+/// pool's desired AMI back to the previous one (and the launch template with it), and the
+/// following passes rotate every node back to it, surge first, ending at the group's size.
+#[tokio::test]
+async fn an_operator_quarantine_rolls_the_pool_back_to_the_previous_ami() {
+    use crate::promotion::{Cause, Quarantine, Target, release_of};
+    let mut p = Pool::new(3, 1, None).await;
+    p.until_settled(NEW, 30).await;
+    let desired = p.record().await.desired.unwrap();
+    assert_eq!(desired.id, NEW);
+    let q = Quarantine {
+        target: Target::Release(release_of(&desired)),
+        reason: "bad release".into(),
+        by: "operator".into(),
+        at: p.now,
+        cause: Cause::Operator {
+            request_id: "r-1".into(),
+        },
+        outbox: Vec::new(),
+    };
+    assert!(p.rotator.cell.announce.put_quarantine(&q).await.unwrap());
+    let report = p.pass().await;
+    assert_eq!(report["pools"][0]["rolledBack"], OLD, "{report}");
+    assert_eq!(report["pools"][0]["launchTemplate"], OLD, "{report}");
+    p.until_settled(OLD, 30).await;
+    assert_eq!(
+        p.record().await.desired.as_ref().map(|a| a.id.as_str()),
+        Some(OLD)
+    );
+    assert_eq!(p.desired_capacity(), 3, "every surge given back");
+    assert_eq!(p.instances().len(), 3);
+    assert_eq!(
+        p.rotations()
+            .await
+            .iter()
+            .filter(|r| r.step == Step::Done)
+            .count(),
+        6
+    );
+    p.assert_nodes_schedulable();
 }
