@@ -795,3 +795,191 @@ async fn an_operator_quarantine_rolls_the_pool_back_to_the_previous_ami() {
     );
     p.assert_nodes_schedulable();
 }
+
+/// A managed node group `general` of 3 nodes on [`OLD`], on customer launch template `lt-1`
+/// (version 1 launches [`OLD`]), behind Auto Scaling group `eks-general`; the pool's desired
+/// AMI is [`NEW`]. The rotator moves it by one node group update to a new template version
+/// that launches [`NEW`] (version 1 untouched), recorded with its client request token before
+/// the call, never started twice; while EKS rolls the nodes the rotator only follows the
+/// update, and once EKS reports it successful the record says so and every node runs [`NEW`].
+#[tokio::test]
+async fn a_managed_node_group_moves_to_a_new_template_version_by_one_update() {
+    use crate::managed::{ManagedGroup, Phase, TemplateRef, UpdateConfig, UpdateState};
+    use crate::managed::{ManagedGroupOps, UpdateTarget};
+    let mut now = at("2026-12-01T12:00:00Z");
+    let mut w = world(1);
+    w.policies.insert(
+        POOL_PARAM.to_string(),
+        PolicyDocument::parameter(
+            "/nodecycle/pools/",
+            POOL_PARAM,
+            "cluster: prod\nname: general\nnodeGroup: { managedNodeGroup: general }\narchitecture: x86_64\namiSelectorTerms: [{ ssmParameter: /golden/ami }]\ndisruption:\n  budgets:\n    - nodes: \"1\"\n",
+        ),
+    );
+    let cloud = Cloud::new(w);
+    let store = Arc::new(MemoryStore::new());
+    let groups = Arc::new(Groups::default());
+    let launched = now;
+    let member = move |n: u32, image: &str| Member {
+        instance_id: format!("i-{n:017x}"),
+        availability_zone: "us-east-1a".into(),
+        image_id: Some(image.into()),
+        launch_time: launched,
+        lifecycle: Lifecycle::InService,
+        node: None,
+    };
+    groups.insert(StoredGroup {
+        group: Group {
+            name: "eks-general".into(),
+            min_size: 1,
+            max_size: 6,
+            desired_capacity: 3,
+            launch_template_image: Some(OLD.into()),
+            suspended_processes: Vec::new(),
+        },
+        instances: (1..=3).map(|n| member(n, OLD)).collect(),
+        template_version: 1,
+        failed_activity: None,
+    });
+    let managed = Arc::new(ManagedGroups::default());
+    managed.insert(
+        "prod",
+        ManagedGroup {
+            name: "general".into(),
+            status: "ACTIVE".into(),
+            release_version: None,
+            ami_type: Some("CUSTOM".into()),
+            launch_template: Some(TemplateRef {
+                id: Some("lt-1".into()),
+                name: Some("custom-general".into()),
+                version: Some("1".into()),
+            }),
+            update_config: UpdateConfig {
+                max_unavailable: Some(1),
+                max_unavailable_percentage: None,
+            },
+            auto_scaling_group: Some("eks-general".into()),
+        },
+    );
+    managed.insert_template("lt-1", vec![Some(OLD.into())]);
+    let clusters = Arc::new(Clusters::default());
+    let kube = clusters.cluster("prod", now);
+    for n in 1..=3u32 {
+        kube.add_node(&format!("node-{n}"), &format!("i-{n:017x}"));
+    }
+    let rotator = cloud.rotator(
+        store.clone(),
+        groups.clone(),
+        managed.clone(),
+        clusters,
+        Settings::default(),
+    );
+    let watcher = cloud.watcher(store.clone());
+    watcher.handle(&json!({}), now).await.unwrap();
+    cloud.with(|w| w.parameters.insert("/golden/ami".into(), NEW.into()));
+    let report = watcher.handle(&json!({}), now).await.unwrap();
+    assert_eq!(report["pools"][0]["desired"], NEW, "{report}");
+    let mut rolled = false;
+    for _ in 0..10 {
+        let report = rotator
+            .handle(
+                &json!({}),
+                Invocation::at(now, Instant::now() + Duration::from_secs(600)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(report["pools"][0]["errors"], json!([]), "{report}");
+        let stored = managed.get("prod", "general").unwrap();
+        assert!(
+            stored.updates.len() <= 1,
+            "one update: {:?}",
+            stored.updates
+        );
+        if let Some((_, _, status)) = stored.updates.first()
+            && status.state == UpdateState::InProgress
+        {
+            // EKS rolls the group onto the new version, then reports the update successful.
+            assert!(
+                !rolled,
+                "the rotator followed the update, never started another"
+            );
+            let mut g = groups.get("eks-general").unwrap();
+            g.instances = (4..=6).map(|n| member(n, NEW)).collect();
+            g.group.launch_template_image = Some(NEW.into());
+            groups.insert(g);
+            for n in 4..=6u32 {
+                kube.add_node(&format!("node-{n}"), &format!("i-{n:017x}"));
+            }
+            managed.finish("prod", "general", UpdateState::Successful);
+            rolled = true;
+        }
+        let update = rotator.cell.state.managed_update(POOL).await.unwrap();
+        if update.is_some_and(|u| u.value.phase == Phase::Successful) {
+            break;
+        }
+        now += chrono::Duration::minutes(1);
+    }
+    let update = rotator
+        .cell
+        .state
+        .managed_update(POOL)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+    assert_eq!(update.phase, Phase::Successful, "{update:?}");
+    assert_eq!(
+        update.target,
+        Some(UpdateTarget::LaunchTemplate {
+            id: "lt-1".into(),
+            version: "2".into()
+        }),
+        "{update:?}"
+    );
+    let stored = managed.get("prod", "general").unwrap();
+    assert_eq!(stored.updates.len(), 1, "{:?}", stored.updates);
+    assert_eq!(
+        stored.updates[0].0, update.token,
+        "started with its recorded token"
+    );
+    let template = |version: &str| TemplateRef {
+        id: Some("lt-1".into()),
+        name: None,
+        version: Some(version.into()),
+    };
+    assert_eq!(
+        managed
+            .template_image(&template("1"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(OLD),
+        "version 1 untouched"
+    );
+    assert_eq!(
+        managed
+            .template_image(&template("2"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(NEW)
+    );
+    assert_eq!(
+        stored
+            .group
+            .launch_template
+            .and_then(|t| t.version)
+            .as_deref(),
+        Some("2")
+    );
+    let g = groups.get("eks-general").unwrap();
+    assert_eq!(
+        g.group.desired_capacity, 3,
+        "nodecycle left the group's size alone"
+    );
+    assert!(
+        g.instances
+            .iter()
+            .all(|m| m.image_id.as_deref() == Some(NEW))
+    );
+}
