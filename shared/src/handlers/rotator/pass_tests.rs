@@ -83,7 +83,8 @@ fn world(budget: u32) -> World {
     }
 }
 
-/// A pod of a ReplicaSet on `node`, leaving 30 s after its eviction.
+/// A pod of a ReplicaSet, leaving 90 s after its eviction: longer than the minute between two
+/// passes, so a drain sees it terminating for a pass before it is gone.
 fn pod(name: &str) -> PodInfo {
     PodInfo {
         pod: PodRef {
@@ -95,7 +96,7 @@ fn pod(name: &str) -> PodInfo {
         controller_kind: Some("ReplicaSet".into()),
         mirror: false,
         deletion_timestamp: None,
-        grace_period_seconds: Some(30),
+        grace_period_seconds: Some(90),
         priority_class: None,
     }
 }
@@ -475,7 +476,7 @@ async fn a_drifted_pool_rolls_to_the_desired_ami_with_surge_within_budget() {
         vec!["AZRebalance".to_string()],
         "AZRebalance suspended while rotations run"
     );
-    p.until_settled(NEW, 30).await;
+    p.until_settled(NEW, 40).await;
     assert_eq!(p.desired_capacity(), 4, "every surge given back");
     assert_eq!(p.instances().len(), 4, "the group back at its size");
     let rotations = p.rotations().await;
@@ -761,7 +762,7 @@ async fn a_replacement_never_ready_quarantines_the_ami_and_rolls_back() {
 async fn an_operator_quarantine_rolls_the_pool_back_to_the_previous_ami() {
     use crate::promotion::{Cause, Quarantine, Target, release_of};
     let mut p = Pool::new(3, 1, None).await;
-    p.until_settled(NEW, 30).await;
+    p.until_settled(NEW, 40).await;
     let desired = p.record().await.desired.unwrap();
     assert_eq!(desired.id, NEW);
     let q = Quarantine {
@@ -778,7 +779,7 @@ async fn an_operator_quarantine_rolls_the_pool_back_to_the_previous_ami() {
     let report = p.pass().await;
     assert_eq!(report["pools"][0]["rolledBack"], OLD, "{report}");
     assert_eq!(report["pools"][0]["launchTemplate"], OLD, "{report}");
-    p.until_settled(OLD, 30).await;
+    p.until_settled(OLD, 40).await;
     assert_eq!(
         p.record().await.desired.as_ref().map(|a| a.id.as_str()),
         Some(OLD)
