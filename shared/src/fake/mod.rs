@@ -15,8 +15,8 @@
 //!   time) and the launch templates they name, as EKS and EC2 answer.
 //! - [`Clusters`]: Kubernetes per cluster name over [`crate::kube::memory::MemoryCluster`].
 //!
-//! [`Cloud::watcher`] and [`Cloud::interruption_handler`] build those functions' handlers over
-//! them (the rotator's and ops' use cases are tested through moto still).
+//! [`Cloud::watcher`], [`Cloud::interruption_handler`] and [`Cloud::rotator`] build those
+//! functions' handlers over them (ops' use cases are tested through moto still).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -183,6 +183,33 @@ impl Cloud {
                 accounts: vec!["123456789012".into()],
                 regions: vec!["us-east-2".into()],
             }),
+            settings,
+            metrics: Arc::new(crate::metrics::NoMetrics),
+        }
+    }
+}
+
+impl Cloud {
+    /// The rotator over this cloud, `store`, `groups`, `managed` and `kube`, with `settings`,
+    /// as [`crate::wiring`] builds it: this cloud's policies, parameters and instance types,
+    /// no members, no metrics.
+    pub fn rotator(
+        self: &Arc<Self>,
+        store: Arc<MemoryStore>,
+        groups: Arc<Groups>,
+        managed: Arc<ManagedGroups>,
+        kube: Arc<Clusters>,
+        settings: crate::handlers::rotator::Settings,
+    ) -> crate::handlers::rotator::RotatorHandler {
+        crate::handlers::rotator::RotatorHandler {
+            cell: self.cell(store),
+            ports: crate::handlers::rotator::RotatorPorts {
+                groups,
+                managed,
+                parameters: self.clone(),
+                node_groups: self.clone(),
+                kube,
+            },
             settings,
             metrics: Arc::new(crate::metrics::NoMetrics),
         }

@@ -31,6 +31,8 @@ mod execute;
 mod lease;
 mod managed_pass;
 mod observe;
+#[cfg(test)]
+mod pass_tests;
 
 use execute::PoolCtx;
 use observe::ClusterView;
