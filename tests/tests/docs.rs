@@ -251,6 +251,22 @@ fn observed(field: &str) -> Default {
                 .min_age
                 .is_none(),
         ),
+        "promotion.soakNodes" => nothing(
+            promotion("promotion: { from: test/general, soak: 1h }\n")
+                .soak_nodes
+                .is_none(),
+        ),
+        "health" => value(format!(
+            "{{window: {}, maxRatio: {}, minSamples: {}, minFailureRate: {}}}",
+            nodecycle::duration::format(base.health.window),
+            base.health.max_ratio,
+            base.health.min_samples,
+            base.health.min_failure_rate
+        )),
+        "health.window" => value(nodecycle::duration::format(base.health.window)),
+        "health.maxRatio" => value(base.health.max_ratio.to_string()),
+        "health.minSamples" => value(base.health.min_samples.to_string()),
+        "health.minFailureRate" => value(base.health.min_failure_rate.to_string()),
         other => panic!(
             "tests/tests/docs.rs: say in `observed` how a parsed policy shows the default of {other} (and document it in docs/policy-reference.md)"
         ),

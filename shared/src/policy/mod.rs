@@ -92,6 +92,37 @@ impl fmt::Display for CandidateOrder {
     }
 }
 
+/// The thresholds of the policy's `health:` (defaults safe for a pool that sets nothing).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthPolicy {
+    /// `health.window` (default 24h, or `promotion.soak` when longer; given, at least the
+    /// soak): a node that turns unhealthy
+    /// within this long of joining is evidence against its release, not only a node to repair.
+    #[serde(serialize_with = "crate::duration::serialize")]
+    pub window: std::time::Duration,
+    /// `health.maxRatio` (default 3): the new release is indicted when its rate is more than
+    /// this many times the previous release's.
+    pub max_ratio: f64,
+    /// `health.minSamples` (default 20): pod starts on the new release's nodes before its pod
+    /// failure rate counts.
+    pub min_samples: u32,
+    /// `health.minFailureRate` (default 0.1): a pod failure rate below this indicts nothing,
+    /// whatever the previous release did (one failure in 20 starts is noise).
+    pub min_failure_rate: f64,
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        HealthPolicy {
+            window: std::time::Duration::from_secs(24 * 3600),
+            max_ratio: 3.0,
+            min_samples: 20,
+            min_failure_rate: 0.1,
+        }
+    }
+}
+
 /// What to do on an EC2 rebalance recommendation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -171,6 +202,9 @@ pub struct Policy {
     pub surge_above_max_size: bool,
     /// `disruption.order` (default `emptiestFirst`): the order in which candidates start.
     pub candidate_order: CandidateOrder,
+    /// `health` (defaults when absent): how a release is judged by its nodes and pods
+    /// ([`crate::promotion::health`]).
+    pub health: HealthPolicy,
 }
 
 impl Policy {
@@ -299,7 +333,7 @@ pub struct Parsed {
 }
 
 /// The top-level fields of a policy document, in the order error messages list them.
-pub const FIELDS: [&str; 12] = [
+pub const FIELDS: [&str; 13] = [
     "cluster",
     "name",
     "nodeGroup",
@@ -312,6 +346,7 @@ pub const FIELDS: [&str; 12] = [
     "interruption",
     "paused",
     "promotion",
+    "health",
 ];
 /// The place fields ([`place`]): accepted at the top level beside [`FIELDS`] (whose list the
 /// unknown-field message shows, unchanged since before accounts and regions).
@@ -319,6 +354,7 @@ pub const PLACE_FIELDS: [&str; 2] = ["account", "region"];
 const NODE_GROUP_FIELDS: [&str; 2] = ["autoScalingGroup", "managedNodeGroup"];
 const DISRUPTION_FIELDS: [&str; 3] = ["budgets", "order", "surgeAboveMaxSize"];
 const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
+const HEALTH_FIELDS: [&str; 4] = ["window", "maxRatio", "minSamples", "minFailureRate"];
 /// Path passed to [`crate::budget::parse_budgets`].
 const BUDGETS_PATH: &str = "disruption.budgets";
 
@@ -338,6 +374,7 @@ pub fn field_paths() -> Vec<String> {
             "disruption" => (format!("{top}."), &DISRUPTION_FIELDS),
             "interruption" => (format!("{top}."), &INTERRUPTION_FIELDS),
             "promotion" => (format!("{top}."), &PROMOTION_FIELDS),
+            "health" => (format!("{top}."), &HEALTH_FIELDS),
             _ => (String::new(), &[]),
         };
         for child in children {
@@ -484,6 +521,8 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     let mut budgets = None;
     let mut surge_above_max_size = false;
     let mut candidate_order = CandidateOrder::default();
+    let mut health = HealthPolicy::default();
+    let mut window_given = false;
     let mut expire_after = Some(DEFAULT_EXPIRE_AFTER);
     let mut termination_grace_period = None;
     let mut rebalance = RebalanceAction::default();
@@ -532,6 +571,10 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
                 _ => wrong_type("paused", "a boolean (true or false)", field, problems),
             },
             "promotion" => promotion = validate_promotion(field, problems),
+            "health" => {
+                health = validate_health(field, problems);
+                window_given = field.get("window").is_some();
+            }
             _ => unknown_field("", key, &FIELDS, problems),
         }
     }
@@ -552,6 +595,26 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     let budgets =
         budgets.unwrap_or_else(|| crate::budget::parse_budgets(None, BUDGETS_PATH, problems));
     check_across_fields(terms.as_deref(), architecture, variant, problems);
+    // The window is at least the soak: by default max(24h, soak); given shorter, an error.
+    let soak = promotion.as_ref().and_then(|p| p.soak);
+    if let Some(soak) = soak
+        && !window_given
+    {
+        health.window = health.window.max(soak);
+    }
+    if let Some(soak) = soak
+        && health.window < soak
+    {
+        problems.error(
+            "health.window",
+            format!(
+                "{} is shorter than promotion.soak {}: a node that turns unhealthy during the soak must still count against its release; expected at least {}",
+                duration::format(health.window),
+                duration::format(soak),
+                duration::format(soak)
+            ),
+        );
+    }
 
     if problems.errors().count() != errors_before {
         return None;
@@ -572,6 +635,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
         promotion,
         surge_above_max_size,
         candidate_order,
+        health,
     })
 }
 
@@ -687,9 +751,12 @@ pub struct Promotion {
     pub alarms: Vec<String>,
     /// Only images created at least this long ago (also without `from`).
     pub min_age: Option<Duration>,
+    /// `soakNodes`: how many of the upstream's nodes must have stayed healthy for `soak` (default:
+    /// 3, or all of the pool's when it has fewer; [`crate::promotion::health::soaked`]).
+    pub soak_nodes: Option<u32>,
 }
 
-const PROMOTION_FIELDS: [&str; 4] = ["from", "soak", "alarms", "minAge"];
+const PROMOTION_FIELDS: [&str; 5] = ["from", "soak", "alarms", "minAge", "soakNodes"];
 
 fn validate_promotion(value: &Value, problems: &mut Problems) -> Option<Promotion> {
     const PATH: &str = "promotion";
@@ -700,6 +767,7 @@ fn validate_promotion(value: &Value, problems: &mut Problems) -> Option<Promotio
         from: None,
         soak: None,
         alarms: Vec::new(),
+        soak_nodes: None,
         min_age: None,
     };
     let duration_of = |field: &Value, path: &str, problems: &mut Problems| {
@@ -757,6 +825,16 @@ fn validate_promotion(value: &Value, problems: &mut Problems) -> Option<Promotio
             }
             "soak" => promotion.soak = duration_of(field, &path, problems),
             "minAge" => promotion.min_age = duration_of(field, &path, problems),
+            "soakNodes" => match field.as_u64() {
+                Some(n @ 1..=10_000) => promotion.soak_nodes = u32::try_from(n).ok(),
+                _ => problems.error(
+                    &path,
+                    format!(
+                        "expected a whole number of nodes from 1 to 10000, got {}",
+                        fields::describe(field)
+                    ),
+                ),
+            },
             "alarms" => {
                 let Value::Array(items) = field else {
                     wrong_type(
@@ -1036,6 +1114,71 @@ fn days_hint(text: &str) -> String {
         Some(hours) => format!(" (days are not a unit: {text} is \"{hours}h\")"),
         None => String::new(),
     }
+}
+
+/// Validates `health` (every field optional; the defaults of [`HealthPolicy`]).
+fn validate_health(value: &Value, problems: &mut Problems) -> HealthPolicy {
+    const PATH: &str = "health";
+    let mut h = HealthPolicy::default();
+    let Some(map) = fields::object(
+        value,
+        PATH,
+        "an object with window, maxRatio, minSamples and minFailureRate",
+        problems,
+    ) else {
+        return h;
+    };
+    for (key, field) in map {
+        let path = join(PATH, key);
+        match key.as_str() {
+            "window" => {
+                let text = fields::string(field, &path, "a duration such as \"24h\"", problems);
+                match text.map(duration::parse) {
+                    Some(Ok(d)) if !d.is_zero() => h.window = d,
+                    Some(_) => problems.error(
+                        &path,
+                        format!(
+                            "invalid duration {}; expected a duration longer than 0s such as \"24h\"",
+                            fields::describe(field)
+                        ),
+                    ),
+                    None => {}
+                }
+            }
+            "maxRatio" => match field.as_f64() {
+                Some(r) if (1.0..=1000.0).contains(&r) => h.max_ratio = r,
+                _ => problems.error(
+                    &path,
+                    format!(
+                        "expected a number from 1 to 1000 (how many times the previous release's rate indicts), got {}",
+                        fields::describe(field)
+                    ),
+                ),
+            },
+            "minSamples" => match field.as_u64() {
+                Some(n @ 1..=1_000_000) => h.min_samples = u32::try_from(n).unwrap_or(u32::MAX),
+                _ => problems.error(
+                    &path,
+                    format!(
+                        "expected a whole number of pod starts from 1 to 1000000, got {}",
+                        fields::describe(field)
+                    ),
+                ),
+            },
+            "minFailureRate" => match field.as_f64() {
+                Some(r) if r > 0.0 && r <= 1.0 => h.min_failure_rate = r,
+                _ => problems.error(
+                    &path,
+                    format!(
+                        "expected a fraction of pod starts above 0 and at most 1 (0.1 = 10%), got {}",
+                        fields::describe(field)
+                    ),
+                ),
+            },
+            _ => unknown_field(PATH, key, &HEALTH_FIELDS, problems),
+        }
+    }
+    h
 }
 
 fn validate_interruption(value: &Value, problems: &mut Problems) -> RebalanceAction {

@@ -285,7 +285,7 @@ fn thirty_terms_are_accepted() {
 
 #[test]
 fn document_shape_problems() {
-    let all_fields = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion";
+    let all_fields = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion, health";
     let cases: Vec<(String, Vec<String>)> = vec![
         (
             String::new(),
@@ -338,7 +338,7 @@ fn document_shape_problems() {
 
 #[test]
 fn top_level_field_rules() {
-    let all = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion";
+    let all = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion, health";
     let unknown =
         |field: &str, hint: &str| format!("{field}: unknown field; expected one of {all}{hint}");
     let cases: Vec<(String, Vec<String>)> = vec![
@@ -846,7 +846,7 @@ colour: blue
             "expireAfter: invalid duration \"30d\"; expected a number and unit such as \"720h\", \"1h30m\" or \"90s\", or \"Never\" (days are not a unit: 30d is \"720h\")",
             "cluster: \"-prod\" starts with '-'; expected a letter or digit first",
             "interruption.rebalance: unknown action \"drain\"; expected one of ignore, cordon, replace",
-            "colour: unknown field; expected one of cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion",
+            "colour: unknown field; expected one of cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion, health",
         ]
     );
     assert!(parse(text).policy.is_none());
@@ -1382,4 +1382,62 @@ fn disruption_order_chooses_how_candidates_are_taken() {
             .any(|m| m.contains("did you mean") && m.contains("order")),
         "{got:?}"
     );
+}
+
+/// `health`: defaults for a pool that sets nothing, each threshold checked with its path, and
+/// the window at least the soak (by default stretched to it; given shorter, an error).
+#[test]
+fn health_thresholds_have_safe_defaults_and_bounds() {
+    let h = valid(BASE).health;
+    assert_eq!(h, HealthPolicy::default());
+    assert_eq!(h.window, Duration::from_secs(24 * 3600));
+    let set = valid(&format!(
+        "{BASE}health: {{ window: 48h, maxRatio: 5, minSamples: 50, minFailureRate: 0.25 }}\n"
+    ))
+    .health;
+    assert_eq!(
+        (
+            set.window,
+            set.max_ratio,
+            set.min_samples,
+            set.min_failure_rate
+        ),
+        (Duration::from_secs(48 * 3600), 5.0, 50, 0.25)
+    );
+    let promoted = "promotion: { from: test/general, soak: 72h, soakNodes: 5 }\n";
+    let p = valid(&format!("{BASE}{promoted}"));
+    assert_eq!(
+        p.health.window,
+        Duration::from_secs(72 * 3600),
+        "stretched to the soak"
+    );
+    assert_eq!(p.promotion.and_then(|p| p.soak_nodes), Some(5));
+    for (extra, path) in [
+        (
+            format!("{promoted}health: {{ window: 24h }}\n"),
+            "health.window",
+        ),
+        ("health: { window: 0s }\n".to_string(), "health.window"),
+        ("health: { maxRatio: 0.5 }\n".to_string(), "health.maxRatio"),
+        (
+            "health: { minSamples: 0 }\n".to_string(),
+            "health.minSamples",
+        ),
+        (
+            "health: { minFailureRate: 2 }\n".to_string(),
+            "health.minFailureRate",
+        ),
+        ("health: { windw: 24h }\n".to_string(), "health.windw"),
+        (
+            "promotion: { from: test/general, soak: 1h, soakNodes: 0 }\n".to_string(),
+            "promotion.soakNodes",
+        ),
+    ] {
+        let got = messages(&format!("{BASE}{extra}"));
+        assert!(
+            got.iter().any(|m| m.starts_with(&format!("{path}: "))),
+            "{extra}: {got:?}"
+        );
+        assert!(parse(&format!("{BASE}{extra}")).policy.is_none(), "{extra}");
+    }
 }

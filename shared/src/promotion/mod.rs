@@ -10,6 +10,7 @@
 //! - A quarantined image or release is never a candidate, in any pool; a pool whose desired AMI
 //!   is quarantined rolls back to [`crate::state::PoolRecord::rollback_target`] (normally the previous desired AMI).
 
+pub mod health;
 pub mod ledger;
 pub mod quarantine;
 pub mod release;
