@@ -45,7 +45,8 @@ struct Function {
 
 /// A fake cloud (its STS checks the tokens), a control plane whose webhook trusts it for
 /// [`CLUSTER`], deploy/rbac.yaml applied, and the role `nodecycle-rotator` with an access entry
-/// in group `nodecycle-rotator`, in force (a SubjectAccessReview allows its evictions).
+/// in group `nodecycle-rotator`, in force (a SubjectAccessReview allows it to list pods; what
+/// else the file grants or not, the tests find out by calling).
 async fn cluster_with_rotator() -> (FakeCloud, ControlPlane, Function) {
     let cloud = FakeCloud::start();
     let cp = ControlPlane::start();
@@ -54,7 +55,7 @@ async fn cluster_with_rotator() -> (FakeCloud, ControlPlane, Function) {
         cp.apply(&object);
     }
     let rotator = function(&cloud, &cp, "nodecycle-rotator", "nodecycle-rotator").await;
-    wait_rbac(&cp, &rotator, "create", "pods/eviction", true);
+    wait_rbac(&cp, &rotator, "list", "pods", true);
     (cloud, cp, rotator)
 }
 
