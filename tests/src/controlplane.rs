@@ -911,6 +911,16 @@ impl ControlPlane {
     }
 }
 
+impl ControlPlane {
+    /// Removes the access entry of `principal_arn`, if any: its tokens get 401 from then on
+    /// (once the API server's cache of earlier answers has expired; a new token is asked
+    /// about at once).
+    pub fn remove_access_entry(&self, principal_arn: &str) {
+        let mut config = self.webhook.config.lock().expect("webhook config lock");
+        config.entries.retain(|e| e.principal_arn != principal_arn);
+    }
+}
+
 /// The API server's token authentication webhook (plain HTTP on loopback, one request per
 /// connection), answering TokenReviews in a background thread until stopped. It validates an
 /// EKS token as aws-iam-authenticator does ([`authenticate`]).

@@ -806,3 +806,51 @@ async fn each_group_gets_its_rules_and_ops_is_refused_eviction_and_deletion() {
         kept.raw
     );
 }
+
+/// nodecycle's errors when its credentials do not fit the cluster: a role whose access entry
+/// maps it to a group deploy/rbac.yaml does not bind gets 403 on its first call (finding the
+/// node) and a drain error naming RBAC and the groups; a role without an access entry gets 401
+/// and an error naming the access entry. Neither touches the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_fail_the_drain_with_a_clear_error() {
+    let (cloud, cp, _rotator) = cluster_with_rotator().await;
+    let node = KwokNode::new("i-0a1b2c3d4e5f60005", "us-east-2b");
+    cp.add_node(&node);
+    let unbound = function(&cloud, &cp, "nodecycle-unbound", "nodecycle").await;
+    let (result, _) = drain(&cp, &unbound, &node.instance_id, Duration::from_secs(5)).await;
+    let error = result.expect_err("a drain without RBAC fails").to_string();
+    eprintln!("without RBAC: {error}");
+    assert!(
+        error.contains("403")
+            && error.contains("is forbidden")
+            && error.contains("RBAC: apply deploy/rbac.yaml")
+            && error.contains("`nodecycle-rotator`"),
+        "{error}"
+    );
+
+    let unmapped = function(&cloud, &cp, "nodecycle-unmapped", "nodecycle-rotator").await;
+    let entries_before = cp.token_reviews().len();
+    cp.remove_access_entry(&format!(
+        "arn:aws:iam::{}:role/nodecycle-unmapped",
+        nodecycle_tests::ACCOUNT_ID
+    ));
+    let (result, _) = drain(&cp, &unmapped, &node.instance_id, Duration::from_secs(5)).await;
+    let error = result
+        .expect_err("a drain without an access entry fails")
+        .to_string();
+    eprintln!("without an access entry: {error}");
+    assert!(
+        error.contains("401") && error.contains("EKS access entry"),
+        "{error}"
+    );
+    assert!(
+        cp.token_reviews()[entries_before..].iter().any(|r| r
+            .outcome
+            .as_ref()
+            .is_err_and(|e| e.contains("no access entry for"))),
+        "the webhook refused the token for want of an access entry"
+    );
+
+    let n = cp.admin().get(&format!("/api/v1/nodes/{}", node.name)).body;
+    assert!(n["spec"]["unschedulable"].is_null(), "not cordoned: {n}");
+}
