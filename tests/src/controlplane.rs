@@ -9,11 +9,14 @@
 //! server authorizes with RBAC and authenticates two ways:
 //! - static tokens: [`ControlPlane::admin`] (group `system:masters`) for the test itself, and one
 //!   per component;
-//! - an authentication webhook served by the harness, which accepts EKS tokens
-//!   (`k8s-aws-v1.` + a presigned STS `GetCallerIdentity` URL) as nodecycle's code sends them
-//!   and maps them to [`ControlPlane::EKS_USER`] in `system:masters`. It checks the token's form
-//!   only; validating it against STS and mapping the function roles to the groups of
-//!   deploy/rbac.yaml is the next step of issue 44.
+//! - an authentication webhook served by the harness, which validates EKS tokens
+//!   (`k8s-aws-v1.` + a presigned STS `GetCallerIdentity` URL) as aws-iam-authenticator does,
+//!   replaying them to the fake cloud's STS ([`ControlPlane::trust_sts`]), and maps the caller's
+//!   role to a Kubernetes user and groups as an EKS access entry does
+//!   ([`ControlPlane::add_access_entry`]). Every other token gets 401.
+//!
+//! [`ControlPlane::apply`] creates or replaces objects (e.g. deploy/rbac.yaml's) as the admin,
+//! and [`ControlPlane::can`] asks the API server's authorizer (a SubjectAccessReview).
 //!
 //! The binaries are found in [`ENV_BIN`] (`scripts/test.sh` sets it); without it, or without a
 //! binary, [`ControlPlane::start`] panics: the tests fail, they do not skip.
@@ -139,7 +142,7 @@ impl KwokNode {
 /// One request of the API server's audit log ([`ControlPlane::audit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEvent {
-    /// Who sent it: `admin`, [`ControlPlane::EKS_USER`], `kwok`, `system:kube-scheduler`...
+    /// Who sent it: `admin`, an access entry's username, `kwok`, `system:kube-scheduler`...
     pub user: String,
     /// `create`, `update`, `patch`, `delete`...
     pub verb: String,
@@ -171,9 +174,6 @@ rules:
 ";
 
 impl ControlPlane {
-    /// The user an EKS token authenticates as (group `system:masters`, for now).
-    pub const EKS_USER: &'static str = "nodecycle-eks-token";
-
     /// Starts a control plane and waits until it works: the API server answers `/readyz` and
     /// the controller manager has created the `default` ServiceAccount. Panics (with the
     /// processes' logs) when a binary is missing, a process exits, or [`START_TIMEOUT`] passes.
@@ -426,10 +426,80 @@ impl ControlPlane {
         });
     }
 
-    /// The EKS tokens the authentication webhook was asked about, with its answer (accepted or
-    /// not), oldest first.
-    pub fn token_reviews(&self) -> Vec<(String, bool)> {
+    /// The tokens the authentication webhook was asked about, with its answer, oldest first
+    /// (the API server caches an answer for a while, so a token is reviewed once per period).
+    pub fn token_reviews(&self) -> Vec<TokenReview> {
         self.webhook.reviews.lock().expect("reviews lock").clone()
+    }
+
+    /// Creates `object` (any kind whose REST path is `/apis/<group>/<version>/[namespaces/<ns>/]
+    /// <kind in lower case>s`, or `/api/v1/...` for the core group) as the admin, or replaces
+    /// the existing object of that name. Panics unless the API server accepted it.
+    pub fn apply(&self, object: &Value) {
+        let api_version = object["apiVersion"].as_str().expect("apiVersion");
+        let kind = object["kind"].as_str().expect("kind").to_ascii_lowercase();
+        let name = object["metadata"]["name"].as_str().expect("metadata.name");
+        let prefix = if api_version.contains('/') {
+            format!("/apis/{api_version}")
+        } else {
+            format!("/api/{api_version}")
+        };
+        let collection = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => format!("{prefix}/namespaces/{ns}/{kind}s"),
+            None => format!("{prefix}/{kind}s"),
+        };
+        let admin = self.admin();
+        let created = admin.post(&collection, object);
+        if created.status == 201 {
+            return;
+        }
+        assert_eq!(
+            created.status, 409,
+            "creating {collection}/{name}: {}",
+            created.raw
+        );
+        let path = format!("{collection}/{name}");
+        let current = admin.get(&path);
+        assert_eq!(current.status, 200, "reading {path}: {}", current.raw);
+        let mut object = object.clone();
+        object["metadata"]["resourceVersion"] = current.body["metadata"]["resourceVersion"].clone();
+        let replaced = admin.put(&path, &object);
+        assert_eq!(replaced.status, 200, "replacing {path}: {}", replaced.raw);
+    }
+
+    /// Whether the API server's authorizer (RBAC) allows `user` in `groups` to `verb`
+    /// `resource` (`pods`, or `pods/eviction` for a subresource) of the core group in
+    /// `namespace` (None: cluster-wide), asked with a SubjectAccessReview. (allowed, reason).
+    pub fn can(
+        &self,
+        user: &str,
+        groups: &[&str],
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> (bool, String) {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let mut attributes = json!({ "group": "", "verb": verb, "resource": resource });
+        if !subresource.is_empty() {
+            attributes["subresource"] = json!(subresource);
+        }
+        if let Some(ns) = namespace {
+            attributes["namespace"] = json!(ns);
+        }
+        let r = self.admin().post(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            &json!({
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": { "user": user, "groups": groups, "resourceAttributes": attributes },
+            }),
+        );
+        assert_eq!(r.status, 201, "SubjectAccessReview: {}", r.raw);
+        let status = &r.body["status"];
+        (
+            status["allowed"] == true,
+            status["reason"].as_str().unwrap_or_default().to_string(),
+        )
     }
 
     /// The API server's audit log so far: every request that is not a read (get, list, watch)
@@ -754,12 +824,111 @@ fn openssl(parts: &[&[&str]]) {
     );
 }
 
+/// An EKS access entry of type `STANDARD` as the webhook applies it: who an IAM role (or user)
+/// is in Kubernetes ([`ControlPlane::add_access_entry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessEntry {
+    /// `arn:aws:iam::<account>:role/<name>` (a path before the name is ignored, as EKS does)
+    /// or `arn:aws:iam::<account>:user/<name>`.
+    pub principal_arn: String,
+    /// The Kubernetes username; `{{SessionName}}` (the role session name, `@` as `-`),
+    /// `{{SessionNameRaw}}` and `{{AccountID}}` are filled in per request.
+    pub username: String,
+    /// The Kubernetes groups (the API server adds `system:authenticated`).
+    pub groups: Vec<String>,
+}
+
+impl AccessEntry {
+    /// The entry EKS creates for `principal_arn` with `groups` and no username: a role's
+    /// username is `arn:aws:sts::<account>:assumed-role/<name>/{{SessionName}}`, a user's is
+    /// its ARN.
+    pub fn new(principal_arn: &str, groups: &[&str]) -> AccessEntry {
+        let username = match role_of(principal_arn) {
+            Some((account, name)) => {
+                format!("arn:aws:sts::{account}:assumed-role/{name}/{{{{SessionName}}}}")
+            }
+            None => principal_arn.to_string(),
+        };
+        AccessEntry {
+            principal_arn: principal_arn.to_string(),
+            username,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+}
+
+/// (account, name) of a role ARN `arn:aws:iam::<account>:role/[path/]<name>`.
+fn role_of(arn: &str) -> Option<(&str, &str)> {
+    let rest = arn.strip_prefix("arn:aws:iam::")?;
+    let (account, path) = rest.split_once(":role/")?;
+    Some((account, path.rsplit('/').next()?))
+}
+
+/// One TokenReview the webhook answered ([`ControlPlane::token_reviews`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenReview {
+    /// The bearer token the API server asked about.
+    pub token: String,
+    /// Ok((username, groups)) when authenticated, else why not (the webhook's `error`).
+    pub outcome: Result<(String, Vec<String>), String>,
+}
+
+impl TokenReview {
+    /// Whether the token was accepted.
+    pub fn accepted(&self) -> bool {
+        self.outcome.is_ok()
+    }
+}
+
+/// What the webhook checks tokens against: the fake cloud's STS, the cluster's name, the
+/// access entries.
+#[derive(Debug, Default)]
+struct AuthConfig {
+    sts_url: Option<String>,
+    cluster: String,
+    entries: Vec<AccessEntry>,
+}
+
+impl ControlPlane {
+    /// Makes the authentication webhook validate EKS tokens for cluster `cluster` by replaying
+    /// them to `sts_url` (a fake cloud's [`crate::FakeCloud::aws_url`]). Until this is called
+    /// every EKS token is refused.
+    pub fn trust_sts(&self, sts_url: &str, cluster: &str) {
+        let mut config = self.webhook.config.lock().expect("webhook config lock");
+        config.sts_url = Some(sts_url.trim_end_matches('/').to_string());
+        config.cluster = cluster.to_string();
+    }
+
+    /// Adds (or replaces, for the same principal) an access entry: from now on a token signed
+    /// by that principal authenticates as `entry.username` in `entry.groups`. Tokens of
+    /// principals without an entry get 401.
+    pub fn add_access_entry(&self, entry: AccessEntry) {
+        let mut config = self.webhook.config.lock().expect("webhook config lock");
+        config
+            .entries
+            .retain(|e| e.principal_arn != entry.principal_arn);
+        config.entries.push(entry);
+    }
+}
+
+impl ControlPlane {
+    /// Removes the access entry of `principal_arn`, if any: its tokens get 401 from then on
+    /// (once the API server's cache of earlier answers has expired; a new token is asked
+    /// about at once).
+    pub fn remove_access_entry(&self, principal_arn: &str) {
+        let mut config = self.webhook.config.lock().expect("webhook config lock");
+        config.entries.retain(|e| e.principal_arn != principal_arn);
+    }
+}
+
 /// The API server's token authentication webhook (plain HTTP on loopback, one request per
-/// connection), answering TokenReviews in a background thread until stopped.
+/// connection), answering TokenReviews in a background thread until stopped. It validates an
+/// EKS token as aws-iam-authenticator does ([`authenticate`]).
 struct Webhook {
     port: u16,
     stop: Arc<AtomicBool>,
-    reviews: Arc<Mutex<Vec<(String, bool)>>>,
+    reviews: Arc<Mutex<Vec<TokenReview>>>,
+    config: Arc<Mutex<AuthConfig>>,
 }
 
 impl Webhook {
@@ -769,12 +938,13 @@ impl Webhook {
         let port = listener.local_addr().expect("webhook address").port();
         let stop = Arc::new(AtomicBool::new(false));
         let reviews = Arc::new(Mutex::new(Vec::new()));
-        let (stop2, reviews2) = (stop.clone(), reviews.clone());
+        let config = Arc::new(Mutex::new(AuthConfig::default()));
+        let (stop2, reviews2, config2) = (stop.clone(), reviews.clone(), config.clone());
         std::thread::spawn(move || {
             while !stop2.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((conn, _)) => {
-                        let _ = serve_review(conn, &reviews2);
+                        let _ = serve_review(conn, &reviews2, &config2);
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -784,11 +954,16 @@ impl Webhook {
             port,
             stop,
             reviews,
+            config,
         }
     }
 }
 
-fn serve_review(conn: TcpStream, reviews: &Mutex<Vec<(String, bool)>>) -> std::io::Result<()> {
+fn serve_review(
+    conn: TcpStream,
+    reviews: &Mutex<Vec<TokenReview>>,
+    config: &Mutex<AuthConfig>,
+) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
@@ -812,23 +987,33 @@ fn serve_review(conn: TcpStream, reviews: &Mutex<Vec<(String, bool)>>) -> std::i
     reader.read_exact(&mut body)?;
     let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let token = review["spec"]["token"].as_str().unwrap_or_default();
-    let accepted = is_eks_token(token);
-    reviews
-        .lock()
-        .expect("reviews lock")
-        .push((token.to_string(), accepted));
-    let status = if accepted {
-        json!({
-            "authenticated": true,
-            "user": {
-                "username": ControlPlane::EKS_USER,
-                "uid": ControlPlane::EKS_USER,
-                "groups": ["system:masters", "system:authenticated"],
-            },
-        })
-    } else {
-        json!({ "authenticated": false, "error": "not an EKS token" })
+    let (sts_url, cluster, entries) = {
+        let c = config.lock().expect("webhook config lock");
+        (c.sts_url.clone(), c.cluster.clone(), c.entries.clone())
     };
+    let outcome = match sts_url {
+        None => Err("the webhook trusts no STS (ControlPlane::trust_sts)".to_string()),
+        Some(sts) => authenticate(token, &cluster, &sts, &entries, SystemTime::now()),
+    };
+    let status = match &outcome {
+        Ok(user) => json!({ "authenticated": true, "user": user }),
+        Err(e) => json!({ "authenticated": false, "error": e }),
+    };
+    reviews.lock().expect("reviews lock").push(TokenReview {
+        token: token.to_string(),
+        outcome: outcome.map(|u| {
+            let groups = u["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g.as_str().map(str::to_string))
+                .collect();
+            (
+                u["username"].as_str().unwrap_or_default().to_string(),
+                groups,
+            )
+        }),
+    });
     let answer = serde_json::to_vec(&json!({
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenReview",
@@ -846,17 +1031,285 @@ fn serve_review(conn: TcpStream, reviews: &Mutex<Vec<(String, bool)>>) -> std::i
     conn.flush()
 }
 
-/// Whether `token` has the form of an EKS token: `k8s-aws-v1.` and the base64url of a
-/// presigned STS `GetCallerIdentity` URL (its signature is not checked yet).
-fn is_eks_token(token: &str) -> bool {
-    let Some(rest) = token.strip_prefix("k8s-aws-v1.") else {
+/// How long after its `X-Amz-Date` a token is accepted (aws-iam-authenticator's
+/// `presignedURLExpiration`).
+const TOKEN_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+
+/// The query parameters aws-iam-authenticator allows in the presigned URL (lower case).
+const ALLOWED_PARAMS: [&str; 9] = [
+    "action",
+    "version",
+    "x-amz-algorithm",
+    "x-amz-credential",
+    "x-amz-date",
+    "x-amz-expires",
+    "x-amz-security-token",
+    "x-amz-signature",
+    "x-amz-signedheaders",
+];
+
+/// The TokenReview `user` for `token`, or why it is refused, as aws-iam-authenticator (EKS)
+/// decides:
+/// 1. the token is `k8s-aws-v1.` + base64url of `https://<STS host>/?<query>`, the host
+///    `sts.amazonaws.com` or `sts.<region>.amazonaws.com[.cn]`, the query only the
+///    allowlisted parameters, each once, `Action=GetCallerIdentity`, `x-k8s-aws-id` among
+///    `X-Amz-SignedHeaders`, `X-Amz-Date` at most [`TOKEN_MAX_AGE`] before `now`;
+/// 2. the URL is replayed to `sts_url` with the original `Host` header (the signature covers
+///    it) and `x-k8s-aws-id: <cluster>`: STS checks the signature, so a token signed for
+///    another cluster, tampered with, or signed with unknown keys is refused there;
+/// 3. STS's caller ARN, an assumed-role session normalized to its role ARN, is looked up in
+///    `entries`: none, refused; else the entry's username (placeholders filled) and groups.
+fn authenticate(
+    token: &str,
+    cluster: &str,
+    sts_url: &str,
+    entries: &[AccessEntry],
+    now: SystemTime,
+) -> Result<Value, String> {
+    let encoded = token
+        .strip_prefix("k8s-aws-v1.")
+        .ok_or("not an EKS token (no k8s-aws-v1. prefix)")?;
+    let url = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded.trim_end_matches('='))
+        .map_err(|e| format!("token is not base64url: {e}"))?;
+    let url = String::from_utf8(url).map_err(|_| "token is not a UTF-8 URL")?;
+    let rest = url
+        .strip_prefix("https://")
+        .ok_or("presigned URL is not https")?;
+    let (host, query) = rest
+        .split_once("/?")
+        .ok_or("presigned URL has no query on path /")?;
+    if !is_sts_host(host) {
+        return Err(format!("unexpected STS host {host:?}"));
+    }
+    let mut params: Vec<(String, String)> = Vec::new();
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (k, v) = (percent_decode(k)?, percent_decode(v)?);
+        if !ALLOWED_PARAMS.contains(&k.to_ascii_lowercase().as_str()) {
+            return Err(format!("non-allowlisted query parameter {k:?}"));
+        }
+        if params.iter().any(|(p, _)| p.eq_ignore_ascii_case(&k)) {
+            return Err(format!("duplicate query parameter {k:?}"));
+        }
+        params.push((k, v));
+    }
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    if param("Action") != Some("GetCallerIdentity") {
+        return Err("Action is not GetCallerIdentity".into());
+    }
+    let signed = param("X-Amz-SignedHeaders").ok_or("missing X-Amz-SignedHeaders")?;
+    if !signed
+        .split(';')
+        .any(|h| h.eq_ignore_ascii_case("x-k8s-aws-id"))
+    {
+        return Err(format!(
+            "x-k8s-aws-id is not a signed header (X-Amz-SignedHeaders={signed})"
+        ));
+    }
+    let date = param("X-Amz-Date").ok_or("missing X-Amz-Date")?;
+    let signed_at = amz_date(date).ok_or_else(|| format!("malformed X-Amz-Date {date:?}"))?;
+    let now_secs = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if signed_at + TOKEN_MAX_AGE.as_secs() < now_secs {
+        return Err(format!(
+            "token expired: signed at {date}, more than {} minutes ago",
+            TOKEN_MAX_AGE.as_secs() / 60
+        ));
+    }
+
+    let answer = crate::http::get_with_headers(
+        &format!("{sts_url}/?{query}"),
+        &[
+            ("Host", host),
+            ("x-k8s-aws-id", cluster),
+            ("Accept", "application/json"),
+        ],
+    )
+    .map_err(|e| format!("STS at {sts_url} did not answer: {e}"))?;
+    let body: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+    if answer.status != 200 {
+        return Err(format!(
+            "STS refused the token ({}): {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        ));
+    }
+    let result = &body["GetCallerIdentityResponse"]["GetCallerIdentityResult"];
+    let field = |k: &str| result[k].as_str().unwrap_or_default().to_string();
+    let (arn, account, user_id) = (field("Arn"), field("Account"), field("UserId"));
+    // arn:aws:sts::<account>:assumed-role/<role>/<session> -> arn:aws:iam::<account>:role/<role>
+    let (canonical, session) = match arn
+        .strip_prefix("arn:aws:sts::")
+        .and_then(|r| r.split_once(":assumed-role/"))
+        .and_then(|(acct, r)| r.split_once('/').map(|(role, s)| (acct, role, s)))
+    {
+        Some((acct, role, s)) => (format!("arn:aws:iam::{acct}:role/{role}"), s.to_string()),
+        None => (arn.clone(), String::new()),
+    };
+    let entry = entries
+        .iter()
+        .find(|e| match (role_of(&e.principal_arn), role_of(&canonical)) {
+            (Some(a), Some(b)) => a == b,
+            _ => e.principal_arn == canonical,
+        })
+        .ok_or_else(|| format!("no access entry for {canonical} (caller {arn})"))?;
+    let username = entry
+        .username
+        .replace("{{SessionNameRaw}}", &session)
+        .replace("{{SessionName}}", &session.replace('@', "-"))
+        .replace("{{AccountID}}", &account);
+    let principal_id = user_id.split(':').next().unwrap_or_default().to_string();
+    Ok(json!({
+        "username": username,
+        "uid": format!("aws-iam-authenticator:{account}:{principal_id}"),
+        "groups": entry.groups,
+        "extra": {
+            "arn": [arn],
+            "canonicalArn": [canonical],
+            "sessionName": [session],
+            "principalId": [principal_id],
+            "accountId": [account],
+        },
+    }))
+}
+
+/// Whether `host` is an STS endpoint: `sts.amazonaws.com` or `sts.<region>.amazonaws.com`
+/// (`.amazonaws.com.cn` in China).
+fn is_sts_host(host: &str) -> bool {
+    let Some(rest) = host.strip_prefix("sts") else {
         return false;
     };
-    let Ok(url) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(rest) else {
+    let Some(middle) = rest
+        .strip_suffix(".amazonaws.com")
+        .or_else(|| rest.strip_suffix(".amazonaws.com.cn"))
+    else {
         return false;
     };
-    let url = String::from_utf8_lossy(&url);
-    url.starts_with("https://sts.")
-        && url.contains("Action=GetCallerIdentity")
-        && url.contains("X-Amz-Signature=")
+    middle.is_empty()
+        || middle.strip_prefix('.').is_some_and(|region| {
+            !region.is_empty()
+                && region
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+}
+
+/// `s` with its `%XX` escapes decoded (`+` stays `+`, as in a SigV4 query).
+fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent escape in {s:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8"))
+}
+
+/// Seconds since the epoch of a SigV4 date `YYYYMMDDTHHMMSSZ`.
+fn amz_date(date: &str) -> Option<u64> {
+    if date.len() != 16 || &date[8..9] != "T" || !date.ends_with('Z') {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| date.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (n(0..4)?, n(4..6)?, n(6..8)?);
+    let (hh, mm, ss) = (n(9..11)?, n(11..13)?, n(13..15)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amz_dates() {
+        assert_eq!(amz_date("19700101T000000Z"), Some(0));
+        assert_eq!(amz_date("20240102T030405Z"), Some(1_704_164_645));
+        assert_eq!(amz_date("20240229T235959Z"), Some(1_709_251_199));
+        assert_eq!(amz_date("2024-01-02T03:04:05Z"), None);
+    }
+
+    #[test]
+    fn sts_hosts() {
+        assert!(is_sts_host("sts.amazonaws.com"));
+        assert!(is_sts_host("sts.us-east-2.amazonaws.com"));
+        assert!(is_sts_host("sts.cn-north-1.amazonaws.com.cn"));
+        assert!(!is_sts_host("sts.us-east-2.amazonaws.com.evil.example"));
+        assert!(!is_sts_host("evil.example"));
+        assert!(!is_sts_host("sts..amazonaws.com"));
+        assert!(!is_sts_host("127.0.0.1:4566"));
+    }
+
+    #[test]
+    fn default_usernames() {
+        let role = AccessEntry::new("arn:aws:iam::123456789012:role/path/rotator", &["g"]);
+        assert_eq!(
+            role.username,
+            "arn:aws:sts::123456789012:assumed-role/rotator/{{SessionName}}"
+        );
+        let user = AccessEntry::new("arn:aws:iam::123456789012:user/alice", &[]);
+        assert_eq!(user.username, "arn:aws:iam::123456789012:user/alice");
+    }
+
+    #[test]
+    fn refusals_before_sts() {
+        let now = SystemTime::now();
+        let token = |url: &str| {
+            format!(
+                "k8s-aws-v1.{}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(url)
+            )
+        };
+        // Nothing listens on port 9: a token that passes the local checks fails at STS.
+        let check = |t: &str| authenticate(t, "prod", "http://127.0.0.1:9", &[], now);
+        assert!(check("Bearer abc").unwrap_err().contains("prefix"));
+        let good_query = "Action=GetCallerIdentity&Version=2011-06-15&X-Amz-Date=20240102T030405Z\
+                          &X-Amz-SignedHeaders=host%3Bx-k8s-aws-id&X-Amz-Signature=00";
+        let e = check(&token(&format!("https://evil.example/?{good_query}"))).unwrap_err();
+        assert!(e.contains("unexpected STS host"), "{e}");
+        let e = check(&token(
+            "https://sts.us-east-2.amazonaws.com/?Action=GetCallerIdentity\
+             &X-Amz-Date=20240102T030405Z&X-Amz-SignedHeaders=host",
+        ))
+        .unwrap_err();
+        assert!(e.contains("x-k8s-aws-id is not a signed header"), "{e}");
+        let e = check(&token(&format!(
+            "https://sts.us-east-2.amazonaws.com/?{good_query}"
+        )))
+        .unwrap_err();
+        assert!(e.contains("token expired"), "{e}");
+        let e = check(&token(&format!(
+            "https://sts.us-east-2.amazonaws.com/?{good_query}&Extra=1"
+        )))
+        .unwrap_err();
+        assert!(e.contains("non-allowlisted"), "{e}");
+    }
 }

@@ -46,6 +46,35 @@ pub(crate) fn request(
     parse_response(&raw)
 }
 
+/// Sends `GET url` with `headers` (a `Host` among them replaces the URL's authority in the
+/// `Host` header, the connection still goes to the URL's authority) and reads the whole
+/// response (the server closes). Bounded: 30 s to connect and to read.
+pub(crate) fn get_with_headers(url: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let (authority, path) = split_url(url);
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&authority)?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("no address for {authority}")))?;
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(30))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let host = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map_or(authority.as_str(), |(_, v)| *v);
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for (k, v) in headers
+        .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("host"))
+    {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("Connection: close\r\n\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.flush()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}
+
 pub(crate) fn parse_response(raw: &[u8]) -> std::io::Result<Response> {
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
     let split = raw

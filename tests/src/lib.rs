@@ -31,7 +31,9 @@ mod token;
 pub use autoscaler::{
     CaAction, CapacityChange, ClusterAutoscaler, ScalingRecords, Termination, WorkloadsStep,
 };
-pub use controlplane::{AuditEvent, ControlPlane, ENV_BIN as CONTROLPLANE_BIN_ENV, KwokNode};
+pub use controlplane::{
+    AccessEntry, AuditEvent, ControlPlane, ENV_BIN as CONTROLPLANE_BIN_ENV, KwokNode, TokenReview,
+};
 pub use eks::EksTiming;
 pub use fakecloud::{
     ACCESS_KEY_ID, ACCOUNT_ID, Control, DEFAULT_REGION, FakeCloud, GroupSeed, ImageFixture,

@@ -184,10 +184,13 @@ fn hint(code: u16) -> &'static str {
     match code {
         401 => {
             " (the API server rejected the EKS token: give the function's role an EKS access entry \
-             with Kubernetes group `nodecycle`, and check that the token is signed for this cluster \
-             and region)"
+             with its Kubernetes group, `nodecycle-rotator`, `nodecycle-interruption` or \
+             `nodecycle-ops`, and check that the token is signed for this cluster and region)"
         }
-        403 => " (RBAC: bind group `nodecycle` to the ClusterRole in deploy/rbac.yaml)",
+        403 => {
+            " (RBAC: apply deploy/rbac.yaml, which binds each function's group \
+             (`nodecycle-rotator`, `nodecycle-interruption`, `nodecycle-ops`) to its ClusterRole)"
+        }
         _ => "",
     }
 }
