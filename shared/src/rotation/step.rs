@@ -5,6 +5,10 @@
 //! next pass recomputes everything from what it then observes).
 //!
 //! Per rotation, by step:
+//! - `Pending` or `Surging` of a `Drifted` rotation whose instance runs the desired AMI again
+//!   (the desired AMI changed back before the node was cordoned) → `Finish` as no longer
+//!   needed (recorded `Cancelled`), its surge given back: a change of course leaves the group at
+//!   its own size.
 //! - `Pending`: the instance left the group → [`Command::Finish`]; room under the group's
 //!   `MaxSize` (or the policy allows raising it) → [`Command::Surge`] (record the surge, then
 //!   +1 on a fresh read); else [`Command::Cordon`] (replace without surge: drain first, the
@@ -105,6 +109,9 @@ pub enum FinishReason {
     InstanceLeft,
     /// Its terminate was recorded as under way and the instance is now leaving.
     Terminated,
+    /// The desired AMI changed back to the one the instance runs before its node was
+    /// cordoned: the rotation is no longer needed (recorded `Cancelled`), its surge given back.
+    NoLongerNeeded,
 }
 
 /// Why a rotation failed.
@@ -767,6 +774,20 @@ fn step_one(
             image: image.to_string(),
             uncordon: matches!(r.step, Step::Cordoned | Step::Draining) && member.is_some(),
             undo: undo_on_end(ctx, r, r.replacement.as_deref()),
+        });
+    }
+    // A change of course: the desired AMI is again the one the instance runs, and its node
+    // is not cordoned yet. The rotation ends here and gives its surge back (the unit launched
+    // for the previous desired AMI), so the group returns to its own size.
+    if !leaving
+        && r.reason == super::RotationReason::Drifted
+        && matches!(r.step, Step::Pending | Step::Surging)
+        && let (Some(m), Some(desired)) = (member, ctx.view.desired_ami)
+        && m.image_id.as_deref() == Some(desired)
+    {
+        return Some(Command::Finish {
+            why: FinishReason::NoLongerNeeded,
+            undo: undo_on_end(ctx, r, None),
         });
     }
     Some(match r.step {

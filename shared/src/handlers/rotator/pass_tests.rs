@@ -990,7 +990,6 @@ async fn a_managed_node_group_moves_to_a_new_template_version_by_one_update() {
 /// group ends at its own size, every instance on OLD, no rotation in flight, no surge held or
 /// owed (issue 43, part 5: 4 nodes ended at 8).
 #[tokio::test]
-#[ignore = "issue 43 part 5: reproduces the surges a change of course leaves (the pool settles at 6, not 4); un-ignored with the fix"]
 async fn a_desired_ami_changing_back_and_forth_mid_rollout_leaves_no_surge() {
     let mut p = Pool::new(4, 2, None).await;
     let flip = |p: &mut Pool, image: &str| {

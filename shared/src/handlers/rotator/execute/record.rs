@@ -31,12 +31,18 @@ impl RotatorHandler {
         if r.step == Step::Terminating {
             self.delete_node(ctx, r).await;
         }
-        let done = r.enter(Step::Done, ctx.clock.now());
+        let now = ctx.clock.now();
         let done = match why {
-            FinishReason::Terminated => done.with_release(UnitRelease::Given),
-            FinishReason::InstanceLeft => done,
+            FinishReason::Terminated => r.enter(Step::Done, now).with_release(UnitRelease::Given),
+            FinishReason::InstanceLeft => r.enter(Step::Done, now),
+            FinishReason::NoLongerNeeded => Rotation {
+                error: Some(
+                    "no longer needed: the desired AMI is again the one this instance runs".into(),
+                ),
+                ..r.enter(Step::Cancelled, now)
+            },
         };
-        log_move(r, command, Step::Done, "finished");
+        log_move(r, command, done.step, "finished");
         self.end(&v, done, undo, async { Ok(()) }).await
     }
 
