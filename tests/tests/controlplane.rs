@@ -672,6 +672,12 @@ async fn without_the_eviction_rule_the_rotator_cannot_drain() {
         lines.iter().any(|l| l.contains(&refused)),
         "the progress shows RBAC's refusal ({refused}): {lines:#?}"
     );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&refused) && l.contains("apply deploy/rbac.yaml")),
+        "the refusal says what to fix: {lines:#?}"
+    );
 
     // The API server refused each eviction with 403; the cordon went through.
     let audit = cp.audit();

@@ -505,7 +505,10 @@ pub async fn drain_step<A: NodeOps + ?Sized>(
                 tracing::warn!(node = %node.name, pod = %pod, code, %message, "eviction rejected");
                 progress.failed.push(PodFailure {
                     pod: pod.clone(),
-                    message: format!("eviction of {pod} failed with HTTP {code}: {message}"),
+                    message: format!(
+                        "eviction of {pod} failed with HTTP {code}: {message}{}",
+                        super::node_ops::hint(code)
+                    ),
                 });
             }
         }

@@ -180,7 +180,9 @@ pub enum KubeError {
     Aws(String),
 }
 
-fn hint(code: u16) -> &'static str {
+/// What to fix for an API error with `code` (401: the access entry; 403: RBAC), appended to its
+/// message; empty for other codes.
+pub(super) fn hint(code: u16) -> &'static str {
     match code {
         401 => {
             " (the API server rejected the EKS token: give the function's role an EKS access entry \
