@@ -95,11 +95,8 @@ pub async fn ssm() -> Result<Ssm, u8> {
 /// An AWS failure as one sentence saying what to check (no SDK debug text).
 pub fn aws_error(e: &PortError) -> String {
     let lower = e.message.to_ascii_lowercase();
-    if lower.contains("credential") {
-        format!(
-            "{} failed: no usable AWS credentials; set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
-            e.operation
-        )
+    if let Some(hint) = nodecycle::port::credentials_hint(&e.message) {
+        format!("{} failed: {hint}", e.operation)
     } else if lower.contains("dispatch failure")
         || lower.contains("timeout")
         || lower.contains("io error")
