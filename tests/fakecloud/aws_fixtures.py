@@ -391,6 +391,36 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             ids.append(state.instance.id)
         return {"instances": sorted(ids)}
 
+    @op("group_instances")
+    def group_instances(args):
+        """The instances of Auto Scaling group `group` as a kubelet would see its own
+        machine: {"instances": [{id, zone, instanceType, imageId, privateIp, lifecycleState,
+        state}]} sorted by id, every instance the group holds whatever its lifecycle state
+        (the caller picks InService ones). For harnesses that make nodes follow a group (the
+        real control plane's KWOK nodes, tests/src/controlplane.rs)."""
+        from moto.autoscaling.models import autoscaling_backends
+
+        groups = autoscaling_backends[_account(args)][_region(args)].autoscaling_groups
+        group = groups.get(args.get("group"))
+        if group is None:
+            raise ControlError(f"no Auto Scaling group {args.get('group')!r}")
+        out = []
+        for s in group.instance_states:
+            inst = s.instance
+            zone = inst.placement.zone if hasattr(inst.placement, "zone") else str(inst.placement)
+            out.append(
+                {
+                    "id": inst.id,
+                    "zone": zone,
+                    "instanceType": inst.instance_type,
+                    "imageId": inst.image_id,
+                    "privateIp": getattr(inst, "private_ip", None),
+                    "lifecycleState": s.lifecycle_state,
+                    "state": inst.state,
+                }
+            )
+        return {"instances": sorted(out, key=lambda i: i["id"])}
+
     @op("delete_parameter")
     def delete_parameter(args):
         name = args["name"]
