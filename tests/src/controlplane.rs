@@ -82,6 +82,8 @@ pub struct KwokNode {
     pub instance_type: String,
     /// Further labels (e.g. `eks.amazonaws.com/nodegroup`).
     pub labels: Vec<(String, String)>,
+    /// Annotations (e.g. [`IMAGE_ANNOTATION`]).
+    pub annotations: Vec<(String, String)>,
 }
 
 impl KwokNode {
@@ -100,6 +102,7 @@ impl KwokNode {
             zone: zone.to_string(),
             instance_type: "m6i.large".to_string(),
             labels: Vec::new(),
+            annotations: Vec::new(),
         }
     }
 
@@ -124,6 +127,10 @@ impl KwokNode {
         for (k, v) in &self.labels {
             labels[k] = json!(v);
         }
+        let mut annotations = json!({ "kwok.x-k8s.io/node": "fake" });
+        for (k, v) in &self.annotations {
+            annotations[k] = json!(v);
+        }
         let resources = json!({ "cpu": "4", "memory": "16Gi", "pods": "110" });
         json!({
             "apiVersion": "v1",
@@ -131,12 +138,28 @@ impl KwokNode {
             "metadata": {
                 "name": self.name,
                 "labels": labels,
-                "annotations": { "kwok.x-k8s.io/node": "fake" },
+                "annotations": annotations,
             },
             "spec": { "providerID": self.provider_id() },
             "status": { "capacity": resources, "allocatable": resources },
         })
     }
+}
+
+/// Annotation of a node [`ControlPlane::sync_group`] made: the AMI its instance runs (the
+/// stand-in, tests/fakecloud/kube.py, sets the same).
+pub const IMAGE_ANNOTATION: &str = "fakecloud/image-id";
+
+/// Annotation of a node [`ControlPlane::sync_group`] made: the Auto Scaling group it follows.
+pub const GROUP_ANNOTATION: &str = "fakecloud/asg";
+
+/// What one [`ControlPlane::sync_group`] changed, by node name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeSync {
+    /// Nodes created for instances that entered service (Ready when the call returned).
+    pub added: Vec<String>,
+    /// Nodes deleted because their instance left service (or already gone).
+    pub removed: Vec<String>,
 }
 
 /// One request of the API server's audit log ([`ControlPlane::audit`]).
@@ -158,8 +181,10 @@ pub struct AuditEvent {
     pub code: u16,
 }
 
-/// What the API server audits: writes of every kind, at metadata level; reads and Lease
-/// renewals are left out (they are most of the traffic and no test asserts on them).
+/// What the API server audits: writes of every kind, at metadata level, and the writes of
+/// PodDisruptionBudget statuses with the objects written ([`ControlPlane::pdb_statuses`]);
+/// reads and Lease renewals are left out (they are most of the traffic and no test asserts on
+/// them).
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
@@ -170,6 +195,10 @@ rules:
   resources:
   - group: coordination.k8s.io
     resources: [leases]
+- level: RequestResponse
+  resources:
+  - group: policy
+    resources: [poddisruptionbudgets/status]
 - level: Metadata
 ";
 
@@ -426,6 +455,101 @@ impl ControlPlane {
         });
     }
 
+    /// Brings the KWOK nodes in line with Auto Scaling group `group` of `cloud` as it is now,
+    /// as EKS does for a self-managed group: a node joins when the fake cloud launches an
+    /// instance and leaves when the instance leaves service. Level-based, not a watch: call it
+    /// after anything that may launch or terminate instances (e.g. between rotator passes);
+    /// what happened in between is seen only as the state it left.
+    ///
+    /// - Every instance of the group that is `InService` and that EC2 runs (`pending` or
+    ///   `running`) and has no node gets one, as its kubelet would register it: named after
+    ///   its private DNS name (`ip-10-0-1-10.us-east-2.compute.internal`), providerID
+    ///   `aws:///<zone>/<instance>`, labels `kubernetes.io/hostname`,
+    ///   `topology.kubernetes.io/zone` and `region`, `node.kubernetes.io/instance-type` (the
+    ///   instance's), and the annotations [`IMAGE_ANNOTATION`] (its AMI, as the stand-in sets
+    ///   it) and [`GROUP_ANNOTATION`] (`group`). The call returns once each such node is Ready
+    ///   and untainted ([`Self::wait_node_ready`]), so the scheduler can use it.
+    /// - Every node annotated with `group` whose instance is no longer `InService` in it
+    ///   (terminating, terminated, detached) is deleted, as the cloud node-lifecycle
+    ///   controller deletes the node of a terminated instance; a node someone else (e.g.
+    ///   nodecycle) deleted first is simply gone.
+    ///
+    /// Nodes without the annotation (e.g. made with [`Self::add_node`]) are left alone.
+    /// Panics when the group does not exist or the API server refuses a change.
+    pub fn sync_group(&self, cloud: &crate::FakeCloud, group: &str) -> NodeSync {
+        let instances = cloud.control("group_instances", json!({ "group": group }))["instances"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let in_service: Vec<&Value> = instances
+            .iter()
+            .filter(|i| {
+                i["lifecycleState"] == "InService"
+                    && (i["state"] == "pending" || i["state"] == "running")
+            })
+            .collect();
+        let admin = self.admin();
+        let listed = admin.get("/api/v1/nodes");
+        assert_eq!(listed.status, 200, "listing nodes: {}", listed.raw);
+        // The nodes following `group`: instance id -> node name.
+        let following: Vec<(String, String)> = listed.body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| n["metadata"]["annotations"][GROUP_ANNOTATION] == group)
+            .map(|n| {
+                let provider = n["spec"]["providerID"].as_str().unwrap_or_default();
+                (
+                    provider.rsplit('/').next().unwrap_or_default().to_string(),
+                    n["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect();
+        let mut sync = NodeSync::default();
+        for (instance, name) in &following {
+            if in_service.iter().any(|i| i["id"] == instance.as_str()) {
+                continue;
+            }
+            let r = admin.delete(&format!("/api/v1/nodes/{name}"), None);
+            assert!(
+                r.status == 200 || r.status == 404,
+                "deleting node {name}: {}",
+                r.raw
+            );
+            sync.removed.push(name.clone());
+        }
+        for instance in in_service {
+            let id = instance["id"].as_str().unwrap_or_default();
+            if following.iter().any(|(i, _)| i == id) {
+                continue;
+            }
+            let s = |k: &str| instance[k].as_str().unwrap_or_default().to_string();
+            let zone = s("zone");
+            let mut node = KwokNode::new(id, &zone);
+            if let Some(ip) = instance["privateIp"].as_str() {
+                node.name = format!(
+                    "ip-{}.{}.compute.internal",
+                    ip.replace('.', "-"),
+                    &zone[..zone.len() - 1]
+                );
+            }
+            node.instance_type = s("instanceType");
+            node.annotations = vec![
+                (IMAGE_ANNOTATION.to_string(), s("imageId")),
+                (GROUP_ANNOTATION.to_string(), group.to_string()),
+            ];
+            self.add_node(&node);
+            sync.added.push(node.name);
+        }
+        for name in &sync.added {
+            self.wait_node_ready(name);
+        }
+        sync
+    }
+
     /// The tokens the authentication webhook was asked about, with its answer, oldest first
     /// (the API server caches an answer for a while, so a token is reviewed once per period).
     pub fn token_reviews(&self) -> Vec<TokenReview> {
@@ -525,6 +649,28 @@ impl ControlPlane {
                         .unwrap_or(0),
                 }
             })
+            .collect()
+    }
+
+    /// Every status of PodDisruptionBudget `namespace/name` written through the API so far,
+    /// oldest first, as the API server stored it (the audit log's response to each successful
+    /// write of `poddisruptionbudgets/status`): every status the disruption controller
+    /// computed, not a sample. (The eviction subresource's own decrement of
+    /// `disruptionsAllowed` is written inside the API server and is not among them.)
+    pub fn pdb_statuses(&self, namespace: &str, name: &str) -> Vec<Value> {
+        let log = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| {
+                let o = &e["objectRef"];
+                e["stage"] == "ResponseComplete"
+                    && o["resource"] == "poddisruptionbudgets"
+                    && o["subresource"] == "status"
+                    && o["namespace"] == namespace
+                    && o["name"] == name
+                    && e["responseStatus"]["code"] == 200
+            })
+            .map(|e| e["responseObject"]["status"].clone())
             .collect()
     }
 

@@ -32,7 +32,8 @@ pub use autoscaler::{
     CaAction, CapacityChange, ClusterAutoscaler, ScalingRecords, Termination, WorkloadsStep,
 };
 pub use controlplane::{
-    AccessEntry, AuditEvent, ControlPlane, ENV_BIN as CONTROLPLANE_BIN_ENV, KwokNode, TokenReview,
+    AccessEntry, AuditEvent, ControlPlane, ENV_BIN as CONTROLPLANE_BIN_ENV, GROUP_ANNOTATION,
+    IMAGE_ANNOTATION, KwokNode, NodeSync, TokenReview,
 };
 pub use eks::EksTiming;
 pub use fakecloud::{
