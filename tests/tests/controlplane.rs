@@ -15,8 +15,11 @@ use std::time::Duration;
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
+use nodecycle::handlers::Invocation;
 use nodecycle::kube::{KubeOverrides, drain_command};
-use nodecycle_tests::{AccessEntry, ControlPlane, FakeCloud, KubeClient, KwokNode};
+use nodecycle_tests::{AccessEntry, ControlPlane, FakeCloud, ImageFixture, KubeClient, KwokNode};
+
+use crate::support::Adapters;
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
@@ -859,4 +862,352 @@ async fn wrong_credentials_fail_the_drain_with_a_clear_error() {
 
     let n = cp.admin().get(&format!("/api/v1/nodes/{}", node.name)).body;
     assert!(n["spec"]["unschedulable"].is_null(), "not cordoned: {n}");
+}
+
+/// The self-managed group of the rollout tests and its pool's policy parameter.
+const GROUP: &str = "prod-general";
+
+/// Bound on the rotator passes of a rollout: a hang guard (the rollout of 6 nodes two at a
+/// time takes about a dozen passes here), not a performance assertion.
+const MAX_PASSES: i64 = 40;
+
+/// The number of pods of `app` Ready and not being deleted; None when the API server does not
+/// answer (e.g. the control plane is gone because the test failed).
+fn ready_pods(client: &KubeClient, app: &str) -> Option<usize> {
+    let path = format!("/api/v1/namespaces/{NS}/pods?labelSelector=app%3D{app}");
+    let r = client.try_request("GET", &path, None, None).ok()?;
+    let pods = r.body["items"].as_array()?;
+    Some(
+        pods.iter()
+            .filter(|p| {
+                p["metadata"]["deletionTimestamp"].is_null()
+                    && p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .count(),
+    )
+}
+
+/// Counts [`ready_pods`] of `app` over and over in a thread (a sample every few hundred ms on
+/// 2 busy cores) until the returned flag is set or the API server stops answering; the
+/// thread's result is every count.
+fn sample_ready_pods(
+    client: &KubeClient,
+    app: &'static str,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<Vec<usize>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (stop, client) = (stop.clone(), client.clone());
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let Some(ready) = ready_pods(&client, app) else {
+                    break;
+                };
+                seen.push(ready);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            seen
+        })
+    };
+    (stop, sampler)
+}
+
+/// Whether a PDB status (as [`ControlPlane::pdb_statuses`] gives it) counts at least
+/// `desiredHealthy` healthy pods, `desiredHealthy` being `desired`.
+fn within_budget(status: &Value, desired: i64) -> bool {
+    status["desiredHealthy"] == desired
+        && status["currentHealthy"]
+            .as_i64()
+            .is_some_and(|healthy| healthy >= desired)
+}
+
+/// A 6-node self-managed pool on the real control plane, ready for a rollout: the group
+/// [`GROUP`] of 6 instances of `golden-1` (max 10) whose KWOK nodes follow it
+/// ([`ControlPlane::sync_group`]), `golden-2` published, the pool's policy (images `golden-*`
+/// of the account, budget 2 nodes, no `terminationGracePeriod`: a drain blocked by a PDB
+/// waits, it is never forced), and the real ami-watcher and rotator handlers over the fake
+/// cloud, the rotator reaching the API server with the rotator role's own EKS token (endpoint
+/// and CA as overrides, as `NODECYCLE_KUBE_*` give them).
+struct RealPool {
+    cloud: FakeCloud,
+    cp: ControlPlane,
+    rotator: Function,
+    adapters: Adapters,
+    table: Arc<nodecycle::aws::dynamodb::Table>,
+    watcher: nodecycle::handlers::ami_watcher::AmiWatcher,
+    handler: nodecycle::handlers::rotator::RotatorHandler,
+    old: String,
+    new: String,
+}
+
+async fn real_pool() -> RealPool {
+    let (cloud, cp, rotator) = cluster_with_rotator().await;
+    cloud.create_cluster(CLUSTER, "1.36");
+    let old = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let new = cloud.register_image(
+        ImageFixture::new("golden-2")
+            .owner("self")
+            .created("2024-06-01T00:00:00Z"),
+    );
+    let adapters = Adapters::new(&cloud).await;
+    adapters
+        .create_group(GROUP, &old, "m5.large", 6, 10, None)
+        .await;
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ autoScalingGroup: {GROUP} }}\n\
+             architecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\n\
+             disruption:\n  budgets:\n    - nodes: \"2\"\n"
+        ),
+    );
+    let table = adapters.table("nodecycle").await;
+    let policies = adapters.policies();
+    let watcher = adapters.watcher(policies.clone(), table.clone());
+    let mut handler = adapters.rotator(&cloud, policies, table.clone()).await;
+    handler.ports.kube = Arc::new(
+        nodecycle::kube::EksConnector::new(rotator.sdk.clone()).with_overrides(KubeOverrides {
+            endpoint: Some(cp.endpoint.clone()),
+            ca_file: Some(cp.ca_file.clone()),
+            insecure: false,
+        }),
+    );
+    let joined = cp.sync_group(&cloud, GROUP);
+    assert_eq!(joined.added.len(), 6, "{joined:?}");
+    RealPool {
+        cloud,
+        cp,
+        rotator,
+        adapters,
+        table,
+        watcher,
+        handler,
+        old,
+        new,
+    }
+}
+
+impl RealPool {
+    /// One rotator pass at `now` (a deadline two minutes away, as the Lambda's), then the
+    /// nodes brought in line with the group.
+    async fn pass(&self, now: chrono::DateTime<chrono::Utc>) -> Value {
+        let report = self
+            .handler
+            .handle(
+                &json!({}),
+                Invocation::at(now, std::time::Instant::now() + Duration::from_secs(120)),
+            )
+            .await
+            .unwrap();
+        self.cp.sync_group(&self.cloud, GROUP);
+        report
+    }
+
+    async fn rotations(&self) -> Vec<nodecycle::rotation::Rotation> {
+        crate::support::rotations_of(&self.table, "prod/general").await
+    }
+
+    /// The nodes: (name, instance of its providerID, AMI annotation, cordoned or tainted by
+    /// nodecycle).
+    fn nodes(&self) -> Vec<(String, String, String, bool)> {
+        let r = self.cp.admin().get("/api/v1/nodes");
+        assert_eq!(r.status, 200, "{}", r.raw);
+        r.body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                let marked = n["spec"]["unschedulable"] == true
+                    || n["spec"]["taints"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|t| t["key"] == nodecycle::kube::DISRUPTED_TAINT_KEY);
+                (
+                    s(&n["metadata"]["name"]),
+                    s(&n["spec"]["providerID"])
+                        .rsplit('/')
+                        .next()
+                        .unwrap()
+                        .to_string(),
+                    s(&n["metadata"]["annotations"][nodecycle_tests::IMAGE_ANNOTATION]),
+                    marked,
+                )
+            })
+            .collect()
+    }
+}
+
+/// The rollout of a 6-node self-managed group to a new AMI with a budget of 2 nodes, on the
+/// real control plane, driven by the real rotator pass as the stand-in rollout
+/// (`rotation::a_new_ami_rolls_through_the_pool_within_budget`) drives it: a Deployment of 12
+/// pods spread by the scheduler over the nodes, under a PDB with `maxUnavailable: 1`. The
+/// nodes follow the group (a node joins when a replacement is launched and leaves when its
+/// instance is terminated). At every pass, every PDB status the disruption controller wrote
+/// since the last pass (from the audit log: all of them, not a sample) counts at least
+/// `desiredHealthy` (11) healthy pods, and at most 2 rotations are in flight; the pods, listed
+/// over and over in between, never show more than one pod not Ready. At the end, within
+/// [`MAX_PASSES`]: every instance runs the new AMI, the group is back at 6 instances and
+/// desired capacity, every rotation is Done with a replacement, the 6 nodes are those of the
+/// instances, none cordoned or tainted by nodecycle, the 12 pods run Ready on them, and
+/// nodecycle moved every pod by eviction, deleting none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_ami_rolls_through_six_nodes_within_budget_and_pdb() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 12);
+    let before =
+        p.cp.wait_for("12 web pods Ready, 2 a node, the PDB computed", |_| {
+            let pods = web_pods(&admin);
+            let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+            for pod in &pods {
+                *per_node.entry(pod.1.as_str()).or_default() += 1;
+            }
+            (pods.len() == 12
+                && pods.iter().all(|p| p.3)
+                && per_node.len() == 6
+                && pdb_settled(&admin, "web", Some(1))
+                && pdb(&admin, "web")["status"]["currentHealthy"] == 12)
+                .then_some(pods)
+        });
+
+    let t0 = chrono::Utc::now();
+    let report = p.watcher.handle(&json!({}), t0).await.unwrap();
+    assert_eq!(report["pools"][0]["desired"], p.new.as_str(), "{report}");
+
+    // From here on, every PDB status the disruption controller writes must keep 11 healthy.
+    let before_rollout = p.cp.pdb_statuses(NS, "web").len();
+    let mut statuses_checked = before_rollout;
+    let (stop, sampler) = sample_ready_pods(&admin, "web");
+    let mut max_in_flight = 0;
+    let mut passes = 0;
+    for pass in 0..MAX_PASSES {
+        passes = pass + 1;
+        let report = p.pass(t0 + chrono::Duration::minutes(pass)).await;
+        let statuses = p.cp.pdb_statuses(NS, "web");
+        let written = &statuses[statuses_checked..];
+        assert!(
+            written.iter().all(|s| within_budget(s, 11)),
+            "pass {passes}: the disruption controller reported fewer than 11 healthy web pods: \
+             {written:#?}\n{report}"
+        );
+        statuses_checked = statuses.len();
+        let rotations = p.rotations().await;
+        let in_flight = rotations.iter().filter(|r| r.in_flight()).count();
+        max_in_flight = max_in_flight.max(in_flight);
+        assert!(
+            in_flight <= 2,
+            "pass {passes}: budget 2 exceeded: {rotations:?}"
+        );
+        let images = p.adapters.group_images(GROUP).await;
+        if in_flight == 0 && images.len() == 6 && images.iter().all(|i| *i == p.new) {
+            break;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let ready = sampler.join().expect("Ready pods sampler");
+    let statuses = p.cp.pdb_statuses(NS, "web");
+    let during = &statuses[before_rollout..];
+    eprintln!(
+        "rollout: {passes} passes; {} PDB statuses written, fewest healthy {:?}; {} samples of \
+         Ready pods, fewest {:?}",
+        during.len(),
+        during
+            .iter()
+            .filter_map(|s| s["currentHealthy"].as_i64())
+            .min(),
+        ready.len(),
+        ready.iter().min()
+    );
+    assert!(
+        ready.len() > 5 && ready.iter().all(|n| *n >= 11),
+        "more than one web pod was not Ready at once: {ready:?}"
+    );
+    assert_eq!(max_in_flight, 2, "the budget was used");
+
+    // Every instance on the new AMI, the group at its size, every rotation done.
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(instances.len(), 6, "group back at its size: {instances:?}");
+    assert!(
+        instances.iter().all(|(_, image)| *image == p.new),
+        "every instance on the new AMI (old {}): {instances:?}",
+        p.old
+    );
+    let desired = p
+        .adapters
+        .clients
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(GROUP)
+        .send()
+        .await
+        .unwrap()
+        .auto_scaling_groups()[0]
+        .desired_capacity();
+    assert_eq!(desired, Some(6));
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 6, "{rotations:?}");
+    assert!(
+        rotations
+            .iter()
+            .all(|r| r.step == nodecycle::rotation::Step::Done && r.replacement.is_some()),
+        "{rotations:?}"
+    );
+
+    // The nodes are the group's instances, on the new AMI, none left cordoned.
+    let nodes = p.nodes();
+    let mut node_instances: Vec<&str> = nodes.iter().map(|n| n.1.as_str()).collect();
+    node_instances.sort_unstable();
+    let group_instances: Vec<&str> = instances.iter().map(|i| i.0.as_str()).collect();
+    assert_eq!(node_instances, group_instances, "{nodes:?}");
+    assert!(
+        nodes.iter().all(|n| n.2 == p.new && !n.3),
+        "every node on the new AMI, none cordoned or tainted: {nodes:?}"
+    );
+
+    // The pods run on the new nodes; nodecycle evicted every one it moved and deleted none.
+    let after = p.cp.wait_for("12 web pods Ready on the new nodes", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12
+            && pods
+                .iter()
+                .all(|pod| pod.3 && nodes.iter().any(|n| n.0 == pod.1)))
+        .then_some(pods)
+    });
+    let audit = p.cp.audit();
+    let by_nodecycle: Vec<_> = audit
+        .iter()
+        .filter(|e| e.user == p.rotator.user && e.resource == "pods")
+        .collect();
+    for (name, ..) in &before {
+        assert!(
+            by_nodecycle
+                .iter()
+                .any(|e| e.subresource == "eviction" && e.name == *name && e.code == 201),
+            "{name} was evicted: {by_nodecycle:#?}"
+        );
+        assert!(!after.iter().any(|a| a.0 == *name), "{name} was replaced");
+    }
+    assert!(
+        !by_nodecycle
+            .iter()
+            .any(|e| e.verb == "delete" && e.subresource.is_empty()),
+        "nodecycle deleted no pod: {by_nodecycle:#?}"
+    );
+    let mut answers: BTreeMap<u16, usize> = BTreeMap::new();
+    for e in by_nodecycle.iter().filter(|e| e.subresource == "eviction") {
+        *answers.entry(e.code).or_default() += 1;
+    }
+    eprintln!("eviction answers by HTTP status: {answers:?}");
 }
