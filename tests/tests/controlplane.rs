@@ -868,7 +868,7 @@ async fn wrong_credentials_fail_the_drain_with_a_clear_error() {
 const GROUP: &str = "prod-general";
 
 /// Bound on the rotator passes of a rollout: a hang guard (the rollout of 6 nodes two at a
-/// time takes about a dozen passes here), not a performance assertion.
+/// time takes 19-21 passes here), not a performance assertion.
 const MAX_PASSES: i64 = 40;
 
 /// The number of pods of `app` Ready and not being deleted; None when the API server does not
