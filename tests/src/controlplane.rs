@@ -56,6 +56,8 @@ pub struct ControlPlane {
     dir: PathBuf,
     processes: Mutex<Vec<(&'static str, Child)>>,
     webhook: Webhook,
+    /// The thread creating KWOK's default stages, until joined ([`ControlPlane::default_stages`]).
+    default_stages: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -204,8 +206,10 @@ rules:
 
 impl ControlPlane {
     /// Starts a control plane and waits until it works: the API server answers `/readyz` and
-    /// the controller manager has created the `default` ServiceAccount. Panics (with the
-    /// processes' logs) when a binary is missing, a process exits, or [`START_TIMEOUT`] passes.
+    /// the controller manager has created the `default` ServiceAccount. KWOK's default stages
+    /// (tests/controlplane/kwok-stages.yaml) are created as Stage objects meanwhile, and
+    /// [`Self::add_node`] waits for them. Panics (with the processes' logs) when a binary is
+    /// missing, a process exits, or [`START_TIMEOUT`] passes.
     pub fn start() -> ControlPlane {
         let bin = bin_dir();
         let started = Instant::now();
@@ -231,6 +235,8 @@ impl ControlPlane {
                 .dir
                 .join(format!("{}.kubeconfig", user.replace(':', "-"))))
         };
+        plane.install_stage_crd();
+        let stages = plane.install_default_stages();
         let controllers = [
             "disruption-controller",
             "replicaset-controller",
@@ -274,10 +280,8 @@ impl ControlPlane {
             "kwok",
             &[
                 format!("--kubeconfig={kwok}"),
-                format!(
-                    "--config={}",
-                    s(&crate::repo_path("tests/controlplane/kwok-stages.yaml"))
-                ),
+                // Stages are Stage objects (KWOK's CRD), so tests can add some while it runs.
+                "--enable-crds=Stage".into(),
                 "--manage-all-nodes=true".into(),
                 "--node-lease-duration-seconds=40".into(),
                 "--cidr=10.244.0.0/16".into(),
@@ -294,6 +298,7 @@ impl ControlPlane {
                     .then_some(())
             },
         );
+        *plane.default_stages_lock() = Some(stages);
         eprintln!(
             "control plane {} ready in {:.1} s ({})",
             plane.endpoint,
@@ -359,6 +364,7 @@ impl ControlPlane {
             dir: dir.clone(),
             processes: Mutex::new(Vec::new()),
             webhook,
+            default_stages: Mutex::new(None),
         };
         let s = |p: &Path| p.display().to_string();
         plane.spawn(
@@ -427,6 +433,7 @@ impl ControlPlane {
 
     /// Creates `node` (KWOK then makes it Ready). Panics unless the API server created it.
     pub fn add_node(&self, node: &KwokNode) -> Value {
+        self.default_stages();
         let r = self.admin().post("/api/v1/nodes", &node.to_json());
         assert_eq!(r.status, 201, "creating node {}: {}", node.name, r.raw);
         r.body
@@ -435,6 +442,7 @@ impl ControlPlane {
     /// Waits until `node` reports Ready (KWOK's node stages ran) and the node lifecycle
     /// controller has lifted its `not-ready` taint, so pods can be scheduled onto it.
     pub fn wait_node_ready(&self, name: &str) {
+        self.default_stages();
         self.wait_for(&format!("node {name} Ready and untainted"), |p| {
             let node = p.admin().get(&format!("/api/v1/nodes/{name}")).body;
             let ready = node["status"]["conditions"]
@@ -1064,6 +1072,90 @@ impl ControlPlane {
     pub fn remove_access_entry(&self, principal_arn: &str) {
         let mut config = self.webhook.config.lock().expect("webhook config lock");
         config.entries.retain(|e| e.principal_arn != principal_arn);
+    }
+}
+
+/// The name of KWOK's Stage CRD (`kwok.x-k8s.io/v1alpha1`, cluster-scoped).
+const STAGE_CRD: &str = "stages.kwok.x-k8s.io";
+
+impl ControlPlane {
+    /// Installs KWOK's Stage CRD (a schema-less definition of `kwok.x-k8s.io/v1alpha1`
+    /// `Stage`, written here), before KWOK starts with `--enable-crds=Stage`: KWOK then
+    /// follows the Stage objects as they are created, replaced or deleted.
+    fn install_stage_crd(&self) {
+        self.apply(&json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": { "name": STAGE_CRD },
+            "spec": {
+                "group": "kwok.x-k8s.io",
+                "scope": "Cluster",
+                "names": {
+                    "plural": "stages",
+                    "singular": "stage",
+                    "kind": "Stage",
+                    "listKind": "StageList",
+                },
+                "versions": [{
+                    "name": "v1alpha1",
+                    "served": true,
+                    "storage": true,
+                    "subresources": { "status": {} },
+                    "schema": { "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true,
+                    } },
+                }],
+            },
+        }));
+        self.wait_for("the Stage CRD to be served", |p| {
+            (p.admin().get("/apis/kwok.x-k8s.io/v1alpha1/stages").status == 200).then_some(())
+        });
+    }
+
+    /// Creates the default stages of tests/controlplane/kwok-stages.yaml as Stage objects, in
+    /// a thread: the API server holds the first write of a new CRD's objects for 2 s (on
+    /// purpose, for HA API servers), which the test's own setup then hides. Whatever adds a
+    /// node or a stage first waits for it ([`Self::default_stages`]).
+    fn install_default_stages(&self) -> std::thread::JoinHandle<()> {
+        let admin = self.admin();
+        std::thread::spawn(move || {
+            let path = crate::repo_path("tests/controlplane/kwok-stages.yaml");
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            for document in serde_norway::Deserializer::from_str(&text) {
+                let stage: Value = serde::Deserialize::deserialize(document)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                if stage.is_null() {
+                    continue;
+                }
+                let r = admin.post("/apis/kwok.x-k8s.io/v1alpha1/stages", &stage);
+                assert_eq!(
+                    r.status, 201,
+                    "creating stage {}: {}",
+                    stage["metadata"]["name"], r.raw
+                );
+            }
+        })
+    }
+
+    /// Waits until KWOK's default stages exist (the thread of [`Self::install_default_stages`]
+    /// ended); panics, with the logs, when creating them failed.
+    fn default_stages(&self) {
+        let handle = self.default_stages_lock().take();
+        if let Some(handle) = handle
+            && handle.join().is_err()
+        {
+            panic!("creating KWOK's default stages failed\n{}", self.logs());
+        }
+    }
+
+    fn default_stages_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<std::thread::JoinHandle<()>>> {
+        self.default_stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
