@@ -56,6 +56,9 @@ pub struct ControlPlane {
     dir: PathBuf,
     processes: Mutex<Vec<(&'static str, Child)>>,
     webhook: Webhook,
+    /// AMIs whose nodes' pods fail to create their containers
+    /// ([`ControlPlane::fail_containers_on_image`]).
+    failing_images: Mutex<Vec<String>>,
     /// The thread creating KWOK's default stages, until joined ([`ControlPlane::default_stages`]).
     default_stages: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -208,8 +211,10 @@ impl ControlPlane {
     /// Starts a control plane and waits until it works: the API server answers `/readyz` and
     /// the controller manager has created the `default` ServiceAccount. KWOK's default stages
     /// (tests/controlplane/kwok-stages.yaml) are created as Stage objects meanwhile, and
-    /// [`Self::add_node`] waits for them. Panics (with the processes' logs) when a binary is
-    /// missing, a process exits, or [`START_TIMEOUT`] passes.
+    /// [`Self::add_node`] waits for them (tests add their own with
+    /// [`Self::stall_nodes_of_image`] and [`Self::fail_containers_on_image`]). Panics (with
+    /// the processes' logs) when a binary is missing, a process exits, or [`START_TIMEOUT`]
+    /// passes.
     pub fn start() -> ControlPlane {
         let bin = bin_dir();
         let started = Instant::now();
@@ -364,6 +369,7 @@ impl ControlPlane {
             dir: dir.clone(),
             processes: Mutex::new(Vec::new()),
             webhook,
+            failing_images: Mutex::new(Vec::new()),
             default_stages: Mutex::new(None),
         };
         let s = |p: &Path| p.display().to_string();
@@ -432,8 +438,15 @@ impl ControlPlane {
     }
 
     /// Creates `node` (KWOK then makes it Ready). Panics unless the API server created it.
+    /// A node whose [`IMAGE_ANNOTATION`] is an AMI given to [`Self::fail_containers_on_image`]
+    /// is added to that stage's nodes before it exists, so no pod starts on it.
     pub fn add_node(&self, node: &KwokNode) -> Value {
         self.default_stages();
+        if let Some((_, ami)) = node.annotations.iter().find(|(k, _)| k == IMAGE_ANNOTATION)
+            && self.failing_images().iter().any(|a| a == ami)
+        {
+            self.apply_container_error_stage(ami, Some(&node.name));
+        }
         let r = self.admin().post("/api/v1/nodes", &node.to_json());
         assert_eq!(r.status, 201, "creating node {}: {}", node.name, r.raw);
         r.body
@@ -1078,6 +1091,19 @@ impl ControlPlane {
 /// The name of KWOK's Stage CRD (`kwok.x-k8s.io/v1alpha1`, cluster-scoped).
 const STAGE_CRD: &str = "stages.kwok.x-k8s.io";
 
+/// Weight of the stages tests add: KWOK picks among the stages matching an object at random in
+/// proportion to their weights, and the default stages have none, so these always win.
+const TEST_STAGE_WEIGHT: i64 = 1000;
+
+/// The message of the NodeStatusUnknown conditions [`ControlPlane::stall_nodes_of_image`]
+/// writes: the node lifecycle controller's for a kubelet that stopped posting status.
+pub const NODE_STATUS_UNKNOWN_MESSAGE: &str = "Kubelet stopped posting node status.";
+
+/// The message of the containers [`ControlPlane::fail_containers_on_image`] holds back, as
+/// containerd's CRI reports a container it cannot create.
+pub const CREATE_CONTAINER_ERROR_MESSAGE: &str =
+    "failed to create containerd container: image runtime of this AMI is broken (test stage)";
+
 impl ControlPlane {
     /// Installs KWOK's Stage CRD (a schema-less definition of `kwok.x-k8s.io/v1alpha1`
     /// `Stage`, written here), before KWOK starts with `--enable-crds=Stage`: KWOK then
@@ -1139,6 +1165,197 @@ impl ControlPlane {
         })
     }
 
+    /// Makes every node whose [`IMAGE_ANNOTATION`] is `ami` (those [`Self::sync_group`] adds
+    /// later as well) turn NotReady as the node lifecycle controller reports a node whose
+    /// kubelet stalled: at `after` past its `metadata.creationTimestamp` (at once if that is
+    /// past; the node is first Ready, as KWOK makes it), its `Ready`, `MemoryPressure`,
+    /// `DiskPressure` and `PIDPressure` conditions become `Unknown` with reason
+    /// `NodeStatusUnknown`, message [`NODE_STATUS_UNKNOWN_MESSAGE`], `lastTransitionTime` the
+    /// moment of the change and `lastHeartbeatTime` kept; and they stay so (KWOK's own stages
+    /// no longer make it Ready). The real node lifecycle controller then taints it
+    /// `node.kubernetes.io/unreachable` (NoSchedule and NoExecute).
+    ///
+    /// Two KWOK stages do it (`nodecycle-stall-<ami>` and `nodecycle-stalled-<ami>`). KWOK
+    /// still renews the node's Lease, so the controller sees a kubelet that reports Unknown
+    /// rather than one gone silent: it does not mark the pods already on the node not Ready
+    /// (it does so when it turns Ready into Unknown itself; a pod updated later is marked),
+    /// and their eviction after the NoExecute taint's toleration (300 s by default) is the
+    /// taint eviction controller's.
+    pub fn stall_nodes_of_image(&self, ami: &str, after: Duration) {
+        self.default_stages();
+        let ready_status = r#".status.conditions.[] | select( .type == "Ready" ) | .status"#;
+        let ready_reason = r#".status.conditions.[] | select( .type == "Ready" ) | .reason"#;
+        let template = format!(
+            r#"{{{{ $now := Now }}}}
+conditions:
+{{{{ range .status.conditions }}}}
+{{{{ if or (eq .type "Ready") (eq .type "MemoryPressure") (eq .type "DiskPressure") (eq .type "PIDPressure") }}}}
+- type: {{{{ .type | Quote }}}}
+  status: "Unknown"
+  reason: "NodeStatusUnknown"
+  message: {message:?}
+  lastHeartbeatTime: {{{{ .lastHeartbeatTime | Quote }}}}
+  lastTransitionTime: {{{{ $now | Quote }}}}
+{{{{ end }}}}
+{{{{ end }}}}
+"#,
+            message = NODE_STATUS_UNKNOWN_MESSAGE
+        );
+        let node_ref = json!({ "apiGroup": "v1", "kind": "Node" });
+        self.apply(&json!({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": { "name": stage_name("nodecycle-stall", ami) },
+            "spec": {
+                "resourceRef": node_ref,
+                "selector": {
+                    "matchAnnotations": { IMAGE_ANNOTATION: ami },
+                    "matchExpressions": [
+                        { "key": ".status.phase", "operator": "In", "values": ["Running"] },
+                        { "key": ready_status, "operator": "In", "values": ["True"] },
+                    ],
+                },
+                "weight": TEST_STAGE_WEIGHT,
+                // A time is a delay until then: the same deadline whatever changes the node.
+                "delay": { "durationFrom": { "jq": { "expression": format!(
+                    ".metadata.creationTimestamp | fromdate + {} | todate",
+                    after.as_secs()
+                ) } } },
+                "next": { "statusTemplate": template },
+            },
+        }));
+        // Holds the node there: it matches instead of KWOK's node-initialize (which would make
+        // any node that is not Ready Ready again) and changes nothing.
+        self.apply(&json!({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": { "name": stage_name("nodecycle-stalled", ami) },
+            "spec": {
+                "resourceRef": node_ref,
+                "selector": {
+                    "matchAnnotations": { IMAGE_ANNOTATION: ami },
+                    "matchExpressions": [
+                        { "key": ready_reason, "operator": "In", "values": ["NodeStatusUnknown"] },
+                    ],
+                },
+                "weight": TEST_STAGE_WEIGHT,
+                "next": {},
+            },
+        }));
+    }
+
+    /// Makes the pods scheduled onto nodes whose [`IMAGE_ANNOTATION`] is `ami` (nodes
+    /// [`Self::sync_group`] or [`Self::add_node`] add later as well) fail to start, as the
+    /// kubelet reports a container the runtime cannot create: `status.phase` `Pending`, every
+    /// container in `containerStatuses` not ready, not started, 0 restarts, `state.waiting`
+    /// with reason `CreateContainerError` and message [`CREATE_CONTAINER_ERROR_MESSAGE`];
+    /// conditions `PodReadyToStartContainers` and `Initialized` True, `ContainersReady` and
+    /// `Ready` False with reason `ContainersNotReady`; a host and pod IP and a `startTime`.
+    /// It stays so (a Deployment's pods there never become available).
+    ///
+    /// A KWOK stage (`nodecycle-create-container-error-<ami>`) does it for the pods still
+    /// Pending on those nodes, by node name (a pod stage cannot read its node): pods already
+    /// running there when this is called keep running, as containers already created would.
+    pub fn fail_containers_on_image(&self, ami: &str) {
+        self.default_stages();
+        {
+            let mut images = self.failing_images();
+            if !images.iter().any(|a| a == ami) {
+                images.push(ami.to_string());
+            }
+        }
+        self.apply_container_error_stage(ami, None);
+    }
+
+    /// Creates or replaces the stage of [`Self::fail_containers_on_image`] for `ami`, for the
+    /// nodes annotated with it now and `also` (a node about to be created); none: no stage.
+    fn apply_container_error_stage(&self, ami: &str, also: Option<&str>) {
+        let listed = self.admin().get("/api/v1/nodes");
+        assert_eq!(listed.status, 200, "listing nodes: {}", listed.raw);
+        let mut nodes: Vec<String> = listed.body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| n["metadata"]["annotations"][IMAGE_ANNOTATION] == ami)
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        nodes.extend(also.map(str::to_string));
+        nodes.sort();
+        nodes.dedup();
+        if nodes.is_empty() {
+            return;
+        }
+        let template = format!(
+            r#"{{{{ $now := Now }}}}
+{{{{ $started := or .status.startTime $now }}}}
+conditions:
+- type: PodReadyToStartContainers
+  status: "True"
+  lastTransitionTime: {{{{ $started | Quote }}}}
+- type: Initialized
+  status: "True"
+  lastTransitionTime: {{{{ $started | Quote }}}}
+- type: ContainersReady
+  status: "False"
+  reason: ContainersNotReady
+  message: "containers with unready status: [{{{{ range $i, $c := .spec.containers }}}}{{{{ if $i }}}} {{{{ end }}}}{{{{ $c.name }}}}{{{{ end }}}}]"
+  lastTransitionTime: {{{{ $started | Quote }}}}
+- type: Ready
+  status: "False"
+  reason: ContainersNotReady
+  message: "containers with unready status: [{{{{ range $i, $c := .spec.containers }}}}{{{{ if $i }}}} {{{{ end }}}}{{{{ $c.name }}}}{{{{ end }}}}]"
+  lastTransitionTime: {{{{ $started | Quote }}}}
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- name: {{{{ .name | Quote }}}}
+  image: {{{{ .image | Quote }}}}
+  imageID: ""
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    waiting:
+      reason: CreateContainerError
+      message: {message:?}
+{{{{ end }}}}
+{{{{ with NodeIPsWith .spec.nodeName }}}}
+hostIP: {{{{ index . 0 | Quote }}}}
+{{{{ end }}}}
+{{{{ $podIP := or .status.podIP "" }}}}
+{{{{ if not $podIP }}}}
+{{{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}}}
+{{{{ $podIP = index . 0 }}}}
+{{{{ end }}}}
+{{{{ end }}}}
+{{{{ with $podIP }}}}
+podIP: {{{{ . | Quote }}}}
+podIPs:
+- ip: {{{{ . | Quote }}}}
+{{{{ end }}}}
+phase: Pending
+startTime: {{{{ $started | Quote }}}}
+"#,
+            message = CREATE_CONTAINER_ERROR_MESSAGE
+        );
+        self.apply(&json!({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": { "name": stage_name("nodecycle-create-container-error", ami) },
+            "spec": {
+                "resourceRef": { "apiGroup": "v1", "kind": "Pod" },
+                "selector": { "matchExpressions": [
+                    { "key": ".metadata.deletionTimestamp", "operator": "DoesNotExist" },
+                    { "key": ".status.phase", "operator": "In", "values": ["Pending"] },
+                    { "key": ".spec.nodeName", "operator": "In", "values": nodes },
+                ] },
+                "weight": TEST_STAGE_WEIGHT,
+                // The same status each time it matches again (times and pod IP from the
+                // first), so KWOK has nothing to patch and stops.
+                "next": { "statusTemplate": template },
+            },
+        }));
+    }
+
     /// Waits until KWOK's default stages exist (the thread of [`Self::install_default_stages`]
     /// ended); panics, with the logs, when creating them failed.
     fn default_stages(&self) {
@@ -1157,6 +1374,22 @@ impl ControlPlane {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn failing_images(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.failing_images
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `<prefix>-<ami>` as an object name (lower case, `-` for anything else).
+fn stage_name(prefix: &str, ami: &str) -> String {
+    let ami: String = ami
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    format!("{prefix}-{ami}")
 }
 
 /// The API server's token authentication webhook (plain HTTP on loopback, one request per

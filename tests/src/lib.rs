@@ -32,8 +32,9 @@ pub use autoscaler::{
     CaAction, CapacityChange, ClusterAutoscaler, ScalingRecords, Termination, WorkloadsStep,
 };
 pub use controlplane::{
-    AccessEntry, AuditEvent, ControlPlane, ENV_BIN as CONTROLPLANE_BIN_ENV, GROUP_ANNOTATION,
-    IMAGE_ANNOTATION, KwokNode, NodeSync, TokenReview,
+    AccessEntry, AuditEvent, CREATE_CONTAINER_ERROR_MESSAGE, ControlPlane,
+    ENV_BIN as CONTROLPLANE_BIN_ENV, GROUP_ANNOTATION, IMAGE_ANNOTATION, KwokNode,
+    NODE_STATUS_UNKNOWN_MESSAGE, NodeSync, TokenReview,
 };
 pub use eks::EksTiming;
 pub use fakecloud::{

@@ -1211,3 +1211,212 @@ async fn a_new_ami_rolls_through_six_nodes_within_budget_and_pdb() {
     }
     eprintln!("eviction answers by HTTP status: {answers:?}");
 }
+
+/// Condition `kind` of `object` (a Node or a Pod), or Null.
+fn condition(object: &Value, kind: &str) -> Value {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn timestamp(v: &Value) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{v} is not an RFC 3339 time: {e}"))
+        .to_utc()
+}
+
+/// The release-health stage of a stalled kubelet (`ControlPlane::stall_nodes_of_image`): the
+/// node of the stalled AMI is Ready first, then, not before 4 s past its creation, its Ready
+/// condition (and the pressure conditions) turns `Unknown` with reason `NodeStatusUnknown`, as
+/// the node lifecycle controller writes it, and stays so; the real node lifecycle controller
+/// taints it unreachable; the node of another AMI stays Ready and untainted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_kubelet_turns_the_nodes_of_an_image_not_ready() {
+    let cp = ControlPlane::start();
+    let admin = cp.admin();
+    let stall_after = Duration::from_secs(4);
+    cp.stall_nodes_of_image("ami-0bad", stall_after);
+    let mut stalled = KwokNode::new("i-0a1b2c3d4e5f60001", "us-east-2a");
+    let mut healthy = KwokNode::new("i-0a1b2c3d4e5f60002", "us-east-2b");
+    stalled.annotations = vec![(nodecycle_tests::IMAGE_ANNOTATION.into(), "ami-0bad".into())];
+    healthy.annotations = vec![(nodecycle_tests::IMAGE_ANNOTATION.into(), "ami-0good".into())];
+    cp.add_node(&stalled);
+    cp.add_node(&healthy);
+    let node = |name: &str| admin.get(&format!("/api/v1/nodes/{name}")).body;
+
+    let mut seen_ready = false;
+    let unknown = cp.wait_for("the stalled node's Ready condition Unknown", |_| {
+        let n = node(&stalled.name);
+        let ready = condition(&n, "Ready");
+        seen_ready |= ready["status"] == "True";
+        (ready["status"] == "Unknown").then_some(n)
+    });
+    assert!(seen_ready, "the node was Ready before it stalled");
+    let created = timestamp(&unknown["metadata"]["creationTimestamp"]);
+    let ready = condition(&unknown, "Ready");
+    assert_eq!(ready["reason"], "NodeStatusUnknown", "{ready}");
+    assert_eq!(
+        ready["message"],
+        nodecycle_tests::NODE_STATUS_UNKNOWN_MESSAGE,
+        "{ready}"
+    );
+    let stalled_at = timestamp(&ready["lastTransitionTime"]);
+    assert!(
+        stalled_at >= created + chrono::Duration::seconds(4),
+        "stalled at {stalled_at}, created {created}"
+    );
+    assert!(
+        timestamp(&ready["lastHeartbeatTime"]) <= stalled_at,
+        "the last heartbeat is before the stall: {ready}"
+    );
+    for kind in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        let c = condition(&unknown, kind);
+        assert_eq!(
+            (&c["status"], &c["reason"]),
+            (&json!("Unknown"), &json!("NodeStatusUnknown")),
+            "{kind}: {c}"
+        );
+    }
+
+    // The real node lifecycle controller's answer to a Ready condition Unknown.
+    let tainted = cp.wait_for("the node lifecycle controller's unreachable taints", |_| {
+        let n = node(&stalled.name);
+        let effects: Vec<String> = n["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["key"] == "node.kubernetes.io/unreachable")
+            .filter_map(|t| t["effect"].as_str().map(str::to_string))
+            .collect();
+        (effects.contains(&"NoSchedule".to_string()) && effects.contains(&"NoExecute".to_string()))
+            .then_some(n)
+    });
+    // Still stalled, the transition unchanged: KWOK's stages did not make it Ready again.
+    assert_eq!(
+        condition(&tainted, "Ready"),
+        ready,
+        "still the same Unknown condition"
+    );
+
+    let other = node(&healthy.name);
+    let other_ready = condition(&other, "Ready");
+    assert_eq!(other_ready["status"], "True", "{other_ready}");
+    assert_eq!(other_ready["reason"], "KubeletReady", "{other_ready}");
+    assert!(
+        other["spec"]["taints"]
+            .as_array()
+            .is_none_or(|t| t.is_empty()),
+        "{}",
+        other["spec"]["taints"]
+    );
+}
+
+/// The release-health stage of a broken image (`ControlPlane::fail_containers_on_image`): of a
+/// Deployment spread over a node of the broken AMI and a node of another, the pods on the
+/// first report what the kubelet reports for a container it cannot create (phase Pending,
+/// `waiting.reason: CreateContainerError`, not Ready) and keep doing so; those on the other run
+/// Ready; the Deployment controller counts the first unavailable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_the_nodes_of_a_broken_image_report_create_container_error() {
+    let cp = ControlPlane::start();
+    let admin = cp.admin();
+    // Before the nodes exist: add_node puts a node of the AMI under the stage.
+    cp.fail_containers_on_image("ami-0bad");
+    let mut broken = KwokNode::new("i-0a1b2c3d4e5f60001", "us-east-2a");
+    let mut healthy = KwokNode::new("i-0a1b2c3d4e5f60002", "us-east-2b");
+    broken.annotations = vec![(nodecycle_tests::IMAGE_ANNOTATION.into(), "ami-0bad".into())];
+    healthy.annotations = vec![(nodecycle_tests::IMAGE_ANNOTATION.into(), "ami-0good".into())];
+    for node in [&broken, &healthy] {
+        cp.add_node(node);
+        cp.wait_node_ready(&node.name);
+    }
+    create_namespace(&admin);
+    create_deployment(&admin, "web", 4);
+
+    let list = || {
+        admin
+            .get(&format!(
+                "/api/v1/namespaces/{NS}/pods?labelSelector=app%3Dweb"
+            ))
+            .body["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let waiting =
+        |p: &Value| p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].clone();
+    let pods = cp.wait_for(
+        "2 pods failing on the broken node, 2 Ready on the other",
+        |_| {
+            let pods = list();
+            let failing = pods
+                .iter()
+                .filter(|p| p["spec"]["nodeName"] == broken.name.as_str())
+                .filter(|p| waiting(p) == "CreateContainerError")
+                .count();
+            let running = pods
+                .iter()
+                .filter(|p| p["spec"]["nodeName"] == healthy.name.as_str())
+                .filter(|p| condition(p, "Ready")["status"] == "True")
+                .count();
+            (pods.len() == 4 && failing == 2 && running == 2).then_some(pods)
+        },
+    );
+    for p in pods
+        .iter()
+        .filter(|p| p["spec"]["nodeName"] == broken.name.as_str())
+    {
+        let name = &p["metadata"]["name"];
+        assert_eq!(p["status"]["phase"], "Pending", "{name}");
+        let status = &p["status"]["containerStatuses"][0];
+        assert_eq!(status["name"], "web", "{name}: {status}");
+        assert_eq!(status["ready"], false, "{name}: {status}");
+        assert_eq!(status["restartCount"], 0, "{name}: {status}");
+        assert!(status["state"]["running"].is_null(), "{name}: {status}");
+        assert_eq!(
+            status["state"]["waiting"]["message"],
+            nodecycle_tests::CREATE_CONTAINER_ERROR_MESSAGE,
+            "{name}: {status}"
+        );
+        let ready = condition(p, "Ready");
+        assert_eq!(
+            (&ready["status"], &ready["reason"]),
+            (&json!("False"), &json!("ContainersNotReady")),
+            "{name}: {ready}"
+        );
+    }
+    for p in pods
+        .iter()
+        .filter(|p| p["spec"]["nodeName"] == healthy.name.as_str())
+    {
+        assert_eq!(p["status"]["phase"], "Running", "{}", p["metadata"]["name"]);
+        assert!(waiting(p).is_null(), "{}", p["status"]);
+    }
+    // The Deployment controller reads the same statuses: 2 available, 2 not.
+    cp.wait_for(
+        "the Deployment to count 2 pods available and 2 unavailable",
+        |_| {
+            let d = admin
+                .get(&format!("/apis/apps/v1/namespaces/{NS}/deployments/web"))
+                .body;
+            (d["status"]["availableReplicas"] == 2 && d["status"]["unavailableReplicas"] == 2)
+                .then_some(())
+        },
+    );
+    // Still failing, unchanged (KWOK's pod-ready stage did not start them).
+    let again = list();
+    for p in pods
+        .iter()
+        .filter(|p| p["spec"]["nodeName"] == broken.name.as_str())
+    {
+        let now = again
+            .iter()
+            .find(|q| q["metadata"]["uid"] == p["metadata"]["uid"])
+            .expect("the failing pod is still there");
+        assert_eq!(now["status"], p["status"], "{}", p["metadata"]["name"]);
+    }
+}
