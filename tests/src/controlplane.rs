@@ -184,6 +184,8 @@ pub struct AuditEvent {
     pub name: String,
     /// HTTP status of the answer.
     pub code: u16,
+    /// When the API server received it (RFC 3339, microseconds, UTC).
+    pub received: String,
 }
 
 /// What the API server audits: writes of every kind, at metadata level, and the writes of
@@ -668,6 +670,7 @@ impl ControlPlane {
                         .as_u64()
                         .and_then(|c| u16::try_from(c).ok())
                         .unwrap_or(0),
+                    received: s(&e["requestReceivedTimestamp"]),
                 }
             })
             .collect()

@@ -1420,3 +1420,224 @@ async fn pods_on_the_nodes_of_a_broken_image_report_create_container_error() {
         assert_eq!(now["status"], p["status"], "{}", p["metadata"]["name"]);
     }
 }
+
+/// The interruption handler's port to Kubernetes for `function`: its EKS token, the real API
+/// server as endpoint and CA (as [`real_pool`] connects the rotator).
+fn real_kube(cp: &ControlPlane, function: &Function) -> Arc<nodecycle::kube::EksConnector> {
+    Arc::new(
+        nodecycle::kube::EksConnector::new(function.sdk.clone()).with_overrides(KubeOverrides {
+            endpoint: Some(cp.endpoint.clone()),
+            ca_file: Some(cp.ca_file.clone()),
+            insecure: false,
+        }),
+    )
+}
+
+/// events/spot-interruption-warning.json for `instance`, sent at `sent`.
+fn spot_warning(instance: &str, sent: chrono::DateTime<chrono::Utc>) -> Value {
+    let path = nodecycle_tests::repo_path("events/spot-interruption-warning.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let sample: Value = serde_json::from_str(&text).unwrap();
+    let sample_id = sample["detail"]["instance-id"].as_str().unwrap();
+    let mut v: Value = serde_json::from_str(&text.replace(sample_id, instance)).unwrap();
+    v["time"] = json!(sent.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    v
+}
+
+/// A Spot interruption warning for the instance of a real node, handled by the interruption
+/// handler with its own role's EKS token, as the stand-in test
+/// `interruption::spot_warning_cordons_evicts_then_deletes_what_pdbs_hold_after_90s` does it:
+/// the node holds 2 of the 4 pods of `web` (PDB `maxUnavailable: 1`) and the single pod of `db`
+/// (PDB `minAvailable: 1`); the warning was sent 80 s before. The handler cordons and taints the
+/// node before its first eviction; evicts both `web` pods (the second once the disruption
+/// controller allows it again), deleting neither, and every `web` PDB status keeps
+/// `desiredHealthy`; `db`'s eviction is refused (429) until 90 s after the warning, then its
+/// pod is deleted, once; the node ends empty and the other node untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_warning_drains_the_real_node_within_the_pdbs_then_deletes_what_they_hold() {
+    use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
+    let (cloud, cp, _rotator) = cluster_with_rotator().await;
+    let interruption = function(
+        &cloud,
+        &cp,
+        "nodecycle-interruption",
+        "nodecycle-interruption",
+    )
+    .await;
+    wait_rbac(&cp, &interruption, "create", "pods/eviction", true);
+    cloud.create_cluster(CLUSTER, "1.36");
+    let image = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let adapters = Adapters::new(&cloud).await;
+    adapters
+        .create_group(GROUP, &image, "m5.large", 2, 4, Some(CLUSTER))
+        .await;
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ autoScalingGroup: {GROUP} }}\n\
+             amiSelectorTerms:\n  - name: golden-*\n    owner: self\n\
+             terminationGracePeriod: 1h\ninterruption: {{ rebalance: ignore }}\n"
+        ),
+    );
+    let joined = cp.sync_group(&cloud, GROUP);
+    assert_eq!(joined.added.len(), 2, "{joined:?}");
+    let table = adapters.table("nodecycle").await;
+    let handler = InterruptionHandler {
+        cell: adapters.cell(adapters.policies(), table.clone()),
+        ports: InterruptionPorts {
+            instances: Arc::new(nodecycle::aws::instances::Ec2Instances::new(
+                adapters.clients.ec2.clone(),
+            )),
+            lifecycle: Arc::new(nodecycle::aws::instances::LifecycleActions::new(
+                adapters.clients.autoscaling.clone(),
+            )),
+            kube: real_kube(&cp, &interruption),
+        },
+        deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
+            &cloud.sdk_config().await,
+        )),
+        settings: Settings {
+            poll: Duration::from_millis(200),
+            heartbeat_every: Duration::from_millis(400),
+            ..Settings::default()
+        },
+        metrics: Arc::new(nodecycle::metrics::NoMetrics),
+    };
+
+    let admin = cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_pdb(&admin, "db", "db", json!({ "minAvailable": 1 }));
+    create_deployment(&admin, "web", 4);
+    create_deployment(&admin, "db", 1);
+    let (web, db) = cp.wait_for("4 web pods and 1 db pod Ready, both PDBs settled", |_| {
+        let (web, db) = (pods_of(&admin, "web"), pods_of(&admin, "db"));
+        (web.len() == 4
+            && web.iter().all(|p| p.3)
+            && db.len() == 1
+            && db[0].3
+            && pdb_settled(&admin, "web", Some(1))
+            && pdb_settled(&admin, "db", Some(0)))
+        .then_some((web, db))
+    });
+    // The node of db's pod: the spread put 2 web pods there too.
+    let node = db[0].1.clone();
+    let leaving: Vec<String> = web
+        .iter()
+        .filter(|p| p.1 == node)
+        .map(|p| p.0.clone())
+        .collect();
+    assert_eq!(leaving.len(), 2, "the spread: {web:?}");
+    let other = joined.added.iter().find(|n| **n != node).unwrap().clone();
+    let node_obj = admin.get(&format!("/api/v1/nodes/{node}")).body;
+    let instance = node_obj["spec"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+
+    let statuses_before = cp.pdb_statuses(NS, "web").len();
+    let sent = chrono::Utc::now() - chrono::Duration::seconds(80);
+    let out = handler
+        .handle(
+            &spot_warning(&instance, sent),
+            Invocation::at(
+                chrono::Utc::now(),
+                std::time::Instant::now() + Duration::from_secs(170),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["kind"], "SpotInterruptionWarning", "{out}");
+    assert_eq!(out["outcomes"][0]["action"], "drained", "{out}");
+    assert_eq!(out["outcomes"][0]["pool"], "prod/general", "{out}");
+
+    let drained = admin.get(&format!("/api/v1/nodes/{node}")).body;
+    assert_eq!(drained["spec"]["unschedulable"], true, "cordoned");
+    let taint = drained["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["key"] == nodecycle::kube::DISRUPTED_TAINT_KEY)
+        .cloned();
+    assert_eq!(
+        taint.as_ref().map(|t| &t["value"]),
+        Some(&json!("SpotInterruption")),
+        "{taint:?}"
+    );
+
+    let by_handler: Vec<nodecycle_tests::AuditEvent> = cp
+        .audit()
+        .into_iter()
+        .filter(|e| e.user == interruption.user)
+        .collect();
+    let cordon = by_handler
+        .iter()
+        .position(|e| e.resource == "nodes" && e.verb == "patch" && e.name == node)
+        .expect("the handler patched the node");
+    let first_eviction = by_handler
+        .iter()
+        .position(|e| e.subresource == "eviction")
+        .expect("the handler evicted");
+    assert!(cordon < first_eviction, "cordoned before evicting");
+    let evicted = |name: &str, code: u16| {
+        by_handler
+            .iter()
+            .filter(|e| e.subresource == "eviction" && e.name == name && e.code == code)
+            .count()
+    };
+    let deleted: Vec<&nodecycle_tests::AuditEvent> = by_handler
+        .iter()
+        .filter(|e| e.resource == "pods" && e.subresource.is_empty() && e.verb == "delete")
+        .collect();
+    for pod in &leaving {
+        assert_eq!(evicted(pod, 201), 1, "{pod} evicted once");
+        assert!(deleted.iter().all(|d| d.name != *pod), "{pod} not deleted");
+    }
+    let db_pod = &db[0].0;
+    assert_eq!(
+        evicted(db_pod, 201),
+        0,
+        "db's PDB never allowed an eviction"
+    );
+    assert!(
+        evicted(db_pod, 429) >= 1,
+        "db's eviction refused and retried"
+    );
+    assert_eq!(deleted.len(), 1, "only db's pod deleted: {deleted:?}");
+    assert_eq!(&deleted[0].name, db_pod);
+    let deleted_at = chrono::DateTime::parse_from_rfc3339(&deleted[0].received)
+        .unwrap()
+        .to_utc();
+    assert!(
+        deleted_at >= sent + chrono::Duration::seconds(89),
+        "db's pod deleted at {deleted_at}, warning sent at {sent}: PDB honoured until 90 s"
+    );
+    assert!(
+        by_handler
+            .iter()
+            .all(|e| e.resource != "nodes" || e.name == node),
+        "the other node untouched"
+    );
+    // What the disruption controller computed for web throughout the drain.
+    for status in &cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(status, 3), "web PDB status {status}");
+    }
+    // The node ends empty: the replacements run on the other node.
+    let left: Vec<_> = [pods_of(&admin, "web"), pods_of(&admin, "db")]
+        .concat()
+        .into_iter()
+        .filter(|p| p.1 == node)
+        .collect();
+    assert!(left.is_empty(), "pods left on {node}: {left:?}");
+    cp.wait_for("web's 4 pods Ready on the other node", |_| {
+        let web = pods_of(&admin, "web");
+        (web.iter().filter(|p| p.3 && p.1 == other).count() == 4).then_some(())
+    });
+}
