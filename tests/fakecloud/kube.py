@@ -1495,6 +1495,13 @@ class KubeCluster:
                 node = self.store["nodes"].get(node_key)
                 if node is None:
                     continue  # deleted through the API; the kubelet would re-register, we don't
+                if inst.id in set(cfg.get("stalled_instances") or []):
+                    # The kubelet stopped posting status: the node lifecycle controller
+                    # marks Ready Unknown (NodeStatusUnknown), once.
+                    if _get(node, "status", "conditions", default=[{}])[-1].get("status") != "Unknown":
+                        node["status"]["conditions"] = node_conditions(None, rfc3339())
+                        self.touch("nodes", node_key, node)
+                    continue
                 want = bool(cfg.get("ready", True)) and inst.image_id not in never
                 if node_ready(node) != want:
                     node["status"]["conditions"] = node_conditions(want, rfc3339())
@@ -2589,8 +2596,11 @@ def register(op, ControlError):  # noqa: N803
                                         "uid": "", "controller": True}]
         if args.get("annotations"):
             meta.setdefault("annotations", {}).update(args["annotations"])
-        phase = args.get("phase") or ("Running" if node else "Pending")
-        ready = bool(args.get("ready", phase == "Running"))
+        waiting = args.get("waiting_reason")
+        phase = args.get("phase") or (
+            ("Running" if waiting == "CrashLoopBackOff" else "Pending") if waiting and node
+            else ("Running" if node else "Pending"))
+        ready = bool(args.get("ready", phase == "Running" and not waiting))
         ts = rfc3339()
         pod = {
             "metadata": meta,
@@ -2606,9 +2616,20 @@ def register(op, ControlError):  # noqa: N803
         }
         if node:
             pod["spec"]["nodeName"] = node
-        if phase in ("Running", "Succeeded", "Failed"):
+        if phase in ("Running", "Succeeded", "Failed") or waiting:
             pod["status"]["conditions"] = pod_conditions(ready, ts)
             pod["status"]["startTime"] = ts
+        if waiting:
+            # What the kubelet reports of a container that cannot start (CrashLoopBackOff:
+            # it ran and exited, and is waiting to be restarted).
+            crashed = waiting == "CrashLoopBackOff"
+            pod["status"]["containerStatuses"] = [{
+                "name": "app", "ready": False, "started": False,
+                "restartCount": 3 if crashed else 0,
+                "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+                "state": {"waiting": {"reason": waiting, "message": f"{waiting} (fixture)"}},
+                **({"lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}} if crashed else {}),
+            }]
         with c.lock:
             if (ns, name) in c.store["pods"]:
                 raise ControlError(f'pods "{name}" already exists in {ns}')
@@ -2694,6 +2715,7 @@ def register(op, ControlError):  # noqa: N803
         """Follow moto's EC2 instances: a Node per running instance tagged
         eks:cluster-name=<cluster> (or in `asg`), NotReady/removed as the
         instance stops/terminates. `ready` (default true), `never_ready_images`,
+        `stalled_instances` (their kubelet stops posting status: Ready Unknown),
         `labels`, `register_delay_seconds`; `enabled: false` stops following."""
         c = get_cluster(args)
         with c.lock:
@@ -2701,7 +2723,7 @@ def register(op, ControlError):  # noqa: N803
                 c.sync = None
                 return {}
             c.sync = {k: args.get(k) for k in ("asg", "ready", "never_ready_images", "labels", "register_delay_seconds",
-                                               "kubelet_versions")}
+                                               "kubelet_versions", "stalled_instances")}
             if c.sync["ready"] is None:
                 c.sync["ready"] = True
         c.tick()

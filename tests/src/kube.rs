@@ -379,6 +379,7 @@ pub struct PodFixture {
     ready: Option<bool>,
     phase: Option<String>,
     mirror: bool,
+    waiting: Option<String>,
 }
 
 impl PodFixture {
@@ -394,7 +395,15 @@ impl PodFixture {
             ready: None,
             phase: None,
             mirror: false,
+            waiting: None,
         }
+    }
+    /// Its container waits with this reason (`CreateContainerError`, `ErrImagePull`,
+    /// `CrashLoopBackOff`, ...), as the kubelet reports a container that cannot start: not
+    /// Ready, `Pending` (`Running` for `CrashLoopBackOff`: it started before).
+    pub fn waiting(mut self, reason: &str) -> Self {
+        self.waiting = Some(reason.to_string());
+        self
     }
     /// Bound to this node (`spec.nodeName`).
     pub fn node(mut self, node: &str) -> Self {
@@ -453,6 +462,9 @@ impl PodFixture {
         }
         if let Some(p) = &self.phase {
             v["phase"] = json!(p);
+        }
+        if let Some(w) = &self.waiting {
+            v["waiting_reason"] = json!(w);
         }
         v
     }
@@ -532,6 +544,9 @@ pub struct SyncNodes {
     pub ready: bool,
     /// Instances launched from these AMIs register but never become Ready.
     pub never_ready_images: Vec<String>,
+    /// The kubelets of these instances stop posting status: their nodes' Ready turns
+    /// `Unknown` (reason `NodeStatusUnknown`), as the node lifecycle controller reports it.
+    pub stalled_instances: Vec<String>,
     /// Extra labels on every synced node.
     pub labels: Vec<(String, String)>,
     /// Register a node only this long after its instance is first seen.
@@ -547,6 +562,7 @@ impl Default for SyncNodes {
             asg: None,
             ready: true,
             never_ready_images: Vec::new(),
+            stalled_instances: Vec::new(),
             labels: Vec::new(),
             register_delay_seconds: None,
             kubelet_versions: Vec::new(),
@@ -560,6 +576,7 @@ impl SyncNodes {
             "asg": self.asg,
             "ready": self.ready,
             "never_ready_images": self.never_ready_images,
+            "stalled_instances": self.stalled_instances,
             "labels": pairs(&self.labels),
             "register_delay_seconds": self.register_delay_seconds,
             "kubelet_versions": pairs(&self.kubelet_versions),

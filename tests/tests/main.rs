@@ -31,6 +31,7 @@ mod organisation;
 mod policy_data;
 mod promotion;
 mod quarantine_ops;
+mod release_health;
 mod rotation;
 mod runtime;
 mod scale;

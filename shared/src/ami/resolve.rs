@@ -21,12 +21,25 @@ use super::{Architecture, Variant};
 use crate::policy::{NodeGroup, Policy, SelectorTerm};
 use crate::port::PortError;
 
+/// One SSM parameter as read: its value and version (a version only grows: a lower one than
+/// seen before is a stale read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parameter {
+    /// The value.
+    pub value: String,
+    /// The version.
+    pub version: i64,
+}
+
 /// SSM Parameter Store reads.
 #[async_trait]
 pub trait ParameterStore: Send + Sync {
-    /// Values of the named parameters (names or ARNs, at most 10 per call is the adapter's
-    /// business). A name missing from the returned map does not exist.
-    async fn get_parameters(&self, names: &[String]) -> Result<HashMap<String, String>, PortError>;
+    /// The named parameters (names or ARNs, at most 10 per call is the adapter's business). A
+    /// name missing from the returned map does not exist.
+    async fn get_parameters(
+        &self,
+        names: &[String],
+    ) -> Result<HashMap<String, Parameter>, PortError>;
 }
 
 /// An EC2 DescribeImages query, always sent with `state=available` and `IncludeDeprecated`.
@@ -213,7 +226,7 @@ pub type CallCounts = BTreeMap<&'static str, u32>;
 #[derive(Default)]
 struct Memo {
     versions: HashMap<String, String>,
-    parameters: HashMap<String, Option<String>>,
+    parameters: HashMap<String, Option<Parameter>>,
     images: HashMap<ImageQuery, Vec<Image>>,
     calls: CallCounts,
 }
@@ -295,6 +308,19 @@ impl<'a> Resolver<'a> {
         &self,
         names: &[String],
     ) -> Result<HashMap<String, Option<String>>, PortError> {
+        Ok(self
+            .parameter_versions(names)
+            .await?
+            .into_iter()
+            .map(|(n, p)| (n, p.map(|p| p.value)))
+            .collect())
+    }
+
+    /// Parameters with their versions (memoised, as [`Self::parameters`]); `None` = not found.
+    pub async fn parameter_versions(
+        &self,
+        names: &[String],
+    ) -> Result<HashMap<String, Option<Parameter>>, PortError> {
         let missing: Vec<String> = {
             let memo = self.lock();
             let mut m: Vec<String> = names
@@ -302,6 +328,7 @@ impl<'a> Resolver<'a> {
                 .filter(|n| !memo.parameters.contains_key(*n))
                 .cloned()
                 .collect();
+            m.sort();
             m.dedup();
             m
         };
@@ -319,6 +346,27 @@ impl<'a> Resolver<'a> {
             .iter()
             .map(|n| (n.clone(), memo.parameters.get(n).cloned().flatten()))
             .collect())
+    }
+
+    /// Every parameter this resolver read that exists, by name.
+    pub fn parameters_read(&self) -> BTreeMap<String, Parameter> {
+        self.lock()
+            .parameters
+            .iter()
+            .filter_map(|(n, p)| Some((n.clone(), p.clone()?)))
+            .collect()
+    }
+
+    /// The images with these ids (memoised per query).
+    pub async fn images_with_ids(&self, ids: &[String]) -> Result<Vec<Image>, PortError> {
+        let mut ids = ids.to_vec();
+        ids.sort();
+        ids.dedup();
+        self.images(&ImageQuery {
+            image_ids: ids,
+            ..ImageQuery::default()
+        })
+        .await
     }
 
     async fn images(&self, query: &ImageQuery) -> Result<Vec<Image>, PortError> {

@@ -187,22 +187,25 @@ impl Announcer {
         self.put_rotation(before, next, expected, ttl).await
     }
 
-    /// [`Repository::put_quarantine`] with its *AMI Quarantined* event staged in the
-    /// record's outbox ([`stage::quarantined`]), then puts it. `Ok(false)` when the target was
+    /// [`Repository::put_quarantine`] with its *AMI Quarantined* event (and, for health
+    /// evidence, its *Release Indicted* event) staged in the record's outbox
+    /// ([`stage::quarantined`], [`stage::indicted`]), then puts them. `Ok(false)` when the target was
     /// already quarantined (nothing staged).
     pub async fn put_quarantine(
         &self,
         q: &crate::promotion::Quarantine,
     ) -> Result<bool, PortError> {
-        let event = stage::quarantined(q);
+        let events: Vec<BusEvent> = std::iter::once(stage::quarantined(q))
+            .chain(stage::indicted(q))
+            .collect();
         let staged = crate::promotion::Quarantine {
-            outbox: vec![event.clone()],
+            outbox: events.clone(),
             ..q.clone()
         };
         if !self.state.put_quarantine(&staged).await? {
             return Ok(false);
         }
-        let accepted = self.put(std::slice::from_ref(&event)).await;
+        let accepted = self.put(&events).await;
         // Nothing accepted: nothing to remove (the sweep puts it).
         if let Err(e) = self
             .state

@@ -145,10 +145,7 @@ pub fn pool_transitions(
 /// The *AMI Quarantined* event of quarantine entry `q` (recorded by the write that created
 /// it). Id `ami-quarantined:<pool or ->:<target sort key>:<time of the quarantine>`.
 pub fn quarantined(q: &Quarantine) -> BusEvent {
-    let pool = match &q.cause {
-        Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => pool.as_str(),
-        Cause::Operator { .. } => "",
-    };
+    let pool = q.cause.pool().unwrap_or_default();
     let sk = crate::state::keys::quarantine_sk(&q.target);
     let mut e = event(Kind::AmiQuarantined, pool, q.at, &[&sk]);
     if pool.is_empty() {
@@ -165,8 +162,28 @@ pub fn quarantined(q: &Quarantine) -> BusEvent {
         Cause::ReplacementNotReady { instance, .. } => d.instance = Some(instance.clone()),
         Cause::Alarm { alarm, .. } => d.error = Some(format!("alarm {alarm} in ALARM")),
         Cause::Operator { request_id } => d.source_event_id = Some(request_id.clone()),
+        Cause::Unhealthy { .. } | Cause::WorkloadFailures { .. } => {}
+        Cause::Withdrawn {
+            parameter, version, ..
+        } => d.error = Some(format!("{parameter} moved back at version {version}")),
     }
     e
+}
+
+/// The *Release Indicted* event of a quarantine caused by health evidence (recorded with its
+/// *AMI Quarantined* event), `None` for other causes. Id
+/// `release-indicted:<pool>:<target sort key>:<time>`; `evidence` is the indictment (cause,
+/// nodes and their conditions, failure reason, tallies new and old).
+pub fn indicted(q: &Quarantine) -> Option<BusEvent> {
+    let evidence = q.cause.evidence()?;
+    let pool = q.cause.pool().unwrap_or_default();
+    let sk = crate::state::keys::quarantine_sk(&q.target);
+    let mut e = event(Kind::ReleaseIndicted, pool, q.at, &[&sk]);
+    let d = &mut e.detail;
+    d.release = Some(evidence.release.clone());
+    d.reason = Some(clip(&q.reason));
+    d.evidence = serde_json::to_value(evidence).ok();
+    Some(e)
 }
 
 /// `after`, ready to be written over `before`: its outbox is the stored one (`before`'s,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::port_error;
-use crate::ami::resolve::ParameterStore;
+use crate::ami::resolve::{Parameter, ParameterStore};
 use crate::port::PortError;
 
 /// Parameter Store through the SDK.
@@ -112,7 +112,10 @@ impl Ssm {
 
 #[async_trait]
 impl ParameterStore for Ssm {
-    async fn get_parameters(&self, names: &[String]) -> Result<HashMap<String, String>, PortError> {
+    async fn get_parameters(
+        &self,
+        names: &[String],
+    ) -> Result<HashMap<String, Parameter>, PortError> {
         let mut out = HashMap::new();
         for chunk in names.chunks(10) {
             let resp = self
@@ -133,7 +136,13 @@ impl ParameterStore for Ssm {
                     .find(|n| *n == name || p.arn().is_some_and(|arn| arn == n.as_str()))
                     .cloned()
                     .unwrap_or_else(|| name.to_string());
-                out.insert(asked, value.to_string());
+                out.insert(
+                    asked,
+                    Parameter {
+                        value: value.to_string(),
+                        version: p.version(),
+                    },
+                );
             }
         }
         Ok(out)

@@ -63,11 +63,14 @@ pub enum Kind {
     AmiQuarantined,
     /// A pool with `promotion` took a release proven upstream.
     AmiPromoted,
+    /// Health evidence against a release (its nodes turned unhealthy, or pods failed to start
+    /// on them more than on the previous release's): quarantined, rolled back, un-proven.
+    ReleaseIndicted,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::DesiredAmiChanged,
         Kind::RotationStarted,
         Kind::RotationFinished,
@@ -78,6 +81,7 @@ impl Kind {
         Kind::InterruptionHandled,
         Kind::AmiQuarantined,
         Kind::AmiPromoted,
+        Kind::ReleaseIndicted,
     ];
 
     /// The EventBridge `detail-type`.
@@ -93,6 +97,7 @@ impl Kind {
             Kind::InterruptionHandled => "Interruption Handled",
             Kind::AmiQuarantined => "AMI Quarantined",
             Kind::AmiPromoted => "AMI Promoted",
+            Kind::ReleaseIndicted => "Release Indicted",
         }
     }
 
@@ -195,6 +200,11 @@ pub struct Detail {
     /// AMI Promoted: when its soak completed upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proven_at: Option<DateTime<Utc>>,
+    /// Release Indicted: the evidence (`cause` `Unhealthy` or `WorkloadFailures`, `message`,
+    /// `nodes` with their failing conditions, failure `reason`, tallies `new` and `old` as
+    /// `{count, of}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<serde_json::Value>,
 }
 
 /// One event to put: its kind (detail-type) and detail.

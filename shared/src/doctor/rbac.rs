@@ -452,8 +452,14 @@ mod tests {
         .map(|(r, v)| grant(r, v, None))
         .chain([grant("events", "create", Some("default"))])
         .collect();
+        // The rotator also lists the sandbox failures' Events (release health).
+        let rotator: Vec<Grant> = drain
+            .iter()
+            .cloned()
+            .chain([grant("events", "list", None)])
+            .collect();
         for (group, want) in [
-            ("nodecycle-rotator", &drain),
+            ("nodecycle-rotator", &rotator),
             ("nodecycle-interruption", &drain),
             ("nodecycle-ops", &ops),
         ] {

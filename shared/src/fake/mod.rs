@@ -79,6 +79,8 @@ pub struct World {
     pub policies: BTreeMap<String, PolicyDocument>,
     /// SSM parameters.
     pub parameters: BTreeMap<String, String>,
+    /// Their versions (1 when not set).
+    pub parameter_versions: BTreeMap<String, i64>,
     /// AMIs.
     pub images: Vec<StoredImage>,
     /// Cluster -> Kubernetes `major.minor`.
@@ -241,11 +243,15 @@ impl ParameterStore for Cloud {
     async fn get_parameters(
         &self,
         names: &[String],
-    ) -> Result<std::collections::HashMap<String, String>, PortError> {
+    ) -> Result<std::collections::HashMap<String, crate::ami::resolve::Parameter>, PortError> {
         let w = self.call("ssm:GetParameters")?;
         Ok(names
             .iter()
-            .filter_map(|n| w.parameters.get(n).map(|v| (n.clone(), v.clone())))
+            .filter_map(|n| {
+                let value = w.parameters.get(n)?.clone();
+                let version = w.parameter_versions.get(n).copied().unwrap_or(1);
+                Some((n.clone(), crate::ami::resolve::Parameter { value, version }))
+            })
             .collect())
     }
 }

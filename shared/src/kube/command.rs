@@ -237,6 +237,7 @@ mod tests {
             deletion_timestamp: None,
             grace_period_seconds: Some(0),
             priority_class: None,
+            start_failure: None,
         }
     }
 

@@ -650,6 +650,7 @@ mod tests {
             deletion_timestamp: None,
             grace_period_seconds: Some(30),
             priority_class: None,
+            start_failure: None,
         }
     }
 
@@ -683,6 +684,8 @@ mod tests {
             disrupted_taint: None,
             ready: true,
             marks: Default::default(),
+            created: None,
+            conditions: Vec::new(),
         }
     }
 

@@ -15,6 +15,8 @@ struct Inner {
     nodes: Vec<NodeInfo>,
     /// (node name, pod)
     pods: Vec<(String, PodInfo)>,
+    /// Pod uids with a `FailedCreatePodSandBox` Event.
+    sandbox_failures: std::collections::BTreeSet<String>,
     evictions: HashMap<String, VecDeque<EvictOutcome>>,
     log: Vec<String>,
     events: Vec<(String, NodeEvent)>,
@@ -51,6 +53,8 @@ impl MemoryCluster {
             disrupted_taint: None,
             ready: true,
             marks: crate::fleet::NodeMarks::default(),
+            created: None,
+            conditions: Vec::new(),
         });
     }
 
@@ -217,6 +221,12 @@ impl NodeOps for MemoryCluster {
         let mut inner = self.lock();
         inner.log.push("list all pods".to_string());
         Ok(inner.pods.clone())
+    }
+
+    async fn sandbox_failures(&self) -> Result<std::collections::BTreeSet<String>, KubeError> {
+        let mut inner = self.lock();
+        inner.log.push("list sandbox failures".to_string());
+        Ok(inner.sandbox_failures.clone())
     }
 
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, KubeError> {

@@ -50,6 +50,11 @@ pub trait NodeOps: Send + Sync {
     /// pages): one list instead of one per node when many nodes' pods are wanted at once.
     async fn list_all_pods(&self) -> Result<Vec<(String, PodInfo)>, KubeError>;
 
+    /// The uids of the pods the kubelet could not create a sandbox for: core/v1 Events with
+    /// field selector `involvedObject.kind=Pod,reason=FailedCreatePodSandBox`, all namespaces,
+    /// all pages (such a pod's status says only `ContainerCreating`).
+    async fn sandbox_failures(&self) -> Result<std::collections::BTreeSet<String>, KubeError>;
+
     /// Asks the Eviction API (policy/v1) to evict the pod, with a uid precondition, so that
     /// PodDisruptionBudgets are honoured. API refusals are outcomes, not errors; only transport
     /// and authentication failures are `Err`.

@@ -57,6 +57,10 @@ pub struct NodeInfo {
     pub ready: bool,
     /// What Cluster Autoscaler and load balancers read on it, and which nodecycle set.
     pub marks: crate::fleet::NodeMarks,
+    /// `metadata.creationTimestamp`: when it joined the cluster.
+    pub created: Option<DateTime<Utc>>,
+    /// Its [`crate::promotion::health::HEALTH_CONDITIONS`] as reported (release health).
+    pub conditions: Vec<crate::promotion::health::Condition>,
 }
 
 /// Identity of one pod: namespace, name and uid (the uid guards against acting on a pod that was
@@ -97,6 +101,9 @@ pub struct PodInfo {
     pub grace_period_seconds: Option<i64>,
     /// `spec.priorityClassName`.
     pub priority_class: Option<String>,
+    /// Why it cannot start, when a container (or init container) waits with a start failure
+    /// ([`crate::promotion::health::pod_failure`]): release health counts it.
+    pub start_failure: Option<String>,
 }
 
 impl PodInfo {
@@ -203,6 +210,7 @@ mod tests {
             deletion_timestamp: None,
             grace_period_seconds: Some(30),
             priority_class: None,
+            start_failure: None,
         }
     }
 

@@ -17,21 +17,23 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::policy::HealthPolicy;
 
 /// One node of a release, as observed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeFacts {
     /// `i-...`.
     pub instance_id: String,
-    /// When it first became Ready.
+    /// When it joined the cluster (the Node's `creationTimestamp`).
     pub joined: DateTime<Utc>,
     /// Since when it is unhealthy, if it is (a failing node condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhealthy_since: Option<DateTime<Utc>>,
     /// The failing conditions (`Ready`, `KernelReady`, ...), empty when healthy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<String>,
 }
 
@@ -62,11 +64,176 @@ impl ReleaseFacts {
 
     /// The failure rate of `reason` per pod start, when at least `min` starts were counted.
     fn rate(&self, reason: &str, min: u32) -> Option<f64> {
-        (self.pod_starts >= min.max(1)).then(|| {
-            f64::from(self.pod_failures.get(reason).copied().unwrap_or(0))
-                / f64::from(self.pod_starts)
+        self.tally(reason, min).map(|t| t.rate())
+    }
+
+    /// Failures of `reason` of the pod starts, when at least `min` starts were counted.
+    fn tally(&self, reason: &str, min: u32) -> Option<Tally> {
+        (self.pod_starts >= min.max(1)).then(|| Tally {
+            count: self.pod_failures.get(reason).copied().unwrap_or(0),
+            of: self.pod_starts,
         })
     }
+}
+
+/// The node conditions that say a node is healthy when `True`: `Ready`, and those the EKS node
+/// monitoring agent posts when it runs on the node.
+pub const HEALTH_CONDITIONS: [&str; 6] = [
+    "Ready",
+    "KernelReady",
+    "NetworkingReady",
+    "StorageReady",
+    "ContainerRuntimeReady",
+    "AcceleratedHardwareReady",
+];
+
+/// How long after joining a node that is not Ready is taken as not Ready *yet* (kubelet
+/// registers the Node before it is Ready): such a node is no evidence about its release (a
+/// replacement that never becomes Ready is the rotation's replacement timeout's to judge).
+pub const NOT_READY_YET: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
+/// The reason the node lifecycle controller gives a `Ready` condition it set `Unknown`
+/// because the kubelet stopped posting status (it had posted before: the node was running).
+const KUBELET_STOPPED: &str = "NodeStatusUnknown";
+
+/// A node condition as the API reports it (only [`HEALTH_CONDITIONS`] are kept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// `type` (`Ready`, `KernelReady`, ...).
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// `reason`, when set.
+    pub reason: Option<String>,
+    /// `lastTransitionTime`, when set.
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// What health judges of one node from its conditions: `None` when it is not Ready *yet*
+/// (`Ready` not `True` since within [`NOT_READY_YET`] of joining, and not because its kubelet
+/// stopped posting status: it never ran); else its facts, unhealthy since the earliest
+/// transition of a failing condition (`Ready` not `True`; a monitoring agent condition
+/// `False`). A condition without a transition time fails since the node joined.
+pub fn node_facts(
+    instance_id: &str,
+    joined: DateTime<Utc>,
+    conditions: &[Condition],
+) -> Option<NodeFacts> {
+    let not_yet = Duration::from_std(NOT_READY_YET).unwrap_or(Duration::MAX);
+    let mut failing = Vec::new();
+    let mut since: Option<DateTime<Utc>> = None;
+    for c in conditions {
+        let bad = match c.kind.as_str() {
+            "Ready" => c.status != "True",
+            k if HEALTH_CONDITIONS.contains(&k) => c.status == "False",
+            _ => false,
+        };
+        if !bad {
+            continue;
+        }
+        let at = c.since.unwrap_or(joined);
+        if c.kind == "Ready"
+            && c.reason.as_deref() != Some(KUBELET_STOPPED)
+            && at - joined < not_yet
+        {
+            return None;
+        }
+        failing.push(c.kind.clone());
+        since = Some(since.map_or(at, |s| s.min(at)));
+    }
+    Some(NodeFacts {
+        instance_id: instance_id.to_string(),
+        joined,
+        unhealthy_since: since,
+        failing,
+    })
+}
+
+/// The pod start failures counted against a node's release, as reported: a container's
+/// `waiting.reason` (`ImagePullBackOff` counts as `ErrImagePull`: a pod alternates between
+/// them), or `FailedCreatePodSandBox` (an Event: the pod's status says only
+/// `ContainerCreating`). `None` for anything else.
+pub fn pod_failure(reason: &str) -> Option<&'static str> {
+    Some(match reason {
+        "FailedCreatePodSandBox" => "FailedCreatePodSandBox",
+        "CreateContainerError" => "CreateContainerError",
+        "CreateContainerConfigError" => "CreateContainerConfigError",
+        "RunContainerError" => "RunContainerError",
+        "ErrImagePull" | "ImagePullBackOff" => "ErrImagePull",
+        "CrashLoopBackOff" => "CrashLoopBackOff",
+        _ => return None,
+    })
+}
+
+/// The pods bound to one node: how many started there, and the start failures among them by
+/// reason ([`pod_failure`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodTally {
+    /// Pods bound to the node (not `Succeeded`): each is a pod start.
+    pub starts: u32,
+    /// Those failing to start, by reason.
+    pub failures: BTreeMap<String, u32>,
+}
+
+/// One node of a pool for [`assess`]: its release, its facts (`None`: not judged, see
+/// [`node_facts`]) and its pods (`None`: not counted this pass).
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    /// The release its instance runs.
+    pub release: String,
+    /// Its node's facts.
+    pub node: Option<NodeFacts>,
+    /// Its pods.
+    pub pods: Option<&'a PodTally>,
+}
+
+/// The pool's facts per release, from its nodes.
+pub fn by_release(nodes: &[Observed<'_>]) -> BTreeMap<String, ReleaseFacts> {
+    let mut out: BTreeMap<String, ReleaseFacts> = BTreeMap::new();
+    for n in nodes {
+        let facts = out
+            .entry(n.release.clone())
+            .or_insert_with(|| ReleaseFacts {
+                release: n.release.clone(),
+                ..ReleaseFacts::default()
+            });
+        if let Some(node) = &n.node {
+            facts.nodes.push(node.clone());
+        }
+        if let Some(pods) = n.pods {
+            facts.pod_starts = facts.pod_starts.saturating_add(pods.starts);
+            for (reason, count) in &pods.failures {
+                let c = facts.pod_failures.entry(reason.clone()).or_default();
+                *c = c.saturating_add(*count);
+            }
+        }
+    }
+    out
+}
+
+/// Judges the pool's `desired` release against its nodes on every other release together
+/// (the baseline over the same period; `None` when the pool runs nothing else): [`judge`].
+pub fn assess(desired: &str, nodes: &[Observed<'_>], policy: &HealthPolicy) -> Verdict {
+    let mut releases = by_release(nodes);
+    let Some(new) = releases.remove(desired) else {
+        return Verdict::Healthy;
+    };
+    let old = (!releases.is_empty()).then(|| {
+        let mut merged = ReleaseFacts {
+            release: releases.keys().cloned().collect::<Vec<_>>().join("+"),
+            ..ReleaseFacts::default()
+        };
+        for f in releases.into_values() {
+            merged.nodes.extend(f.nodes);
+            merged.pod_starts = merged.pod_starts.saturating_add(f.pod_starts);
+            for (reason, count) in f.pod_failures {
+                let c = merged.pod_failures.entry(reason).or_default();
+                *c = c.saturating_add(count);
+            }
+        }
+        merged
+    });
+    judge(&new, old.as_ref(), policy)
 }
 
 /// What the evidence says of a release.
@@ -80,7 +247,7 @@ pub enum Verdict {
 }
 
 /// Why a release is indicted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HealthCause {
     /// Its nodes turned unhealthy after joining.
     Unhealthy,
@@ -88,22 +255,56 @@ pub enum HealthCause {
     WorkloadFailures,
 }
 
+/// `count` of `of` (unhealthy nodes of the release's nodes, or failed pod starts of its
+/// starts): a rate kept as the integers it came from, so records compare and round-trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// How many were bad.
+    pub count: u32,
+    /// Out of how many.
+    pub of: u32,
+}
+
+impl Tally {
+    fn new(count: usize, of: usize) -> Tally {
+        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        Tally {
+            count: n(count),
+            of: n(of),
+        }
+    }
+
+    /// `count / of` (0 when `of` is 0).
+    pub fn rate(&self) -> f64 {
+        if self.of == 0 {
+            0.0
+        } else {
+            f64::from(self.count) / f64::from(self.of)
+        }
+    }
+}
+
 /// The evidence against a release, for the quarantine record, `status` and events out.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Indictment {
     /// Which kind of evidence.
     pub cause: HealthCause,
     /// One sentence: what happened, how it compares with the previous release, the threshold.
     pub message: String,
+    /// The release.
+    pub release: String,
     /// The nodes that turned unhealthy (`Unhealthy`), with their failing conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeFacts>,
     /// The failure reason that indicts (`WorkloadFailures`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The new release's rate (unhealthy nodes per node, or failures per pod start).
-    pub new_rate: f64,
-    /// The previous release's rate over the same period, when it has one.
-    pub old_rate: Option<f64>,
+    /// The new release's tally (unhealthy nodes of its nodes, or failures of its pod starts).
+    pub new: Tally,
+    /// The previous release's over the same period, when it has one to compare with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<Tally>,
 }
 
 /// The nodes of a release that must turn unhealthy before it is indicted: 3, or all of them
@@ -114,22 +315,27 @@ fn unhealthy_threshold(nodes: usize) -> usize {
 
 /// Judges the release of `new` against the previous release's `old` facts (same pool or
 /// cluster, same period; `None` when there is none): indicted for unhealthy nodes when at least
-/// three of its nodes (all, when it has fewer) turned unhealthy within the window and their
-/// share is more than `max_ratio` times the old release's share; indicted for a pod failure
+/// three of its nodes (all, when it has fewer) turned unhealthy within the window, their share
+/// is at least `min_failure_rate` (3 flaky nodes of 1,000 are not a bad release) and more than
+/// `max_ratio` times the old release's share; indicted for a pod failure
 /// reason when, with at least `min_samples` starts, that reason's rate is at least
-/// `min_failure_rate` and more than `max_ratio` times the old release's (with `min_samples`
-/// old starts; without a baseline the absolute rate alone decides). Unhealthy nodes are
-/// judged first; reasons in name order.
+/// `min_failure_rate` and more than `max_ratio` times the old release's, which needs
+/// `min_samples` old starts too: without that baseline pod failures indict nothing (a
+/// registry outage fails every release alike), while unhealthy nodes are judged by their
+/// share alone. Unhealthy nodes are judged first; reasons in name order.
 pub fn judge(new: &ReleaseFacts, old: Option<&ReleaseFacts>, policy: &HealthPolicy) -> Verdict {
     let bad = new.early_unhealthy(policy.window);
     if !new.nodes.is_empty() && bad.len() >= unhealthy_threshold(new.nodes.len()) {
         let share = |f: &ReleaseFacts| {
             (!f.nodes.is_empty())
-                .then(|| f.early_unhealthy(policy.window).len() as f64 / f.nodes.len() as f64)
+                .then(|| Tally::new(f.early_unhealthy(policy.window).len(), f.nodes.len()))
         };
-        let new_rate = bad.len() as f64 / new.nodes.len() as f64;
-        let old_rate = old.and_then(share);
-        if above(new_rate, old_rate, policy.max_ratio) {
+        let new_tally = Tally::new(bad.len(), new.nodes.len());
+        let old_tally = old.and_then(share);
+        let old_rate = old_tally.map(|t| t.rate());
+        if new_tally.rate() >= policy.min_failure_rate
+            && above(new_tally.rate(), old_rate, policy.max_ratio)
+        {
             return Verdict::Indicted(Indictment {
                 cause: HealthCause::Unhealthy,
                 message: format!(
@@ -144,10 +350,11 @@ pub fn judge(new: &ReleaseFacts, old: Option<&ReleaseFacts>, policy: &HealthPoli
                         .join("; "),
                     compared(old, old_rate, policy.max_ratio, "of its nodes")
                 ),
+                release: new.release.clone(),
                 nodes: bad.into_iter().cloned().collect(),
                 reason: None,
-                new_rate,
-                old_rate,
+                new: new_tally,
+                old: old_tally,
             });
         }
     }
@@ -158,7 +365,12 @@ pub fn judge(new: &ReleaseFacts, old: Option<&ReleaseFacts>, policy: &HealthPoli
         if new_rate < policy.min_failure_rate {
             continue;
         }
-        let old_rate = old.and_then(|o| o.rate(reason, policy.min_samples));
+        // Pod failures without a baseline prove nothing: a registry outage or a bad
+        // deployment fails pods on every release alike.
+        let Some(old_tally) = old.and_then(|o| o.tally(reason, policy.min_samples)) else {
+            continue;
+        };
+        let old_rate = Some(old_tally.rate());
         if above(new_rate, old_rate, policy.max_ratio) {
             return Verdict::Indicted(Indictment {
                 cause: HealthCause::WorkloadFailures,
@@ -169,10 +381,14 @@ pub fn judge(new: &ReleaseFacts, old: Option<&ReleaseFacts>, policy: &HealthPoli
                     new_rate * 100.0,
                     compared(old, old_rate, policy.max_ratio, "of its pod starts")
                 ),
+                release: new.release.clone(),
                 nodes: Vec::new(),
                 reason: Some(reason.clone()),
-                new_rate,
-                old_rate,
+                new: Tally {
+                    count: *failures,
+                    of: new.pod_starts,
+                },
+                old: Some(old_tally),
             });
         }
     }
@@ -302,6 +518,9 @@ mod tests {
             (release("v2", 6, 3, 25), Some(&old), None),
             // No previous release: the share alone.
             (release("v2", 6, 3, 2), None, Some(HealthCause::Unhealthy)),
+            // 3 of 40 (7.5%) is below the floor: flaky instances, not a bad release.
+            (release("v2", 40, 3, 2), None, None),
+            (release("v2", 40, 4, 2), None, Some(HealthCause::Unhealthy)),
         ];
         for (i, (new, old, want)) in cases.iter().enumerate() {
             assert_eq!(cause(&judge(new, *old, &p)), *want, "case {i}");
@@ -322,7 +541,10 @@ mod tests {
             "{}",
             i.message
         );
-        assert_eq!((i.new_rate, i.old_rate), (0.5, Some(0.0)));
+        assert_eq!(
+            (i.new, i.old),
+            (Tally { count: 3, of: 6 }, Some(Tally { count: 0, of: 6 }))
+        );
     }
 
     #[test]
@@ -354,6 +576,12 @@ mod tests {
         for (i, (new, want)) in cases.iter().enumerate() {
             assert_eq!(cause(&judge(new, Some(&old), &p)), *want, "case {i}");
         }
+        // No baseline (no previous release, or too few of its starts): pod failures prove
+        // nothing.
+        let few = pods(release("v1", 6, 0, 0), 19, &[]);
+        for baseline in [None, Some(&few)] {
+            assert_eq!(judge(&cases[0].0, baseline, &p), Verdict::Healthy);
+        }
         let Verdict::Indicted(i) = judge(&cases[0].0, Some(&old), &p) else {
             panic!("not indicted");
         };
@@ -380,5 +608,137 @@ mod tests {
         assert!(soaked(&release("v2", 1, 0, 0), soak, None, 1, t(2)).is_ok());
         assert!(soaked(&healthy, soak, Some(6), 6, t(2)).is_ok());
         assert!(soaked(&release("v2", 6, 1, 1), soak, Some(6), 6, t(2)).is_err());
+    }
+
+    fn condition(kind: &str, status: &str, reason: Option<&str>, at: i64) -> Condition {
+        Condition {
+            kind: kind.into(),
+            status: status.into(),
+            reason: reason.map(Into::into),
+            since: Some(t(0) + Duration::minutes(at)),
+        }
+    }
+
+    #[test]
+    fn a_node_is_judged_by_its_conditions_once_it_has_been_ready() {
+        // (conditions, minutes after joining) -> judged?, failing conditions.
+        let cases: [(Vec<Condition>, Option<Vec<&str>>); 7] = [
+            (vec![condition("Ready", "True", None, 1)], Some(vec![])),
+            // Registered, not Ready yet: no evidence (the replacement timeout judges it).
+            (
+                vec![condition("Ready", "False", Some("KubeletNotReady"), 0)],
+                None,
+            ),
+            // The kubelet stopped posting status two hours in (the #2681 pattern).
+            (
+                vec![condition(
+                    "Ready",
+                    "Unknown",
+                    Some("NodeStatusUnknown"),
+                    120,
+                )],
+                Some(vec!["Ready"]),
+            ),
+            // Even early: the kubelet had posted, so the node ran.
+            (
+                vec![condition("Ready", "Unknown", Some("NodeStatusUnknown"), 3)],
+                Some(vec!["Ready"]),
+            ),
+            // NotReady long after joining, posted by the kubelet itself.
+            (
+                vec![condition("Ready", "False", Some("KubeletNotReady"), 30)],
+                Some(vec!["Ready"]),
+            ),
+            // The monitoring agent's conditions fail when False; others are ignored.
+            (
+                vec![
+                    condition("Ready", "True", None, 1),
+                    condition("StorageReady", "False", Some("IOError"), 40),
+                    condition("KernelReady", "Unknown", None, 40),
+                    condition("MemoryPressure", "True", None, 40),
+                ],
+                Some(vec!["StorageReady"]),
+            ),
+            (
+                vec![
+                    condition("NetworkingReady", "False", None, 50),
+                    condition("Ready", "False", Some("KubeletNotReady"), 45),
+                ],
+                Some(vec!["NetworkingReady", "Ready"]),
+            ),
+        ];
+        for (i, (conditions, want)) in cases.iter().enumerate() {
+            let got = node_facts("i-1", t(0), conditions);
+            assert_eq!(
+                got.as_ref()
+                    .map(|f| f.failing.iter().map(String::as_str).collect::<Vec<_>>()),
+                want.clone(),
+                "case {i}"
+            );
+        }
+        // Unhealthy since the earliest failing transition.
+        let f = node_facts("i-1", t(0), &cases[6].0).unwrap_or_else(|| panic!("judged"));
+        assert_eq!(f.unhealthy_since, Some(t(0) + Duration::minutes(45)));
+    }
+
+    #[test]
+    fn pod_failure_reasons_are_the_start_failures_only() {
+        for (reason, want) in [
+            ("CreateContainerError", Some("CreateContainerError")),
+            ("ImagePullBackOff", Some("ErrImagePull")),
+            ("ErrImagePull", Some("ErrImagePull")),
+            ("CrashLoopBackOff", Some("CrashLoopBackOff")),
+            ("FailedCreatePodSandBox", Some("FailedCreatePodSandBox")),
+            ("ContainerCreating", None),
+            ("PodInitializing", None),
+        ] {
+            assert_eq!(pod_failure(reason), want, "{reason}");
+        }
+    }
+
+    #[test]
+    fn a_pool_judges_its_desired_release_against_its_other_nodes() {
+        let p = HealthPolicy::default();
+        let failing = PodTally {
+            starts: 5,
+            failures: BTreeMap::from([("CreateContainerError".to_string(), 3)]),
+        };
+        let fine = PodTally {
+            starts: 5,
+            failures: BTreeMap::new(),
+        };
+        let node = |r: &str, i: usize, pods: &'static PodTally| Observed {
+            release: r.into(),
+            node: node_facts(
+                &format!("i-{r}-{i}"),
+                t(0),
+                &[condition("Ready", "True", None, 1)],
+            ),
+            pods: Some(pods),
+        };
+        let failing: &'static PodTally = Box::leak(Box::new(failing));
+        let fine: &'static PodTally = Box::leak(Box::new(fine));
+        let mut nodes: Vec<Observed<'_>> = (0..4).map(|i| node("v2", i, failing)).collect();
+        nodes.extend((0..4).map(|i| node("v1", i, fine)));
+        let Verdict::Indicted(i) = assess("v2", &nodes, &p) else {
+            panic!("indicted");
+        };
+        assert_eq!(i.cause, HealthCause::WorkloadFailures);
+        assert_eq!(
+            (i.new, i.old),
+            (
+                Tally { count: 12, of: 20 },
+                Some(Tally { count: 0, of: 20 })
+            )
+        );
+        // The old release failing alike indicts nothing; a release the pool does not run is
+        // not judged; nor is the old release by its own failures.
+        let alike: Vec<Observed<'_>> = (0..4)
+            .map(|i| node("v2", i, failing))
+            .chain((0..4).map(|i| node("v1", i, failing)))
+            .collect();
+        assert_eq!(assess("v2", &alike, &p), Verdict::Healthy);
+        assert_eq!(assess("v3", &nodes, &p), Verdict::Healthy);
+        assert_eq!(assess("v1", &nodes, &p), Verdict::Healthy);
     }
 }

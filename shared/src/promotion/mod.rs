@@ -14,6 +14,7 @@ pub mod health;
 pub mod ledger;
 pub mod quarantine;
 pub mod release;
+pub mod withdrawal;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::Release;
+use super::health::{HealthCause, Indictment};
 
 /// What is quarantined.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,6 +52,68 @@ pub enum Cause {
         /// The request.
         request_id: String,
     },
+    /// Nodes of the release turned unhealthy soon after joining ([`super::health`]).
+    #[serde(rename_all = "camelCase")]
+    Unhealthy {
+        /// The pool where they did.
+        pool: String,
+        /// The nodes, their conditions and the comparison with the previous release.
+        evidence: Indictment,
+    },
+    /// Pods failed to start on the release's nodes more than on the previous release's
+    /// ([`super::health`]).
+    #[serde(rename_all = "camelCase")]
+    WorkloadFailures {
+        /// The pool where they did.
+        pool: String,
+        /// The reason, the counts and the comparison with the previous release.
+        evidence: Indictment,
+    },
+    /// The publisher withdrew it: a parameter the pools resolve through moved back to an
+    /// older image at a higher version ([`super::withdrawal`]).
+    #[serde(rename_all = "camelCase")]
+    Withdrawn {
+        /// The parameter.
+        parameter: String,
+        /// Its version that moved back.
+        version: i64,
+        /// The image it left.
+        image: String,
+        /// The older image it names now.
+        back_to: String,
+    },
+}
+
+impl Cause {
+    /// The pool whose observation caused it (`None`: an operator's).
+    pub fn pool(&self) -> Option<&str> {
+        match self {
+            Cause::ReplacementNotReady { pool, .. }
+            | Cause::Alarm { pool, .. }
+            | Cause::Unhealthy { pool, .. }
+            | Cause::WorkloadFailures { pool, .. } => Some(pool),
+            Cause::Operator { .. } | Cause::Withdrawn { .. } => None,
+        }
+    }
+
+    /// The health evidence, for a cause that has it.
+    pub fn evidence(&self) -> Option<&Indictment> {
+        match self {
+            Cause::Unhealthy { evidence, .. } | Cause::WorkloadFailures { evidence, .. } => {
+                Some(evidence)
+            }
+            _ => None,
+        }
+    }
+
+    /// The cause a health indictment is recorded with.
+    pub fn of_indictment(pool: &str, evidence: Indictment) -> Cause {
+        let pool = pool.to_string();
+        match evidence.cause {
+            HealthCause::Unhealthy => Cause::Unhealthy { pool, evidence },
+            HealthCause::WorkloadFailures => Cause::WorkloadFailures { pool, evidence },
+        }
+    }
 }
 
 /// One quarantine entry.

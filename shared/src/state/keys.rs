@@ -14,6 +14,7 @@
 //! | `LEASE#<name>` | `LEASE` | a lease ([`super::Lease`]) |
 //! | `QUARANTINE` | `Q#AMI#<id>`, `Q#REL#<release>` | a quarantine ([`crate::promotion::Quarantine`]) |
 //! | `DEPLOYMENT` | `STOP` | the stop switch ([`crate::stop::StopSwitch`]) |
+//! | `PARAMETER` | `P#<name>` | the newest version seen of a parameter the pools resolve through ([`super::SeenParameter`]) |
 //! | `EVENT#<event id>` | `EVENT` | the claim of one EventBridge event id |
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -59,6 +60,17 @@ pub fn quarantine_sk(target: &Target) -> String {
         Target::Ami(id) => format!("{QUARANTINE_PREFIX}AMI#{id}"),
         Target::Release(r) => format!("{QUARANTINE_PREFIX}REL#{r}"),
     }
+}
+
+/// Partition of the parameters seen (release withdrawals).
+pub const PARAMETER_PK: &str = "PARAMETER";
+
+/// Sort key prefix of a parameter seen.
+pub const PARAMETER_PREFIX: &str = "P#";
+
+/// Sort key of parameter `name`.
+pub fn parameter_sk(name: &str) -> String {
+    format!("{PARAMETER_PREFIX}{name}")
 }
 
 /// Partition of the deployment-wide items (the stop switch and its audit records).

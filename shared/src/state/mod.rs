@@ -27,6 +27,7 @@ pub mod keys;
 mod leases;
 mod managed_updates;
 pub mod memory;
+mod parameters;
 mod pools;
 mod quarantine;
 pub mod record;
@@ -37,6 +38,7 @@ mod tests;
 
 pub use audit::{AuditRecord, AuditScope};
 pub use interruption::ClaimKey;
+pub use parameters::SeenParameter;
 pub use record::*;
 pub use scratch::Scratch;
 

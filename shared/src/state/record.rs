@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ami::resolve::Ami;
-use crate::promotion::{Cause, Quarantined, Release, Rollback, release_of};
+use crate::promotion::{Quarantined, Release, Rollback, release_of};
 
 /// Entries kept in a pool's resolution history.
 pub const HISTORY_LIMIT: usize = 100;
@@ -398,12 +398,7 @@ impl PoolRecord {
         }
         let desired = record.desired.as_ref()?;
         let q = quarantined.covers(&desired.id, &release_of(desired))?;
-        let ours = match &q.cause {
-            Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => {
-                *pool == record.pool
-            }
-            Cause::Operator { .. } => false,
-        };
+        let ours = q.cause.pool() == Some(record.pool.as_str());
         let reason = format!(
             "{} ({}) is quarantined: {}",
             desired.id,

@@ -1020,3 +1020,33 @@ async fn deferred_events_are_put_and_their_outboxes_cleared_in_one_transaction()
     // One transaction lost to the other writer; then one write at a time.
     assert_eq!(w.calls("transact"), transactions + 1);
 }
+
+#[tokio::test]
+async fn a_parameter_version_is_recorded_only_when_newer() {
+    let (_, repo) = repo();
+    let seen = |version: i64, value: &str| SeenParameter {
+        version,
+        value: value.into(),
+        at: t(0),
+    };
+    let name = "/aws/service/eks/x/recommended/image_id";
+    // First sight: recorded, nothing replaced.
+    assert_eq!(
+        repo.see_parameter(name, &seen(7, "ami-2")).await.unwrap(),
+        None
+    );
+    // A stale read (lower version) and a repeat change nothing.
+    for stale in [seen(6, "ami-1"), seen(7, "ami-2")] {
+        assert_eq!(repo.see_parameter(name, &stale).await.unwrap(), None);
+    }
+    assert_eq!(
+        repo.seen_parameters().await.unwrap()[name],
+        seen(7, "ami-2")
+    );
+    // A newer version replaces it and answers with what it replaced.
+    assert_eq!(
+        repo.see_parameter(name, &seen(8, "ami-1")).await.unwrap(),
+        Some(seen(7, "ami-2"))
+    );
+    assert_eq!(repo.seen_parameters().await.unwrap()[name].version, 8);
+}

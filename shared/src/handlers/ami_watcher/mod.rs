@@ -8,6 +8,7 @@
 //! writes the quarantine it decides, and records the outcome.
 
 pub mod choose;
+mod withdrawals;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -184,6 +185,9 @@ impl AmiWatcher {
                 "cannot read the quarantine: {e}; nothing was resolved"
             ))
         })?;
+        let resolver = self.ports.resolver();
+        let (quarantined, known_parameters) =
+            self.follow_withdrawals(&resolver, quarantined, now).await;
         // Promotion chains are checked across every policy of the pass.
         let mut chains: BTreeMap<String, Option<String>> = docs
             .iter()
@@ -211,7 +215,6 @@ impl AmiWatcher {
             } else {
                 BTreeMap::new()
             };
-        let resolver = self.ports.resolver();
         let mut outcomes = Vec::new();
         let mut member_calls: BTreeMap<&'static str, u32> = BTreeMap::new();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
@@ -282,6 +285,8 @@ impl AmiWatcher {
             };
             outcomes.push(outcome);
         }
+        self.remember_parameters(&resolver, &known_parameters, now)
+            .await;
         let records: Vec<crate::metrics::Record> = outcomes
             .iter()
             .filter_map(|o| {

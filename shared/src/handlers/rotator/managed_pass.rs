@@ -417,7 +417,10 @@ impl RotatorHandler {
             .parameters
             .get_parameters(&lookup.parameters())
             .await
-            .map_err(retry)?;
+            .map_err(retry)?
+            .into_iter()
+            .map(|(name, p)| (name, p.value))
+            .collect();
         let version = managed::release_version(&values, &lookup).map_err(|e| {
             if e.retry {
                 Retry(e.message)

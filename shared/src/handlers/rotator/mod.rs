@@ -28,6 +28,7 @@ use crate::rotation::step::StepSettings;
 use crate::state;
 
 mod execute;
+mod health;
 mod lease;
 mod managed_pass;
 mod observe;
@@ -175,15 +176,9 @@ fn quarantine_sweeps(
     configured: &BTreeSet<String>,
     in_pass: &BTreeSet<&String>,
 ) -> BTreeMap<String, crate::promotion::Quarantined> {
-    use crate::promotion::Cause;
     let mut out: BTreeMap<String, crate::promotion::Quarantined> = BTreeMap::new();
     for q in quarantined.0.iter().filter(|q| !q.outbox.is_empty()) {
-        let caused_in = match &q.cause {
-            Cause::ReplacementNotReady { pool, .. } | Cause::Alarm { pool, .. } => {
-                Some(crate::policy::place::scope_of(pool))
-            }
-            Cause::Operator { .. } => None,
-        };
+        let caused_in = q.cause.pool().map(crate::policy::place::scope_of);
         let owner = caused_in
             .and_then(|c| configured.get(c))
             .or_else(|| configured.first());
@@ -620,7 +615,7 @@ impl RotatorHandler {
     async fn pool_round(
         &self,
         visit: &PoolVisit<'_>,
-        quarantined: crate::promotion::Quarantined,
+        mut quarantined: crate::promotion::Quarantined,
         report: &mut PoolReport,
     ) -> Result<Option<crate::promotion::Quarantined>, PortError> {
         let PoolVisit {
@@ -635,6 +630,12 @@ impl RotatorHandler {
             .planner()
             .observe(policy, kube.as_ref(), view, now)
             .await?;
+        if let Some(q) = self
+            .judge_release(policy, &observed, kube.as_ref(), view, &quarantined, now)
+            .await
+        {
+            quarantined.0.push(q);
+        }
         if let Some(rollback) = observed
             .record
             .as_ref()

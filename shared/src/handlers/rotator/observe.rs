@@ -17,6 +17,7 @@ use crate::managed::ManagedGroup;
 use crate::plan::{self, Snapshot};
 use crate::policy::{NodeGroup, Policy};
 use crate::port::{ErrorKind, PortError};
+use crate::promotion::health::PodTally;
 use crate::state::PoolRecord;
 
 /// Above this many candidates in one pool, their pods are counted from one list of the
@@ -28,6 +29,10 @@ const PER_NODE_POD_LISTS: usize = 8;
 /// read the first time a pool has many candidates).
 pub(super) struct ClusterView {
     by_instance: HashMap<String, k::NodeInfo>,
+    /// The image of every instance in service in the cluster's pools' groups, as the batched
+    /// read found them (release health compares a pool's release with the cluster's other
+    /// nodes; an instance leaving, e.g. a Spot interruption, is no evidence).
+    images: HashMap<String, String>,
     /// The cluster's groups as one batched read found them, each handed to the first round
     /// of its pool (a second round, after this pass's own writes, reads its group again).
     groups: std::sync::Mutex<HashMap<String, GroupRead>>,
@@ -40,7 +45,12 @@ pub(super) struct ClusterView {
     /// The managed node group update records of the cluster's managed pools, read in
     /// batches; handed out like `groups`.
     updates: std::sync::Mutex<HashMap<String, UpdateRead>>,
-    pods: tokio::sync::OnceCell<Result<HashMap<String, u32>, String>>,
+    /// The cluster's bound pods summed up per node, listed once a pass at most (when a
+    /// pool has many candidates to order, or a release under watch).
+    pods: tokio::sync::OnceCell<Result<HashMap<String, NodePods>, String>>,
+    /// Pod start failures per node for release health (the pods, and the sandbox failures'
+    /// Events), read once a pass at most; `None` when they could not be read.
+    health: tokio::sync::OnceCell<Option<HashMap<String, PodTally>>>,
     /// Events the cluster's pools staged, put at the end of the cluster's pass
     /// ([`crate::announce::Announcer::flush`]).
     pub(super) events: crate::announce::Deferred,
@@ -60,6 +70,7 @@ impl ClusterView {
         let nodes = kube.list_nodes().await?;
         let stopped = state.stop_gate().await;
         Ok(ClusterView {
+            images: HashMap::new(),
             groups: std::sync::Mutex::default(),
             managed: std::sync::Mutex::default(),
             records: std::sync::Mutex::default(),
@@ -74,12 +85,75 @@ impl ClusterView {
                 })
                 .collect(),
             pods: tokio::sync::OnceCell::new(),
+            health: tokio::sync::OnceCell::new(),
         })
     }
 
     /// The entry `key` of `entries`, removed (each is used once: later rounds read afresh).
     fn take<T>(&self, entries: &std::sync::Mutex<HashMap<String, T>>, key: &str) -> Option<T> {
         entries.lock().ok().and_then(|mut e| e.remove(key))
+    }
+
+    /// The cluster's nodes of the pools' instances, each with its instance's image.
+    pub(super) fn nodes_with_images(&self) -> impl Iterator<Item = (&str, &str, &k::NodeInfo)> {
+        self.by_instance.iter().filter_map(|(id, node)| {
+            let image = self.images.get(id)?;
+            Some((id.as_str(), image.as_str(), node))
+        })
+    }
+
+    /// The cluster's bound pods per node, from one paginated list (the first caller's `now`
+    /// classifies them).
+    async fn cluster_pods(
+        &self,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> &Result<HashMap<String, NodePods>, String> {
+        self.pods
+            .get_or_init(|| async {
+                let pods = kube.list_all_pods().await.map_err(|e| e.to_string())?;
+                let mut by_node: HashMap<String, NodePods> = HashMap::new();
+                for (node, pod) in pods {
+                    by_node.entry(node).or_default().add(&pod, now);
+                }
+                Ok(by_node)
+            })
+            .await
+    }
+
+    /// Pod starts and start failures per node, for release health: the cluster's pods
+    /// ([`Self::cluster_pods`]) and the pods whose sandbox could not be created (one more
+    /// list, of Events). `None` when either cannot be read (logged): health then judges by the
+    /// nodes alone this pass.
+    pub(super) async fn pod_health(
+        &self,
+        kube: &dyn NodeOps,
+        now: DateTime<Utc>,
+    ) -> Option<&HashMap<String, PodTally>> {
+        self.health
+            .get_or_init(|| async {
+                let pods = match self.cluster_pods(kube, now).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list the cluster's pods; release health judges by the nodes alone this pass");
+                        return None;
+                    }
+                };
+                let sandbox = match kube.sandbox_failures().await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list the pods' sandbox failures; release health judges by the nodes alone this pass");
+                        return None;
+                    }
+                };
+                Some(
+                    pods.iter()
+                        .map(|(node, p)| (node.clone(), p.tally(&sandbox)))
+                        .collect(),
+                )
+            })
+            .await
+            .as_ref()
     }
 
     /// Evictable pods on each of `nodes` (an ordering hint: a node whose pods cannot be
@@ -96,7 +170,8 @@ impl ClusterView {
                 .count()
         };
         let mut out = HashMap::new();
-        if nodes.len() <= PER_NODE_POD_LISTS {
+        // The cluster's pods, when this pass listed them already, answer for free.
+        if nodes.len() <= PER_NODE_POD_LISTS && self.pods.get().is_none() {
             for node in nodes {
                 let n = match kube.list_pods(node).await {
                     Ok(pods) => u32::try_from(evictable(&pods)).unwrap_or(u32::MAX),
@@ -109,29 +184,63 @@ impl ClusterView {
             }
             return out;
         }
-        let counts = self
-            .pods
-            .get_or_init(|| async {
-                let pods = kube.list_all_pods().await.map_err(|e| e.to_string())?;
-                let mut by_node: HashMap<String, Vec<k::PodInfo>> = HashMap::new();
-                for (node, pod) in pods {
-                    by_node.entry(node).or_default().push(pod);
-                }
-                Ok(by_node
-                    .into_iter()
-                    .map(|(node, pods)| (node, u32::try_from(evictable(&pods)).unwrap_or(u32::MAX)))
-                    .collect())
-            })
-            .await;
+        let counts = self.cluster_pods(kube, now).await;
         for node in nodes {
             let n = match counts {
-                Ok(c) => c.get(node).copied().unwrap_or(0),
+                Ok(c) => c.get(node).map_or(0, |p| p.evictable),
                 Err(e) => {
                     tracing::warn!(node = %node, error = %e, "cannot count the cluster's pods; ordering the node as busy");
                     u32::MAX
                 }
             };
             out.insert(node.clone(), n);
+        }
+        out
+    }
+}
+
+/// One node's bound pods, summed up.
+#[derive(Debug, Default)]
+struct NodePods {
+    /// Pods a drain would evict.
+    evictable: u32,
+    /// Pods started there (not `Succeeded` or `Failed`, not being deleted), with their
+    /// start failures.
+    started: PodTally,
+    /// Started pods still `Pending` without a reported failure (a sandbox failure shows
+    /// only as an Event): their uids.
+    pending: Vec<String>,
+}
+
+impl NodePods {
+    fn add(&mut self, pod: &k::PodInfo, now: DateTime<Utc>) {
+        if matches!(k::classify(pod, now), k::PodClass::Evict { .. }) {
+            self.evictable = self.evictable.saturating_add(1);
+        }
+        if matches!(pod.phase.as_str(), "Succeeded" | "Failed") || pod.deletion_timestamp.is_some()
+        {
+            return;
+        }
+        self.started.starts = self.started.starts.saturating_add(1);
+        match &pod.start_failure {
+            Some(reason) => {
+                let c = self.started.failures.entry(reason.clone()).or_default();
+                *c = c.saturating_add(1);
+            }
+            None if pod.phase == "Pending" => self.pending.push(pod.pod.uid.clone()),
+            None => {}
+        }
+    }
+
+    /// The tally with the pending pods that have a sandbox failure Event counted.
+    fn tally(&self, sandbox: &std::collections::BTreeSet<String>) -> PodTally {
+        let mut out = self.started.clone();
+        let n = self.pending.iter().filter(|u| sandbox.contains(*u)).count();
+        if n > 0 {
+            out.failures.insert(
+                "FailedCreatePodSandBox".into(),
+                u32::try_from(n).unwrap_or(u32::MAX),
+            );
         }
         out
     }
@@ -215,7 +324,15 @@ impl Planner<'_> {
         if writing {
             self.groups.prefetch_template_tags(&names).await;
         }
+        let images = groups
+            .values()
+            .filter_map(|g| g.as_ref().ok())
+            .flat_map(|(_, members)| members)
+            .filter(|m| m.lifecycle == crate::fleet::Lifecycle::InService)
+            .filter_map(|m| Some((m.instance_id.clone(), m.image_id.clone()?)))
+            .collect();
         Ok(ClusterView {
+            images,
             groups: std::sync::Mutex::new(groups.into_iter().collect()),
             managed: std::sync::Mutex::new(managed),
             records: std::sync::Mutex::new(records.into_iter().collect()),

@@ -98,6 +98,7 @@ fn pod(name: &str) -> PodInfo {
         deletion_timestamp: None,
         grace_period_seconds: Some(90),
         priority_class: None,
+        start_failure: None,
     }
 }
 

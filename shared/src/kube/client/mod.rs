@@ -551,6 +551,17 @@ impl NodeOps for EksKube {
         .await
     }
 
+    async fn sandbox_failures(&self) -> Result<std::collections::BTreeSet<String>, KubeError> {
+        let events: Api<Event> = Api::all(self.client().await?);
+        let params =
+            ListParams::default().fields("involvedObject.kind=Pod,reason=FailedCreatePodSandBox");
+        let uids = list_all(&events, params, "list pod sandbox failures", |e| {
+            e.involved_object.uid.clone()
+        })
+        .await?;
+        Ok(uids.into_iter().collect())
+    }
+
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, KubeError> {
         let operation = format!("evict pod {pod}");
         let body = json!({

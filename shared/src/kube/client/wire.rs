@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::kube::DISRUPTED_TAINT_KEY;
 use crate::kube::node_ops::EvictOutcome;
 use crate::kube::pods::{MIRROR_POD_ANNOTATION, NodeInfo, PodInfo, PodRef};
+use crate::promotion::health::{Condition, HEALTH_CONDITIONS, pod_failure};
 
 /// The parts of a `metav1.Status` body a drain needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -120,7 +121,42 @@ pub fn node_info(node: &Node) -> NodeInfo {
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        created: node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(to_chrono),
+        conditions: node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .map(|cs| {
+                cs.iter()
+                    .filter(|c| HEALTH_CONDITIONS.contains(&c.type_.as_str()))
+                    .map(|c| Condition {
+                        kind: c.type_.clone(),
+                        status: c.status.clone(),
+                        reason: c.reason.clone(),
+                        since: c.last_transition_time.as_ref().and_then(to_chrono),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
+}
+
+/// The first start failure ([`pod_failure`]) a container or init container of `pod` waits
+/// with, if any.
+fn start_failure(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        .find_map(pod_failure)
+        .map(str::to_owned)
 }
 
 /// The drain's view of a Pod.
@@ -155,5 +191,6 @@ pub fn pod_info(pod: &Pod) -> PodInfo {
             .spec
             .as_ref()
             .and_then(|s| s.priority_class_name.clone()),
+        start_failure: start_failure(pod),
     }
 }
