@@ -282,6 +282,33 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
         "moving pass: {writes} table writes for {total_pools} pools: {:?}",
         moving.by_op
     );
+    // Release health: nothing in a steady pass (no release under watch); while one is (the
+    // moving pass: every pool's desired AMI just changed), one list of the cluster's pods (the
+    // evictable counts come from it too) and one of the sandbox failures' Events per cluster.
+    assert_eq!(
+        steady.most_per_cluster("list events"),
+        0,
+        "{:?}",
+        steady.kube_by_op
+    );
+    assert_eq!(
+        steady.most_per_cluster("list pods"),
+        0,
+        "{:?}",
+        steady.kube_by_op
+    );
+    assert_eq!(
+        moving.most_per_cluster("list events"),
+        1,
+        "{:?}",
+        moving.kube_by_op
+    );
+    assert_eq!(
+        moving.most_per_cluster("list pods"),
+        1,
+        "{:?}",
+        moving.kube_by_op
+    );
     // Nodes listed once per cluster; pods per candidate node for at most 8 candidates of a
     // pool, else once per cluster; plus the started rotation's node lookup and Event.
     for m in [&steady, &moving] {
@@ -376,12 +403,24 @@ struct Measured {
     calls: u64,
     by_op: BTreeMap<String, u64>,
     kube_calls: u64,
+    /// Kubernetes calls by `<cluster>:<verb> <resource>`.
+    kube_by_op: BTreeMap<String, u64>,
     /// Pools whose partition the pass queries to check their rotation index
     /// ([`nodecycle::state::index_check_due`]).
     index_checks: u64,
 }
 
 impl Measured {
+    /// The most calls of `<verb> <resource>` one cluster made.
+    fn most_per_cluster(&self, op: &str) -> u64 {
+        self.kube_by_op
+            .iter()
+            .filter(|(k, _)| k.split_once(':').is_some_and(|(_, o)| o == op))
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn per_pool(&self) -> f64 {
         self.calls as f64 / self.pools as f64
     }
@@ -557,6 +596,10 @@ async fn measured_pass(
         calls: stats.aws.calls - stats.aws.failed,
         by_op,
         kube_calls: stats.kube.calls,
+        kube_by_op: kube_by_op
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
         index_checks,
     };
     println!(

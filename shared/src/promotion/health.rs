@@ -236,6 +236,19 @@ pub fn assess(desired: &str, nodes: &[Observed<'_>], policy: &HealthPolicy) -> V
     judge(&new, old.as_ref(), policy)
 }
 
+/// Whether a pool's release is under watch at `now`: its desired AMI changed from a previous
+/// one (`previous`: a first resolution, adopting what the nodes run, is no change) less than
+/// `window` ago. Its pods' start failures are read only then.
+pub fn under_watch(
+    previous: bool,
+    changed_at: Option<DateTime<Utc>>,
+    window: std::time::Duration,
+    now: DateTime<Utc>,
+) -> bool {
+    let window = Duration::from_std(window).unwrap_or(Duration::MAX);
+    previous && changed_at.is_some_and(|t| now - t < window)
+}
+
 /// What the evidence says of a release.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "verdict", rename_all = "camelCase")]

@@ -19,8 +19,9 @@ impl RotatorHandler {
     /// Judges the pool's desired release (not a pinned pool's: an operator chose that image)
     /// on the cluster's nodes (those of every pool of the pass whose instance runs an image of
     /// the release, against all the others: an image the pool's record does not know is a
-    /// release of its own) from their conditions (always: the node list is read anyway) and, while the
-    /// desired AMI changed within `health.window`, its pods' start failures (the cluster's
+    /// release of its own) from their conditions (always: the node list is read anyway) and,
+    /// while the desired AMI changed from a previous one within `health.window` (the release
+    /// is under watch), its pods' start failures (the cluster's
     /// pods and sandbox failures, read once a pass for all its pools). When indicted, records
     /// the quarantine (cause `Unhealthy` or `WorkloadFailures`, with the evidence) and returns
     /// it; `None` when healthy, already quarantined, or not judged.
@@ -42,9 +43,12 @@ impl RotatorHandler {
         if quarantined.covers(&desired.id, &release).is_some() {
             return None;
         }
-        let window =
-            chrono::Duration::from_std(policy.health.window).unwrap_or(chrono::Duration::MAX);
-        let watched = record.desired_changed_at.is_some_and(|t| now - t < window);
+        let watched = health::under_watch(
+            record.previous_desired.is_some(),
+            record.desired_changed_at,
+            policy.health.window,
+            now,
+        );
         let pods: Option<&HashMap<String, PodTally>> = if watched {
             view.pod_health(kube, now).await
         } else {

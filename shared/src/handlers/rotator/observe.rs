@@ -29,6 +29,9 @@ const PER_NODE_POD_LISTS: usize = 8;
 /// read the first time a pool has many candidates).
 pub(super) struct ClusterView {
     by_instance: HashMap<String, k::NodeInfo>,
+    /// A pool of the cluster has a release under watch
+    /// ([`crate::promotion::health::under_watch`]): the cluster's pods are listed this pass.
+    watched: bool,
     /// The image of every instance in service in the cluster's pools' groups, as the batched
     /// read found them (release health compares a pool's release with the cluster's other
     /// nodes; an instance leaving, e.g. a Spot interruption, is no evidence).
@@ -70,6 +73,7 @@ impl ClusterView {
         let nodes = kube.list_nodes().await?;
         let stopped = state.stop_gate().await;
         Ok(ClusterView {
+            watched: false,
             images: HashMap::new(),
             groups: std::sync::Mutex::default(),
             managed: std::sync::Mutex::default(),
@@ -171,7 +175,7 @@ impl ClusterView {
         };
         let mut out = HashMap::new();
         // The cluster's pods, when this pass listed them already, answer for free.
-        if nodes.len() <= PER_NODE_POD_LISTS && self.pods.get().is_none() {
+        if nodes.len() <= PER_NODE_POD_LISTS && !self.watched && self.pods.get().is_none() {
             for node in nodes {
                 let n = match kube.list_pods(node).await {
                     Ok(pods) => u32::try_from(evictable(&pods)).unwrap_or(u32::MAX),
@@ -290,6 +294,22 @@ impl Planner<'_> {
         let view = ClusterView::read(kube, self.state).await?;
         let pools: Vec<String> = policies.iter().map(Policy::pool_id).collect();
         let records = self.state.pool_partitions(&pools, writing, now).await;
+        // A release under watch in any pool lists the cluster's pods this pass anyway: the
+        // evictable counts then come from that list too.
+        let watched = policies.iter().any(|p| {
+            records
+                .get(&p.pool_id())
+                .and_then(|r| r.as_ref().ok())
+                .and_then(|r| r.record.as_ref())
+                .is_some_and(|r| {
+                    crate::promotion::health::under_watch(
+                        r.value.previous_desired.is_some(),
+                        r.value.desired_changed_at,
+                        p.health.window,
+                        now,
+                    )
+                })
+        });
         let managed_pools: Vec<String> = policies
             .iter()
             .filter(|p| matches!(p.node_group, NodeGroup::ManagedNodeGroup(_)))
@@ -332,6 +352,7 @@ impl Planner<'_> {
             .filter_map(|m| Some((m.instance_id.clone(), m.image_id.clone()?)))
             .collect();
         Ok(ClusterView {
+            watched,
             images,
             groups: std::sync::Mutex::new(groups.into_iter().collect()),
             managed: std::sync::Mutex::new(managed),
