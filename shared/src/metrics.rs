@@ -44,7 +44,7 @@ pub struct Record {
 }
 
 /// What one rotator pass did to one pool, counted as it happens (the rotator's `PoolReport`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolPass {
     /// The pool is halted (at the start of the pass, or by a failure in it).
@@ -57,6 +57,9 @@ pub struct PoolPass {
     pub finished: u32,
     /// Rotations that reached `Failed` this pass.
     pub failed: u32,
+    /// The desired release's health while it is under watch
+    /// ([`crate::promotion::health::under_watch`]); `None` otherwise (no metric then).
+    pub health: Option<crate::promotion::health::Summary>,
 }
 
 impl PoolPass {
@@ -121,6 +124,25 @@ pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> V
             count("DriftedNodes", pass.drifted),
         ],
     }];
+    if let Some(h) = &pass.health {
+        let mut samples = vec![count("UnhealthyNodes", h.unhealthy_nodes)];
+        for (name, rate) in [
+            ("PodStartFailurePercentNew", h.failure_rate_new),
+            ("PodStartFailurePercentOld", h.failure_rate_old),
+        ] {
+            if let Some(r) = rate {
+                samples.push(Sample {
+                    name,
+                    value: (r * 1000.0).round() / 10.0,
+                });
+            }
+        }
+        out.push(Record {
+            dimensions: vec![("Pool", pool.to_string()), ("Release", h.release.clone())],
+            dimension_sets: vec![vec!["Pool", "Release"]],
+            samples,
+        });
+    }
     if let Some(a) = allowed {
         for (reason, n) in [("Drifted", a.drifted), ("Expired", a.expired)] {
             out.push(Record {
@@ -256,6 +278,7 @@ mod tests {
             started: 2,
             finished: 1,
             failed: 1,
+            health: None,
         };
         let allowed = Allowed {
             drifted: 3,
@@ -339,7 +362,34 @@ mod tests {
                 started: 2,
                 finished: 1,
                 failed: 1,
+                health: None,
             }
+        );
+    }
+
+    #[test]
+    fn a_release_under_watch_has_its_health_document() {
+        let pass = PoolPass {
+            health: Some(crate::promotion::health::Summary {
+                release: "v20241109".into(),
+                unhealthy_nodes: 3,
+                failure_rate_new: Some(0.4),
+                failure_rate_old: None,
+            }),
+            ..PoolPass::default()
+        };
+        let records = rotator_pool("prod/general", &pass, None);
+        assert_eq!(records.len(), 2);
+        let doc = emf(&records[1], at());
+        assert_valid_emf(&doc);
+        assert_eq!(doc["Release"], "v20241109");
+        assert_eq!(doc["UnhealthyNodes"], 3.0);
+        assert_eq!(doc["PodStartFailurePercentNew"], 40.0);
+        assert!(doc.get("PodStartFailurePercentOld").is_none(), "{doc}");
+        // Not under watch: no health document.
+        assert_eq!(
+            rotator_pool("prod/general", &PoolPass::default(), None).len(),
+            1
         );
     }
 }

@@ -102,7 +102,7 @@ async fn roll_test(s: &Stages, now: &mut DateTime<Utc>, new: &str, n: usize) {
 /// never takes v2.
 #[tokio::test]
 async fn nodes_that_stall_hours_after_ready_indict_the_release_and_prod_never_takes_it() {
-    let s = stages(
+    let mut s = stages(
         Stage {
             nodes: 6,
             budget: "4",
@@ -114,6 +114,8 @@ async fn nodes_that_stall_hours_after_ready_indict_the_release_and_prod_never_ta
         "    soak: 24h\n",
     )
     .await;
+    let metrics = std::sync::Arc::new(support::CapturedMetrics::default());
+    s.rotator.metrics = metrics.clone();
     let mut now = at("2026-12-01T10:00:00Z");
     s.watch(now).await;
     s.pass(now).await;
@@ -177,6 +179,16 @@ async fn nodes_that_stall_hours_after_ready_indict_the_release_and_prod_never_ta
     assert_eq!((evidence.new.count, evidence.new.of), (3, 6));
     let rec = s.record("test/general").await;
     assert_eq!(rec.desired.as_ref().unwrap().id, s.test_old);
+    // The release under watch showed its unhealthy nodes in the pass that indicted it.
+    let most = metrics
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|d| d["Pool"] == "test/general" && d["Release"] == NEW)
+        .filter_map(|d| d["UnhealthyNodes"].as_f64())
+        .fold(0.0, f64::max);
+    assert_eq!(most, 3.0);
     assert_eq!(
         s.group("test-general").await.1,
         s.test_old,
@@ -321,7 +333,7 @@ fn add_pods(kube: &KubeStandIn, node: &str, tag: &str, n: usize, failing: usize,
 /// are counted v2 is quarantined `WorkloadFailures`, compared with the v1 nodes' starts.
 #[tokio::test]
 async fn pods_failing_on_the_new_release_only_indict_it_once_enough_starts_are_counted() {
-    let s = stages(
+    let mut s = stages(
         Stage {
             nodes: 6,
             budget: "1",
@@ -333,6 +345,8 @@ async fn pods_failing_on_the_new_release_only_indict_it_once_enough_starts_are_c
         "    soak: 24h\n",
     )
     .await;
+    let metrics = std::sync::Arc::new(support::CapturedMetrics::default());
+    s.rotator.metrics = metrics.clone();
     let mut now = at("2026-12-01T10:00:00Z");
     s.watch(now).await;
     s.pass(now).await;
@@ -376,6 +390,18 @@ async fn pods_failing_on_the_new_release_only_indict_it_once_enough_starts_are_c
         s.record("test/general").await.desired.unwrap().id,
         s.test_old,
         "rolled back"
+    );
+    // The pass before showed 8 failures of 18 starts on v2 (44.4%), none on v1.
+    let docs = metrics.0.lock().unwrap().clone();
+    let watched: Vec<&serde_json::Value> = docs
+        .iter()
+        .filter(|d| d["Pool"] == "test/general" && d["Release"] == NEW)
+        .collect();
+    assert!(
+        watched.iter().any(
+            |d| d["PodStartFailurePercentNew"] == 44.4 && d["PodStartFailurePercentOld"] == 0.0
+        ),
+        "{watched:?}"
     );
 }
 

@@ -211,6 +211,49 @@ pub fn by_release(nodes: &[Observed<'_>]) -> BTreeMap<String, ReleaseFacts> {
     out
 }
 
+/// What the metrics show of a release under watch: its nodes unhealthy within the window, and
+/// the pod start failure rates (all reasons) on its nodes and on the other releases' (`None`:
+/// no starts counted).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// The release.
+    pub release: String,
+    /// Its nodes that turned unhealthy within the window.
+    pub unhealthy_nodes: u32,
+    /// Start failures per pod start on its nodes.
+    pub failure_rate_new: Option<f64>,
+    /// Start failures per pod start on the other releases' nodes.
+    pub failure_rate_old: Option<f64>,
+}
+
+/// The [`Summary`] of the pool's `desired` release from `nodes`.
+pub fn summarize(desired: &str, nodes: &[Observed<'_>], policy: &HealthPolicy) -> Summary {
+    let releases = by_release(nodes);
+    let rate = |facts: &mut dyn Iterator<Item = &ReleaseFacts>| {
+        let (mut starts, mut failures) = (0u64, 0u64);
+        for f in facts {
+            starts += u64::from(f.pod_starts);
+            failures += f.pod_failures.values().map(|v| u64::from(*v)).sum::<u64>();
+        }
+        (starts > 0).then(|| failures as f64 / starts as f64)
+    };
+    let new = releases.get(desired);
+    Summary {
+        release: desired.to_string(),
+        unhealthy_nodes: new.map_or(0, |f| {
+            u32::try_from(f.early_unhealthy(policy.window).len()).unwrap_or(u32::MAX)
+        }),
+        failure_rate_new: rate(&mut new.into_iter()),
+        failure_rate_old: rate(
+            &mut releases
+                .iter()
+                .filter(|(r, _)| *r != desired)
+                .map(|(_, f)| f),
+        ),
+    }
+}
+
 /// Judges the pool's `desired` release against its nodes on every other release together
 /// (the baseline over the same period; `None` when the pool runs nothing else): [`judge`].
 pub fn assess(desired: &str, nodes: &[Observed<'_>], policy: &HealthPolicy) -> Verdict {

@@ -8,10 +8,8 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use super::RotatorHandler;
-use super::observe::{ClusterView, Observed};
-use crate::kube::NodeOps;
-use crate::policy::Policy;
+use super::observe::Observed;
+use super::{PoolVisit, RotatorHandler};
 use crate::promotion::health::{self, PodTally, Verdict};
 use crate::promotion::{Cause, Quarantine, Quarantined, Release, Target, release_of};
 
@@ -24,16 +22,17 @@ impl RotatorHandler {
     /// is under watch), its pods' start failures (the cluster's
     /// pods and sandbox failures, read once a pass for all its pools). When indicted, records
     /// the quarantine (cause `Unhealthy` or `WorkloadFailures`, with the evidence) and returns
-    /// it; `None` when healthy, already quarantined, or not judged.
+    /// it; `None` when healthy, already quarantined, or not judged. A release under watch has
+    /// its [`health::Summary`] put in `metrics`.
     pub(super) async fn judge_release(
         &self,
-        policy: &Policy,
+        visit: &PoolVisit<'_>,
         observed: &Observed,
-        kube: &dyn NodeOps,
-        view: &ClusterView,
         quarantined: &Quarantined,
+        metrics: &mut crate::metrics::PoolPass,
         now: DateTime<Utc>,
     ) -> Option<Quarantine> {
+        let (policy, kube, view) = (visit.policy, visit.kube.as_ref(), visit.view);
         let record = observed.record.as_ref()?;
         if record.pin.is_some() {
             return None;
@@ -73,6 +72,9 @@ impl RotatorHandler {
                 pods: pods.and_then(|p| p.get(&node.name)),
             })
             .collect();
+        if watched {
+            metrics.health = Some(health::summarize(release.as_str(), &nodes, &policy.health));
+        }
         let Verdict::Indicted(evidence) = health::assess(release.as_str(), &nodes, &policy.health)
         else {
             return None;

@@ -631,7 +631,7 @@ impl RotatorHandler {
             .observe(policy, kube.as_ref(), view, now)
             .await?;
         if let Some(q) = self
-            .judge_release(policy, &observed, kube.as_ref(), view, &quarantined, now)
+            .judge_release(visit, &observed, &quarantined, &mut report.metrics, now)
             .await
         {
             quarantined.0.push(q);
