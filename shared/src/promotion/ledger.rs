@@ -25,30 +25,55 @@ pub struct SoakPeriod {
     /// while it lasts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<DateTime<Utc>>,
+    /// The fewest nodes the pool ran it on during the period (`None`: a period recorded
+    /// before this was counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+}
+
+/// What a pass saw: every node of the pool on one release (and image), Ready, healthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FullyOn<'a> {
+    /// The release.
+    pub release: &'a Release,
+    /// The image.
+    pub image: &'a str,
+    /// How many nodes.
+    pub nodes: u32,
 }
 
 /// The ledger after this pass's observation: `current` is the release (and image) every node
-/// runs healthy now, `None` when the pool is not fully on one. `None` when nothing changes.
+/// runs healthy now, with how many nodes, `None` when the pool is not fully on one. `None`
+/// when nothing changes (an open period of the same release and image keeps going; it records
+/// a lower node count).
 pub fn observe(
     ledger: &[SoakPeriod],
-    current: Option<(&Release, &str)>,
+    current: Option<FullyOn<'_>>,
     now: DateTime<Utc>,
 ) -> Option<Vec<SoakPeriod>> {
     let open = ledger.iter().rposition(|p| p.until.is_none());
     match (open, current) {
-        (Some(i), Some((r, image))) if ledger[i].release == *r && ledger[i].image == image => None,
+        (Some(i), Some(c)) if ledger[i].release == *c.release && ledger[i].image == c.image => {
+            let fewer = ledger[i].nodes.is_some_and(|n| c.nodes < n);
+            fewer.then(|| {
+                let mut next = ledger.to_vec();
+                next[i].nodes = Some(c.nodes);
+                next
+            })
+        }
         (None, None) => None,
         (open, current) => {
             let mut next = ledger.to_vec();
             if let Some(i) = open {
                 next[i].until = Some(now);
             }
-            if let Some((r, image)) = current {
+            if let Some(c) = current {
                 next.push(SoakPeriod {
-                    release: r.clone(),
-                    image: image.to_string(),
+                    release: c.release.clone(),
+                    image: c.image.to_string(),
                     since: now,
                     until: None,
+                    nodes: Some(c.nodes),
                 });
             }
             if next.len() > LEDGER_LIMIT {
@@ -104,10 +129,13 @@ pub enum Proof {
 }
 
 /// The newest release proven upstream that is not quarantined, else what the newest candidate
-/// waits for. `halted` = the upstream is halted now (its open period proves nothing).
+/// waits for. `halted` = the upstream is halted now (its open period proves nothing);
+/// `soak_nodes` = `promotion.soakNodes`: a period on fewer nodes proves nothing (unset: every
+/// node of the upstream, however many).
 pub fn best_proven(
     ledger: &[SoakPeriod],
     soak: TimeDelta,
+    soak_nodes: Option<u32>,
     alarms: &Alarms,
     quarantined: &Quarantined,
     halted: bool,
@@ -118,6 +146,19 @@ pub fn best_proven(
         if let Some(q) = quarantined.covers(&p.image, &p.release) {
             waiting.get_or_insert(Proof::Waiting {
                 why: format!("release {} is quarantined: {}", p.release, q.reason),
+            });
+            continue;
+        }
+        if let Some(needed) = soak_nodes
+            && p.nodes.unwrap_or(0) < needed
+        {
+            waiting.get_or_insert(Proof::Waiting {
+                why: format!(
+                    "release {} ran on {} upstream node(s); promotion.soakNodes asks for {needed}",
+                    p.release,
+                    p.nodes
+                        .map_or_else(|| "an uncounted number of".to_string(), |n| n.to_string())
+                ),
             });
             continue;
         }
@@ -179,14 +220,53 @@ mod tests {
     fn periods_open_and_close_with_the_observations() {
         let r1 = rel("v1");
         let r2 = rel("v2");
-        let l = observe(&[], Some((&r1, "ami-1")), t(0)).unwrap_or_default();
+        let l = observe(
+            &[],
+            Some(FullyOn {
+                release: &r1,
+                image: "ami-1",
+                nodes: 3,
+            }),
+            t(0),
+        )
+        .unwrap_or_default();
         assert_eq!(l.len(), 1);
-        assert_eq!(observe(&l, Some((&r1, "ami-1")), t(5)), None, "unchanged");
+        assert_eq!(
+            observe(
+                &l,
+                Some(FullyOn {
+                    release: &r1,
+                    image: "ami-1",
+                    nodes: 3
+                }),
+                t(5)
+            ),
+            None,
+            "unchanged"
+        );
         let l = observe(&l, None, t(10)).unwrap_or_default();
         assert_eq!(l[0].until, Some(t(10)));
         assert_eq!(observe(&l, None, t(11)), None);
-        let l = observe(&l, Some((&r2, "ami-2")), t(20)).unwrap_or_default();
-        let l = observe(&l, Some((&r1, "ami-1")), t(30)).unwrap_or_default();
+        let l = observe(
+            &l,
+            Some(FullyOn {
+                release: &r2,
+                image: "ami-2",
+                nodes: 3,
+            }),
+            t(20),
+        )
+        .unwrap_or_default();
+        let l = observe(
+            &l,
+            Some(FullyOn {
+                release: &r1,
+                image: "ami-1",
+                nodes: 3,
+            }),
+            t(30),
+        )
+        .unwrap_or_default();
         assert_eq!(
             l.iter()
                 .map(|p| (p.release.0.as_str(), p.until))
@@ -195,8 +275,16 @@ mod tests {
         );
         let mut many = l.clone();
         for i in 0..30 {
-            many = observe(&many, Some((&rel(&format!("x{i}")), "ami-x")), t(40 + i))
-                .unwrap_or_default();
+            many = observe(
+                &many,
+                Some(FullyOn {
+                    release: &rel(&format!("x{i}")),
+                    image: "ami-x",
+                    nodes: 3,
+                }),
+                t(40 + i),
+            )
+            .unwrap_or_default();
         }
         assert_eq!(many.len(), LEDGER_LIMIT);
     }
@@ -204,15 +292,24 @@ mod tests {
     #[test]
     fn a_release_is_proven_after_a_clean_soak() {
         let r1 = rel("v1");
-        let l = observe(&[], Some((&r1, "ami-1")), t(0)).unwrap_or_default();
+        let l = observe(
+            &[],
+            Some(FullyOn {
+                release: &r1,
+                image: "ami-1",
+                nodes: 3,
+            }),
+            t(0),
+        )
+        .unwrap_or_default();
         let soak = TimeDelta::minutes(60);
         let none = Quarantined::default();
         let clean = Alarms::default();
         assert!(
-            matches!(best_proven(&l, soak, &clean, &none, false, t(59)), Proof::Soaking { at, .. } if at == t(60))
+            matches!(best_proven(&l, soak, None, &clean, &none, false, t(59)), Proof::Soaking { at, .. } if at == t(60))
         );
         assert!(
-            matches!(best_proven(&l, soak, &clean, &none, false, t(60)), Proof::Proven { at, .. } if at == t(60))
+            matches!(best_proven(&l, soak, None, &clean, &none, false, t(60)), Proof::Proven { at, .. } if at == t(60))
         );
         // An alarm firing now: not proven.
         let firing = Alarms {
@@ -220,7 +317,7 @@ mod tests {
             last_change: None,
         };
         assert!(matches!(
-            best_proven(&l, soak, &firing, &none, false, t(90)),
+            best_proven(&l, soak, None, &firing, &none, false, t(90)),
             Proof::Waiting { .. }
         ));
         // An alarm that changed state at 30: the soak counts from 30.
@@ -229,16 +326,16 @@ mod tests {
             last_change: Some(t(30)),
         };
         assert!(matches!(
-            best_proven(&l, soak, &changed, &none, false, t(89)),
+            best_proven(&l, soak, None, &changed, &none, false, t(89)),
             Proof::Soaking { .. }
         ));
         assert!(matches!(
-            best_proven(&l, soak, &changed, &none, false, t(90)),
+            best_proven(&l, soak, None, &changed, &none, false, t(90)),
             Proof::Proven { .. }
         ));
         // Halted upstream: its open period proves nothing.
         assert!(matches!(
-            best_proven(&l, soak, &clean, &none, true, t(90)),
+            best_proven(&l, soak, None, &clean, &none, true, t(90)),
             Proof::Waiting { .. }
         ));
         // Quarantined: skipped; an older proven period still counts.
@@ -249,6 +346,7 @@ mod tests {
                 image: "ami-0".into(),
                 since: t(-500),
                 until: Some(t(-100)),
+                nodes: None,
             },
             l[0].clone(),
         ];
@@ -263,7 +361,7 @@ mod tests {
             outbox: Vec::new(),
         }]);
         assert!(
-            matches!(best_proven(&older, soak, &clean, &q, false, t(90)), Proof::Proven { ref release, .. } if *release == r0)
+            matches!(best_proven(&older, soak, None, &clean, &q, false, t(90)), Proof::Proven { ref release, .. } if *release == r0)
         );
         // A period that ended before the soak completed is not proof.
         let short = vec![SoakPeriod {
@@ -271,9 +369,10 @@ mod tests {
             image: "ami-1".into(),
             since: t(0),
             until: Some(t(30)),
+            nodes: None,
         }];
         assert!(matches!(
-            best_proven(&short, soak, &clean, &none, false, t(999)),
+            best_proven(&short, soak, None, &clean, &none, false, t(999)),
             Proof::Waiting { .. }
         ));
     }
@@ -284,6 +383,7 @@ mod tests {
             image: image.into(),
             since: t(since),
             until: until.map(t),
+            nodes: None,
         }
     }
 
@@ -291,12 +391,24 @@ mod tests {
     fn the_same_release_on_another_image_opens_a_new_period() {
         let r1 = rel("v1");
         let l = vec![period("v1", "ami-1", 0, None)];
-        let next = observe(&l, Some((&r1, "ami-1b")), t(10)).unwrap_or_default();
+        let next = observe(
+            &l,
+            Some(FullyOn {
+                release: &r1,
+                image: "ami-1b",
+                nodes: 3,
+            }),
+            t(10),
+        )
+        .unwrap_or_default();
         assert_eq!(
             next,
             vec![
                 period("v1", "ami-1", 0, Some(10)),
-                period("v1", "ami-1b", 10, None)
+                SoakPeriod {
+                    nodes: Some(3),
+                    ..period("v1", "ami-1b", 10, None)
+                }
             ]
         );
     }
@@ -308,7 +420,16 @@ mod tests {
             let l: Vec<SoakPeriod> = (0..len)
                 .map(|i| period(&format!("x{i}"), "ami-x", i, Some(i + 1)))
                 .collect();
-            let next = observe(&l, Some((&rel("new"), "ami-n")), t(100)).unwrap_or_default();
+            let next = observe(
+                &l,
+                Some(FullyOn {
+                    release: &rel("new"),
+                    image: "ami-n",
+                    nodes: 3,
+                }),
+                t(100),
+            )
+            .unwrap_or_default();
             assert_eq!(next.len(), LEDGER_LIMIT.min(len as usize + 1), "len {len}");
             assert_eq!(next[0].release, rel(&format!("x{want_first}")), "len {len}");
             assert_eq!(next.last().map(|p| p.since), Some(t(100)), "len {len}");
@@ -397,7 +518,7 @@ mod tests {
                 firing: vec![],
                 last_change: change.map(t),
             };
-            let got = match best_proven(&ledger, soak, &alarms, &none, halted, t(now)) {
+            let got = match best_proven(&ledger, soak, None, &alarms, &none, halted, t(now)) {
                 Proof::Proven {
                     release, since, at, ..
                 } => ("proven", Some(release.0), Some(since), Some(at)),
@@ -414,5 +535,35 @@ mod tests {
             );
             assert_eq!(got, want, "case {i}");
         }
+    }
+
+    #[test]
+    fn a_soak_on_fewer_nodes_than_soak_nodes_proves_nothing() {
+        let r1 = rel("v1");
+        let on = |nodes| {
+            Some(FullyOn {
+                release: &r1,
+                image: "ami-1",
+                nodes,
+            })
+        };
+        let l = observe(&[], on(4), t(0)).unwrap_or_default();
+        // The pool shrank to 2 nodes during the period: recorded, once.
+        let l = observe(&l, on(2), t(10)).unwrap_or_default();
+        assert_eq!(l[0].nodes, Some(2));
+        assert_eq!(observe(&l, on(3), t(20)), None, "more nodes change nothing");
+        let (soak, clean, none) = (
+            TimeDelta::minutes(60),
+            Alarms::default(),
+            Quarantined::default(),
+        );
+        let proof = |needed| best_proven(&l, soak, needed, &clean, &none, false, t(90));
+        assert!(matches!(proof(None), Proof::Proven { .. }));
+        assert!(matches!(proof(Some(2)), Proof::Proven { .. }));
+        assert!(
+            matches!(proof(Some(3)), Proof::Waiting { ref why } if why.contains("ran on 2 upstream node(s); promotion.soakNodes asks for 3")),
+            "{:?}",
+            proof(Some(3))
+        );
     }
 }

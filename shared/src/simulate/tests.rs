@@ -1063,6 +1063,7 @@ fn release_state_reads_the_pool_record() {
         },
     };
     let period = |image: &str, until: Option<DateTime<Utc>>| SoakPeriod {
+        nodes: None,
         release: Release("v".into()),
         image: image.into(),
         since: from - min(90),

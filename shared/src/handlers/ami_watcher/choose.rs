@@ -374,6 +374,7 @@ fn promote(facts: &Facts<'_>, upstream: &str, now: DateTime<Utc>) -> Result<Step
     let proof = promotion::ledger::best_proven(
         &up.ledger,
         soak,
+        promo.soak_nodes,
         &alarms,
         quarantined,
         up.halted.is_some(),

@@ -294,6 +294,7 @@ fn soaked(release: &str, image: &str, days: i64) -> SoakPeriod {
         image: image.into(),
         since: now() - Duration::days(days),
         until: None,
+        nodes: None,
     }
 }
 

@@ -412,6 +412,7 @@ impl Promotions<'_> {
             None => promotion::ledger::best_proven(
                 &r.ledger,
                 gates.soak,
+                promo.soak_nodes,
                 &alarms,
                 quarantined,
                 r.halted.is_some(),

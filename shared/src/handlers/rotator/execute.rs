@@ -151,7 +151,7 @@ fn pool_record_with(
         }
     }
     let current = super::fully_on_release(&ctx.snapshot, record);
-    let current = current.as_ref().map(|(r, i)| (r, i.as_str()));
+    let current = super::as_fully_on(&current);
     if let Some(ledger) = crate::promotion::ledger::observe(&record.ledger, current, now) {
         next.ledger = ledger;
     }

@@ -298,15 +298,29 @@ impl Preview {
 pub(super) fn fully_on_release(
     snapshot: &Snapshot,
     record: &state::PoolRecord,
-) -> Option<(crate::promotion::Release, String)> {
+) -> Option<(crate::promotion::Release, String, u32)> {
     crate::promotion::fully_on(snapshot).and_then(|image| {
         let ami = record
             .desired
             .iter()
             .chain(record.history.iter().map(|h| &h.ami))
             .find(|a| a.id == image)?;
-        Some((crate::promotion::release_of(ami), image.to_string()))
+        let nodes = u32::try_from(snapshot.members.len()).unwrap_or(u32::MAX);
+        Some((crate::promotion::release_of(ami), image.to_string(), nodes))
     })
+}
+
+/// [`fully_on_release`]'s answer as the ledger takes it.
+pub(super) fn as_fully_on(
+    current: &Option<(crate::promotion::Release, String, u32)>,
+) -> Option<crate::promotion::ledger::FullyOn<'_>> {
+    current.as_ref().map(
+        |(release, image, nodes)| crate::promotion::ledger::FullyOn {
+            release,
+            image,
+            nodes: *nodes,
+        },
+    )
 }
 
 fn log_decisions(plan: &plan::Plan) {
@@ -726,7 +740,7 @@ impl RotatorHandler {
     async fn record_ledger(&self, ctx: &PoolCtx<'_>, now: DateTime<Utc>) {
         let Some(record) = &ctx.record else { return };
         let current = fully_on_release(&ctx.snapshot, record);
-        let current = current.as_ref().map(|(r, i)| (r, i.as_str()));
+        let current = as_fully_on(&current);
         if crate::promotion::ledger::observe(&record.ledger, current, now).is_none() {
             return;
         }
@@ -746,7 +760,7 @@ impl RotatorHandler {
             .await;
         match result {
             Ok(_) => {
-                tracing::info!(pool = %pool, fully_on = current.map(|(r, _)| r.to_string()).as_deref(), decision = "soak ledger")
+                tracing::info!(pool = %pool, fully_on = current.map(|c| c.release.to_string()).as_deref(), decision = "soak ledger")
             }
             Err(e) => {
                 tracing::warn!(pool = %pool, error = %e, "cannot record the soak ledger; next pass")

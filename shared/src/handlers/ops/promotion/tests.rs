@@ -20,6 +20,7 @@ fn period(r: &str, image: &str, since: i64, until: Option<i64>) -> SoakPeriod {
         image: image.into(),
         since: t(since),
         until: until.map(t),
+        nodes: None,
     }
 }
 
@@ -183,6 +184,7 @@ fn the_release_the_watcher_takes_is_shown_proven() {
                         let proof = promotion::ledger::best_proven(
                             ledger,
                             HOUR,
+                            None,
                             alarms,
                             q,
                             halted.is_some(),
