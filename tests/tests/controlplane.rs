@@ -219,31 +219,36 @@ fn create_deployment(client: &KubeClient, app: &str, replicas: u32) {
     create(
         client,
         &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
-        json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": { "name": app },
-            "spec": {
-                "replicas": replicas,
-                "selector": { "matchLabels": { "app": app } },
-                "template": {
-                    "metadata": { "labels": { "app": app } },
-                    "spec": {
-                        "terminationGracePeriodSeconds": 1,
-                        "automountServiceAccountToken": false,
-                        "containers": [{ "name": app, "image": "registry.k8s.io/pause:3.10" }],
-                        "topologySpreadConstraints": [{
-                            "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
-                            "whenUnsatisfiable": "DoNotSchedule",
-                            "nodeTaintsPolicy": "Honor",
-                            "labelSelector": { "matchLabels": { "app": app } },
-                        }],
-                    },
+        deployment(app, replicas),
+    );
+}
+
+/// The Deployment of [`create_deployment`].
+fn deployment(app: &str, replicas: u32) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": app },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": app } },
+            "template": {
+                "metadata": { "labels": { "app": app } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "automountServiceAccountToken": false,
+                    "containers": [{ "name": app, "image": "registry.k8s.io/pause:3.10" }],
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "nodeTaintsPolicy": "Honor",
+                        "labelSelector": { "matchLabels": { "app": app } },
+                    }],
                 },
             },
-        }),
-    );
+        },
+    })
 }
 
 /// 3 `web` replicas and a PDB allowing 1 of them to be unavailable.
@@ -927,7 +932,8 @@ fn within_budget(status: &Value, desired: i64) -> bool {
 
 /// A 6-node self-managed pool on the real control plane, ready for a rollout: the group
 /// [`GROUP`] of 6 instances of `golden-1` (max 10) whose KWOK nodes follow it
-/// ([`ControlPlane::sync_group`]), `golden-2` published, the pool's policy (images `golden-*`
+/// ([`ControlPlane::sync_group`]), `golden-1` the pool's desired AMI (an ami-watcher pass an
+/// hour before: what a rollback goes back to), then `golden-2` published, the pool's policy (images `golden-*`
 /// of the account, budget 2 nodes, no `terminationGracePeriod`: a drain blocked by a PDB
 /// waits, it is never forced), and the real ami-watcher and rotator handlers over the fake
 /// cloud, the rotator reaching the API server with the rotator role's own EKS token (endpoint
@@ -951,11 +957,6 @@ async fn real_pool() -> RealPool {
         ImageFixture::new("golden-1")
             .owner("self")
             .created("2024-01-01T00:00:00Z"),
-    );
-    let new = cloud.register_image(
-        ImageFixture::new("golden-2")
-            .owner("self")
-            .created("2024-06-01T00:00:00Z"),
     );
     let adapters = Adapters::new(&cloud).await;
     adapters
@@ -982,6 +983,18 @@ async fn real_pool() -> RealPool {
     );
     let joined = cp.sync_group(&cloud, GROUP);
     assert_eq!(joined.added.len(), 6, "{joined:?}");
+    // The pool's desired AMI is the one it runs (what a rollback goes back to), before the
+    // new one is published.
+    let report = watcher
+        .handle(&json!({}), chrono::Utc::now() - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    assert_eq!(report["pools"][0]["desired"], old.as_str(), "{report}");
+    let new = cloud.register_image(
+        ImageFixture::new("golden-2")
+            .owner("self")
+            .created("2024-06-01T00:00:00Z"),
+    );
     RealPool {
         cloud,
         cp,
@@ -995,7 +1008,60 @@ async fn real_pool() -> RealPool {
     }
 }
 
+/// What one rotator pass of [`RealPool::passes_until`] left: its number (1 for the first), its
+/// report, the pool's rotations and the images of the group's instances after it.
+struct PassOutcome {
+    pass: i64,
+    report: Value,
+    rotations: Vec<nodecycle::rotation::Rotation>,
+    images: Vec<String>,
+}
+
 impl RealPool {
+    /// The ami-watcher's pass at `at`: it resolves the pool's terms to the new AMI (asserted).
+    async fn publish(&self, at: chrono::DateTime<chrono::Utc>) {
+        let report = self.watcher.handle(&json!({}), at).await.unwrap();
+        assert_eq!(report["pools"][0]["desired"], self.new.as_str(), "{report}");
+    }
+
+    /// Rotator passes ([`Self::pass`]) a simulated minute apart, the first at `t0`, until
+    /// `done` holds of what a pass left (it may assert as well), at most [`MAX_PASSES`];
+    /// returns what each pass left. Panics, naming `what`, when `done` never held.
+    async fn passes_until(
+        &self,
+        t0: chrono::DateTime<chrono::Utc>,
+        what: &str,
+        mut done: impl FnMut(&PassOutcome) -> bool,
+    ) -> Vec<PassOutcome> {
+        let mut outcomes = Vec::new();
+        for pass in 0..MAX_PASSES {
+            let report = self.pass(t0 + chrono::Duration::minutes(pass)).await;
+            let outcome = PassOutcome {
+                pass: pass + 1,
+                report,
+                rotations: self.rotations().await,
+                images: self.adapters.group_images(GROUP).await,
+            };
+            let finished = done(&outcome);
+            outcomes.push(outcome);
+            if finished {
+                return outcomes;
+            }
+        }
+        let last = outcomes
+            .last()
+            .map(|o| (&o.report, &o.images, &o.rotations));
+        panic!("{what}: not within {MAX_PASSES} passes; the last left {last:#?}");
+    }
+
+    /// Whether a pass left the rollout done: the group's 6 instances on the new AMI, no
+    /// rotation in flight.
+    fn rolled_out(&self, o: &PassOutcome) -> bool {
+        o.images.len() == 6
+            && o.images.iter().all(|i| *i == self.new)
+            && o.rotations.iter().all(|r| !r.in_flight())
+    }
+
     /// One rotator pass at `now` (a deadline two minutes away, as the Lambda's), then the
     /// nodes brought in line with the group.
     async fn pass(&self, now: chrono::DateTime<chrono::Utc>) -> Value {
@@ -1083,38 +1149,37 @@ async fn a_new_ami_rolls_through_six_nodes_within_budget_and_pdb() {
         });
 
     let t0 = chrono::Utc::now();
-    let report = p.watcher.handle(&json!({}), t0).await.unwrap();
-    assert_eq!(report["pools"][0]["desired"], p.new.as_str(), "{report}");
+    p.publish(t0).await;
 
     // From here on, every PDB status the disruption controller writes must keep 11 healthy.
     let before_rollout = p.cp.pdb_statuses(NS, "web").len();
     let mut statuses_checked = before_rollout;
     let (stop, sampler) = sample_ready_pods(&admin, "web");
     let mut max_in_flight = 0;
-    let mut passes = 0;
-    for pass in 0..MAX_PASSES {
-        passes = pass + 1;
-        let report = p.pass(t0 + chrono::Duration::minutes(pass)).await;
-        let statuses = p.cp.pdb_statuses(NS, "web");
-        let written = &statuses[statuses_checked..];
-        assert!(
-            written.iter().all(|s| within_budget(s, 11)),
-            "pass {passes}: the disruption controller reported fewer than 11 healthy web pods: \
-             {written:#?}\n{report}"
-        );
-        statuses_checked = statuses.len();
-        let rotations = p.rotations().await;
-        let in_flight = rotations.iter().filter(|r| r.in_flight()).count();
-        max_in_flight = max_in_flight.max(in_flight);
-        assert!(
-            in_flight <= 2,
-            "pass {passes}: budget 2 exceeded: {rotations:?}"
-        );
-        let images = p.adapters.group_images(GROUP).await;
-        if in_flight == 0 && images.len() == 6 && images.iter().all(|i| *i == p.new) {
-            break;
-        }
-    }
+    let outcomes = p
+        .passes_until(t0, "the rollout", |o| {
+            let statuses = p.cp.pdb_statuses(NS, "web");
+            let written = &statuses[statuses_checked..];
+            assert!(
+                written.iter().all(|s| within_budget(s, 11)),
+                "pass {}: the disruption controller reported fewer than 11 healthy web pods: \
+                 {written:#?}\n{}",
+                o.pass,
+                o.report
+            );
+            statuses_checked = statuses.len();
+            let in_flight = o.rotations.iter().filter(|r| r.in_flight()).count();
+            max_in_flight = max_in_flight.max(in_flight);
+            assert!(
+                in_flight <= 2,
+                "pass {}: budget 2 exceeded: {:?}",
+                o.pass,
+                o.rotations
+            );
+            p.rolled_out(o)
+        })
+        .await;
+    let passes = outcomes.len();
     stop.store(true, Ordering::SeqCst);
     let ready = sampler.join().expect("Ready pods sampler");
     let statuses = p.cp.pdb_statuses(NS, "web");
