@@ -158,6 +158,10 @@ pub const IMAGE_ANNOTATION: &str = "fakecloud/image-id";
 /// Annotation of a node [`ControlPlane::sync_group`] made: the Auto Scaling group it follows.
 pub const GROUP_ANNOTATION: &str = "fakecloud/asg";
 
+/// Annotation the harness writes on existing nodes when it adds a stage that concerns them
+/// (the time, in ns since the epoch), only so that KWOK matches its stages against them again.
+pub const STAGES_TOUCHED_ANNOTATION: &str = "nodecycle-tests/stages-touched";
+
 /// What one [`ControlPlane::sync_group`] changed, by node name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeSync {
@@ -1176,7 +1180,8 @@ impl ControlPlane {
     /// `NodeStatusUnknown`, message [`NODE_STATUS_UNKNOWN_MESSAGE`], `lastTransitionTime` the
     /// moment of the change and `lastHeartbeatTime` kept; and they stay so (KWOK's own stages
     /// no longer make it Ready). The real node lifecycle controller then taints it
-    /// `node.kubernetes.io/unreachable` (NoSchedule and NoExecute).
+    /// `node.kubernetes.io/unreachable` (NoSchedule and NoExecute). The nodes of `ami` that
+    /// exist already get [`STAGES_TOUCHED_ANNOTATION`], so that KWOK sees them again.
     ///
     /// Two KWOK stages do it (`nodecycle-stall-<ami>` and `nodecycle-stalled-<ami>`). KWOK
     /// still renews the node's Lease, so the controller sees a kubelet that reports Unknown
@@ -1245,6 +1250,34 @@ conditions:
                 "next": {},
             },
         }));
+        self.touch_nodes_of_image(ami);
+    }
+
+    /// Annotates every node of `ami` that exists ([`STAGES_TOUCHED_ANNOTATION`]): KWOK matches
+    /// its stages against a node when the node changes, not when a stage is created, so a node
+    /// already settled would not meet a stage added after it.
+    fn touch_nodes_of_image(&self, ami: &str) {
+        let admin = self.admin();
+        let listed = admin.get("/api/v1/nodes");
+        assert_eq!(listed.status, 200, "listing nodes: {}", listed.raw);
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos().to_string())
+            .unwrap_or_default();
+        for name in listed.body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| n["metadata"]["annotations"][IMAGE_ANNOTATION] == ami)
+            .filter_map(|n| n["metadata"]["name"].as_str())
+        {
+            let r = admin.patch(
+                &format!("/api/v1/nodes/{name}"),
+                "application/merge-patch+json",
+                &json!({ "metadata": { "annotations": { STAGES_TOUCHED_ANNOTATION: stamp } } }),
+            );
+            assert_eq!(r.status, 200, "touching node {name}: {}", r.raw);
+        }
     }
 
     /// Makes the pods scheduled onto nodes whose [`IMAGE_ANNOTATION`] is `ami` (nodes

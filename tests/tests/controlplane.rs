@@ -8,7 +8,7 @@
 // Test code: helpers outside #[test] fns panic on failure too.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -219,31 +219,54 @@ fn create_deployment(client: &KubeClient, app: &str, replicas: u32) {
     create(
         client,
         &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
-        json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": { "name": app },
-            "spec": {
-                "replicas": replicas,
-                "selector": { "matchLabels": { "app": app } },
-                "template": {
-                    "metadata": { "labels": { "app": app } },
-                    "spec": {
-                        "terminationGracePeriodSeconds": 1,
-                        "automountServiceAccountToken": false,
-                        "containers": [{ "name": app, "image": "registry.k8s.io/pause:3.10" }],
-                        "topologySpreadConstraints": [{
-                            "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
-                            "whenUnsatisfiable": "DoNotSchedule",
-                            "nodeTaintsPolicy": "Honor",
-                            "labelSelector": { "matchLabels": { "app": app } },
-                        }],
-                    },
+        deployment(app, replicas),
+    );
+}
+
+/// A Deployment `app` of `replicas` pods spread over the schedulable nodes among `nodes` only
+/// (required node affinity on `kubernetes.io/hostname`).
+fn create_deployment_on(client: &KubeClient, app: &str, replicas: u32, nodes: &[String]) {
+    let mut d = deployment(app, replicas);
+    d["spec"]["template"]["spec"]["affinity"] = json!({ "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [{
+            "matchExpressions": [
+                { "key": "kubernetes.io/hostname", "operator": "In", "values": nodes },
+            ],
+        }] },
+    } });
+    create(
+        client,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        d,
+    );
+}
+
+/// The Deployment of [`create_deployment`].
+fn deployment(app: &str, replicas: u32) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": app },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": app } },
+            "template": {
+                "metadata": { "labels": { "app": app } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "automountServiceAccountToken": false,
+                    "containers": [{ "name": app, "image": "registry.k8s.io/pause:3.10" }],
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "nodeTaintsPolicy": "Honor",
+                        "labelSelector": { "matchLabels": { "app": app } },
+                    }],
                 },
             },
-        }),
-    );
+        },
+    })
 }
 
 /// 3 `web` replicas and a PDB allowing 1 of them to be unavailable.
@@ -927,7 +950,8 @@ fn within_budget(status: &Value, desired: i64) -> bool {
 
 /// A 6-node self-managed pool on the real control plane, ready for a rollout: the group
 /// [`GROUP`] of 6 instances of `golden-1` (max 10) whose KWOK nodes follow it
-/// ([`ControlPlane::sync_group`]), `golden-2` published, the pool's policy (images `golden-*`
+/// ([`ControlPlane::sync_group`]), `golden-1` the pool's desired AMI (an ami-watcher pass an
+/// hour before: what a rollback goes back to), then `golden-2` published, the pool's policy (images `golden-*`
 /// of the account, budget 2 nodes, no `terminationGracePeriod`: a drain blocked by a PDB
 /// waits, it is never forced), and the real ami-watcher and rotator handlers over the fake
 /// cloud, the rotator reaching the API server with the rotator role's own EKS token (endpoint
@@ -951,11 +975,6 @@ async fn real_pool() -> RealPool {
         ImageFixture::new("golden-1")
             .owner("self")
             .created("2024-01-01T00:00:00Z"),
-    );
-    let new = cloud.register_image(
-        ImageFixture::new("golden-2")
-            .owner("self")
-            .created("2024-06-01T00:00:00Z"),
     );
     let adapters = Adapters::new(&cloud).await;
     adapters
@@ -982,6 +1001,18 @@ async fn real_pool() -> RealPool {
     );
     let joined = cp.sync_group(&cloud, GROUP);
     assert_eq!(joined.added.len(), 6, "{joined:?}");
+    // The pool's desired AMI is the one it runs (what a rollback goes back to), before the
+    // new one is published.
+    let report = watcher
+        .handle(&json!({}), chrono::Utc::now() - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    assert_eq!(report["pools"][0]["desired"], old.as_str(), "{report}");
+    let new = cloud.register_image(
+        ImageFixture::new("golden-2")
+            .owner("self")
+            .created("2024-06-01T00:00:00Z"),
+    );
     RealPool {
         cloud,
         cp,
@@ -995,7 +1026,102 @@ async fn real_pool() -> RealPool {
     }
 }
 
+/// What one rotator pass of [`RealPool::passes_until`] left: its number (1 for the first), its
+/// report, the pool's rotations and the images of the group's instances after it.
+struct PassOutcome {
+    pass: i64,
+    report: Value,
+    rotations: Vec<nodecycle::rotation::Rotation>,
+    images: Vec<String>,
+}
+
 impl RealPool {
+    /// The ami-watcher's pass at `at`: it resolves the pool's terms to the new AMI (asserted).
+    async fn publish(&self, at: chrono::DateTime<chrono::Utc>) {
+        let report = self.watcher.handle(&json!({}), at).await.unwrap();
+        assert_eq!(report["pools"][0]["desired"], self.new.as_str(), "{report}");
+    }
+
+    /// Rotator passes ([`Self::pass`]) a simulated minute apart, the first at `t0`, until
+    /// `done` holds of what a pass left (it may assert as well), at most [`MAX_PASSES`];
+    /// returns what each pass left. Panics, naming `what`, when `done` never held.
+    async fn passes_until(
+        &self,
+        t0: chrono::DateTime<chrono::Utc>,
+        what: &str,
+        mut done: impl FnMut(&PassOutcome) -> bool,
+    ) -> Vec<PassOutcome> {
+        let mut outcomes = Vec::new();
+        for pass in 0..MAX_PASSES {
+            let report = self.pass(t0 + chrono::Duration::minutes(pass)).await;
+            let outcome = PassOutcome {
+                pass: pass + 1,
+                report,
+                rotations: self.rotations().await,
+                images: self.adapters.group_images(GROUP).await,
+            };
+            let finished = done(&outcome);
+            outcomes.push(outcome);
+            if finished {
+                return outcomes;
+            }
+        }
+        let last = outcomes
+            .last()
+            .map(|o| (&o.report, &o.images, &o.rotations));
+        panic!("{what}: not within {MAX_PASSES} passes; the last left {last:#?}");
+    }
+
+    /// Whether a pass left the rollout done: the group's 6 instances on the new AMI, no
+    /// rotation in flight.
+    fn rolled_out(&self, o: &PassOutcome) -> bool {
+        o.images.len() == 6
+            && o.images.iter().all(|i| *i == self.new)
+            && o.rotations.iter().all(|r| !r.in_flight())
+    }
+
+    /// The pool's state record.
+    async fn record(&self) -> nodecycle::state::PoolRecord {
+        nodecycle::state::Repository::new(self.table.clone())
+            .pool("prod/general")
+            .await
+            .unwrap()
+            .expect("the pool has a state record")
+    }
+
+    /// The quarantine entry of the new AMI's release (a self-published image is its own
+    /// release), as the state table holds it.
+    async fn new_quarantined(&self) -> Option<nodecycle::promotion::Quarantine> {
+        let release =
+            nodecycle::promotion::Target::Release(nodecycle::promotion::Release(self.new.clone()));
+        nodecycle::state::Repository::new(self.table.clone())
+            .quarantine()
+            .await
+            .unwrap()
+            .0
+            .into_iter()
+            .find(|q| q.target == release)
+    }
+
+    /// The rotator pass after those of `passes` (a simulated minute after the last, from
+    /// `t0`): it must quarantine the new AMI's release, by pool `prod/general`'s observation
+    /// (panics naming `after` otherwise); the entry and the pass's report.
+    async fn next_pass_quarantines(
+        &self,
+        t0: chrono::DateTime<chrono::Utc>,
+        passes: &[PassOutcome],
+        after: &str,
+    ) -> (nodecycle::promotion::Quarantine, Value) {
+        let at = t0 + chrono::Duration::minutes(i64::try_from(passes.len()).unwrap());
+        let report = self.pass(at).await;
+        let q = self
+            .new_quarantined()
+            .await
+            .unwrap_or_else(|| panic!("quarantined in the first pass after {after}: {report}"));
+        assert_eq!(q.cause.pool(), Some("prod/general"), "{q:?}");
+        (q, report)
+    }
+
     /// One rotator pass at `now` (a deadline two minutes away, as the Lambda's), then the
     /// nodes brought in line with the group.
     async fn pass(&self, now: chrono::DateTime<chrono::Utc>) -> Value {
@@ -1083,38 +1209,37 @@ async fn a_new_ami_rolls_through_six_nodes_within_budget_and_pdb() {
         });
 
     let t0 = chrono::Utc::now();
-    let report = p.watcher.handle(&json!({}), t0).await.unwrap();
-    assert_eq!(report["pools"][0]["desired"], p.new.as_str(), "{report}");
+    p.publish(t0).await;
 
     // From here on, every PDB status the disruption controller writes must keep 11 healthy.
     let before_rollout = p.cp.pdb_statuses(NS, "web").len();
     let mut statuses_checked = before_rollout;
     let (stop, sampler) = sample_ready_pods(&admin, "web");
     let mut max_in_flight = 0;
-    let mut passes = 0;
-    for pass in 0..MAX_PASSES {
-        passes = pass + 1;
-        let report = p.pass(t0 + chrono::Duration::minutes(pass)).await;
-        let statuses = p.cp.pdb_statuses(NS, "web");
-        let written = &statuses[statuses_checked..];
-        assert!(
-            written.iter().all(|s| within_budget(s, 11)),
-            "pass {passes}: the disruption controller reported fewer than 11 healthy web pods: \
-             {written:#?}\n{report}"
-        );
-        statuses_checked = statuses.len();
-        let rotations = p.rotations().await;
-        let in_flight = rotations.iter().filter(|r| r.in_flight()).count();
-        max_in_flight = max_in_flight.max(in_flight);
-        assert!(
-            in_flight <= 2,
-            "pass {passes}: budget 2 exceeded: {rotations:?}"
-        );
-        let images = p.adapters.group_images(GROUP).await;
-        if in_flight == 0 && images.len() == 6 && images.iter().all(|i| *i == p.new) {
-            break;
-        }
-    }
+    let outcomes = p
+        .passes_until(t0, "the rollout", |o| {
+            let statuses = p.cp.pdb_statuses(NS, "web");
+            let written = &statuses[statuses_checked..];
+            assert!(
+                written.iter().all(|s| within_budget(s, 11)),
+                "pass {}: the disruption controller reported fewer than 11 healthy web pods: \
+                 {written:#?}\n{}",
+                o.pass,
+                o.report
+            );
+            statuses_checked = statuses.len();
+            let in_flight = o.rotations.iter().filter(|r| r.in_flight()).count();
+            max_in_flight = max_in_flight.max(in_flight);
+            assert!(
+                in_flight <= 2,
+                "pass {}: budget 2 exceeded: {:?}",
+                o.pass,
+                o.rotations
+            );
+            p.rolled_out(o)
+        })
+        .await;
+    let passes = outcomes.len();
     stop.store(true, Ordering::SeqCst);
     let ready = sampler.join().expect("Ready pods sampler");
     let statuses = p.cp.pdb_statuses(NS, "web");
@@ -1210,6 +1335,205 @@ async fn a_new_ami_rolls_through_six_nodes_within_budget_and_pdb() {
         *answers.entry(e.code).or_default() += 1;
     }
     eprintln!("eviction answers by HTTP status: {answers:?}");
+}
+
+/// Delay past a node's creation at which the #2681 test stalls the nodes of the new AMI
+/// ([`ControlPlane::stall_nodes_of_image`], set once the rollout is done): every node of the
+/// release was Ready, and carried the rollout, first; one younger than this stalls when it
+/// reaches it.
+const STALL_AFTER: Duration = Duration::from_secs(5);
+
+/// The #2681 pattern on the real API: the 6-node self-managed group rolls onto the new AMI
+/// with the real ami-watcher and rotator (no pass indicts it), then the kubelets of the
+/// release's nodes stop posting status ([`STALL_AFTER`] past each node's creation: the API
+/// server reports their Ready condition `Unknown`, reason `NodeStatusUnknown`). The first
+/// rotator pass after the API server reports all 6 stalled quarantines the release with cause
+/// `Unhealthy` in pool `prod/general`: the evidence names the 6 stalled instances (the
+/// group's), each failing `Ready`, 6 of 6 nodes; and the pool's desired AMI is back to the old
+/// one in the same pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_of_a_new_ami_that_stall_after_the_rollout_quarantine_it_unhealthy() {
+    let p = real_pool().await;
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let outcomes = p.passes_until(t0, "the rollout", |o| p.rolled_out(o)).await;
+    assert!(p.new_quarantined().await.is_none(), "healthy, not indicted");
+    assert_eq!(p.record().await.desired.map(|a| a.id), Some(p.new.clone()));
+    let stalled: BTreeSet<String> = p
+        .nodes()
+        .into_iter()
+        .filter(|n| n.2 == p.new)
+        .map(|n| n.1)
+        .collect();
+    let group: BTreeSet<String> = p
+        .adapters
+        .group_instances(GROUP)
+        .await
+        .into_iter()
+        .map(|i| i.0)
+        .collect();
+    assert_eq!(stalled, group, "the group's 6 instances have their nodes");
+
+    p.cp.stall_nodes_of_image(&p.new, STALL_AFTER);
+    let admin = p.cp.admin();
+    p.cp.wait_for("the 6 nodes of the new AMI Ready Unknown", |_| {
+        let listed = admin.get("/api/v1/nodes").body;
+        let unknown = listed["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| {
+                n["metadata"]["annotations"][nodecycle_tests::IMAGE_ANNOTATION] == p.new.as_str()
+            })
+            .filter(|n| {
+                let ready = condition(n, "Ready");
+                ready["status"] == "Unknown" && ready["reason"] == "NodeStatusUnknown"
+            })
+            .count();
+        (unknown == 6).then_some(())
+    });
+
+    let (q, report) = p.next_pass_quarantines(t0, &outcomes, "the stall").await;
+    let nodecycle::promotion::Cause::Unhealthy { evidence, .. } = &q.cause else {
+        panic!("cause Unhealthy: {q:?}");
+    };
+    let named: BTreeSet<String> = evidence
+        .nodes
+        .iter()
+        .map(|n| n.instance_id.clone())
+        .collect();
+    assert_eq!(
+        named, stalled,
+        "the stalled instances are the evidence: {q:?}"
+    );
+    assert!(
+        evidence.nodes.iter().all(|n| n.failing == ["Ready"]),
+        "{evidence:?}"
+    );
+    assert_eq!(
+        (evidence.new.count, evidence.new.of),
+        (6, 6),
+        "{evidence:?}"
+    );
+    assert_eq!(evidence.release, p.new);
+    assert_eq!(
+        p.record().await.desired.map(|a| a.id),
+        Some(p.old.clone()),
+        "the pool's desired AMI is back to the old one: {report}"
+    );
+}
+
+/// Pods of the #2682 test: on the nodes of the new AMI, and on those of the old one for the
+/// baseline; 20 each, the fewest pod starts the judge compares (`health.minSamples`).
+const PODS_EACH: usize = 20;
+
+/// The #2682 pattern on the real API: containers cannot be created on the nodes of the new AMI
+/// ([`ControlPlane::fail_containers_on_image`]). The real rotator rolls the 6-node group until
+/// 2 nodes of the new AMI run, next to old ones; then Deployment `broken` puts 20 pods on the
+/// new nodes (node affinity), which the API server reports `CreateContainerError`, and
+/// Deployment `baseline` 20 pods, Ready, on old nodes not cordoned. The next rotator pass
+/// quarantines the release with cause `WorkloadFailures`, reason `CreateContainerError`, 20
+/// failures of 20 starts against 0 of 20 on the old release, and the pool's desired AMI is
+/// back to the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_failing_on_the_nodes_of_a_new_ami_quarantine_it_for_workload_failures() {
+    let p = real_pool().await;
+    p.cp.fail_containers_on_image(&p.new);
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let outcomes = p
+        .passes_until(t0, "2 nodes of the new AMI", |_| {
+            p.nodes().iter().filter(|n| n.2 == p.new).count() >= 2
+        })
+        .await;
+    assert!(
+        p.new_quarantined().await.is_none(),
+        "no pods, nothing against it"
+    );
+    let nodes = p.nodes();
+    let names = |image: &str| -> Vec<String> {
+        nodes
+            .iter()
+            .filter(|n| n.2 == image && !n.3)
+            .map(|n| n.0.clone())
+            .collect()
+    };
+    let (new_nodes, old_nodes) = (names(&p.new), names(&p.old));
+    assert!(!old_nodes.is_empty(), "old nodes left: {nodes:?}");
+
+    let admin = p.cp.admin();
+    create_namespace(&admin);
+    create_deployment_on(
+        &admin,
+        "broken",
+        u32::try_from(PODS_EACH).unwrap(),
+        &new_nodes,
+    );
+    create_deployment_on(
+        &admin,
+        "baseline",
+        u32::try_from(PODS_EACH).unwrap(),
+        &old_nodes,
+    );
+    let list = |app: &str| {
+        admin
+            .get(&format!(
+                "/api/v1/namespaces/{NS}/pods?labelSelector=app%3D{app}"
+            ))
+            .body["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let on = |pod: &Value, nodes: &[String]| {
+        pod["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| nodes.iter().any(|m| m == n))
+    };
+    p.cp.wait_for(
+        "20 broken pods CreateContainerError on the new nodes, 20 baseline pods Ready on old ones",
+        |_| {
+            let failing = list("broken")
+                .iter()
+                .filter(|pod| on(pod, &new_nodes))
+                .filter(|pod| {
+                    pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "CreateContainerError"
+                })
+                .count();
+            let running = list("baseline")
+                .iter()
+                .filter(|pod| on(pod, &old_nodes) && condition(pod, "Ready")["status"] == "True")
+                .count();
+            (failing == PODS_EACH && running == PODS_EACH).then_some(())
+        },
+    );
+
+    let (q, report) = p.next_pass_quarantines(t0, &outcomes, "the failures").await;
+    let nodecycle::promotion::Cause::WorkloadFailures { evidence, .. } = &q.cause else {
+        panic!("cause WorkloadFailures: {q:?}");
+    };
+    assert_eq!(
+        evidence.reason.as_deref(),
+        Some("CreateContainerError"),
+        "{evidence:?}"
+    );
+    let n = u32::try_from(PODS_EACH).unwrap();
+    assert_eq!(
+        (evidence.new.count, evidence.new.of),
+        (n, n),
+        "{evidence:?}"
+    );
+    assert_eq!(
+        evidence.old.map(|o| (o.count, o.of)),
+        Some((0, n)),
+        "{evidence:?}"
+    );
+    assert_eq!(
+        p.record().await.desired.map(|a| a.id),
+        Some(p.old.clone()),
+        "the pool's desired AMI is back to the old one: {report}"
+    );
 }
 
 /// Condition `kind` of `object` (a Node or a Pod), or Null.
