@@ -267,6 +267,26 @@ fn observed(field: &str) -> Default {
         "health.maxRatio" => value(base.health.max_ratio.to_string()),
         "health.minSamples" => value(base.health.min_samples.to_string()),
         "health.minFailureRate" => value(base.health.min_failure_rate.to_string()),
+        "repair" => value(format!(
+            "{{enabled: {}, drainTimeout: {}, maxParallel: {}, maxUnhealthy: {}%}}",
+            base.repair.enabled,
+            nodecycle::duration::format(base.repair.drain_timeout),
+            base.repair.max_parallel,
+            base.repair.max_unhealthy_percent
+        )),
+        "repair.enabled" => value(base.repair.enabled.to_string()),
+        "repair.conditions" => value(format!(
+            "{{{}}}",
+            base.repair
+                .conditions
+                .iter()
+                .map(|(k, d)| format!("{k}: {}", nodecycle::duration::format(*d)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        "repair.drainTimeout" => value(nodecycle::duration::format(base.repair.drain_timeout)),
+        "repair.maxParallel" => value(base.repair.max_parallel.to_string()),
+        "repair.maxUnhealthy" => value(format!("{}%", base.repair.max_unhealthy_percent)),
         other => panic!(
             "tests/tests/docs.rs: say in `observed` how a parsed policy shows the default of {other} (and document it in docs/policy-reference.md)"
         ),

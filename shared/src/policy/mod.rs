@@ -38,12 +38,14 @@ use crate::problem::{Problems, join};
 use fields::{NameRule, describe, eks_name, quote, unknown_field, wrong_type};
 pub use place::Place;
 pub use pool_id::PoolId;
+pub use repair::RepairPolicy;
 use source::{Owner, PolicyDocument};
 
 mod fields;
 pub mod limits;
 pub mod place;
 mod pool_id;
+pub mod repair;
 pub mod source;
 pub mod stored;
 mod terms;
@@ -205,6 +207,9 @@ pub struct Policy {
     /// `health` (defaults when absent): how a release is judged by its nodes and pods
     /// ([`crate::promotion::health`]).
     pub health: HealthPolicy,
+    /// `repair` (defaults when absent): which unhealthy nodes are replaced, and how many at
+    /// once ([`RepairPolicy`]).
+    pub repair: RepairPolicy,
 }
 
 impl Policy {
@@ -333,7 +338,7 @@ pub struct Parsed {
 }
 
 /// The top-level fields of a policy document, in the order error messages list them.
-pub const FIELDS: [&str; 13] = [
+pub const FIELDS: [&str; 14] = [
     "cluster",
     "name",
     "nodeGroup",
@@ -347,6 +352,7 @@ pub const FIELDS: [&str; 13] = [
     "paused",
     "promotion",
     "health",
+    "repair",
 ];
 /// The place fields ([`place`]): accepted at the top level beside [`FIELDS`] (whose list the
 /// unknown-field message shows, unchanged since before accounts and regions).
@@ -375,6 +381,7 @@ pub fn field_paths() -> Vec<String> {
             "interruption" => (format!("{top}."), &INTERRUPTION_FIELDS),
             "promotion" => (format!("{top}."), &PROMOTION_FIELDS),
             "health" => (format!("{top}."), &HEALTH_FIELDS),
+            "repair" => (format!("{top}."), &repair::REPAIR_FIELDS),
             _ => (String::new(), &[]),
         };
         for child in children {
@@ -522,6 +529,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     let mut surge_above_max_size = false;
     let mut candidate_order = CandidateOrder::default();
     let mut health = HealthPolicy::default();
+    let mut repair = RepairPolicy::default();
     let mut window_given = false;
     let mut expire_after = Some(DEFAULT_EXPIRE_AFTER);
     let mut termination_grace_period = None;
@@ -575,6 +583,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
                 health = validate_health(field, problems);
                 window_given = field.get("window").is_some();
             }
+            "repair" => repair = repair::validate(field, problems),
             _ => unknown_field("", key, &FIELDS, problems),
         }
     }
@@ -636,6 +645,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
         surge_above_max_size,
         candidate_order,
         health,
+        repair,
     })
 }
 

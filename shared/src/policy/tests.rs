@@ -1441,3 +1441,72 @@ fn health_thresholds_have_safe_defaults_and_bounds() {
         assert!(parse(&format!("{BASE}{extra}")).policy.is_none(), "{extra}");
     }
 }
+
+/// `repair`: on by default with the conditions' durations, each field overridable and checked
+/// with its path; a condition repair does not know is refused naming the ones it does.
+#[test]
+fn repair_has_defaults_overrides_and_bounds() {
+    let r = valid(BASE).repair;
+    assert_eq!(r, RepairPolicy::default());
+    assert!(r.enabled);
+    assert_eq!(r.conditions["Ready"], Duration::from_secs(30 * 60));
+    assert_eq!(
+        r.conditions["AcceleratedHardwareReady"],
+        Duration::from_secs(10 * 60)
+    );
+    assert_eq!(
+        (r.drain_timeout, r.max_parallel, r.max_unhealthy_percent),
+        (Duration::from_secs(600), 1, 20)
+    );
+    let set = valid(&format!(
+        "{BASE}repair: {{ enabled: false, conditions: {{ Ready: 15m }}, drainTimeout: 5m, maxParallel: 2, maxUnhealthy: \"40%\" }}\n"
+    ))
+    .repair;
+    assert!(!set.enabled);
+    assert_eq!(set.conditions["Ready"], Duration::from_secs(15 * 60));
+    assert_eq!(
+        set.conditions["KernelReady"],
+        Duration::from_secs(30 * 60),
+        "others kept"
+    );
+    assert_eq!(
+        (
+            set.drain_timeout,
+            set.max_parallel,
+            set.max_unhealthy_percent
+        ),
+        (Duration::from_secs(300), 2, 40)
+    );
+    for (extra, path) in [
+        ("repair: { enabled: yes please }\n", "repair.enabled"),
+        (
+            "repair: { conditions: { Ready: 0s } }\n",
+            "repair.conditions.Ready",
+        ),
+        (
+            "repair: { conditions: { DiskPressure: 5m } }\n",
+            "repair.conditions.DiskPressure",
+        ),
+        ("repair: { drainTimeout: soon }\n", "repair.drainTimeout"),
+        ("repair: { maxParallel: 0 }\n", "repair.maxParallel"),
+        ("repair: { maxUnhealthy: 20 }\n", "repair.maxUnhealthy"),
+        ("repair: { maxUnhealthy: \"0%\" }\n", "repair.maxUnhealthy"),
+        ("repair: { enable: true }\n", "repair.enable"),
+    ] {
+        let got = messages(&format!("{BASE}{extra}"));
+        assert!(
+            got.iter().any(|m| m.starts_with(&format!("{path}: "))),
+            "{extra}: {got:?}"
+        );
+        assert!(parse(&format!("{BASE}{extra}")).policy.is_none(), "{extra}");
+    }
+    let unknown = messages(&format!(
+        "{BASE}repair: {{ conditions: {{ DiskPressure: 5m }} }}\n"
+    ));
+    assert!(
+        unknown
+            .iter()
+            .any(|m| m.contains("expected one of Ready, KernelReady")),
+        "{unknown:?}"
+    );
+}
