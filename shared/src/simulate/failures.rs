@@ -141,8 +141,8 @@ impl Pool {
             q.by,
             format_instant(q.at)
         ));
-        self.desired_change = None;
-        self.final_desired = self.snap.gates.desired_ami.clone();
+        // Never within the forecast (as a promotion that never comes): not done.
+        self.desired_change = Some((DateTime::<Utc>::MAX_UTC, ami));
         self.out.desired_change = None;
     }
 
