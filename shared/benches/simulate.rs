@@ -47,6 +47,7 @@ fn bench(c: &mut Criterion) {
         from,
         days: 7,
         rotation: TimeDelta::minutes(10),
+        failures: Vec::new(),
     };
     let start = pools(from);
     let forecast = simulate(start.clone(), &settings);

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::blocked::{self, Wait};
+use super::failures::{Health, Quarantines};
 use super::windows;
 use super::{
     Blocked, ManagedStart, PoolForecast, PoolStart, RotationSpan, Settings, ceil_minute,
@@ -75,18 +76,35 @@ pub(super) struct Pool {
     pub(super) out: PoolForecast,
     pub(super) all_desired_since: Option<DateTime<Utc>>,
     pub(super) last_block: BTreeMap<RotationReason, usize>,
+    /// Failures and quarantines ([`super::Failure`]).
+    pub(super) health: Health,
 }
 
-/// Forecasts one pool.
+/// Forecasts one pool, no release quarantined by another pool.
+#[cfg(test)]
 pub(super) fn run(start: PoolStart, settings: &Settings, stepping: Stepping) -> PoolForecast {
+    run_with(start, settings, stepping, &Quarantines::new())
+}
+
+/// Forecasts one pool, the releases of `known` quarantined from their instant (by other
+/// pools' evidence).
+pub(super) fn run_with(
+    start: PoolStart,
+    settings: &Settings,
+    stepping: Stepping,
+    known: &Quarantines,
+) -> PoolForecast {
     let (from, to) = (settings.from, settings.to());
-    let mut pool = Pool::new(start, settings);
+    let mut pool = Pool::new(start, settings, known);
     pool.adopt_in_flight(from);
+    pool.drop_quarantined_change();
     let mut t = from;
     loop {
         pool.finish(t);
         pool.apply_desired(t);
+        let health = pool.health_pass(t);
         let (acted, waits) = pool.pass(t);
+        let acted = acted || health;
         pool.track(t);
         let next = match stepping {
             Stepping::Events if !acted => pool.next_event(t, to),
@@ -101,6 +119,7 @@ pub(super) fn run(start: PoolStart, settings: &Settings, stepping: Stepping) -> 
     }
     pool.finish(to);
     pool.track(to);
+    pool.count_unhealthy_left();
     pool.out.done = pool.all_desired_since;
     pool.out.closed = windows::closed_windows(&pool.snap, pool.out.nodes, from, to);
     pool.out
@@ -110,7 +129,7 @@ pub(super) fn run(start: PoolStart, settings: &Settings, stepping: Stepping) -> 
 }
 
 impl Pool {
-    fn new(start: PoolStart, settings: &Settings) -> Pool {
+    fn new(start: PoolStart, settings: &Settings, known: &Quarantines) -> Pool {
         let PoolStart {
             snapshot,
             managed,
@@ -144,7 +163,14 @@ impl Pool {
             closed: Vec::new(),
             managed: managed.is_some(),
             notes,
+            indicted: None,
         };
+        let health = Health::new(
+            &settings.failures,
+            known,
+            snapshot.gates.desired_ami.as_deref(),
+            desired_change.as_ref(),
+        );
         let mut pool = Pool {
             budget_changes: windows::budget_changes(&snapshot.policy.budgets, from, to)
                 .into_iter()
@@ -160,6 +186,7 @@ impl Pool {
             out,
             all_desired_since: None,
             last_block: BTreeMap::new(),
+            health,
         };
         pool.budget_changes.dedup();
         if let Some(ManagedStart { status, update }) = managed {
@@ -300,6 +327,9 @@ impl Pool {
             let id = self.fresh_id();
             self.snap.members.push(ready_member(&id, &image, r.start));
             replaced_by = Some(id);
+        }
+        if let Some(id) = &replaced_by {
+            self.joined(id, r.end);
         }
         if let Some(span) = self.out.rotations.get_mut(r.out) {
             span.replacement = replaced_by;
@@ -552,6 +582,7 @@ impl Pool {
         if let Some((at, _)) = &self.desired_change {
             consider(*at);
         }
+        self.health.events().for_each(&mut consider);
         let expiration = self.snap.expiration();
         if let Some(expire) = expiration.after.and_then(|e| TimeDelta::from_std(e).ok()) {
             for m in &self.snap.members {

@@ -33,6 +33,7 @@
 
 mod blocked;
 mod engine;
+mod failures;
 pub mod picture;
 mod waves;
 mod windows;
@@ -58,7 +59,7 @@ pub const NEW_AMI: &str = "ami-new";
 pub const MAX_DAYS: u32 = 31;
 
 /// How the forecast runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// First pass (rounded down to the minute by [`simulate`]).
     pub from: DateTime<Utc>,
@@ -67,6 +68,27 @@ pub struct Settings {
     /// Time from a rotation's start to its done (and of one node group update wave); a whole
     /// number of minutes, at least one.
     pub rotation: TimeDelta,
+    /// Releases that fail in the forecast (none: every release is healthy, the forecast of
+    /// before failures existed); at most one per AMI.
+    pub failures: Vec<Failure>,
+}
+
+/// A release that turns out bad in the forecast, as `nodecycle simulate --failures` gives it:
+/// in each pool, the first `nodes` nodes that join on `ami` during the forecast (a
+/// replacement whose rotation or update wave is done; nodes running it at the start are taken
+/// as healthy) turn unhealthy (`Ready` lost) `after` joining. What follows is the product's
+/// ([`crate::promotion::health::assess`] on the pool's nodes, each pass): the release is
+/// indicted once enough of its nodes turned unhealthy within `health.window` of joining (3, or
+/// all of them when it has fewer, and at least `health.minFailureRate` of them), and then
+/// quarantined everywhere: see [`PoolForecast::indicted`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The AMI that fails ([`NEW_AMI`] for the synthetic new AMI).
+    pub ami: String,
+    /// How many of its nodes (per pool) turn unhealthy; at least 1.
+    pub nodes: u32,
+    /// How long after joining each of them turns unhealthy; not negative.
+    pub after: TimeDelta,
 }
 
 impl Settings {
@@ -83,6 +105,31 @@ impl Settings {
                 "rotation: {} is not a whole number of minutes (at least 1m)",
                 crate::duration::format(self.rotation.to_std().unwrap_or_default())
             ));
+        }
+        for (i, f) in self.failures.iter().enumerate() {
+            if f.ami.trim().is_empty() {
+                return Err(format!(
+                    "failures[{i}].ami: {:?} is empty; expected an AMI id (or the synthetic {NEW_AMI})",
+                    f.ami
+                ));
+            }
+            if f.nodes == 0 {
+                return Err(format!(
+                    "failures[{i}].nodes: 0 is out of range; expected at least 1 node"
+                ));
+            }
+            if f.after < TimeDelta::zero() {
+                return Err(format!(
+                    "failures[{i}].after: {}s is negative; expected a duration of 0s or more",
+                    f.after.num_seconds()
+                ));
+            }
+            if let Some(j) = self.failures[..i].iter().position(|g| g.ami == f.ami) {
+                return Err(format!(
+                    "failures[{i}].ami: {} is also failures[{j}]; expected each AMI once",
+                    f.ami
+                ));
+            }
         }
         Ok(())
     }
@@ -254,6 +301,10 @@ pub struct PoolForecast {
     /// What the forecast assumed ([`PoolStart::notes`]); omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// When the release of the pool's desired AMI was indicted (a [`Failure`]) and the pool
+    /// rolled back; omitted when it never was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub indicted: Option<Indicted>,
     /// When the desired AMI changes, if it does (for the picture).
     #[serde(skip)]
     pub desired_change: Option<DateTime<Utc>>,
@@ -263,6 +314,43 @@ pub struct PoolForecast {
     /// A managed node group pool.
     #[serde(skip)]
     pub managed: bool,
+}
+
+/// A pool's desired AMI indicted during the forecast. Serializes as
+/// `{"ami", "at", "by", "why", "rolledBackTo", "unhealthyLeft"}`.
+///
+/// At `at` (the first pass at which the evidence holds, in the pool `by`, or the pool's own
+/// pass after another pool indicted it: a quarantine holds everywhere) the pool's desired AMI
+/// goes back to the one it had before its change (`rolledBackTo`), so its nodes on `ami` are
+/// `Drifted` rotations within its budgets from then on; with nothing to go back to (its
+/// desired AMI did not change in the forecast) the pool is halted (`rolledBackTo` null). Nodes
+/// that turned unhealthy are not Ready: counted as disrupting and never drain candidates (as
+/// in the rotator: repair's), so they stay on `ami` and the pool is not `done`. A pool with
+/// `promotion.from` never takes a release indicted before its promotion; one that took it
+/// earlier rolls back at `at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Indicted {
+    /// The AMI indicted.
+    pub ami: String,
+    /// When (the pass that acted).
+    #[serde(serialize_with = "instant")]
+    pub at: DateTime<Utc>,
+    /// The pool whose nodes were the evidence (this pool's id when its own).
+    pub by: String,
+    /// The evidence, as the rotator's quarantine record says it.
+    pub why: String,
+    /// The desired AMI the pool went back to; null when it was halted instead.
+    pub rolled_back_to: Option<String>,
+    /// The pool's nodes still on `ami` and unhealthy at the end of the forecast.
+    pub unhealthy_left: u32,
+    /// A few words for the picture (`indicted: 3 nodes unhealthy after 2h; rolled back`).
+    #[serde(skip)]
+    pub label: String,
+    /// From when the pool had run `ami` on every node before it was indicted, if it had (what
+    /// a downstream pool's soak counts from).
+    #[serde(skip)]
+    pub done_before: Option<DateTime<Utc>>,
 }
 
 /// One rotation. Serializes as `{"instance", "reason", "start", "end", "forced", "wave"}`.
@@ -339,12 +427,49 @@ pub struct Closed {
 /// Runs the forecast of every pool from `settings.from` for `settings.days`, upstream pools
 /// before the pools that promote from them (see [`promote`]); pools are returned in the order
 /// given. The caller checks `settings` ([`Settings::check`]).
+///
+/// With [`Settings::failures`], a release indicted in one pool is quarantined in all from that
+/// minute ([`Indicted`]): the pools are forecast again with the earliest indictment of each
+/// release known to all of them, until no earlier one appears (at most once per pool more).
 pub fn simulate(pools: Vec<PoolStart>, settings: &Settings) -> Forecast {
     let settings = Settings {
         from: floor_minute(settings.from),
-        ..*settings
+        ..settings.clone()
     };
     let time_zone = axis_zone(pools.iter().map(|p| &p.snapshot.policy));
+    let mut known = failures::Quarantines::new();
+    let rounds = if settings.failures.is_empty() {
+        0
+    } else {
+        pools.len() + 1
+    };
+    for _ in 0..rounds {
+        let out = forecast_all(pools.clone(), &settings, &known);
+        let found = failures::quarantines(&out);
+        if found == known {
+            return forecast(out, &settings, time_zone);
+        }
+        known = found;
+    }
+    let out = forecast_all(pools, &settings, &known);
+    forecast(out, &settings, time_zone)
+}
+
+fn forecast(pools: Vec<PoolForecast>, settings: &Settings, time_zone: Tz) -> Forecast {
+    Forecast {
+        from: settings.from,
+        to: settings.to(),
+        pools,
+        time_zone,
+    }
+}
+
+/// One forecast of every pool (see [`simulate`]), the releases of `known` quarantined.
+fn forecast_all(
+    pools: Vec<PoolStart>,
+    settings: &Settings,
+    known: &failures::Quarantines,
+) -> Vec<PoolForecast> {
     let ids: Vec<String> = pools.iter().map(|p| p.snapshot.policy.pool_id()).collect();
     let upstream_of = |p: &PoolStart| {
         let from = p.snapshot.policy.promotion.as_ref()?.from.as_ref()?;
@@ -355,6 +480,7 @@ pub fn simulate(pools: Vec<PoolStart>, settings: &Settings) -> Forecast {
     // What each forecast pool ends on (its final desired AMI and release), for its downstream.
     let mut ends_on: Vec<(Option<String>, ReleaseState)> =
         vec![(None, ReleaseState::default()); pending.len()];
+    let run = |start: PoolStart| engine::run_with(start, settings, engine::Stepping::Events, known);
     // A pool is forecast once the pool it promotes from is; what is left is a cycle.
     loop {
         let mut progressed = false;
@@ -385,7 +511,7 @@ pub fn simulate(pools: Vec<PoolStart>, settings: &Settings) -> Forecast {
                     .or_else(|| start.snapshot.gates.desired_ami.clone()),
                 start.release.clone(),
             );
-            let mut forecast = engine::run(start, &settings, engine::Stepping::Events);
+            let mut forecast = run(start);
             forecast.promotion = note;
             out[i] = Some(forecast);
             progressed = true;
@@ -400,15 +526,10 @@ pub fn simulate(pools: Vec<PoolStart>, settings: &Settings) -> Forecast {
             if let Some((at, _)) = start.desired_change.as_mut() {
                 *at = DateTime::<Utc>::MAX_UTC;
             }
-            out[i] = Some(engine::run(start, &settings, engine::Stepping::Events));
+            out[i] = Some(run(start));
         }
     }
-    Forecast {
-        from: settings.from,
-        to: settings.to(),
-        pools: out.into_iter().flatten().collect(),
-        time_zone,
-    }
+    out.into_iter().flatten().collect()
 }
 
 /// The pool a pool with `promotion.from` promotes from, as [`promote`] needs it.
@@ -437,6 +558,12 @@ pub struct Upstream<'a> {
 /// never within the forecast when the upstream is not done in time. `minAge` is not applied
 /// to a live pool (the image's creation date is not read). Its release becomes the
 /// upstream's, for the pools downstream of it.
+///
+/// An upstream that indicted the release ([`PoolForecast::indicted`]) proves it from the
+/// instant it ran it on every node before that ([`Indicted::done_before`]), and only until the
+/// indictment: a change that would come at or after it never does
+/// ([`PromotionForecast::indicted`] says why). Soaks are not cut short by a node turning
+/// unhealthy before the indictment (a simplification).
 pub fn promote(
     start: &mut PoolStart,
     upstream: Option<Upstream<'_>>,
@@ -445,9 +572,17 @@ pub fn promote(
     let promo = start.snapshot.policy.promotion.clone()?;
     let delta = |d: std::time::Duration| TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
     let soak = promo.soak.map(delta).unwrap_or_default();
-    let upstream_done = upstream.and_then(|u| u.forecast.done);
     let Some((at, ami)) = start.desired_change.clone() else {
         return promote_live(start, upstream, from, promo.from, soak);
+    };
+    // An upstream that ran the release and then indicted it (or rolled back from it): done on
+    // it until then, and the release never taken from then on.
+    let indicted = upstream
+        .and_then(|u| u.forecast.indicted.as_ref())
+        .filter(|i| i.ami == ami);
+    let upstream_done = match indicted {
+        Some(i) => i.done_before,
+        None => upstream.and_then(|u| u.forecast.done),
     };
     let mut when = Some(promo.min_age.map_or(at, |m| {
         at.checked_add_signed(delta(m))
@@ -464,7 +599,9 @@ pub fn promote(
             _ => None,
         };
     }
-    let when = when.map(ceil_minute);
+    let when = when
+        .map(ceil_minute)
+        .filter(|w| indicted.is_none_or(|i| *w < i.at));
     // Never within the forecast: the change lies past its end (so `done` stays null).
     start.desired_change = Some((when.unwrap_or(DateTime::<Utc>::MAX_UTC), ami));
     Some(PromotionForecast {
@@ -474,6 +611,9 @@ pub fn promote(
         waits_from: (at < DateTime::<Utc>::MAX_UTC).then_some(at.max(from)),
         soak: promo.soak,
         min_age: promo.min_age,
+        indicted: indicted
+            .filter(|_| when.is_none())
+            .map(|i| (i.at, i.ami.clone())),
     })
 }
 
@@ -524,6 +664,7 @@ fn promote_live(
             .as_ref()
             .and_then(|p| p.soak),
         min_age: None,
+        indicted: None,
     })
 }
 
@@ -551,6 +692,10 @@ pub struct PromotionForecast {
     /// `promotion.minAge` (as applied: not for a live pool), for the picture.
     #[serde(skip)]
     pub min_age: Option<std::time::Duration>,
+    /// The upstream indicted the release (when, which AMI) before this pool would have taken
+    /// it: it never does. For the picture.
+    #[serde(skip)]
+    pub indicted: Option<(DateTime<Utc>, String)>,
 }
 
 /// The one time zone all scheduled budgets use, else UTC.

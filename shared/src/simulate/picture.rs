@@ -60,7 +60,7 @@ const STYLE: &str = "text{fill:#1a202c}.t{font-size:15px;font-weight:bold}.s{fil
 .ce{fill:#9f7aea;fill-opacity:.28}.cb{fill:#718096;fill-opacity:.30}.gate{fill:url(#hatch)}\
 .Drifted{fill:#3182ce}.Expired{fill:#805ad5}.forced{fill:#c53030}.other{fill:#718096}\
 .wave{fill:#2c5282}.ami{stroke:#2d3748;stroke-dasharray:4 3}.done{fill:#38a169}\
-.doneline{stroke:#38a169;stroke-width:2}.promo{fill:#90cdf4;fill-opacity:.55}.gl{font-size:10px;paint-order:stroke;stroke:#ffffff;stroke-width:3px;stroke-linejoin:round}.why{font-size:10px;fill:#c53030}";
+.doneline{stroke:#38a169;stroke-width:2}.rollback{fill:#dd6b20}.indicted{stroke:#c53030;stroke-width:2}.ind{fill:#c53030}.promo{fill:#90cdf4;fill-opacity:.55}.gl{font-size:10px;paint-order:stroke;stroke:#ffffff;stroke-width:3px;stroke-linejoin:round}.why{font-size:10px;fill:#c53030}";
 
 /// The forecast as an SVG document.
 pub fn svg(forecast: &Forecast) -> String {
@@ -145,8 +145,13 @@ pub fn html(forecast: &Forecast) -> String {
         let promotion = promotion_wait(p, forecast.to, zone).map(|(from, to, _, title)| {
             format!("{} to {}: {title}", zoned(from, zone), zoned(to, zone))
         });
-        let waits: Vec<String> = promotion
+        let indicted = p
+            .indicted
+            .as_ref()
+            .map(|i| format!("{}: {} ({})", zoned(i.at, zone), i.label, i.why));
+        let waits: Vec<String> = indicted
             .into_iter()
+            .chain(promotion)
             .chain(p.blocked.iter().map(|b| {
                 let gate = b
                     .gate
@@ -424,7 +429,10 @@ impl Layout {
             );
         }
         for (r, lane) in pool.rotations.iter().zip(&self.lanes[index]) {
-            self.bar(s, y, *lane, r);
+            self.bar(s, y, *lane, r, pool);
+        }
+        if let Some(i) = &pool.indicted {
+            self.indicted(s, (y, h), i);
         }
         if pool.done.is_none()
             && let Some((short, full)) = not_done_reason(pool, self.to, self.zone)
@@ -453,6 +461,37 @@ impl Layout {
                 esc(&self.local(d))
             );
         }
+    }
+
+    /// The indictment: a red line at its minute over the row, its label in the band at the top
+    /// (to the right of the line, or to its left when there is more room there), the evidence
+    /// in its title.
+    fn indicted(&self, s: &mut String, (y, h): (f64, f64), i: &super::Indicted) {
+        let x = self.x(i.at);
+        let right = LABEL_W + PLOT_W - x - 4.0;
+        let left = x - LABEL_W - 4.0;
+        let (anchor, tx, room) = if right >= left {
+            ("start", x + 3.0, right)
+        } else {
+            ("end", x - 3.0, left)
+        };
+        let text = fit(&i.label, room, CHAR_W_SMALL)
+            .map(|t| {
+                format!(
+                    "<text class=\"gl ind\" x=\"{tx:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text>",
+                    y + GATE_BAND - 3.0,
+                    esc(&t)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "<g><line class=\"indicted\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>{text}<title>{} at {}: {}</title></g>",
+            y + h,
+            esc(&i.label),
+            esc(&self.local(i.at)),
+            esc(&i.why)
+        );
     }
 
     /// A shaded stretch over a whole row.
@@ -511,12 +550,14 @@ impl Layout {
         );
     }
 
-    fn bar(&self, s: &mut String, y: f64, lane: usize, r: &RotationSpan) {
+    fn bar(&self, s: &mut String, y: f64, lane: usize, r: &RotationSpan, pool: &PoolForecast) {
         let (x0, x1) = self.bar_extent(r);
         let width = x1 - x0;
         let top = y + GATE_BAND + 3.0 + LANE_H * lane as f64;
+        let back = rollback_to(pool, r);
         let class = match r.reason {
             _ if r.forced => "forced",
+            _ if back.is_some() => "rollback",
             _ if r.wave => "wave",
             RotationReason::Drifted => "Drifted",
             RotationReason::Expired => "Expired",
@@ -525,11 +566,15 @@ impl Layout {
             }
         };
         let how = if r.wave {
-            ", node group update wave"
+            ", node group update wave".to_string()
         } else if r.forced {
-            ", forced"
+            ", forced".to_string()
         } else {
-            ""
+            String::new()
+        };
+        let how = match back {
+            Some(ami) => format!("{how}, rollback to {ami}"),
+            None => how,
         };
         let _ = writeln!(
             s,
@@ -574,6 +619,15 @@ impl Layout {
                         x + 7.0,
                         y + 2.0
                     );
+                } else if class == "indicted" {
+                    let _ = writeln!(
+                        s,
+                        "<line class=\"indicted\" x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\"/>",
+                        x + 7.0,
+                        y - 11.0,
+                        x + 7.0,
+                        y + 2.0
+                    );
                 } else if class == "done" {
                     let _ = writeln!(
                         s,
@@ -595,7 +649,7 @@ impl Layout {
 }
 
 /// Every mark and shading the picture draws, with its legend label (the legend shows all).
-pub const LEGEND: [(&str, &str); 12] = [
+pub const LEGEND: [(&str, &str); 14] = [
     ("Drifted", "Drifted rotation"),
     ("Expired", "Expired rotation"),
     ("forced", "forced (no budget wait)"),
@@ -608,7 +662,18 @@ pub const LEGEND: [(&str, &str); 12] = [
     ("promo", "waiting for a promotion (band, named)"),
     ("ami", "desired AMI changes"),
     ("done", "done: every node on the desired AMI"),
+    ("rollback", "rollback rotation (off an indicted AMI)"),
+    ("indicted", "release indicted (line, named)"),
 ];
+
+/// The AMI a rotation of `pool` rolls back to: a budgeted `Drifted` one started from the
+/// pool's rollback on.
+fn rollback_to<'a>(pool: &'a PoolForecast, r: &RotationSpan) -> Option<&'a str> {
+    let i = pool.indicted.as_ref()?;
+    (r.reason == RotationReason::Drifted && !r.forced && r.start >= i.at)
+        .then_some(i.rolled_back_to.as_deref())
+        .flatten()
+}
 
 /// `self-managed node group` or `managed node group`.
 fn kind(pool: &PoolForecast) -> &'static str {
@@ -822,8 +887,15 @@ pub fn promotion_wait(
         ),
         _ => ("past the end".to_string(), "past the end".to_string()),
     };
-    let (label, title) = match &p.from {
-        Some(up) => {
+    let (label, title) = match (&p.from, &p.indicted) {
+        (Some(up), Some((at, ami))) => (
+            format!("never: {ami} indicted {}", day_time(*at, zone)),
+            format!(
+                "never takes {ami}: indicted {} before {up} had run it for soak",
+                zoned_short(*at, zone)
+            ),
+        ),
+        (Some(up), None) => {
             let soak = dur(p.soak).map(|s| format!(" {s}")).unwrap_or_default();
             let state = match p.upstream_done {
                 Some(done) => format!("{up} done {}", zoned_short(done, zone)),
@@ -838,7 +910,7 @@ pub fn promotion_wait(
                 ),
             )
         }
-        None => {
+        (None, _) => {
             let age = dur(p.min_age).unwrap_or_default();
             (
                 format!("waiting for minAge {age} {until}"),
@@ -892,6 +964,13 @@ pub fn not_done_reason(
         let short: Vec<&str> = at_end.iter().map(|(s, _)| s.as_str()).collect();
         let full: Vec<&str> = at_end.iter().map(|(_, f)| f.as_str()).collect();
         return Some((short.join("; "), full.join("; ")));
+    }
+    if let Some(i) = pool.indicted.as_ref().filter(|i| i.unhealthy_left > 0) {
+        let short = format!(
+            "{} unhealthy node(s) stay on indicted {} (not drain candidates: repair's)",
+            i.unhealthy_left, i.ami
+        );
+        return Some((short.clone(), format!("{short}; {}", i.label)));
     }
     if let Some(b) = pool.blocked.iter().max_by_key(|b| b.to - b.from) {
         let (short, full) = describe(b);

@@ -43,6 +43,7 @@ fn settings(from: &str, days: u32, rotation: i64) -> Settings {
         from: at(from),
         days,
         rotation: min(rotation),
+        failures: Vec::new(),
     }
 }
 
@@ -626,6 +627,7 @@ fn build(
         from: at("2026-12-03T00:00:00Z") + min(from_min),
         days,
         rotation: min(rotation),
+        failures: Vec::new(),
     };
     let start = PoolStart::synthetic(
         policies(managed)[policy].clone(),
@@ -1355,4 +1357,224 @@ fn a_long_pool_name_wraps_clear_of_the_chart() {
             assert!(svg_attr(a, "y").unwrap() < second_row, "{a}");
         }
     }
+}
+
+/// A failing new AMI (`--failures new:3@2h`) in test, prod promoting from test with `soak`.
+fn failing_chain(soak: &str, s: &Settings) -> Forecast {
+    let from = s.from;
+    let test = pol(
+        "test",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"4\"\n",
+    );
+    let prod = pol(
+        "prod",
+        false,
+        &format!(
+            "promotion:\n  from: prod/test\n  soak: {soak}\ndisruption:\n  budgets:\n    - nodes: \"1\"\n"
+        ),
+    );
+    let start = |p: &Policy, n| PoolStart::synthetic(p.clone(), n, from, TimeDelta::zero(), from);
+    simulate(vec![start(&test, 6), start(&prod, 3)], s)
+}
+
+fn with_failure(mut s: Settings, nodes: u32, after: i64) -> Settings {
+    s.failures = vec![Failure {
+        ami: NEW_AMI.into(),
+        nodes,
+        after: min(after),
+    }];
+    s
+}
+
+/// The #2681 pattern: 3 of test's 6 new nodes turn unhealthy 2h after joining. Test is indicted
+/// at the minute the third does, goes back to the old AMI and rolls its Ready new nodes back
+/// (Drifted, within its budget; the unhealthy ones count as disrupting and stay); prod (soak
+/// 24h) never takes the release.
+#[test]
+fn a_failing_release_is_indicted_rolled_back_and_never_promoted() {
+    let s = with_failure(settings(MONDAY, 2, 10), 3, 120);
+    let from = s.from;
+    let f = failing_chain("24h", &s);
+    let (test, prod) = (&f.pools[0], &f.pools[1]);
+    // Budget 4 of 6: 4 rotations at 00:00, 2 at 00:10; the first 3 to join did at 00:10.
+    let joined = from + min(10);
+    let i = test.indicted.as_ref().expect("test indicted");
+    assert_eq!(i.at, joined + TimeDelta::hours(2));
+    assert_eq!(i.ami, NEW_AMI);
+    assert_eq!(i.by, "prod/test");
+    assert_eq!(i.rolled_back_to.as_deref(), Some(CURRENT_AMI));
+    assert!(
+        i.why
+            .starts_with("3 of 6 nodes on ami-new turned unhealthy"),
+        "{}",
+        i.why
+    );
+    assert_eq!(
+        i.label,
+        "indicted: 3 nodes unhealthy after 2h; rolled back to ami-current"
+    );
+    assert_eq!(i.unhealthy_left, 3);
+    assert_eq!(i.done_before, Some(from + min(20)));
+    // The rollback: the 3 Ready nodes on ami-new, Drifted, from the indictment, at most
+    // 4 - 3 unhealthy = 1 at a time.
+    let back: Vec<&RotationSpan> = test.rotations.iter().filter(|r| r.start >= i.at).collect();
+    assert_eq!(back.len(), 3, "{back:?}");
+    assert!(
+        back.iter()
+            .all(|r| r.reason == RotationReason::Drifted && !r.forced)
+    );
+    for pair in back.windows(2) {
+        assert!(pair[1].start >= pair[0].end, "one at a time: {back:?}");
+    }
+    assert_eq!(back[0].start, i.at);
+    assert_eq!(test.done, None, "the unhealthy nodes stay on ami-new");
+    // Prod never takes it, and says why.
+    assert!(prod.rotations.is_empty(), "{:?}", prod.rotations);
+    let promo = prod.promotion.as_ref().unwrap();
+    assert_eq!(promo.desired_at, None);
+    assert_eq!(promo.indicted, Some((i.at, NEW_AMI.to_string())));
+    assert!(prod.indicted.is_none());
+    let v = serde_json::to_value(test).unwrap();
+    assert_eq!(
+        v["indicted"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["ami", "at", "by", "why", "rolledBackTo", "unhealthyLeft"]
+    );
+    assert_eq!(v["indicted"]["at"], "2026-11-30T02:10:00Z");
+}
+
+/// Prod took the release before the indictment (soak 1h): it rolls back at the minute test
+/// indicts it, to its own previous AMI, within its own budget (1 at a time).
+#[test]
+fn a_pool_that_took_the_release_rolls_back_when_another_indicts_it() {
+    let s = with_failure(settings(MONDAY, 2, 10), 3, 120);
+    let f = failing_chain("1h", &s);
+    let (test, prod) = (&f.pools[0], &f.pools[1]);
+    let t = test.indicted.as_ref().unwrap();
+    let p = prod.indicted.as_ref().expect("prod rolled back too");
+    assert_eq!((p.at, p.by.as_str()), (t.at, "prod/test"));
+    assert_eq!(p.rolled_back_to.as_deref(), Some(CURRENT_AMI));
+    assert_eq!(p.label, "indicted in prod/test; rolled back to ami-current");
+    let took = prod.promotion.as_ref().unwrap().desired_at.unwrap();
+    assert!(took < t.at);
+    let back: Vec<&RotationSpan> = prod.rotations.iter().filter(|r| r.start >= p.at).collect();
+    assert_eq!(back.len(), 3, "every prod node back: {:?}", prod.rotations);
+    for pair in back.windows(2) {
+        assert!(pair[1].start >= pair[0].end, "budget 1: {back:?}");
+    }
+    // Prod's own new nodes were healthy when it rolled back: done on ami-current.
+    assert_eq!(p.unhealthy_left, 0);
+    assert_eq!(prod.done, Some(back[2].end));
+}
+
+/// No failure (or one that never indicts) leaves the forecast as before.
+#[test]
+fn no_failure_forecasts_as_before() {
+    let s = settings(MONDAY, 2, 10);
+    let base = failing_chain("1h", &s);
+    assert!(base.pools.iter().all(|p| p.indicted.is_none()));
+    // One unhealthy node of 6 is not enough (3, or all when fewer): nothing changes.
+    let one = failing_chain("1h", &with_failure(s.clone(), 1, 120));
+    assert_eq!(one, base);
+    // Another AMI failing: nothing changes.
+    let mut other = with_failure(s, 3, 120);
+    other.failures[0].ami = "ami-other".into();
+    assert_eq!(failing_chain("1h", &other), base);
+}
+
+/// A pool whose desired AMI does not change in the forecast has nothing to go back to: it is
+/// halted. Failures are checked: the message names the field, the value and what is expected.
+#[test]
+fn failures_halt_without_a_previous_ami_and_are_checked() {
+    let s = with_failure(settings(MONDAY, 1, 10), 2, 30);
+    let p = pol(
+        "a",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"2\"\nexpireAfter: 24h\n",
+    );
+    // Nodes on ami-new from the start; 2 expire and are replaced at 00:10 .. 00:20 onto it.
+    let mut start = PoolStart::synthetic(p, 2, s.from, TimeDelta::hours(24), s.from);
+    start.desired_change = None;
+    start.snapshot.gates.desired_ami = Some(NEW_AMI.into());
+    start.snapshot.group.launch_template_image = Some(NEW_AMI.into());
+    for m in &mut start.snapshot.members {
+        m.image_id = Some(NEW_AMI.into());
+    }
+    let f = simulate(vec![start], &s);
+    let i = f.pools[0].indicted.as_ref().expect("indicted");
+    assert_eq!(i.rolled_back_to, None);
+    assert!(
+        i.label.ends_with("halted (nothing to go back to)"),
+        "{}",
+        i.label
+    );
+    assert!(f.pools[0].rotations.iter().all(|r| r.start < i.at));
+
+    let bad = |f: Failure| {
+        Settings {
+            failures: vec![f],
+            ..settings(MONDAY, 1, 10)
+        }
+        .check()
+        .unwrap_err()
+    };
+    let f = |ami: &str, nodes, after| Failure {
+        ami: ami.into(),
+        nodes,
+        after: min(after),
+    };
+    assert_eq!(
+        bad(f(NEW_AMI, 0, 10)),
+        "failures[0].nodes: 0 is out of range; expected at least 1 node"
+    );
+    assert!(bad(f(NEW_AMI, 1, -10)).starts_with("failures[0].after: -600s is negative"));
+    assert!(bad(f(" ", 1, 10)).starts_with("failures[0].ami: \" \" is empty"));
+    let twice = Settings {
+        failures: vec![f(NEW_AMI, 1, 10), f(NEW_AMI, 2, 10)],
+        ..settings(MONDAY, 1, 10)
+    };
+    assert_eq!(
+        twice.check().unwrap_err(),
+        "failures[1].ami: ami-new is also failures[0]; expected each AMI once"
+    );
+}
+
+/// The picture marks the indictment on the pool's row (a red line at its minute, named) and
+/// draws the rollback rotations as such; prod's promotion band says it never comes.
+#[test]
+fn the_picture_marks_the_indictment_and_the_rollback() {
+    let s = with_failure(settings(MONDAY, 2, 10), 3, 120);
+    let f = failing_chain("24h", &s);
+    let svg = picture::svg(&f);
+    let i = f.pools[0].indicted.as_ref().unwrap();
+    let line = svg
+        .split("<line class=\"indicted\"")
+        .nth(1)
+        .and_then(|l| l.split('>').next())
+        .expect("an indictment line");
+    assert!((svg_attr(line, "x1").unwrap() - x_of(&f, &svg, i.at)).abs() <= 0.11);
+    assert!(
+        svg_texts(&svg)
+            .iter()
+            .any(|(a, t, _)| a.contains("ind")
+                && t.starts_with("indicted: 3 nodes unhealthy after 2h")),
+        "{svg}"
+    );
+    assert_eq!(
+        svg.matches("class=\"rollback\"").count(),
+        3 + 1,
+        "3 bars and the legend"
+    );
+    let bands = svg_bands(&svg);
+    assert!(
+        bands
+            .iter()
+            .any(|b| b.0 == "promo" && b.3.starts_with("never: ami-new indicted")),
+        "{bands:?}"
+    );
+    assert!(picture::html(&f).contains("indicted: 3 nodes unhealthy after 2h; rolled back"));
 }

@@ -27,6 +27,7 @@ impl Pool {
             self.snap
                 .members
                 .push(ready_member(&fresh, &image, wave.start));
+            self.joined(&fresh, t);
             if let Some(span) = self.out.rotations.get_mut(*out) {
                 span.replacement = Some(fresh);
             }

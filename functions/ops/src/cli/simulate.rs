@@ -1,5 +1,6 @@
 //! `nodecycle simulate <POLICY_FILE>... [--from T] [--days N] [--nodes N | --nodes <pool>=N ...]
-//! [--rotation D] [--new-ami-at T] [--age D] [--svg FILE] [--html FILE]` and
+//! [--rotation D] [--new-ami-at T] [--age D] [--failures <AMI|new>:<NODES>@<AFTER> ...]
+//! [--svg FILE] [--html FILE]` and
 //! `nodecycle simulate --live [<POOL>...] [--days N] [--svg FILE] [--html FILE]`.
 //!
 //! The forecast itself is `nodecycle::simulate` (pure); this file reads the inputs: policy files
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::policy::{NodeGroup, Policy};
-use nodecycle::simulate::{self, Forecast, ManagedStart, PoolStart, Settings};
+use nodecycle::simulate::{self, Failure, Forecast, ManagedStart, PoolStart, Settings};
 use serde_json::json;
 
 impl Args {
@@ -63,12 +64,56 @@ pub struct Args {
     /// Age of the nodes at --from (drives expireAfter); default 0s.
     #[arg(long, value_parser = parse_duration, conflicts_with = "live")]
     age: Option<TimeDelta>,
+    /// A release that fails: <AMI|new>:<NODES>@<AFTER> (e.g. new:3@2h): in each pool, the
+    /// first NODES nodes that join on it turn unhealthy AFTER joining; the forecast shows the
+    /// indictment and the rollback. `new` is the synthetic new AMI (ami-new), `current` the
+    /// one the nodes start on. Repeat for several AMIs. Policy files only (not with --live).
+    #[arg(
+        long = "failures",
+        value_name = "AMI:NODES@AFTER",
+        value_parser = parse_failure,
+        conflicts_with = "live"
+    )]
+    failures: Vec<Failure>,
     /// Also draw the forecast as an SVG file.
     #[arg(long, value_name = "FILE")]
     svg: Option<String>,
     /// Also write a self-contained HTML page (the SVG, a legend, hover details).
     #[arg(long, value_name = "FILE")]
     html: Option<String>,
+}
+
+/// `--failures <AMI|new|current>:<NODES>@<AFTER>`: the AMI (`new` is [`simulate::NEW_AMI`],
+/// `current` [`simulate::CURRENT_AMI`], else an `ami-` id), at least 1 node, a duration.
+fn parse_failure(s: &str) -> Result<Failure, String> {
+    let expected = "expected <AMI|new>:<NODES>@<AFTER>, e.g. new:3@2h or ami-0abc:1@30m";
+    let (ami, rest) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} has no ':'; {expected}"))?;
+    let (nodes, after) = rest
+        .split_once('@')
+        .ok_or_else(|| format!("{s:?} has no '@'; {expected}"))?;
+    let ami = match ami.trim() {
+        "new" => simulate::NEW_AMI.to_string(),
+        "current" => simulate::CURRENT_AMI.to_string(),
+        a if a.starts_with("ami-") && a.len() > 4 => a.to_string(),
+        a => {
+            return Err(format!(
+                "{a:?} is not an AMI; expected new, current or an ami- id ({expected})"
+            ));
+        }
+    };
+    let nodes = match nodes.trim().parse::<u32>() {
+        Ok(n) if n > 0 => n,
+        _ => {
+            return Err(format!(
+                "NODES {nodes:?} is not a number of nodes of at least 1; {expected}"
+            ));
+        }
+    };
+    let after = parse_duration(after.trim())
+        .map_err(|e| format!("AFTER {after:?} is not a duration ({e}); {expected}"))?;
+    Ok(Failure { ami, nodes, after })
 }
 
 fn parse_duration(s: &str) -> Result<TimeDelta, String> {
@@ -90,6 +135,7 @@ pub async fn run(args: Args) -> u8 {
         from: args.from.unwrap_or_else(Utc::now),
         days: args.days,
         rotation: args.rotation,
+        failures: args.failures.clone(),
     };
     if let Err(e) = settings.check() {
         return refuse(format!("--{e}"));
