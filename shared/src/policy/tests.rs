@@ -285,7 +285,7 @@ fn thirty_terms_are_accepted() {
 
 #[test]
 fn document_shape_problems() {
-    let all_fields = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion, health";
+    let all_fields = FIELDS.join(", ");
     let cases: Vec<(String, Vec<String>)> = vec![
         (
             String::new(),
@@ -338,7 +338,7 @@ fn document_shape_problems() {
 
 #[test]
 fn top_level_field_rules() {
-    let all = "cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion, health";
+    let all = FIELDS.join(", ");
     let unknown =
         |field: &str, hint: &str| format!("{field}: unknown field; expected one of {all}{hint}");
     let cases: Vec<(String, Vec<String>)> = vec![
@@ -846,7 +846,10 @@ colour: blue
             "expireAfter: invalid duration \"30d\"; expected a number and unit such as \"720h\", \"1h30m\" or \"90s\", or \"Never\" (days are not a unit: 30d is \"720h\")",
             "cluster: \"-prod\" starts with '-'; expected a letter or digit first",
             "interruption.rebalance: unknown action \"drain\"; expected one of ignore, cordon, replace",
-            "colour: unknown field; expected one of cluster, name, nodeGroup, architecture, variant, amiSelectorTerms, disruption, expireAfter, terminationGracePeriod, interruption, paused, promotion, health",
+            &format!(
+                "colour: unknown field; expected one of {}",
+                FIELDS.join(", ")
+            ),
         ]
     );
     assert!(parse(text).policy.is_none());
