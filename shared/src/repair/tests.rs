@@ -1,0 +1,204 @@
+use super::*;
+
+fn t(min: i64) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-12-05T00:00:00Z")
+        .map(|d| d.with_timezone(&Utc))
+        .unwrap_or_default()
+        + Duration::minutes(min)
+}
+
+fn ready(status: &str, since: i64) -> Condition {
+    Condition {
+        kind: "Ready".into(),
+        status: status.into(),
+        reason: None,
+        since: Some(t(since)),
+    }
+}
+
+/// Node `i` in zone `a`, `b` or `c` (round robin), joined at 0, Ready since 1.
+fn node(i: usize) -> Node {
+    Node {
+        instance_id: format!("i-{i}"),
+        zone: ["a", "b", "c"][i % 3].into(),
+        image: Some("ami-old".into()),
+        joined: t(0),
+        conditions: vec![ready("True", 1)],
+        do_not_repair: false,
+        in_flight: false,
+    }
+}
+
+/// `n` healthy nodes, those in `bad` NotReady since minute `since`.
+fn pool(n: usize, bad: &[usize], since: i64) -> Vec<Node> {
+    (0..n)
+        .map(|i| {
+            let mut node = node(i);
+            if bad.contains(&i) {
+                node.conditions = vec![ready("False", since)];
+            }
+            node
+        })
+        .collect()
+}
+
+fn ids(p: &Plan) -> Vec<&str> {
+    p.repairs.iter().map(|r| r.instance_id.as_str()).collect()
+}
+
+fn run(nodes: &[Node], now: i64) -> Plan {
+    plan(
+        nodes,
+        &RepairPolicy::default(),
+        &BTreeMap::new(),
+        &[],
+        1,
+        0,
+        t(now),
+    )
+}
+
+#[test]
+fn a_node_bad_for_its_duration_is_repaired_and_not_before() {
+    let nodes = pool(6, &[2], 100);
+    assert!(run(&nodes, 129).repairs.is_empty(), "29 minutes NotReady");
+    let p = run(&nodes, 130);
+    assert_eq!(ids(&p), ["i-2"]);
+    assert_eq!(p.repairs[0].condition, "Ready");
+    assert_eq!(p.repairs[0].since, t(100));
+    assert_eq!(p.suspended, None);
+    // The monitoring agent's conditions: AcceleratedHardwareReady after 10 minutes.
+    let mut gpu = pool(6, &[], 0);
+    gpu[4].conditions.push(Condition {
+        kind: "AcceleratedHardwareReady".into(),
+        status: "False".into(),
+        reason: Some("DCGMError".into()),
+        since: Some(t(100)),
+    });
+    assert_eq!(ids(&run(&gpu, 110)), ["i-4"]);
+    // Repair off: nothing.
+    let off = RepairPolicy {
+        enabled: false,
+        ..RepairPolicy::default()
+    };
+    assert!(
+        plan(&nodes, &off, &BTreeMap::new(), &[], 1, 0, t(200))
+            .repairs
+            .is_empty()
+    );
+}
+
+#[test]
+fn the_circuit_breaker_stops_repair_when_much_of_a_pool_or_a_zone_is_unhealthy() {
+    // 3 of 6 at once: an outage, not nodes.
+    let p = run(&pool(6, &[0, 1, 2], 100), 200);
+    assert!(p.repairs.is_empty());
+    assert!(
+        p.suspended
+            .as_deref()
+            .is_some_and(|w| w.contains("3 of 6 nodes of the pool")),
+        "{p:?}"
+    );
+    // A false-positive flood on half of 20 nodes: nothing.
+    let flood: Vec<usize> = (0..10).collect();
+    assert!(run(&pool(20, &flood, 100), 200).suspended.is_some());
+    // 3 of zone a's 10 nodes (30%) in a 30-node pool (10%): the zone trips.
+    let big = pool(30, &[0, 3, 6], 100);
+    let z = run(&big, 200);
+    assert!(
+        z.suspended
+            .as_deref()
+            .is_some_and(|w| w.contains("3 of 10 nodes in zone a")),
+        "{z:?}"
+    );
+    // One node is never an outage, even alone in its zone.
+    assert_eq!(ids(&run(&pool(2, &[0], 100), 200)), ["i-0"]);
+}
+
+#[test]
+fn opt_outs_and_releases_under_watch_hold_a_repair_and_say_why() {
+    let mut nodes = pool(10, &[1, 2], 100);
+    nodes[1].do_not_repair = true;
+    nodes[2].image = Some("ami-new".into());
+    let p = plan(
+        &nodes,
+        &RepairPolicy::default(),
+        &BTreeMap::new(),
+        &["ami-new".to_string()],
+        2,
+        0,
+        t(200),
+    );
+    assert!(p.repairs.is_empty(), "{p:?}");
+    let why: BTreeMap<&str, &str> = p
+        .held
+        .iter()
+        .map(|(i, w)| (i.as_str(), w.as_str()))
+        .collect();
+    assert!(why["i-1"].contains("do-not-repair"));
+    assert!(why["i-2"].contains("under watch"));
+}
+
+#[test]
+fn slow_start_paces_each_domain_and_parallelism_bounds_the_pool() {
+    // Two due nodes in one domain (zone a, Ready, ami-old): width 1 starts one.
+    let nodes = pool(30, &[0, 3], 100);
+    let policy = RepairPolicy {
+        max_unhealthy_percent: 100,
+        ..RepairPolicy::default()
+    };
+    let p = plan(&nodes, &policy, &BTreeMap::new(), &[], 5, 0, t(200));
+    assert_eq!(ids(&p), ["i-0"]);
+    assert!(
+        p.held
+            .iter()
+            .any(|(i, w)| i == "i-3" && w.contains("slow start"))
+    );
+    // Settled healthy: width 2, but the round's cooldown holds the next for 5 minutes.
+    let domain = p.repairs[0].domain.clone();
+    let settled: BTreeMap<Domain, SlowStart> = p
+        .slow_start
+        .iter()
+        .map(|(d, s)| (d.clone(), s.settle(true)))
+        .collect();
+    assert_eq!(settled[&domain].width, 2);
+    let rest: Vec<Node> = nodes
+        .iter()
+        .filter(|n| n.instance_id != "i-0")
+        .cloned()
+        .collect();
+    assert!(
+        plan(&rest, &policy, &settled, &[], 5, 0, t(204))
+            .repairs
+            .is_empty(),
+        "cooling down"
+    );
+    assert_eq!(
+        ids(&plan(&rest, &policy, &settled, &[], 5, 0, t(205))),
+        ["i-3"]
+    );
+    // A failed repair: back to width 1.
+    assert_eq!(
+        SlowStart {
+            width: 8,
+            in_flight: 1,
+            round_at: None
+        }
+        .settle(false)
+        .width,
+        1
+    );
+    // Different domains (zones a and b) start together, within maxParallel.
+    let two = pool(30, &[0, 1], 100);
+    assert_eq!(
+        ids(&plan(&two, &policy, &BTreeMap::new(), &[], 2, 0, t(200))),
+        ["i-0", "i-1"]
+    );
+    let one = plan(&two, &policy, &BTreeMap::new(), &[], 2, 1, t(200));
+    assert_eq!(ids(&one), ["i-0"], "one already in flight");
+    assert!(
+        one.held
+            .iter()
+            .any(|(_, w)| w.contains("2 repair(s) at once"))
+    );
+}
