@@ -34,6 +34,10 @@ pub enum Reason {
     Drifted,
     /// The node is older than `expireAfter`.
     Expired,
+    /// The node is unhealthy (repair, as in Karpenter v1.15). Accepted in budgets now; node
+    /// repair, which produces it, is not applied yet ([`crate::repair`]). A node not Ready does
+    /// not count as disrupting against this reason's budget ([`crate::repair::allowed`]).
+    Unhealthy,
     /// Accepted for Karpenter compatibility; never produced by nodecycle.
     Underutilized,
     /// Accepted for Karpenter compatibility; never produced by nodecycle.
@@ -42,9 +46,10 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order messages list them.
-    pub const ALL: [Reason; 4] = [
+    pub const ALL: [Reason; 5] = [
         Reason::Drifted,
         Reason::Expired,
+        Reason::Unhealthy,
         Reason::Underutilized,
         Reason::Empty,
     ];
@@ -54,6 +59,7 @@ impl Reason {
         match self {
             Reason::Drifted => "Drifted",
             Reason::Expired => "Expired",
+            Reason::Unhealthy => "Unhealthy",
             Reason::Underutilized => "Underutilized",
             Reason::Empty => "Empty",
         }
@@ -83,7 +89,7 @@ impl FromStr for Reason {
     /// Like [`Reason::parse`], with a message listing the accepted names on error.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Reason::parse(s).ok_or_else(|| {
-            format!("unknown reason {s:?}; expected one of Drifted, Expired, Underutilized, Empty")
+            format!("unknown reason {s:?}; expected one of Drifted, Expired, Unhealthy, Underutilized, Empty")
         })
     }
 }

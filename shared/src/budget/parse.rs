@@ -18,7 +18,7 @@ const MAX_BUDGETS: usize = 50;
 /// The fields of one budget, in the order error messages list them.
 pub const BUDGET_FIELDS: [&str; 5] = ["nodes", "schedule", "duration", "timeZone", "reasons"];
 const FIELDS: &str = "nodes, schedule, duration, timeZone, reasons";
-const REASONS: &str = "Drifted, Expired, Underutilized, Empty";
+const REASONS: &str = "Drifted, Expired, Unhealthy, Underutilized, Empty";
 const NODES_EXPECTED: &str = "expected a whole number of nodes such as \"3\" or a percentage from 0% to 100% such as \"15%\"";
 const SCHEDULE_EXAMPLE: &str = "a 5-field cron expression such as \"0 9 * * sat-sun\"";
 const DURATION_EXAMPLE: &str = "hours and minutes such as \"24h\", \"30m\" or \"10h5m\"";
@@ -440,7 +440,7 @@ fn parse_reasons(v: &Value, path: &str, problems: &mut Problems) -> Option<Vec<R
         problems.warning(
             path,
             format!(
-                "nodecycle never disrupts nodes for {} (it does not consolidate; only Drifted and Expired are budgeted): accepted so Karpenter budgets paste unchanged, but {scope}",
+                "nodecycle never disrupts nodes for {} (it does not consolidate, and does not repair nodes yet: only Drifted and Expired are budgeted): accepted so Karpenter budgets paste unchanged, but {scope}",
                 never.join(" or ")
             ),
         );

@@ -529,7 +529,7 @@ mod evaluation {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 7 * 24 * 4 * 4);
+        assert_eq!(checked, 7 * 24 * 4 * Reason::ALL.len());
     }
 
     #[test]
@@ -672,7 +672,7 @@ mod evaluation {
         assert_eq!(
             "Drift".parse::<Reason>(),
             Err(
-                "unknown reason \"Drift\"; expected one of Drifted, Expired, Underutilized, Empty"
+                "unknown reason \"Drift\"; expected one of Drifted, Expired, Unhealthy, Underutilized, Empty"
                     .to_string()
             )
         );
@@ -1082,7 +1082,7 @@ mod validation {
 
     const NODES: &str = "expected a whole number of nodes such as \"3\" or a percentage from 0% \
                          to 100% such as \"15%\"";
-    const REASONS: &str = "Drifted, Expired, Underutilized, Empty";
+    const REASONS: &str = "Drifted, Expired, Unhealthy, Underutilized, Empty";
 
     fn problems_of(yaml: &str) -> Vec<String> {
         lines(&parse_yaml(yaml).1)
@@ -2046,7 +2046,7 @@ mod warnings {
             vec![
                 "disruption.budgets[0].node: unknown field; expected one of nodes, schedule, duration, timeZone, reasons; did you mean nodes?",
                 "disruption.budgets[0].timeZone: unknown time zone \"Europe/Berlln\" (did you mean \"Europe/Berlin\"?); expected an IANA time zone name such as \"America/New_York\", \"Europe/Berlin\" or \"UTC\"",
-                "disruption.budgets[0].reasons[0]: unknown reason \"Drifed\"; expected one of Drifted, Expired, Underutilized, Empty (did you mean Drifted?)",
+                "disruption.budgets[0].reasons[0]: unknown reason \"Drifed\"; expected one of Drifted, Expired, Unhealthy, Underutilized, Empty (did you mean Drifted?)",
             ]
         );
         // Too far from every name: no guess.

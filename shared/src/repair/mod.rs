@@ -259,6 +259,36 @@ pub fn plan(
     out
 }
 
+/// Repairs that may be in flight in the pool, by Karpenter v1.15's arithmetic: with a budget
+/// naming the reason `Unhealthy` in its `reasons`, that reason's allowance, where a node not
+/// Ready (`not_ready` of the `disrupting`) does not count as disrupting (it does against the
+/// other reasons); with none naming it, `repair.maxParallel`.
+pub fn allowed(
+    budgets: &[crate::budget::Budget],
+    policy: &RepairPolicy,
+    total: u32,
+    disrupting: u32,
+    not_ready: u32,
+    now: DateTime<Utc>,
+) -> u32 {
+    let named = budgets.iter().any(|b| {
+        b.reasons
+            .as_ref()
+            .is_some_and(|r| r.contains(&crate::budget::Reason::Unhealthy))
+    });
+    if !named {
+        return policy.max_parallel;
+    }
+    crate::budget::evaluate(
+        budgets,
+        crate::budget::Reason::Unhealthy,
+        total,
+        disrupting.saturating_sub(not_ready),
+        now,
+    )
+    .allowed
+}
+
 /// Why repairs are suspended, if more than `max_percent` of the pool, or of one zone, is
 /// unhealthy now (and more than one node: one node is never an outage).
 fn breaker(nodes: &[Node], max_percent: u32) -> Option<String> {

@@ -202,3 +202,37 @@ fn slow_start_paces_each_domain_and_parallelism_bounds_the_pool() {
             .any(|(_, w)| w.contains("2 repair(s) at once"))
     );
 }
+
+#[test]
+fn the_unhealthy_budget_does_not_count_nodes_that_are_not_ready() {
+    let budgets = |json: serde_json::Value| {
+        crate::budget::parse_budgets(
+            Some(&json),
+            "disruption.budgets",
+            &mut crate::problem::Problems::default(),
+        )
+    };
+    let policy = RepairPolicy {
+        max_parallel: 2,
+        ..RepairPolicy::default()
+    };
+    // (budgets, total, disrupting, of them not Ready) -> repairs allowed in flight.
+    let named = budgets(serde_json::json!([{"nodes": "3", "reasons": ["Unhealthy"]}]));
+    let general = budgets(serde_json::json!([{"nodes": "1"}]));
+    let cases: [(&Vec<crate::budget::Budget>, u32, u32, u32, u32); 4] = [
+        // 2 NotReady nodes do not eat the Unhealthy budget of 3.
+        (&named, 10, 2, 2, 3),
+        // A rotation in flight does.
+        (&named, 10, 3, 2, 2),
+        // No budget names Unhealthy: repair.maxParallel, whatever the others say.
+        (&general, 10, 2, 2, 2),
+        (&Vec::new(), 10, 0, 0, 2),
+    ];
+    for (i, (b, total, disrupting, not_ready, want)) in cases.into_iter().enumerate() {
+        assert_eq!(
+            allowed(b, &policy, total, disrupting, not_ready, t(0)),
+            want,
+            "case {i}"
+        );
+    }
+}
