@@ -220,7 +220,12 @@ impl NodeOps for MemoryCluster {
     async fn list_all_pods(&self) -> Result<Vec<(String, PodInfo)>, KubeError> {
         let mut inner = self.lock();
         inner.log.push("list all pods".to_string());
-        Ok(inner.pods.clone())
+        Ok(inner
+            .pods
+            .iter()
+            .filter(|(_, p)| !matches!(p.phase.as_str(), "Succeeded" | "Failed"))
+            .cloned()
+            .collect())
     }
 
     async fn sandbox_failures(&self) -> Result<std::collections::BTreeSet<String>, KubeError> {

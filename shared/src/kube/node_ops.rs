@@ -46,8 +46,9 @@ pub trait NodeOps: Send + Sync {
     /// Every pod bound to the node (field selector `spec.nodeName=<node>`), all namespaces.
     async fn list_pods(&self, node: &str) -> Result<Vec<PodInfo>, KubeError>;
 
-    /// Every pod of the cluster bound to a node, with its node's name (all namespaces, all
-    /// pages): one list instead of one per node when many nodes' pods are wanted at once.
+    /// Every pod of the cluster bound to a node and not finished (`Succeeded` and `Failed`
+    /// filtered out by the server), with its node's name (all namespaces, all pages): one list
+    /// instead of one per node when many nodes' pods are wanted at once.
     async fn list_all_pods(&self) -> Result<Vec<(String, PodInfo)>, KubeError>;
 
     /// The uids of the pods the kubelet could not create a sandbox for: core/v1 Events with
