@@ -420,3 +420,65 @@ async fn live_forecasts_from_the_stored_state_without_writing() {
     assert_eq!(stored_state(&a).await, before);
     let _ = new;
 }
+
+/// `--failures` through the binary: the new release failing on 3 nodes 2h after they join
+/// indicts it in test (6 nodes, budget "4"), prod/apps (promotion from test) never takes it;
+/// malformed or meaningless failures are refused with exit 2, naming what is expected.
+#[test]
+fn failures_indict_the_release_in_the_forecast_and_bad_ones_are_refused() {
+    let test = temp_path("test-general.yaml");
+    std::fs::write(
+        &test,
+        std::fs::read_to_string(nodecycle_tests::repo_path("examples/test-general.yaml"))
+            .unwrap()
+            .replace("nodes: \"2\"", "nodes: \"4\""),
+    )
+    .unwrap();
+    let prod = "examples/prod-apps.yaml";
+    let args = [
+        "simulate",
+        test.as_str(),
+        prod,
+        "--nodes",
+        "6",
+        "--from",
+        "2026-12-03T00:00:00Z",
+        "--failures",
+        "new:3@2h",
+    ];
+    let v = ok(&run(&args, None, &[]));
+    let pools = v["pools"].as_array().unwrap();
+    let pool = |id: &str| pools.iter().find(|p| p["pool"] == id).unwrap();
+    let indicted = &pool("test/general")["indicted"];
+    assert_eq!(indicted["ami"], "ami-new", "{v}");
+    assert_eq!(indicted["by"], "test/general");
+    assert_eq!(indicted["rolledBackTo"], "ami-current");
+    assert!(
+        indicted["why"].as_str().unwrap().contains("3 of"),
+        "{indicted}"
+    );
+    assert!(
+        pool("prod/apps")["promotion"]["desiredAt"].is_null(),
+        "prod never takes it: {}",
+        pool("prod/apps")
+    );
+    // Without --failures the same forecast indicts nothing.
+    let clean = ok(&run(&args[..args.len() - 2], None, &[]));
+    assert!(
+        clean["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p.get("indicted").is_none_or(Value::is_null)),
+        "{clean}"
+    );
+    for bad in ["new", "new:0@2h", "new:x@2h", "new:3@soon", "new:3"] {
+        let out = run(&["simulate", test.as_str(), "--failures", bad], None, &[]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stdout(&out));
+        let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            text.contains("<AMI|new>:<NODES>@<AFTER>") || text.contains("failures"),
+            "{bad}: {text}"
+        );
+    }
+}
