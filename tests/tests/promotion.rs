@@ -15,27 +15,6 @@ use nodecycle::rotation::Step;
 use support::pool::at;
 use support::stages::*;
 
-fn minutes(n: i64) -> TimeDelta {
-    TimeDelta::minutes(n)
-}
-
-/// Runs watcher + rotator passes a minute apart from `*now` until `done` holds (at most `max`
-/// passes); returns whether it did.
-async fn until<F>(s: &Stages, now: &mut DateTime<Utc>, max: usize, mut done: F) -> bool
-where
-    F: AsyncFnMut(&Stages) -> bool,
-{
-    for _ in 0..max {
-        s.watch(*now).await;
-        s.pass(*now).await;
-        *now += minutes(1);
-        if done(s).await {
-            return true;
-        }
-    }
-    false
-}
-
 /// Pool of 6 in test with budget "2", a new release whose nodes never become Ready: at most 2
 /// rotations, the release is quarantined in the pass where the replacements time out, the
 /// launch template launches the previous AMI again in that pass, no surge is left, every node

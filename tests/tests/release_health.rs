@@ -16,25 +16,14 @@ use nodecycle_tests::{KubeStandIn, PodFixture, SyncNodes};
 use support::pool::at;
 use support::stages::*;
 
-fn minutes(n: i64) -> TimeDelta {
-    TimeDelta::minutes(n)
-}
-
-/// Watcher and rotator passes a minute apart from `*now` until `done` holds (at most `max`
-/// passes); whether it did.
-async fn until<F>(s: &Stages, now: &mut DateTime<Utc>, max: usize, mut done: F) -> bool
-where
-    F: AsyncFnMut(&Stages) -> bool,
-{
-    for _ in 0..max {
-        s.watch(*now).await;
-        s.pass(*now).await;
-        *now += minutes(1);
-        if done(s).await {
-            return true;
-        }
-    }
-    false
+/// The first watcher and rotator pass (every pool on [`OLD`]), then [`NEW`] published:
+/// five minutes later, and the new (test, prod) images.
+async fn first_pass_then_publish(s: &Stages) -> (DateTime<Utc>, String, String) {
+    let now = at("2026-12-01T10:00:00Z");
+    s.watch(now).await;
+    s.pass(now).await;
+    let (new, prod_new) = s.publish_new();
+    (now + minutes(5), new, prod_new)
 }
 
 /// Names of the nodes of `kube` whose instance runs `image`, sorted.
@@ -116,11 +105,7 @@ async fn nodes_that_stall_hours_after_ready_indict_the_release_and_prod_never_ta
     .await;
     let metrics = std::sync::Arc::new(support::CapturedMetrics::default());
     s.rotator.metrics = metrics.clone();
-    let mut now = at("2026-12-01T10:00:00Z");
-    s.watch(now).await;
-    s.pass(now).await;
-    let (new, prod_new) = s.publish_new();
-    now += minutes(5);
+    let (mut now, new, prod_new) = first_pass_then_publish(&s).await;
     roll_test(&s, &mut now, &new, 6).await;
 
     // Two hours on v2, healthy: nothing against it.
@@ -246,20 +231,9 @@ async fn a_release_indicted_after_promotion_rolls_prod_back_too() {
         "    soak: 1h\n",
     )
     .await;
-    let mut now = at("2026-12-01T10:00:00Z");
-    s.watch(now).await;
-    s.pass(now).await;
-    let (new, prod_new) = s.publish_new();
-    now += minutes(5);
+    let (mut now, new, prod_new) = first_pass_then_publish(&s).await;
     roll_test(&s, &mut now, &new, 6).await;
-    let soaking = until(&s, &mut now, 30, async |s: &Stages| {
-        s.record("test/general")
-            .await
-            .ledger
-            .iter()
-            .any(|p| p.until.is_none() && p.release.as_str() == NEW)
-    })
-    .await;
+    let soaking = until_soaking_in_test(&s, &mut now, NEW).await;
     assert!(soaking, "test's soak on v2 started");
     now += TimeDelta::hours(1) + minutes(1);
     let prod_on_new = until(&s, &mut now, 60, async |s: &Stages| {
@@ -347,11 +321,7 @@ async fn pods_failing_on_the_new_release_only_indict_it_once_enough_starts_are_c
     .await;
     let metrics = std::sync::Arc::new(support::CapturedMetrics::default());
     s.rotator.metrics = metrics.clone();
-    let mut now = at("2026-12-01T10:00:00Z");
-    s.watch(now).await;
-    s.pass(now).await;
-    let (new, _) = s.publish_new();
-    now += minutes(5);
+    let (mut now, new, _) = first_pass_then_publish(&s).await;
     let two_on_new = until(&s, &mut now, 40, async |s: &Stages| {
         nodes_on(&s.test_kube, &new).len() >= 2
     })
@@ -469,20 +439,9 @@ async fn a_release_withdrawn_by_its_publisher_is_quarantined_and_every_pool_leav
         "    soak: 1h\n",
     )
     .await;
-    let mut now = at("2026-12-01T10:00:00Z");
-    s.watch(now).await;
-    s.pass(now).await;
-    let (new, prod_new) = s.publish_new();
-    now += minutes(5);
+    let (mut now, new, prod_new) = first_pass_then_publish(&s).await;
     roll_test(&s, &mut now, &new, 4).await;
-    let soaking = until(&s, &mut now, 30, async |s: &Stages| {
-        s.record("test/general")
-            .await
-            .ledger
-            .iter()
-            .any(|p| p.until.is_none() && p.release.as_str() == NEW)
-    })
-    .await;
+    let soaking = until_soaking_in_test(&s, &mut now, NEW).await;
     assert!(soaking);
     now += TimeDelta::hours(1) + minutes(1);
     let prod_on_new = until(&s, &mut now, 60, async |s: &Stages| {

@@ -79,7 +79,7 @@ pub struct World {
     pub policies: BTreeMap<String, PolicyDocument>,
     /// SSM parameters.
     pub parameters: BTreeMap<String, String>,
-    /// Their versions (1 when not set).
+    /// Their versions ([`World::put_parameter`] advances them; 1 when not set).
     pub parameter_versions: BTreeMap<String, i64>,
     /// AMIs.
     pub images: Vec<StoredImage>,
@@ -101,6 +101,15 @@ pub struct World {
     pub calls: BTreeMap<String, u32>,
     /// Operations answering AccessDenied.
     pub denied: Vec<String>,
+}
+
+impl World {
+    /// Puts parameter `name` as SSM's `PutParameter` with overwrite does: the value, and the
+    /// next version (1 for a new parameter).
+    pub fn put_parameter(&mut self, name: &str, value: &str) {
+        self.parameters.insert(name.to_string(), value.to_string());
+        *self.parameter_versions.entry(name.to_string()).or_insert(0) += 1;
+    }
 }
 
 /// The AWS side of a deployment, shared by the ports built over it.

@@ -102,7 +102,7 @@ async fn a_pass_records_the_desired_ami_and_follows_its_parameter() {
     let report = watcher.handle(&json!({}), now()).await.unwrap();
     assert_eq!(report["pools"][0]["status"], "unchanged", "{report}");
     // The parameter moves: the desired AMI follows.
-    cloud.with(|w| w.parameters.insert("/golden/ami".into(), "ami-2".into()));
+    cloud.with(|w| w.put_parameter("/golden/ami", "ami-2"));
     let report = watcher.handle(&json!({}), now()).await.unwrap();
     assert_eq!(report["pools"][0]["status"], "changed", "{report}");
     assert_eq!(report["pools"][0]["previous"], "ami-1", "{report}");
@@ -154,7 +154,7 @@ async fn second_pass_version(race: bool) -> u64 {
     let store = Arc::new(MemoryStore::new());
     let watcher = cloud.watcher(store.clone());
     watcher.handle(&json!({}), now()).await.unwrap();
-    cloud.with(|w| w.parameters.insert("/golden/ami".into(), "ami-2".into()));
+    cloud.with(|w| w.put_parameter("/golden/ami", "ami-2"));
     let (pk, sk) = (
         crate::state::keys::pool_pk("prod/general"),
         crate::state::keys::POOL_STATE_SK,

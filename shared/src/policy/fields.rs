@@ -5,6 +5,7 @@ use std::fmt::Display;
 
 use serde_json::{Map, Value};
 
+use crate::duration;
 use crate::problem::{Problems, join};
 
 /// How a value is shown after "got": strings quoted, numbers and booleans as written,
@@ -272,4 +273,28 @@ pub(super) fn name(
         ok = false;
     }
     ok.then(|| text.to_string())
+}
+
+/// A duration longer than 0 at `path`, or the problem (`example` in the message).
+pub(super) fn positive_duration(
+    field: &Value,
+    path: &str,
+    example: &str,
+    problems: &mut Problems,
+) -> Option<std::time::Duration> {
+    let expected = format!("a duration such as \"{example}\"");
+    let text = string(field, path, &expected, problems)?;
+    match duration::parse(text) {
+        Ok(d) if !d.is_zero() => Some(d),
+        _ => {
+            problems.error(
+                path,
+                format!(
+                    "invalid duration {}; expected a duration longer than 0s such as \"{example}\"",
+                    describe(field)
+                ),
+            );
+            None
+        }
+    }
 }

@@ -1142,17 +1142,8 @@ fn validate_health(value: &Value, problems: &mut Problems) -> HealthPolicy {
         let path = join(PATH, key);
         match key.as_str() {
             "window" => {
-                let text = fields::string(field, &path, "a duration such as \"24h\"", problems);
-                match text.map(duration::parse) {
-                    Some(Ok(d)) if !d.is_zero() => h.window = d,
-                    Some(_) => problems.error(
-                        &path,
-                        format!(
-                            "invalid duration {}; expected a duration longer than 0s such as \"24h\"",
-                            fields::describe(field)
-                        ),
-                    ),
-                    None => {}
+                if let Some(d) = fields::positive_duration(field, &path, "24h", problems) {
+                    h.window = d;
                 }
             }
             "maxRatio" => match field.as_f64() {

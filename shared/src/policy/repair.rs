@@ -101,7 +101,7 @@ pub(super) fn validate(value: &Value, problems: &mut Problems) -> RepairPolicy {
             },
             "conditions" => conditions(field, &path, &mut r.conditions, problems),
             "drainTimeout" => {
-                if let Some(d) = positive_duration(field, &path, "10m", problems) {
+                if let Some(d) = fields::positive_duration(field, &path, "10m", problems) {
                     r.drain_timeout = d;
                 }
             }
@@ -138,30 +138,6 @@ pub(super) fn validate(value: &Value, problems: &mut Problems) -> RepairPolicy {
     r
 }
 
-/// A duration longer than 0 at `path`, or the problem (`example` in the message).
-fn positive_duration(
-    field: &Value,
-    path: &str,
-    example: &str,
-    problems: &mut Problems,
-) -> Option<Duration> {
-    let expected = format!("a duration such as \"{example}\"");
-    let text = fields::string(field, path, &expected, problems)?;
-    match duration::parse(text) {
-        Ok(d) if !d.is_zero() => Some(d),
-        _ => {
-            problems.error(
-                path,
-                format!(
-                    "invalid duration {}; expected a duration longer than 0s such as \"{example}\"",
-                    fields::describe(field)
-                ),
-            );
-            None
-        }
-    }
-}
-
 /// `repair.conditions`: `{<condition>: <duration>}` over the defaults; a condition repair does
 /// not know is an error naming the ones it does.
 fn conditions(
@@ -185,7 +161,7 @@ fn conditions(
             fields::unknown_field(path, condition, &known, problems);
             continue;
         }
-        if let Some(d) = positive_duration(value, &at, "30m", problems) {
+        if let Some(d) = fields::positive_duration(value, &at, "30m", problems) {
             into.insert(condition.clone(), d);
         }
     }

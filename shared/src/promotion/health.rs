@@ -109,6 +109,18 @@ pub struct Condition {
     pub since: Option<DateTime<Utc>>,
 }
 
+impl Condition {
+    /// Whether it says the node is unhealthy: `Ready` not `True`, any other condition of
+    /// [`HEALTH_CONDITIONS`] `False` (the node monitoring agent's `Unknown` is no verdict).
+    pub fn is_bad(&self) -> bool {
+        match self.kind.as_str() {
+            "Ready" => self.status != "True",
+            k if HEALTH_CONDITIONS.contains(&k) => self.status == "False",
+            _ => false,
+        }
+    }
+}
+
 /// What health judges of one node from its conditions: `None` when it is not Ready *yet*
 /// (`Ready` not `True` since within [`NOT_READY_YET`] of joining, and not because its kubelet
 /// stopped posting status: it never ran); else its facts, unhealthy since the earliest
@@ -122,15 +134,7 @@ pub fn node_facts(
     let not_yet = Duration::from_std(NOT_READY_YET).unwrap_or(Duration::MAX);
     let mut failing = Vec::new();
     let mut since: Option<DateTime<Utc>> = None;
-    for c in conditions {
-        let bad = match c.kind.as_str() {
-            "Ready" => c.status != "True",
-            k if HEALTH_CONDITIONS.contains(&k) => c.status == "False",
-            _ => false,
-        };
-        if !bad {
-            continue;
-        }
+    for c in conditions.iter().filter(|c| c.is_bad()) {
         let at = c.since.unwrap_or(joined);
         if c.kind == "Ready"
             && c.reason.as_deref() != Some(KUBELET_STOPPED)

@@ -137,10 +137,7 @@ pub struct Plan {
 pub fn failing(node: &Node) -> Vec<(String, DateTime<Utc>)> {
     node.conditions
         .iter()
-        .filter(|c| match c.kind.as_str() {
-            "Ready" => c.status != "True",
-            _ => c.status == "False",
-        })
+        .filter(|c| c.is_bad())
         .map(|c| (c.kind.clone(), c.since.unwrap_or(node.joined)))
         .collect()
 }

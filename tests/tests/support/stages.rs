@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::aws::dynamodb::Table;
 use nodecycle::handlers::Invocation;
 use nodecycle::handlers::ami_watcher::AmiWatcher;
@@ -235,4 +235,39 @@ impl Stages {
             })
             .collect()
     }
+}
+
+/// `n` minutes.
+pub fn minutes(n: i64) -> TimeDelta {
+    TimeDelta::minutes(n)
+}
+
+/// Runs watcher + rotator passes a minute apart from `*now` until `done` holds (at most `max`
+/// passes); returns whether it did.
+pub async fn until<F>(s: &Stages, now: &mut DateTime<Utc>, max: usize, mut done: F) -> bool
+where
+    F: AsyncFnMut(&Stages) -> bool,
+{
+    for _ in 0..max {
+        s.watch(*now).await;
+        s.pass(*now).await;
+        *now += minutes(1);
+        if done(s).await {
+            return true;
+        }
+    }
+    false
+}
+
+/// Passes until the test pool's soak ledger has an open period on `release` (at most 30);
+/// whether it did.
+pub async fn until_soaking_in_test(s: &Stages, now: &mut DateTime<Utc>, release: &str) -> bool {
+    until(s, now, 30, async |s: &Stages| {
+        s.record("test/general")
+            .await
+            .ledger
+            .iter()
+            .any(|p| p.until.is_none() && p.release.as_str() == release)
+    })
+    .await
 }
