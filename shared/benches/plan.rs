@@ -80,6 +80,8 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
             evictable_pods: u32::try_from(rng.below(12)).unwrap_or(0),
             pods_counted: false,
             marks: Default::default(),
+            joined: None,
+            conditions: Vec::new(),
         };
         members.push(Member {
             instance_id: id.clone(),
@@ -132,6 +134,7 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
         members,
         rotations,
         adopted_at: None,
+        repair: Default::default(),
     })
 }
 

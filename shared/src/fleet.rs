@@ -20,6 +20,43 @@ pub enum Lifecycle {
     Other(String),
 }
 
+/// The node conditions that say a node is healthy when `True`: `Ready`, and those the EKS node
+/// monitoring agent posts when it runs on the node.
+pub const HEALTH_CONDITIONS: [&str; 6] = [
+    "Ready",
+    "KernelReady",
+    "NetworkingReady",
+    "StorageReady",
+    "ContainerRuntimeReady",
+    "AcceleratedHardwareReady",
+];
+
+/// A node condition as the API reports it (only [`HEALTH_CONDITIONS`] are kept).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// `type` (`Ready`, `KernelReady`, ...).
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// `reason`, when set.
+    pub reason: Option<String>,
+    /// `lastTransitionTime`, when set.
+    pub since: Option<DateTime<Utc>>,
+}
+
+impl Condition {
+    /// Whether it says the node is unhealthy: `Ready` not `True`, any other condition of
+    /// [`HEALTH_CONDITIONS`] `False` (the node monitoring agent's `Unknown` is no verdict).
+    pub fn is_bad(&self) -> bool {
+        match self.kind.as_str() {
+            "Ready" => self.status != "True",
+            k if HEALTH_CONDITIONS.contains(&k) => self.status == "False",
+            _ => false,
+        }
+    }
+}
+
 /// A Kubernetes node as the rotator needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -42,6 +79,12 @@ pub struct NodeStatus {
     /// label), and which of them nodecycle set.
     #[serde(default)]
     pub marks: NodeMarks,
+    /// When it joined (`metadata.creationTimestamp`), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined: Option<DateTime<Utc>>,
+    /// Its [`HEALTH_CONDITIONS`] as reported (release health, repair).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 impl NodeStatus {
@@ -56,6 +99,8 @@ impl NodeStatus {
             evictable_pods: 1,
             pods_counted: false,
             marks: Default::default(),
+            joined: None,
+            conditions: Vec::new(),
         }
     }
 }
@@ -75,6 +120,10 @@ pub struct NodeMarks {
     pub lb_excluded: bool,
     /// nodecycle set that label (its marker annotation is present).
     pub lb_excluded_by_nodecycle: bool,
+    /// Annotated `nodecycle.dev/do-not-repair: "true"` ([`crate::repair::DO_NOT_REPAIR`]):
+    /// never repaired.
+    #[serde(default)]
+    pub do_not_repair: bool,
 }
 
 /// One instance of the group: as Auto Scaling and EC2 report it ([`GroupOps::describe`], with
@@ -253,7 +302,8 @@ mod tests {
                     "scaleDownDisabled": false,
                     "scaleDownDisabledByNodecycle": false,
                     "lbExcluded": false,
-                    "lbExcludedByNodecycle": false
+                    "lbExcludedByNodecycle": false,
+                    "doNotRepair": false
                 }
             }
         });

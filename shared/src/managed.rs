@@ -46,6 +46,10 @@ pub struct ManagedGroup {
     pub update_config: UpdateConfig,
     /// The Auto Scaling group EKS created for it.
     pub auto_scaling_group: Option<String>,
+    /// EKS node auto repair is on (`nodeRepairConfig.enabled`): EKS repairs the group's
+    /// nodes, nodecycle does not.
+    #[serde(default)]
+    pub auto_repair: bool,
 }
 
 /// A node group's `updateConfig`: one of the two is set.
@@ -482,6 +486,7 @@ mod tests {
                 max_unavailable_percentage: Some(33),
             },
             auto_scaling_group: Some("eks-ng-1".into()),
+            auto_repair: false,
         };
         let v = serde_json::to_value(&group).expect("serializes");
         assert_eq!(
@@ -494,7 +499,8 @@ mod tests {
                 "launchTemplate": null,
                 "maxUnavailable": null,
                 "maxUnavailablePercentage": 33,
-                "autoScalingGroup": "eks-ng-1"
+                "autoScalingGroup": "eks-ng-1",
+                "autoRepair": false
             })
         );
         let back: ManagedGroup = serde_json::from_value(v).expect("reads back");

@@ -6,7 +6,8 @@
 //! dimensionless aggregate exists for alarms):
 //! - rotator: `PoolsHalted` (1 if the pool is halted, else 0), `RotationsStarted`,
 //!   `RotationsFinished`, `RotationsFailed` (transitions recorded this pass), `DriftedNodes`
-//!   (in-service nodes on another AMI than the desired one); and `AllowedDisruptions` per
+//!   (in-service nodes on another AMI than the desired one), `RepairSuspended` (1 while
+//!   repair's circuit breaker holds the pool's repairs, else 0); and `AllowedDisruptions` per
 //!   budget reason, with dimension sets `[["Pool", "Reason"], ["Reason"]]`;
 //! - ami-watcher: `ResolutionFailures` (1 if the pool's resolution failed or its policy is
 //!   invalid, else 0);
@@ -57,6 +58,8 @@ pub struct PoolPass {
     pub finished: u32,
     /// Rotations that reached `Failed` this pass.
     pub failed: u32,
+    /// Repair is suspended by its circuit breaker this pass.
+    pub repair_suspended: bool,
     /// The desired release's health while it is under watch
     /// ([`crate::promotion::health::under_watch`]); `None` otherwise (no metric then).
     pub health: Option<crate::promotion::health::Summary>,
@@ -122,6 +125,7 @@ pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> V
             count("RotationsFinished", pass.finished),
             count("RotationsFailed", pass.failed),
             count("DriftedNodes", pass.drifted),
+            count("RepairSuspended", u32::from(pass.repair_suspended)),
         ],
     }];
     if let Some(h) = &pass.health {
@@ -278,11 +282,13 @@ mod tests {
             started: 2,
             finished: 1,
             failed: 1,
+            repair_suspended: false,
             health: None,
         };
         let allowed = Allowed {
             drifted: 3,
             expired: 0,
+            unhealthy: 1,
         };
         let records = rotator_pool("prod/general", &pass, Some(&allowed));
         assert_eq!(records.len(), 3);
@@ -362,6 +368,7 @@ mod tests {
                 started: 2,
                 finished: 1,
                 failed: 1,
+                repair_suspended: false,
                 health: None,
             }
         );

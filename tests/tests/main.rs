@@ -32,6 +32,7 @@ mod policy_data;
 mod promotion;
 mod quarantine_ops;
 mod release_health;
+mod repair;
 mod rotation;
 mod runtime;
 mod scale;

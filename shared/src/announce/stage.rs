@@ -13,7 +13,7 @@ use crate::state::{PoolRecord, ReleaseHow};
 /// The event of a rotation record's write from `before` (`None`: the record is new) to
 /// `after`, if the write is a transition worth announcing: leaving `Pending` (or a new record
 /// that starts past it) is *started*; entering `Done`, `Failed` or `Cancelled` from an
-/// unfinished step is *finished*, *failed*, *cancelled*. Anything else (a drain step, a
+/// unfinished step is *finished* (a repair's: *node repaired*), *failed*, *cancelled*. Anything else (a drain step, a
 /// surge given back, a new `Pending` record) is none. The id is
 /// `<kind>:<pool>:<instance>:<step>:<step time>`.
 pub fn rotation_transition(before: Option<&Rotation>, after: &Rotation) -> Option<BusEvent> {
@@ -21,6 +21,9 @@ pub fn rotation_transition(before: Option<&Rotation>, after: &Rotation) -> Optio
     let kind = match after.step {
         Step::Done | Step::Failed | Step::Cancelled if before.is_some_and(|b| b.in_flight()) => {
             match after.step {
+                Step::Done if after.reason == crate::rotation::RotationReason::Unhealthy => {
+                    Kind::NodeRepaired
+                }
                 Step::Done => Kind::RotationFinished,
                 Step::Failed => Kind::RotationFailed,
                 _ => Kind::RotationCancelled,
@@ -48,6 +51,7 @@ pub fn rotation_transition(before: Option<&Rotation>, after: &Rotation) -> Optio
     d.step = Some(step.clone());
     d.from_step = from_step;
     d.replacement = after.replacement.clone();
+    d.condition = after.repair.as_ref().map(|r| r.condition.clone());
     if matches!(kind, Kind::RotationFailed | Kind::RotationCancelled) {
         d.error = after.error.as_deref().map(clip);
     }
@@ -62,6 +66,8 @@ fn stopped(r: &PoolRecord) -> bool {
 /// - *Pool Halted* (`cause: failure`) when `halted` is set, (`cause: operator`) when `paused`
 ///   is set; id `pool-halted:<pool>:<time of the halt or pause>`;
 /// - *Pool Resumed* when neither is set any more; id from the time of what was lifted;
+/// - *Repair Suspended* when `repairSuspended` is set; id
+///   `repair-suspended:<pool>:<time it was set>`;
 /// - *Desired AMI Changed* when the effective desired AMI (the pin, else the resolved AMI)
 ///   changes to another AMI; id `desired-ami-changed:<pool>:<ami>:<now>`.
 pub fn pool_transitions(
@@ -79,6 +85,11 @@ pub fn pool_transitions(
         let mut e = event(Kind::PoolHalted, pool, h.at, &[]);
         e.detail.cause = Some(HaltCause::Failure);
         e.detail.reason = Some(clip(&h.message));
+        out.push(e);
+    }
+    if let (None, Some(s)) = (&before.repair_suspended, &after.repair_suspended) {
+        let mut e = event(Kind::RepairSuspended, pool, s.at, &[]);
+        e.detail.reason = Some(clip(&s.message));
         out.push(e);
     }
     if let (None, Some(p)) = (&before.paused, &after.paused) {

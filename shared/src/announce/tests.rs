@@ -168,7 +168,17 @@ fn pool_transitions_table() {
         ..pinned.clone()
     };
     let empty = PoolRecord::default();
+    let suspended = PoolRecord {
+        repair_suspended: Some(RecordedError {
+            message: "3 of 6 nodes of the pool are unhealthy".into(),
+            at: t(8),
+        }),
+        ..base.clone()
+    };
     let table: Vec<(&str, &PoolRecord, &PoolRecord, Vec<Kind>)> = vec![
+        ("repair suspended", &base, &suspended, vec![RepairSuspended]),
+        ("repair still suspended", &suspended, &suspended, vec![]),
+        ("repair resumed", &suspended, &base, vec![]),
         ("nothing changed", &base, &base, vec![]),
         ("halted", &base, &halted, vec![PoolHalted]),
         ("halted again", &halted, &halted, vec![]),

@@ -58,6 +58,10 @@ impl ManagedGroupOps for ManagedNodeGroups {
                 ),
             },
             auto_scaling_group: eks::auto_scaling_group_of(&ng),
+            auto_repair: ng
+                .node_repair_config()
+                .and_then(|c| c.enabled())
+                .unwrap_or(false),
         })
     }
 

@@ -66,11 +66,17 @@ pub enum Kind {
     /// Health evidence against a release (its nodes turned unhealthy, or pods failed to start
     /// on them more than on the previous release's): quarantined, rolled back, un-proven.
     ReleaseIndicted,
+    /// A repair (a rotation with reason `Unhealthy`) reached `Done`: the unhealthy node was
+    /// replaced (instead of *Rotation Finished*).
+    NodeRepaired,
+    /// Repair's circuit breaker opened: too much of a pool or of one of its zones is
+    /// unhealthy, nothing is repaired until it recovers.
+    RepairSuspended,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 13] = [
         Kind::DesiredAmiChanged,
         Kind::RotationStarted,
         Kind::RotationFinished,
@@ -82,6 +88,8 @@ impl Kind {
         Kind::AmiQuarantined,
         Kind::AmiPromoted,
         Kind::ReleaseIndicted,
+        Kind::NodeRepaired,
+        Kind::RepairSuspended,
     ];
 
     /// The EventBridge `detail-type`.
@@ -98,6 +106,8 @@ impl Kind {
             Kind::AmiQuarantined => "AMI Quarantined",
             Kind::AmiPromoted => "AMI Promoted",
             Kind::ReleaseIndicted => "Release Indicted",
+            Kind::NodeRepaired => "Node Repaired",
+            Kind::RepairSuspended => "Repair Suspended",
         }
     }
 
@@ -194,6 +204,9 @@ pub struct Detail {
     /// AMI Quarantined / Promoted: the release (EKS release version, else the image id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<String>,
+    /// Repairs (`Unhealthy` rotations): the node condition that was bad for its duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
     /// AMI Promoted: the upstream pool it was proven in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,

@@ -482,6 +482,7 @@ async fn managed_node_groups_answer_as_eks_does() {
                 max_unavailable_percentage: None,
             },
             auto_scaling_group: Some("eks-spot-1".into()),
+            auto_repair: false,
         },
     );
     eks.insert_template("lt-1", vec![Some("ami-1".into())]);

@@ -156,6 +156,15 @@ pub(super) fn count<'a>(
     let disrupting = u32::try_from(disrupting.len()).unwrap_or(u32::MAX);
     let allowed_for =
         |reason| budget::evaluate(&policy.budgets, reason, total, disrupting, now).allowed;
+    let repairs = crate::repair::room(
+        &policy.budgets,
+        &policy.repair,
+        total,
+        disrupting,
+        super::repair::not_ready(c),
+        super::repair::in_flight(c),
+        now,
+    );
     Counts {
         total,
         disrupting,
@@ -164,6 +173,7 @@ pub(super) fn count<'a>(
         allowed: Allowed {
             drifted: allowed_for(budget::Reason::Drifted),
             expired: allowed_for(budget::Reason::Expired),
+            unhealthy: repairs,
         },
     }
 }

@@ -64,6 +64,7 @@ mod count;
 pub mod gates;
 pub mod maintenance;
 pub mod managed_update;
+pub mod repair;
 mod start;
 mod strategy;
 
@@ -82,6 +83,7 @@ use serde::{Serialize, Serializer};
 use crate::rotation::{Rotation, RotationReason, Step};
 pub use assess::{Assessment, Drift, Expiration, Expiry, Need, assess};
 pub use gates::Gate;
+pub use repair::{RepairFacts, RepairPlan};
 pub(crate) use start::budget_message;
 pub use strategy::StartStrategy;
 
@@ -101,6 +103,8 @@ pub struct Snapshot {
     /// When nodecycle adopted the pool ([`crate::state::PoolRecord::adopted`]): forced expiry
     /// counts from then for nodes launched before ([`Expiration`]). `None`: unknown.
     pub adopted_at: Option<DateTime<Utc>>,
+    /// What repair needs beyond the members and rotations.
+    pub repair: RepairFacts,
 }
 
 impl Snapshot {
@@ -145,9 +149,14 @@ pub struct Plan {
     /// The desired AMI the plan was made for (the target of the rotations it starts).
     #[serde(skip)]
     pub desired: Option<String>,
+    /// Node repair this pass: suspended (and why), nodes held (and why), each failure
+    /// domain's slow start; omitted when there is nothing to say.
+    #[serde(skip_serializing_if = "RepairPlan::is_empty")]
+    pub repair: RepairPlan,
 }
 
-/// Allowance per budgeted reason. Serializes as `{"Drifted": n, "Expired": n}`.
+/// Allowance per budgeted reason. Serializes as `{"Drifted": n, "Expired": n, "Unhealthy": n}`
+/// (`Unhealthy`: repairs that may start, [`crate::repair::room`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Allowed {
     /// `allowed(Drifted)`.
@@ -156,6 +165,9 @@ pub struct Allowed {
     /// `allowed(Expired)`.
     #[serde(rename = "Expired")]
     pub expired: u32,
+    /// Repairs that may start ([`crate::repair::room`]).
+    #[serde(rename = "Unhealthy")]
+    pub unhealthy: u32,
 }
 
 impl Allowed {
@@ -164,6 +176,7 @@ impl Allowed {
         match reason {
             RotationReason::Drifted => Some(self.drifted),
             RotationReason::Expired => Some(self.expired),
+            RotationReason::Unhealthy => Some(self.unhealthy),
             RotationReason::Interrupted | RotationReason::Maintenance | RotationReason::Manual => {
                 None
             }
@@ -359,6 +372,7 @@ impl Plan {
                     forced,
                 } => Some(Rotation {
                     target: self.desired.clone(),
+                    repair: self.repair.started.get(instance_id).cloned(),
                     ..Rotation::new(&self.pool, instance_id, *reason, *forced, now)
                 }),
                 _ => None,
@@ -444,7 +458,18 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
         });
     }
 
-    // 3. Start.
+    // 3. Start: repairs first, then the rest.
+    let (repairs, mut repair_plan) = repair::plan(snapshot, &c, counts.allowed.unhealthy, now);
+    if gate.is_some() {
+        repair_plan.started.clear();
+    }
+    repair::start(
+        &repairs,
+        &repair_plan,
+        gate.as_ref(),
+        &mut actions,
+        &mut decisions,
+    );
     let blocked = start::start(
         snapshot,
         &c,
@@ -505,6 +530,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
         forced_at_once,
         gate,
         desired: desired.map(str::to_string),
+        repair: repair_plan,
     }
 }
 

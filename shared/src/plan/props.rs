@@ -63,6 +63,8 @@ fn arb_node() -> impl Strategy<Value = Option<NodeStatus>> {
                 evictable_pods,
                 pods_counted: false,
                 marks: Default::default(),
+                joined: None,
+                conditions: Vec::new(),
             })),
     ]
 }

@@ -17,7 +17,8 @@ use crate::rotation::{Rotation, RotationReason};
 /// How many budget changes ahead [`budget_message`] looks for the instant a blocking budget lifts.
 const LIFT_LOOKAHEAD: usize = 16;
 
-/// Plans the starts of the pass; returns why something waits (`blocked`), if it does.
+/// Plans the starts of the pass after the repairs ([`super::repair::start`], already in
+/// `actions`); returns why something waits (`blocked`), if it does.
 pub(super) fn start(
     snapshot: &Snapshot,
     c: &Classified<'_>,
@@ -73,7 +74,30 @@ pub(super) fn start(
         let unresolved = matches!(gate, Gate::Unresolved);
         return (!counts.pending.is_empty() || !c.queued.is_empty() || unresolved).then_some(why);
     }
-    let mut started: u32 = maintenance::release(
+    // A repair of a node that is not Ready adds no disruption: the node counts already.
+    let repairs: Vec<String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::StartRotation {
+                instance_id,
+                reason: RotationReason::Unhealthy,
+                ..
+            } => Some(instance_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut started = u32::try_from(
+        repairs
+            .iter()
+            .filter(|id| {
+                c.members
+                    .iter()
+                    .any(|m| m.instance_id == **id && m.is_ready())
+            })
+            .count(),
+    )
+    .unwrap_or(u32::MAX);
+    started += maintenance::release(
         &counts.maintenance_waiting,
         None,
         counts.allowed,
@@ -101,6 +125,9 @@ pub(super) fn start(
     let strategy = super::StartStrategy::of(policy);
     for p in &counts.pending {
         let id = p.member.instance_id.as_str();
+        if repairs.iter().any(|r| r == id) {
+            continue;
+        }
         let reason = p.need.reason;
         if !strategy.admits(p.need.forced, started, counts.allowed.get(reason)) {
             *waiting.entry(reason).or_default() += 1;

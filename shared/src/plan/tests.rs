@@ -61,6 +61,8 @@ pub(crate) fn member(id: &str, image: &str, age_h: i64) -> Member {
             evictable_pods: 3,
             pods_counted: false,
             marks: Default::default(),
+            joined: None,
+            conditions: Vec::new(),
         }),
     }
 }
@@ -111,6 +113,7 @@ pub(crate) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rota
         members,
         rotations,
         adopted_at: None,
+        repair: Default::default(),
     }
 }
 
@@ -463,7 +466,8 @@ fn budget_two_on_six_starts_two() {
         p.allowed,
         Allowed {
             drifted: 2,
-            expired: 2
+            expired: 2,
+            unhealthy: 1,
         }
     );
     assert_eq!(started_ids(&p), ["i-05", "i-04"]); // oldest first
@@ -514,7 +518,8 @@ fn zero_budget_window_blocks_until_it_ends() {
         p.allowed,
         Allowed {
             drifted: 0,
-            expired: 2
+            expired: 2,
+            unhealthy: 1,
         }
     );
     assert_eq!(
@@ -597,7 +602,8 @@ fn budget_for_one_reason_only() {
         p.allowed,
         Allowed {
             drifted: 0,
-            expired: 3
+            expired: 3,
+            unhealthy: 1,
         }
     );
     assert_eq!(started_ids(&p), ["i-e1", "i-e2"]);
@@ -631,7 +637,8 @@ fn starts_of_any_reason_consume_every_reason() {
         p.allowed,
         Allowed {
             drifted: 3,
-            expired: 1
+            expired: 1,
+            unhealthy: 1,
         }
     );
     assert_eq!(started_ids(&p), ["i-e1", "i-d1", "i-d2"]);
@@ -655,7 +662,13 @@ fn forced_starts_with_zero_budget_and_counts_for_others() {
         vec![],
     );
     let p = plan(&s, now());
-    assert_eq!(p.allowed, Allowed::default());
+    assert_eq!(
+        p.allowed,
+        Allowed {
+            unhealthy: 1,
+            ..Allowed::default()
+        }
+    );
     assert_eq!(
         started(&p),
         vec![
@@ -1098,7 +1111,7 @@ fn serializes_to_the_cli_shape() {
     let v = serde_json::to_value(&p).unwrap();
     let expected = json!({
         "pool": "prod/general",
-        "allowed": {"Drifted": 0, "Expired": 0},
+        "allowed": {"Drifted": 0, "Expired": 0, "Unhealthy": 1},
         "total": 2,
         "disrupting": 1,
         "candidates": [
@@ -1129,7 +1142,8 @@ fn empty_pool() {
         p.allowed,
         Allowed {
             drifted: 2,
-            expired: 2
+            expired: 2,
+            unhealthy: 1,
         }
     ); // a count is not capped by total
     assert!(p.actions.is_empty() && p.candidates.is_empty() && p.decisions.is_empty());
@@ -1517,4 +1531,170 @@ fn adoption_never_stampedes_and_forced_at_once_is_said() {
         "disruption:\n  budgets:\n    - nodes: \"100%\"\nexpireAfter: 720h\nterminationGracePeriod: 2h\n",
     );
     assert_eq!(plan(&wide, now()).forced_at_once, None);
+}
+
+// Repair in the plan.
+
+/// `m` with its Ready condition `status` since `minutes` before [`now`].
+fn ready_since(mut m: Member, status: &str, minutes: i64) -> Member {
+    if let Some(node) = &mut m.node {
+        node.ready = status == "True";
+        node.conditions = vec![crate::fleet::Condition {
+            kind: "Ready".into(),
+            status: status.into(),
+            reason: None,
+            since: Some(now() - TimeDelta::minutes(minutes)),
+        }];
+    }
+    m
+}
+
+/// Six healthy nodes on the desired AMI, those in `bad` NotReady for `minutes`.
+fn six_with_not_ready(bad: &[usize], minutes: i64) -> Vec<Member> {
+    (0..6)
+        .map(|i| {
+            let m = member(&format!("i-{i:02}"), NEW, 10);
+            if bad.contains(&i) {
+                ready_since(m, "False", minutes)
+            } else {
+                ready_since(m, "True", 600)
+            }
+        })
+        .collect()
+}
+
+fn repair_starts(p: &Plan) -> Vec<String> {
+    started(p)
+        .into_iter()
+        .filter(|(_, r, _)| *r == RotationReason::Unhealthy)
+        .map(|(i, _, _)| i)
+        .collect()
+}
+
+#[test]
+fn a_node_not_ready_for_its_duration_is_repaired_with_its_domain_recorded() {
+    let s = snapshot(policy(""), six_with_not_ready(&[2], 31), vec![]);
+    let p = plan(&s, now());
+    assert_eq!(repair_starts(&p), ["i-02"]);
+    assert_eq!(p.allowed.unhealthy, 1);
+    let r = p.rotations_to_start(now());
+    let domain = r[0].repair.clone().expect("domain recorded");
+    assert_eq!(
+        (
+            domain.zone.as_str(),
+            domain.condition.as_str(),
+            domain.image.as_str()
+        ),
+        ("eu-west-1a", "Ready", NEW)
+    );
+    // Not yet at 29 minutes; never with repair off.
+    let early = snapshot(policy(""), six_with_not_ready(&[2], 29), vec![]);
+    assert!(repair_starts(&plan(&early, now())).is_empty());
+    let off = snapshot(
+        policy("repair:\n  enabled: false\n"),
+        six_with_not_ready(&[2], 31),
+        vec![],
+    );
+    assert!(repair_starts(&plan(&off, now())).is_empty());
+    assert!(plan(&off, now()).repair.is_empty());
+}
+
+#[test]
+fn half_a_pool_not_ready_suspends_repair_and_says_so() {
+    let s = snapshot(policy(""), six_with_not_ready(&[0, 1, 2], 40), vec![]);
+    let p = plan(&s, now());
+    assert!(repair_starts(&p).is_empty());
+    let why = p.repair.suspended.as_deref().expect("suspended");
+    assert!(why.contains("3 of 6"), "{why}");
+    assert!(
+        p.decisions
+            .iter()
+            .any(|d| d.kind == DecisionKind::Wait && d.message.contains("not repairing"))
+    );
+    // Serialized for `nodecycle plan`.
+    let json = serde_json::to_value(&p).unwrap();
+    assert!(json["repair"]["suspended"].is_string());
+}
+
+#[test]
+fn a_gate_holds_repairs_and_one_in_flight_holds_the_next() {
+    let mut s = snapshot(policy(""), six_with_not_ready(&[2], 31), vec![]);
+    s.gates.paused = Some("by ops".into());
+    assert!(repair_starts(&plan(&s, now())).is_empty());
+
+    // One repair in flight (maxParallel 1): the other due node waits.
+    let mut r = rotation("i-02", RotationReason::Unhealthy, Step::Draining);
+    r.repair = Some(crate::repair::Domain {
+        zone: "eu-west-1a".into(),
+        condition: "Ready".into(),
+        image: NEW.into(),
+    });
+    let members = six_with_not_ready(&[2], 31)
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if i == 4 {
+                ready_since(m, "False", 35)
+            } else {
+                m
+            }
+        })
+        .collect();
+    let half = policy("repair:\n  maxUnhealthy: \"50%\"\n");
+    let p = plan(&snapshot(half, members, vec![r]), now());
+    assert!(repair_starts(&p).is_empty(), "{:?}", p.decisions);
+    assert_eq!(p.allowed.unhealthy, 0);
+    assert!(p.repair.held.iter().any(|h| h.instance == "i-04"));
+}
+
+#[test]
+fn a_drifted_node_that_is_unhealthy_is_repaired_not_rotated_twice() {
+    let mut members = six_with_not_ready(&[], 0);
+    members[3] = member("i-03", OLD, 10);
+    if let Some(n) = &mut members[3].node {
+        n.conditions = vec![crate::fleet::Condition {
+            kind: "KernelReady".into(),
+            status: "False".into(),
+            reason: Some("KernelBug".into()),
+            since: Some(now() - TimeDelta::hours(1)),
+        }];
+    }
+    let p = plan(&snapshot(budgets("3"), members, vec![]), now());
+    let starts: Vec<_> = started(&p)
+        .into_iter()
+        .filter(|(i, _, _)| i == "i-03")
+        .collect();
+    assert_eq!(
+        starts,
+        [("i-03".to_string(), RotationReason::Unhealthy, false)]
+    );
+}
+
+#[test]
+fn a_repair_whose_replacement_stayed_healthy_widens_its_domain() {
+    // i-02 was repaired by i-09, done 10 minutes ago and healthy since: width 2, so two
+    // NotReady nodes of that domain start together (maxParallel 2, breaker 100%).
+    let domain = crate::repair::Domain {
+        zone: "eu-west-1a".into(),
+        condition: "Ready".into(),
+        image: NEW.into(),
+    };
+    let mut done = rotation("i-02", RotationReason::Unhealthy, Step::Done);
+    done.created_at = now() - TimeDelta::minutes(40);
+    done.step_at = now() - TimeDelta::minutes(10);
+    done.replacement = Some("i-09".into());
+    done.repair = Some(domain.clone());
+    let mut members = six_with_not_ready(&[0, 1], 31);
+    members.push(ready_since(member("i-09", NEW, 1), "True", 20));
+    let loose = "repair:\n  maxParallel: 2\n  maxUnhealthy: \"100%\"\n";
+    let p = plan(
+        &snapshot(policy(loose), members.clone(), vec![done.clone()]),
+        now(),
+    );
+    assert_eq!(repair_starts(&p), ["i-00", "i-01"]);
+    // Its replacement unhealthy now: the repair failed, width 1.
+    let last = members.len() - 1;
+    members[last] = ready_since(member("i-09", NEW, 1), "False", 2);
+    let p = plan(&snapshot(policy(loose), members, vec![done]), now());
+    assert_eq!(repair_starts(&p).len(), 1, "{:?}", p.repair);
 }

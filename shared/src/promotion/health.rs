@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use crate::fleet::{Condition, HEALTH_CONDITIONS};
 pub use crate::policy::HealthPolicy;
 
 /// One node of a release, as observed.
@@ -76,17 +77,6 @@ impl ReleaseFacts {
     }
 }
 
-/// The node conditions that say a node is healthy when `True`: `Ready`, and those the EKS node
-/// monitoring agent posts when it runs on the node.
-pub const HEALTH_CONDITIONS: [&str; 6] = [
-    "Ready",
-    "KernelReady",
-    "NetworkingReady",
-    "StorageReady",
-    "ContainerRuntimeReady",
-    "AcceleratedHardwareReady",
-];
-
 /// How long after joining a node that is not Ready is taken as not Ready *yet* (kubelet
 /// registers the Node before it is Ready): such a node is no evidence about its release (a
 /// replacement that never becomes Ready is the rotation's replacement timeout's to judge).
@@ -95,31 +85,6 @@ pub const NOT_READY_YET: std::time::Duration = std::time::Duration::from_secs(10
 /// The reason the node lifecycle controller gives a `Ready` condition it set `Unknown`
 /// because the kubelet stopped posting status (it had posted before: the node was running).
 const KUBELET_STOPPED: &str = "NodeStatusUnknown";
-
-/// A node condition as the API reports it (only [`HEALTH_CONDITIONS`] are kept).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Condition {
-    /// `type` (`Ready`, `KernelReady`, ...).
-    pub kind: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    /// `reason`, when set.
-    pub reason: Option<String>,
-    /// `lastTransitionTime`, when set.
-    pub since: Option<DateTime<Utc>>,
-}
-
-impl Condition {
-    /// Whether it says the node is unhealthy: `Ready` not `True`, any other condition of
-    /// [`HEALTH_CONDITIONS`] `False` (the node monitoring agent's `Unknown` is no verdict).
-    pub fn is_bad(&self) -> bool {
-        match self.kind.as_str() {
-            "Ready" => self.status != "True",
-            k if HEALTH_CONDITIONS.contains(&k) => self.status == "False",
-            _ => false,
-        }
-    }
-}
 
 /// What health judges of one node from its conditions: `None` when it is not Ready *yet*
 /// (`Ready` not `True` since within [`NOT_READY_YET`] of joining, and not because its kubelet

@@ -27,14 +27,21 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::fleet::Condition;
 use crate::policy::RepairPolicy;
-use crate::promotion::health::Condition;
 
 /// How long a round of repairs in one domain is followed by a pause before the next round.
 pub const COOLDOWN: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 /// The widest a domain's slow start grows.
 pub const MAX_WIDTH: u32 = 64;
+
+/// How long a repair's replacement stays healthy, after the repair finished, before the repair
+/// counts as a success (the domain's width doubles).
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+/// The annotation (on a node) or tag (on a pool's group) that keeps nodecycle from repairing.
+pub const DO_NOT_REPAIR: &str = "nodecycle.dev/do-not-repair";
 
 /// One node of the pool as a pass sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,17 +168,16 @@ pub fn due(
 }
 
 /// The repairs of one pass (see the module's rules). `watched_images`: the images of the
-/// pool's release under watch; `allowed`: repairs that may be in flight in the pool (a budget
-/// naming `Unhealthy`, else `repair.maxParallel`); `in_flight`: repairs in flight now.
+/// pool's release under watch; `room`: repairs that may start now in the pool ([`room`]).
 pub fn plan(
     nodes: &[Node],
     policy: &RepairPolicy,
     slow_start: &BTreeMap<Domain, SlowStart>,
     watched_images: &[String],
-    allowed: u32,
-    in_flight: u32,
+    room: u32,
     now: DateTime<Utc>,
 ) -> Plan {
+    let allowed = room;
     let mut out = Plan {
         slow_start: slow_start.clone(),
         ..Plan::default()
@@ -192,7 +198,7 @@ pub fn plan(
         a.2.cmp(&b.2)
             .then_with(|| a.0.instance_id.cmp(&b.0.instance_id))
     });
-    let mut room = allowed.saturating_sub(in_flight);
+    let mut room = room;
     let cooldown = Duration::from_std(COOLDOWN).unwrap_or(Duration::MAX);
     for (node, condition, since) in due_nodes {
         let id = node.instance_id.clone();
@@ -237,8 +243,12 @@ pub fn plan(
             continue;
         }
         if room == 0 {
-            out.held
-                .push((id, format!("{allowed} repair(s) at once, all in flight")));
+            out.held.push((
+                id,
+                format!(
+                    "{allowed} repair(s) could start this pass, all started (repair.maxParallel, or a budget naming Unhealthy)"
+                ),
+            ));
             continue;
         }
         room -= 1;
@@ -256,25 +266,22 @@ pub fn plan(
     out
 }
 
-/// Repairs that may be in flight in the pool, by Karpenter v1.15's arithmetic: with a budget
+/// Repairs that may start now in the pool, by Karpenter v1.15's arithmetic: with a budget
 /// naming the reason `Unhealthy` in its `reasons`, that reason's allowance, where a node not
-/// Ready (`not_ready` of the `disrupting`) does not count as disrupting (it does against the
-/// other reasons); with none naming it, `repair.maxParallel`.
-pub fn allowed(
+/// Ready and not being rotated (`not_ready` of the `disrupting`) does not count as disrupting
+/// (it does against the other reasons); with none naming it, `repair.maxParallel` less the
+/// repairs in flight (`in_flight`).
+pub fn room(
     budgets: &[crate::budget::Budget],
     policy: &RepairPolicy,
     total: u32,
     disrupting: u32,
     not_ready: u32,
+    in_flight: u32,
     now: DateTime<Utc>,
 ) -> u32 {
-    let named = budgets.iter().any(|b| {
-        b.reasons
-            .as_ref()
-            .is_some_and(|r| r.contains(&crate::budget::Reason::Unhealthy))
-    });
-    if !named {
-        return policy.max_parallel;
+    if !names_unhealthy(budgets) {
+        return policy.max_parallel.saturating_sub(in_flight);
     }
     crate::budget::evaluate(
         budgets,
@@ -284,6 +291,76 @@ pub fn allowed(
         now,
     )
     .allowed
+}
+
+/// A budget names the reason `Unhealthy`: repairs are budgeted by it, not by
+/// `repair.maxParallel`.
+pub fn names_unhealthy(budgets: &[crate::budget::Budget]) -> bool {
+    budgets.iter().any(|b| {
+        b.reasons
+            .as_ref()
+            .is_some_and(|r| r.contains(&crate::budget::Reason::Unhealthy))
+    })
+}
+
+/// How one repair of a domain turned out, as a pass observes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The domain it repaired in.
+    pub domain: Domain,
+    /// When it started.
+    pub started: DateTime<Utc>,
+    /// Where it stands.
+    pub state: OutcomeState,
+}
+
+/// Where one repair stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeState {
+    /// In flight, or finished with its replacement not healthy for [`SETTLE`] yet: it holds a
+    /// place in the domain's width.
+    Unsettled,
+    /// Its replacement stayed healthy for [`SETTLE`] (at this instant): the width doubles.
+    Healthy(DateTime<Utc>),
+    /// It failed, or its replacement turned unhealthy (at this instant): the width is 1 again.
+    Failed(DateTime<Utc>),
+    /// Says nothing (cancelled by an operator, its replacement unknown or gone).
+    Neutral,
+}
+
+/// Each domain's slow start from the pool's repairs (level-triggered: recomputed every pass
+/// from the rotation records, nothing stored apart): width 1, doubled by each healthy
+/// settlement and back to 1 by each failed one, in the order they settled; in flight, the
+/// unsettled ones; the round started at the latest repair's start.
+pub fn slow_start(outcomes: &[Outcome]) -> BTreeMap<Domain, SlowStart> {
+    let mut settled: Vec<(&Domain, DateTime<Utc>, bool)> = outcomes
+        .iter()
+        .filter_map(|o| match o.state {
+            OutcomeState::Healthy(at) => Some((&o.domain, at, true)),
+            OutcomeState::Failed(at) => Some((&o.domain, at, false)),
+            _ => None,
+        })
+        .collect();
+    settled.sort_by_key(|(_, at, _)| *at);
+    let mut out: BTreeMap<Domain, SlowStart> = BTreeMap::new();
+    for o in outcomes {
+        let s = out.entry(o.domain.clone()).or_default();
+        s.round_at = s.round_at.max(Some(o.started));
+        if o.state == OutcomeState::Unsettled {
+            s.in_flight += 1;
+        }
+    }
+    for (domain, _, healthy) in settled {
+        if let Some(s) = out.get_mut(domain) {
+            let in_flight = s.in_flight;
+            *s = SlowStart {
+                in_flight: in_flight + 1,
+                ..*s
+            }
+            .settle(healthy);
+        }
+    }
+    out
 }
 
 /// Why repairs are suspended, if more than `max_percent` of the pool, or of one zone, is

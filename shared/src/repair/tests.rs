@@ -53,7 +53,6 @@ fn run(nodes: &[Node], now: i64) -> Plan {
         &BTreeMap::new(),
         &[],
         1,
-        0,
         t(now),
     )
 }
@@ -82,7 +81,7 @@ fn a_node_bad_for_its_duration_is_repaired_and_not_before() {
         ..RepairPolicy::default()
     };
     assert!(
-        plan(&nodes, &off, &BTreeMap::new(), &[], 1, 0, t(200))
+        plan(&nodes, &off, &BTreeMap::new(), &[], 1, t(200))
             .repairs
             .is_empty()
     );
@@ -126,7 +125,6 @@ fn opt_outs_and_releases_under_watch_hold_a_repair_and_say_why() {
         &BTreeMap::new(),
         &["ami-new".to_string()],
         2,
-        0,
         t(200),
     );
     assert!(p.repairs.is_empty(), "{p:?}");
@@ -147,7 +145,7 @@ fn slow_start_paces_each_domain_and_parallelism_bounds_the_pool() {
         max_unhealthy_percent: 100,
         ..RepairPolicy::default()
     };
-    let p = plan(&nodes, &policy, &BTreeMap::new(), &[], 5, 0, t(200));
+    let p = plan(&nodes, &policy, &BTreeMap::new(), &[], 5, t(200));
     assert_eq!(ids(&p), ["i-0"]);
     assert!(
         p.held
@@ -168,13 +166,13 @@ fn slow_start_paces_each_domain_and_parallelism_bounds_the_pool() {
         .cloned()
         .collect();
     assert!(
-        plan(&rest, &policy, &settled, &[], 5, 0, t(204))
+        plan(&rest, &policy, &settled, &[], 5, t(204))
             .repairs
             .is_empty(),
         "cooling down"
     );
     assert_eq!(
-        ids(&plan(&rest, &policy, &settled, &[], 5, 0, t(205))),
+        ids(&plan(&rest, &policy, &settled, &[], 5, t(205))),
         ["i-3"]
     );
     // A failed repair: back to width 1.
@@ -191,15 +189,15 @@ fn slow_start_paces_each_domain_and_parallelism_bounds_the_pool() {
     // Different domains (zones a and b) start together, within maxParallel.
     let two = pool(30, &[0, 1], 100);
     assert_eq!(
-        ids(&plan(&two, &policy, &BTreeMap::new(), &[], 2, 0, t(200))),
+        ids(&plan(&two, &policy, &BTreeMap::new(), &[], 2, t(200))),
         ["i-0", "i-1"]
     );
-    let one = plan(&two, &policy, &BTreeMap::new(), &[], 2, 1, t(200));
+    let one = plan(&two, &policy, &BTreeMap::new(), &[], 1, t(200));
     assert_eq!(ids(&one), ["i-0"], "one already in flight");
     assert!(
         one.held
             .iter()
-            .any(|(_, w)| w.contains("2 repair(s) at once"))
+            .any(|(_, w)| w.contains("1 repair(s) could start"))
     );
 }
 
@@ -216,23 +214,69 @@ fn the_unhealthy_budget_does_not_count_nodes_that_are_not_ready() {
         max_parallel: 2,
         ..RepairPolicy::default()
     };
-    // (budgets, total, disrupting, of them not Ready) -> repairs allowed in flight.
+    // (budgets, total, disrupting, of them not Ready, repairs in flight) -> repairs that may
+    // start now.
     let named = budgets(serde_json::json!([{"nodes": "3", "reasons": ["Unhealthy"]}]));
     let general = budgets(serde_json::json!([{"nodes": "1"}]));
-    let cases: [(&Vec<crate::budget::Budget>, u32, u32, u32, u32); 4] = [
+    type Case<'a> = (&'a Vec<crate::budget::Budget>, u32, u32, u32, u32, u32);
+    let cases: [Case<'_>; 6] = [
         // 2 NotReady nodes do not eat the Unhealthy budget of 3.
-        (&named, 10, 2, 2, 3),
-        // A rotation in flight does.
-        (&named, 10, 3, 2, 2),
-        // No budget names Unhealthy: repair.maxParallel, whatever the others say.
-        (&general, 10, 2, 2, 2),
-        (&Vec::new(), 10, 0, 0, 2),
+        (&named, 10, 2, 2, 0, 3),
+        // A rotation in flight does (a repair in flight is one: it counts as disrupting).
+        (&named, 10, 3, 2, 1, 2),
+        // No budget names Unhealthy: repair.maxParallel, whatever the others say...
+        (&general, 10, 2, 2, 0, 2),
+        (&Vec::new(), 10, 0, 0, 0, 2),
+        // ... less the repairs in flight.
+        (&general, 10, 3, 2, 1, 1),
+        (&Vec::new(), 10, 2, 0, 2, 0),
     ];
-    for (i, (b, total, disrupting, not_ready, want)) in cases.into_iter().enumerate() {
+    for (i, (b, total, disrupting, not_ready, in_flight, want)) in cases.into_iter().enumerate() {
         assert_eq!(
-            allowed(b, &policy, total, disrupting, not_ready, t(0)),
+            room(b, &policy, total, disrupting, not_ready, in_flight, t(0)),
             want,
             "case {i}"
         );
     }
+}
+
+#[test]
+fn slow_start_is_recomputed_from_the_repairs_as_they_settled() {
+    let d = |zone: &str| Domain {
+        zone: zone.into(),
+        condition: "Ready".into(),
+        image: "ami-old".into(),
+    };
+    let o = |zone: &str, started: i64, state: OutcomeState| Outcome {
+        domain: d(zone),
+        started: t(started),
+        state,
+    };
+    // Zone a: two healthy settlements (width 4), then one in flight.
+    // Zone b: healthy, then failed (back to 1); a cancelled one says nothing.
+    let s = slow_start(&[
+        o("a", 0, OutcomeState::Healthy(t(20))),
+        o("a", 30, OutcomeState::Healthy(t(50))),
+        o("a", 60, OutcomeState::Unsettled),
+        o("b", 0, OutcomeState::Failed(t(40))),
+        o("b", 10, OutcomeState::Healthy(t(30))),
+        o("b", 70, OutcomeState::Neutral),
+    ]);
+    assert_eq!(
+        s[&d("a")],
+        SlowStart {
+            width: 4,
+            in_flight: 1,
+            round_at: Some(t(60))
+        }
+    );
+    assert_eq!(
+        s[&d("b")],
+        SlowStart {
+            width: 1,
+            in_flight: 0,
+            round_at: Some(t(70))
+        }
+    );
+    assert!(slow_start(&[]).is_empty());
 }

@@ -96,6 +96,8 @@ mod tests {
                 evictable_pods: 0,
                 pods_counted: false,
                 marks,
+                joined: None,
+                conditions: Vec::new(),
             }),
         }
     }

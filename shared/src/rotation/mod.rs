@@ -36,6 +36,9 @@ pub enum RotationReason {
     Maintenance,
     /// Operator request (`ops rotate`).
     Manual,
+    /// Node repair: a node condition bad for its duration (budgeted by a budget naming
+    /// `Unhealthy`, else `repair.maxParallel`; see [`crate::repair`]).
+    Unhealthy,
 }
 
 impl RotationReason {
@@ -44,6 +47,7 @@ impl RotationReason {
         match self {
             RotationReason::Drifted => Some(crate::budget::Reason::Drifted),
             RotationReason::Expired => Some(crate::budget::Reason::Expired),
+            RotationReason::Unhealthy => Some(crate::budget::Reason::Unhealthy),
             RotationReason::Interrupted | RotationReason::Maintenance | RotationReason::Manual => {
                 None
             }
@@ -209,6 +213,10 @@ pub struct Rotation {
     /// towards an AMI that is quarantined meanwhile is cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// For a repair (`Unhealthy`): the failure domain it repairs in, which its outcome paces
+    /// ([`crate::repair::slow_start`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<crate::repair::Domain>,
     /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::bus::BusEvent>,
@@ -265,6 +273,7 @@ impl Rotation {
             error: None,
             queued: None,
             target: None,
+            repair: None,
             outbox: Vec::new(),
         }
     }

@@ -227,6 +227,7 @@ impl PoolStart {
                 members,
                 rotations: Vec::new(),
                 adopted_at: Some(floor_minute(from)),
+                repair: Default::default(),
             },
             managed,
             desired_change: Some((new_ami_at, NEW_AMI.to_string())),

@@ -58,7 +58,7 @@ const STYLE: &str = "text{fill:#1a202c}.t{font-size:15px;font-weight:bold}.s{fil
 .p{font-weight:bold}.nd{fill:#c53030}.day{stroke:#a0aec0}.hr{stroke:#e2e8f0}\
 .rowa{fill:#ffffff}.rowb{fill:#f7fafc}.cd{fill:#ed8936;fill-opacity:.28}\
 .ce{fill:#9f7aea;fill-opacity:.28}.cb{fill:#718096;fill-opacity:.30}.gate{fill:url(#hatch)}\
-.Drifted{fill:#3182ce}.Expired{fill:#805ad5}.forced{fill:#c53030}.other{fill:#718096}\
+.Drifted{fill:#3182ce}.Expired{fill:#805ad5}.Unhealthy{fill:#dd6b20}.forced{fill:#c53030}.other{fill:#718096}\
 .wave{fill:#2c5282}.ami{stroke:#2d3748;stroke-dasharray:4 3}.done{fill:#38a169}\
 .doneline{stroke:#38a169;stroke-width:2}.rollback{fill:#dd6b20}.indicted{stroke:#c53030;stroke-width:2}.ind{fill:#c53030}.promo{fill:#90cdf4;fill-opacity:.55}.gl{font-size:10px;paint-order:stroke;stroke:#ffffff;stroke-width:3px;stroke-linejoin:round}.why{font-size:10px;fill:#c53030}";
 
@@ -561,6 +561,7 @@ impl Layout {
             _ if r.wave => "wave",
             RotationReason::Drifted => "Drifted",
             RotationReason::Expired => "Expired",
+            RotationReason::Unhealthy => "Unhealthy",
             RotationReason::Interrupted | RotationReason::Maintenance | RotationReason::Manual => {
                 "other"
             }

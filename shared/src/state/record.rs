@@ -89,6 +89,11 @@ pub struct PoolRecord {
     /// Why a pool with `promotion` keeps its desired AMI (what it waits for), if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promotion_wait: Option<String>,
+    /// Repair is suspended by its circuit breaker (too much of the pool or of a zone is
+    /// unhealthy: an outage, not a node), since when and why; cleared when it resumes. Its
+    /// setting is announced once (*Repair Suspended*).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair_suspended: Option<RecordedError>,
     /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::bus::BusEvent>,

@@ -768,6 +768,51 @@ impl RotatorHandler {
         }
     }
 
+    /// Records whether repair's circuit breaker holds the pool (`repairSuspended` on its
+    /// record: set once when it opens, announced as *Repair Suspended*; cleared when it
+    /// closes), and the metric. A write only when that changes; best effort (a lost write is
+    /// made next pass).
+    async fn record_repair_breaker(
+        &self,
+        ctx: &PoolCtx<'_>,
+        repair: &plan::RepairPlan,
+        now: DateTime<Utc>,
+        report: &mut PoolReport,
+    ) {
+        report.metrics.repair_suspended = repair.suspended.is_some();
+        let Some(record) = &ctx.record else { return };
+        if record.repair_suspended.is_some() == repair.suspended.is_some() {
+            return;
+        }
+        let pool = ctx.policy.pool_id();
+        let suspended = repair.suspended.as_ref().map(|why| state::RecordedError {
+            message: why.clone(),
+            at: now,
+        });
+        let result = self
+            .cell
+            .announce
+            .update_pool(&pool, now, |r| state::PoolRecord {
+                repair_suspended: match (&r.repair_suspended, &suspended) {
+                    (Some(kept), Some(_)) => Some(kept.clone()),
+                    (_, s) => s.clone(),
+                },
+                ..r.clone()
+            })
+            .await;
+        match (result, &repair.suspended) {
+            (Ok(_), Some(why)) => {
+                tracing::error!(pool = %pool, decision = "repair suspended", reason = %why)
+            }
+            (Ok(_), None) => {
+                tracing::info!(pool = %pool, decision = "repair resumed", reason = "the pool's unhealthy share is back under repair.maxUnhealthy")
+            }
+            (Err(e), _) => {
+                tracing::warn!(pool = %pool, error = %e, "cannot record repair's circuit breaker; next pass")
+            }
+        }
+    }
+
     /// A self-managed group's plan and its execution.
     async fn group_pass(
         &self,
@@ -779,6 +824,8 @@ impl RotatorHandler {
 
         let plan = plan::plan(&ctx.snapshot, now);
         log_decisions(&plan);
+        self.record_repair_breaker(ctx, &plan.repair, now, report)
+            .await;
         report.allowed = Some(plan.allowed);
         report.blocked = plan.blocked.clone();
         for action in &plan.actions {

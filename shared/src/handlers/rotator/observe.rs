@@ -453,6 +453,29 @@ impl Planner<'_> {
             .map(|v| (v.value.instance_id.clone(), v.version))
             .collect();
         let gates = gates_of(record.as_ref(), policy, view);
+        let repair = plan::RepairFacts {
+            watched_images: record
+                .as_ref()
+                .filter(|r| r.pin.is_none())
+                .filter(|r| {
+                    crate::promotion::health::under_watch(
+                        r.previous_desired.is_some(),
+                        r.desired_changed_at,
+                        policy.health.window,
+                        now,
+                    )
+                })
+                .and_then(|r| r.desired.as_ref())
+                .map(|a| vec![a.id.clone()])
+                .unwrap_or_default(),
+            pool_do_not_repair: false,
+            left_to: managed
+                .as_ref()
+                .filter(|g| g.auto_repair)
+                .map(|_| {
+                    "EKS node auto repair is on for the node group (nodeRepairConfig.enabled): EKS repairs its nodes, nodecycle does not".to_string()
+                }),
+        };
         Ok(Observed {
             snapshot: Snapshot {
                 policy: policy.clone(),
@@ -461,6 +484,7 @@ impl Planner<'_> {
                 members,
                 rotations: records.into_iter().map(|v| v.value).collect(),
                 adopted_at,
+                repair,
             },
             managed,
             versions,
@@ -485,6 +509,8 @@ fn with_nodes(instances: Vec<Member>, view: &ClusterView) -> Vec<Member> {
                 evictable_pods: 0,
                 pods_counted: false,
                 marks: n.marks,
+                joined: n.created,
+                conditions: n.conditions.clone(),
             });
             Member { node, ..i }
         })

@@ -861,6 +861,7 @@ async fn a_managed_node_group_moves_to_a_new_template_version_by_one_update() {
                 max_unavailable_percentage: None,
             },
             auto_scaling_group: Some("eks-general".into()),
+            auto_repair: false,
         },
     );
     managed.insert_template("lt-1", vec![Some(OLD.into())]);

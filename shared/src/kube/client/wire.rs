@@ -105,6 +105,7 @@ pub fn node_info(node: &Node) -> NodeInfo {
         scale_down_disabled_by_nodecycle: annotation(m::SCALE_DOWN_DISABLED_BY).is_some(),
         lb_excluded: label(m::EXCLUDE_FROM_LB).is_some(),
         lb_excluded_by_nodecycle: annotation(m::EXCLUDE_FROM_LB_BY).is_some(),
+        do_not_repair: annotation(crate::repair::DO_NOT_REPAIR) == Some("true"),
     };
     NodeInfo {
         marks,

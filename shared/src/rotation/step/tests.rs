@@ -52,6 +52,8 @@ pub(super) fn member(id: &str, image: &str, minutes: i64, ready: bool) -> Member
             evictable_pods: 1,
             pods_counted: false,
             marks: Default::default(),
+            joined: None,
+            conditions: Vec::new(),
         }),
     }
 }

@@ -22,7 +22,9 @@ impl RotatorHandler {
     }
 
     /// `Cordon`: cordons the node and records the drain's state (`Draining`); a node that is
-    /// already gone goes straight to `Terminating`.
+    /// already gone goes straight to `Terminating`. The drain honours PDBs until the policy's
+    /// `terminationGracePeriod`; a repair's (`Unhealthy`) until `repair.drainTimeout` (or the
+    /// grace period when shorter), then forces.
     pub(super) async fn cordon(
         &self,
         ctx: &mut PoolCtx<'_>,
@@ -32,12 +34,22 @@ impl RotatorHandler {
         let r = &v.value;
         let now = ctx.clock.now();
         let reason = format!("{:?}", r.reason);
+        let grace = match r.reason {
+            crate::rotation::RotationReason::Unhealthy => Some(
+                ctx.policy
+                    .termination_grace_period
+                    .map_or(ctx.policy.repair.drain_timeout, |g| {
+                        g.min(ctx.policy.repair.drain_timeout)
+                    }),
+            ),
+            _ => ctx.policy.termination_grace_period,
+        };
         let next = match k::start_drain_known(
             ctx.kube.as_ref(),
             &r.instance_id,
             ctx.observed_node(&r.instance_id),
             &reason,
-            ctx.policy.termination_grace_period,
+            grace,
             now,
         )
         .await

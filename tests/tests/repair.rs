@@ -1,0 +1,390 @@
+//! Node repair end to end (fake cloud + Kubernetes stand-in, real SDK, the real rotator): a
+//! node whose kubelet stops posting status for 30 minutes is replaced with reason `Unhealthy`
+//! (replacement first, drain under the PDBs), and half a pool going NotReady at once is an
+//! outage, not nodes to replace: repair is suspended, once, and resumes when it recovers.
+//! Times: the stand-in stamps conditions with the wall clock, so passes run at wall-clock
+//! based instants.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use crate::support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use nodecycle::rotation::{Rotation, RotationReason, Step};
+use nodecycle_tests::{KubeStandIn, PdbFixture, PodFixture, SyncNodes};
+use support::pool::{Pool, golden_cloud};
+use support::{Adapters, CapturedMetrics, capture, delivered};
+
+const QUEUE: &str = "repair-events";
+
+/// A 6-node pool on the newest image (nothing drifted), budget `nodes: "2"`, every event of
+/// the bus captured and the rotator's metrics kept. `health.window` is one second (the tests
+/// stall nodes a few seconds after they joined): a node that turns unhealthy within the
+/// window of joining is evidence against its release (release health), not a node to repair.
+async fn steady_pool() -> (Pool, Arc<CapturedMetrics>) {
+    let (cloud, kube, old, new) = golden_cloud();
+    let a = Adapters::new(&cloud).await;
+    a.create_group("prod-general", &new, "m5.large", 6, 10, None)
+        .await;
+    kube.sync_nodes(SyncNodes {
+        asg: Some("prod-general".into()),
+        ..SyncNodes::default()
+    });
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        "cluster: prod\nname: general\nnodeGroup: { autoScalingGroup: prod-general }\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n    - nodes: \"2\"\nterminationGracePeriod: 1h\nhealth:\n  window: 1s\n",
+    );
+    let table = a.table("nodecycle").await;
+    let policies = a.policies();
+    let watcher = a.watcher(policies.clone(), table.clone());
+    let mut rotator = a.rotator(&cloud, policies, table.clone()).await;
+    let metrics = Arc::new(CapturedMetrics::default());
+    rotator.metrics = metrics.clone();
+    kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
+        (s.nodes.len() == 6).then_some(())
+    });
+    capture(&cloud, QUEUE).await;
+    let p = Pool {
+        cloud,
+        kube,
+        adapters: a,
+        table,
+        watcher,
+        rotator,
+        old,
+        new,
+    };
+    (p, metrics)
+}
+
+/// `(node name, instance id)` of every node of the stand-in, sorted by name.
+fn nodes(kube: &KubeStandIn) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = kube
+        .state()
+        .nodes
+        .iter()
+        .map(|n| {
+            let name = n["metadata"]["name"].as_str().unwrap_or_default();
+            let provider = n["spec"]["providerID"].as_str().unwrap_or_default();
+            let id = provider.rsplit('/').next().unwrap_or_default();
+            (name.to_string(), id.to_string())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Stops the kubelets of `instances` (the others post status again) and waits until exactly
+/// those nodes are Ready `Unknown`.
+fn stall(kube: &KubeStandIn, instances: &[String]) {
+    // Past the pool's health.window of joining.
+    std::thread::sleep(Duration::from_secs(2));
+    kube.sync_nodes(SyncNodes {
+        asg: Some("prod-general".into()),
+        stalled_instances: instances.to_vec(),
+        ..SyncNodes::default()
+    });
+    let want = instances.len();
+    kube.wait_for("stalled nodes", Duration::from_secs(30), |k| {
+        let unknown = k
+            .nodes
+            .iter()
+            .filter(|n| {
+                n["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] != "True")
+                })
+            })
+            .count();
+        (unknown == want).then_some(())
+    });
+}
+
+fn repairs(rotations: &[Rotation]) -> Vec<&Rotation> {
+    rotations
+        .iter()
+        .filter(|r| r.reason == RotationReason::Unhealthy)
+        .collect()
+}
+
+fn kinds(events: &[serde_json::Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["detail-type"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// One node NotReady for 30 minutes in a 6-node group: nothing before its duration; then one
+/// pass starts its repair (reason `Unhealthy`, its domain recorded); the replacement is Ready
+/// and claimed before the old node is cordoned; the drain evicts through the PDB (never a
+/// delete before the deadline); the old instance is terminated; events `Rotation Started`
+/// (reason `Unhealthy`) and `Node Repaired` (with the condition) go out.
+#[tokio::test]
+async fn a_node_not_ready_for_30_minutes_is_replaced_first_and_drained_under_its_pdb() {
+    let (p, _metrics) = steady_pool().await;
+    let t0 = Utc::now();
+    p.watcher.handle(&serde_json::json!({}), t0).await.unwrap();
+    p.pass(t0).await;
+    let before = nodes(&p.kube);
+    let (sick_node, sick) = before[2].clone();
+    let (other_node, _) = before[4].clone();
+    for (pod, node) in [("web-a", &sick_node), ("web-b", &other_node)] {
+        p.kube.add_pod(
+            PodFixture::new("default", pod)
+                .node(node)
+                .owner("ReplicaSet", "web-5d8f")
+                .label("app", "web")
+                .grace_seconds(1),
+        );
+    }
+    p.kube.add_pdb(
+        PdbFixture::new("default", "web")
+            .match_label("app", "web")
+            .min_available(1),
+    );
+    let stalled_at = Utc::now();
+    stall(&p.kube, std::slice::from_ref(&sick));
+
+    // Not yet: 20 minutes.
+    p.pass(stalled_at + TimeDelta::minutes(20)).await;
+    assert!(repairs(&p.rotations().await).is_empty(), "not due yet");
+
+    // 31 minutes: one pass starts the repair of that node, and only that one.
+    let mut now = stalled_at + TimeDelta::minutes(31);
+    p.pass(now).await;
+    let started = p.rotations().await;
+    let r = repairs(&started);
+    assert_eq!(r.len(), 1, "{started:?}");
+    assert_eq!(r[0].instance_id, sick);
+    assert_ne!(r[0].step, Step::Pending, "started in the same pass");
+    let domain = r[0].repair.clone().expect("domain recorded");
+    assert_eq!(domain.condition, "Ready");
+
+    // Passes until it is done.
+    let mut done = None;
+    for _ in 0..20 {
+        now += TimeDelta::minutes(1);
+        p.pass(now).await;
+        let rs = p.rotations().await;
+        if let Some(r) = repairs(&rs).into_iter().find(|r| r.step.is_finished()) {
+            done = Some(r.clone());
+            break;
+        }
+    }
+    let done = done.expect("the repair finished within 20 passes");
+    assert_eq!(done.step, Step::Done, "{done:?}");
+    let replacement = done
+        .replacement
+        .clone()
+        .expect("a replacement claimed Ready");
+    assert!(
+        done.surge.is_some(),
+        "replacement first: the group surged before the node was cordoned"
+    );
+    let state = p.kube.state();
+    let evicted = state.requests_to("POST", "/api/v1/namespaces/default/pods/web-a/eviction");
+    assert!(
+        evicted.iter().any(|r| r.status < 300),
+        "web-a evicted through the PDB: {evicted:?}"
+    );
+    assert!(
+        state
+            .requests_to("DELETE", "/api/v1/namespaces/default/pods/web-a")
+            .is_empty(),
+        "no delete before the drain's deadline"
+    );
+    assert!(
+        state
+            .requests_to("POST", "/api/v1/namespaces/default/pods/web-b/eviction")
+            .is_empty(),
+        "the healthy node's pod untouched"
+    );
+    let instances: Vec<String> = p
+        .adapters
+        .group_instances("prod-general")
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert!(!instances.contains(&sick), "the old instance is gone");
+    assert!(instances.contains(&replacement));
+
+    let events = delivered(&p.cloud, QUEUE);
+    let of_sick: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["detail"]["instance"] == sick.as_str())
+        .collect();
+    assert!(
+        of_sick.iter().any(|e| e["detail-type"] == "Rotation Started"
+            && e["detail"]["reason"] == "Unhealthy"),
+        "{:?}",
+        kinds(&events)
+    );
+    let repaired: Vec<_> = of_sick
+        .iter()
+        .filter(|e| e["detail-type"] == "Node Repaired")
+        .collect();
+    assert_eq!(repaired.len(), 1, "{:?}", kinds(&events));
+    assert_eq!(repaired[0]["detail"]["condition"], "Ready");
+    assert!(
+        !kinds(&events).iter().any(|k| k == "Rotation Finished"),
+        "a repair finishes as Node Repaired"
+    );
+}
+
+/// 3 of 6 nodes NotReady at once: no repair, `Repair Suspended` once over several passes,
+/// `RepairSuspended` 1 and the record says why; when two of them recover (1 of 6 left), the
+/// breaker closes and the last one is repaired.
+#[tokio::test]
+async fn half_a_pool_not_ready_suspends_repair_once_and_it_resumes_when_the_pool_recovers() {
+    let (p, metrics) = steady_pool().await;
+    let t0 = Utc::now();
+    p.watcher.handle(&serde_json::json!({}), t0).await.unwrap();
+    p.pass(t0).await;
+    let ids: Vec<String> = nodes(&p.kube).into_iter().map(|(_, i)| i).collect();
+    let stalled_at = Utc::now();
+    stall(&p.kube, &ids[..3]);
+
+    let mut now: DateTime<Utc> = stalled_at + TimeDelta::minutes(31);
+    for _ in 0..3 {
+        p.pass(now).await;
+        now += TimeDelta::minutes(1);
+    }
+    assert!(
+        repairs(&p.rotations().await).is_empty(),
+        "an outage, not nodes"
+    );
+    let record = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
+        .await
+        .unwrap()
+        .expect("pool record");
+    let why = record.repair_suspended.expect("suspended").message;
+    assert!(why.contains("3 of 6"), "{why}");
+    let events = delivered(&p.cloud, QUEUE);
+    assert_eq!(
+        kinds(&events)
+            .iter()
+            .filter(|k| *k == "Repair Suspended")
+            .count(),
+        1,
+        "{:?}",
+        kinds(&events)
+    );
+    assert!(metrics.sum("prod/general", "RepairSuspended") >= 3.0);
+
+    // Two recover: 1 of 6 unhealthy is a node again.
+    stall(&p.kube, &ids[..1]);
+    p.pass(now).await;
+    let rs = p.rotations().await;
+    let r = repairs(&rs);
+    assert_eq!(r.len(), 1, "{rs:?}");
+    assert_eq!(r[0].instance_id, ids[0]);
+    let record = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
+        .await
+        .unwrap()
+        .expect("pool record");
+    assert!(record.repair_suspended.is_none(), "resumed");
+}
+
+/// Nodes of a release the pool took minutes ago turn NotReady: that is evidence against the
+/// release, not nodes to repair onto it. The release is quarantined and the pool rolls back in
+/// the next pass; the stalled nodes (not Ready: no drift candidates) are repaired after their
+/// 30 minutes onto the release the pool went back to, never onto the quarantined one.
+#[tokio::test]
+async fn nodes_of_a_new_release_turning_not_ready_indict_it_and_are_repaired_onto_the_old_one() {
+    let p = support::pool::pool(6, "    - nodes: \"3\"\n", false).await;
+    // The pool runs golden-1, then its terms take golden-2. The breaker is opened wide: this
+    // test is about the release, not the outage rule.
+    let policy = |image: &str| {
+        format!(
+            "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: {image}\n    owner: self\ndisruption:\n  budgets:\n    - nodes: \"3\"\nterminationGracePeriod: 1m\nrepair:\n  maxUnhealthy: \"100%\"\n"
+        )
+    };
+    p.cloud
+        .put_parameter("/nodecycle/pools/prod/general", &policy("golden-1"));
+    let mut now = Utc::now();
+    p.watcher.handle(&serde_json::json!({}), now).await.unwrap();
+    p.pass(now).await;
+    p.cloud
+        .put_parameter("/nodecycle/pools/prod/general", &policy("golden-*"));
+    now += TimeDelta::minutes(1);
+    p.watcher.handle(&serde_json::json!({}), now).await.unwrap();
+    let mut rolled = false;
+    for _ in 0..60 {
+        p.pass(now).await;
+        now += TimeDelta::minutes(1);
+        let images = p.images().await;
+        if images.len() == 6
+            && images.iter().all(|i| *i == p.new)
+            && p.rotations().await.iter().all(|r| !r.in_flight())
+        {
+            rolled = true;
+            break;
+        }
+    }
+    assert!(rolled, "rolled onto {}: {:?}", p.new, p.images().await);
+
+    let on_new: Vec<String> = p
+        .adapters
+        .group_instances("prod-general")
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .take(3)
+        .collect();
+    stall(&p.kube, &on_new);
+    let stalled_real = Utc::now();
+    let stalled_at = stalled_real.max(now);
+    p.pass(stalled_at).await;
+    let record = nodecycle::state::Repository::new(p.table.clone())
+        .pool("prod/general")
+        .await
+        .unwrap()
+        .expect("pool record");
+    assert_eq!(
+        record.desired.as_ref().map(|a| a.id.as_str()),
+        Some(p.old.as_str()),
+        "quarantined and rolled back in the pass"
+    );
+    assert!(repairs(&p.rotations().await).is_empty());
+
+    let mut now = stalled_at;
+    let mut back = false;
+    for _ in 0..80 {
+        now += TimeDelta::minutes(1);
+        p.pass(now).await;
+        let instances = p.adapters.group_instances("prod-general").await;
+        if instances.len() == 6
+            && instances.iter().all(|(_, image)| *image == p.old)
+            && p.rotations().await.iter().all(|r| !r.in_flight())
+        {
+            back = true;
+            break;
+        }
+    }
+    let rotations = p.rotations().await;
+    assert!(
+        back,
+        "every node back on {}: {:?} {rotations:?}",
+        p.old,
+        p.adapters.group_instances("prod-general").await
+    );
+    let repaired = repairs(&rotations);
+    let mut ids: Vec<&str> = repaired.iter().map(|r| r.instance_id.as_str()).collect();
+    ids.sort();
+    let mut want: Vec<&str> = on_new.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(ids, want, "the stalled nodes were repaired");
+    for r in &repaired {
+        assert_eq!(r.target.as_deref(), Some(p.old.as_str()), "{r:?}");
+        assert!(
+            r.created_at >= stalled_real + TimeDelta::minutes(30),
+            "after their 30 minutes: {r:?}"
+        );
+    }
+}
