@@ -101,7 +101,7 @@ export class NodecycleSpoke extends Construct {
       }
     }
     const rotator = role("RotatorRole", "rotator", p.cellRoles.rotator, "nodecycle rotator (assumed by the cell)", "rotator", [
-      allow("Describe", ["autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities", "autoscaling:DescribeLaunchConfigurations", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes"], "*"),
+      allow("Describe", ["autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities", "autoscaling:DescribeLaunchConfigurations", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceStatus"], "*"),
       allow("ReadEksReleaseVersions", ["ssm:GetParameters"], publicParameters),
     ]);
     const interruption = role("InterruptionHandlerRole", "interruption", p.cellRoles.interruptionHandler, "nodecycle interruption-handler (assumed by the cell)", "interruption-handler", [

@@ -20,16 +20,63 @@ pub enum Lifecycle {
     Other(String),
 }
 
-/// The node conditions that say a node is healthy when `True`: `Ready`, and those the EKS node
-/// monitoring agent posts when it runs on the node.
-pub const HEALTH_CONDITIONS: [&str; 6] = [
+/// The node conditions that say a node is healthy when `True`: `Ready`, those the EKS node
+/// monitoring agent posts when it runs on the node, and nodecycle's own [`EC2_STATUS_CHECK`].
+pub const HEALTH_CONDITIONS: [&str; 7] = [
     "Ready",
     "KernelReady",
     "NetworkingReady",
     "StorageReady",
     "ContainerRuntimeReady",
     "AcceleratedHardwareReady",
+    EC2_STATUS_CHECK,
 ];
+
+/// The condition nodecycle adds to a node whose instance EC2 reports impaired (an instance or
+/// system status check failed, `DescribeInstanceStatus`): `False` since the check's
+/// `ImpairedSince`. No kubelet posts it.
+pub const EC2_STATUS_CHECK: &str = "EC2StatusCheck";
+
+/// What EC2 says of a running instance that is in trouble (`DescribeInstanceStatus`): its
+/// failed status checks and the events scheduled for it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstanceStatus {
+    /// `i-...`.
+    pub instance_id: String,
+    /// The impaired checks (`instance`, `system`, `attached EBS`), each with since when.
+    pub impaired: Vec<(String, Option<DateTime<Utc>>)>,
+    /// Events scheduled for it (not completed or cancelled).
+    pub events: Vec<ScheduledEvent>,
+}
+
+/// An EC2 scheduled event (`DescribeInstanceStatus` `Events`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledEvent {
+    /// `instance-reboot`, `system-reboot`, `system-maintenance`, `instance-retirement`,
+    /// `instance-stop`.
+    pub code: String,
+    /// When it may start at the earliest (`NotBefore`).
+    pub not_before: Option<DateTime<Utc>>,
+}
+
+impl InstanceStatus {
+    /// The condition nodecycle adds for a failed status check, if one failed: `False` since
+    /// the earliest `ImpairedSince` (without one, no transition time: failing since the node
+    /// joined).
+    pub fn condition(&self) -> Option<Condition> {
+        if self.impaired.is_empty() {
+            return None;
+        }
+        let since = self.impaired.iter().filter_map(|(_, t)| *t).min();
+        let checks: Vec<&str> = self.impaired.iter().map(|(c, _)| c.as_str()).collect();
+        Some(Condition {
+            kind: EC2_STATUS_CHECK.to_string(),
+            status: "False".to_string(),
+            reason: Some(format!("{} status check impaired", checks.join(" and "))),
+            since,
+        })
+    }
+}
 
 /// A node condition as the API reports it (only [`HEALTH_CONDITIONS`] are kept).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,6 +24,11 @@ pub const DEFAULT_LIFECYCLE_HOOK: &str = "nodecycle-drain";
 pub trait InstanceLookup: Send + Sync {
     /// The instance, `Ok(None)` when EC2 does not know it (any more).
     async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, PortError>;
+
+    /// The running instances of the region in trouble: a failed status check or an event
+    /// scheduled (`DescribeInstanceStatus` over every running instance, 1,000 a call; the
+    /// others are left out).
+    async fn troubled(&self) -> Result<Vec<crate::fleet::InstanceStatus>, PortError>;
 }
 
 /// Answers Auto Scaling lifecycle actions.

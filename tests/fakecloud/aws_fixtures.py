@@ -217,6 +217,9 @@ def _apply_patches() -> None:
     import instance_pages  # DescribeInstances pages count instances, as EC2's do
 
     instance_pages.apply_patches()
+    import instance_status  # DescribeInstanceStatus: failed checks, scheduled events, pages
+
+    instance_status.apply_patches()
 
 
 # --------------------------------------------------------------------------
@@ -330,6 +333,9 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
     import bulk_seed  # seed_groups, moto_speedups
 
     bulk_seed.register(op, ControlError)
+    import instance_status
+
+    instance_status.register(op, ControlError)
 
     @op("put_parameter")
     def put_parameter(args):

@@ -388,3 +388,83 @@ async fn nodes_of_a_new_release_turning_not_ready_indict_it_and_are_repaired_ont
         );
     }
 }
+
+/// EC2 status checks, read by the rotator itself (EventBridge may not deliver): an instance
+/// whose status check is impaired is repaired within two passes although its node is Ready;
+/// an event scheduled for another is recorded as a `Maintenance` rotation with the event's
+/// start as deadline, as the interruption handler would; one `DescribeInstanceStatus` call a
+/// pass (1,000 instances a page).
+#[tokio::test]
+async fn an_impaired_status_check_is_repaired_and_a_scheduled_event_recorded_without_eventbridge() {
+    let (p, _metrics) = steady_pool().await;
+    let now = Utc::now();
+    p.watcher.handle(&serde_json::json!({}), now).await.unwrap();
+    p.pass(now).await;
+    let ids: Vec<String> = nodes(&p.kube).into_iter().map(|(_, i)| i).collect();
+    let (impaired, scheduled) = (ids[1].clone(), ids[3].clone());
+    let stamp = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    p.cloud.control(
+        "instance_status_set",
+        serde_json::json!({
+            "instance": impaired,
+            "instance_check": {"status": "impaired", "since": stamp(now - TimeDelta::minutes(3))},
+        }),
+    );
+    let reboot_at = now + TimeDelta::days(2);
+    p.cloud.control(
+        "instance_status_set",
+        serde_json::json!({
+            "instance": scheduled,
+            "events": [{"code": "system-reboot", "not_before": stamp(reboot_at),
+                        "description": "scheduled reboot"}],
+        }),
+    );
+    let calls_before = p
+        .cloud
+        .control("instance_status_calls", serde_json::json!({}))["calls"]
+        .as_array()
+        .map_or(0, Vec::len);
+
+    let mut repaired = None;
+    for pass in 1..=2 {
+        p.pass(now + TimeDelta::minutes(pass)).await;
+        let rs = p.rotations().await;
+        if let Some(r) = rs.iter().find(|r| r.instance_id == impaired) {
+            repaired = Some((pass, r.clone()));
+            break;
+        }
+    }
+    let (pass, r) = repaired.expect("the impaired instance's repair started within two passes");
+    assert_eq!(r.reason, RotationReason::Unhealthy);
+    assert_eq!(
+        r.repair.as_ref().map(|d| d.condition.as_str()),
+        Some(nodecycle::fleet::EC2_STATUS_CHECK)
+    );
+    let rs = p.rotations().await;
+    let m = rs
+        .iter()
+        .find(|r| r.instance_id == scheduled)
+        .expect("a Maintenance rotation recorded for the scheduled event");
+    assert_eq!(m.reason, RotationReason::Maintenance);
+    assert_eq!(
+        m.deadline.map(|d| d.timestamp()),
+        Some(reboot_at.timestamp())
+    );
+    let calls = p
+        .cloud
+        .control("instance_status_calls", serde_json::json!({}))["calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let this_test = &calls[calls_before..];
+    assert_eq!(
+        this_test.len(),
+        pass as usize,
+        "one call a pass: {this_test:?}"
+    );
+    assert!(
+        this_test
+            .iter()
+            .all(|c| c["maxResults"] == 1000 && c["ids"] == 0)
+    );
+}

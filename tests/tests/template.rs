@@ -2147,6 +2147,7 @@ fn member_requests() -> Vec<Request<'static>> {
     );
     let mut out = vec![
         request("ec2:DescribeInstances", "*".into(), &[]),
+        request("ec2:DescribeInstanceStatus", "*".into(), &[]),
         request("ec2:DescribeImages", "*".into(), &[]),
         request("ec2:DescribeInstanceTypes", "*".into(), &[]),
         request("autoscaling:DescribeAutoScalingGroups", "*".into(), &[]),

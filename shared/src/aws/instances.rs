@@ -22,8 +22,71 @@ impl Ec2Instances {
     }
 }
 
+/// Instance statuses per DescribeInstanceStatus page (the API's limit without instance ids).
+const STATUSES_PER_PAGE: i32 = 1000;
+
+fn chrono_of(t: &aws_sdk_ec2::primitives::DateTime) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
+}
+
+/// What nodecycle keeps of one `DescribeInstanceStatus` entry: the impaired checks and the
+/// events still to come (EC2 marks completed and cancelled ones in their description).
+fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<crate::fleet::InstanceStatus> {
+    use aws_sdk_ec2::types::{StatusType, SummaryStatus};
+    let id = s.instance_id()?;
+    let mut impaired = Vec::new();
+    for (check, summary) in [
+        ("instance", s.instance_status()),
+        ("system", s.system_status()),
+    ] {
+        let Some(summary) = summary.filter(|x| x.status() == Some(&SummaryStatus::Impaired)) else {
+            continue;
+        };
+        let since = summary
+            .details()
+            .iter()
+            .filter(|d| d.status() == Some(&StatusType::Failed))
+            .filter_map(|d| d.impaired_since().and_then(chrono_of))
+            .min();
+        impaired.push((check.to_string(), since));
+    }
+    let events: Vec<crate::fleet::ScheduledEvent> = s
+        .events()
+        .iter()
+        .filter(|e| {
+            let d = e.description().unwrap_or_default();
+            !d.starts_with("[Completed]") && !d.starts_with("[Canceled]")
+        })
+        .filter_map(|e| {
+            Some(crate::fleet::ScheduledEvent {
+                code: e.code()?.as_str().to_string(),
+                not_before: e.not_before().and_then(chrono_of),
+            })
+        })
+        .collect();
+    (!impaired.is_empty() || !events.is_empty()).then(|| crate::fleet::InstanceStatus {
+        instance_id: id.to_string(),
+        impaired,
+        events,
+    })
+}
+
 #[async_trait]
 impl InstanceLookup for Ec2Instances {
+    async fn troubled(&self) -> Result<Vec<crate::fleet::InstanceStatus>, PortError> {
+        let statuses: Vec<aws_sdk_ec2::types::InstanceStatus> = self
+            .client
+            .describe_instance_status()
+            .max_results(STATUSES_PER_PAGE)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| port_error("ec2:DescribeInstanceStatus", e))?;
+        Ok(statuses.iter().filter_map(status_of).collect())
+    }
+
     async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, PortError> {
         let out = match self
             .client

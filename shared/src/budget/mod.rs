@@ -65,10 +65,11 @@ impl Reason {
         }
     }
 
-    /// Whether nodecycle ever disrupts a node for this reason (Drifted, Expired). Karpenter's
-    /// consolidation reasons (Underutilized, Empty) are accepted in budgets and never apply.
+    /// Whether nodecycle ever disrupts a node for this reason (Drifted, Expired, Unhealthy:
+    /// repair). Karpenter's consolidation reasons (Underutilized, Empty) are accepted in
+    /// budgets and never apply.
     pub fn applied_by_nodecycle(self) -> bool {
-        matches!(self, Reason::Drifted | Reason::Expired)
+        matches!(self, Reason::Drifted | Reason::Expired | Reason::Unhealthy)
     }
 
     /// Parses an exact (case-sensitive) reason name; `None` for anything else.

@@ -435,12 +435,12 @@ fn parse_reasons(v: &Value, path: &str, problems: &mut Problems) -> Option<Vec<R
         let scope = if never.len() == out.len() {
             "this budget limits nothing here (it applies to no reason nodecycle disrupts for)"
         } else {
-            "this budget limits only its Drifted and Expired disruptions here"
+            "this budget limits only its Drifted, Expired and Unhealthy disruptions here"
         };
         problems.warning(
             path,
             format!(
-                "nodecycle never disrupts nodes for {} (it does not consolidate, and does not repair nodes yet: only Drifted and Expired are budgeted): accepted so Karpenter budgets paste unchanged, but {scope}",
+                "nodecycle never disrupts nodes for {} (it does not consolidate: only Drifted, Expired and Unhealthy are budgeted): accepted so Karpenter budgets paste unchanged, but {scope}",
                 never.join(" or ")
             ),
         );

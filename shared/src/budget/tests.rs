@@ -1915,7 +1915,7 @@ mod warnings {
             ))
         };
         let expected = "disruption.budgets[0].nodes: warning: nodes \"0\" without schedule is always \
-             active and allows no Drifted or Expired disruption, so the window of \
+             active and allows no Drifted or Expired or Unhealthy disruption, so the window of \
              disruption.budgets[1] can never allow more (the smallest active budget wins) and the \
              pool never rotates; expected a schedule and duration on this budget (a freeze \
              window), or paused: true to stop rotation on purpose";
@@ -2158,7 +2158,7 @@ fn reasons_nodecycle_never_applies_are_accepted_with_a_warning() {
     let (_, problems) = parse("- nodes: \"1\"\n  reasons: [Drifted, Empty]\n");
     let warnings: Vec<String> = problems.warnings().map(ToString::to_string).collect();
     assert!(
-        warnings[0].contains("limits only its Drifted and Expired disruptions"),
+        warnings[0].contains("limits only its Drifted, Expired and Unhealthy disruptions"),
         "{warnings:?}"
     );
     let (_, problems) = parse("- nodes: \"1\"\n  reasons: [Drifted, Expired]\n");

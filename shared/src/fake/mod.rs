@@ -91,6 +91,8 @@ pub struct World {
     pub instance_types: BTreeMap<String, GroupTypes>,
     /// EC2 instances.
     pub instances: BTreeMap<String, InstanceInfo>,
+    /// What `DescribeInstanceStatus` reports in trouble.
+    pub troubled: Vec<crate::fleet::InstanceStatus>,
     /// Lifecycle actions by instance.
     pub lifecycle: BTreeMap<String, LifecycleState>,
     /// CloudWatch alarms.
@@ -220,6 +222,7 @@ impl Cloud {
                 parameters: self.clone(),
                 node_groups: self.clone(),
                 kube,
+                instances: self.clone(),
             },
             settings,
             metrics: Arc::new(crate::metrics::NoMetrics),
@@ -360,6 +363,10 @@ impl InstanceLookup for Cloud {
             .instances
             .get(instance_id)
             .cloned())
+    }
+
+    async fn troubled(&self) -> Result<Vec<crate::fleet::InstanceStatus>, PortError> {
+        Ok(self.call("ec2:DescribeInstanceStatus")?.troubled.clone())
     }
 }
 

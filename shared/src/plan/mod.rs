@@ -373,6 +373,7 @@ impl Plan {
                 } => Some(Rotation {
                     target: self.desired.clone(),
                     repair: self.repair.started.get(instance_id).cloned(),
+                    deadline: self.repair.deadlines.get(instance_id).copied(),
                     ..Rotation::new(&self.pool, instance_id, *reason, *forced, now)
                 }),
                 _ => None,
@@ -463,6 +464,15 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
     if gate.is_some() {
         repair_plan.started.clear();
     }
+    repair::maintenance(
+        snapshot,
+        &c,
+        gate.as_ref(),
+        now,
+        &mut repair_plan,
+        &mut actions,
+        &mut decisions,
+    );
     repair::start(
         &repairs,
         &repair_plan,

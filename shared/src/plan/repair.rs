@@ -24,6 +24,10 @@ pub struct RepairFacts {
     /// Someone else repairs the pool's nodes (EKS node auto repair on a managed node group),
     /// with why: nodecycle repairs none.
     pub left_to: Option<String>,
+    /// Members with an EC2 scheduled event (`DescribeInstanceStatus`), the earliest each: a
+    /// `Maintenance` rotation is recorded for one that has none, as the interruption handler
+    /// does when EventBridge delivers the event (it may not have).
+    pub scheduled: BTreeMap<String, crate::fleet::ScheduledEvent>,
 }
 
 /// The repair part of a pass's plan. Serializes (camelCase) as `{"suspended", "leftTo",
@@ -47,6 +51,10 @@ pub struct RepairPlan {
     /// The domain of each repair this pass starts (recorded on its rotation).
     #[serde(skip)]
     pub started: BTreeMap<String, Domain>,
+    /// The deadline (the event's `NotBefore`) of each `Maintenance` rotation this pass records
+    /// for a scheduled event.
+    #[serde(skip)]
+    pub deadlines: BTreeMap<String, DateTime<Utc>>,
 }
 
 impl RepairPlan {
@@ -229,8 +237,59 @@ pub(super) fn plan(
             .iter()
             .map(|r| (r.instance_id.clone(), r.domain.clone()))
             .collect(),
+        deadlines: BTreeMap::new(),
     };
     (p.repairs, report)
+}
+
+/// Records a `Maintenance` rotation (deadline: the event's `NotBefore`, else now) for each
+/// member in service with a scheduled event and no rotation (in flight, queued, for another
+/// pool, or a finished `Maintenance` one): what the interruption handler records when
+/// EventBridge delivers the event. Not while a gate holds the pool.
+pub(super) fn maintenance(
+    snapshot: &Snapshot,
+    c: &Classified<'_>,
+    gate: Option<&super::Gate>,
+    now: DateTime<Utc>,
+    plan: &mut RepairPlan,
+    actions: &mut Vec<super::Action>,
+    decisions: &mut Vec<super::Decision>,
+) {
+    use super::{Action, Decision, DecisionKind};
+    if gate.is_some() {
+        return;
+    }
+    for m in &c.members {
+        let id = m.instance_id.as_str();
+        let Some(event) = snapshot.repair.scheduled.get(id) else {
+            continue;
+        };
+        let recorded = c.in_flight.contains_key(id)
+            || c.foreign.contains(id)
+            || c.queued.contains_key(id)
+            || c.finished
+                .get(id)
+                .is_some_and(|r| r.reason == RotationReason::Maintenance);
+        if m.lifecycle != Lifecycle::InService || recorded {
+            continue;
+        }
+        let deadline = event.not_before.unwrap_or(now);
+        decisions.push(Decision::instance(
+            DecisionKind::Start,
+            id,
+            format!(
+                "recording {id}: Maintenance ({} scheduled from {}; seen by DescribeInstanceStatus)",
+                event.code,
+                super::instant(deadline)
+            ),
+        ));
+        actions.push(Action::StartRotation {
+            instance_id: id.to_string(),
+            reason: RotationReason::Maintenance,
+            forced: false,
+        });
+        plan.deadlines.insert(id.to_string(), deadline);
+    }
 }
 
 /// Puts the repairs of the pass first among the starts (none while a gate holds the pool), with

@@ -1698,3 +1698,96 @@ fn a_repair_whose_replacement_stayed_healthy_widens_its_domain() {
     let p = plan(&snapshot(policy(loose), members, vec![done]), now());
     assert_eq!(repair_starts(&p).len(), 1, "{:?}", p.repair);
 }
+
+/// A false-positive flood: half of a 20-node pool (three zones) reports `KernelReady` False
+/// (the breaker opened wide to let the slow start show), simulated minute by minute; a repair
+/// takes 8 minutes and its replacement is healthy. Returns, per start, its minute, zone and
+/// whether a repair had proven healthy by then (its replacement healthy 5 minutes after).
+fn flood(extra: &str) -> Vec<(i64, String, bool)> {
+    let zones = ["eu-west-1a", "eu-west-1b", "eu-west-1c"];
+    let mut members: Vec<Member> = (0..20)
+        .map(|i| {
+            let mut m = ready_since(member(&format!("i-{i:02}"), NEW, 10), "True", 600);
+            m.availability_zone = zones[i % 3].to_string();
+            if i % 2 == 0
+                && let Some(n) = &mut m.node
+            {
+                n.conditions = vec![crate::fleet::Condition {
+                    kind: "KernelReady".into(),
+                    status: "False".into(),
+                    reason: Some("Flood".into()),
+                    since: Some(now() - TimeDelta::hours(1)),
+                }];
+            }
+            m
+        })
+        .collect();
+    let pol = policy(&format!("repair:\n  maxUnhealthy: \"100%\"\n{extra}"));
+    let mut rotations: Vec<Rotation> = Vec::new();
+    let mut starts = Vec::new();
+    let mut next_id = 100;
+    for minute in 0..240 {
+        let t = now() + TimeDelta::minutes(minute);
+        for r in rotations.iter_mut().filter(|r| r.in_flight()) {
+            if t - r.created_at >= TimeDelta::minutes(8) {
+                let id = format!("i-{next_id}");
+                next_id += 1;
+                let zone = members
+                    .iter()
+                    .find(|m| m.instance_id == r.instance_id)
+                    .map(|m| m.availability_zone.clone())
+                    .unwrap_or_default();
+                members.retain(|m| m.instance_id != r.instance_id);
+                let mut fresh = ready_since(member(&id, NEW, 0), "True", 0);
+                fresh.availability_zone = zone;
+                members.push(fresh);
+                r.step = Step::Done;
+                r.step_at = t;
+                r.replacement = Some(id);
+            }
+        }
+        let proven = rotations
+            .iter()
+            .any(|r| r.step == Step::Done && t - r.step_at >= TimeDelta::minutes(5));
+        let mut s = snapshot(pol.clone(), members.clone(), rotations.clone());
+        s.group.desired_capacity = i32::try_from(members.len()).unwrap();
+        for r in plan(&s, t).rotations_to_start(t) {
+            let zone = r
+                .repair
+                .as_ref()
+                .map(|d| d.zone.clone())
+                .unwrap_or_default();
+            starts.push((minute, zone, proven));
+            rotations.push(r);
+        }
+    }
+    starts
+}
+
+/// With the defaults (but the breaker): one replacement at a time; with `maxParallel: 20`, one
+/// per failure domain (zone) until one proved healthy, then wider.
+/// Either way the flood is worked off once replacements prove healthy.
+#[test]
+fn a_false_positive_flood_costs_one_replacement_at_a_time_until_replacements_prove_healthy() {
+    let one = flood("");
+    assert_eq!(one.len(), 10, "{one:?}");
+    // One at a time (a repair takes 8 minutes), so at most one per cooldown.
+    for w in one.windows(2) {
+        assert!(w[1].0 - w[0].0 >= 8, "one at a time: {one:?}");
+    }
+    let wide = flood("  maxParallel: 20\n");
+    assert_eq!(wide.len(), 10, "{wide:?}");
+    let unproven: Vec<&(i64, String, bool)> = wide.iter().filter(|(_, _, p)| !p).collect();
+    let mut zones: Vec<&str> = unproven.iter().map(|(_, z, _)| z.as_str()).collect();
+    zones.sort();
+    zones.dedup();
+    assert_eq!(
+        zones.len(),
+        unproven.len(),
+        "one per domain before proof: {wide:?}"
+    );
+    assert!(
+        wide.last().map(|l| l.0) < one.last().map(|l| l.0),
+        "wider once proven: {wide:?} {one:?}"
+    );
+}

@@ -24,13 +24,15 @@ pub const REPAIR_FIELDS: [&str; 5] = [
 /// The conditions repair watches and how long each must stay bad by default: `Ready` not
 /// `True` 30 minutes, the EKS node monitoring agent's conditions `False` 30 minutes
 /// (`AcceleratedHardwareReady` 10: a GPU with double-bit errors does not heal).
-pub const DEFAULT_CONDITIONS: [(&str, u64); 6] = [
+pub const DEFAULT_CONDITIONS: [(&str, u64); 7] = [
     ("Ready", 30),
     ("KernelReady", 30),
     ("NetworkingReady", 30),
     ("StorageReady", 30),
     ("ContainerRuntimeReady", 30),
     ("AcceleratedHardwareReady", 10),
+    // An EC2 status check that failed: replaced at the next pass.
+    ("EC2StatusCheck", 1),
 ];
 
 /// `repair` as validated.

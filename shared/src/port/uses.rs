@@ -43,6 +43,8 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
             "Store::{get,put,query,batch_get,transact}",
             "EventSink::put",
             "KubeConnector::connect",
+            // Failed status checks and scheduled events (repair).
+            "InstanceLookup::troubled",
             // Fan-out (handlers::dispatch): the dispatcher's queue, the worker's served set.
             "WorkQueue::send",
             "Deployment::served",

@@ -304,6 +304,9 @@ impl Adapters {
                 parameters: Arc::new(Ssm::new(self.clients.ssm.clone())),
                 node_groups: Arc::new(self.groups.clone()),
                 kube: Arc::new(EksConnector::new(cloud.sdk_config().await)),
+                instances: Arc::new(nodecycle::aws::instances::Ec2Instances::new(
+                    self.clients.ec2.clone(),
+                )),
             },
             settings: Settings {
                 drain_step: std::time::Duration::from_secs(5),

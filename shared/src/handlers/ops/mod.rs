@@ -621,6 +621,7 @@ impl OpsHandler {
             managed: self.ports.managed.as_ref(),
             state: &self.cell.state,
             node_group_wave: self.node_group_wave,
+            instances: None,
         }
     }
 }

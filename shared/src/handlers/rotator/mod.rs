@@ -127,7 +127,8 @@ place_ports! {
     /// * `node_groups`: What node groups launch on (instance types, for the architecture check
     ///   before an image is written into a launch template or a node group update).
     /// * `kube`: Kubernetes access per cluster.
-    pub struct RotatorPorts { groups, managed, parameters, node_groups, kube }
+    /// * `instances`: EC2 instance statuses (failed status checks, scheduled events: repair).
+    pub struct RotatorPorts { groups, managed, parameters, node_groups, kube, instances }
     for RotatorHandler
 }
 
@@ -206,6 +207,9 @@ pub struct Planner<'a> {
     pub state: &'a state::Repository,
     /// [`Settings::node_group_wave`].
     pub node_group_wave: Duration,
+    /// EC2 instance statuses (`DescribeInstanceStatus`: failed status checks and scheduled
+    /// events, for repair); `None`: not read (`nodecycle plan`, `status`).
+    pub instances: Option<&'a dyn crate::interruption::InstanceLookup>,
 }
 
 impl Planner<'_> {
@@ -341,6 +345,7 @@ impl RotatorHandler {
             managed: self.ports.managed.as_ref(),
             state: &self.cell.state,
             node_group_wave: self.settings.node_group_wave,
+            instances: Some(self.ports.instances.as_ref()),
         }
     }
 

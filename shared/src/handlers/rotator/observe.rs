@@ -57,6 +57,9 @@ pub(super) struct ClusterView {
     /// Events the cluster's pools staged, put at the end of the cluster's pass
     /// ([`crate::announce::Announcer::flush`]).
     pub(super) events: crate::announce::Deferred,
+    /// The running instances of the region EC2 reports in trouble (a failed status check, a
+    /// scheduled event), by id: read once a pass when a pool of the cluster has repair on.
+    troubled: HashMap<String, crate::fleet::InstanceStatus>,
     /// The deployment's stop switch as read with the nodes
     /// ([`crate::state::Repository::stop_gate`]: unreadable
     /// is stopped).
@@ -80,6 +83,7 @@ impl ClusterView {
             records: std::sync::Mutex::default(),
             updates: std::sync::Mutex::default(),
             events: crate::announce::Deferred::default(),
+            troubled: HashMap::new(),
             stopped,
             by_instance: nodes
                 .into_iter()
@@ -340,6 +344,19 @@ impl Planner<'_> {
             }
             managed.insert(name, read);
         }
+        let troubled = match self.instances {
+            Some(ec2) if policies.iter().any(|p| p.repair.enabled) => match ec2.troubled().await {
+                Ok(list) => list
+                    .into_iter()
+                    .map(|s| (s.instance_id.clone(), s))
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read EC2 instance statuses: failed status checks and scheduled events are not seen this pass");
+                    HashMap::new()
+                }
+            },
+            _ => HashMap::new(),
+        };
         let groups = self.groups.describe_groups(&names).await;
         if writing {
             self.groups.prefetch_template_tags(&names).await;
@@ -358,6 +375,7 @@ impl Planner<'_> {
             managed: std::sync::Mutex::new(managed),
             records: std::sync::Mutex::new(records.into_iter().collect()),
             updates: std::sync::Mutex::new(updates.into_iter().collect()),
+            troubled,
             ..view
         })
     }
@@ -469,6 +487,14 @@ impl Planner<'_> {
                 .map(|a| vec![a.id.clone()])
                 .unwrap_or_default(),
             pool_do_not_repair: false,
+            scheduled: members
+                .iter()
+                .filter_map(|m| {
+                    let s = view.troubled.get(&m.instance_id)?;
+                    let e = s.events.iter().min_by_key(|e| e.not_before)?;
+                    Some((m.instance_id.clone(), e.clone()))
+                })
+                .collect(),
             left_to: managed
                 .as_ref()
                 .filter(|g| g.auto_repair)
@@ -496,11 +522,17 @@ impl Planner<'_> {
     }
 }
 
-/// The group's instances with their Nodes as the cluster view has them (pods not counted yet).
+/// The group's instances with their Nodes as the cluster view has them (pods not counted yet),
+/// a failed EC2 status check added to its node's conditions
+/// ([`crate::fleet::EC2_STATUS_CHECK`]).
 fn with_nodes(instances: Vec<Member>, view: &ClusterView) -> Vec<Member> {
     instances
         .into_iter()
         .map(|i| {
+            let ec2 = view
+                .troubled
+                .get(&i.instance_id)
+                .and_then(crate::fleet::InstanceStatus::condition);
             let node = view.by_instance.get(&i.instance_id).map(|n| NodeStatus {
                 name: n.name.clone(),
                 ready: n.ready,
@@ -510,7 +542,7 @@ fn with_nodes(instances: Vec<Member>, view: &ClusterView) -> Vec<Member> {
                 pods_counted: false,
                 marks: n.marks,
                 joined: n.created,
-                conditions: n.conditions.clone(),
+                conditions: n.conditions.iter().cloned().chain(ec2.clone()).collect(),
             });
             Member { node, ..i }
         })
