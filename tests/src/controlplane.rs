@@ -252,6 +252,7 @@ impl ControlPlane {
             "disruption-controller",
             "replicaset-controller",
             "deployment-controller",
+            "daemonset-controller",
             "node-lifecycle-controller",
             "taint-eviction-controller",
             "garbage-collector-controller",
@@ -1388,6 +1389,35 @@ startTime: {{{{ $started | Quote }}}}
                 // The same status each time it matches again (times and pod IP from the
                 // first), so KWOK has nothing to patch and stops.
                 "next": { "statusTemplate": template },
+            },
+        }));
+    }
+
+    /// Makes the pods labelled `key=value` go, once deleted, only at their `deletionTimestamp`
+    /// (the end of their grace period), as the kubelet kills a container that ignores SIGTERM
+    /// when the grace period ends and only then confirms the deletion; until then the API server
+    /// lists them Terminating. KWOK's default `pod-delete` stage removes a deleted pod at once.
+    pub fn pods_ignore_sigterm(&self, key: &str, value: &str) {
+        self.default_stages();
+        let mut labels = serde_json::Map::new();
+        labels.insert(key.to_string(), json!(value));
+        self.apply(&json!({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": { "name": stage_name("nodecycle-ignore-sigterm", value) },
+            "spec": {
+                "resourceRef": { "apiGroup": "v1", "kind": "Pod" },
+                "selector": {
+                    "matchLabels": labels,
+                    "matchExpressions": [
+                        { "key": ".metadata.deletionTimestamp", "operator": "Exists" },
+                    ],
+                },
+                "weight": TEST_STAGE_WEIGHT,
+                // The delay runs until the time the expression gives: the deletion timestamp,
+                // which the API server set to the time of the deletion plus the grace period.
+                "delay": { "durationFrom": { "expressionFrom": ".metadata.deletionTimestamp" } },
+                "next": { "delete": true },
             },
         }));
     }

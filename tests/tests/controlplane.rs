@@ -500,14 +500,39 @@ async fn a_drain_blocked_by_budgets_retries_and_forces_nothing() {
         direct.raw
     );
 
-    let report = drain(&cp, &rotator, &node.instance_id, Duration::from_secs(10))
-        .await
-        .0
-        .expect("the drain reports");
+    let (report, lines) = drain(&cp, &rotator, &node.instance_id, Duration::from_secs(10)).await;
+    let report = report.expect("the drain reports");
     assert!(!report.done, "{report:?}");
     assert_eq!(report.evicted, 0, "{report:?}");
     assert_eq!(report.deleted, 0, "{report:?}");
     assert_eq!(report.blocked_by, vec![format!("{NS}/db")], "{report:?}");
+    // The 500 is no budget's refusal: the progress and a Warning Event on the node say what the
+    // API server answered for the pod.
+    let refusal = format!(
+        "eviction of {NS}/{cache_pod} failed with HTTP 500: This pod has more than one \
+         PodDisruptionBudget, which the eviction subresource does not support."
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&refusal) && l.contains(&format!("by {NS}/db"))),
+        "a step names the 500 ({refusal}) next to db's budget: {lines:#?}"
+    );
+    let events = admin.get(&format!(
+        "/api/v1/namespaces/{}/events?fieldSelector=involvedObject.name%3D{},reason%3DEvictionFailed",
+        nodecycle::kube::EVENTS_NAMESPACE,
+        node.name
+    ));
+    assert!(
+        events.body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["type"] == "Warning"
+                && e["message"].as_str().is_some_and(|m| m.contains(&refusal))),
+        "a Warning EvictionFailed Event on the node: {}",
+        events.raw
+    );
 
     let audit = cp.audit();
     let by_nodecycle: Vec<_> = audit
@@ -545,6 +570,338 @@ async fn a_drain_blocked_by_budgets_retries_and_forces_nothing() {
     };
     assert_eq!(uids(&after), uids(&before), "{after:?}");
     assert!(after.iter().all(|p| p.3 && p.1 == node.name), "{after:?}");
+}
+
+/// Label of the pods whose containers ignore SIGTERM ([`ControlPlane::pods_ignore_sigterm`]).
+const IGNORES_SIGTERM: (&str, &str) = ("nodecycle-tests/sigterm", "ignored");
+
+/// A pod of [`NS`] bound to `node` (not scheduled: as the kubelet's mirror pods and a Job's
+/// pods already placed are), with `metadata` merged in.
+fn bound_pod(name: &str, node: &str, metadata: Value, restart: &str) -> Value {
+    let mut meta = json!({ "name": name });
+    for (k, v) in metadata.as_object().into_iter().flatten() {
+        meta[k] = v.clone();
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+            "containers": [{ "name": "c", "image": "registry.k8s.io/pause:3.10" }],
+        },
+    })
+}
+
+/// The pod `name` of [`NS`], or Null when the API server does not have it.
+fn pod(client: &KubeClient, name: &str) -> Value {
+    let r = client.get(&format!("/api/v1/namespaces/{NS}/pods/{name}"));
+    if r.status == 404 {
+        return Value::Null;
+    }
+    assert_eq!(r.status, 200, "{}", r.raw);
+    r.body
+}
+
+/// The drain matrix of `nodecycle drain` on one node of the real API, as the stand-in tests
+/// `drain::daemonset_mirror_and_finished_pods_are_skipped` and
+/// `drain::a_long_grace_period_is_waited_for` run it: the node holds the 3 pods of `web` (PDB
+/// `maxUnavailable: 1`), the 3 of `api` (PDB `minAvailable: 2`), the pod of `slow` whose
+/// container ignores SIGTERM (grace period 6 s: the kubelet, KWOK here, confirms the deletion
+/// only at its end), a pod of DaemonSet `agent` (the real DaemonSet controller's), the mirror
+/// of a static pod (annotation `kubernetes.io/config.mirror`, owned by the Node), a Job's pod
+/// that Succeeded and a pod that Failed (evicted by the kubelet earlier). Step by step, with
+/// no deadline: nodecycle evicts the 7 pods of the Deployments, each exactly once with 201,
+/// any other answer a budget's refusal (429), and deletes none; every PDB status the disruption
+/// controller writes during the drain keeps `desiredHealthy` for both budgets; a step taken
+/// while `slow`'s pod is still listed Terminating is not done; it never evicts or deletes the 4
+/// others, which stay, the same pods, on the node, and the drain ends done with those 4 left
+/// alone. The scheduler puts the 7 replacements on the other node, Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_what_budgets_allow_waits_for_sigterm_and_leaves_daemon_mirror_and_finished_pods()
+ {
+    let (_cloud, cp, rotator) = cluster_with_rotator().await;
+    cp.pods_ignore_sigterm(IGNORES_SIGTERM.0, IGNORES_SIGTERM.1);
+    let admin = cp.admin();
+    let a = KwokNode::new("i-0a1b2c3d4e5f60011", "us-east-2a");
+    cp.add_node(&a);
+    cp.wait_node_ready(&a.name);
+    let a_uid = admin.get(&format!("/api/v1/nodes/{}", a.name)).body["metadata"]["uid"].clone();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_pdb(&admin, "api", "api", json!({ "minAvailable": 2 }));
+    // With node a the only node, the scheduler puts every replica there.
+    create_deployment(&admin, "web", 3);
+    create_deployment(&admin, "api", 3);
+    let mut slow = deployment("slow", 1);
+    slow["spec"]["template"]["metadata"]["labels"][IGNORES_SIGTERM.0] = json!(IGNORES_SIGTERM.1);
+    slow["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(6);
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        slow,
+    );
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/daemonsets"),
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": { "name": "agent" },
+            "spec": {
+                "selector": { "matchLabels": { "app": "agent" } },
+                "template": {
+                    "metadata": { "labels": { "app": "agent" } },
+                    "spec": {
+                        "automountServiceAccountToken": false,
+                        "containers": [{ "name": "agent", "image": "registry.k8s.io/pause:3.10" }],
+                    },
+                },
+            },
+        }),
+    );
+    // The kubelet's mirror of a static pod: annotated, owned by the Node.
+    create(
+        &admin,
+        &format!("/api/v1/namespaces/{NS}/pods"),
+        bound_pod(
+            "static-proxy",
+            &a.name,
+            json!({
+                "annotations": { "kubernetes.io/config.mirror": "0f3c9a" },
+                "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Node", "name": a.name, "uid": a_uid,
+                    "controller": true,
+                }],
+            }),
+            "Always",
+        ),
+    );
+    // A Job's pod, which KWOK completes (no Job controller runs: the Job only owns it).
+    create(
+        &admin,
+        &format!("/apis/batch/v1/namespaces/{NS}/jobs"),
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": { "name": "report" },
+            "spec": {
+                "suspend": true,
+                "template": { "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{ "name": "c", "image": "registry.k8s.io/pause:3.10" }],
+                } },
+            },
+        }),
+    );
+    let job_uid = admin
+        .get(&format!("/apis/batch/v1/namespaces/{NS}/jobs/report"))
+        .body["metadata"]["uid"]
+        .clone();
+    create(
+        &admin,
+        &format!("/api/v1/namespaces/{NS}/pods"),
+        bound_pod(
+            "report-done",
+            &a.name,
+            json!({ "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": "report", "uid": job_uid,
+                "controller": true,
+            }] }),
+            "Never",
+        ),
+    );
+    create(
+        &admin,
+        &format!("/api/v1/namespaces/{NS}/pods"),
+        bound_pod("evicted-earlier", &a.name, json!({}), "Never"),
+    );
+    cp.wait_for("the pod evicted-earlier Running", |_| {
+        (pod(&admin, "evicted-earlier")["status"]["phase"] == "Running").then_some(())
+    });
+    // What the kubelet writes of a pod it evicted under node pressure.
+    let failed = admin.patch(
+        &format!("/api/v1/namespaces/{NS}/pods/evicted-earlier/status"),
+        "application/merge-patch+json",
+        &json!({ "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: memory.",
+        } }),
+    );
+    assert_eq!(failed.status, 200, "{}", failed.raw);
+
+    let on_a = |app: &str, n: usize| {
+        let pods = pods_of(&admin, app);
+        (pods.len() == n && pods.iter().all(|p| p.3 && p.1 == a.name)).then_some(pods)
+    };
+    let (moving, left_alone) = cp.wait_for(
+        "7 Deployment pods and the agent Ready on node a, report-done Succeeded, \
+         evicted-earlier Failed, the PDBs settled",
+        |_| {
+            let web = on_a("web", 3)?;
+            let api = on_a("api", 3)?;
+            let slow = on_a("slow", 1)?;
+            let agent = on_a("agent", 1)?;
+            let phase = |name: &str| pod(&admin, name)["status"]["phase"].clone();
+            (phase("static-proxy") == "Running"
+                && phase("report-done") == "Succeeded"
+                && phase("evicted-earlier") == "Failed"
+                && pdb_settled(&admin, "web", Some(1))
+                && pdb_settled(&admin, "api", Some(1)))
+            .then_some(())?;
+            let moving: Vec<_> = [web, api, slow].concat();
+            let uid = |name: &str| pod(&admin, name)["metadata"]["uid"].clone();
+            let left_alone: Vec<(String, Value)> = [
+                (agent[0].0.clone(), json!(agent[0].2)),
+                ("static-proxy".to_string(), uid("static-proxy")),
+                ("report-done".to_string(), uid("report-done")),
+                ("evicted-earlier".to_string(), uid("evicted-earlier")),
+            ]
+            .into();
+            Some((moving, left_alone))
+        },
+    );
+    let b = KwokNode::new("i-0a1b2c3d4e5f60012", "us-east-2b");
+    cp.add_node(&b);
+    cp.wait_node_ready(&b.name);
+    cp.wait_for("the agent on node b too", |_| {
+        let agents = pods_of(&admin, "agent");
+        (agents.len() == 2 && agents.iter().all(|p| p.3)).then_some(())
+    });
+    let slow_uid = moving
+        .iter()
+        .find(|p| p.0.starts_with("slow-"))
+        .unwrap()
+        .2
+        .clone();
+
+    let api = nodecycle::kube::EksKube::connect(
+        &rotator.sdk,
+        CLUSTER,
+        &KubeOverrides {
+            endpoint: Some(cp.endpoint.clone()),
+            ca_file: Some(cp.ca_file.clone()),
+            insecure: false,
+        },
+    )
+    .await
+    .expect("nodecycle connects with its EKS token");
+    let statuses_before = (
+        cp.pdb_statuses(NS, "web").len(),
+        cp.pdb_statuses(NS, "api").len(),
+    );
+    let mut state =
+        nodecycle::kube::start_drain(&api, &a.instance_id, "Drifted", None, chrono::Utc::now())
+            .await
+            .expect("the drain starts");
+    let mut steps_while_terminating = 0;
+    let mut last = None;
+    for _ in 0..240 {
+        let step = nodecycle::kube::drain_step(
+            &api,
+            &mut state,
+            chrono::Utc::now(),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("a drain step");
+        eprintln!("{}", nodecycle::kube::command::describe_step(&step));
+        // Listed after the step, so listed by it too: the node is still busy with it.
+        let terminating = pods_of(&admin, "slow").iter().any(|p| {
+            p.2 == slow_uid && !pod(&admin, &p.0)["metadata"]["deletionTimestamp"].is_null()
+        });
+        if terminating {
+            steps_while_terminating += 1;
+            assert!(!step.done, "done while slow's pod is Terminating: {step:?}");
+        }
+        let done = step.done;
+        last = Some(step);
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let last = last.expect("steps were taken");
+    eprintln!("steps while slow was Terminating: {steps_while_terminating}");
+    assert!(last.done, "the drain ends done: {last:?}");
+    assert_eq!(
+        last.skipped, 4,
+        "agent, mirror, Succeeded and Failed left alone: {last:?}"
+    );
+    assert_eq!(state.evicted.len(), 7, "{state:?}");
+    assert!(state.deleted.is_empty(), "{state:?}");
+    assert!(
+        steps_while_terminating > 0,
+        "a step saw slow's pod Terminating (grace period 6 s)"
+    );
+
+    // Every PDB status the disruption controller wrote during the drain kept the budgets.
+    for (name, before) in [("web", statuses_before.0), ("api", statuses_before.1)] {
+        let written = &cp.pdb_statuses(NS, name)[before..];
+        assert!(
+            !written.is_empty(),
+            "{name}: statuses written during the drain"
+        );
+        assert!(
+            written.iter().all(|s| within_budget(s, 2)),
+            "{name}: fewer than 2 healthy: {written:#?}"
+        );
+    }
+    let audit = cp.audit();
+    let by_nodecycle: Vec<_> = audit
+        .iter()
+        .filter(|e| e.user == rotator.user && e.resource == "pods")
+        .collect();
+    let codes = |name: &str| -> Vec<u16> {
+        by_nodecycle
+            .iter()
+            .filter(|e| e.subresource == "eviction" && e.name == name)
+            .map(|e| e.code)
+            .collect()
+    };
+    let mut refused = 0;
+    for (name, ..) in &moving {
+        let answers = codes(name);
+        assert_eq!(
+            answers.iter().filter(|c| **c == 201).count(),
+            1,
+            "{name} evicted once: {answers:?}"
+        );
+        assert!(
+            answers.iter().all(|c| matches!(c, 201 | 429)),
+            "{name}: {answers:?}"
+        );
+        refused += answers.iter().filter(|c| **c == 429).count();
+    }
+    eprintln!("evictions refused by the budgets: {refused}");
+    for (name, _) in &left_alone {
+        assert!(codes(name).is_empty(), "{name} not evicted");
+    }
+    assert!(
+        !by_nodecycle
+            .iter()
+            .any(|e| e.verb == "delete" && e.subresource.is_empty()),
+        "nodecycle deleted no pod: {by_nodecycle:#?}"
+    );
+    // The 4 left alone are still on node a, the same pods.
+    for (name, uid) in &left_alone {
+        let p = pod(&admin, name);
+        assert_eq!(&p["metadata"]["uid"], uid, "{name} is the same pod: {p}");
+        assert_eq!(p["spec"]["nodeName"], a.name.as_str(), "{name}");
+        assert!(p["metadata"]["deletionTimestamp"].is_null(), "{name}: {p}");
+    }
+    // The scheduler placed the replacements on node b.
+    cp.wait_for("web, api and slow Ready on node b", |_| {
+        let all: Vec<_> = ["web", "api", "slow"]
+            .iter()
+            .flat_map(|app| pods_of(&admin, app))
+            .collect();
+        (all.len() == 7 && all.iter().all(|p| p.3 && p.1 == b.name)).then_some(all)
+    });
 }
 
 /// The authentication webhook validates an EKS token as aws-iam-authenticator does and maps
