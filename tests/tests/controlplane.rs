@@ -1480,7 +1480,9 @@ impl RealPool {
     }
 
     /// One rotator pass at `now` (a deadline two minutes away, as the Lambda's), then the
-    /// nodes brought in line with the group.
+    /// nodes brought in line with the group. Asserts that no instance left the group (by
+    /// nodecycle or anyone else since the last sync) while a workload pod not being deleted was
+    /// bound to its node.
     async fn pass(&self, now: chrono::DateTime<chrono::Utc>) -> Value {
         let report = self
             .handler
@@ -1490,8 +1492,46 @@ impl RealPool {
             )
             .await
             .unwrap();
+        self.assert_no_undrained_termination(&report);
         self.cp.sync_group(&self.cloud, GROUP);
         report
+    }
+
+    /// The nodes of instances no longer in service in the group hold no workload pod that is
+    /// not being deleted (the real control plane's counterpart of the fake cloud's
+    /// `scaling_records` pods).
+    fn assert_no_undrained_termination(&self, report: &Value) {
+        let listed = self
+            .cloud
+            .control("group_instances", json!({ "group": GROUP }));
+        let in_service: BTreeSet<&str> = listed["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["lifecycleState"] == "InService")
+            .filter_map(|i| i["id"].as_str())
+            .collect();
+        let admin = self.cp.admin();
+        for (name, instance, ..) in self.nodes() {
+            if in_service.contains(instance.as_str()) {
+                continue;
+            }
+            let live: Vec<String> = nodecycle_tests::workload_pods_on(&admin, &name)
+                .iter()
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect();
+            assert!(
+                live.is_empty(),
+                "instance {instance} left the group with workload pods on node {name}: \
+                 {live:?}\n{report}"
+            );
+        }
     }
 
     async fn rotations(&self) -> Vec<nodecycle::rotation::Rotation> {
@@ -2321,4 +2361,304 @@ async fn a_spot_warning_drains_the_real_node_within_the_pdbs_then_deletes_what_t
         let web = pods_of(&admin, "web");
         (web.iter().filter(|p| p.3 && p.1 == other).count() == 4).then_some(())
     });
+}
+
+/// Whether a node is schedulable for a pod that tolerates nothing: Ready, not cordoned, no
+/// NoSchedule or NoExecute taint.
+fn schedulable(node: &Value) -> bool {
+    condition(node, "Ready")["status"] == "True"
+        && node["spec"]["unschedulable"] != true
+        && !node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["effect"] == "NoSchedule" || t["effect"] == "NoExecute")
+}
+
+/// CPU a `burst` pod requests: one fits on a KWOK node (4 CPUs), two do not.
+const BURST_CPU: &str = "3";
+
+/// nodecycle's capacity changes in the fake cloud's records: +1 on a fresh read
+/// (SetDesiredCapacity) or -1 with the terminate of a chosen instance, never another; and how
+/// many surges it made.
+fn assert_nodecycle_never_lowered(records: &nodecycle_tests::ScalingRecords) -> usize {
+    let mut surges = 0;
+    for c in records.capacity.iter().filter(|c| c.by == "api") {
+        match c.op.as_str() {
+            "SetDesiredCapacity" => {
+                assert_eq!(c.to, c.from + 1, "a surge adds one: {c:?}");
+                surges += 1;
+            }
+            "TerminateInstanceInAutoScalingGroup" => {
+                assert_eq!(c.to, c.from - 1, "a give-back removes one: {c:?}")
+            }
+            _ => panic!("unexpected capacity change by nodecycle: {c:?}"),
+        }
+    }
+    surges
+}
+
+/// Stand-in scenario (a) of tests/tests/autoscaler.rs (`ca_scales_up_after_the_first_surge`)
+/// on the real API, with Cluster Autoscaler's scale-up caused as it is in a cluster: after the
+/// rotator's first pass (2 surges: desired 8), Deployment `burst` asks for two pods more than
+/// the schedulable nodes can take (each requests 3 of a node's 4 CPUs), the scheduler reports
+/// 2 `Unschedulable`, and CA adds the 2 nodes they need (8 -> 10), recorded as CA's; they join
+/// and the pods run. The rollout (budget 2; `web`'s 12 pods under `maxUnavailable: 1`) goes on
+/// to every instance on the new AMI, the group at 8 (CA's 10 less nodecycle's 2 surges given
+/// back, as on the stand-in): nodecycle's capacity changes are only +1 surges (6) and -1
+/// give-backs with its own terminations, so CA's scale-up stands; every PDB status the
+/// disruption controller wrote kept 11 healthy; no instance left the group with a workload pod
+/// not being deleted on its node; nodecycle deleted no pod. The 2 `burst` pods the give-backs
+/// leave without a node are Unschedulable again and CA's next scale-up brings the group back to
+/// 10, where they run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_scales_up_for_unschedulable_pods_and_nodecycle_keeps_it() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(1)))
+            .then_some(())
+    });
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let statuses_before = p.cp.pdb_statuses(NS, "web").len();
+    p.pass(t0).await;
+    assert_eq!(
+        p.adapters.group_instances(GROUP).await.len(),
+        8,
+        "two surges"
+    );
+
+    let schedulable_nodes = || {
+        admin.get("/api/v1/nodes").body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| schedulable(n))
+            .count()
+    };
+    let room = schedulable_nodes();
+    let mut burst = deployment("burst", u32::try_from(room + 2).unwrap());
+    burst["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({ "requests": { "cpu": BURST_CPU } });
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        burst,
+    );
+    p.cp.wait_for("2 burst pods Unschedulable, the others Ready", |_| {
+        let pods = pods_of(&admin, "burst");
+        (pods.len() == room + 2
+            && pods.iter().filter(|p| p.3).count() == room
+            && ca.unschedulable_pods().len() == 2)
+            .then_some(())
+    });
+    let up = ca.scale_up(1);
+    assert_eq!(up.action, "scaleUp", "{up:?}");
+    assert_eq!((up.from, up.to), (Some(8), Some(10)), "{up:?}");
+    p.cp.wait_for("every burst pod Ready on CA's nodes", |_| {
+        let pods = pods_of(&admin, "burst");
+        (pods.len() == room + 2 && pods.iter().all(|p| p.3)).then_some(())
+    });
+
+    let mut statuses_checked = statuses_before;
+    let outcomes = p
+        .passes_until(t0 + chrono::Duration::minutes(1), "the rollout", |o| {
+            let statuses = p.cp.pdb_statuses(NS, "web");
+            let written = &statuses[statuses_checked..];
+            assert!(
+                written.iter().all(|s| within_budget(s, 11)),
+                "pass {}: fewer than 11 healthy web pods: {written:#?}",
+                o.pass
+            );
+            statuses_checked = statuses.len();
+            let in_flight = o.rotations.iter().filter(|r| r.in_flight()).count();
+            assert!(in_flight <= 2, "pass {}: budget 2 exceeded", o.pass);
+            !o.images.is_empty()
+                && o.images.iter().all(|i| *i == p.new)
+                && o.rotations.iter().all(|r| !r.in_flight())
+        })
+        .await;
+    eprintln!(
+        "rollout beside CA: {} passes after the first",
+        outcomes.len()
+    );
+
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(
+        instances.len(),
+        8,
+        "CA's 10 less nodecycle's 2 surges given back: {instances:?}"
+    );
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_eq!(
+        assert_nodecycle_never_lowered(&records),
+        6,
+        "one surge per node"
+    );
+    let by_ca: Vec<_> = records
+        .capacity
+        .iter()
+        .filter(|c| c.by == "cluster-autoscaler")
+        .collect();
+    assert_eq!(by_ca.len(), 1, "{by_ca:?}");
+    assert_eq!((by_ca[0].from, by_ca[0].to), (8, 10), "{by_ca:?}");
+    assert!(
+        records.terminations.iter().all(|t| t.by == "api"),
+        "only nodecycle terminated: {:?}",
+        records.terminations
+    );
+    let audit = p.cp.audit();
+    assert!(
+        !audit.iter().any(|e| e.user == p.rotator.user
+            && e.resource == "pods"
+            && e.verb == "delete"
+            && e.subresource.is_empty()),
+        "nodecycle deleted no pod"
+    );
+
+    // What the give-backs left without a node, CA adds again.
+    p.cp.wait_for("2 burst pods Unschedulable again", |_| {
+        (ca.unschedulable_pods().len() == 2).then_some(())
+    });
+    let again = ca.scale_up(1);
+    assert_eq!((again.from, again.to), (Some(8), Some(10)), "{again:?}");
+    p.cp.wait_for("every burst pod Ready", |_| {
+        let pods = pods_of(&admin, "burst");
+        (pods.len() == room + 2 && pods.iter().all(|p| p.3)).then_some(())
+    });
+}
+
+/// Stand-in scenario (d) of tests/tests/autoscaler.rs
+/// (`ca_drains_a_node_while_a_rotation_slot_is_free`) on the real API: during the rollout,
+/// once a rotation slot is free, Cluster Autoscaler finds an old node nobody rotates unneeded
+/// (`web`'s PDB, `maxUnavailable: 2` as on the stand-in, allows moving its 2 pods), taints it `ToBeDeletedByClusterAutoscaler` and evicts its pods.
+/// The next rotator pass does not pick that node: no rotation for its instance, no nodecycle
+/// taint or cordon on it and no eviction by nodecycle of a pod on it (the audit log). CA ends its
+/// scale-down (TerminateInstanceInAutoScalingGroup with a decrement, recorded as CA's), and the
+/// rollout ends with the 5 other instances replaced, the group at 5 (CA's scale-down kept:
+/// nodecycle's capacity changes are only its 5 surges and 5 give-backs); every PDB status the
+/// disruption controller wrote, through CA's evictions and nodecycle's, kept 10 healthy; no
+/// instance left the group with a workload pod not being deleted on its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 2 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(2)))
+            .then_some(())
+    });
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let statuses_before = p.cp.pdb_statuses(NS, "web").len();
+
+    // Passes until a slot is free and CA finds an old node nobody rotates unneeded.
+    let mut victim = None;
+    let mut tried = Vec::new();
+    for pass in 0..MAX_PASSES {
+        p.pass(t0 + chrono::Duration::minutes(pass)).await;
+        let rotations = p.rotations().await;
+        if rotations.iter().filter(|r| r.in_flight()).count() >= 2 {
+            continue;
+        }
+        let rotated: BTreeSet<String> = rotations.iter().map(|r| r.instance_id.clone()).collect();
+        for (name, instance, image, marked) in p.nodes() {
+            if image != p.old || marked || rotated.contains(&instance) {
+                continue;
+            }
+            let down = ca.scale_down(&name, true);
+            tried.push(down.clone());
+            if down.action == "draining" {
+                victim = Some((name, instance, pass));
+                break;
+            }
+        }
+        if victim.is_some() {
+            break;
+        }
+    }
+    let (name, instance, pass) =
+        victim.unwrap_or_else(|| panic!("CA never found an old node unneeded: {tried:#?}"));
+    let tainted_at = p.cp.audit().len();
+    let pods_there: BTreeSet<String> = nodecycle_tests::workload_pods_on(&admin, &name)
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+
+    // A pass while CA drains it: the free slot goes to another node.
+    p.pass(t0 + chrono::Duration::minutes(pass + 1)).await;
+    assert!(
+        p.rotations()
+            .await
+            .iter()
+            .all(|r| r.instance_id != instance),
+        "nodecycle picked the node CA is deleting"
+    );
+    let done = ca.finish(&name);
+    assert_eq!(done.action, "scaleDown", "{done:?}");
+    let outcomes = p
+        .passes_until(
+            t0 + chrono::Duration::minutes(pass + 2),
+            "the rollout",
+            |o| {
+                !o.images.is_empty()
+                    && o.images.iter().all(|i| *i == p.new)
+                    && o.rotations.iter().all(|r| !r.in_flight())
+            },
+        )
+        .await;
+    eprintln!(
+        "CA scaled down {name} after pass {}; the rollout took {} more",
+        pass + 1,
+        outcomes.len() + 1
+    );
+    assert!(
+        p.rotations()
+            .await
+            .iter()
+            .all(|r| r.instance_id != instance),
+        "CA's node was never rotated"
+    );
+    let audit = p.cp.audit();
+    let touched: Vec<_> = audit[tainted_at..]
+        .iter()
+        .filter(|e| e.user == p.rotator.user)
+        .filter(|e| {
+            (e.resource == "nodes" && e.name == name)
+                || (e.resource == "pods" && pods_there.contains(&e.name))
+        })
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "nodecycle touched CA's node or its pods: {touched:#?}"
+    );
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 10), "web PDB status {s}");
+    }
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(instances.len(), 5, "CA's scale-down kept: {instances:?}");
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_eq!(
+        assert_nodecycle_never_lowered(&records),
+        5,
+        "one surge per rotated node, none for CA's"
+    );
+    let by_ca: Vec<_> = records
+        .terminations
+        .iter()
+        .filter(|t| t.by == "cluster-autoscaler")
+        .collect();
+    assert_eq!(by_ca.len(), 1, "{by_ca:?}");
+    assert_eq!(by_ca[0].instance, instance);
+    assert_eq!(by_ca[0].decrement, Some(true), "{by_ca:?}");
 }
