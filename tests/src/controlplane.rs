@@ -444,6 +444,22 @@ impl ControlPlane {
         )
     }
 
+    /// Makes the fake EKS's managed node group updates of `cluster` (which has no stand-in)
+    /// read node readiness, cordon and drain through this API server, as EKS does, with the
+    /// admin token (EKS's own identity; the audit log shows it as `admin`). The nodes follow
+    /// the node group's Auto Scaling group by [`Self::sync_group`].
+    pub fn serve_eks_rollouts(&self, cloud: &crate::FakeCloud, cluster: &str) {
+        cloud.control(
+            "eks_kube_api",
+            json!({
+                "cluster": cluster,
+                "endpoint": self.endpoint,
+                "token": self.admin_token,
+                "caFile": self.ca_file.display().to_string(),
+            }),
+        );
+    }
+
     /// Creates `node` (KWOK then makes it Ready). Panics unless the API server created it.
     /// A node whose [`IMAGE_ANNOTATION`] is an AMI given to [`Self::fail_containers_on_image`]
     /// is added to that stage's nodes before it exists, so no pod starts on it.

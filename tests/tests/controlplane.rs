@@ -2662,3 +2662,232 @@ async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
     assert_eq!(by_ca[0].instance, instance);
     assert_eq!(by_ca[0].decrement, Some(true), "{by_ca:?}");
 }
+
+/// Hang guard of the managed node group update on the real API (fake EKS timing: a few
+/// seconds); not a timing assertion.
+const MANAGED_HANG_GUARD: Duration = Duration::from_secs(180);
+
+/// The stand-in test `managed::a_new_release_rolls_through_the_node_group_within_budget` on
+/// the real API: managed node group `general` (4 nodes, AL2023 release 1.30.4) of cluster
+/// `prod`, whose KWOK nodes follow its Auto Scaling group; the fake EKS's rollout reads
+/// readiness, cordons and drains through the real API server as EKS does
+/// ([`ControlPlane::serve_eks_rollouts`]). A new release comes out; the real rotator (its own
+/// EKS token) starts one node group version update with `maxUnavailable` 2 (the budget) and
+/// follows it until EKS reports it Successful. EKS evicted (201, never deleted) every pod of
+/// `web` (8 pods, PDB `maxUnavailable: 1`) from the old nodes, the replacements run Ready on
+/// the new nodes, every PDB status the disruption controller wrote during the update kept 7
+/// healthy, no wave terminated more than 2 instances, no instance left the group with a
+/// workload pod not being deleted on its node, and nodecycle itself evicted or deleted no pod
+/// (EKS drains a managed node group). At the end the 4 instances run the new release's AMI
+/// and the nodes are theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_managed_node_group_update_drains_the_real_nodes_within_the_pdb() {
+    use crate::managed::{NEW_RELEASE, OLD_RELEASE, publish_release};
+    use nodecycle::state::Store as _;
+    let (cloud, cp, rotator) = cluster_with_rotator().await;
+    cloud.create_cluster(CLUSTER, "1.30");
+    cp.serve_eks_rollouts(&cloud, CLUSTER);
+    // Room for a busy machine: the failure paths (NodeCreationFailure, PodEvictionFailure)
+    // are not under test.
+    cloud.control(
+        "set_eks_timing",
+        json!({ "readyTimeoutSeconds": 120, "drainTimeoutSeconds": 120 }),
+    );
+    let adapters = Adapters::new(&cloud).await;
+    let old = publish_release(&cloud, OLD_RELEASE, "20241001", "2024-10-01T00:00:00Z");
+    let created = cloud.control(
+        "create_nodegroup",
+        json!({
+            "cluster": CLUSTER, "nodegroup": "general", "size": 4, "max": 8,
+            "image": old, "releaseVersion": OLD_RELEASE,
+        }),
+    );
+    let asg = created["asg"].as_str().unwrap().to_string();
+    let joined = cp.sync_group(&cloud, &asg);
+    assert_eq!(joined.added.len(), 4, "{joined:?}");
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ managedNodeGroup: general }}\n\
+             architecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\n\
+             disruption:\n  budgets:\n    - nodes: \"2\"\nterminationGracePeriod: 1m\n"
+        ),
+    );
+    let table = adapters.table("nodecycle").await;
+    let policies = adapters.policies();
+    let watcher = adapters.watcher(policies.clone(), table.clone());
+    let mut handler = adapters.rotator(&cloud, policies, table.clone()).await;
+    handler.ports.kube = real_kube(&cp, &rotator);
+
+    let admin = cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 8);
+    let before = cp.wait_for("8 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 8 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(1)))
+            .then_some(pods)
+    });
+    let t0 = chrono::Utc::now();
+    watcher.handle(&json!({}), t0).await.unwrap();
+    let new = publish_release(&cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    let report = watcher.handle(&json!({}), t0).await.unwrap();
+    assert_eq!(report["pools"][0]["desired"], new.as_str(), "{report}");
+
+    let statuses_before = cp.pdb_statuses(NS, "web").len();
+    let update = || async {
+        table
+            .get("POOL#prod/general", nodecycle::state::keys::UPDATE_SK)
+            .await
+            .unwrap()
+            .map(|v| serde_json::from_value::<nodecycle::managed::ManagedUpdate>(v.value).unwrap())
+    };
+    let started = std::time::Instant::now();
+    let mut now = t0;
+    let mut passes = 0;
+    loop {
+        let report = handler
+            .handle(
+                &json!({}),
+                Invocation::at(now, std::time::Instant::now() + Duration::from_secs(120)),
+            )
+            .await
+            .unwrap();
+        passes += 1;
+        assert!(
+            report["pools"][0]["errors"]
+                .as_array()
+                .is_none_or(|e| e.is_empty()),
+            "{report}"
+        );
+        // Before the nodes follow the group: the instances gone left no pod behind.
+        let listed = cloud.control("group_instances", json!({ "group": asg }));
+        for n in admin.get("/api/v1/nodes").body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let instance = n["spec"]["providerID"]
+                .as_str()
+                .unwrap_or_default()
+                .rsplit('/')
+                .next()
+                .unwrap_or_default();
+            let in_service = listed["instances"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|i| i["id"] == instance && i["lifecycleState"] == "InService");
+            if in_service {
+                continue;
+            }
+            let name = n["metadata"]["name"].as_str().unwrap_or_default();
+            let live: Vec<_> = nodecycle_tests::workload_pods_on(&admin, name)
+                .into_iter()
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|p| p["metadata"]["name"].clone())
+                .collect();
+            assert!(
+                live.is_empty(),
+                "{instance} left the group with pods on {name}: {live:?}"
+            );
+        }
+        cp.sync_group(&cloud, &asg);
+        if update().await.is_some_and(|u| u.phase.is_finished()) {
+            break;
+        }
+        assert!(
+            started.elapsed() < MANAGED_HANG_GUARD,
+            "the node group update did not end: {:?}\n{}",
+            update().await,
+            cloud.control(
+                "nodegroup_calls",
+                json!({ "cluster": CLUSTER, "nodegroup": "general" })
+            )
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        now += chrono::Duration::minutes(1);
+    }
+    let calls = cloud.control(
+        "nodegroup_calls",
+        json!({ "cluster": CLUSTER, "nodegroup": "general" }),
+    );
+    let u = update().await.unwrap();
+    eprintln!(
+        "managed update on the real API: {passes} passes, {:.1} s, timeline {}",
+        started.elapsed().as_secs_f64(),
+        calls["timeline"]
+    );
+    assert_eq!(
+        u.phase,
+        nodecycle::managed::Phase::Successful,
+        "{u:?}\n{calls}"
+    );
+    assert_eq!(u.max_unavailable, 2, "{u:?}");
+    let waves = calls["waves"].as_array().unwrap();
+    assert!(
+        waves.len() >= 2
+            && waves
+                .iter()
+                .all(|w| w["terminated"].as_array().unwrap().len() <= 2),
+        "4 nodes, 2 at a time: {calls}"
+    );
+    let instances = adapters.group_instances(&asg).await;
+    assert_eq!(instances.len(), 4, "{instances:?}");
+    assert!(
+        instances.iter().all(|(_, image)| *image == new),
+        "{instances:?}"
+    );
+    let nodes: BTreeSet<String> = admin.get("/api/v1/nodes").body["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            n["spec"]["providerID"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let group: BTreeSet<String> = instances.iter().map(|i| i.0.clone()).collect();
+    assert_eq!(nodes, group, "the nodes are the group's instances");
+
+    for s in &cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 7), "web PDB status {s}");
+    }
+    let audit = cp.audit();
+    for (name, ..) in &before {
+        assert!(
+            audit.iter().any(|e| e.user == "admin"
+                && e.subresource == "eviction"
+                && e.name == *name
+                && e.code == 201),
+            "EKS evicted {name}"
+        );
+    }
+    assert!(
+        !audit.iter().any(|e| e.resource == "pods"
+            && e.subresource.is_empty()
+            && e.verb == "delete"
+            && (e.user == "admin" || e.user == rotator.user)),
+        "no pod deleted by EKS or nodecycle"
+    );
+    assert!(
+        !audit
+            .iter()
+            .any(|e| e.user == rotator.user && e.subresource == "eviction"),
+        "nodecycle evicted nothing: EKS drains a managed node group"
+    );
+    cp.wait_for("8 web pods Ready on the new nodes", |_| {
+        let pods = web_pods(&admin);
+        let on_new = pods.iter().all(|p| {
+            p.3 && admin.get(&format!("/api/v1/nodes/{}", p.1)).body["metadata"]["annotations"]
+                [nodecycle_tests::IMAGE_ANNOTATION]
+                == new.as_str()
+        });
+        (pods.len() == 8 && on_new).then_some(())
+    });
+}
