@@ -2891,3 +2891,269 @@ async fn a_managed_node_group_update_drains_the_real_nodes_within_the_pdb() {
         (pods.len() == 8 && on_new).then_some(())
     });
 }
+
+/// The lifecycle port of the interruption handler, delegating to the real adapter (the fake
+/// cloud's Auto Scaling) and recording, at each call, the workload pods not being deleted and
+/// the pods still listed on the node of the instance (the real API server's answer), as the
+/// stand-in test's `RecordingLifecycle` does.
+struct PodsAtLifecycleCalls {
+    inner: nodecycle::aws::instances::LifecycleActions,
+    admin: nodecycle_tests::KubeClient,
+    node: String,
+    /// (call, pods still bound to the node).
+    calls: std::sync::Mutex<Vec<(&'static str, usize)>>,
+}
+
+impl PodsAtLifecycleCalls {
+    fn record(&self, call: &'static str) {
+        let left = nodecycle_tests::workload_pods_on(&self.admin, &self.node).len();
+        self.calls.lock().unwrap().push((call, left));
+    }
+}
+
+#[async_trait::async_trait]
+impl nodecycle::interruption::LifecycleOps for PodsAtLifecycleCalls {
+    async fn heartbeat(
+        &self,
+        a: &nodecycle::interruption::LifecycleAction,
+    ) -> Result<bool, nodecycle::port::PortError> {
+        self.record("heartbeat");
+        self.inner.heartbeat(a).await
+    }
+
+    async fn complete_continue(
+        &self,
+        a: &nodecycle::interruption::LifecycleAction,
+    ) -> Result<bool, nodecycle::port::PortError> {
+        self.record("complete");
+        self.inner.complete_continue(a).await
+    }
+}
+
+/// The stand-in test
+/// `interruption::lifecycle_hook_completes_only_after_the_pods_are_gone_with_heartbeats_meanwhile`
+/// on the real API: group `prod-general` has a terminating lifecycle hook `nodecycle-drain` and
+/// a scale-in holds one of its instances in `Terminating:Wait`; its node holds 2 of the 4 pods
+/// of `web` (PDB `maxUnavailable: 1`) and the pod of `slow`, whose container ignores SIGTERM
+/// (grace period 3 s: the node is busy until then). The interruption handler, with its own
+/// role's EKS token, handles the EventBridge event: it taints the node `Terminating`, evicts the
+/// 3 pods (201, each once; deletes none) within the budget (every `web` PDB status keeps 3
+/// healthy), sends lifecycle heartbeats while pods are still on the node, and completes the
+/// action (CONTINUE, with the event's token, accepted by Auto Scaling) once, last, when no pod
+/// is left on the node; the instance then leaves the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminate_lifecycle_hook_completes_after_the_real_node_is_drained() {
+    use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
+    const HOOK: &str = "nodecycle-drain";
+    let (cloud, cp, _rotator) = cluster_with_rotator().await;
+    cp.pods_ignore_sigterm(IGNORES_SIGTERM.0, IGNORES_SIGTERM.1);
+    let interruption = function(
+        &cloud,
+        &cp,
+        "nodecycle-interruption",
+        "nodecycle-interruption",
+    )
+    .await;
+    wait_rbac(&cp, &interruption, "create", "pods/eviction", true);
+    cloud.create_cluster(CLUSTER, "1.36");
+    let image = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let adapters = Adapters::new(&cloud).await;
+    adapters
+        .create_group(GROUP, &image, "m5.large", 2, 4, Some(CLUSTER))
+        .await;
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ autoScalingGroup: {GROUP} }}\n\
+             amiSelectorTerms:\n  - name: golden-*\n    owner: self\n\
+             terminationGracePeriod: 1h\ninterruption: {{ rebalance: ignore }}\n"
+        ),
+    );
+    let joined = cp.sync_group(&cloud, GROUP);
+    assert_eq!(joined.added.len(), 2, "{joined:?}");
+
+    let admin = cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 4);
+    let mut slow = deployment("slow", 1);
+    slow["spec"]["template"]["metadata"]["labels"][IGNORES_SIGTERM.0] = json!(IGNORES_SIGTERM.1);
+    slow["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(3);
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        slow,
+    );
+    let (web, slow) = cp.wait_for("4 web pods and the slow pod Ready, the PDB settled", |_| {
+        let (web, slow) = (pods_of(&admin, "web"), pods_of(&admin, "slow"));
+        (web.len() == 4
+            && web.iter().all(|p| p.3)
+            && slow.len() == 1
+            && slow[0].3
+            && pdb_settled(&admin, "web", Some(1)))
+        .then_some((web, slow))
+    });
+    let node = slow[0].1.clone();
+    let leaving: Vec<String> = web
+        .iter()
+        .filter(|p| p.1 == node)
+        .map(|p| p.0.clone())
+        .chain([slow[0].0.clone()])
+        .collect();
+    assert_eq!(leaving.len(), 3, "the spread: {web:?}");
+    let instance = admin.get(&format!("/api/v1/nodes/{node}")).body["spec"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+
+    adapters
+        .clients
+        .autoscaling
+        .put_lifecycle_hook()
+        .auto_scaling_group_name(GROUP)
+        .lifecycle_hook_name(HOOK)
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    let token = cloud.lifecycle_wait(GROUP, HOOK, &instance, None);
+
+    let table = adapters.table("nodecycle").await;
+    let lifecycle = Arc::new(PodsAtLifecycleCalls {
+        inner: nodecycle::aws::instances::LifecycleActions::new(
+            adapters.clients.autoscaling.clone(),
+        ),
+        admin: admin.clone(),
+        node: node.clone(),
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let handler = InterruptionHandler {
+        cell: adapters.cell(adapters.policies(), table.clone()),
+        ports: InterruptionPorts {
+            instances: Arc::new(nodecycle::aws::instances::Ec2Instances::new(
+                adapters.clients.ec2.clone(),
+            )),
+            lifecycle: lifecycle.clone(),
+            kube: real_kube(&cp, &interruption),
+        },
+        deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
+            &cloud.sdk_config().await,
+        )),
+        settings: Settings {
+            poll: Duration::from_millis(200),
+            heartbeat_every: Duration::from_millis(400),
+            ..Settings::default()
+        },
+        metrics: Arc::new(nodecycle::metrics::NoMetrics),
+    };
+
+    let event = {
+        let path = nodecycle_tests::repo_path("events/asg-terminate-lifecycle-action.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let sample: Value = serde_json::from_str(&text).unwrap();
+        let mut v: Value = serde_json::from_str(&text.replace(
+            sample["detail"]["EC2InstanceId"].as_str().unwrap(),
+            &instance,
+        ))
+        .unwrap();
+        v["detail"]["LifecycleActionToken"] = json!(token);
+        v["time"] = json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        v
+    };
+    let statuses_before = cp.pdb_statuses(NS, "web").len();
+    let out = handler
+        .handle(
+            &event,
+            Invocation::at(
+                chrono::Utc::now(),
+                std::time::Instant::now() + Duration::from_secs(170),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["kind"], "TerminateLifecycleAction", "{out}");
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+
+    let calls = lifecycle.calls.lock().unwrap().clone();
+    eprintln!("lifecycle calls (call, pods on the node): {calls:?}");
+    let (last, before_last) = calls.split_last().expect("lifecycle calls");
+    assert_eq!(
+        *last,
+        ("complete", 0),
+        "completed last, the node empty: {calls:?}"
+    );
+    assert!(
+        !before_last.is_empty() && before_last.iter().all(|c| c.0 == "heartbeat"),
+        "heartbeats while draining, then one complete: {calls:?}"
+    );
+    assert!(
+        before_last[0].1 > 0,
+        "the first heartbeat while pods were on the node: {calls:?}"
+    );
+    let recorded = cloud.lifecycle_calls();
+    let completes: Vec<&Value> = recorded
+        .iter()
+        .filter(|c| c["action"] == "CompleteLifecycleAction")
+        .collect();
+    assert_eq!(completes.len(), 1, "{recorded:?}");
+    assert!(
+        completes[0].get("error").is_none(),
+        "accepted: {recorded:?}"
+    );
+    assert_eq!(
+        (
+            &completes[0]["instance"],
+            &completes[0]["result"],
+            &completes[0]["token"]
+        ),
+        (&json!(instance), &json!("CONTINUE"), &json!(token)),
+        "{recorded:?}"
+    );
+
+    let tainted = admin.get(&format!("/api/v1/nodes/{node}")).body;
+    let taint = tainted["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["key"] == nodecycle::kube::DISRUPTED_TAINT_KEY)
+        .map(|t| t["value"].clone());
+    assert_eq!(taint, Some(json!("Terminating")), "{tainted}");
+    let audit = cp.audit();
+    for pod in &leaving {
+        let codes: Vec<u16> = audit
+            .iter()
+            .filter(|e| {
+                e.user == interruption.user && e.subresource == "eviction" && e.name == *pod
+            })
+            .map(|e| e.code)
+            .collect();
+        assert_eq!(
+            codes.iter().filter(|c| **c == 201).count(),
+            1,
+            "{pod} evicted once: {codes:?}"
+        );
+    }
+    assert!(
+        !audit.iter().any(|e| e.user == interruption.user
+            && e.resource == "pods"
+            && e.subresource.is_empty()
+            && e.verb == "delete"),
+        "the handler deleted no pod"
+    );
+    for s in &cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 3), "web PDB status {s}");
+    }
+    let left = adapters.group_instances(GROUP).await;
+    assert!(
+        left.iter().all(|(id, _)| *id != instance),
+        "the termination went on: {left:?}"
+    );
+}
