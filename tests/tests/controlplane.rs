@@ -506,8 +506,8 @@ async fn a_drain_blocked_by_budgets_retries_and_forces_nothing() {
     assert_eq!(report.evicted, 0, "{report:?}");
     assert_eq!(report.deleted, 0, "{report:?}");
     assert_eq!(report.blocked_by, vec![format!("{NS}/db")], "{report:?}");
-    // The 500 is no budget's refusal: the progress and a Warning Event on the node say what the
-    // API server answered for the pod.
+    // The 500 is no budget's refusal: the progress, the report's failures and a Warning Event
+    // on the node say what the API server answered for the pod.
     let refusal = format!(
         "eviction of {NS}/{cache_pod} failed with HTTP 500: This pod has more than one \
          PodDisruptionBudget, which the eviction subresource does not support."
@@ -518,6 +518,7 @@ async fn a_drain_blocked_by_budgets_retries_and_forces_nothing() {
             .any(|l| l.contains(&refusal) && l.contains(&format!("by {NS}/db"))),
         "a step names the 500 ({refusal}) next to db's budget: {lines:#?}"
     );
+    assert_eq!(report.failures, vec![refusal.clone()], "{report:?}");
     let events = admin.get(&format!(
         "/api/v1/namespaces/{}/events?fieldSelector=involvedObject.name%3D{},reason%3DEvictionFailed",
         nodecycle::kube::EVENTS_NAMESPACE,

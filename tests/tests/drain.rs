@@ -196,6 +196,13 @@ async fn daemonset_mirror_and_finished_pods_are_skipped() {
             .owner("Job", "job")
             .phase("Succeeded"),
     );
+    // What the kubelet leaves of a pod it evicted under node pressure (as on the real API:
+    // controlplane::a_drain_moves_what_budgets_allow_...).
+    kube.add_pod(
+        PodFixture::new("default", "evicted-earlier")
+            .node(NODE)
+            .phase("Failed"),
+    );
 
     let report = run_drain(&cloud, INSTANCE, None, Duration::from_secs(60))
         .await
@@ -203,16 +210,25 @@ async fn daemonset_mirror_and_finished_pods_are_skipped() {
     assert!(report.done, "{report:?}");
     assert_eq!(
         (report.evicted, report.skipped, report.deleted),
-        (1, 3, 0),
+        (1, 4, 0),
         "{report:?}"
     );
     let state = kube.state();
     assert!(evictions(&state, "kube-system", "kube-proxy-abcde").is_empty());
     assert!(evictions(&state, "kube-system", "static-web-node").is_empty());
     assert!(evictions(&state, "default", "job-xyz").is_empty());
+    assert!(evictions(&state, "default", "evicted-earlier").is_empty());
     assert!(state.pod("kube-system", "static-web-node").is_some());
     let json = serde_json::to_value(&report).unwrap();
-    for key in ["node", "evicted", "skipped", "deleted", "blockedBy", "done"] {
+    for key in [
+        "node",
+        "evicted",
+        "skipped",
+        "deleted",
+        "blockedBy",
+        "failures",
+        "done",
+    ] {
         assert!(json.get(key).is_some(), "{key} missing in {json}");
     }
     assert_eq!(json["node"], NODE);
