@@ -3158,3 +3158,300 @@ async fn a_terminate_lifecycle_hook_completes_after_the_real_node_is_drained() {
         "the termination went on: {left:?}"
     );
 }
+
+/// The stand-in test `interruption::lifecycle_drain_longer_than_the_invocation_is_handed_to_the_rotator`
+/// on the real API, carried to its end by the real rotator: a scale-in holds an instance in
+/// `Terminating:Wait` (terminating hook `nodecycle-drain`); its node holds 2 of `web`'s 4 pods
+/// (`maxUnavailable: 1`) and `db`'s single pod (`minAvailable: 1`, no healthy room). The
+/// interruption handler, given 12 s, evicts the `web` pods, cannot move `db` (429) and hands
+/// the drain over: a forced `Interrupted` rotation in `Draining` with the drain state, and a
+/// heartbeat; the schedule tick only heartbeats while the rotator has not drained it. Once
+/// `db` has a second replica Ready elsewhere, the real rotator pass (its own role's EKS token)
+/// continues the same drain and evicts `db`'s pod (201, nodecycle's only eviction of it; no pod
+/// deleted by either function); the next tick completes the lifecycle action (CONTINUE, the
+/// event's token, once, accepted) with the node empty, and every `web` and `db` PDB status
+/// kept its `desiredHealthy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifecycle_drain_handed_to_the_rotator_is_finished_on_the_real_api() {
+    use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
+    const HOOK: &str = "nodecycle-drain";
+    let (cloud, cp, rotator) = cluster_with_rotator().await;
+    let interruption = function(
+        &cloud,
+        &cp,
+        "nodecycle-interruption",
+        "nodecycle-interruption",
+    )
+    .await;
+    wait_rbac(&cp, &interruption, "create", "pods/eviction", true);
+    cloud.create_cluster(CLUSTER, "1.36");
+    let image = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let adapters = Adapters::new(&cloud).await;
+    adapters
+        .create_group(GROUP, &image, "m5.large", 2, 4, Some(CLUSTER))
+        .await;
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ autoScalingGroup: {GROUP} }}\n\
+             amiSelectorTerms:\n  - name: golden-*\n    owner: self\n\
+             terminationGracePeriod: 1h\ninterruption: {{ rebalance: ignore }}\n"
+        ),
+    );
+    let joined = cp.sync_group(&cloud, GROUP);
+    assert_eq!(joined.added.len(), 2, "{joined:?}");
+    let admin = cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_pdb(&admin, "db", "db", json!({ "minAvailable": 1 }));
+    create_deployment(&admin, "web", 4);
+    create_deployment(&admin, "db", 1);
+    let (web, db) = cp.wait_for("4 web pods and the db pod Ready, the PDBs settled", |_| {
+        let (web, db) = (pods_of(&admin, "web"), pods_of(&admin, "db"));
+        (web.len() == 4
+            && web.iter().all(|p| p.3)
+            && db.len() == 1
+            && db[0].3
+            && pdb_settled(&admin, "web", Some(1))
+            && pdb_settled(&admin, "db", Some(0)))
+        .then_some((web, db))
+    });
+    let node = db[0].1.clone();
+    assert_eq!(web.iter().filter(|p| p.1 == node).count(), 2, "{web:?}");
+    let instance = admin.get(&format!("/api/v1/nodes/{node}")).body["spec"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    adapters
+        .clients
+        .autoscaling
+        .put_lifecycle_hook()
+        .auto_scaling_group_name(GROUP)
+        .lifecycle_hook_name(HOOK)
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    let token = cloud.lifecycle_wait(GROUP, HOOK, &instance, None);
+
+    let table = adapters.table("nodecycle").await;
+    let lifecycle = Arc::new(PodsAtLifecycleCalls {
+        inner: nodecycle::aws::instances::LifecycleActions::new(
+            adapters.clients.autoscaling.clone(),
+        ),
+        admin: admin.clone(),
+        node: node.clone(),
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let handler = InterruptionHandler {
+        cell: adapters.cell(adapters.policies(), table.clone()),
+        ports: InterruptionPorts {
+            instances: Arc::new(nodecycle::aws::instances::Ec2Instances::new(
+                adapters.clients.ec2.clone(),
+            )),
+            lifecycle: lifecycle.clone(),
+            kube: real_kube(&cp, &interruption),
+        },
+        deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
+            &cloud.sdk_config().await,
+        )),
+        settings: Settings {
+            poll: Duration::from_millis(200),
+            heartbeat_every: Duration::from_millis(400),
+            ..Settings::default()
+        },
+        metrics: Arc::new(nodecycle::metrics::NoMetrics),
+    };
+    let mut rotator_handler = adapters
+        .rotator(&cloud, adapters.policies(), table.clone())
+        .await;
+    rotator_handler.ports.kube = real_kube(&cp, &rotator);
+
+    let event = {
+        let path = nodecycle_tests::repo_path("events/asg-terminate-lifecycle-action.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let sample: Value = serde_json::from_str(&text).unwrap();
+        let mut v: Value = serde_json::from_str(&text.replace(
+            sample["detail"]["EC2InstanceId"].as_str().unwrap(),
+            &instance,
+        ))
+        .unwrap();
+        v["detail"]["LifecycleActionToken"] = json!(token);
+        v["time"] = json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        v
+    };
+    let statuses_before = (
+        cp.pdb_statuses(NS, "web").len(),
+        cp.pdb_statuses(NS, "db").len(),
+    );
+    let out = handler
+        .handle(
+            &event,
+            Invocation::at(
+                chrono::Utc::now(),
+                std::time::Instant::now() + Duration::from_secs(12),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["outcomes"][0]["action"], "handedOver", "{out}");
+    let rotation = || async {
+        crate::support::rotations_of(&table, "prod/general")
+            .await
+            .into_iter()
+            .find(|r| r.instance_id == instance)
+    };
+    let r = rotation().await.expect("the drain was handed over");
+    assert_eq!(
+        (r.step, r.forced, r.reason),
+        (
+            nodecycle::rotation::Step::Draining,
+            true,
+            nodecycle::rotation::RotationReason::Interrupted
+        ),
+        "{r:?}"
+    );
+    assert!(r.drain.is_some(), "{r:?}");
+    let tick = || async {
+        handler
+            .handle(
+                &json!({}),
+                Invocation::at(
+                    chrono::Utc::now(),
+                    std::time::Instant::now() + Duration::from_secs(60),
+                ),
+            )
+            .await
+            .unwrap()
+    };
+    let out = tick().await;
+    assert_eq!(out["outcomes"][0]["action"], "heartbeat", "{out}");
+    assert!(
+        lifecycle
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|c| c.0 == "heartbeat"),
+        "not completed while db's pod is on the node"
+    );
+
+    // db gets a second replica, Ready on the other node: its budget allows one disruption.
+    let scaled = admin.patch(
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments/db"),
+        "application/merge-patch+json",
+        &json!({ "spec": { "replicas": 2 } }),
+    );
+    assert_eq!(scaled.status, 200, "{}", scaled.raw);
+    cp.wait_for("db's PDB allowing a disruption", |_| {
+        pdb_settled(&admin, "db", Some(1)).then_some(())
+    });
+    let started = std::time::Instant::now();
+    let mut now = chrono::Utc::now();
+    loop {
+        rotator_handler
+            .handle(
+                &json!({}),
+                Invocation::at(now, std::time::Instant::now() + Duration::from_secs(120)),
+            )
+            .await
+            .unwrap();
+        let r = rotation().await;
+        if r.as_ref()
+            .is_none_or(|r| r.step != nodecycle::rotation::Step::Draining)
+        {
+            eprintln!("the rotator's drain ended: {r:?}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the rotator never finished the drain: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        now += chrono::Duration::minutes(1);
+    }
+    let out = tick().await;
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+
+    let calls = lifecycle.calls.lock().unwrap().clone();
+    eprintln!("lifecycle calls (call, pods on the node): {calls:?}");
+    assert_eq!(
+        calls.last(),
+        Some(&("complete", 0)),
+        "completed last, the node empty: {calls:?}"
+    );
+    assert_eq!(calls.iter().filter(|c| c.0 == "complete").count(), 1);
+    let completes: Vec<Value> = cloud
+        .lifecycle_calls()
+        .into_iter()
+        .filter(|c| c["action"] == "CompleteLifecycleAction")
+        .collect();
+    assert_eq!(completes.len(), 1, "{completes:?}");
+    assert!(completes[0].get("error").is_none(), "{completes:?}");
+    assert_eq!(
+        (
+            &completes[0]["instance"],
+            &completes[0]["result"],
+            &completes[0]["token"]
+        ),
+        (&json!(instance), &json!("CONTINUE"), &json!(token)),
+    );
+
+    let audit = cp.audit();
+    let evictions = |user: &str, pod: &str, code: u16| {
+        audit
+            .iter()
+            .filter(|e| {
+                e.user == user && e.subresource == "eviction" && e.name == pod && e.code == code
+            })
+            .count()
+    };
+    let db_pod = &db[0].0;
+    assert!(
+        evictions(&interruption.user, db_pod, 429) >= 1,
+        "the handler's evictions of db were refused"
+    );
+    assert_eq!(evictions(&interruption.user, db_pod, 201), 0);
+    assert_eq!(
+        evictions(&rotator.user, db_pod, 201),
+        1,
+        "the rotator evicted db's pod"
+    );
+    for p in web.iter().filter(|p| p.1 == node) {
+        assert_eq!(
+            evictions(&interruption.user, &p.0, 201) + evictions(&rotator.user, &p.0, 201),
+            1,
+            "{} evicted once",
+            p.0
+        );
+    }
+    assert!(
+        !audit.iter().any(|e| e.resource == "pods"
+            && e.subresource.is_empty()
+            && e.verb == "delete"
+            && (e.user == interruption.user || e.user == rotator.user)),
+        "no pod deleted by nodecycle"
+    );
+    for s in &cp.pdb_statuses(NS, "web")[statuses_before.0..] {
+        assert!(within_budget(s, 3), "web PDB status {s}");
+    }
+    // db's budget: 1 healthy wanted, whatever its replicas.
+    for s in &cp.pdb_statuses(NS, "db")[statuses_before.1..] {
+        assert!(
+            s["currentHealthy"].as_i64() >= s["desiredHealthy"].as_i64(),
+            "db PDB status {s}"
+        );
+    }
+    assert!(
+        nodecycle_tests::workload_pods_on(&admin, &node).is_empty(),
+        "the node is empty"
+    );
+}
