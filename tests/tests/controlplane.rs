@@ -3455,3 +3455,72 @@ async fn a_lifecycle_drain_handed_to_the_rotator_is_finished_on_the_real_api() {
         "the node is empty"
     );
 }
+
+/// Stand-in scenario (c) of tests/tests/autoscaler.rs
+/// (`ca_removes_an_empty_surge_node_before_it_is_claimed`) on the real API: after the first
+/// pass, Cluster Autoscaler finds a surge node of the new AMI empty (no workload pod: the
+/// scheduler put nothing there yet), taints it, and terminates it with a decrement (8 -> 7). The
+/// next rotator pass raises the lost surge again (one unit on a fresh read, desired back to 8)
+/// and the rollout ends with every instance on the new AMI and the group at 6: nodecycle's
+/// capacity changes are 7 surges (6 and the one raised again) and 6 give-backs, never a lower
+/// SetDesiredCapacity; every `web` PDB status kept 11 healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_removes_an_empty_surge_node_and_nodecycle_raises_it_again() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(1)))
+            .then_some(())
+    });
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let statuses_before = p.cp.pdb_statuses(NS, "web").len();
+    p.pass(t0).await;
+    let surge = p
+        .nodes()
+        .into_iter()
+        .find(|n| n.2 == p.new)
+        .expect("a surge node registered");
+    assert!(
+        ca.workload_pods_on(&surge.0).is_empty(),
+        "the surge node is empty"
+    );
+    let down = ca.scale_down(&surge.0, false);
+    assert_eq!(down.action, "scaleDown", "{down:?}");
+    assert_eq!((down.from, down.to), (Some(8), Some(7)), "{down:?}");
+
+    p.pass(t0 + chrono::Duration::minutes(1)).await;
+    let desired = p
+        .cloud
+        .control("group_instances", json!({ "group": GROUP }))["desired"]
+        .clone();
+    assert_eq!(desired, 8, "the surge that lost its unit raised again");
+    p.passes_until(t0 + chrono::Duration::minutes(2), "the rollout", |o| {
+        p.rolled_out(o)
+    })
+    .await;
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_eq!(
+        assert_nodecycle_never_lowered(&records),
+        7,
+        "6 surges and one raised again"
+    );
+    assert_eq!(
+        records
+            .terminations
+            .iter()
+            .filter(|t| t.by == "cluster-autoscaler")
+            .map(|t| t.instance.as_str())
+            .collect::<Vec<_>>(),
+        vec![surge.1.as_str()],
+        "CA terminated the surge node only"
+    );
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 11), "web PDB status {s}");
+    }
+}
