@@ -335,6 +335,44 @@ async fn timeout_while_blocked_reports_the_budget() {
     assert!(kube.state().pod("default", "web-1").is_some());
 }
 
+/// A pod under two PodDisruptionBudgets: the API server answers its eviction 500 (as the real
+/// one does: `controlplane::a_drain_blocked_by_budgets_retries_and_forces_nothing`); the drain
+/// never deletes it and its report names the refusal in `failures`, not in `blockedBy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_under_two_pdbs_is_never_forced_and_named_in_the_report() {
+    let (cloud, kube) = cluster();
+    kube.add_pod(web_pod("web-1", NODE));
+    for name in ["web-a", "web-b"] {
+        kube.add_pdb(
+            PdbFixture::new("default", name)
+                .match_label("app", "web")
+                .max_unavailable(1),
+        );
+    }
+    let report = run_drain(&cloud, INSTANCE, None, Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert!(!report.done, "{report:?}");
+    assert!(report.blocked_by.is_empty(), "{report:?}");
+    assert_eq!(
+        report.failures,
+        vec![
+            "eviction of default/web-1 failed with HTTP 500: This pod has more than one \
+             PodDisruptionBudget, which the eviction subresource does not support."
+                .to_string()
+        ],
+        "{report:?}"
+    );
+    let state = kube.state();
+    assert!(
+        evictions(&state, "default", "web-1")
+            .iter()
+            .all(|c| *c == 500)
+    );
+    assert_eq!(deletions(&state, "default", "web-1"), 0);
+    assert!(state.pod("default", "web-1").is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_instance_and_bad_input_are_exit_2() {
     let (cloud, kube) = cluster();
