@@ -285,8 +285,10 @@ impl<'a> RealClusterAutoscaler<'a> {
         self.finish(node)
     }
 
+    /// Adds CA's taint, conditional on the node's resourceVersion (KWOK and the node
+    /// lifecycle controller write the node too): tried again on a conflict, at most 20 times.
     fn taint(&self, node: &str) {
-        loop {
+        for _ in 0..20 {
             let n = self.node(node);
             let mut taints = n["spec"]["taints"].as_array().cloned().unwrap_or_default();
             let now = std::time::SystemTime::now()
@@ -310,6 +312,7 @@ impl<'a> RealClusterAutoscaler<'a> {
             assert_eq!(r.status, 200, "tainting {node}: {}", r.raw);
             return;
         }
+        panic!("tainting {node}: a conflict each of 20 times");
     }
 
     fn evict_all(&self, node: &str) {
@@ -356,6 +359,10 @@ impl<'a> RealClusterAutoscaler<'a> {
     /// `draining` with the pods left when they did not go in time.
     pub fn finish(&self, node: &str) -> CaAction {
         let n = self.node(node);
+        assert!(
+            !n.is_null(),
+            "CA's node {node} is gone before its scale-down ended"
+        );
         let instance = Self::instance_of(&n);
         let started = Instant::now();
         loop {
