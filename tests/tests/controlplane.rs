@@ -3524,3 +3524,90 @@ async fn cluster_autoscaler_removes_an_empty_surge_node_and_nodecycle_raises_it_
         assert!(within_budget(s, 11), "web PDB status {s}");
     }
 }
+
+/// Stand-in scenario (f) of tests/tests/autoscaler.rs
+/// (`surge_nodes_are_protected_and_az_rebalance_is_resumed`, its Kubernetes side) on the real
+/// API: at every pass of the rollout, the node of each in-flight rotation's replacement carries
+/// `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"` as the API server stores it,
+/// no other node does, and Cluster Autoscaler, asked every pass to remove a protected node,
+/// refuses ("scale-down disabled"); at the end no node keeps the annotation and the group is at
+/// 6 on the new AMI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn surge_nodes_are_protected_from_cluster_autoscaler_while_their_rotation_runs() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let annotated = || -> BTreeMap<String, (String, bool)> {
+        admin.get("/api/v1/nodes").body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                let instance = n["spec"]["providerID"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let name = n["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let marked = n["metadata"]["annotations"]
+                    [nodecycle_tests::SCALE_DOWN_DISABLED_ANNOTATION]
+                    == "true";
+                (instance, (name, marked))
+            })
+            .collect()
+    };
+    let mut protected_seen = 0;
+    let mut refused = 0;
+    p.passes_until(t0, "the rollout", |o| {
+        let serving: Vec<String> = o
+            .rotations
+            .iter()
+            .filter(|r| r.in_flight())
+            .filter_map(|r| r.replacement.clone())
+            .collect();
+        let nodes = annotated();
+        for (instance, (name, marked)) in &nodes {
+            if serving.contains(instance) {
+                assert!(*marked, "pass {}: replacement {name} unprotected", o.pass);
+                protected_seen += 1;
+            } else {
+                assert!(
+                    !*marked,
+                    "pass {}: {name} keeps scale-down-disabled with no rotation on it",
+                    o.pass
+                );
+            }
+        }
+        if let Some((name, _)) = serving.iter().find_map(|i| nodes.get(i)) {
+            let down = ca.scale_down(name, false);
+            assert_eq!(down.action, "noScaleDown", "pass {}: {down:?}", o.pass);
+            assert!(down.reason.contains("scale-down disabled"), "{down:?}");
+            refused += 1;
+        }
+        p.rolled_out(o)
+    })
+    .await;
+    assert!(
+        protected_seen > 0 && refused > 0,
+        "replacements seen protected ({protected_seen}) and CA refused ({refused})"
+    );
+    assert!(
+        annotated().values().all(|(_, marked)| !marked),
+        "no scale-down-disabled left"
+    );
+    assert!(
+        p.cloud
+            .scaling_records(Some(GROUP))
+            .terminations
+            .iter()
+            .all(|t| t.by == "api"),
+        "CA removed nothing"
+    );
+}
