@@ -342,6 +342,49 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             instance = _instance_of(kube, node)
         return finish(region, group, c, node_name, instance, abort=bool(args.get("abort")))
 
+    def group_of(args):
+        region = region_of(args)
+        group = _asgs(region).autoscaling_groups.get(args["group"])
+        if group is None:
+            raise ControlError(f"no Auto Scaling group {args['group']!r}")
+        return region, group
+
+    @op("ca_add_capacity")
+    def ca_add_capacity(args):
+        """CA's own scale-up call, for a CA whose Kubernetes side runs elsewhere (the real
+        control plane's, in Rust): SetDesiredCapacity to the desired capacity read now plus
+        ``by``, capped at MaxSize as CA caps it; recorded as CA's."""
+        region, group = group_of(args)
+        by = int(args["by"])
+        before = group.desired_capacity
+        to = min(before + by, group.max_size)
+        if by <= 0 or to <= before:
+            return _log({"action": "noScaleUp", "group": group.name, "from": before, "to": before,
+                         "reason": "nothing to add" if by <= 0 else f"max size {group.max_size} reached"})
+        with asg_fidelity.acting_as(CA):
+            _asgs(region).set_desired_capacity(group.name, to)
+        return _log({"action": "scaleUp", "group": group.name, "from": before, "to": to,
+                     "reason": args.get("reason") or f"asked to add {by}"})
+
+    @op("ca_terminate_instance")
+    def ca_terminate_instance(args):
+        """CA's own TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=true)
+        of an instance of the group (its scale-down, the node drained by the caller), recorded
+        as CA's; at MinSize refused as Auto Scaling refuses the decrement."""
+        region, group = group_of(args)
+        instance = args["instance"]
+        if not any(s.instance.id == instance for s in group.instance_states):
+            raise ControlError(f"instance {instance!r} is not in group {group.name!r}")
+        if group.desired_capacity <= group.min_size:
+            raise ControlError(
+                f"Currently, desiredCapacity={group.desired_capacity} is at MinSize={group.min_size}"
+            )
+        before = group.desired_capacity
+        with asg_fidelity.acting_as(CA):
+            _asgs(region).terminate_instance(instance, True)
+        return _log({"action": "scaleDown", "group": group.name, "instance": instance,
+                     "from": before, "to": group.desired_capacity, "reason": "external actor"})
+
     @op("workloads_step")
     def workloads_step(args):
         region = region_of(args)

@@ -402,7 +402,7 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         """The instances of Auto Scaling group `group` as a kubelet would see its own
         machine: {"instances": [{id, zone, instanceType, imageId, privateIp, lifecycleState,
         state}]} sorted by id, every instance the group holds whatever its lifecycle state
-        (the caller picks InService ones). For harnesses that make nodes follow a group (the
+        (the caller picks InService ones), and the group's desired, min and max sizes. For harnesses that make nodes follow a group (the
         real control plane's KWOK nodes, tests/src/controlplane.rs)."""
         from moto.autoscaling.models import autoscaling_backends
 
@@ -425,7 +425,8 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
                     "state": inst.state,
                 }
             )
-        return {"instances": sorted(out, key=lambda i: i["id"])}
+        return {"instances": sorted(out, key=lambda i: i["id"]), "desired": group.desired_capacity,
+                "min": group.min_size, "max": group.max_size}
 
     @op("delete_parameter")
     def delete_parameter(args):

@@ -111,6 +111,7 @@ def reset() -> None:
     TIMING.clear()
     TIMING.update(DEFAULT_TIMING)
     CLOCK.pause(False)
+    REAL_KUBE.clear()
 
 
 def limit(ng) -> int:
@@ -180,15 +181,136 @@ def _new(group, upd) -> list:
 # --------------------------------------------------------------------------
 
 
+class RealKube:
+    """A real Kubernetes API server the rollout's Kubernetes side (readiness, cordon, drain)
+    talks to, as EKS talks to the cluster's API server: HTTPS with a bearer token, verified
+    against the API server's CA. Registered by ``eks_kube_api``; the nodes follow the Auto
+    Scaling group by the caller's doing (the real control plane's ``sync_group``), not here."""
+
+    EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+    def __init__(self, endpoint: str, token: str, ca_file: str):
+        import ssl
+
+        self.endpoint = endpoint.rstrip("/")
+        self.token = token
+        self.context = ssl.create_default_context(cafile=ca_file)
+
+    def request(self, method: str, path: str, body=None, content_type="application/json"):
+        """(status, JSON body) of one request; network errors raise."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.endpoint + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, context=self.context, timeout=10) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            raw, status = e.read(), e.code
+        try:
+            return status, json.loads(raw or b"{}")
+        except ValueError:
+            return status, {"raw": raw.decode(errors="replace")}
+
+    def node_of(self, iid: str):
+        status, listed = self.request("GET", "/api/v1/nodes")
+        if status != 200:
+            return None
+        for node in listed.get("items") or []:
+            if ((node.get("spec") or {}).get("providerID") or "").rsplit("/", 1)[-1] == iid:
+                return node
+        return None
+
+    def ready(self, iid: str) -> bool:
+        node = self.node_of(iid)
+        return node is not None and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (node.get("status") or {}).get("conditions") or []
+        )
+
+    def cordon(self, r, iids: list, on: bool) -> list:
+        touched = []
+        for iid in iids:
+            node = self.node_of(iid)
+            if node is None:
+                continue
+            name = node["metadata"]["name"]
+            if on and not (node.get("spec") or {}).get("unschedulable"):
+                patch = {"spec": {"unschedulable": True}, "metadata": {"labels": {self.EXCLUDE_LB: "true"}}}
+                r.cordoned.add(name)
+            elif not on and name in r.cordoned:
+                patch = {"spec": {"unschedulable": None}, "metadata": {"labels": {self.EXCLUDE_LB: None}}}
+                r.cordoned.discard(name)
+            else:
+                continue
+            status, _ = self.request("PATCH", f"/api/v1/nodes/{name}", patch, "application/merge-patch+json")
+            if status == 200:
+                touched.append(name)
+        return touched
+
+    def pods_on(self, iid: str) -> list:
+        """The pods a drain moves (not DaemonSet or mirror pods) bound to the node of `iid`."""
+        node = self.node_of(iid)
+        if node is None:
+            return []
+        status, listed = self.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node['metadata']['name']}")
+        if status != 200:
+            return []
+        out = []
+        for pod in listed.get("items") or []:
+            meta = pod.get("metadata") or {}
+            if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+                continue
+            if any(o.get("kind") == "DaemonSet" and o.get("controller") for o in meta.get("ownerReferences") or []):
+                continue
+            out.append(pod)
+        return out
+
+    def drain(self, iids: list, force: bool) -> tuple[int, int]:
+        left = refused = 0
+        for iid in iids:
+            for pod in self.pods_on(iid):
+                left += 1
+                meta = pod["metadata"]
+                if meta.get("deletionTimestamp"):
+                    continue  # going: wait for it
+                ns, name = meta["namespace"], meta["name"]
+                path = f"/api/v1/namespaces/{ns}/pods/{name}"
+                if force:
+                    self.request("DELETE", path)
+                    continue
+                body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+                status, _ = self.request("POST", path + "/eviction", body)
+                if status >= 300 and status != 404:
+                    refused += 1
+        return left, refused
+
+    def has_pods(self, iid: str) -> bool:
+        return bool(self.pods_on(iid))
+
+
+REAL_KUBE: dict[tuple[str, str], RealKube] = {}  # (region, cluster) -> API server
+
+
 def _kube(region: str, cluster: str):
-    """The cluster's Kubernetes stand-in, or None."""
+    """The cluster's Kubernetes stand-in, else the real API server registered for it
+    (``eks_kube_api``), or None."""
     try:
         import kube
     except ImportError:
-        return None
+        return REAL_KUBE.get((region, cluster))
     with kube._CLUSTERS_LOCK:
         c = kube.CLUSTERS.get((region, cluster))
-    return None if c is None or c.stopped else c
+    if c is None or c.stopped:
+        return REAL_KUBE.get((region, cluster))
+    return c
 
 
 def _node_of(c, iid: str):
@@ -208,6 +330,8 @@ def _ready(c, r: Rollout, iid: str, now: float) -> bool:
         return False
     if c is None:
         return True
+    if isinstance(c, RealKube):
+        return c.ready(iid)
     import kube
 
     with c.lock:
@@ -219,6 +343,8 @@ def _cordon(c, r: Rollout, iids: list, on: bool) -> list:
     """Cordon (on) or uncordon the nodes of `iids`; the node names touched."""
     if c is None:
         return []
+    if isinstance(c, RealKube):
+        return c.cordon(r, iids, on)
     label = "node.kubernetes.io/exclude-from-external-load-balancers"
     touched = []
     with c.lock:
@@ -248,6 +374,8 @@ def _drain(c, iids: list, force: bool) -> tuple[int, int]:
     DaemonSet or mirror pods). Returns (pods left on the nodes, evictions refused)."""
     if c is None:
         return 0, 0
+    if isinstance(c, RealKube):
+        return c.drain(iids, force)
     import kube
 
     left = refused = 0
@@ -279,6 +407,8 @@ def _drain(c, iids: list, force: bool) -> tuple[int, int]:
 def _has_pods(c, iid: str) -> bool:
     if c is None:
         return False
+    if isinstance(c, RealKube):
+        return c.has_pods(iid)
     import kube
 
     with c.lock:
@@ -578,6 +708,18 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
                 raise ControlError(f"{key} must be a number of seconds >= 0, got {value!r}")
             TIMING[key] = float(value)
         return {**TIMING, "paused": CLOCK.paused, "now": CLOCK.now()}
+
+    @op("eks_kube_api")
+    def eks_kube_api(args):
+        """The rollouts of `cluster`'s node groups read readiness, cordon and drain through the
+        real Kubernetes API server at `endpoint` (bearer `token`, CA `caFile`), for a cluster
+        without a stand-in; `endpoint` null forgets it. Answers {cluster, endpoint}."""
+        key = (args.get("region") or "us-east-2", args["cluster"])
+        if args.get("endpoint") is None:
+            REAL_KUBE.pop(key, None)
+        else:
+            REAL_KUBE[key] = RealKube(args["endpoint"], args["token"], args["caFile"])
+        return {"cluster": args["cluster"], "endpoint": args.get("endpoint"), "region": key[0]}
 
     @op("advance_eks_time")
     def advance_eks_time(args):

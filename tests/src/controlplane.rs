@@ -252,6 +252,7 @@ impl ControlPlane {
             "disruption-controller",
             "replicaset-controller",
             "deployment-controller",
+            "daemonset-controller",
             "node-lifecycle-controller",
             "taint-eviction-controller",
             "garbage-collector-controller",
@@ -441,6 +442,22 @@ impl ControlPlane {
             &self.ca_pem(),
             Some(self.admin_token.clone()),
         )
+    }
+
+    /// Makes the fake EKS's managed node group updates of `cluster` (which has no stand-in)
+    /// read node readiness, cordon and drain through this API server, as EKS does, with the
+    /// admin token (EKS's own identity; the audit log shows it as `admin`). The nodes follow
+    /// the node group's Auto Scaling group by [`Self::sync_group`].
+    pub fn serve_eks_rollouts(&self, cloud: &crate::FakeCloud, cluster: &str) {
+        cloud.control(
+            "eks_kube_api",
+            json!({
+                "cluster": cluster,
+                "endpoint": self.endpoint,
+                "token": self.admin_token,
+                "caFile": self.ca_file.display().to_string(),
+            }),
+        );
     }
 
     /// Creates `node` (KWOK then makes it Ready). Panics unless the API server created it.
@@ -1388,6 +1405,35 @@ startTime: {{{{ $started | Quote }}}}
                 // The same status each time it matches again (times and pod IP from the
                 // first), so KWOK has nothing to patch and stops.
                 "next": { "statusTemplate": template },
+            },
+        }));
+    }
+
+    /// Makes the pods labelled `key=value` go, once deleted, only at their `deletionTimestamp`
+    /// (the end of their grace period), as the kubelet kills a container that ignores SIGTERM
+    /// when the grace period ends and only then confirms the deletion; until then the API server
+    /// lists them Terminating. KWOK's default `pod-delete` stage removes a deleted pod at once.
+    pub fn pods_ignore_sigterm(&self, key: &str, value: &str) {
+        self.default_stages();
+        let mut labels = serde_json::Map::new();
+        labels.insert(key.to_string(), json!(value));
+        self.apply(&json!({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": { "name": stage_name("nodecycle-ignore-sigterm", value) },
+            "spec": {
+                "resourceRef": { "apiGroup": "v1", "kind": "Pod" },
+                "selector": {
+                    "matchLabels": labels,
+                    "matchExpressions": [
+                        { "key": ".metadata.deletionTimestamp", "operator": "Exists" },
+                    ],
+                },
+                "weight": TEST_STAGE_WEIGHT,
+                // The delay runs until the time the expression gives: the deletion timestamp,
+                // which the API server set to the time of the deletion plus the grace period.
+                "delay": { "durationFrom": { "expressionFrom": ".metadata.deletionTimestamp" } },
+                "next": { "delete": true },
             },
         }));
     }

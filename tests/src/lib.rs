@@ -17,6 +17,7 @@
 
 mod autoscaler;
 mod controlplane;
+mod controlplane_ca;
 pub mod docs;
 mod eks;
 mod fakecloud;
@@ -35,6 +36,10 @@ pub use controlplane::{
     AccessEntry, AuditEvent, CREATE_CONTAINER_ERROR_MESSAGE, ControlPlane,
     ENV_BIN as CONTROLPLANE_BIN_ENV, GROUP_ANNOTATION, IMAGE_ANNOTATION, KwokNode,
     NODE_STATUS_UNKNOWN_MESSAGE, NodeSync, TokenReview,
+};
+pub use controlplane_ca::{
+    RealClusterAutoscaler, SAFE_TO_EVICT_ANNOTATION, SCALE_DOWN_DISABLED_ANNOTATION,
+    TO_BE_DELETED_TAINT, workload_pods_on,
 };
 pub use eks::EksTiming;
 pub use fakecloud::{

@@ -500,14 +500,40 @@ async fn a_drain_blocked_by_budgets_retries_and_forces_nothing() {
         direct.raw
     );
 
-    let report = drain(&cp, &rotator, &node.instance_id, Duration::from_secs(10))
-        .await
-        .0
-        .expect("the drain reports");
+    let (report, lines) = drain(&cp, &rotator, &node.instance_id, Duration::from_secs(10)).await;
+    let report = report.expect("the drain reports");
     assert!(!report.done, "{report:?}");
     assert_eq!(report.evicted, 0, "{report:?}");
     assert_eq!(report.deleted, 0, "{report:?}");
     assert_eq!(report.blocked_by, vec![format!("{NS}/db")], "{report:?}");
+    // The 500 is no budget's refusal: the progress, the report's failures and a Warning Event
+    // on the node say what the API server answered for the pod.
+    let refusal = format!(
+        "eviction of {NS}/{cache_pod} failed with HTTP 500: This pod has more than one \
+         PodDisruptionBudget, which the eviction subresource does not support."
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&refusal) && l.contains(&format!("by {NS}/db"))),
+        "a step names the 500 ({refusal}) next to db's budget: {lines:#?}"
+    );
+    assert_eq!(report.failures, vec![refusal.clone()], "{report:?}");
+    let events = admin.get(&format!(
+        "/api/v1/namespaces/{}/events?fieldSelector=involvedObject.name%3D{},reason%3DEvictionFailed",
+        nodecycle::kube::EVENTS_NAMESPACE,
+        node.name
+    ));
+    assert!(
+        events.body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["type"] == "Warning"
+                && e["message"].as_str().is_some_and(|m| m.contains(&refusal))),
+        "a Warning EvictionFailed Event on the node: {}",
+        events.raw
+    );
 
     let audit = cp.audit();
     let by_nodecycle: Vec<_> = audit
@@ -545,6 +571,338 @@ async fn a_drain_blocked_by_budgets_retries_and_forces_nothing() {
     };
     assert_eq!(uids(&after), uids(&before), "{after:?}");
     assert!(after.iter().all(|p| p.3 && p.1 == node.name), "{after:?}");
+}
+
+/// Label of the pods whose containers ignore SIGTERM ([`ControlPlane::pods_ignore_sigterm`]).
+const IGNORES_SIGTERM: (&str, &str) = ("nodecycle-tests/sigterm", "ignored");
+
+/// A pod of [`NS`] bound to `node` (not scheduled: as the kubelet's mirror pods and a Job's
+/// pods already placed are), with `metadata` merged in.
+fn bound_pod(name: &str, node: &str, metadata: Value, restart: &str) -> Value {
+    let mut meta = json!({ "name": name });
+    for (k, v) in metadata.as_object().into_iter().flatten() {
+        meta[k] = v.clone();
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+            "containers": [{ "name": "c", "image": "registry.k8s.io/pause:3.10" }],
+        },
+    })
+}
+
+/// The pod `name` of [`NS`], or Null when the API server does not have it.
+fn pod(client: &KubeClient, name: &str) -> Value {
+    let r = client.get(&format!("/api/v1/namespaces/{NS}/pods/{name}"));
+    if r.status == 404 {
+        return Value::Null;
+    }
+    assert_eq!(r.status, 200, "{}", r.raw);
+    r.body
+}
+
+/// The drain matrix of `nodecycle drain` on one node of the real API, as the stand-in tests
+/// `drain::daemonset_mirror_and_finished_pods_are_skipped` and
+/// `drain::a_long_grace_period_is_waited_for` run it: the node holds the 3 pods of `web` (PDB
+/// `maxUnavailable: 1`), the 3 of `api` (PDB `minAvailable: 2`), the pod of `slow` whose
+/// container ignores SIGTERM (grace period 6 s: the kubelet, KWOK here, confirms the deletion
+/// only at its end), a pod of DaemonSet `agent` (the real DaemonSet controller's), the mirror
+/// of a static pod (annotation `kubernetes.io/config.mirror`, owned by the Node), a Job's pod
+/// that Succeeded and a pod that Failed (evicted by the kubelet earlier). Step by step, with
+/// no deadline: nodecycle evicts the 7 pods of the Deployments, each exactly once with 201,
+/// any other answer a budget's refusal (429), and deletes none; every PDB status the disruption
+/// controller writes during the drain keeps `desiredHealthy` for both budgets; a step taken
+/// while `slow`'s pod is still listed Terminating is not done; it never evicts or deletes the 4
+/// others, which stay, the same pods, on the node, and the drain ends done with those 4 left
+/// alone. The scheduler puts the 7 replacements on the other node, Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_what_budgets_allow_waits_for_sigterm_and_leaves_daemon_mirror_and_finished_pods()
+ {
+    let (_cloud, cp, rotator) = cluster_with_rotator().await;
+    cp.pods_ignore_sigterm(IGNORES_SIGTERM.0, IGNORES_SIGTERM.1);
+    let admin = cp.admin();
+    let a = KwokNode::new("i-0a1b2c3d4e5f60011", "us-east-2a");
+    cp.add_node(&a);
+    cp.wait_node_ready(&a.name);
+    let a_uid = admin.get(&format!("/api/v1/nodes/{}", a.name)).body["metadata"]["uid"].clone();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_pdb(&admin, "api", "api", json!({ "minAvailable": 2 }));
+    // With node a the only node, the scheduler puts every replica there.
+    create_deployment(&admin, "web", 3);
+    create_deployment(&admin, "api", 3);
+    let mut slow = deployment("slow", 1);
+    slow["spec"]["template"]["metadata"]["labels"][IGNORES_SIGTERM.0] = json!(IGNORES_SIGTERM.1);
+    slow["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(6);
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        slow,
+    );
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/daemonsets"),
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": { "name": "agent" },
+            "spec": {
+                "selector": { "matchLabels": { "app": "agent" } },
+                "template": {
+                    "metadata": { "labels": { "app": "agent" } },
+                    "spec": {
+                        "automountServiceAccountToken": false,
+                        "containers": [{ "name": "agent", "image": "registry.k8s.io/pause:3.10" }],
+                    },
+                },
+            },
+        }),
+    );
+    // The kubelet's mirror of a static pod: annotated, owned by the Node.
+    create(
+        &admin,
+        &format!("/api/v1/namespaces/{NS}/pods"),
+        bound_pod(
+            "static-proxy",
+            &a.name,
+            json!({
+                "annotations": { "kubernetes.io/config.mirror": "0f3c9a" },
+                "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Node", "name": a.name, "uid": a_uid,
+                    "controller": true,
+                }],
+            }),
+            "Always",
+        ),
+    );
+    // A Job's pod, which KWOK completes (no Job controller runs: the Job only owns it).
+    create(
+        &admin,
+        &format!("/apis/batch/v1/namespaces/{NS}/jobs"),
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": { "name": "report" },
+            "spec": {
+                "suspend": true,
+                "template": { "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{ "name": "c", "image": "registry.k8s.io/pause:3.10" }],
+                } },
+            },
+        }),
+    );
+    let job_uid = admin
+        .get(&format!("/apis/batch/v1/namespaces/{NS}/jobs/report"))
+        .body["metadata"]["uid"]
+        .clone();
+    create(
+        &admin,
+        &format!("/api/v1/namespaces/{NS}/pods"),
+        bound_pod(
+            "report-done",
+            &a.name,
+            json!({ "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": "report", "uid": job_uid,
+                "controller": true,
+            }] }),
+            "Never",
+        ),
+    );
+    create(
+        &admin,
+        &format!("/api/v1/namespaces/{NS}/pods"),
+        bound_pod("evicted-earlier", &a.name, json!({}), "Never"),
+    );
+    cp.wait_for("the pod evicted-earlier Running", |_| {
+        (pod(&admin, "evicted-earlier")["status"]["phase"] == "Running").then_some(())
+    });
+    // What the kubelet writes of a pod it evicted under node pressure.
+    let failed = admin.patch(
+        &format!("/api/v1/namespaces/{NS}/pods/evicted-earlier/status"),
+        "application/merge-patch+json",
+        &json!({ "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: memory.",
+        } }),
+    );
+    assert_eq!(failed.status, 200, "{}", failed.raw);
+
+    let on_a = |app: &str, n: usize| {
+        let pods = pods_of(&admin, app);
+        (pods.len() == n && pods.iter().all(|p| p.3 && p.1 == a.name)).then_some(pods)
+    };
+    let (moving, left_alone) = cp.wait_for(
+        "7 Deployment pods and the agent Ready on node a, report-done Succeeded, \
+         evicted-earlier Failed, the PDBs settled",
+        |_| {
+            let web = on_a("web", 3)?;
+            let api = on_a("api", 3)?;
+            let slow = on_a("slow", 1)?;
+            let agent = on_a("agent", 1)?;
+            let phase = |name: &str| pod(&admin, name)["status"]["phase"].clone();
+            (phase("static-proxy") == "Running"
+                && phase("report-done") == "Succeeded"
+                && phase("evicted-earlier") == "Failed"
+                && pdb_settled(&admin, "web", Some(1))
+                && pdb_settled(&admin, "api", Some(1)))
+            .then_some(())?;
+            let moving: Vec<_> = [web, api, slow].concat();
+            let uid = |name: &str| pod(&admin, name)["metadata"]["uid"].clone();
+            let left_alone: Vec<(String, Value)> = [
+                (agent[0].0.clone(), json!(agent[0].2)),
+                ("static-proxy".to_string(), uid("static-proxy")),
+                ("report-done".to_string(), uid("report-done")),
+                ("evicted-earlier".to_string(), uid("evicted-earlier")),
+            ]
+            .into();
+            Some((moving, left_alone))
+        },
+    );
+    let b = KwokNode::new("i-0a1b2c3d4e5f60012", "us-east-2b");
+    cp.add_node(&b);
+    cp.wait_node_ready(&b.name);
+    cp.wait_for("the agent on node b too", |_| {
+        let agents = pods_of(&admin, "agent");
+        (agents.len() == 2 && agents.iter().all(|p| p.3)).then_some(())
+    });
+    let slow_uid = moving
+        .iter()
+        .find(|p| p.0.starts_with("slow-"))
+        .unwrap()
+        .2
+        .clone();
+
+    let api = nodecycle::kube::EksKube::connect(
+        &rotator.sdk,
+        CLUSTER,
+        &KubeOverrides {
+            endpoint: Some(cp.endpoint.clone()),
+            ca_file: Some(cp.ca_file.clone()),
+            insecure: false,
+        },
+    )
+    .await
+    .expect("nodecycle connects with its EKS token");
+    let statuses_before = (
+        cp.pdb_statuses(NS, "web").len(),
+        cp.pdb_statuses(NS, "api").len(),
+    );
+    let mut state =
+        nodecycle::kube::start_drain(&api, &a.instance_id, "Drifted", None, chrono::Utc::now())
+            .await
+            .expect("the drain starts");
+    let mut steps_while_terminating = 0;
+    let mut last = None;
+    for _ in 0..240 {
+        let step = nodecycle::kube::drain_step(
+            &api,
+            &mut state,
+            chrono::Utc::now(),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("a drain step");
+        eprintln!("{}", nodecycle::kube::command::describe_step(&step));
+        // Listed after the step, so listed by it too: the node is still busy with it.
+        let terminating = pods_of(&admin, "slow").iter().any(|p| {
+            p.2 == slow_uid && !pod(&admin, &p.0)["metadata"]["deletionTimestamp"].is_null()
+        });
+        if terminating {
+            steps_while_terminating += 1;
+            assert!(!step.done, "done while slow's pod is Terminating: {step:?}");
+        }
+        let done = step.done;
+        last = Some(step);
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let last = last.expect("steps were taken");
+    eprintln!("steps while slow was Terminating: {steps_while_terminating}");
+    assert!(last.done, "the drain ends done: {last:?}");
+    assert_eq!(
+        last.skipped, 4,
+        "agent, mirror, Succeeded and Failed left alone: {last:?}"
+    );
+    assert_eq!(state.evicted.len(), 7, "{state:?}");
+    assert!(state.deleted.is_empty(), "{state:?}");
+    assert!(
+        steps_while_terminating > 0,
+        "a step saw slow's pod Terminating (grace period 6 s)"
+    );
+
+    // Every PDB status the disruption controller wrote during the drain kept the budgets.
+    for (name, before) in [("web", statuses_before.0), ("api", statuses_before.1)] {
+        let written = &cp.pdb_statuses(NS, name)[before..];
+        assert!(
+            !written.is_empty(),
+            "{name}: statuses written during the drain"
+        );
+        assert!(
+            written.iter().all(|s| within_budget(s, 2)),
+            "{name}: fewer than 2 healthy: {written:#?}"
+        );
+    }
+    let audit = cp.audit();
+    let by_nodecycle: Vec<_> = audit
+        .iter()
+        .filter(|e| e.user == rotator.user && e.resource == "pods")
+        .collect();
+    let codes = |name: &str| -> Vec<u16> {
+        by_nodecycle
+            .iter()
+            .filter(|e| e.subresource == "eviction" && e.name == name)
+            .map(|e| e.code)
+            .collect()
+    };
+    let mut refused = 0;
+    for (name, ..) in &moving {
+        let answers = codes(name);
+        assert_eq!(
+            answers.iter().filter(|c| **c == 201).count(),
+            1,
+            "{name} evicted once: {answers:?}"
+        );
+        assert!(
+            answers.iter().all(|c| matches!(c, 201 | 429)),
+            "{name}: {answers:?}"
+        );
+        refused += answers.iter().filter(|c| **c == 429).count();
+    }
+    eprintln!("evictions refused by the budgets: {refused}");
+    for (name, _) in &left_alone {
+        assert!(codes(name).is_empty(), "{name} not evicted");
+    }
+    assert!(
+        !by_nodecycle
+            .iter()
+            .any(|e| e.verb == "delete" && e.subresource.is_empty()),
+        "nodecycle deleted no pod: {by_nodecycle:#?}"
+    );
+    // The 4 left alone are still on node a, the same pods.
+    for (name, uid) in &left_alone {
+        let p = pod(&admin, name);
+        assert_eq!(&p["metadata"]["uid"], uid, "{name} is the same pod: {p}");
+        assert_eq!(p["spec"]["nodeName"], a.name.as_str(), "{name}");
+        assert!(p["metadata"]["deletionTimestamp"].is_null(), "{name}: {p}");
+    }
+    // The scheduler placed the replacements on node b.
+    cp.wait_for("web, api and slow Ready on node b", |_| {
+        let all: Vec<_> = ["web", "api", "slow"]
+            .iter()
+            .flat_map(|app| pods_of(&admin, app))
+            .collect();
+        (all.len() == 7 && all.iter().all(|p| p.3 && p.1 == b.name)).then_some(all)
+    });
 }
 
 /// The authentication webhook validates an EKS token as aws-iam-authenticator does and maps
@@ -1123,7 +1481,9 @@ impl RealPool {
     }
 
     /// One rotator pass at `now` (a deadline two minutes away, as the Lambda's), then the
-    /// nodes brought in line with the group.
+    /// nodes brought in line with the group. Asserts that no instance left the group (by
+    /// nodecycle or anyone else since the last sync) while a workload pod not being deleted was
+    /// bound to its node.
     async fn pass(&self, now: chrono::DateTime<chrono::Utc>) -> Value {
         let report = self
             .handler
@@ -1133,8 +1493,46 @@ impl RealPool {
             )
             .await
             .unwrap();
+        self.assert_no_undrained_termination(&report);
         self.cp.sync_group(&self.cloud, GROUP);
         report
+    }
+
+    /// The nodes of instances no longer in service in the group hold no workload pod that is
+    /// not being deleted (the real control plane's counterpart of the fake cloud's
+    /// `scaling_records` pods).
+    fn assert_no_undrained_termination(&self, report: &Value) {
+        let listed = self
+            .cloud
+            .control("group_instances", json!({ "group": GROUP }));
+        let in_service: BTreeSet<&str> = listed["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["lifecycleState"] == "InService")
+            .filter_map(|i| i["id"].as_str())
+            .collect();
+        let admin = self.cp.admin();
+        for (name, instance, ..) in self.nodes() {
+            if in_service.contains(instance.as_str()) {
+                continue;
+            }
+            let live: Vec<String> = nodecycle_tests::workload_pods_on(&admin, &name)
+                .iter()
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect();
+            assert!(
+                live.is_empty(),
+                "instance {instance} left the group with workload pods on node {name}: \
+                 {live:?}\n{report}"
+            );
+        }
     }
 
     async fn rotations(&self) -> Vec<nodecycle::rotation::Rotation> {
@@ -1964,4 +2362,1252 @@ async fn a_spot_warning_drains_the_real_node_within_the_pdbs_then_deletes_what_t
         let web = pods_of(&admin, "web");
         (web.iter().filter(|p| p.3 && p.1 == other).count() == 4).then_some(())
     });
+}
+
+/// Whether a node is schedulable for a pod that tolerates nothing: Ready, not cordoned, no
+/// NoSchedule or NoExecute taint.
+fn schedulable(node: &Value) -> bool {
+    condition(node, "Ready")["status"] == "True"
+        && node["spec"]["unschedulable"] != true
+        && !node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["effect"] == "NoSchedule" || t["effect"] == "NoExecute")
+}
+
+/// CPU a `burst` pod requests: one fits on a KWOK node (4 CPUs), two do not.
+const BURST_CPU: &str = "3";
+
+/// nodecycle's capacity changes in the fake cloud's records: +1 on a fresh read
+/// (SetDesiredCapacity) or -1 with the terminate of a chosen instance, never another; and how
+/// many surges it made.
+fn assert_nodecycle_never_lowered(records: &nodecycle_tests::ScalingRecords) -> usize {
+    let mut surges = 0;
+    for c in records.capacity.iter().filter(|c| c.by == "api") {
+        match c.op.as_str() {
+            "SetDesiredCapacity" => {
+                assert_eq!(c.to, c.from + 1, "a surge adds one: {c:?}");
+                surges += 1;
+            }
+            "TerminateInstanceInAutoScalingGroup" => {
+                assert_eq!(c.to, c.from - 1, "a give-back removes one: {c:?}")
+            }
+            _ => panic!("unexpected capacity change by nodecycle: {c:?}"),
+        }
+    }
+    surges
+}
+
+/// Stand-in scenario (a) of tests/tests/autoscaler.rs (`ca_scales_up_after_the_first_surge`)
+/// on the real API, with Cluster Autoscaler's scale-up caused as it is in a cluster: after the
+/// rotator's first pass (2 surges: desired 8), Deployment `burst` asks for two pods more than
+/// the schedulable nodes can take (each requests 3 of a node's 4 CPUs), the scheduler reports
+/// 2 `Unschedulable`, and CA adds the 2 nodes they need (8 -> 10), recorded as CA's; they join
+/// and the pods run. The rollout (budget 2; `web`'s 12 pods under `maxUnavailable: 1`) goes on
+/// to every instance on the new AMI, the group at 8 (CA's 10 less nodecycle's 2 surges given
+/// back, as on the stand-in): nodecycle's capacity changes are only +1 surges (6) and -1
+/// give-backs with its own terminations, so CA's scale-up stands; every PDB status the
+/// disruption controller wrote kept 11 healthy; no instance left the group with a workload pod
+/// not being deleted on its node; nodecycle deleted no pod. The 2 `burst` pods the give-backs
+/// leave without a node are Unschedulable again and CA's next scale-up brings the group back to
+/// 10, where they run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_scales_up_for_unschedulable_pods_and_nodecycle_keeps_it() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(1)))
+            .then_some(())
+    });
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let statuses_before = p.cp.pdb_statuses(NS, "web").len();
+    p.pass(t0).await;
+    assert_eq!(
+        p.adapters.group_instances(GROUP).await.len(),
+        8,
+        "two surges"
+    );
+
+    let schedulable_nodes = || {
+        admin.get("/api/v1/nodes").body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| schedulable(n))
+            .count()
+    };
+    let room = schedulable_nodes();
+    let mut burst = deployment("burst", u32::try_from(room + 2).unwrap());
+    burst["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({ "requests": { "cpu": BURST_CPU } });
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        burst,
+    );
+    p.cp.wait_for("2 burst pods Unschedulable, the others Ready", |_| {
+        let pods = pods_of(&admin, "burst");
+        (pods.len() == room + 2
+            && pods.iter().filter(|p| p.3).count() == room
+            && ca.unschedulable_pods().len() == 2)
+            .then_some(())
+    });
+    let up = ca.scale_up(1);
+    assert_eq!(up.action, "scaleUp", "{up:?}");
+    assert_eq!((up.from, up.to), (Some(8), Some(10)), "{up:?}");
+    p.cp.wait_for("every burst pod Ready on CA's nodes", |_| {
+        let pods = pods_of(&admin, "burst");
+        (pods.len() == room + 2 && pods.iter().all(|p| p.3)).then_some(())
+    });
+
+    let mut statuses_checked = statuses_before;
+    let outcomes = p
+        .passes_until(t0 + chrono::Duration::minutes(1), "the rollout", |o| {
+            let statuses = p.cp.pdb_statuses(NS, "web");
+            let written = &statuses[statuses_checked..];
+            assert!(
+                written.iter().all(|s| within_budget(s, 11)),
+                "pass {}: fewer than 11 healthy web pods: {written:#?}",
+                o.pass
+            );
+            statuses_checked = statuses.len();
+            let in_flight = o.rotations.iter().filter(|r| r.in_flight()).count();
+            assert!(in_flight <= 2, "pass {}: budget 2 exceeded", o.pass);
+            !o.images.is_empty()
+                && o.images.iter().all(|i| *i == p.new)
+                && o.rotations.iter().all(|r| !r.in_flight())
+        })
+        .await;
+    eprintln!(
+        "rollout beside CA: {} passes after the first",
+        outcomes.len()
+    );
+
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(
+        instances.len(),
+        8,
+        "CA's 10 less nodecycle's 2 surges given back: {instances:?}"
+    );
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_eq!(
+        assert_nodecycle_never_lowered(&records),
+        6,
+        "one surge per node"
+    );
+    let by_ca: Vec<_> = records
+        .capacity
+        .iter()
+        .filter(|c| c.by == "cluster-autoscaler")
+        .collect();
+    assert_eq!(by_ca.len(), 1, "{by_ca:?}");
+    assert_eq!((by_ca[0].from, by_ca[0].to), (8, 10), "{by_ca:?}");
+    assert!(
+        records.terminations.iter().all(|t| t.by == "api"),
+        "only nodecycle terminated: {:?}",
+        records.terminations
+    );
+    let audit = p.cp.audit();
+    assert!(
+        !audit.iter().any(|e| e.user == p.rotator.user
+            && e.resource == "pods"
+            && e.verb == "delete"
+            && e.subresource.is_empty()),
+        "nodecycle deleted no pod"
+    );
+
+    // What the give-backs left without a node, CA adds again.
+    p.cp.wait_for("2 burst pods Unschedulable again", |_| {
+        (ca.unschedulable_pods().len() == 2).then_some(())
+    });
+    let again = ca.scale_up(1);
+    assert_eq!((again.from, again.to), (Some(8), Some(10)), "{again:?}");
+    p.cp.wait_for("every burst pod Ready", |_| {
+        let pods = pods_of(&admin, "burst");
+        (pods.len() == room + 2 && pods.iter().all(|p| p.3)).then_some(())
+    });
+}
+
+/// Stand-in scenario (d) of tests/tests/autoscaler.rs
+/// (`ca_drains_a_node_while_a_rotation_slot_is_free`) on the real API: during the rollout,
+/// once a rotation slot is free, Cluster Autoscaler finds an old node nobody rotates unneeded
+/// (`web`'s PDB, `maxUnavailable: 2` as on the stand-in, allows moving its 2 pods), taints it `ToBeDeletedByClusterAutoscaler` and evicts its pods.
+/// The next rotator pass does not pick that node: no rotation for its instance, no nodecycle
+/// taint or cordon on it and no eviction by nodecycle of a pod on it (the audit log). CA ends its
+/// scale-down (TerminateInstanceInAutoScalingGroup with a decrement, recorded as CA's), and the
+/// rollout ends with the 5 other instances replaced, the group at 5 (CA's scale-down kept:
+/// nodecycle's capacity changes are only its 5 surges and 5 give-backs); every PDB status the
+/// disruption controller wrote, through CA's evictions and nodecycle's, kept 10 healthy; no
+/// instance left the group with a workload pod not being deleted on its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 2 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(2)))
+            .then_some(())
+    });
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let statuses_before = p.cp.pdb_statuses(NS, "web").len();
+
+    // Passes until a slot is free and CA finds an old node nobody rotates unneeded.
+    let mut victim = None;
+    let mut tried = Vec::new();
+    for pass in 0..MAX_PASSES {
+        p.pass(t0 + chrono::Duration::minutes(pass)).await;
+        let rotations = p.rotations().await;
+        if rotations.iter().filter(|r| r.in_flight()).count() >= 2 {
+            continue;
+        }
+        let rotated: BTreeSet<String> = rotations.iter().map(|r| r.instance_id.clone()).collect();
+        for (name, instance, image, marked) in p.nodes() {
+            if image != p.old || marked || rotated.contains(&instance) {
+                continue;
+            }
+            let down = ca.scale_down(&name, true);
+            tried.push(down.clone());
+            if down.action == "draining" {
+                victim = Some((name, instance, pass));
+                break;
+            }
+        }
+        if victim.is_some() {
+            break;
+        }
+    }
+    let (name, instance, pass) =
+        victim.unwrap_or_else(|| panic!("CA never found an old node unneeded: {tried:#?}"));
+    let tainted_at = p.cp.audit().len();
+    let pods_there: BTreeSet<String> = nodecycle_tests::workload_pods_on(&admin, &name)
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+
+    // A pass while CA drains it: the free slot goes to another node.
+    p.pass(t0 + chrono::Duration::minutes(pass + 1)).await;
+    assert!(
+        p.rotations()
+            .await
+            .iter()
+            .all(|r| r.instance_id != instance),
+        "nodecycle picked the node CA is deleting"
+    );
+    let done = ca.finish(&name);
+    assert_eq!(done.action, "scaleDown", "{done:?}");
+    let outcomes = p
+        .passes_until(
+            t0 + chrono::Duration::minutes(pass + 2),
+            "the rollout",
+            |o| {
+                !o.images.is_empty()
+                    && o.images.iter().all(|i| *i == p.new)
+                    && o.rotations.iter().all(|r| !r.in_flight())
+            },
+        )
+        .await;
+    eprintln!(
+        "CA scaled down {name} after pass {}; the rollout took {} more",
+        pass + 1,
+        outcomes.len() + 1
+    );
+    assert!(
+        p.rotations()
+            .await
+            .iter()
+            .all(|r| r.instance_id != instance),
+        "CA's node was never rotated"
+    );
+    let audit = p.cp.audit();
+    let touched: Vec<_> = audit[tainted_at..]
+        .iter()
+        .filter(|e| e.user == p.rotator.user)
+        .filter(|e| {
+            (e.resource == "nodes" && e.name == name)
+                || (e.resource == "pods" && pods_there.contains(&e.name))
+        })
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "nodecycle touched CA's node or its pods: {touched:#?}"
+    );
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 10), "web PDB status {s}");
+    }
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(instances.len(), 5, "CA's scale-down kept: {instances:?}");
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_eq!(
+        assert_nodecycle_never_lowered(&records),
+        5,
+        "one surge per rotated node, none for CA's"
+    );
+    let by_ca: Vec<_> = records
+        .terminations
+        .iter()
+        .filter(|t| t.by == "cluster-autoscaler")
+        .collect();
+    assert_eq!(by_ca.len(), 1, "{by_ca:?}");
+    assert_eq!(by_ca[0].instance, instance);
+    assert_eq!(by_ca[0].decrement, Some(true), "{by_ca:?}");
+}
+
+/// Hang guard of the managed node group update on the real API (fake EKS timing: a few
+/// seconds); not a timing assertion.
+const MANAGED_HANG_GUARD: Duration = Duration::from_secs(180);
+
+/// The stand-in test `managed::a_new_release_rolls_through_the_node_group_within_budget` on
+/// the real API: managed node group `general` (4 nodes, AL2023 release 1.30.4) of cluster
+/// `prod`, whose KWOK nodes follow its Auto Scaling group; the fake EKS's rollout reads
+/// readiness, cordons and drains through the real API server as EKS does
+/// ([`ControlPlane::serve_eks_rollouts`]). A new release comes out; the real rotator (its own
+/// EKS token) starts one node group version update with `maxUnavailable` 2 (the budget) and
+/// follows it until EKS reports it Successful. EKS evicted (201, never deleted) every pod of
+/// `web` (8 pods, PDB `maxUnavailable: 1`) from the old nodes, the replacements run Ready on
+/// the new nodes, every PDB status the disruption controller wrote during the update kept 7
+/// healthy, no wave terminated more than 2 instances, no instance left the group with a
+/// workload pod not being deleted on its node, and nodecycle itself evicted or deleted no pod
+/// (EKS drains a managed node group). At the end the 4 instances run the new release's AMI
+/// and the nodes are theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_managed_node_group_update_drains_the_real_nodes_within_the_pdb() {
+    use crate::managed::{NEW_RELEASE, OLD_RELEASE, publish_release};
+    use nodecycle::state::Store as _;
+    let (cloud, cp, rotator) = cluster_with_rotator().await;
+    cloud.create_cluster(CLUSTER, "1.30");
+    cp.serve_eks_rollouts(&cloud, CLUSTER);
+    // Room for a busy machine: the failure paths (NodeCreationFailure, PodEvictionFailure)
+    // are not under test.
+    cloud.control(
+        "set_eks_timing",
+        json!({ "readyTimeoutSeconds": 120, "drainTimeoutSeconds": 120 }),
+    );
+    let adapters = Adapters::new(&cloud).await;
+    let old = publish_release(&cloud, OLD_RELEASE, "20241001", "2024-10-01T00:00:00Z");
+    let created = cloud.control(
+        "create_nodegroup",
+        json!({
+            "cluster": CLUSTER, "nodegroup": "general", "size": 4, "max": 8,
+            "image": old, "releaseVersion": OLD_RELEASE,
+        }),
+    );
+    let asg = created["asg"].as_str().unwrap().to_string();
+    let joined = cp.sync_group(&cloud, &asg);
+    assert_eq!(joined.added.len(), 4, "{joined:?}");
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ managedNodeGroup: general }}\n\
+             architecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\n\
+             disruption:\n  budgets:\n    - nodes: \"2\"\nterminationGracePeriod: 1m\n"
+        ),
+    );
+    let table = adapters.table("nodecycle").await;
+    let policies = adapters.policies();
+    let watcher = adapters.watcher(policies.clone(), table.clone());
+    let mut handler = adapters.rotator(&cloud, policies, table.clone()).await;
+    handler.ports.kube = real_kube(&cp, &rotator);
+
+    let admin = cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 8);
+    let before = cp.wait_for("8 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 8 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(1)))
+            .then_some(pods)
+    });
+    let t0 = chrono::Utc::now();
+    watcher.handle(&json!({}), t0).await.unwrap();
+    let new = publish_release(&cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    let report = watcher.handle(&json!({}), t0).await.unwrap();
+    assert_eq!(report["pools"][0]["desired"], new.as_str(), "{report}");
+
+    let statuses_before = cp.pdb_statuses(NS, "web").len();
+    let update = || async {
+        table
+            .get("POOL#prod/general", nodecycle::state::keys::UPDATE_SK)
+            .await
+            .unwrap()
+            .map(|v| serde_json::from_value::<nodecycle::managed::ManagedUpdate>(v.value).unwrap())
+    };
+    let started = std::time::Instant::now();
+    let mut now = t0;
+    let mut passes = 0;
+    loop {
+        let report = handler
+            .handle(
+                &json!({}),
+                Invocation::at(now, std::time::Instant::now() + Duration::from_secs(120)),
+            )
+            .await
+            .unwrap();
+        passes += 1;
+        assert!(
+            report["pools"][0]["errors"]
+                .as_array()
+                .is_none_or(|e| e.is_empty()),
+            "{report}"
+        );
+        // Before the nodes follow the group: the instances gone left no pod behind.
+        let listed = cloud.control("group_instances", json!({ "group": asg }));
+        for n in admin.get("/api/v1/nodes").body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let instance = n["spec"]["providerID"]
+                .as_str()
+                .unwrap_or_default()
+                .rsplit('/')
+                .next()
+                .unwrap_or_default();
+            let in_service = listed["instances"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|i| i["id"] == instance && i["lifecycleState"] == "InService");
+            if in_service {
+                continue;
+            }
+            let name = n["metadata"]["name"].as_str().unwrap_or_default();
+            let live: Vec<_> = nodecycle_tests::workload_pods_on(&admin, name)
+                .into_iter()
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|p| p["metadata"]["name"].clone())
+                .collect();
+            assert!(
+                live.is_empty(),
+                "{instance} left the group with pods on {name}: {live:?}"
+            );
+        }
+        cp.sync_group(&cloud, &asg);
+        if update().await.is_some_and(|u| u.phase.is_finished()) {
+            break;
+        }
+        assert!(
+            started.elapsed() < MANAGED_HANG_GUARD,
+            "the node group update did not end: {:?}\n{}",
+            update().await,
+            cloud.control(
+                "nodegroup_calls",
+                json!({ "cluster": CLUSTER, "nodegroup": "general" })
+            )
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        now += chrono::Duration::minutes(1);
+    }
+    let calls = cloud.control(
+        "nodegroup_calls",
+        json!({ "cluster": CLUSTER, "nodegroup": "general" }),
+    );
+    let u = update().await.unwrap();
+    eprintln!(
+        "managed update on the real API: {passes} passes, {:.1} s, timeline {}",
+        started.elapsed().as_secs_f64(),
+        calls["timeline"]
+    );
+    assert_eq!(
+        u.phase,
+        nodecycle::managed::Phase::Successful,
+        "{u:?}\n{calls}"
+    );
+    assert_eq!(u.max_unavailable, 2, "{u:?}");
+    let waves = calls["waves"].as_array().unwrap();
+    assert!(
+        waves.len() >= 2
+            && waves
+                .iter()
+                .all(|w| w["terminated"].as_array().unwrap().len() <= 2),
+        "4 nodes, 2 at a time: {calls}"
+    );
+    let instances = adapters.group_instances(&asg).await;
+    assert_eq!(instances.len(), 4, "{instances:?}");
+    assert!(
+        instances.iter().all(|(_, image)| *image == new),
+        "{instances:?}"
+    );
+    let nodes: BTreeSet<String> = admin.get("/api/v1/nodes").body["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            n["spec"]["providerID"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let group: BTreeSet<String> = instances.iter().map(|i| i.0.clone()).collect();
+    assert_eq!(nodes, group, "the nodes are the group's instances");
+
+    for s in &cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 7), "web PDB status {s}");
+    }
+    let audit = cp.audit();
+    for (name, ..) in &before {
+        assert!(
+            audit.iter().any(|e| e.user == "admin"
+                && e.subresource == "eviction"
+                && e.name == *name
+                && e.code == 201),
+            "EKS evicted {name}"
+        );
+    }
+    assert!(
+        !audit.iter().any(|e| e.resource == "pods"
+            && e.subresource.is_empty()
+            && e.verb == "delete"
+            && (e.user == "admin" || e.user == rotator.user)),
+        "no pod deleted by EKS or nodecycle"
+    );
+    assert!(
+        !audit
+            .iter()
+            .any(|e| e.user == rotator.user && e.subresource == "eviction"),
+        "nodecycle evicted nothing: EKS drains a managed node group"
+    );
+    cp.wait_for("8 web pods Ready on the new nodes", |_| {
+        let pods = web_pods(&admin);
+        let on_new = pods.iter().all(|p| {
+            p.3 && admin.get(&format!("/api/v1/nodes/{}", p.1)).body["metadata"]["annotations"]
+                [nodecycle_tests::IMAGE_ANNOTATION]
+                == new.as_str()
+        });
+        (pods.len() == 8 && on_new).then_some(())
+    });
+}
+
+/// The lifecycle port of the interruption handler, delegating to the real adapter (the fake
+/// cloud's Auto Scaling) and recording, at each call, the workload pods not being deleted and
+/// the pods still listed on the node of the instance (the real API server's answer), as the
+/// stand-in test's `RecordingLifecycle` does.
+struct PodsAtLifecycleCalls {
+    inner: nodecycle::aws::instances::LifecycleActions,
+    admin: nodecycle_tests::KubeClient,
+    node: String,
+    /// (call, pods still bound to the node).
+    calls: std::sync::Mutex<Vec<(&'static str, usize)>>,
+}
+
+impl PodsAtLifecycleCalls {
+    fn record(&self, call: &'static str) {
+        let left = nodecycle_tests::workload_pods_on(&self.admin, &self.node).len();
+        self.calls.lock().unwrap().push((call, left));
+    }
+}
+
+#[async_trait::async_trait]
+impl nodecycle::interruption::LifecycleOps for PodsAtLifecycleCalls {
+    async fn heartbeat(
+        &self,
+        a: &nodecycle::interruption::LifecycleAction,
+    ) -> Result<bool, nodecycle::port::PortError> {
+        self.record("heartbeat");
+        self.inner.heartbeat(a).await
+    }
+
+    async fn complete_continue(
+        &self,
+        a: &nodecycle::interruption::LifecycleAction,
+    ) -> Result<bool, nodecycle::port::PortError> {
+        self.record("complete");
+        self.inner.complete_continue(a).await
+    }
+}
+
+/// The stand-in test
+/// `interruption::lifecycle_hook_completes_only_after_the_pods_are_gone_with_heartbeats_meanwhile`
+/// on the real API: group `prod-general` has a terminating lifecycle hook `nodecycle-drain` and
+/// a scale-in holds one of its instances in `Terminating:Wait`; its node holds 2 of the 4 pods
+/// of `web` (PDB `maxUnavailable: 1`) and the pod of `slow`, whose container ignores SIGTERM
+/// (grace period 3 s: the node is busy until then). The interruption handler, with its own
+/// role's EKS token, handles the EventBridge event: it taints the node `Terminating`, evicts the
+/// 3 pods (201, each once; deletes none) within the budget (every `web` PDB status keeps 3
+/// healthy), sends lifecycle heartbeats while pods are still on the node, and completes the
+/// action (CONTINUE, with the event's token, accepted by Auto Scaling) once, last, when no pod
+/// is left on the node; the instance then leaves the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminate_lifecycle_hook_completes_after_the_real_node_is_drained() {
+    use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
+    const HOOK: &str = "nodecycle-drain";
+    let (cloud, cp, _rotator) = cluster_with_rotator().await;
+    cp.pods_ignore_sigterm(IGNORES_SIGTERM.0, IGNORES_SIGTERM.1);
+    let interruption = function(
+        &cloud,
+        &cp,
+        "nodecycle-interruption",
+        "nodecycle-interruption",
+    )
+    .await;
+    wait_rbac(&cp, &interruption, "create", "pods/eviction", true);
+    cloud.create_cluster(CLUSTER, "1.36");
+    let image = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let adapters = Adapters::new(&cloud).await;
+    adapters
+        .create_group(GROUP, &image, "m5.large", 2, 4, Some(CLUSTER))
+        .await;
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ autoScalingGroup: {GROUP} }}\n\
+             amiSelectorTerms:\n  - name: golden-*\n    owner: self\n\
+             terminationGracePeriod: 1h\ninterruption: {{ rebalance: ignore }}\n"
+        ),
+    );
+    let joined = cp.sync_group(&cloud, GROUP);
+    assert_eq!(joined.added.len(), 2, "{joined:?}");
+
+    let admin = cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 4);
+    let mut slow = deployment("slow", 1);
+    slow["spec"]["template"]["metadata"]["labels"][IGNORES_SIGTERM.0] = json!(IGNORES_SIGTERM.1);
+    slow["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(3);
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        slow,
+    );
+    let (web, slow) = cp.wait_for("4 web pods and the slow pod Ready, the PDB settled", |_| {
+        let (web, slow) = (pods_of(&admin, "web"), pods_of(&admin, "slow"));
+        (web.len() == 4
+            && web.iter().all(|p| p.3)
+            && slow.len() == 1
+            && slow[0].3
+            && pdb_settled(&admin, "web", Some(1)))
+        .then_some((web, slow))
+    });
+    let node = slow[0].1.clone();
+    let leaving: Vec<String> = web
+        .iter()
+        .filter(|p| p.1 == node)
+        .map(|p| p.0.clone())
+        .chain([slow[0].0.clone()])
+        .collect();
+    assert_eq!(leaving.len(), 3, "the spread: {web:?}");
+    let instance = admin.get(&format!("/api/v1/nodes/{node}")).body["spec"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+
+    adapters
+        .clients
+        .autoscaling
+        .put_lifecycle_hook()
+        .auto_scaling_group_name(GROUP)
+        .lifecycle_hook_name(HOOK)
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    let token = cloud.lifecycle_wait(GROUP, HOOK, &instance, None);
+
+    let table = adapters.table("nodecycle").await;
+    let lifecycle = Arc::new(PodsAtLifecycleCalls {
+        inner: nodecycle::aws::instances::LifecycleActions::new(
+            adapters.clients.autoscaling.clone(),
+        ),
+        admin: admin.clone(),
+        node: node.clone(),
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let handler = InterruptionHandler {
+        cell: adapters.cell(adapters.policies(), table.clone()),
+        ports: InterruptionPorts {
+            instances: Arc::new(nodecycle::aws::instances::Ec2Instances::new(
+                adapters.clients.ec2.clone(),
+            )),
+            lifecycle: lifecycle.clone(),
+            kube: real_kube(&cp, &interruption),
+        },
+        deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
+            &cloud.sdk_config().await,
+        )),
+        settings: Settings {
+            poll: Duration::from_millis(200),
+            heartbeat_every: Duration::from_millis(400),
+            ..Settings::default()
+        },
+        metrics: Arc::new(nodecycle::metrics::NoMetrics),
+    };
+
+    let event = {
+        let path = nodecycle_tests::repo_path("events/asg-terminate-lifecycle-action.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let sample: Value = serde_json::from_str(&text).unwrap();
+        let mut v: Value = serde_json::from_str(&text.replace(
+            sample["detail"]["EC2InstanceId"].as_str().unwrap(),
+            &instance,
+        ))
+        .unwrap();
+        v["detail"]["LifecycleActionToken"] = json!(token);
+        v["time"] = json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        v
+    };
+    let statuses_before = cp.pdb_statuses(NS, "web").len();
+    let out = handler
+        .handle(
+            &event,
+            Invocation::at(
+                chrono::Utc::now(),
+                std::time::Instant::now() + Duration::from_secs(170),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["kind"], "TerminateLifecycleAction", "{out}");
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+
+    let calls = lifecycle.calls.lock().unwrap().clone();
+    eprintln!("lifecycle calls (call, pods on the node): {calls:?}");
+    let (last, before_last) = calls.split_last().expect("lifecycle calls");
+    assert_eq!(
+        *last,
+        ("complete", 0),
+        "completed last, the node empty: {calls:?}"
+    );
+    assert!(
+        !before_last.is_empty() && before_last.iter().all(|c| c.0 == "heartbeat"),
+        "heartbeats while draining, then one complete: {calls:?}"
+    );
+    assert!(
+        before_last[0].1 > 0,
+        "the first heartbeat while pods were on the node: {calls:?}"
+    );
+    let recorded = cloud.lifecycle_calls();
+    let completes: Vec<&Value> = recorded
+        .iter()
+        .filter(|c| c["action"] == "CompleteLifecycleAction")
+        .collect();
+    assert_eq!(completes.len(), 1, "{recorded:?}");
+    assert!(
+        completes[0].get("error").is_none(),
+        "accepted: {recorded:?}"
+    );
+    assert_eq!(
+        (
+            &completes[0]["instance"],
+            &completes[0]["result"],
+            &completes[0]["token"]
+        ),
+        (&json!(instance), &json!("CONTINUE"), &json!(token)),
+        "{recorded:?}"
+    );
+
+    let tainted = admin.get(&format!("/api/v1/nodes/{node}")).body;
+    let taint = tainted["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["key"] == nodecycle::kube::DISRUPTED_TAINT_KEY)
+        .map(|t| t["value"].clone());
+    assert_eq!(taint, Some(json!("Terminating")), "{tainted}");
+    let audit = cp.audit();
+    for pod in &leaving {
+        let codes: Vec<u16> = audit
+            .iter()
+            .filter(|e| {
+                e.user == interruption.user && e.subresource == "eviction" && e.name == *pod
+            })
+            .map(|e| e.code)
+            .collect();
+        assert_eq!(
+            codes.iter().filter(|c| **c == 201).count(),
+            1,
+            "{pod} evicted once: {codes:?}"
+        );
+    }
+    assert!(
+        !audit.iter().any(|e| e.user == interruption.user
+            && e.resource == "pods"
+            && e.subresource.is_empty()
+            && e.verb == "delete"),
+        "the handler deleted no pod"
+    );
+    for s in &cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 3), "web PDB status {s}");
+    }
+    let left = adapters.group_instances(GROUP).await;
+    assert!(
+        left.iter().all(|(id, _)| *id != instance),
+        "the termination went on: {left:?}"
+    );
+}
+
+/// The stand-in test `interruption::lifecycle_drain_longer_than_the_invocation_is_handed_to_the_rotator`
+/// on the real API, carried to its end by the real rotator: a scale-in holds an instance in
+/// `Terminating:Wait` (terminating hook `nodecycle-drain`); its node holds 2 of `web`'s 4 pods
+/// (`maxUnavailable: 1`) and `db`'s single pod (`minAvailable: 1`, no healthy room). The
+/// interruption handler, given 12 s, evicts the `web` pods, cannot move `db` (429) and hands
+/// the drain over: a forced `Interrupted` rotation in `Draining` with the drain state, and a
+/// heartbeat; the schedule tick only heartbeats while the rotator has not drained it. Once
+/// `db` has a second replica Ready elsewhere, the real rotator pass (its own role's EKS token)
+/// continues the same drain and evicts `db`'s pod (201, nodecycle's only eviction of it; no pod
+/// deleted by either function); the next tick completes the lifecycle action (CONTINUE, the
+/// event's token, once, accepted) with the node empty, and every `web` and `db` PDB status
+/// kept its `desiredHealthy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifecycle_drain_handed_to_the_rotator_is_finished_on_the_real_api() {
+    use nodecycle::handlers::interruption::{InterruptionHandler, InterruptionPorts, Settings};
+    const HOOK: &str = "nodecycle-drain";
+    let (cloud, cp, rotator) = cluster_with_rotator().await;
+    let interruption = function(
+        &cloud,
+        &cp,
+        "nodecycle-interruption",
+        "nodecycle-interruption",
+    )
+    .await;
+    wait_rbac(&cp, &interruption, "create", "pods/eviction", true);
+    cloud.create_cluster(CLUSTER, "1.36");
+    let image = cloud.register_image(
+        ImageFixture::new("golden-1")
+            .owner("self")
+            .created("2024-01-01T00:00:00Z"),
+    );
+    let adapters = Adapters::new(&cloud).await;
+    adapters
+        .create_group(GROUP, &image, "m5.large", 2, 4, Some(CLUSTER))
+        .await;
+    cloud.put_parameter(
+        "/nodecycle/pools/prod/general",
+        &format!(
+            "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ autoScalingGroup: {GROUP} }}\n\
+             amiSelectorTerms:\n  - name: golden-*\n    owner: self\n\
+             terminationGracePeriod: 1h\ninterruption: {{ rebalance: ignore }}\n"
+        ),
+    );
+    let joined = cp.sync_group(&cloud, GROUP);
+    assert_eq!(joined.added.len(), 2, "{joined:?}");
+    let admin = cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_pdb(&admin, "db", "db", json!({ "minAvailable": 1 }));
+    create_deployment(&admin, "web", 4);
+    create_deployment(&admin, "db", 1);
+    let (web, db) = cp.wait_for("4 web pods and the db pod Ready, the PDBs settled", |_| {
+        let (web, db) = (pods_of(&admin, "web"), pods_of(&admin, "db"));
+        (web.len() == 4
+            && web.iter().all(|p| p.3)
+            && db.len() == 1
+            && db[0].3
+            && pdb_settled(&admin, "web", Some(1))
+            && pdb_settled(&admin, "db", Some(0)))
+        .then_some((web, db))
+    });
+    let node = db[0].1.clone();
+    assert_eq!(web.iter().filter(|p| p.1 == node).count(), 2, "{web:?}");
+    let instance = admin.get(&format!("/api/v1/nodes/{node}")).body["spec"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    adapters
+        .clients
+        .autoscaling
+        .put_lifecycle_hook()
+        .auto_scaling_group_name(GROUP)
+        .lifecycle_hook_name(HOOK)
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    let token = cloud.lifecycle_wait(GROUP, HOOK, &instance, None);
+
+    let table = adapters.table("nodecycle").await;
+    let lifecycle = Arc::new(PodsAtLifecycleCalls {
+        inner: nodecycle::aws::instances::LifecycleActions::new(
+            adapters.clients.autoscaling.clone(),
+        ),
+        admin: admin.clone(),
+        node: node.clone(),
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let handler = InterruptionHandler {
+        cell: adapters.cell(adapters.policies(), table.clone()),
+        ports: InterruptionPorts {
+            instances: Arc::new(nodecycle::aws::instances::Ec2Instances::new(
+                adapters.clients.ec2.clone(),
+            )),
+            lifecycle: lifecycle.clone(),
+            kube: real_kube(&cp, &interruption),
+        },
+        deployment: Arc::new(nodecycle::aws::identity::OwnAccount::new(
+            &cloud.sdk_config().await,
+        )),
+        settings: Settings {
+            poll: Duration::from_millis(200),
+            heartbeat_every: Duration::from_millis(400),
+            ..Settings::default()
+        },
+        metrics: Arc::new(nodecycle::metrics::NoMetrics),
+    };
+    let mut rotator_handler = adapters
+        .rotator(&cloud, adapters.policies(), table.clone())
+        .await;
+    rotator_handler.ports.kube = real_kube(&cp, &rotator);
+
+    let event = {
+        let path = nodecycle_tests::repo_path("events/asg-terminate-lifecycle-action.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let sample: Value = serde_json::from_str(&text).unwrap();
+        let mut v: Value = serde_json::from_str(&text.replace(
+            sample["detail"]["EC2InstanceId"].as_str().unwrap(),
+            &instance,
+        ))
+        .unwrap();
+        v["detail"]["LifecycleActionToken"] = json!(token);
+        v["time"] = json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        v
+    };
+    let statuses_before = (
+        cp.pdb_statuses(NS, "web").len(),
+        cp.pdb_statuses(NS, "db").len(),
+    );
+    let out = handler
+        .handle(
+            &event,
+            Invocation::at(
+                chrono::Utc::now(),
+                std::time::Instant::now() + Duration::from_secs(12),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["outcomes"][0]["action"], "handedOver", "{out}");
+    let rotation = || async {
+        crate::support::rotations_of(&table, "prod/general")
+            .await
+            .into_iter()
+            .find(|r| r.instance_id == instance)
+    };
+    let r = rotation().await.expect("the drain was handed over");
+    assert_eq!(
+        (r.step, r.forced, r.reason),
+        (
+            nodecycle::rotation::Step::Draining,
+            true,
+            nodecycle::rotation::RotationReason::Interrupted
+        ),
+        "{r:?}"
+    );
+    assert!(r.drain.is_some(), "{r:?}");
+    let tick = || async {
+        handler
+            .handle(
+                &json!({}),
+                Invocation::at(
+                    chrono::Utc::now(),
+                    std::time::Instant::now() + Duration::from_secs(60),
+                ),
+            )
+            .await
+            .unwrap()
+    };
+    let out = tick().await;
+    assert_eq!(out["outcomes"][0]["action"], "heartbeat", "{out}");
+    assert!(
+        lifecycle
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|c| c.0 == "heartbeat"),
+        "not completed while db's pod is on the node"
+    );
+
+    // db gets a second replica, Ready on the other node: its budget allows one disruption.
+    let scaled = admin.patch(
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments/db"),
+        "application/merge-patch+json",
+        &json!({ "spec": { "replicas": 2 } }),
+    );
+    assert_eq!(scaled.status, 200, "{}", scaled.raw);
+    cp.wait_for("db's PDB allowing a disruption", |_| {
+        pdb_settled(&admin, "db", Some(1)).then_some(())
+    });
+    let started = std::time::Instant::now();
+    let mut now = chrono::Utc::now();
+    loop {
+        rotator_handler
+            .handle(
+                &json!({}),
+                Invocation::at(now, std::time::Instant::now() + Duration::from_secs(120)),
+            )
+            .await
+            .unwrap();
+        let r = rotation().await;
+        if r.as_ref()
+            .is_none_or(|r| r.step != nodecycle::rotation::Step::Draining)
+        {
+            eprintln!("the rotator's drain ended: {r:?}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the rotator never finished the drain: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        now += chrono::Duration::minutes(1);
+    }
+    let out = tick().await;
+    assert_eq!(out["outcomes"][0]["action"], "completed", "{out}");
+
+    let calls = lifecycle.calls.lock().unwrap().clone();
+    eprintln!("lifecycle calls (call, pods on the node): {calls:?}");
+    assert_eq!(
+        calls.last(),
+        Some(&("complete", 0)),
+        "completed last, the node empty: {calls:?}"
+    );
+    assert_eq!(calls.iter().filter(|c| c.0 == "complete").count(), 1);
+    let completes: Vec<Value> = cloud
+        .lifecycle_calls()
+        .into_iter()
+        .filter(|c| c["action"] == "CompleteLifecycleAction")
+        .collect();
+    assert_eq!(completes.len(), 1, "{completes:?}");
+    assert!(completes[0].get("error").is_none(), "{completes:?}");
+    assert_eq!(
+        (
+            &completes[0]["instance"],
+            &completes[0]["result"],
+            &completes[0]["token"]
+        ),
+        (&json!(instance), &json!("CONTINUE"), &json!(token)),
+    );
+
+    let audit = cp.audit();
+    let evictions = |user: &str, pod: &str, code: u16| {
+        audit
+            .iter()
+            .filter(|e| {
+                e.user == user && e.subresource == "eviction" && e.name == pod && e.code == code
+            })
+            .count()
+    };
+    let db_pod = &db[0].0;
+    assert!(
+        evictions(&interruption.user, db_pod, 429) >= 1,
+        "the handler's evictions of db were refused"
+    );
+    assert_eq!(evictions(&interruption.user, db_pod, 201), 0);
+    assert_eq!(
+        evictions(&rotator.user, db_pod, 201),
+        1,
+        "the rotator evicted db's pod"
+    );
+    for p in web.iter().filter(|p| p.1 == node) {
+        assert_eq!(
+            evictions(&interruption.user, &p.0, 201) + evictions(&rotator.user, &p.0, 201),
+            1,
+            "{} evicted once",
+            p.0
+        );
+    }
+    assert!(
+        !audit.iter().any(|e| e.resource == "pods"
+            && e.subresource.is_empty()
+            && e.verb == "delete"
+            && (e.user == interruption.user || e.user == rotator.user)),
+        "no pod deleted by nodecycle"
+    );
+    for s in &cp.pdb_statuses(NS, "web")[statuses_before.0..] {
+        assert!(within_budget(s, 3), "web PDB status {s}");
+    }
+    // db's budget: 1 healthy wanted, whatever its replicas.
+    for s in &cp.pdb_statuses(NS, "db")[statuses_before.1..] {
+        assert!(
+            s["currentHealthy"].as_i64() >= s["desiredHealthy"].as_i64(),
+            "db PDB status {s}"
+        );
+    }
+    assert!(
+        nodecycle_tests::workload_pods_on(&admin, &node).is_empty(),
+        "the node is empty"
+    );
+}
+
+/// Stand-in scenario (c) of tests/tests/autoscaler.rs
+/// (`ca_removes_an_empty_surge_node_before_it_is_claimed`) on the real API: after the first
+/// pass, Cluster Autoscaler finds a surge node of the new AMI empty (no workload pod: the
+/// scheduler put nothing there yet), taints it, and terminates it with a decrement (8 -> 7). The
+/// next rotator pass raises the lost surge again (one unit on a fresh read, desired back to 8)
+/// and the rollout ends with every instance on the new AMI and the group at 6: nodecycle's
+/// capacity changes are 7 surges (6 and the one raised again) and 6 give-backs, never a lower
+/// SetDesiredCapacity; every `web` PDB status kept 11 healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_removes_an_empty_surge_node_and_nodecycle_raises_it_again() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(1)))
+            .then_some(())
+    });
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let statuses_before = p.cp.pdb_statuses(NS, "web").len();
+    p.pass(t0).await;
+    let surge = p
+        .nodes()
+        .into_iter()
+        .find(|n| n.2 == p.new)
+        .expect("a surge node registered");
+    assert!(
+        ca.workload_pods_on(&surge.0).is_empty(),
+        "the surge node is empty"
+    );
+    let down = ca.scale_down(&surge.0, false);
+    assert_eq!(down.action, "scaleDown", "{down:?}");
+    assert_eq!((down.from, down.to), (Some(8), Some(7)), "{down:?}");
+
+    p.pass(t0 + chrono::Duration::minutes(1)).await;
+    let desired = p
+        .cloud
+        .control("group_instances", json!({ "group": GROUP }))["desired"]
+        .clone();
+    assert_eq!(desired, 8, "the surge that lost its unit raised again");
+    p.passes_until(t0 + chrono::Duration::minutes(2), "the rollout", |o| {
+        p.rolled_out(o)
+    })
+    .await;
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_eq!(
+        assert_nodecycle_never_lowered(&records),
+        7,
+        "6 surges and one raised again"
+    );
+    assert_eq!(
+        records
+            .terminations
+            .iter()
+            .filter(|t| t.by == "cluster-autoscaler")
+            .map(|t| t.instance.as_str())
+            .collect::<Vec<_>>(),
+        vec![surge.1.as_str()],
+        "CA terminated the surge node only"
+    );
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 11), "web PDB status {s}");
+    }
+}
+
+/// Stand-in scenario (f) of tests/tests/autoscaler.rs
+/// (`surge_nodes_are_protected_and_az_rebalance_is_resumed`, its Kubernetes side) on the real
+/// API: at every pass of the rollout, the node of each in-flight rotation's replacement carries
+/// `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"` as the API server stores it,
+/// no other node does, and Cluster Autoscaler, asked every pass to remove a protected node,
+/// refuses ("scale-down disabled"); at the end no node keeps the annotation and the group is at
+/// 6 on the new AMI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn surge_nodes_are_protected_from_cluster_autoscaler_while_their_rotation_runs() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let annotated = || -> BTreeMap<String, (String, bool)> {
+        admin.get("/api/v1/nodes").body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                let instance = n["spec"]["providerID"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let name = n["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let marked = n["metadata"]["annotations"]
+                    [nodecycle_tests::SCALE_DOWN_DISABLED_ANNOTATION]
+                    == "true";
+                (instance, (name, marked))
+            })
+            .collect()
+    };
+    let mut protected_seen = 0;
+    let mut refused = 0;
+    p.passes_until(t0, "the rollout", |o| {
+        let serving: Vec<String> = o
+            .rotations
+            .iter()
+            .filter(|r| r.in_flight())
+            .filter_map(|r| r.replacement.clone())
+            .collect();
+        let nodes = annotated();
+        for (instance, (name, marked)) in &nodes {
+            if serving.contains(instance) {
+                assert!(*marked, "pass {}: replacement {name} unprotected", o.pass);
+                protected_seen += 1;
+            } else {
+                assert!(
+                    !*marked,
+                    "pass {}: {name} keeps scale-down-disabled with no rotation on it",
+                    o.pass
+                );
+            }
+        }
+        if let Some((name, _)) = serving.iter().find_map(|i| nodes.get(i)) {
+            let down = ca.scale_down(name, false);
+            assert_eq!(down.action, "noScaleDown", "pass {}: {down:?}", o.pass);
+            assert!(down.reason.contains("scale-down disabled"), "{down:?}");
+            refused += 1;
+        }
+        p.rolled_out(o)
+    })
+    .await;
+    assert!(
+        protected_seen > 0 && refused > 0,
+        "replacements seen protected ({protected_seen}) and CA refused ({refused})"
+    );
+    assert!(
+        annotated().values().all(|(_, marked)| !marked),
+        "no scale-down-disabled left"
+    );
+    assert!(
+        p.cloud
+            .scaling_records(Some(GROUP))
+            .terminations
+            .iter()
+            .all(|t| t.by == "api"),
+        "CA removed nothing"
+    );
 }

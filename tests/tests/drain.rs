@@ -196,6 +196,13 @@ async fn daemonset_mirror_and_finished_pods_are_skipped() {
             .owner("Job", "job")
             .phase("Succeeded"),
     );
+    // What the kubelet leaves of a pod it evicted under node pressure (as on the real API:
+    // controlplane::a_drain_moves_what_budgets_allow_...).
+    kube.add_pod(
+        PodFixture::new("default", "evicted-earlier")
+            .node(NODE)
+            .phase("Failed"),
+    );
 
     let report = run_drain(&cloud, INSTANCE, None, Duration::from_secs(60))
         .await
@@ -203,16 +210,25 @@ async fn daemonset_mirror_and_finished_pods_are_skipped() {
     assert!(report.done, "{report:?}");
     assert_eq!(
         (report.evicted, report.skipped, report.deleted),
-        (1, 3, 0),
+        (1, 4, 0),
         "{report:?}"
     );
     let state = kube.state();
     assert!(evictions(&state, "kube-system", "kube-proxy-abcde").is_empty());
     assert!(evictions(&state, "kube-system", "static-web-node").is_empty());
     assert!(evictions(&state, "default", "job-xyz").is_empty());
+    assert!(evictions(&state, "default", "evicted-earlier").is_empty());
     assert!(state.pod("kube-system", "static-web-node").is_some());
     let json = serde_json::to_value(&report).unwrap();
-    for key in ["node", "evicted", "skipped", "deleted", "blockedBy", "done"] {
+    for key in [
+        "node",
+        "evicted",
+        "skipped",
+        "deleted",
+        "blockedBy",
+        "failures",
+        "done",
+    ] {
         assert!(json.get(key).is_some(), "{key} missing in {json}");
     }
     assert_eq!(json["node"], NODE);
@@ -317,6 +333,44 @@ async fn timeout_while_blocked_reports_the_budget() {
     assert!(!report.done);
     assert_eq!(report.blocked_by, vec!["default/web-pdb".to_string()]);
     assert!(kube.state().pod("default", "web-1").is_some());
+}
+
+/// A pod under two PodDisruptionBudgets: the API server answers its eviction 500 (as the real
+/// one does: `controlplane::a_drain_blocked_by_budgets_retries_and_forces_nothing`); the drain
+/// never deletes it and its report names the refusal in `failures`, not in `blockedBy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_under_two_pdbs_is_never_forced_and_named_in_the_report() {
+    let (cloud, kube) = cluster();
+    kube.add_pod(web_pod("web-1", NODE));
+    for name in ["web-a", "web-b"] {
+        kube.add_pdb(
+            PdbFixture::new("default", name)
+                .match_label("app", "web")
+                .max_unavailable(1),
+        );
+    }
+    let report = run_drain(&cloud, INSTANCE, None, Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert!(!report.done, "{report:?}");
+    assert!(report.blocked_by.is_empty(), "{report:?}");
+    assert_eq!(
+        report.failures,
+        vec![
+            "eviction of default/web-1 failed with HTTP 500: This pod has more than one \
+             PodDisruptionBudget, which the eviction subresource does not support."
+                .to_string()
+        ],
+        "{report:?}"
+    );
+    let state = kube.state();
+    assert!(
+        evictions(&state, "default", "web-1")
+            .iter()
+            .all(|c| *c == 500)
+    );
+    assert_eq!(deletions(&state, "default", "web-1"), 0);
+    assert!(state.pod("default", "web-1").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

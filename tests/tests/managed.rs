@@ -25,9 +25,10 @@ use nodecycle_tests::{FakeCloud, ImageFixture, KubeStandIn};
 use serde_json::{Value, json};
 use support::*;
 
-const BASE: &str = "/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard";
-const OLD_RELEASE: &str = "1.30.4-20241001";
-const NEW_RELEASE: &str = "1.30.6-20241101";
+pub(crate) const BASE: &str =
+    "/aws/service/eks/optimized-ami/1.30/amazon-linux-2023/x86_64/standard";
+pub(crate) const OLD_RELEASE: &str = "1.30.4-20241001";
+pub(crate) const NEW_RELEASE: &str = "1.30.6-20241101";
 
 struct Mng {
     cloud: FakeCloud,
@@ -48,7 +49,12 @@ fn at(s: &str) -> DateTime<Utc> {
 /// `recommended` (JSON carrying image_id, image_name and release_version together), each with its
 /// `image_id` child; tells the
 /// fake EKS which AMI the release launches.
-fn publish_release(cloud: &FakeCloud, release: &str, date: &str, created: &str) -> String {
+pub(crate) fn publish_release(
+    cloud: &FakeCloud,
+    release: &str,
+    date: &str,
+    created: &str,
+) -> String {
     let name = format!("amazon-eks-node-al2023-x86_64-standard-1.30-v{date}");
     let id = cloud.register_image(
         ImageFixture::new(&name)

@@ -35,6 +35,10 @@ pub struct DrainReport {
     pub deleted: usize,
     /// PodDisruptionBudgets (`namespace/name`) blocking at the last step; empty when done.
     pub blocked_by: Vec<String>,
+    /// Evictions that failed for another reason at the last step that tried them, with the API
+    /// server's answer (e.g. HTTP 500 for a pod under two PodDisruptionBudgets, 403 without
+    /// RBAC): what else keeps the drain from ending; empty when done.
+    pub failures: Vec<String>,
     /// Every pod that had to leave is gone.
     pub done: bool,
 }
@@ -138,18 +142,24 @@ pub async fn drain_until<A: NodeOps + ?Sized>(
             None => String::new(),
         }
     ));
+    // The failures of the last step that tried every eviction (a step cut short by the
+    // timeout may not have retried them).
+    let mut failures: Vec<String> = Vec::new();
     loop {
         let remaining = timeout.saturating_sub(started.elapsed());
         let step = drain_step(api, &mut state, Utc::now(), remaining.min(STEP_BUDGET)).await?;
         progress(&describe_step(&step));
+        if !step.failed.is_empty() || step.deferred == 0 {
+            failures = step.failed.iter().map(|f| f.message.clone()).collect();
+        }
         if step.done || started.elapsed() + interval >= timeout {
-            return Ok(report(&state, &step));
+            return Ok(report(&state, &step, failures));
         }
         tokio::time::sleep(interval).await;
     }
 }
 
-fn report(state: &DrainState, last: &DrainProgress) -> DrainReport {
+fn report(state: &DrainState, last: &DrainProgress, failures: Vec<String>) -> DrainReport {
     DrainReport {
         node: state.node.clone(),
         evicted: state.evicted.len(),
@@ -164,6 +174,7 @@ fn report(state: &DrainState, last: &DrainProgress) -> DrainReport {
         } else {
             last.blocked_by.clone()
         },
+        failures: if last.done { Vec::new() } else { failures },
         done: last.done,
     }
 }
@@ -265,12 +276,15 @@ mod tests {
             skipped: 2,
             deleted: 1,
             blocked_by: vec!["default/web".into()],
+            failures: vec!["eviction of default/cache failed with HTTP 500: two PDBs".into()],
             done: false,
         };
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             serde_json::json!({"node": "ip-10-0-0-1.ec2.internal", "evicted": 3, "skipped": 2,
-                "deleted": 1, "blockedBy": ["default/web"], "done": false})
+                "deleted": 1, "blockedBy": ["default/web"],
+                "failures": ["eviction of default/cache failed with HTTP 500: two PDBs"],
+                "done": false})
         );
     }
 
@@ -310,6 +324,7 @@ mod tests {
                 skipped: 1,
                 deleted: 0,
                 blocked_by: vec![],
+                failures: vec![],
                 done: true
             }
         );
@@ -362,5 +377,48 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(err.exit_code(), 2);
+    }
+
+    /// An eviction refused for another reason than a budget (a pod under two PDBs: 500) is
+    /// named in the report of a drain that timed out, with the API server's answer; a budget's
+    /// refusal of another pod stays in `blockedBy`.
+    #[tokio::test(start_paused = true)]
+    async fn drain_until_reports_what_else_refused_an_eviction() {
+        let c = MemoryCluster::new(Utc::now());
+        c.add_node("n1", "i-0123456789abcdef0");
+        c.add_pod("n1", pod("a", "ReplicaSet"));
+        c.add_pod("n1", pod("cache", "ReplicaSet"));
+        let blocked = EvictOutcome::Blocked {
+            pdb: Some("web".into()),
+            message: "no".into(),
+        };
+        let two_pdbs = EvictOutcome::Rejected {
+            code: 500,
+            message: "This pod has more than one PodDisruptionBudget, which the eviction \
+                      subresource does not support."
+                .into(),
+        };
+        c.script_evictions("a", vec![blocked; 100]);
+        c.script_evictions("cache", vec![two_pdbs; 100]);
+        let report = drain_until(
+            &c,
+            "i-0123456789abcdef0",
+            None,
+            Duration::from_secs(20),
+            STEP_INTERVAL,
+            &mut |_: &str| {},
+        )
+        .await
+        .unwrap();
+        assert!(!report.done);
+        assert_eq!(report.blocked_by, vec!["default/web"]);
+        assert_eq!(
+            report.failures,
+            vec![
+                "eviction of default/cache failed with HTTP 500: This pod has more than one \
+                 PodDisruptionBudget, which the eviction subresource does not support."
+                    .to_string()
+            ]
+        );
     }
 }
