@@ -471,37 +471,14 @@ impl Planner<'_> {
             .map(|v| (v.value.instance_id.clone(), v.version))
             .collect();
         let gates = gates_of(record.as_ref(), policy, view);
-        let repair = plan::RepairFacts {
-            watched_images: record
-                .as_ref()
-                .filter(|r| r.pin.is_none())
-                .filter(|r| {
-                    crate::promotion::health::under_watch(
-                        r.previous_desired.is_some(),
-                        r.desired_changed_at,
-                        policy.health.window,
-                        now,
-                    )
-                })
-                .and_then(|r| r.desired.as_ref())
-                .map(|a| vec![a.id.clone()])
-                .unwrap_or_default(),
-            pool_do_not_repair: false,
-            scheduled: members
-                .iter()
-                .filter_map(|m| {
-                    let s = view.troubled.get(&m.instance_id)?;
-                    let e = s.events.iter().min_by_key(|e| e.not_before)?;
-                    Some((m.instance_id.clone(), e.clone()))
-                })
-                .collect(),
-            left_to: managed
-                .as_ref()
-                .filter(|g| g.auto_repair)
-                .map(|_| {
-                    "EKS node auto repair is on for the node group (nodeRepairConfig.enabled): EKS repairs its nodes, nodecycle does not".to_string()
-                }),
-        };
+        let repair = repair_facts(
+            record.as_ref(),
+            policy,
+            managed.as_ref(),
+            &members,
+            view,
+            now,
+        );
         Ok(Observed {
             snapshot: Snapshot {
                 policy: policy.clone(),
@@ -519,6 +496,48 @@ impl Planner<'_> {
             managed_update,
             launch_problem,
         })
+    }
+}
+
+/// What repair needs of the pool beyond its members: the images of its release under watch
+/// (not a pinned pool's), whether EKS repairs it (a managed node group with node auto repair),
+/// and the EC2 events scheduled for its instances.
+fn repair_facts(
+    record: Option<&PoolRecord>,
+    policy: &Policy,
+    managed: Option<&ManagedGroup>,
+    members: &[Member],
+    view: &ClusterView,
+    now: DateTime<Utc>,
+) -> plan::RepairFacts {
+    plan::RepairFacts {
+        watched_images: record
+            .filter(|r| r.pin.is_none())
+            .filter(|r| {
+                crate::promotion::health::under_watch(
+                    r.previous_desired.is_some(),
+                    r.desired_changed_at,
+                    policy.health.window,
+                    now,
+                )
+            })
+            .and_then(|r| r.desired.as_ref())
+            .map(|a| vec![a.id.clone()])
+            .unwrap_or_default(),
+        pool_do_not_repair: false,
+        scheduled: members
+            .iter()
+            .filter_map(|m| {
+                let s = view.troubled.get(&m.instance_id)?;
+                let e = s.events.iter().min_by_key(|e| e.not_before)?;
+                Some((m.instance_id.clone(), e.clone()))
+            })
+            .collect(),
+        left_to: managed
+            .filter(|g| g.auto_repair)
+            .map(|_| {
+                "EKS node auto repair is on for the node group (nodeRepairConfig.enabled): EKS repairs its nodes, nodecycle does not".to_string()
+            }),
     }
 }
 
