@@ -77,6 +77,8 @@ pub struct ManagedFacts {
     pub auto_scaling_group: Option<String>,
     /// The customer's launch template, when the group was created with one.
     pub launch_template: Option<TemplateRef>,
+    /// EKS node auto repair is on (`nodeRepairConfig.enabled`).
+    pub auto_repair: bool,
 }
 
 /// A launch template.

@@ -842,6 +842,8 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         asg_name = f"eks-{name}-{ngo.uuid}"
         ngo.resources = {"autoScalingGroups": [{"name": asg_name}]}
         ngo.remote_access = None  # not configured
+        # EKS node auto repair ({"enabled": true}), as CreateNodegroup takes it.
+        ngo.node_repair_config = args.get("nodeRepairConfig")
         if user_lt is not None:
             ngo.launch_template = {"name": user_lt.name, "id": user_lt.id, "version": lt_version}
             ngo.disk_size = None  # in the launch template

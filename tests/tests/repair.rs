@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::rotation::{Rotation, RotationReason, Step};
+use nodecycle::state::Store;
 use nodecycle_tests::{KubeStandIn, PdbFixture, PodFixture, SyncNodes};
 use support::pool::{Pool, golden_cloud};
 use support::{Adapters, CapturedMetrics, capture, delivered};
@@ -466,5 +467,87 @@ async fn an_impaired_status_check_is_repaired_and_a_scheduled_event_recorded_wit
         this_test
             .iter()
             .all(|c| c["maxResults"] == 1000 && c["ids"] == 0)
+    );
+}
+
+/// Two managed node groups of one cluster, one NotReady node in each for 31 minutes: the group
+/// with EKS node auto repair on (`nodeRepairConfig.enabled`) is left to EKS (no rotation), the
+/// other is repaired by nodecycle as a self-managed group would be.
+#[tokio::test]
+async fn a_managed_node_group_with_eks_auto_repair_is_left_to_eks() {
+    let (cloud, kube, _old, new) = golden_cloud();
+    let a = Adapters::new(&cloud).await;
+    let mut asgs = Vec::new();
+    for (name, auto) in [("eks-repairs", true), ("we-repair", false)] {
+        let mut args = serde_json::json!({"cluster": "prod", "nodegroup": name, "size": 5,
+                                          "max": 8, "image": new});
+        if auto {
+            args["nodeRepairConfig"] = serde_json::json!({"enabled": true});
+        }
+        let created = cloud.control("create_nodegroup", args);
+        asgs.push(created["asg"].as_str().unwrap().to_string());
+        cloud.put_parameter(
+            &format!("/nodecycle/pools/prod/{name}"),
+            &format!(
+                "cluster: prod\nname: {name}\nnodeGroup: {{ managedNodeGroup: {name} }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\nterminationGracePeriod: 1h\nhealth:\n  window: 1s\n"
+            ),
+        );
+    }
+    kube.sync_nodes(SyncNodes::default());
+    kube.wait_for("initial nodes", Duration::from_secs(30), |s| {
+        (s.nodes.len() == 10).then_some(())
+    });
+    let table = a.table("nodecycle").await;
+    let policies = a.policies();
+    let watcher = a.watcher(policies.clone(), table.clone());
+    let rotator = a.rotator(&cloud, policies, table.clone()).await;
+    let now = Utc::now();
+    watcher.handle(&serde_json::json!({}), now).await.unwrap();
+    support::rotator_pass(&rotator, now).await;
+
+    let mut sick = Vec::new();
+    for asg in &asgs {
+        let first = a.group_instances(asg).await[0].0.clone();
+        sick.push(first);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    kube.sync_nodes(SyncNodes {
+        stalled_instances: sick.clone(),
+        ..SyncNodes::default()
+    });
+    kube.wait_for("two stalled nodes", Duration::from_secs(30), |k| {
+        let n = k
+            .nodes
+            .iter()
+            .filter(|n| {
+                n["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] != "True")
+                })
+            })
+            .count();
+        (n == 2).then_some(())
+    });
+    let stalled_at = Utc::now();
+    support::rotator_pass(&rotator, stalled_at + TimeDelta::minutes(31)).await;
+    let rotations_of = async |pool: &str| -> Vec<Rotation> {
+        table
+            .query(&format!("POOL#{pool}"), "ROT#")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| serde_json::from_value(v.value).unwrap())
+            .collect()
+    };
+    let left = rotations_of("prod/eks-repairs").await;
+    assert!(left.is_empty(), "EKS repairs that group: {left:?}");
+    let ours = rotations_of("prod/we-repair").await;
+    assert_eq!(
+        ours.iter()
+            .filter(|r| r.reason == RotationReason::Unhealthy)
+            .map(|r| r.instance_id.as_str())
+            .collect::<Vec<_>>(),
+        [sick[1].as_str()],
+        "{ours:?}"
     );
 }

@@ -437,12 +437,15 @@ impl Measured {
 /// The calls a steady pass may make besides the pools' records (see
 /// [`Measured::other_than_records`]), all shared: per cluster its
 /// lease (taken and given back), the stop switch, its Kubernetes endpoint, its groups (100 a
-/// call), their instances (1,000 a page), two listings of the Region's templates (200 a page);
-/// per pass the policies (10 a page) and the quarantine.
+/// call), their instances (1,000 a page), two listings of the Region's templates (200 a page),
+/// the Region's instance statuses (1,000 a call; repair); per pass the policies (10 a page)
+/// and the quarantine.
 fn shared_ceiling(clusters: usize, pools: usize, nodes: usize) -> u64 {
     let templates = (clusters * pools).div_ceil(200);
+    // Each cluster's pass reads the region's instance statuses (repair), 1,000 a call.
+    let statuses = (clusters * pools * nodes).div_ceil(1000);
     let per_cluster =
-        2 + 2 + 1 + pools.div_ceil(100) + (pools * nodes).div_ceil(1000) + 2 * templates;
+        2 + 2 + 1 + pools.div_ceil(100) + (pools * nodes).div_ceil(1000) + 2 * templates + statuses;
     (clusters * per_cluster + (clusters * pools).div_ceil(10) + 2) as u64
 }
 

@@ -139,6 +139,10 @@ impl GroupInfo for Inventory {
             name: name.to_owned(),
             auto_scaling_group: eks::auto_scaling_group_of(&ng),
             launch_template: ng.launch_template().map(eks::template_ref),
+            auto_repair: ng
+                .node_repair_config()
+                .and_then(|c| c.enabled())
+                .unwrap_or(false),
         }))
     }
 

@@ -162,7 +162,12 @@ pub fn managed(
                     pool,
                     format!(
                         "managed node group {name} (Auto Scaling group {asg_name}, tagged \
-                         {CLUSTER_TAG}={cluster})"
+                         {CLUSTER_TAG}={cluster}); {}",
+                        if ng.auto_repair {
+                            "EKS node auto repair on: EKS repairs its nodes, nodecycle does not"
+                        } else {
+                            "EKS node auto repair off: nodecycle repairs its nodes (policy repair:)"
+                        }
                     ),
                 ),
             }
@@ -428,6 +433,7 @@ mod tests {
             name: "golden".into(),
             auto_scaling_group: Some("eks-golden-1".into()),
             launch_template: None,
+            auto_repair: false,
         };
         let ok_asg = || Some(Ok(Some(asg(&[(CLUSTER_TAG, "prod")]))));
         type Case = (
@@ -482,6 +488,18 @@ mod tests {
         }
         let c = managed("p", "prod", "g", Ok(None), None, true);
         assert!(c.fix.contains("autoScalingGroup: g"), "{c}");
+        // EKS's repair configuration is reported: who repairs the group's nodes.
+        for (auto, says) in [
+            (true, "EKS repairs its nodes"),
+            (false, "nodecycle repairs"),
+        ] {
+            let n = Ok(Some(ManagedFacts {
+                auto_repair: auto,
+                ..ng()
+            }));
+            let c = managed("prod/golden", "prod", "golden", n, ok_asg(), false);
+            assert!(c.detail.contains(says), "{c}");
+        }
     }
 
     #[test]

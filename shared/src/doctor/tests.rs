@@ -106,6 +106,7 @@ fn healthy() -> World {
             name: "golden".into(),
             auto_scaling_group: Some("eks-golden-1".into()),
             launch_template: Some(lt("lt-golden")),
+            auto_repair: false,
         },
     );
     for id in ["lt-general", "lt-golden"] {

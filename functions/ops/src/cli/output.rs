@@ -230,8 +230,8 @@ fn pool_row(p: &Value) -> Vec<String> {
     ]
 }
 
-/// What holds or moves the pool, with why: paused, halted, blocked, rotating, waiting for
-/// promotion, or `ok`.
+/// What holds or moves the pool, with why: paused, halted, repair suspended (an outage),
+/// rotating, blocked, waiting for promotion, or `ok`.
 fn state(p: &Value) -> String {
     if let Some(paused) = p["paused"].as_object() {
         let by = paused
@@ -246,6 +246,9 @@ fn state(p: &Value) -> String {
     }
     if !p["halted"].is_null() {
         return format!("halted: {}", reason_of(&p["halted"]));
+    }
+    if !p["repairSuspended"].is_null() {
+        return format!("repair suspended: {}", reason_of(&p["repairSuspended"]));
     }
     let rotating = p["rotations"].as_array().map_or(0, Vec::len);
     if rotating > 0 {
@@ -276,6 +279,17 @@ fn reason_of(v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_suspended_repair_shows_as_the_pools_state_with_why() {
+        let p = json!({"pool": "prod/general", "paused": null, "halted": null,
+                       "repairSuspended": {"message": "3 of 6 nodes of the pool are unhealthy", "at": "2026-12-05T10:00:00Z"},
+                       "rotations": [], "blocked": null});
+        assert_eq!(
+            state(&p),
+            "repair suspended: 3 of 6 nodes of the pool are unhealthy"
+        );
+    }
 
     #[test]
     fn the_status_table_has_a_row_per_pool_with_its_state_and_reason() {

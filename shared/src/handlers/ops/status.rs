@@ -296,6 +296,7 @@ async fn pool_status(
         "forcedAtOnce": forced_at_once,
         "paused": paused,
         "halted": record.as_ref().and_then(|r| r.halted.clone()),
+        "repairSuspended": record.as_ref().and_then(|r| r.repair_suspended.clone()),
         "rotations": in_flight,
         "nodeGroupUpdate": node_group_update,
         "finished24h": finished,
