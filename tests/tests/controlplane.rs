@@ -3611,3 +3611,228 @@ async fn surge_nodes_are_protected_from_cluster_autoscaler_while_their_rotation_
         "CA removed nothing"
     );
 }
+
+/// 12 `web` pods Ready (PDB `maxUnavailable: 2`, as on the stand-in) in [`NS`], the PDB
+/// computed; the new AMI published at `t0` and the statuses written so far counted.
+async fn roll_beside_ca(p: &RealPool, t0: chrono::DateTime<chrono::Utc>) -> usize {
+    let admin = p.cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 2 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(2)))
+            .then_some(())
+    });
+    p.publish(t0).await;
+    p.cp.pdb_statuses(NS, "web").len()
+}
+
+/// The old nodes no rotation holds and nodecycle has not marked: (name, instance).
+async fn unrotated_old_nodes(p: &RealPool) -> Vec<(String, String)> {
+    let rotated: BTreeSet<String> = p
+        .rotations()
+        .await
+        .iter()
+        .map(|r| r.instance_id.clone())
+        .collect();
+    p.nodes()
+        .into_iter()
+        .filter(|(_, instance, image, marked)| {
+            *image == p.old && !marked && !rotated.contains(instance)
+        })
+        .map(|(name, instance, ..)| (name, instance))
+        .collect()
+}
+
+/// CA removes (taint, evictions, terminate with decrement) the first of `candidates` it finds
+/// unneeded; (node, instance, its action). Panics with every answer when it removes none.
+fn ca_removes_one(
+    ca: &nodecycle_tests::RealClusterAutoscaler<'_>,
+    candidates: Vec<(String, String)>,
+) -> (String, String, nodecycle_tests::CaAction) {
+    let mut tried = Vec::new();
+    for (name, instance) in candidates {
+        let down = ca.scale_down(&name, false);
+        if down.action == "scaleDown" {
+            return (name, instance, down);
+        }
+        tried.push(down);
+    }
+    panic!("CA found no old node to remove: {tried:#?}");
+}
+
+/// Stand-in scenario (b) of tests/tests/autoscaler.rs (`ca_removes_an_old_node_nobody_rotates`)
+/// on the real API: after the first pass (2 surges: desired 8), Cluster Autoscaler finds an old
+/// node nobody rotates unneeded (`web`'s PDB, `maxUnavailable: 2`, allows moving its pods),
+/// taints it, evicts its pods through the Eviction API and terminates its instance with a
+/// decrement (8 -> 7), recorded as CA's. nodecycle keeps that scale-down: the rollout ends with
+/// every instance on the new AMI and the group at 5 (CA's 7 less nodecycle's 2), the removed
+/// instance never rotated, nodecycle's capacity changes only its 5 surges and 5 give-backs, its
+/// terminations the 5 old instances left and nothing else; every PDB status the disruption
+/// controller wrote, through CA's evictions and nodecycle's, kept 10 healthy; no instance left
+/// the group with a workload pod not being deleted on its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_removes_an_old_node_nobody_rotates_and_nodecycle_keeps_it() {
+    let p = real_pool().await;
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    let t0 = chrono::Utc::now();
+    let statuses_before = roll_beside_ca(&p, t0).await;
+    p.pass(t0).await;
+    assert_eq!(
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"],
+        8,
+        "two surges"
+    );
+    let (name, instance, down) = ca_removes_one(&ca, unrotated_old_nodes(&p).await);
+    assert_eq!((down.from, down.to), (Some(8), Some(7)), "{down:?}");
+    p.cp.sync_group(&p.cloud, GROUP);
+
+    let outcomes = p
+        .passes_until(t0 + chrono::Duration::minutes(1), "the rollout", |o| {
+            !o.images.is_empty()
+                && o.images.iter().all(|i| *i == p.new)
+                && o.rotations.iter().all(|r| !r.in_flight())
+        })
+        .await;
+    eprintln!(
+        "CA removed {name} after the first pass; the rollout took {} more",
+        outcomes.len()
+    );
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(
+        instances.len(),
+        5,
+        "CA's 7 less nodecycle's 2: {instances:?}"
+    );
+    assert_eq!(
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"],
+        5
+    );
+    assert!(
+        p.rotations()
+            .await
+            .iter()
+            .all(|r| r.instance_id != instance),
+        "CA's node was not rotated"
+    );
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_eq!(
+        assert_nodecycle_never_lowered(&records),
+        5,
+        "one surge per rotated node"
+    );
+    let by_nodecycle: Vec<_> = records
+        .terminations
+        .iter()
+        .filter(|t| t.by == "api")
+        .collect();
+    assert_eq!(
+        by_nodecycle.len(),
+        5,
+        "nodecycle terminated the 5 old instances left, nothing else: {by_nodecycle:?}"
+    );
+    assert!(
+        by_nodecycle.iter().all(|t| t.instance != instance),
+        "{by_nodecycle:?}"
+    );
+    let by_ca: Vec<_> = records
+        .terminations
+        .iter()
+        .filter(|t| t.by == "cluster-autoscaler")
+        .collect();
+    assert_eq!(by_ca.len(), 1, "{by_ca:?}");
+    assert_eq!(
+        (by_ca[0].instance.as_str(), by_ca[0].decrement),
+        (instance.as_str(), Some(true))
+    );
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 10), "web PDB status {s}");
+    }
+}
+
+/// Stand-in `ca_scales_the_group_down_to_min_size_mid_roll` of tests/tests/autoscaler.rs on the
+/// real API: the group's MinSize is 5; after the first pass (2 surges: desired 8) Cluster
+/// Autoscaler removes three old nodes nobody rotates, one at a time (taint, evictions within
+/// `web`'s PDB, terminate with a decrement: 8 -> 5, CA's), and then refuses any further node
+/// ("group at MinSize"). The terminates nodecycle then makes go without a decrement (Auto
+/// Scaling refuses one below MinSize) and the rollout ends with every instance on the new AMI
+/// and the group at 5, its MinSize and CA's size; nodecycle never lowered desired capacity
+/// otherwise; every PDB status kept 10 healthy; no instance left the group with a workload pod
+/// not being deleted on its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_scales_the_group_to_min_size_mid_roll_and_the_roll_ends_there() {
+    let p = real_pool().await;
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    p.adapters
+        .clients
+        .autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(GROUP)
+        .min_size(5)
+        .send()
+        .await
+        .unwrap();
+    let t0 = chrono::Utc::now();
+    let statuses_before = roll_beside_ca(&p, t0).await;
+    p.pass(t0).await;
+    let desired = || {
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(desired(), 8, "two surges");
+    let mut removed = Vec::new();
+    for _ in 0..3 {
+        let (name, instance, down) = ca_removes_one(&ca, unrotated_old_nodes(&p).await);
+        assert_eq!(down.to, down.from.map(|f| f - 1), "{down:?}");
+        p.cp.sync_group(&p.cloud, GROUP);
+        removed.push((name, instance));
+    }
+    assert_eq!(desired(), 5, "CA at MinSize");
+    let any = p.nodes().remove(0).0;
+    let more = ca.scale_down(&any, false);
+    assert_eq!(more.action, "noScaleDown", "{more:?}");
+    assert!(more.reason.contains("MinSize"), "{more:?}");
+
+    let outcomes = p
+        .passes_until(t0 + chrono::Duration::minutes(1), "the rollout", |o| {
+            !o.images.is_empty()
+                && o.images.iter().all(|i| *i == p.new)
+                && o.rotations.iter().all(|r| !r.in_flight())
+        })
+        .await;
+    eprintln!(
+        "CA removed {removed:?} after the first pass; the rollout took {} more",
+        outcomes.len()
+    );
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(instances.len(), 5, "at MinSize: {instances:?}");
+    assert_eq!(desired(), 5);
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_nodecycle_never_lowered(&records);
+    assert!(
+        records
+            .terminations
+            .iter()
+            .any(|t| t.by == "api" && t.decrement == Some(false)),
+        "a terminate at MinSize went without a decrement: {:?}",
+        records.terminations
+    );
+    let rotated: BTreeSet<String> = p
+        .rotations()
+        .await
+        .iter()
+        .map(|r| r.instance_id.clone())
+        .collect();
+    assert!(
+        removed.iter().all(|(_, i)| !rotated.contains(i)),
+        "CA's nodes were not rotated"
+    );
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 10), "web PDB status {s}");
+    }
+}
