@@ -35,7 +35,7 @@ pub use autoscaler::{
 pub use controlplane::{
     AccessEntry, AuditEvent, CREATE_CONTAINER_ERROR_MESSAGE, ControlPlane,
     ENV_BIN as CONTROLPLANE_BIN_ENV, GROUP_ANNOTATION, IMAGE_ANNOTATION, KwokNode,
-    NODE_STATUS_UNKNOWN_MESSAGE, NodeSync, TokenReview,
+    NODE_NOT_READY_MESSAGE, NODE_STATUS_UNKNOWN_MESSAGE, NodeSync, TokenReview,
 };
 pub use controlplane_ca::{
     RealClusterAutoscaler, SAFE_TO_EVICT_ANNOTATION, SCALE_DOWN_DISABLED_ANNOTATION,

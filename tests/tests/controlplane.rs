@@ -3836,3 +3836,163 @@ async fn cluster_autoscaler_scales_the_group_to_min_size_mid_roll_and_the_roll_e
         assert!(within_budget(s, 10), "web PDB status {s}");
     }
 }
+
+/// Stand-in scenario (e) of tests/tests/autoscaler.rs (`a_bad_ami_still_quarantines_beside_ca`)
+/// on the real API: the new AMI is bad, its instances boot but their nodes never become Ready
+/// (they register `Ready` `False`, `KubeletNotReady`: [`ControlPlane::never_ready_nodes_of_image`];
+/// the node lifecycle controller taints them not-ready). After the first pass (2 surges on it:
+/// desired 8), Deployment `burst` asks for one pod more than the schedulable nodes can take, the
+/// scheduler reports it `Unschedulable`, and Cluster Autoscaler adds a node for it (8 -> 9,
+/// CA's), which launches on the bad AMI too and never becomes Ready either. The rotation fails,
+/// the release is quarantined and the pool's desired AMI is the old one again; every capacity
+/// change after CA's keeps desired capacity at or above CA's 7 (its 9 less nodecycle's 2), and
+/// the group ends there with CA's instance the only one on the bad AMI. CA then removes that
+/// NotReady node (nothing runs on it), and the passes after leave the group at 6, every
+/// instance on the old AMI. nodecycle's capacity changes are only +1 surges and -1 give-backs;
+/// no instance left the group with a workload pod not being deleted on its node; every `web`
+/// PDB status kept 10 healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_ami_still_quarantines_and_rolls_back_beside_cluster_autoscaler() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    p.cp.never_ready_nodes_of_image(&p.new);
+    let t0 = chrono::Utc::now();
+    let statuses_before = roll_beside_ca(&p, t0).await;
+    p.pass(t0).await;
+    let desired = || {
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(desired(), 8, "two surges");
+    let surges: Vec<Value> = admin.get("/api/v1/nodes").body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| {
+            n["metadata"]["annotations"][nodecycle_tests::IMAGE_ANNOTATION] == p.new.as_str()
+        })
+        .cloned()
+        .collect();
+    assert_eq!(surges.len(), 2, "two surge nodes registered");
+    for n in &surges {
+        let name = n["metadata"]["name"].as_str().unwrap();
+        p.cp.wait_for(&format!("{name} tainted not-ready"), |_| {
+            admin.get(&format!("/api/v1/nodes/{name}")).body["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["key"] == "node.kubernetes.io/not-ready" && t["effect"] == "NoSchedule")
+                .then_some(())
+        });
+        let ready = condition(n, "Ready");
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some("KubeletNotReady")),
+            "{n}"
+        );
+    }
+
+    let schedulable_nodes = admin.get("/api/v1/nodes").body["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| schedulable(n))
+        .count();
+    assert_eq!(schedulable_nodes, 6, "the surge nodes are not schedulable");
+    let mut burst = deployment("burst", u32::try_from(schedulable_nodes + 1).unwrap());
+    burst["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({ "requests": { "cpu": BURST_CPU } });
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        burst,
+    );
+    p.cp.wait_for("1 burst pod Unschedulable, the others Ready", |_| {
+        let pods = pods_of(&admin, "burst");
+        (pods.len() == schedulable_nodes + 1
+            && pods.iter().filter(|p| p.3).count() == schedulable_nodes
+            && ca.unschedulable_pods().len() == 1)
+            .then_some(())
+    });
+    let up = ca.scale_up(1);
+    assert_eq!(up.action, "scaleUp", "{up:?}");
+    assert_eq!((up.from, up.to), (Some(8), Some(9)), "{up:?}");
+    let ca_size: i32 = 7;
+
+    let outcomes = p
+        .passes_until(
+            t0 + chrono::Duration::minutes(1),
+            "the rotation failing",
+            |o| o.rotations.iter().all(|r| !r.in_flight()),
+        )
+        .await;
+    let rotations = p.rotations().await;
+    assert!(
+        rotations
+            .iter()
+            .any(|r| r.step == nodecycle::rotation::Step::Failed),
+        "a rotation failed: {rotations:?}"
+    );
+    let quarantine = p.new_quarantined().await;
+    assert!(quarantine.is_some(), "the release is quarantined");
+    let record = p.record().await;
+    assert_eq!(
+        record.desired.as_ref().map(|a| a.id.as_str()),
+        Some(p.old.as_str()),
+        "rolled back"
+    );
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_nodecycle_never_lowered(&records);
+    let after_ca: Vec<_> = records
+        .capacity
+        .iter()
+        .skip_while(|c| c.by != "cluster-autoscaler")
+        .collect();
+    assert!(
+        after_ca.iter().all(|c| c.to >= ca_size),
+        "desired capacity went below CA's {ca_size}: {after_ca:#?}"
+    );
+    assert_eq!(desired(), i64::from(ca_size), "CA's size");
+    let images = p.adapters.group_images(GROUP).await;
+    assert_eq!(images.len(), ca_size as usize, "{images:?}");
+    assert_eq!(
+        images.iter().filter(|i| **i == p.new).count(),
+        1,
+        "CA's instance is the one left on the bad AMI: {images:?}"
+    );
+    eprintln!(
+        "quarantined after {} passes: {:?}",
+        outcomes.len() + 1,
+        quarantine.map(|q| q.cause)
+    );
+
+    // CA removes its NotReady node on the bad AMI (nothing runs there).
+    let bad = p
+        .nodes()
+        .into_iter()
+        .find(|n| n.2 == p.new)
+        .expect("CA's node on the bad AMI");
+    let down = ca.scale_down(&bad.0, false);
+    assert_eq!(down.action, "scaleDown", "{down:?}");
+    assert_eq!((down.from, down.to), (Some(7), Some(6)), "{down:?}");
+    p.cp.sync_group(&p.cloud, GROUP);
+    let start = outcomes.len() as i64 + 1;
+    for i in 0..5 {
+        p.pass(t0 + chrono::Duration::minutes(start + i)).await;
+    }
+    let images = p.adapters.group_images(GROUP).await;
+    assert!(
+        images.iter().all(|i| *i == p.old),
+        "all on the old AMI: {images:?}"
+    );
+    assert_eq!(images.len(), 6, "{images:?}");
+    assert_eq!(desired(), 6);
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_nodecycle_never_lowered(&records);
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 10), "web PDB status {s}");
+    }
+}
