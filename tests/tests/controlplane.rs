@@ -2545,7 +2545,8 @@ async fn cluster_autoscaler_scales_up_for_unschedulable_pods_and_nodecycle_keeps
 /// rollout ends with the 5 other instances replaced, the group at 5 (CA's scale-down kept:
 /// nodecycle's capacity changes are only its 5 surges and 5 give-backs); every PDB status the
 /// disruption controller wrote, through CA's evictions and nodecycle's, kept 10 healthy; no
-/// instance left the group with a workload pod not being deleted on its node.
+/// instance left the group with a workload pod not being deleted on its node; the audit log
+/// shows CA (its service account) and nodecycle as two writers that never evicted the same pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
     let p = real_pool().await;
@@ -2662,6 +2663,7 @@ async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
     assert_eq!(by_ca.len(), 1, "{by_ca:?}");
     assert_eq!(by_ca[0].instance, instance);
     assert_eq!(by_ca[0].decrement, Some(true), "{by_ca:?}");
+    assert_ca_and_nodecycle_write_apart(&p, &[name]);
 }
 
 /// Hang guard of the managed node group update on the real API (fake EKS timing: a few
@@ -3662,6 +3664,75 @@ fn ca_removes_one(
     panic!("CA found no old node to remove: {tried:#?}");
 }
 
+/// Cluster Autoscaler and nodecycle as two writers in the audit log: CA, as its service
+/// account ([`nodecycle_tests::CA_USER`]), updated (tainted) exactly `ca_nodes` and evicted
+/// pods (201), and wrote nothing else; nodecycle, as the rotator's access entry user, evicted
+/// pods too, never one CA evicted, and wrote none of `ca_nodes`; nobody else evicted a pod.
+fn assert_ca_and_nodecycle_write_apart(p: &RealPool, ca_nodes: &[String]) {
+    let audit = p.cp.audit();
+    let by_ca: Vec<_> = audit
+        .iter()
+        .filter(|e| e.user == nodecycle_tests::CA_USER)
+        .collect();
+    let strays: Vec<_> = by_ca
+        .iter()
+        .filter(|e| {
+            let taint = e.verb == "update" && e.resource == "nodes" && e.subresource.is_empty();
+            let eviction =
+                e.verb == "create" && e.resource == "pods" && e.subresource == "eviction";
+            !(taint || eviction)
+        })
+        .collect();
+    assert!(strays.is_empty(), "CA wrote something else: {strays:#?}");
+    let tainted: BTreeSet<&str> = by_ca
+        .iter()
+        .filter(|e| e.resource == "nodes" && e.code == 200)
+        .map(|e| e.name.as_str())
+        .collect();
+    let expected: BTreeSet<&str> = ca_nodes.iter().map(String::as_str).collect();
+    assert_eq!(tainted, expected, "the nodes CA tainted");
+    let nodecycle_on_ca_nodes: Vec<_> = audit
+        .iter()
+        .filter(|e| e.user == p.rotator.user && e.resource == "nodes")
+        .filter(|e| expected.contains(e.name.as_str()))
+        .collect();
+    assert!(
+        nodecycle_on_ca_nodes.is_empty(),
+        "nodecycle wrote CA's nodes: {nodecycle_on_ca_nodes:#?}"
+    );
+    let evictions: Vec<_> = audit
+        .iter()
+        .filter(|e| e.verb == "create" && e.resource == "pods" && e.subresource == "eviction")
+        .collect();
+    let others: Vec<_> = evictions
+        .iter()
+        .filter(|e| e.user != nodecycle_tests::CA_USER && e.user != p.rotator.user)
+        .collect();
+    assert!(
+        others.is_empty(),
+        "evictions by a third writer: {others:#?}"
+    );
+    let evicted_by = |user: &str| -> BTreeSet<&str> {
+        evictions
+            .iter()
+            .filter(|e| e.user == user && e.code == 201)
+            .map(|e| e.name.as_str())
+            .collect()
+    };
+    let (ca, nodecycle) = (
+        evicted_by(nodecycle_tests::CA_USER),
+        evicted_by(&p.rotator.user),
+    );
+    assert!(
+        !ca.is_empty() && !nodecycle.is_empty(),
+        "both evicted: CA {ca:?}, nodecycle {nodecycle:?}"
+    );
+    assert!(
+        ca.is_disjoint(&nodecycle),
+        "a pod evicted by both: CA {ca:?}, nodecycle {nodecycle:?}"
+    );
+}
+
 /// Stand-in scenario (b) of tests/tests/autoscaler.rs (`ca_removes_an_old_node_nobody_rotates`)
 /// on the real API: after the first pass (2 surges: desired 8), Cluster Autoscaler finds an old
 /// node nobody rotates unneeded (`web`'s PDB, `maxUnavailable: 2`, allows moving its pods),
@@ -3671,11 +3742,34 @@ fn ca_removes_one(
 /// instance never rotated, nodecycle's capacity changes only its 5 surges and 5 give-backs, its
 /// terminations the 5 old instances left and nothing else; every PDB status the disruption
 /// controller wrote, through CA's evictions and nodecycle's, kept 10 healthy; no instance left
-/// the group with a workload pod not being deleted on its node.
+/// the group with a workload pod not being deleted on its node. CA acts as its service account
+/// with its Helm chart's ClusterRole (update nodes, not patch or delete them; evict pods, not
+/// delete them), and the audit log shows two writers: CA tainted only its node and evicted
+/// its pods, nodecycle evicted others and never wrote CA's node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_autoscaler_removes_an_old_node_nobody_rotates_and_nodecycle_keeps_it() {
     let p = real_pool().await;
     let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    // CA's service account may do what the chart grants, no more.
+    let groups = [
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+    ];
+    for (verb, resource, allowed) in [
+        ("update", "nodes", true),
+        ("patch", "nodes", false),
+        ("delete", "nodes", false),
+        ("create", "pods/eviction", true),
+        ("delete", "pods", false),
+        ("list", "pods", true),
+    ] {
+        assert_eq!(
+            p.cp.can(nodecycle_tests::CA_USER, &groups, verb, resource, None)
+                .0,
+            allowed,
+            "CA may {verb} {resource}: {allowed}"
+        );
+    }
     let t0 = chrono::Utc::now();
     let statuses_before = roll_beside_ca(&p, t0).await;
     p.pass(t0).await;
@@ -3751,6 +3845,7 @@ async fn cluster_autoscaler_removes_an_old_node_nobody_rotates_and_nodecycle_kee
     for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
         assert!(within_budget(s, 10), "web PDB status {s}");
     }
+    assert_ca_and_nodecycle_write_apart(&p, &[name]);
 }
 
 /// Stand-in `ca_scales_the_group_down_to_min_size_mid_roll` of tests/tests/autoscaler.rs on the
@@ -3761,7 +3856,8 @@ async fn cluster_autoscaler_removes_an_old_node_nobody_rotates_and_nodecycle_kee
 /// Scaling refuses one below MinSize) and the rollout ends with every instance on the new AMI
 /// and the group at 5, its MinSize and CA's size; nodecycle never lowered desired capacity
 /// otherwise; every PDB status kept 10 healthy; no instance left the group with a workload pod
-/// not being deleted on its node.
+/// not being deleted on its node; the audit log shows CA (its service account) tainting only
+/// its three nodes and nodecycle never writing them, and no pod evicted by both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_autoscaler_scales_the_group_to_min_size_mid_roll_and_the_roll_ends_there() {
     let p = real_pool().await;
@@ -3835,6 +3931,8 @@ async fn cluster_autoscaler_scales_the_group_to_min_size_mid_roll_and_the_roll_e
     for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
         assert!(within_budget(s, 10), "web PDB status {s}");
     }
+    let ca_nodes: Vec<String> = removed.into_iter().map(|(n, _)| n).collect();
+    assert_ca_and_nodecycle_write_apart(&p, &ca_nodes);
 }
 
 /// Stand-in scenario (e) of tests/tests/autoscaler.rs (`a_bad_ami_still_quarantines_beside_ca`)
