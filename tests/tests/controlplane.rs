@@ -2489,6 +2489,7 @@ async fn cluster_autoscaler_scales_up_for_unschedulable_pods_and_nodecycle_keeps
         "rollout beside CA: {} passes after the first",
         outcomes.len()
     );
+    assert_roll_end(&p, 8).await;
 
     let instances = p.adapters.group_instances(GROUP).await;
     assert_eq!(
@@ -2624,6 +2625,7 @@ async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
         pass + 1,
         outcomes.len() + 1
     );
+    assert_roll_end(&p, 5).await;
     assert!(
         p.rotations()
             .await
@@ -3506,6 +3508,7 @@ async fn cluster_autoscaler_removes_an_empty_surge_node_and_nodecycle_raises_it_
         p.rolled_out(o)
     })
     .await;
+    assert_roll_end(&p, 6).await;
     let records = p.cloud.scaling_records(Some(GROUP));
     assert_eq!(
         assert_nodecycle_never_lowered(&records),
@@ -3612,6 +3615,7 @@ async fn surge_nodes_are_protected_from_cluster_autoscaler_while_their_rotation_
             .all(|t| t.by == "api"),
         "CA removed nothing"
     );
+    assert_roll_end(&p, 6).await;
 }
 
 /// 12 `web` pods Ready (PDB `maxUnavailable: 2`, as on the stand-in) in [`NS`], the PDB
@@ -3662,6 +3666,61 @@ fn ca_removes_one(
         tried.push(down);
     }
     panic!("CA found no old node to remove: {tried:#?}");
+}
+
+/// The end every stand-in Cluster Autoscaler scenario that rolls through asserts
+/// (tests/tests/autoscaler.rs, `Roll::assert_end`), on the real API: every instance on the new
+/// AMI, `size` instances and desired capacity, nodecycle's capacity changes only +1 surges and
+/// -1 give-backs, no quarantine, every rotation Done, the pool not halted, no node keeping
+/// scale-down-disabled. (No undrained termination: every [`RealPool::pass`] asserts it.)
+async fn assert_roll_end(p: &RealPool, size: usize) -> nodecycle_tests::ScalingRecords {
+    let images = p.adapters.group_images(GROUP).await;
+    assert!(
+        images.iter().all(|i| *i == p.new),
+        "every node on the new AMI: {images:?}"
+    );
+    assert_eq!(images.len(), size, "the group at CA's size: {images:?}");
+    assert_eq!(
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"],
+        size,
+        "desired capacity at CA's size"
+    );
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_nodecycle_never_lowered(&records);
+    let quarantine = nodecycle::state::Repository::new(p.table.clone())
+        .quarantine()
+        .await
+        .unwrap();
+    assert!(
+        quarantine.0.is_empty(),
+        "nothing quarantined: {quarantine:?}"
+    );
+    let rotations = p.rotations().await;
+    assert!(
+        rotations
+            .iter()
+            .all(|r| r.step == nodecycle::rotation::Step::Done),
+        "every rotation done: {rotations:?}"
+    );
+    let record = p.record().await;
+    assert!(record.halted.is_none(), "not halted: {:?}", record.halted);
+    let marked: Vec<String> = p.cp.admin().get("/api/v1/nodes").body["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| {
+            n["metadata"]["annotations"][nodecycle_tests::SCALE_DOWN_DISABLED_ANNOTATION] == "true"
+        })
+        .map(|n| {
+            n["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert!(marked.is_empty(), "scale-down-disabled left on {marked:?}");
+    records
 }
 
 /// Cluster Autoscaler and nodecycle as two writers in the audit log: CA, as its service
@@ -3794,6 +3853,7 @@ async fn cluster_autoscaler_removes_an_old_node_nobody_rotates_and_nodecycle_kee
         "CA removed {name} after the first pass; the rollout took {} more",
         outcomes.len()
     );
+    assert_roll_end(&p, 5).await;
     let instances = p.adapters.group_instances(GROUP).await;
     assert_eq!(
         instances.len(),
@@ -3905,6 +3965,7 @@ async fn cluster_autoscaler_scales_the_group_to_min_size_mid_roll_and_the_roll_e
         "CA removed {removed:?} after the first pass; the rollout took {} more",
         outcomes.len()
     );
+    assert_roll_end(&p, 5).await;
     let instances = p.adapters.group_instances(GROUP).await;
     assert_eq!(instances.len(), 5, "at MinSize: {instances:?}");
     assert_eq!(desired(), 5);
