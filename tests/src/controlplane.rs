@@ -59,6 +59,8 @@ pub struct ControlPlane {
     /// AMIs whose nodes' pods fail to create their containers
     /// ([`ControlPlane::fail_containers_on_image`]).
     failing_images: Mutex<Vec<String>>,
+    /// AMIs whose nodes never become Ready ([`ControlPlane::never_ready_nodes_of_image`]).
+    never_ready_images: Mutex<Vec<String>>,
     /// The thread creating KWOK's default stages, until joined ([`ControlPlane::default_stages`]).
     default_stages: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -377,6 +379,7 @@ impl ControlPlane {
             processes: Mutex::new(Vec::new()),
             webhook,
             failing_images: Mutex::new(Vec::new()),
+            never_ready_images: Mutex::new(Vec::new()),
             default_stages: Mutex::new(None),
         };
         let s = |p: &Path| p.display().to_string();
@@ -512,7 +515,8 @@ impl ControlPlane {
     ///   `topology.kubernetes.io/zone` and `region`, `node.kubernetes.io/instance-type` (the
     ///   instance's), and the annotations [`IMAGE_ANNOTATION`] (its AMI, as the stand-in sets
     ///   it) and [`GROUP_ANNOTATION`] (`group`). The call returns once each such node is Ready
-    ///   and untainted ([`Self::wait_node_ready`]), so the scheduler can use it.
+    ///   and untainted ([`Self::wait_node_ready`]), so the scheduler can use it, or, for an AMI
+    ///   of [`Self::never_ready_nodes_of_image`], once it reports NotReady.
     /// - Every node annotated with `group` whose instance is no longer `InService` in it
     ///   (terminating, terminated, detached) is deleted, as the cloud node-lifecycle
     ///   controller deletes the node of a terminated instance; a node someone else (e.g.
@@ -553,6 +557,7 @@ impl ControlPlane {
             })
             .collect();
         let mut sync = NodeSync::default();
+        let mut added: Vec<(String, String)> = Vec::new();
         for (instance, name) in &following {
             if in_service.iter().any(|i| i["id"] == instance.as_str()) {
                 continue;
@@ -586,12 +591,37 @@ impl ControlPlane {
                 (GROUP_ANNOTATION.to_string(), group.to_string()),
             ];
             self.add_node(&node);
+            added.push((node.name.clone(), s("imageId")));
             sync.added.push(node.name);
         }
-        for name in &sync.added {
-            self.wait_node_ready(name);
+        let never: Vec<String> = self.never_ready_images().clone();
+        for (name, ami) in &added {
+            if never.contains(ami) {
+                self.wait_node_not_ready(name);
+            } else {
+                self.wait_node_ready(name);
+            }
         }
         sync
+    }
+
+    /// Waits until `node` reports Ready `False` with reason `KubeletNotReady`
+    /// ([`Self::never_ready_nodes_of_image`]).
+    pub fn wait_node_not_ready(&self, name: &str) {
+        self.default_stages();
+        self.wait_for(&format!("node {name} registered NotReady"), |p| {
+            let node = p.admin().get(&format!("/api/v1/nodes/{name}")).body;
+            node["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c["type"] == "Ready"
+                        && c["status"] == "False"
+                        && c["reason"] == "KubeletNotReady"
+                })
+                .then_some(())
+        });
     }
 
     /// The tokens the authentication webhook was asked about, with its answer, oldest first
@@ -1123,6 +1153,12 @@ const TEST_STAGE_WEIGHT: i64 = 1000;
 /// writes: the node lifecycle controller's for a kubelet that stopped posting status.
 pub const NODE_STATUS_UNKNOWN_MESSAGE: &str = "Kubelet stopped posting node status.";
 
+/// The message of the Ready condition of the nodes [`ControlPlane::never_ready_nodes_of_image`]
+/// holds NotReady: the kubelet's when the container runtime's network is not ready (no CNI).
+pub const NODE_NOT_READY_MESSAGE: &str = "container runtime network not ready: \
+     NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni \
+     plugin not initialized";
+
 /// The message of the containers [`ControlPlane::fail_containers_on_image`] holds back, as
 /// containerd's CRI reports a container it cannot create.
 pub const CREATE_CONTAINER_ERROR_MESSAGE: &str =
@@ -1268,6 +1304,93 @@ conditions:
             },
         }));
         self.touch_nodes_of_image(ami);
+    }
+
+    /// Makes every node whose [`IMAGE_ANNOTATION`] is `ami` (those [`Self::sync_group`] adds
+    /// later as well) register and stay NotReady, as the kubelet of an instance that boots but
+    /// never gets ready (e.g. its CNI never starts) reports itself: `Ready` `False` with reason
+    /// `KubeletNotReady` and message [`NODE_NOT_READY_MESSAGE`], the pressure conditions
+    /// `False`, phase Running. The real node lifecycle controller then taints it
+    /// `node.kubernetes.io/not-ready` (NoSchedule), so no pod is scheduled there. Call it before
+    /// the nodes of `ami` are created: a node that was Ready first is a stalled one
+    /// ([`Self::stall_nodes_of_image`]).
+    ///
+    /// Two KWOK stages do it (`nodecycle-never-ready-<ami>`, for a node without a `Ready`
+    /// condition, and `nodecycle-not-ready-<ami>`, holding it after: they match instead of
+    /// KWOK's node-initialize, which would make the node Ready).
+    pub fn never_ready_nodes_of_image(&self, ami: &str) {
+        self.default_stages();
+        {
+            let mut images = self.never_ready_images();
+            if !images.iter().any(|a| a == ami) {
+                images.push(ami.to_string());
+            }
+        }
+        let ready_status = r#".status.conditions.[] | select( .type == "Ready" ) | .status"#;
+        let template = format!(
+            r#"{{{{ $now := Now }}}}
+conditions:
+- type: "MemoryPressure"
+  status: "False"
+  reason: "KubeletHasSufficientMemory"
+  message: "kubelet has sufficient memory available"
+  lastHeartbeatTime: {{{{ $now | Quote }}}}
+  lastTransitionTime: {{{{ $now | Quote }}}}
+- type: "DiskPressure"
+  status: "False"
+  reason: "KubeletHasNoDiskPressure"
+  message: "kubelet has no disk pressure"
+  lastHeartbeatTime: {{{{ $now | Quote }}}}
+  lastTransitionTime: {{{{ $now | Quote }}}}
+- type: "PIDPressure"
+  status: "False"
+  reason: "KubeletHasSufficientPID"
+  message: "kubelet has sufficient PID available"
+  lastHeartbeatTime: {{{{ $now | Quote }}}}
+  lastTransitionTime: {{{{ $now | Quote }}}}
+- type: "Ready"
+  status: "False"
+  reason: "KubeletNotReady"
+  message: {message:?}
+  lastHeartbeatTime: {{{{ $now | Quote }}}}
+  lastTransitionTime: {{{{ $now | Quote }}}}
+phase: Running
+"#,
+            message = NODE_NOT_READY_MESSAGE
+        );
+        let node_ref = json!({ "apiGroup": "v1", "kind": "Node" });
+        self.apply(&json!({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": { "name": stage_name("nodecycle-never-ready", ami) },
+            "spec": {
+                "resourceRef": node_ref,
+                "selector": {
+                    "matchAnnotations": { IMAGE_ANNOTATION: ami },
+                    "matchExpressions": [
+                        { "key": ready_status, "operator": "DoesNotExist" },
+                    ],
+                },
+                "weight": TEST_STAGE_WEIGHT,
+                "next": { "statusTemplate": template },
+            },
+        }));
+        self.apply(&json!({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": { "name": stage_name("nodecycle-not-ready", ami) },
+            "spec": {
+                "resourceRef": node_ref,
+                "selector": {
+                    "matchAnnotations": { IMAGE_ANNOTATION: ami },
+                    "matchExpressions": [
+                        { "key": ready_status, "operator": "Exists" },
+                    ],
+                },
+                "weight": TEST_STAGE_WEIGHT,
+                "next": {},
+            },
+        }));
     }
 
     /// Annotates every node of `ami` that exists ([`STAGES_TOUCHED_ANNOTATION`]): KWOK matches
@@ -1453,6 +1576,12 @@ startTime: {{{{ $started | Quote }}}}
         &self,
     ) -> std::sync::MutexGuard<'_, Option<std::thread::JoinHandle<()>>> {
         self.default_stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn never_ready_images(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.never_ready_images
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

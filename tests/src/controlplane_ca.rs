@@ -1,9 +1,12 @@
 //! Cluster Autoscaler (CA) on the real control plane: the few steps of CA on AWS
 //! (cluster-autoscaler/core/scaleup, core/scaledown, cloudprovider/aws) that nodecycle meets,
 //! acting when the test asks, as the fake cloud's actor (tests/fakecloud/autoscaler.py) does on
-//! the stand-in. Kubernetes side against the real API server (admin credentials: CA's own
-//! identity); AWS side through the fake cloud's `ca_add_capacity` and `ca_terminate_instance`,
-//! so the fake records CA's capacity changes and terminations as CA's, apart from nodecycle's.
+//! the stand-in. Kubernetes side against the real API server with CA's own identity, as its
+//! Helm chart installs it: service account `cluster-autoscaler` of `kube-system` (a token from
+//! the TokenRequest API), bound to the chart's ClusterRole ([`ca_cluster_role`]), so the audit
+//! log tells CA's writes from nodecycle's and RBAC holds CA to what the chart grants; AWS side
+//! through the fake cloud's `ca_add_capacity` and `ca_terminate_instance`, so the fake records
+//! CA's capacity changes and terminations as CA's, apart from nodecycle's.
 
 use std::time::{Duration, Instant};
 
@@ -81,14 +84,111 @@ pub fn workload_pods_on(client: &KubeClient, node: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Namespace of CA's service account.
+pub const CA_NAMESPACE: &str = "kube-system";
+/// Name of CA's service account, ClusterRole and ClusterRoleBinding (the chart's fullname).
+pub const CA_NAME: &str = "cluster-autoscaler";
+/// The user CA's requests are made as: its service account.
+pub const CA_USER: &str = "system:serviceaccount:kube-system:cluster-autoscaler";
+
+/// The ClusterRole of CA's Helm chart (kubernetes/autoscaler,
+/// charts/cluster-autoscaler/templates/clusterrole.yaml, cluster-scoped, no PSP, not
+/// clusterapi): nodes watch/list/get/update (no patch, no delete), pods list, `pods/eviction`
+/// create, PodDisruptionBudgets watch/list, and the reads its simulation needs.
+pub fn ca_cluster_role() -> Value {
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| json!({ "apiGroups": groups, "resources": resources, "verbs": verbs });
+    let read = ["watch", "list", "get"];
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": { "name": CA_NAME },
+        "rules": [
+            rule(&[""], &["events", "endpoints"], &["create", "patch"]),
+            rule(&[""], &["pods/eviction"], &["create"]),
+            rule(&[""], &["pods/status"], &["update"]),
+            {
+                "apiGroups": [""], "resources": ["endpoints"],
+                "resourceNames": [CA_NAME], "verbs": ["get", "update"],
+            },
+            rule(&[""], &["nodes"], &["watch", "list", "get", "update"]),
+            rule(
+                &[""],
+                &["namespaces", "pods", "services", "replicationcontrollers",
+                  "persistentvolumeclaims", "persistentvolumes"],
+                &read,
+            ),
+            rule(&["batch"], &["jobs", "cronjobs"], &read),
+            rule(&["batch", "extensions"], &["jobs"], &["get", "list", "patch", "watch"]),
+            rule(&["extensions"], &["replicasets", "daemonsets"], &read),
+            rule(&["policy"], &["poddisruptionbudgets"], &["watch", "list"]),
+            rule(&["apps"], &["daemonsets", "replicasets", "statefulsets"], &read),
+            rule(
+                &["storage.k8s.io"],
+                &["storageclasses", "csinodes", "csidrivers", "csistoragecapacities"],
+                &read,
+            ),
+            rule(&[""], &["configmaps"], &["list", "watch"]),
+            rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+            {
+                "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                "resourceNames": [CA_NAME], "verbs": ["get", "update"],
+            },
+        ],
+    })
+}
+
+/// CA's identity on `cp`, as its Helm chart installs it: service account [`CA_NAME`] of
+/// [`CA_NAMESPACE`], the ClusterRole [`ca_cluster_role`] and a ClusterRoleBinding of it to the
+/// service account; a client with a token of the service account from the TokenRequest API
+/// (an hour, as a projected token), once RBAC allows it to evict.
+pub fn install_identity(cp: &ControlPlane) -> KubeClient {
+    cp.apply(&json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": { "name": CA_NAME, "namespace": CA_NAMESPACE },
+    }));
+    cp.apply(&ca_cluster_role());
+    cp.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": { "name": CA_NAME },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CA_NAME,
+        },
+        "subjects": [{ "kind": "ServiceAccount", "name": CA_NAME, "namespace": CA_NAMESPACE }],
+    }));
+    let r = cp.admin().post(
+        &format!("/api/v1/namespaces/{CA_NAMESPACE}/serviceaccounts/{CA_NAME}/token"),
+        &json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": { "expirationSeconds": 3600 },
+        }),
+    );
+    assert_eq!(r.status, 201, "TokenRequest for CA: {}", r.raw);
+    let token = s(&r.body["status"]["token"]);
+    let groups = [
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+        "system:authenticated",
+    ];
+    cp.wait_for("RBAC to let Cluster Autoscaler evict", |p| {
+        p.can(CA_USER, &groups, "create", "pods/eviction", None)
+            .0
+            .then_some(())
+    });
+    cp.admin().with_token(Some(token))
+}
+
 impl<'a> RealClusterAutoscaler<'a> {
     /// CA for `group`'s nodes on `cp`.
+    /// Installs CA's identity on `cp` first ([`install_identity`]; again is harmless).
     pub fn new(cp: &'a ControlPlane, cloud: &'a FakeCloud, group: &str) -> Self {
         RealClusterAutoscaler {
             cp,
             cloud,
             group: group.to_string(),
-            client: cp.admin(),
+            client: install_identity(cp),
         }
     }
 
@@ -285,11 +385,13 @@ impl<'a> RealClusterAutoscaler<'a> {
         self.finish(node)
     }
 
-    /// Adds CA's taint, conditional on the node's resourceVersion (KWOK and the node
-    /// lifecycle controller write the node too): tried again on a conflict, at most 20 times.
+    /// Adds CA's taint as CA does (`taints.AddToBeDeletedTaint`): an update (PUT) of the node
+    /// as just read, so conditional on its resourceVersion (KWOK and the node lifecycle
+    /// controller write the node too): tried again on a conflict, at most 20 times. The chart
+    /// grants `update` on nodes, not `patch`.
     fn taint(&self, node: &str) {
         for _ in 0..20 {
-            let n = self.node(node);
+            let mut n = self.node(node);
             let mut taints = n["spec"]["taints"].as_array().cloned().unwrap_or_default();
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -298,14 +400,8 @@ impl<'a> RealClusterAutoscaler<'a> {
             taints.push(json!({
                 "key": TO_BE_DELETED_TAINT, "value": now.to_string(), "effect": "NoSchedule",
             }));
-            let r = self.client.patch(
-                &format!("/api/v1/nodes/{node}"),
-                "application/merge-patch+json",
-                &json!({
-                    "metadata": { "resourceVersion": n["metadata"]["resourceVersion"] },
-                    "spec": { "taints": taints },
-                }),
-            );
+            n["spec"]["taints"] = json!(taints);
+            let r = self.client.put(&format!("/api/v1/nodes/{node}"), &n);
             if r.status == 409 {
                 continue;
             }

@@ -35,11 +35,12 @@ pub use autoscaler::{
 pub use controlplane::{
     AccessEntry, AuditEvent, CREATE_CONTAINER_ERROR_MESSAGE, ControlPlane,
     ENV_BIN as CONTROLPLANE_BIN_ENV, GROUP_ANNOTATION, IMAGE_ANNOTATION, KwokNode,
-    NODE_STATUS_UNKNOWN_MESSAGE, NodeSync, TokenReview,
+    NODE_NOT_READY_MESSAGE, NODE_STATUS_UNKNOWN_MESSAGE, NodeSync, TokenReview,
 };
 pub use controlplane_ca::{
-    RealClusterAutoscaler, SAFE_TO_EVICT_ANNOTATION, SCALE_DOWN_DISABLED_ANNOTATION,
-    TO_BE_DELETED_TAINT, workload_pods_on,
+    CA_NAME, CA_NAMESPACE, CA_USER, RealClusterAutoscaler, SAFE_TO_EVICT_ANNOTATION,
+    SCALE_DOWN_DISABLED_ANNOTATION, TO_BE_DELETED_TAINT, ca_cluster_role, install_identity,
+    workload_pods_on,
 };
 pub use eks::EksTiming;
 pub use fakecloud::{

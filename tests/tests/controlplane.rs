@@ -2489,6 +2489,7 @@ async fn cluster_autoscaler_scales_up_for_unschedulable_pods_and_nodecycle_keeps
         "rollout beside CA: {} passes after the first",
         outcomes.len()
     );
+    assert_roll_end(&p, 8).await;
 
     let instances = p.adapters.group_instances(GROUP).await;
     assert_eq!(
@@ -2545,7 +2546,8 @@ async fn cluster_autoscaler_scales_up_for_unschedulable_pods_and_nodecycle_keeps
 /// rollout ends with the 5 other instances replaced, the group at 5 (CA's scale-down kept:
 /// nodecycle's capacity changes are only its 5 surges and 5 give-backs); every PDB status the
 /// disruption controller wrote, through CA's evictions and nodecycle's, kept 10 healthy; no
-/// instance left the group with a workload pod not being deleted on its node.
+/// instance left the group with a workload pod not being deleted on its node; the audit log
+/// shows CA (its service account) and nodecycle as two writers that never evicted the same pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
     let p = real_pool().await;
@@ -2623,6 +2625,7 @@ async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
         pass + 1,
         outcomes.len() + 1
     );
+    assert_roll_end(&p, 5).await;
     assert!(
         p.rotations()
             .await
@@ -2662,6 +2665,7 @@ async fn cluster_autoscaler_drains_an_old_node_and_nodecycle_leaves_it_to_it() {
     assert_eq!(by_ca.len(), 1, "{by_ca:?}");
     assert_eq!(by_ca[0].instance, instance);
     assert_eq!(by_ca[0].decrement, Some(true), "{by_ca:?}");
+    assert_ca_and_nodecycle_write_apart(&p, &[name]);
 }
 
 /// Hang guard of the managed node group update on the real API (fake EKS timing: a few
@@ -3504,6 +3508,7 @@ async fn cluster_autoscaler_removes_an_empty_surge_node_and_nodecycle_raises_it_
         p.rolled_out(o)
     })
     .await;
+    assert_roll_end(&p, 6).await;
     let records = p.cloud.scaling_records(Some(GROUP));
     assert_eq!(
         assert_nodecycle_never_lowered(&records),
@@ -3610,4 +3615,543 @@ async fn surge_nodes_are_protected_from_cluster_autoscaler_while_their_rotation_
             .all(|t| t.by == "api"),
         "CA removed nothing"
     );
+    assert_roll_end(&p, 6).await;
+}
+
+/// 12 `web` pods Ready (PDB `maxUnavailable: 2`, as on the stand-in) in [`NS`], the PDB
+/// computed; the new AMI published at `t0` and the statuses written so far counted.
+async fn roll_beside_ca(p: &RealPool, t0: chrono::DateTime<chrono::Utc>) -> usize {
+    let admin = p.cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 2 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(2)))
+            .then_some(())
+    });
+    p.publish(t0).await;
+    p.cp.pdb_statuses(NS, "web").len()
+}
+
+/// The old nodes no rotation holds and nodecycle has not marked: (name, instance).
+async fn unrotated_old_nodes(p: &RealPool) -> Vec<(String, String)> {
+    let rotated: BTreeSet<String> = p
+        .rotations()
+        .await
+        .iter()
+        .map(|r| r.instance_id.clone())
+        .collect();
+    p.nodes()
+        .into_iter()
+        .filter(|(_, instance, image, marked)| {
+            *image == p.old && !marked && !rotated.contains(instance)
+        })
+        .map(|(name, instance, ..)| (name, instance))
+        .collect()
+}
+
+/// CA removes (taint, evictions, terminate with decrement) the first of `candidates` it finds
+/// unneeded; (node, instance, its action). Panics with every answer when it removes none.
+fn ca_removes_one(
+    ca: &nodecycle_tests::RealClusterAutoscaler<'_>,
+    candidates: Vec<(String, String)>,
+) -> (String, String, nodecycle_tests::CaAction) {
+    let mut tried = Vec::new();
+    for (name, instance) in candidates {
+        let down = ca.scale_down(&name, false);
+        if down.action == "scaleDown" {
+            return (name, instance, down);
+        }
+        tried.push(down);
+    }
+    panic!("CA found no old node to remove: {tried:#?}");
+}
+
+/// The end every stand-in Cluster Autoscaler scenario that rolls through asserts
+/// (tests/tests/autoscaler.rs, `Roll::assert_end`), on the real API: every instance on the new
+/// AMI, `size` instances and desired capacity, nodecycle's capacity changes only +1 surges and
+/// -1 give-backs, no quarantine, every rotation Done, the pool not halted, no node keeping
+/// scale-down-disabled. (No undrained termination: every [`RealPool::pass`] asserts it.)
+async fn assert_roll_end(p: &RealPool, size: usize) -> nodecycle_tests::ScalingRecords {
+    let images = p.adapters.group_images(GROUP).await;
+    assert!(
+        images.iter().all(|i| *i == p.new),
+        "every node on the new AMI: {images:?}"
+    );
+    assert_eq!(images.len(), size, "the group at CA's size: {images:?}");
+    assert_eq!(
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"],
+        size,
+        "desired capacity at CA's size"
+    );
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_nodecycle_never_lowered(&records);
+    let quarantine = nodecycle::state::Repository::new(p.table.clone())
+        .quarantine()
+        .await
+        .unwrap();
+    assert!(
+        quarantine.0.is_empty(),
+        "nothing quarantined: {quarantine:?}"
+    );
+    let rotations = p.rotations().await;
+    assert!(
+        rotations
+            .iter()
+            .all(|r| r.step == nodecycle::rotation::Step::Done),
+        "every rotation done: {rotations:?}"
+    );
+    let record = p.record().await;
+    assert!(record.halted.is_none(), "not halted: {:?}", record.halted);
+    let marked: Vec<String> = p.cp.admin().get("/api/v1/nodes").body["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| {
+            n["metadata"]["annotations"][nodecycle_tests::SCALE_DOWN_DISABLED_ANNOTATION] == "true"
+        })
+        .map(|n| {
+            n["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert!(marked.is_empty(), "scale-down-disabled left on {marked:?}");
+    records
+}
+
+/// Cluster Autoscaler and nodecycle as two writers in the audit log: CA, as its service
+/// account ([`nodecycle_tests::CA_USER`]), updated (tainted) exactly `ca_nodes` and evicted
+/// pods (201), and wrote nothing else; nodecycle, as the rotator's access entry user, evicted
+/// pods too, never one CA evicted, and wrote none of `ca_nodes`; nobody else evicted a pod.
+fn assert_ca_and_nodecycle_write_apart(p: &RealPool, ca_nodes: &[String]) {
+    let audit = p.cp.audit();
+    let by_ca: Vec<_> = audit
+        .iter()
+        .filter(|e| e.user == nodecycle_tests::CA_USER)
+        .collect();
+    let strays: Vec<_> = by_ca
+        .iter()
+        .filter(|e| {
+            let taint = e.verb == "update" && e.resource == "nodes" && e.subresource.is_empty();
+            let eviction =
+                e.verb == "create" && e.resource == "pods" && e.subresource == "eviction";
+            !(taint || eviction)
+        })
+        .collect();
+    assert!(strays.is_empty(), "CA wrote something else: {strays:#?}");
+    let tainted: BTreeSet<&str> = by_ca
+        .iter()
+        .filter(|e| e.resource == "nodes" && e.code == 200)
+        .map(|e| e.name.as_str())
+        .collect();
+    let expected: BTreeSet<&str> = ca_nodes.iter().map(String::as_str).collect();
+    assert_eq!(tainted, expected, "the nodes CA tainted");
+    let nodecycle_on_ca_nodes: Vec<_> = audit
+        .iter()
+        .filter(|e| e.user == p.rotator.user && e.resource == "nodes")
+        .filter(|e| expected.contains(e.name.as_str()))
+        .collect();
+    assert!(
+        nodecycle_on_ca_nodes.is_empty(),
+        "nodecycle wrote CA's nodes: {nodecycle_on_ca_nodes:#?}"
+    );
+    let evictions: Vec<_> = audit
+        .iter()
+        .filter(|e| e.verb == "create" && e.resource == "pods" && e.subresource == "eviction")
+        .collect();
+    let others: Vec<_> = evictions
+        .iter()
+        .filter(|e| e.user != nodecycle_tests::CA_USER && e.user != p.rotator.user)
+        .collect();
+    assert!(
+        others.is_empty(),
+        "evictions by a third writer: {others:#?}"
+    );
+    let evicted_by = |user: &str| -> BTreeSet<&str> {
+        evictions
+            .iter()
+            .filter(|e| e.user == user && e.code == 201)
+            .map(|e| e.name.as_str())
+            .collect()
+    };
+    let (ca, nodecycle) = (
+        evicted_by(nodecycle_tests::CA_USER),
+        evicted_by(&p.rotator.user),
+    );
+    assert!(
+        !ca.is_empty() && !nodecycle.is_empty(),
+        "both evicted: CA {ca:?}, nodecycle {nodecycle:?}"
+    );
+    assert!(
+        ca.is_disjoint(&nodecycle),
+        "a pod evicted by both: CA {ca:?}, nodecycle {nodecycle:?}"
+    );
+}
+
+/// Stand-in scenario (b) of tests/tests/autoscaler.rs (`ca_removes_an_old_node_nobody_rotates`)
+/// on the real API: after the first pass (2 surges: desired 8), Cluster Autoscaler finds an old
+/// node nobody rotates unneeded (`web`'s PDB, `maxUnavailable: 2`, allows moving its pods),
+/// taints it, evicts its pods through the Eviction API and terminates its instance with a
+/// decrement (8 -> 7), recorded as CA's. nodecycle keeps that scale-down: the rollout ends with
+/// every instance on the new AMI and the group at 5 (CA's 7 less nodecycle's 2), the removed
+/// instance never rotated, nodecycle's capacity changes only its 5 surges and 5 give-backs, its
+/// terminations the 5 old instances left and nothing else; every PDB status the disruption
+/// controller wrote, through CA's evictions and nodecycle's, kept 10 healthy; no instance left
+/// the group with a workload pod not being deleted on its node. CA acts as its service account
+/// with its Helm chart's ClusterRole (update nodes, not patch or delete them; evict pods, not
+/// delete them), and the audit log shows two writers: CA tainted only its node and evicted
+/// its pods, nodecycle evicted others and never wrote CA's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_removes_an_old_node_nobody_rotates_and_nodecycle_keeps_it() {
+    let p = real_pool().await;
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    // CA's service account may do what the chart grants, no more.
+    let groups = [
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+    ];
+    for (verb, resource, allowed) in [
+        ("update", "nodes", true),
+        ("patch", "nodes", false),
+        ("delete", "nodes", false),
+        ("create", "pods/eviction", true),
+        ("delete", "pods", false),
+        ("list", "pods", true),
+    ] {
+        assert_eq!(
+            p.cp.can(nodecycle_tests::CA_USER, &groups, verb, resource, None)
+                .0,
+            allowed,
+            "CA may {verb} {resource}: {allowed}"
+        );
+    }
+    let t0 = chrono::Utc::now();
+    let statuses_before = roll_beside_ca(&p, t0).await;
+    p.pass(t0).await;
+    assert_eq!(
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"],
+        8,
+        "two surges"
+    );
+    let (name, instance, down) = ca_removes_one(&ca, unrotated_old_nodes(&p).await);
+    assert_eq!((down.from, down.to), (Some(8), Some(7)), "{down:?}");
+    p.cp.sync_group(&p.cloud, GROUP);
+
+    let outcomes = p
+        .passes_until(t0 + chrono::Duration::minutes(1), "the rollout", |o| {
+            !o.images.is_empty()
+                && o.images.iter().all(|i| *i == p.new)
+                && o.rotations.iter().all(|r| !r.in_flight())
+        })
+        .await;
+    eprintln!(
+        "CA removed {name} after the first pass; the rollout took {} more",
+        outcomes.len()
+    );
+    assert_roll_end(&p, 5).await;
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(
+        instances.len(),
+        5,
+        "CA's 7 less nodecycle's 2: {instances:?}"
+    );
+    assert_eq!(
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"],
+        5
+    );
+    assert!(
+        p.rotations()
+            .await
+            .iter()
+            .all(|r| r.instance_id != instance),
+        "CA's node was not rotated"
+    );
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_eq!(
+        assert_nodecycle_never_lowered(&records),
+        5,
+        "one surge per rotated node"
+    );
+    let by_nodecycle: Vec<_> = records
+        .terminations
+        .iter()
+        .filter(|t| t.by == "api")
+        .collect();
+    assert_eq!(
+        by_nodecycle.len(),
+        5,
+        "nodecycle terminated the 5 old instances left, nothing else: {by_nodecycle:?}"
+    );
+    assert!(
+        by_nodecycle.iter().all(|t| t.instance != instance),
+        "{by_nodecycle:?}"
+    );
+    let by_ca: Vec<_> = records
+        .terminations
+        .iter()
+        .filter(|t| t.by == "cluster-autoscaler")
+        .collect();
+    assert_eq!(by_ca.len(), 1, "{by_ca:?}");
+    assert_eq!(
+        (by_ca[0].instance.as_str(), by_ca[0].decrement),
+        (instance.as_str(), Some(true))
+    );
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 10), "web PDB status {s}");
+    }
+    assert_ca_and_nodecycle_write_apart(&p, &[name]);
+}
+
+/// Stand-in `ca_scales_the_group_down_to_min_size_mid_roll` of tests/tests/autoscaler.rs on the
+/// real API: the group's MinSize is 5; after the first pass (2 surges: desired 8) Cluster
+/// Autoscaler removes three old nodes nobody rotates, one at a time (taint, evictions within
+/// `web`'s PDB, terminate with a decrement: 8 -> 5, CA's), and then refuses any further node
+/// ("group at MinSize"). The terminates nodecycle then makes go without a decrement (Auto
+/// Scaling refuses one below MinSize) and the rollout ends with every instance on the new AMI
+/// and the group at 5, its MinSize and CA's size; nodecycle never lowered desired capacity
+/// otherwise; every PDB status kept 10 healthy; no instance left the group with a workload pod
+/// not being deleted on its node; the audit log shows CA (its service account) tainting only
+/// its three nodes and nodecycle never writing them, and no pod evicted by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_autoscaler_scales_the_group_to_min_size_mid_roll_and_the_roll_ends_there() {
+    let p = real_pool().await;
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    p.adapters
+        .clients
+        .autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(GROUP)
+        .min_size(5)
+        .send()
+        .await
+        .unwrap();
+    let t0 = chrono::Utc::now();
+    let statuses_before = roll_beside_ca(&p, t0).await;
+    p.pass(t0).await;
+    let desired = || {
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(desired(), 8, "two surges");
+    let mut removed = Vec::new();
+    for _ in 0..3 {
+        let (name, instance, down) = ca_removes_one(&ca, unrotated_old_nodes(&p).await);
+        assert_eq!(down.to, down.from.map(|f| f - 1), "{down:?}");
+        p.cp.sync_group(&p.cloud, GROUP);
+        removed.push((name, instance));
+    }
+    assert_eq!(desired(), 5, "CA at MinSize");
+    let any = p.nodes().remove(0).0;
+    let more = ca.scale_down(&any, false);
+    assert_eq!(more.action, "noScaleDown", "{more:?}");
+    assert!(more.reason.contains("MinSize"), "{more:?}");
+
+    let outcomes = p
+        .passes_until(t0 + chrono::Duration::minutes(1), "the rollout", |o| {
+            !o.images.is_empty()
+                && o.images.iter().all(|i| *i == p.new)
+                && o.rotations.iter().all(|r| !r.in_flight())
+        })
+        .await;
+    eprintln!(
+        "CA removed {removed:?} after the first pass; the rollout took {} more",
+        outcomes.len()
+    );
+    assert_roll_end(&p, 5).await;
+    let instances = p.adapters.group_instances(GROUP).await;
+    assert_eq!(instances.len(), 5, "at MinSize: {instances:?}");
+    assert_eq!(desired(), 5);
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_nodecycle_never_lowered(&records);
+    assert!(
+        records
+            .terminations
+            .iter()
+            .any(|t| t.by == "api" && t.decrement == Some(false)),
+        "a terminate at MinSize went without a decrement: {:?}",
+        records.terminations
+    );
+    let rotated: BTreeSet<String> = p
+        .rotations()
+        .await
+        .iter()
+        .map(|r| r.instance_id.clone())
+        .collect();
+    assert!(
+        removed.iter().all(|(_, i)| !rotated.contains(i)),
+        "CA's nodes were not rotated"
+    );
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 10), "web PDB status {s}");
+    }
+    let ca_nodes: Vec<String> = removed.into_iter().map(|(n, _)| n).collect();
+    assert_ca_and_nodecycle_write_apart(&p, &ca_nodes);
+}
+
+/// Stand-in scenario (e) of tests/tests/autoscaler.rs (`a_bad_ami_still_quarantines_beside_ca`)
+/// on the real API: the new AMI is bad, its instances boot but their nodes never become Ready
+/// (they register `Ready` `False`, `KubeletNotReady`: [`ControlPlane::never_ready_nodes_of_image`];
+/// the node lifecycle controller taints them not-ready). After the first pass (2 surges on it:
+/// desired 8), Deployment `burst` asks for one pod more than the schedulable nodes can take, the
+/// scheduler reports it `Unschedulable`, and Cluster Autoscaler adds a node for it (8 -> 9,
+/// CA's), which launches on the bad AMI too and never becomes Ready either. The rotation fails,
+/// the release is quarantined and the pool's desired AMI is the old one again; every capacity
+/// change after CA's keeps desired capacity at or above CA's 7 (its 9 less nodecycle's 2), and
+/// the group ends there with CA's instance the only one on the bad AMI. CA then removes that
+/// NotReady node (nothing runs on it), and the passes after leave the group at 6, every
+/// instance on the old AMI. nodecycle's capacity changes are only +1 surges and -1 give-backs;
+/// no instance left the group with a workload pod not being deleted on its node; every `web`
+/// PDB status kept 10 healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_ami_still_quarantines_and_rolls_back_beside_cluster_autoscaler() {
+    let p = real_pool().await;
+    let admin = p.cp.admin();
+    let ca = nodecycle_tests::RealClusterAutoscaler::new(&p.cp, &p.cloud, GROUP);
+    p.cp.never_ready_nodes_of_image(&p.new);
+    let t0 = chrono::Utc::now();
+    let statuses_before = roll_beside_ca(&p, t0).await;
+    p.pass(t0).await;
+    let desired = || {
+        p.cloud
+            .control("group_instances", json!({ "group": GROUP }))["desired"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(desired(), 8, "two surges");
+    let surges: Vec<Value> = admin.get("/api/v1/nodes").body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| {
+            n["metadata"]["annotations"][nodecycle_tests::IMAGE_ANNOTATION] == p.new.as_str()
+        })
+        .cloned()
+        .collect();
+    assert_eq!(surges.len(), 2, "two surge nodes registered");
+    for n in &surges {
+        let name = n["metadata"]["name"].as_str().unwrap();
+        p.cp.wait_for(&format!("{name} tainted not-ready"), |_| {
+            admin.get(&format!("/api/v1/nodes/{name}")).body["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["key"] == "node.kubernetes.io/not-ready" && t["effect"] == "NoSchedule")
+                .then_some(())
+        });
+        let ready = condition(n, "Ready");
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some("KubeletNotReady")),
+            "{n}"
+        );
+    }
+
+    let schedulable_nodes = admin.get("/api/v1/nodes").body["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| schedulable(n))
+        .count();
+    assert_eq!(schedulable_nodes, 6, "the surge nodes are not schedulable");
+    let mut burst = deployment("burst", u32::try_from(schedulable_nodes + 1).unwrap());
+    burst["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({ "requests": { "cpu": BURST_CPU } });
+    create(
+        &admin,
+        &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+        burst,
+    );
+    p.cp.wait_for("1 burst pod Unschedulable, the others Ready", |_| {
+        let pods = pods_of(&admin, "burst");
+        (pods.len() == schedulable_nodes + 1
+            && pods.iter().filter(|p| p.3).count() == schedulable_nodes
+            && ca.unschedulable_pods().len() == 1)
+            .then_some(())
+    });
+    let up = ca.scale_up(1);
+    assert_eq!(up.action, "scaleUp", "{up:?}");
+    assert_eq!((up.from, up.to), (Some(8), Some(9)), "{up:?}");
+    let ca_size: i32 = 7;
+
+    let outcomes = p
+        .passes_until(
+            t0 + chrono::Duration::minutes(1),
+            "the rotation failing",
+            |o| o.rotations.iter().all(|r| !r.in_flight()),
+        )
+        .await;
+    let rotations = p.rotations().await;
+    assert!(
+        rotations
+            .iter()
+            .any(|r| r.step == nodecycle::rotation::Step::Failed),
+        "a rotation failed: {rotations:?}"
+    );
+    let quarantine = p.new_quarantined().await;
+    assert!(quarantine.is_some(), "the release is quarantined");
+    let record = p.record().await;
+    assert_eq!(
+        record.desired.as_ref().map(|a| a.id.as_str()),
+        Some(p.old.as_str()),
+        "rolled back"
+    );
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_nodecycle_never_lowered(&records);
+    let after_ca: Vec<_> = records
+        .capacity
+        .iter()
+        .skip_while(|c| c.by != "cluster-autoscaler")
+        .collect();
+    assert!(
+        after_ca.iter().all(|c| c.to >= ca_size),
+        "desired capacity went below CA's {ca_size}: {after_ca:#?}"
+    );
+    assert_eq!(desired(), i64::from(ca_size), "CA's size");
+    let images = p.adapters.group_images(GROUP).await;
+    assert_eq!(images.len(), ca_size as usize, "{images:?}");
+    assert_eq!(
+        images.iter().filter(|i| **i == p.new).count(),
+        1,
+        "CA's instance is the one left on the bad AMI: {images:?}"
+    );
+    eprintln!(
+        "quarantined after {} passes: {:?}",
+        outcomes.len() + 1,
+        quarantine.map(|q| q.cause)
+    );
+
+    // CA removes its NotReady node on the bad AMI (nothing runs there).
+    let bad = p
+        .nodes()
+        .into_iter()
+        .find(|n| n.2 == p.new)
+        .expect("CA's node on the bad AMI");
+    let down = ca.scale_down(&bad.0, false);
+    assert_eq!(down.action, "scaleDown", "{down:?}");
+    assert_eq!((down.from, down.to), (Some(7), Some(6)), "{down:?}");
+    p.cp.sync_group(&p.cloud, GROUP);
+    let start = outcomes.len() as i64 + 1;
+    for i in 0..5 {
+        p.pass(t0 + chrono::Duration::minutes(start + i)).await;
+    }
+    let images = p.adapters.group_images(GROUP).await;
+    assert!(
+        images.iter().all(|i| *i == p.old),
+        "all on the old AMI: {images:?}"
+    );
+    assert_eq!(images.len(), 6, "{images:?}");
+    assert_eq!(desired(), 6);
+    let records = p.cloud.scaling_records(Some(GROUP));
+    assert_nodecycle_never_lowered(&records);
+    for s in &p.cp.pdb_statuses(NS, "web")[statuses_before..] {
+        assert!(within_budget(s, 10), "web PDB status {s}");
+    }
 }
