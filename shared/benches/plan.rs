@@ -130,6 +130,7 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
                 if index.is_multiple_of(10) { OLD } else { NEW }.to_string(),
             ),
             suspended_processes: Vec::new(),
+            do_not_repair: false,
         },
         members,
         rotations,

@@ -227,6 +227,10 @@ pub struct Group {
     /// Processes suspended on the group (`SuspendedProcesses`, e.g. `AZRebalance`).
     #[serde(default)]
     pub suspended_processes: Vec<String>,
+    /// Tagged `nodecycle.dev/do-not-repair=true` ([`crate::repair::DO_NOT_REPAIR`]): none of
+    /// its nodes is repaired.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub do_not_repair: bool,
 }
 
 /// Pool-level state that gates rotation.

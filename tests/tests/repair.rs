@@ -551,3 +551,69 @@ async fn a_managed_node_group_with_eks_auto_repair_is_left_to_eks() {
         "{ours:?}"
     );
 }
+
+/// `nodecycle.dev/do-not-repair=true` on a node (annotation) or on the pool's Auto Scaling
+/// group (tag) keeps its nodes from repair; the other nodes are repaired as usual.
+#[tokio::test]
+async fn do_not_repair_on_a_node_or_the_group_is_honoured() {
+    let (p, _metrics) = steady_pool().await;
+    let now = Utc::now();
+    p.watcher.handle(&serde_json::json!({}), now).await.unwrap();
+    p.pass(now).await;
+    let all = nodes(&p.kube);
+    let (kept_node, kept) = all[0].clone();
+    let (_, other) = all[1].clone();
+    let patched = p.kube.client().patch(
+        &format!("/api/v1/nodes/{kept_node}"),
+        "application/merge-patch+json",
+        &serde_json::json!({"metadata": {"annotations": {nodecycle::repair::DO_NOT_REPAIR: "true"}}}),
+    );
+    assert!(patched.status < 300, "{patched:?}");
+    // One stalled at a time: the breaker (20%) allows one of six.
+    stall(&p.kube, std::slice::from_ref(&kept));
+    let stalled_at = Utc::now();
+    p.pass(stalled_at + TimeDelta::minutes(31)).await;
+    assert!(
+        repairs(&p.rotations().await).is_empty(),
+        "the annotated node is not repaired"
+    );
+
+    // The group tagged: another stalled node is not repaired either; untagged, it is.
+    stall(&p.kube, std::slice::from_ref(&other));
+    let tag = |value: &str| {
+        aws_sdk_autoscaling::types::Tag::builder()
+            .resource_id("prod-general")
+            .resource_type("auto-scaling-group")
+            .key(nodecycle::repair::DO_NOT_REPAIR)
+            .value(value)
+            .propagate_at_launch(false)
+            .build()
+    };
+    let asg = &p.adapters.clients.autoscaling;
+    asg.create_or_update_tags()
+        .tags(tag("true"))
+        .send()
+        .await
+        .unwrap();
+    let later = Utc::now() + TimeDelta::minutes(31);
+    p.pass(later).await;
+    assert!(
+        repairs(&p.rotations().await).is_empty(),
+        "the group is tagged"
+    );
+    asg.create_or_update_tags()
+        .tags(tag("false"))
+        .send()
+        .await
+        .unwrap();
+    p.pass(later + TimeDelta::minutes(1)).await;
+    let rs = p.rotations().await;
+    assert_eq!(
+        repairs(&rs)
+            .iter()
+            .map(|r| r.instance_id.as_str())
+            .collect::<Vec<_>>(),
+        [other.as_str()],
+        "{rs:?}"
+    );
+}

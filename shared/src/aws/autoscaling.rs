@@ -474,6 +474,9 @@ impl AutoScaling {
                 .iter()
                 .filter_map(|p| p.process_name().map(str::to_string))
                 .collect(),
+            do_not_repair: g.tags().iter().any(|t| {
+                t.key() == Some(crate::repair::DO_NOT_REPAIR) && t.value() == Some("true")
+            }),
         };
         let instances = g
             .instances()

@@ -413,6 +413,7 @@ async fn groups_answer_as_auto_scaling_does() {
             desired_capacity: 2,
             launch_template_image: Some("ami-1".into()),
             suspended_processes: Vec::new(),
+            do_not_repair: false,
         },
         instances: vec![member(I1), member(I2)],
         template_version: 1,

@@ -94,6 +94,7 @@ mod tests {
                 desired_capacity: 1,
                 launch_template_image: Some("ami-1".into()),
                 suspended_processes: Vec::new(),
+                do_not_repair: false,
             },
             Vec::new(),
         )

@@ -109,6 +109,7 @@ pub(crate) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rota
             desired_capacity: i32::try_from(members.len()).unwrap(),
             launch_template_image: Some(NEW.to_string()),
             suspended_processes: Vec::new(),
+            do_not_repair: false,
         },
         members,
         rotations,

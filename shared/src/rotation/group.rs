@@ -146,6 +146,7 @@ mod tests {
             desired_capacity: desired,
             launch_template_image: None,
             suspended_processes: suspended.iter().map(|s| s.to_string()).collect(),
+            do_not_repair: false,
         }
     }
 

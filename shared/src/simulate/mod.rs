@@ -223,6 +223,7 @@ impl PoolStart {
                     desired_capacity: size,
                     launch_template_image: Some(CURRENT_AMI.to_string()),
                     suspended_processes: Vec::new(),
+                    do_not_repair: false,
                 },
                 members,
                 rotations: Vec::new(),

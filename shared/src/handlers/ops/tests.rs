@@ -82,6 +82,7 @@ fn deployment() -> Deployment {
             desired_capacity: 2,
             launch_template_image: Some("ami-1".into()),
             suspended_processes: Vec::new(),
+            do_not_repair: false,
         },
         instances: vec![
             member(I1, Lifecycle::InService),

@@ -472,6 +472,7 @@ impl Planner<'_> {
             .collect();
         let gates = gates_of(record.as_ref(), policy, view);
         let repair = repair_facts(
+            &group,
             record.as_ref(),
             policy,
             managed.as_ref(),
@@ -503,6 +504,7 @@ impl Planner<'_> {
 /// (not a pinned pool's), whether EKS repairs it (a managed node group with node auto repair),
 /// and the EC2 events scheduled for its instances.
 fn repair_facts(
+    group: &crate::fleet::Group,
     record: Option<&PoolRecord>,
     policy: &Policy,
     managed: Option<&ManagedGroup>,
@@ -524,7 +526,7 @@ fn repair_facts(
             .and_then(|r| r.desired.as_ref())
             .map(|a| vec![a.id.clone()])
             .unwrap_or_default(),
-        pool_do_not_repair: false,
+        pool_do_not_repair: group.do_not_repair,
         scheduled: members
             .iter()
             .filter_map(|m| {
