@@ -102,6 +102,7 @@ pub(super) fn run_with(
     loop {
         pool.finish(t);
         pool.apply_desired(t);
+        pool.watch(t);
         let health = pool.health_pass(t);
         let (acted, waits) = pool.pass(t);
         let acted = acted || health;
@@ -582,7 +583,15 @@ impl Pool {
         if let Some((at, _)) = &self.desired_change {
             consider(*at);
         }
-        self.health.events().for_each(&mut consider);
+        let repair_after = self
+            .snap
+            .policy
+            .repair
+            .enabled
+            .then(|| self.snap.policy.repair.conditions.get("Ready"))
+            .flatten()
+            .and_then(|d| TimeDelta::from_std(*d).ok());
+        self.health.events(repair_after).for_each(&mut consider);
         let expiration = self.snap.expiration();
         if let Some(expire) = expiration.after.and_then(|e| TimeDelta::from_std(e).ok()) {
             for m in &self.snap.members {

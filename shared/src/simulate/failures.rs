@@ -63,6 +63,9 @@ pub(super) struct Health {
     scheduled: Vec<(DateTime<Utc>, String)>,
     /// Nodes unhealthy, since when.
     unhealthy: BTreeMap<String, DateTime<Utc>>,
+    /// When the desired AMI last changed from another (the change, or a rollback): its release
+    /// is under watch for `health.window` from then (repair holds its nodes).
+    changed_at: Option<DateTime<Utc>>,
 }
 
 impl Health {
@@ -87,13 +90,22 @@ impl Health {
         self.failures.iter().find(|f| f.ami == ami)
     }
 
-    /// Instants after `t` at which the answer can change: a node turns unhealthy, another
-    /// pool's quarantine begins.
-    pub(super) fn events(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+    /// Instants after `t` at which the answer can change: a node turns unhealthy, its repair
+    /// is due (`repair_after` later), another pool's quarantine begins.
+    pub(super) fn events(
+        &self,
+        repair_after: Option<chrono::TimeDelta>,
+    ) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        let due = self
+            .unhealthy
+            .values()
+            .filter_map(move |at| repair_after.and_then(|d| at.checked_add_signed(d)))
+            .map(ceil_minute);
         self.scheduled
             .iter()
             .map(|(at, _)| ceil_minute(*at))
             .chain(self.known.values().map(|q| q.at))
+            .chain(due)
     }
 }
 
@@ -125,6 +137,28 @@ impl Pool {
                 .unwrap_or(DateTime::<Utc>::MAX_UTC);
             self.health.scheduled.push((at, instance.to_string()));
         }
+    }
+
+    /// What repair needs of the pass at `t`: the desired release is under watch (it changed
+    /// from another within `health.window`): its nodes are evidence, not nodes to repair.
+    pub(super) fn watch(&mut self, t: DateTime<Utc>) {
+        if self.health.changed_at.is_none()
+            && let Some((at, _)) = &self.desired_change
+            && t >= *at
+            && self.health.previous.is_some()
+        {
+            self.health.changed_at = Some(*at);
+        }
+        let watched = health::under_watch(
+            true,
+            self.health.changed_at,
+            self.snap.policy.health.window,
+            t,
+        );
+        self.snap.repair.watched_images = match (&self.snap.gates.desired_ami, watched) {
+            (Some(d), true) => vec![d.clone()],
+            _ => Vec::new(),
+        };
     }
 
     /// A pending desired change to a release another pool already quarantined before the
@@ -169,7 +203,15 @@ impl Pool {
                 .find(|m| m.instance_id == id)
                 .and_then(|m| m.node.as_mut())
             {
+                // As a kubelet that stopped posting status: release health's evidence while
+                // the release is under watch, repair's after its duration.
                 node.ready = false;
+                node.conditions = vec![crate::fleet::Condition {
+                    kind: "Ready".into(),
+                    status: "Unknown".into(),
+                    reason: Some("NodeStatusUnknown".into()),
+                    since: Some(at),
+                }];
                 acted = true;
             }
             self.health.unhealthy.insert(id, at);
@@ -256,6 +298,7 @@ impl Pool {
             Some(p) => {
                 self.snap.gates.desired_ami = Some(p.clone());
                 self.desired_change = None;
+                self.health.changed_at = Some(t);
                 self.final_desired = Some(p.clone());
                 format!("{label}; rolled back to {p}")
             }

@@ -1578,3 +1578,39 @@ fn the_picture_marks_the_indictment_and_the_rollback() {
     );
     assert!(picture::html(&f).contains("indicted: 3 nodes unhealthy after 2h; rolled back"));
 }
+
+/// A node that fails long after joining (`--failures new:1@30h`, past `health.window` 24h) is
+/// no evidence against its release but a node to repair: the forecast shows its repair, reason
+/// `Unhealthy`, starting once `repair.conditions.Ready` (30m) has passed, and the picture draws
+/// it in its own colour. Nodes of a release under watch are held instead (the failing release
+/// of the other tests is indicted, not repaired onto).
+#[test]
+fn a_node_failing_after_the_window_is_repaired_in_the_forecast() {
+    let s = with_failure(settings(MONDAY, 3, 10), 1, 30 * 60);
+    let from = s.from;
+    let p = pol(
+        "test",
+        false,
+        "disruption:\n  budgets:\n    - nodes: \"2\"\n",
+    );
+    let f = simulate(
+        vec![PoolStart::synthetic(p, 6, from, TimeDelta::zero(), from)],
+        &s,
+    );
+    let pool = &f.pools[0];
+    assert!(pool.indicted.is_none(), "no evidence after the window");
+    let repairs: Vec<&RotationSpan> = pool
+        .rotations
+        .iter()
+        .filter(|r| r.reason == RotationReason::Unhealthy)
+        .collect();
+    assert_eq!(repairs.len(), 1, "{:?}", pool.rotations);
+    // The first node to join did at 00:10 (rotation 10 minutes), failed 30h later, repaired
+    // 30 minutes after that.
+    assert_eq!(
+        repairs[0].start,
+        from + min(10) + TimeDelta::hours(30) + min(30)
+    );
+    let svg = super::picture::svg(&f);
+    assert!(svg.contains("class=\"Unhealthy\""), "drawn as a repair");
+}
