@@ -250,6 +250,13 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
         "steady pass: {queries} Queries for {} pools due for their index check",
         steady.index_checks
     );
+    // The Region's instance statuses: one read a pass for all its clusters, 1,000 a call.
+    assert_eq!(
+        steady.by_op.get("ec2:DescribeInstanceStatus").copied(),
+        Some(((clusters * pools * nodes).div_ceil(1000)) as u64),
+        "{:?}",
+        steady.by_op
+    );
     let ceiling = shared_ceiling(clusters, pools, nodes);
     assert!(
         steady.other_than_records() <= ceiling,
@@ -437,16 +444,17 @@ impl Measured {
 /// The calls a steady pass may make besides the pools' records (see
 /// [`Measured::other_than_records`]), all shared: per cluster its
 /// lease (taken and given back), the stop switch, its Kubernetes endpoint, its groups (100 a
-/// call), their instances (1,000 a page), two listings of the Region's templates (200 a page),
-/// the Region's instance statuses (1,000 a call; repair); per pass the policies (10 a page)
-/// and the quarantine.
+/// call), their instances (1,000 a page), two listings of the Region's templates (200 a page);
+/// per pass the policies (10 a page), the quarantine and the Region's instance statuses (1,000
+/// a call, shared by the clusters of the place; repair).
 fn shared_ceiling(clusters: usize, pools: usize, nodes: usize) -> u64 {
     let templates = (clusters * pools).div_ceil(200);
-    // Each cluster's pass reads the region's instance statuses (repair), 1,000 a call.
+    // The Region's instance statuses (repair), 1,000 a call, read once a pass for every
+    // cluster of the place.
     let statuses = (clusters * pools * nodes).div_ceil(1000);
     let per_cluster =
-        2 + 2 + 1 + pools.div_ceil(100) + (pools * nodes).div_ceil(1000) + 2 * templates + statuses;
-    (clusters * per_cluster + (clusters * pools).div_ceil(10) + 2) as u64
+        2 + 2 + 1 + pools.div_ceil(100) + (pools * nodes).div_ceil(1000) + 2 * templates;
+    (clusters * per_cluster + (clusters * pools).div_ceil(10) + 2 + statuses) as u64
 }
 
 /// The pass's reports, one per pool, none with an error.

@@ -34,6 +34,7 @@ mod managed_pass;
 mod observe;
 #[cfg(test)]
 mod pass_tests;
+mod statuses;
 
 use execute::PoolCtx;
 use observe::ClusterView;
@@ -397,18 +398,26 @@ impl RotatorHandler {
         let mut names = BTreeMap::new();
         let mut sweeps = quarantine_sweeps(&quarantined, &configured, &by_cluster.keys().collect());
         let mut unserved = Vec::new();
+        // One read of the instance statuses per place a pass, whichever cluster asks first.
+        let mut statuses: BTreeMap<
+            Option<crate::policy::Place>,
+            Arc<dyn crate::interruption::InstanceLookup>,
+        > = BTreeMap::new();
         for (cluster, policies) in by_cluster {
             // Every AWS and Kubernetes call for a pool through its member's ports.
-            let this = match self
-                .at(policies.first().and_then(|p| p.place.as_ref()))
-                .await
-            {
+            let place = policies.first().and_then(|p| p.place.clone());
+            let mut this = match self.at(place.as_ref()).await {
                 Ok(this) => this,
                 Err(e) => {
                     unserved.push((cluster, policies, e));
                     continue;
                 }
             };
+            let inner = this.ports.instances.clone();
+            this.ports.instances = statuses
+                .entry(place)
+                .or_insert_with(|| Arc::new(statuses::PassStatuses::new(inner)))
+                .clone();
             let (holder, permits, quarantined) =
                 (holder.clone(), permits.clone(), quarantined.clone());
             let sweep = sweeps.remove(&cluster).unwrap_or_default();
