@@ -82,6 +82,7 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
             marks: Default::default(),
             joined: None,
             conditions: Vec::new(),
+            opt_out: None,
         };
         members.push(Member {
             instance_id: id.clone(),

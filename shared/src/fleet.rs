@@ -104,6 +104,108 @@ impl Condition {
     }
 }
 
+/// A pod's own opt-out from voluntary disruption (`karpenter.sh/do-not-disrupt`).
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// nodecycle's own name for the same opt-out.
+pub const NODECYCLE_DO_NOT_DISRUPT: &str = "nodecycle.dev/do-not-disrupt";
+/// Cluster Autoscaler's opt-out (`"false"`: never evicted for a scale-down).
+pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+
+/// A pod that keeps its node from voluntary disruption (drift, expiry, repair of a Ready node):
+/// which pod, by which annotation and value, and until when (`None`: as long as it carries it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OptOut {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The annotation.
+    pub annotation: String,
+    /// Its value.
+    pub value: String,
+    /// When it stops holding (a duration counted from the pod's start); `None`: it holds while
+    /// the pod carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl OptOut {
+    /// The opt-out of pod `pod` (`namespace/name`) from its annotations (`annotation(key)`)
+    /// and start time, the longest-holding one when it carries several:
+    /// - `karpenter.sh/do-not-disrupt` or `nodecycle.dev/do-not-disrupt`: `"true"` holds;
+    ///   a duration (`"30m"`, Karpenter v1.12) holds until that long after the pod started (as
+    ///   long as it has not started); `"false"` does not; any other value holds (fail closed:
+    ///   the owner meant to protect the pod), and [`OptOut::value`] shows it;
+    /// - `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` holds.
+    pub fn of<'a>(
+        pod: &str,
+        annotation: impl Fn(&str) -> Option<&'a str>,
+        started: Option<DateTime<Utc>>,
+    ) -> Option<OptOut> {
+        let make = |key: &str, value: &str, until| OptOut {
+            pod: pod.to_string(),
+            annotation: key.to_string(),
+            value: value.to_string(),
+            until,
+        };
+        let mut found: Vec<OptOut> = Vec::new();
+        for key in [DO_NOT_DISRUPT, NODECYCLE_DO_NOT_DISRUPT] {
+            let Some(value) = annotation(key) else {
+                continue;
+            };
+            let v = value.trim();
+            if v.eq_ignore_ascii_case("false") {
+                continue;
+            }
+            let until = match crate::duration::parse(v) {
+                Ok(d) => started.and_then(|s| {
+                    chrono::Duration::from_std(d)
+                        .ok()
+                        .and_then(|d| s.checked_add_signed(d))
+                }),
+                Err(_) => None,
+            };
+            found.push(make(key, value, until));
+        }
+        if annotation(SAFE_TO_EVICT).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
+            found.push(make(SAFE_TO_EVICT, "false", None));
+        }
+        found.into_iter().max_by_key(OptOut::reach)
+    }
+
+    /// Of `a` and `b`, the one that holds longer (as long as it is carried beats any instant).
+    pub fn longer(a: Option<OptOut>, b: Option<&OptOut>) -> Option<OptOut> {
+        match (a, b) {
+            (Some(a), Some(b)) if b.reach() > a.reach() => Some(b.clone()),
+            (Some(a), _) => Some(a),
+            (None, b) => b.cloned(),
+        }
+    }
+
+    fn reach(&self) -> (u8, DateTime<Utc>) {
+        self.until.map_or((1, DateTime::<Utc>::MIN_UTC), |u| (0, u))
+    }
+
+    /// It still holds at `now`.
+    pub fn holds(&self, now: DateTime<Utc>) -> bool {
+        self.until.is_none_or(|u| now < u)
+    }
+
+    /// `pod ns/name has karpenter.sh/do-not-disrupt: "30m" (until T)`.
+    pub fn describe(&self) -> String {
+        let until = match self.until {
+            Some(u) => format!(
+                "until {}",
+                u.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            None => "while it carries it".to_string(),
+        };
+        format!(
+            "pod {} has {}: {:?} ({until})",
+            self.pod, self.annotation, self.value
+        )
+    }
+}
+
 /// A Kubernetes node as the rotator needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -132,6 +234,10 @@ pub struct NodeStatus {
     /// Its [`HEALTH_CONDITIONS`] as reported (release health, repair).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// A pod on it opted out of voluntary disruption (the longest-holding one), when its pods
+    /// were counted ([`Self::pods_counted`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opt_out: Option<OptOut>,
 }
 
 impl NodeStatus {
@@ -148,6 +254,7 @@ impl NodeStatus {
             marks: Default::default(),
             joined: None,
             conditions: Vec::new(),
+            opt_out: None,
         }
     }
 }
@@ -323,6 +430,88 @@ pub trait GroupOps: crate::fleet::snapshot::GroupSnapshots + Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pods_opt_out_is_read_from_its_annotations_the_longest_winning() {
+        let t = |m: i64| {
+            DateTime::parse_from_rfc3339("2026-12-05T12:00:00Z")
+                .map(|d| d.with_timezone(&Utc))
+                .unwrap_or_default()
+                + chrono::Duration::minutes(m)
+        };
+        let of = |pairs: &[(&'static str, &'static str)], started: Option<DateTime<Utc>>| {
+            OptOut::of(
+                "ns/p",
+                |k| pairs.iter().find(|(key, _)| *key == k).map(|(_, v)| *v),
+                started,
+            )
+        };
+        // (annotations, started) -> (annotation, until) of the opt-out, if any.
+        type Case<'a> = (
+            Vec<(&'a str, &'a str)>,
+            Option<DateTime<Utc>>,
+            Option<(&'a str, Option<DateTime<Utc>>)>,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            (vec![], Some(t(0)), None),
+            (
+                vec![(DO_NOT_DISRUPT, "true")],
+                Some(t(0)),
+                Some((DO_NOT_DISRUPT, None)),
+            ),
+            (vec![(DO_NOT_DISRUPT, "false")], Some(t(0)), None),
+            (
+                vec![(DO_NOT_DISRUPT, "30m")],
+                Some(t(0)),
+                Some((DO_NOT_DISRUPT, Some(t(30)))),
+            ),
+            // Not started yet: a duration holds as long as it has not.
+            (
+                vec![(DO_NOT_DISRUPT, "30m")],
+                None,
+                Some((DO_NOT_DISRUPT, None)),
+            ),
+            // An unreadable value holds (fail closed).
+            (
+                vec![(DO_NOT_DISRUPT, "soon")],
+                Some(t(0)),
+                Some((DO_NOT_DISRUPT, None)),
+            ),
+            (
+                vec![(SAFE_TO_EVICT, "false")],
+                Some(t(0)),
+                Some((SAFE_TO_EVICT, None)),
+            ),
+            (vec![(SAFE_TO_EVICT, "true")], Some(t(0)), None),
+            (
+                vec![(NODECYCLE_DO_NOT_DISRUPT, "1h")],
+                Some(t(0)),
+                Some((NODECYCLE_DO_NOT_DISRUPT, Some(t(60)))),
+            ),
+            // The longest wins: "as long as carried" beats any instant.
+            (
+                vec![(DO_NOT_DISRUPT, "30m"), (NODECYCLE_DO_NOT_DISRUPT, "1h")],
+                Some(t(0)),
+                Some((NODECYCLE_DO_NOT_DISRUPT, Some(t(60)))),
+            ),
+            (
+                vec![(DO_NOT_DISRUPT, "30m"), (SAFE_TO_EVICT, "false")],
+                Some(t(0)),
+                Some((SAFE_TO_EVICT, None)),
+            ),
+        ];
+        for (pairs, started, want) in cases {
+            let got = of(&pairs, started);
+            assert_eq!(
+                got.as_ref().map(|o| (o.annotation.as_str(), o.until)),
+                want,
+                "{pairs:?}"
+            );
+        }
+        let o = of(&[(DO_NOT_DISRUPT, "30m")], Some(t(0))).unwrap();
+        assert!(o.holds(t(29)) && !o.holds(t(30)));
+        assert_eq!(OptOut::longer(None, Some(&o)), Some(o.clone()));
+    }
 
     /// A member serializes as one flat camelCase object: the instance's fields, then its node.
     #[test]

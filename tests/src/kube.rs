@@ -380,6 +380,7 @@ pub struct PodFixture {
     phase: Option<String>,
     mirror: bool,
     waiting: Option<String>,
+    annotations: Vec<(String, String)>,
 }
 
 impl PodFixture {
@@ -389,6 +390,7 @@ impl PodFixture {
             namespace: namespace.to_string(),
             name: name.to_string(),
             node: None,
+            annotations: Vec::new(),
             labels: Vec::new(),
             owner: None,
             grace_seconds: None,
@@ -435,6 +437,11 @@ impl PodFixture {
         self.phase = Some(phase.to_string());
         self
     }
+    /// `metadata.annotations[k] = v`.
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.annotations.push((k.to_string(), v.to_string()));
+        self
+    }
     /// A mirror pod of a static pod (annotation `kubernetes.io/config.mirror`).
     pub fn mirror(mut self) -> Self {
         self.mirror = true;
@@ -447,6 +454,9 @@ impl PodFixture {
             "labels": pairs(&self.labels),
             "mirror": self.mirror,
         });
+        if !self.annotations.is_empty() {
+            v["annotations"] = pairs(&self.annotations);
+        }
         if let Some(n) = &self.node {
             v["node"] = json!(n);
         }

@@ -27,6 +27,7 @@ mod kube_standin;
 mod launch_template;
 mod managed;
 mod ops;
+mod opt_out;
 mod organisation;
 mod policy_data;
 mod promotion;

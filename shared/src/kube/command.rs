@@ -249,6 +249,7 @@ mod tests {
             grace_period_seconds: Some(0),
             priority_class: None,
             start_failure: None,
+            opt_out: None,
         }
     }
 

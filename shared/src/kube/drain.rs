@@ -651,6 +651,7 @@ mod tests {
             grace_period_seconds: Some(30),
             priority_class: None,
             start_failure: None,
+            opt_out: None,
         }
     }
 

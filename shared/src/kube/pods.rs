@@ -104,6 +104,8 @@ pub struct PodInfo {
     /// Why it cannot start, when a container (or init container) waits with a start failure
     /// ([`crate::promotion::health::pod_failure`]): release health counts it.
     pub start_failure: Option<String>,
+    /// Its opt-out from voluntary disruption ([`crate::fleet::OptOut::of`]), if any.
+    pub opt_out: Option<crate::fleet::OptOut>,
 }
 
 impl PodInfo {
@@ -211,6 +213,7 @@ mod tests {
             grace_period_seconds: Some(30),
             priority_class: None,
             start_failure: None,
+            opt_out: None,
         }
     }
 

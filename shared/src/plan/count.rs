@@ -127,6 +127,19 @@ pub(super) fn count<'a>(
                      started until uncordoned"
                 ),
             )),
+            Some(n) if !need.forced && n.opt_out.as_ref().is_some_and(|o| o.holds(now)) => {
+                Some((
+                    DecisionKind::Skip,
+                    format!(
+                        "{what}, but {}: not started, and it consumes no budget (forced expiry \
+                         still replaces it)",
+                        n.opt_out
+                            .as_ref()
+                            .map(crate::fleet::OptOut::describe)
+                            .unwrap_or_default()
+                    ),
+                ))
+            }
             Some(_) => c.finished.get(id).filter(|r| r.step == Step::Done).map(|r| {
                 (
                     DecisionKind::Anomaly,

@@ -65,6 +65,7 @@ fn arb_node() -> impl Strategy<Value = Option<NodeStatus>> {
                 marks: Default::default(),
                 joined: None,
                 conditions: Vec::new(),
+                opt_out: None,
             })),
     ]
 }

@@ -111,6 +111,8 @@ pub(super) fn nodes(snapshot: &Snapshot, c: &Classified<'_>) -> Vec<repair::Node
                 image: m.image_id.clone(),
                 joined: n.joined.unwrap_or(m.launch_time),
                 conditions: n.conditions.clone(),
+                // A node not Ready runs no pod: its opt-outs hold nothing.
+                opt_out: n.opt_out.clone().filter(|_| n.ready),
                 do_not_repair: n.marks.do_not_repair || snapshot.repair.pool_do_not_repair,
                 in_flight: busy,
             })

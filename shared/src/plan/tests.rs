@@ -63,6 +63,7 @@ pub(crate) fn member(id: &str, image: &str, age_h: i64) -> Member {
             marks: Default::default(),
             joined: None,
             conditions: Vec::new(),
+            opt_out: None,
         }),
     }
 }
@@ -1790,5 +1791,81 @@ fn a_false_positive_flood_costs_one_replacement_at_a_time_until_replacements_pro
     assert!(
         wide.last().map(|l| l.0) < one.last().map(|l| l.0),
         "wider once proven: {wide:?} {one:?}"
+    );
+}
+
+/// `m` with a pod `default/batch` annotated `key: value`, started `started_min` minutes before
+/// [`now`], as the pass counted its pods.
+fn opted_out(mut m: Member, key: &str, value: &str, started_min: i64) -> Member {
+    let started = now() - TimeDelta::minutes(started_min);
+    if let Some(n) = &mut m.node {
+        n.pods_counted = true;
+        n.opt_out = crate::fleet::OptOut::of(
+            "default/batch",
+            |k| (k == key).then_some(value),
+            Some(started),
+        );
+    }
+    m
+}
+
+/// A pod's opt-out keeps its drifted node from starting (no budget used) until it lapses;
+/// `safe-to-evict: "false"` alike; forced expiry replaces it anyway; the decision names the
+/// pod and until when.
+#[test]
+fn a_pod_opt_out_holds_its_node_until_it_lapses_and_forced_expiry_does_not_wait() {
+    let pol = budgets("2");
+    let members = |m: Member| vec![m, member("i-02", OLD, 20)];
+    // do-not-disrupt "30m", the pod started 10 minutes ago: skipped, the other node starts.
+    let held = opted_out(
+        member("i-01", OLD, 30),
+        "karpenter.sh/do-not-disrupt",
+        "30m",
+        10,
+    );
+    let p = plan(&snapshot(pol.clone(), members(held), vec![]), now());
+    assert_eq!(started_ids(&p), ["i-02"]);
+    let why = p
+        .decisions
+        .iter()
+        .find(|d| d.instance_id.as_deref() == Some("i-01"))
+        .map(|d| d.message.clone())
+        .unwrap_or_default();
+    assert!(
+        why.contains("pod default/batch has karpenter.sh/do-not-disrupt: \"30m\" (until 2026-12-05T12:20:00Z)"),
+        "{why}"
+    );
+    assert_eq!(p.disrupting, 0, "a held node is not disrupting");
+    // 31 minutes after it started: it lapsed.
+    let lapsed = opted_out(
+        member("i-01", OLD, 30),
+        "karpenter.sh/do-not-disrupt",
+        "30m",
+        31,
+    );
+    let p = plan(&snapshot(pol.clone(), members(lapsed), vec![]), now());
+    assert_eq!(started_ids(&p).len(), 2);
+    // safe-to-evict "false" and "true" hold as long as the pod carries them.
+    for (key, value) in [
+        ("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"),
+        ("karpenter.sh/do-not-disrupt", "true"),
+        ("nodecycle.dev/do-not-disrupt", "true"),
+    ] {
+        let held = opted_out(member("i-01", OLD, 30), key, value, 600);
+        let p = plan(&snapshot(pol.clone(), members(held), vec![]), now());
+        assert_eq!(started_ids(&p), ["i-02"], "{key}: {value}");
+    }
+    // Forced expiry does not wait for it.
+    let forced = policy("expireAfter: 720h\nterminationGracePeriod: 1h\n");
+    let old = opted_out(
+        member("i-01", NEW, 800),
+        "karpenter.sh/do-not-disrupt",
+        "true",
+        600,
+    );
+    let p = plan(&snapshot(forced, vec![old], vec![]), now());
+    assert_eq!(
+        started(&p),
+        [("i-01".to_string(), RotationReason::Expired, true)]
     );
 }

@@ -58,6 +58,10 @@ pub struct Node {
     pub conditions: Vec<Condition>,
     /// Annotated (or its pool tagged) `nodecycle.dev/do-not-repair=true`.
     pub do_not_repair: bool,
+    /// A pod on it opted out of voluntary disruption and still holds
+    /// ([`crate::fleet::OptOut`]): a Ready node is not repaired meanwhile (a node not Ready is:
+    /// its pods are not running anyway).
+    pub opt_out: Option<crate::fleet::OptOut>,
     /// A rotation or repair of it is in flight already.
     pub in_flight: bool,
 }
@@ -205,6 +209,10 @@ pub fn plan(
         if node.do_not_repair {
             out.held
                 .push((id, "nodecycle.dev/do-not-repair=true".into()));
+            continue;
+        }
+        if let Some(o) = node.opt_out.as_ref().filter(|o| o.holds(now)) {
+            out.held.push((id, o.describe()));
             continue;
         }
         if let Some(image) = node.image.as_ref().filter(|i| watched_images.contains(i)) {

@@ -24,6 +24,7 @@ fn node(i: usize) -> Node {
         image: Some("ami-old".into()),
         joined: t(0),
         conditions: vec![ready("True", 1)],
+        opt_out: None,
         do_not_repair: false,
         in_flight: false,
     }
@@ -279,4 +280,43 @@ fn slow_start_is_recomputed_from_the_repairs_as_they_settled() {
         }
     );
     assert!(slow_start(&[]).is_empty());
+}
+
+#[test]
+fn a_pod_opt_out_holds_the_repair_of_its_node_while_it_holds() {
+    let mut nodes = pool(10, &[], 0);
+    nodes[4].conditions = vec![Condition {
+        kind: "KernelReady".into(),
+        status: "False".into(),
+        reason: None,
+        since: Some(t(100)),
+    }];
+    nodes[4].opt_out = Some(crate::fleet::OptOut {
+        pod: "ns/p".into(),
+        annotation: crate::fleet::DO_NOT_DISRUPT.into(),
+        value: "2h".into(),
+        until: Some(t(220)),
+    });
+    let p = plan(
+        &nodes,
+        &RepairPolicy::default(),
+        &BTreeMap::new(),
+        &[],
+        1,
+        t(200),
+    );
+    assert!(p.repairs.is_empty());
+    assert!(
+        p.held.iter().any(|(i, w)| i == "i-4" && w.contains("ns/p")),
+        "{p:?}"
+    );
+    let later = plan(
+        &nodes,
+        &RepairPolicy::default(),
+        &BTreeMap::new(),
+        &[],
+        1,
+        t(220),
+    );
+    assert_eq!(ids(&later), ["i-4"]);
 }

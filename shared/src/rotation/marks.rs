@@ -98,6 +98,7 @@ mod tests {
                 marks,
                 joined: None,
                 conditions: Vec::new(),
+                opt_out: None,
             }),
         }
     }

@@ -132,6 +132,7 @@ async fn pool_status(
     let mut budgets = Value::Null;
     let mut blocked = Value::Null;
     let mut forced_at_once = Value::Null;
+    let mut opted_out: Vec<Value> = Vec::new();
     let mut rotations: Vec<Rotation> = Vec::new();
     // The pool's place's ports, had once for the plan and the promotion alarms.
     let here = ops
@@ -209,6 +210,17 @@ async fn pool_status(
             }
             budgets = Value::Object(b);
             blocked = json!(p.blocked);
+            // Nodes a pod keeps from voluntary disruption: which pod, by what, until when.
+            opted_out = s
+                .members
+                .iter()
+                .filter_map(|m| {
+                    let o = m.node.as_ref()?.opt_out.as_ref().filter(|o| o.holds(now))?;
+                    Some(json!({"instance": m.instance_id, "pod": o.pod,
+                                "annotation": o.annotation, "value": o.value,
+                                "until": o.until.map(instant)}))
+                })
+                .collect();
             if let Some(f) = &p.forced_at_once {
                 problems.push(f.message.clone());
                 forced_at_once = json!(f);
@@ -293,6 +305,7 @@ async fn pool_status(
         "nodes": nodes,
         "budgets": budgets,
         "blocked": blocked,
+        "optedOut": opted_out,
         "forcedAtOnce": forced_at_once,
         "paused": paused,
         "halted": record.as_ref().and_then(|r| r.halted.clone()),

@@ -165,27 +165,27 @@ impl ClusterView {
     }
 
     /// Evictable pods on each of `nodes` (an ordering hint: a node whose pods cannot be
-    /// listed counts as busy, `u32::MAX`).
+    /// listed counts as busy, `u32::MAX`), and the longest-holding opt-out of its pods
+    /// ([`crate::fleet::OptOut`]).
     async fn evictable(
         &self,
         kube: &dyn NodeOps,
         nodes: &[String],
         now: DateTime<Utc>,
-    ) -> HashMap<String, u32> {
-        let evictable = |pods: &[k::PodInfo]| {
-            pods.iter()
-                .filter(|p| matches!(k::classify(p, now), k::PodClass::Evict { .. }))
-                .count()
-        };
+    ) -> HashMap<String, (u32, Option<crate::fleet::OptOut>)> {
         let mut out = HashMap::new();
         // The cluster's pods, when this pass listed them already, answer for free.
         if nodes.len() <= PER_NODE_POD_LISTS && !self.watched && self.pods.get().is_none() {
             for node in nodes {
                 let n = match kube.list_pods(node).await {
-                    Ok(pods) => u32::try_from(evictable(&pods)).unwrap_or(u32::MAX),
+                    Ok(pods) => {
+                        let mut sum = NodePods::default();
+                        pods.iter().for_each(|p| sum.add(p, now));
+                        (sum.evictable, sum.opt_out)
+                    }
                     Err(e) => {
                         tracing::warn!(node = %node, error = %e, "cannot count the node's pods; ordering it as busy");
-                        u32::MAX
+                        (u32::MAX, None)
                     }
                 };
                 out.insert(node.clone(), n);
@@ -195,10 +195,12 @@ impl ClusterView {
         let counts = self.cluster_pods(kube, now).await;
         for node in nodes {
             let n = match counts {
-                Ok(c) => c.get(node).map_or(0, |p| p.evictable),
+                Ok(c) => c
+                    .get(node)
+                    .map_or((0, None), |p| (p.evictable, p.opt_out.clone())),
                 Err(e) => {
                     tracing::warn!(node = %node, error = %e, "cannot count the cluster's pods; ordering the node as busy");
-                    u32::MAX
+                    (u32::MAX, None)
                 }
             };
             out.insert(node.clone(), n);
@@ -218,6 +220,8 @@ struct NodePods {
     /// Started pods still `Pending` without a reported failure (a sandbox failure shows
     /// only as an Event): their uids.
     pending: Vec<String>,
+    /// The longest-holding opt-out of its pods that have not finished nor are leaving.
+    opt_out: Option<crate::fleet::OptOut>,
 }
 
 impl NodePods {
@@ -229,6 +233,7 @@ impl NodePods {
         {
             return;
         }
+        self.opt_out = crate::fleet::OptOut::longer(self.opt_out.take(), pod.opt_out.as_ref());
         self.started.starts = self.started.starts.saturating_add(1);
         match &pod.start_failure {
             Some(reason) => {
@@ -442,9 +447,10 @@ impl Planner<'_> {
         let need_counts = pods_to_count(&members, &records, desired.as_deref(), &expiration, now);
         let counts = view.evictable(kube, &need_counts, now).await;
         for node in members.iter_mut().filter_map(|m| m.node.as_mut()) {
-            if let Some(n) = counts.get(&node.name) {
+            if let Some((n, opt_out)) = counts.get(&node.name) {
                 node.evictable_pods = *n;
                 node.pods_counted = *n != u32::MAX;
+                node.opt_out = opt_out.clone();
             }
         }
         let staying = members
@@ -564,6 +570,7 @@ fn with_nodes(instances: Vec<Member>, view: &ClusterView) -> Vec<Member> {
                 marks: n.marks,
                 joined: n.created,
                 conditions: n.conditions.iter().cloned().chain(ec2.clone()).collect(),
+                opt_out: None,
             });
             Member { node, ..i }
         })
@@ -588,7 +595,12 @@ fn pods_to_count(
     let fresh = |m: &Member| surged.iter().any(|s| !s.baseline.contains(&m.instance_id));
     members
         .iter()
-        .filter(|m| fresh(m) || plan::assess(m, desired, expiration, now).need().is_some())
+        .filter(|m| {
+            fresh(m)
+                || plan::assess(m, desired, expiration, now).need().is_some()
+                // A repair candidate: its pods' opt-outs hold a Ready node's repair.
+                || m.node.as_ref().is_some_and(|n| n.conditions.iter().any(|c| c.is_bad()))
+        })
         .filter_map(|m| m.node.as_ref().map(|n| n.name.clone()))
         .collect()
 }

@@ -99,6 +99,7 @@ fn pod(name: &str) -> PodInfo {
         grace_period_seconds: Some(90),
         priority_class: None,
         start_failure: None,
+        opt_out: None,
     }
 }
 

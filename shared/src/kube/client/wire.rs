@@ -193,5 +193,22 @@ pub fn pod_info(pod: &Pod) -> PodInfo {
             .as_ref()
             .and_then(|s| s.priority_class_name.clone()),
         start_failure: start_failure(pod),
+        opt_out: crate::fleet::OptOut::of(
+            &format!(
+                "{}/{}",
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default()
+            ),
+            |k| {
+                meta.annotations
+                    .as_ref()
+                    .and_then(|a| a.get(k))
+                    .map(String::as_str)
+            },
+            pod.status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .and_then(to_chrono),
+        ),
     }
 }

@@ -55,6 +55,7 @@ pub(super) fn member(id: &str, image: &str, minutes: i64, ready: bool) -> Member
             marks: Default::default(),
             joined: None,
             conditions: Vec::new(),
+            opt_out: None,
         }),
     }
 }
