@@ -385,14 +385,15 @@ async fn spot_warning_cordons_evicts_then_deletes_what_pdbs_hold_after_90s() {
 
 /// A Spot warning whose time cannot be believed (1970, or a day ahead: a replay, a direct
 /// invoke) for a live instance EC2 does not say is interrupted (no Spot request, or one still
-/// `fulfilled`): every pod PDBs allow to go is evicted, the one whose PDB allows nothing is
-/// never deleted and is still there when the handler ends. The same 1970 warning for an
+/// `fulfilled`, or one marked for termination that the handler's role may not read): every pod
+/// PDBs allow to go is evicted, the one whose PDB allows nothing is never deleted and is still
+/// there when the handler ends. The same 1970 warning for an
 /// instance whose Spot request EC2 marked `marked-for-termination` keeps the deadline of a
 /// fresh warning: what PDBs hold is deleted `force_after` after the handling. The deadlines
-/// are shortened (2 s, 4 s) alike for the three: only the time and EC2's word differ.
+/// are shortened (2 s, 4 s) alike for all: only the time and EC2's word differ.
 #[tokio::test]
 async fn an_untrustworthy_warning_time_never_skips_a_pdb_unless_ec2_confirms_it() {
-    let mut e = env(3).await;
+    let mut e = env(4).await;
     e.handler.settings.force_after = Duration::from_secs(2);
     e.handler.settings.notice = Duration::from_secs(4);
     for (n, (_, node)) in e.nodes.iter().enumerate() {
@@ -414,7 +415,7 @@ async fn an_untrustworthy_warning_time_never_skips_a_pdb_unless_ec2_confirms_it(
     let epoch = DateTime::parse_from_rfc3339("1970-01-01T00:00:00Z")
         .unwrap()
         .with_timezone(&Utc);
-    let (old, ahead, confirmed) = (&e.nodes[0], &e.nodes[1], &e.nodes[2]);
+    let (old, ahead, confirmed, unreadable) = (&e.nodes[0], &e.nodes[1], &e.nodes[2], &e.nodes[3]);
     e.cloud.control(
         "spot_request_set",
         json!({"instance": ahead.0, "code": "fulfilled"}),
@@ -423,22 +424,46 @@ async fn an_untrustworthy_warning_time_never_skips_a_pdb_unless_ec2_confirms_it(
         "spot_request_set",
         json!({"instance": confirmed.0, "code": "marked-for-termination"}),
     );
+    e.cloud.control(
+        "spot_request_set",
+        json!({"instance": unreadable.0, "code": "marked-for-termination"}),
+    );
 
-    for (what, (instance, node), time, why) in [
+    for (n, what, (instance, node), time, denied, why) in [
         (
+            0,
             "1970, no Spot request",
             old,
             epoch,
+            false,
             "no Spot request for the instance",
         ),
         (
+            1,
             "a day ahead, request fulfilled",
             ahead,
             Utc::now() + chrono::Duration::days(1),
+            false,
             "Spot request fulfilled",
         ),
+        (
+            3,
+            "1970, marked for termination but unreadable",
+            unreadable,
+            epoch,
+            true,
+            "the Spot request could not be read",
+        ),
     ] {
-        let n = if node == &old.1 { 0 } else { 1 };
+        if denied {
+            e.cloud.faults(
+                Faults::new().aws(
+                    AwsFaults::new(1.0)
+                        .kinds(&[AwsFault::AccessDenied])
+                        .operations(&["ec2:DescribeSpotInstanceRequests"]),
+                ),
+            );
+        }
         let out = e
             .handle(&event(
                 "spot-interruption-warning.json",
@@ -447,6 +472,7 @@ async fn an_untrustworthy_warning_time_never_skips_a_pdb_unless_ec2_confirms_it(
                 None,
             ))
             .await;
+        e.cloud.clear_faults();
         let o = &out["outcomes"][0];
         assert_eq!(o["action"], "draining", "{what}: {out}");
         let reason = o["reason"].as_str().unwrap();
@@ -507,7 +533,9 @@ async fn an_untrustworthy_warning_time_never_skips_a_pdb_unless_ec2_confirms_it(
     );
     assert!(s.pods_on(node).is_empty());
     // The unconfirmed ones still hold their PDB-protected pods.
-    assert!(s.pod("default", "db-0").is_some() && s.pod("default", "db-1").is_some());
+    for db in ["db-0", "db-1", "db-3"] {
+        assert!(s.pod("default", db).is_some(), "{db}");
+    }
 }
 
 /// The *Interruption Handled* events the capture queue received since the last call.
