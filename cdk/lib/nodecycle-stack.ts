@@ -128,7 +128,7 @@ export class NodecycleStack extends cdk.Stack {
       ],
       InterruptionHandler: [
         policyReads,
-        allow("DescribeInstances", ["ec2:DescribeInstances"], ["*"]),
+        allow("DescribeInstances", ["ec2:DescribeInstances", "ec2:DescribeSpotInstanceRequests"], ["*"]),
         stateWith("State", ["dynamodb:ConditionCheckItem"], "POOL#*", "EVENT#*"),
         eventsOut(),
         allow("AnswerLifecycleActionsOfClusterGroups", ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"], [asgArn], clusterTag),

@@ -105,7 +105,7 @@ export class NodecycleSpoke extends Construct {
       allow("ReadEksReleaseVersions", ["ssm:GetParameters"], publicParameters),
     ]);
     const interruption = role("InterruptionHandlerRole", "interruption", p.cellRoles.interruptionHandler, "nodecycle interruption-handler (assumed by the cell)", "interruption-handler", [
-      allow("DescribeInstances", "ec2:DescribeInstances", "*"),
+      allow("DescribeInstances", ["ec2:DescribeInstances", "ec2:DescribeSpotInstanceRequests"], "*"),
     ]);
     const ops = role("OpsRole", "ops", p.cellRoles.ops, "nodecycle ops (assumed by the cell)", "ops", [
       allow("Describe", ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions"], "*"),

@@ -10,6 +10,7 @@ use crate::port::PortError;
 use crate::tags;
 
 pub mod action;
+pub mod deadline;
 
 /// The event vocabulary the ports speak in (defined with the events, `crate::event`).
 pub use crate::event::instance_events::{InstanceInfo, LifecycleAction};
@@ -29,6 +30,17 @@ pub trait InstanceLookup: Send + Sync {
     /// scheduled (`DescribeInstanceStatus` over every running instance, 1,000 a call; the
     /// others are left out).
     async fn troubled(&self) -> Result<Vec<crate::fleet::InstanceStatus>, PortError>;
+
+    /// The status code of the instance's Spot request (`DescribeSpotInstanceRequests` filtered
+    /// by `instance-id`; `marked-for-termination` once EC2 gave the interruption notice, see
+    /// [`deadline::spot_status_confirms`]), `Ok(None)` when it has none (not a Spot instance).
+    /// Lookups that cannot answer (the rotator's) say so: an error, never a confirmation.
+    async fn spot_request_status(&self, instance_id: &str) -> Result<Option<String>, PortError> {
+        Err(PortError::other(
+            "ec2:DescribeSpotInstanceRequests",
+            format!("this instance lookup cannot read the Spot request of {instance_id}"),
+        ))
+    }
 }
 
 /// Answers Auto Scaling lifecycle actions.

@@ -336,6 +336,9 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
     import instance_status
 
     instance_status.register(op, ControlError)
+    import spot_requests  # spot_request_set: an instance's Spot request and its status code
+
+    spot_requests.register(op, ControlError)
 
     @op("put_parameter")
     def put_parameter(args):

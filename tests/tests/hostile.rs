@@ -691,8 +691,8 @@ async fn events_are_verified_before_they_act() {
     let calls = f.cloud.control("lifecycle_actions", json!({}));
     assert_eq!(calls["calls"], json!([]), "no lifecycle action answered");
 
-    // A Spot warning whose time claims it came long ago: deadlines count from its handling,
-    // so the first step honours the PDB (it used to delete every pod at once).
+    // A Spot warning whose time claims it came long ago, for an instance EC2 does not say is
+    // interrupted: PDBs are honoured throughout (it used to delete every pod at once).
     let ancient = event(
         "spot-interruption-warning.json",
         &instance,

@@ -383,6 +383,161 @@ async fn spot_warning_cordons_evicts_then_deletes_what_pdbs_hold_after_90s() {
     assert_eq!(claims[0].1["status"], "done");
 }
 
+/// A Spot warning whose time cannot be believed (1970, or a day ahead: a replay, a direct
+/// invoke) for a live instance EC2 does not say is interrupted (no Spot request, or one still
+/// `fulfilled`, or one marked for termination that the handler's role may not read): every pod
+/// PDBs allow to go is evicted, the one whose PDB allows nothing is never deleted and is still
+/// there when the handler ends. The same 1970 warning for an
+/// instance whose Spot request EC2 marked `marked-for-termination` keeps the deadline of a
+/// fresh warning: what PDBs hold is deleted `force_after` after the handling. The deadlines
+/// are shortened (2 s, 4 s) alike for all: only the time and EC2's word differ.
+#[tokio::test]
+async fn an_untrustworthy_warning_time_never_skips_a_pdb_unless_ec2_confirms_it() {
+    let mut e = env(4).await;
+    e.handler.settings.force_after = Duration::from_secs(2);
+    e.handler.settings.notice = Duration::from_secs(4);
+    for (n, (_, node)) in e.nodes.iter().enumerate() {
+        e.web_pods(node, &[&format!("web-{n}")], 1);
+        e.kube.add_pod(
+            PodFixture::new("default", &format!("db-{n}"))
+                .node(node)
+                .owner("StatefulSet", &format!("db-{n}"))
+                .label("app", &format!("db-{n}"))
+                .grace_seconds(1),
+        );
+        // One pod and minAvailable 1: the budget allows no disruption.
+        e.kube.add_pdb(
+            PdbFixture::new("default", &format!("db-{n}"))
+                .match_label("app", &format!("db-{n}"))
+                .min_available(1),
+        );
+    }
+    let epoch = DateTime::parse_from_rfc3339("1970-01-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    let (old, ahead, confirmed, unreadable) = (&e.nodes[0], &e.nodes[1], &e.nodes[2], &e.nodes[3]);
+    e.cloud.control(
+        "spot_request_set",
+        json!({"instance": ahead.0, "code": "fulfilled"}),
+    );
+    e.cloud.control(
+        "spot_request_set",
+        json!({"instance": confirmed.0, "code": "marked-for-termination"}),
+    );
+    e.cloud.control(
+        "spot_request_set",
+        json!({"instance": unreadable.0, "code": "marked-for-termination"}),
+    );
+
+    for (n, what, (instance, node), time, denied, why) in [
+        (
+            0,
+            "1970, no Spot request",
+            old,
+            epoch,
+            false,
+            "no Spot request for the instance",
+        ),
+        (
+            1,
+            "a day ahead, request fulfilled",
+            ahead,
+            Utc::now() + chrono::Duration::days(1),
+            false,
+            "Spot request fulfilled",
+        ),
+        (
+            3,
+            "1970, marked for termination but unreadable",
+            unreadable,
+            epoch,
+            true,
+            "the Spot request could not be read",
+        ),
+    ] {
+        if denied {
+            e.cloud.faults(
+                Faults::new().aws(
+                    AwsFaults::new(1.0)
+                        .kinds(&[AwsFault::AccessDenied])
+                        .operations(&["ec2:DescribeSpotInstanceRequests"]),
+                ),
+            );
+        }
+        let out = e
+            .handle(&event(
+                "spot-interruption-warning.json",
+                instance,
+                time,
+                None,
+            ))
+            .await;
+        e.cloud.clear_faults();
+        let o = &out["outcomes"][0];
+        assert_eq!(o["action"], "draining", "{what}: {out}");
+        let reason = o["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("PDBs are honoured throughout, no pod is deleted")
+                && reason.contains(why),
+            "{what}: {reason}"
+        );
+        assert_eq!(o["details"]["forceAt"], Value::Null, "{what}: {out}");
+        assert_eq!(o["details"]["remaining"], 1, "{what}: {out}");
+        let s = e.kube.state();
+        assert_eq!(s.node(node).unwrap()["spec"]["unschedulable"], true);
+        assert_eq!(taint(&s, node).as_deref(), Some("SpotInterruption"));
+        let (web, db) = (format!("web-{n}"), format!("db-{n}"));
+        assert_eq!(evictions(&s, &web), 1, "{what}");
+        assert!(s.pod("default", &web).is_none(), "{what}: {web} evicted");
+        assert!(evictions(&s, &db) >= 1, "{what}: eviction of {db} tried");
+        assert_eq!(pod_deletions(&s, &db), 0, "{what}: {db} never deleted");
+        assert!(s.pod("default", &db).is_some(), "{what}: {db} still there");
+    }
+
+    // Confirmed by EC2: today's deadline, counted from the handling.
+    let (instance, node) = confirmed;
+    let started = Utc::now();
+    let out = e
+        .handle(&event(
+            "spot-interruption-warning.json",
+            instance,
+            epoch,
+            None,
+        ))
+        .await;
+    let o = &out["outcomes"][0];
+    assert_eq!(o["action"], "drained", "{out}");
+    assert!(
+        o["reason"]
+            .as_str()
+            .unwrap()
+            .contains("EC2 confirms it (Spot request marked-for-termination)"),
+        "{out}"
+    );
+    let force_at: DateTime<Utc> = serde_json::from_value(o["details"]["forceAt"].clone()).unwrap();
+    assert!(force_at >= started + chrono::Duration::seconds(2), "{out}");
+    let s = e.kube.state();
+    assert_eq!(evictions(&s, "web-2"), 1);
+    assert_eq!(
+        pod_deletions(&s, "db-2"),
+        1,
+        "the PDB-held pod deleted once"
+    );
+    let deleted = s.requests_to("DELETE", "/api/v1/namespaces/default/pods/db-2")[0]
+        .time
+        .parse::<DateTime<Utc>>()
+        .unwrap();
+    assert!(
+        deleted >= started + chrono::Duration::seconds(1),
+        "PDB honoured until forceAt: deleted {deleted}, handled from {started}"
+    );
+    assert!(s.pods_on(node).is_empty());
+    // The unconfirmed ones still hold their PDB-protected pods.
+    for db in ["db-0", "db-1", "db-3"] {
+        assert!(s.pod("default", db).is_some(), "{db}");
+    }
+}
+
 /// The *Interruption Handled* events the capture queue received since the last call.
 fn handled_events(e: &Env) -> Vec<Value> {
     support::delivered(&e.cloud, "interruptions")

@@ -1048,6 +1048,48 @@ fn the_cluster_list_is_required_and_each_name_checked() {
     }
 }
 
+/// The oldest an interruption warning can be when the handler gets it, as the code counts it
+/// (`nodecycle::interruption::deadline`: an older one is a replay whose PDB-held pods are never
+/// deleted unless EC2 confirms it), is what the stack configures: the warnings rule's retries,
+/// then the function's asynchronous queue.
+#[test]
+fn the_oldest_believable_warning_is_what_the_rule_and_the_function_keep() {
+    use nodecycle::interruption::deadline::{
+        INVOKE_MAX_EVENT_AGE, MAX_EVENT_AGE, RULE_MAX_EVENT_AGE,
+    };
+    let t = deployed(MINIMAL);
+    let warnings: Vec<&Value> = rules(&t)
+        .into_values()
+        .filter(|r| {
+            pattern(r)["detail-type"].as_array().is_some_and(|d| {
+                d.iter()
+                    .any(|x| x == "EC2 Spot Instance Interruption Warning")
+            })
+        })
+        .collect();
+    assert_eq!(warnings.len(), 1, "one rule delivers Spot warnings");
+    let target = &warnings[0]["Targets"][0];
+    assert_eq!(target["Arn"], "getatt:InterruptionHandlerFunction.Arn");
+    assert_eq!(
+        target["RetryPolicy"]["MaximumEventAgeInSeconds"],
+        RULE_MAX_EVENT_AGE.as_secs()
+    );
+    let invoke = resources_of(&t, "AWS::Lambda::EventInvokeConfig")
+        .into_iter()
+        .map(|(_, p)| p)
+        .find(|p| p["FunctionName"] == "ref:InterruptionHandlerFunction")
+        .unwrap();
+    assert_eq!(
+        invoke["MaximumEventAgeInSeconds"],
+        INVOKE_MAX_EVENT_AGE.as_secs()
+    );
+    assert_eq!(MAX_EVENT_AGE, RULE_MAX_EVENT_AGE + INVOKE_MAX_EVENT_AGE);
+    assert_eq!(
+        nodecycle::handlers::interruption::Settings::default().max_event_age,
+        MAX_EVENT_AGE
+    );
+}
+
 fn rules(t: &Value) -> BTreeMap<&str, &Value> {
     resources_of(t, "AWS::Events::Rule").into_iter().collect()
 }
@@ -2148,6 +2190,7 @@ fn member_requests() -> Vec<Request<'static>> {
     let mut out = vec![
         request("ec2:DescribeInstances", "*".into(), &[]),
         request("ec2:DescribeInstanceStatus", "*".into(), &[]),
+        request("ec2:DescribeSpotInstanceRequests", "*".into(), &[]),
         request("ec2:DescribeImages", "*".into(), &[]),
         request("ec2:DescribeInstanceTypes", "*".into(), &[]),
         request("autoscaling:DescribeAutoScalingGroups", "*".into(), &[]),

@@ -1,4 +1,5 @@
-//! Adapters for the interruption handler's ports: EC2 DescribeInstances ([`InstanceLookup`])
+//! Adapters for the interruption handler's ports: EC2 DescribeInstances,
+//! DescribeInstanceStatus and DescribeSpotInstanceRequests ([`InstanceLookup`])
 //! and Auto Scaling lifecycle actions ([`LifecycleOps`]).
 
 use async_trait::async_trait;
@@ -85,6 +86,34 @@ impl InstanceLookup for Ec2Instances {
             .await
             .map_err(|e| port_error("ec2:DescribeInstanceStatus", e))?;
         Ok(statuses.iter().filter_map(status_of).collect())
+    }
+
+    async fn spot_request_status(&self, instance_id: &str) -> Result<Option<String>, PortError> {
+        use aws_sdk_ec2::types::Filter;
+        let out = self
+            .client
+            .describe_spot_instance_requests()
+            .filters(
+                Filter::builder()
+                    .name("instance-id")
+                    .values(instance_id)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| port_error("ec2:DescribeSpotInstanceRequests", e))?;
+        // One request launched the instance; a persistent request that relaunched keeps its id
+        // but names the new instance, so the filter finds at most the one that names this one.
+        Ok(out
+            .spot_instance_requests()
+            .iter()
+            .find(|r| r.instance_id() == Some(instance_id))
+            .map(|r| {
+                r.status()
+                    .and_then(|s| s.code())
+                    .unwrap_or_default()
+                    .to_string()
+            }))
     }
 
     async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, PortError> {

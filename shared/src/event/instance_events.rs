@@ -207,29 +207,6 @@ pub struct ClassifiedEvent {
     pub event: Interruption,
 }
 
-/// The instant a warning's deadlines (when PDB-blocked pods are deleted, when the instance is
-/// due to stop) count from: the event's `time` when it is neither in the future nor older than
-/// `max_age` (the longest any delivery of the rules can take); else `now`, with why. A time that
-/// claims the warning came long ago must not make the handler skip PDBs on its first step.
-pub fn deadline_base(
-    time: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
-    max_age: chrono::Duration,
-) -> (DateTime<Utc>, Option<String>) {
-    match time {
-        None => (now, Some("the event has no time".to_string())),
-        Some(t) if t > now => (now, Some(format!("the event time {t} is in the future"))),
-        Some(t) if now - t > max_age => (
-            now,
-            Some(format!(
-                "the event time {t} is older than any delivery can be ({} s)",
-                max_age.num_seconds()
-            )),
-        ),
-        Some(t) => (t, None),
-    }
-}
-
 /// EC2 instance ids look like `i-` followed by 8 or 17 hex digits.
 pub fn is_instance_id(s: &str) -> bool {
     s.strip_prefix("i-").is_some_and(|h| {
@@ -555,26 +532,6 @@ mod tests {
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
-    }
-
-    #[test]
-    fn deadlines_count_from_a_believable_time() {
-        let now = t("2026-12-01T10:00:00Z");
-        let age = chrono::Duration::seconds(240);
-        assert_eq!(
-            deadline_base(Some(t("2026-12-01T09:59:00Z")), now, age),
-            (t("2026-12-01T09:59:00Z"), None)
-        );
-        for (time, why) in [
-            (Some(t("1970-01-01T00:00:00Z")), "older than any delivery"),
-            (Some(t("2026-12-01T09:55:59Z")), "older than any delivery"),
-            (Some(t("2027-01-01T00:00:00Z")), "in the future"),
-            (None, "no time"),
-        ] {
-            let (base, reason) = deadline_base(time, now, age);
-            assert_eq!(base, now);
-            assert!(reason.unwrap().contains(why), "{time:?}");
-        }
     }
 
     #[test]

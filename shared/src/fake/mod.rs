@@ -91,6 +91,10 @@ pub struct World {
     pub instance_types: BTreeMap<String, GroupTypes>,
     /// EC2 instances.
     pub instances: BTreeMap<String, InstanceInfo>,
+    /// Spot request status codes by the instance they launched (`DescribeSpotInstanceRequests`
+    /// by `instance-id`: `fulfilled`, `marked-for-termination`, ...); On-Demand instances have
+    /// none.
+    pub spot_requests: BTreeMap<String, String>,
     /// What `DescribeInstanceStatus` reports in trouble.
     pub troubled: Vec<crate::fleet::InstanceStatus>,
     /// Lifecycle actions by instance.
@@ -367,6 +371,14 @@ impl InstanceLookup for Cloud {
 
     async fn troubled(&self) -> Result<Vec<crate::fleet::InstanceStatus>, PortError> {
         Ok(self.call("ec2:DescribeInstanceStatus")?.troubled.clone())
+    }
+
+    async fn spot_request_status(&self, instance_id: &str) -> Result<Option<String>, PortError> {
+        Ok(self
+            .call("ec2:DescribeSpotInstanceRequests")?
+            .spot_requests
+            .get(instance_id)
+            .cloned())
     }
 }
 

@@ -54,7 +54,7 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
         "InterruptionHandlerFunction",
         &[
             "PolicySource::{all,one}",
-            "InstanceLookup::instance",
+            "InstanceLookup::{instance,spot_request_status}",
             "Deployment::served",
             "LifecycleOps::{heartbeat,complete_continue}",
             "Store::{get,put,query,transact}",

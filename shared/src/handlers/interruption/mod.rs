@@ -19,7 +19,7 @@
 //!
 //! | event | action |
 //! |---|---|
-//! | Spot / Capacity Reservation interruption warning | cordon + taint, evict everything at once (PDBs honoured until 90 s after the event, then delete), keep stepping until the instance is due to die |
+//! | Spot / Capacity Reservation interruption warning | cordon + taint, evict everything at once (PDBs honoured until 90 s after the event, then delete; throughout when the event's time is not believable and EC2 does not confirm the interruption), keep stepping until the instance is due to die |
 //! | rebalance recommendation | per `interruption.rebalance`: record (ignore), cordon, or a forced `Interrupted` rotation (replace) |
 //! | state change stopping / stopped | the same drain as a warning |
 //! | state change shutting-down / terminated | delete the Node object, close the instance's rotation (Done) |
@@ -81,10 +81,11 @@ pub struct Settings {
     /// The lifecycle hook whose actions are answered (`NODECYCLE_LIFECYCLE_HOOK`, the stack's
     /// `LifecycleHookName`, default `nodecycle-drain`): another tool's hook is never completed.
     pub lifecycle_hook: String,
-    /// The oldest an event can be when it is delivered (`NODECYCLE_MAX_EVENT_AGE`, default 4m:
-    /// the interruption rules retry for 120 s, the function's asynchronous queue keeps an event
-    /// 120 s more). A warning whose time is older (or in the future) is not trusted to have
-    /// used up the time PDBs are honoured: its deadlines count from its handling.
+    /// The oldest an event can be when it is delivered (`NODECYCLE_MAX_EVENT_AGE`, default
+    /// [`crate::interruption::deadline::MAX_EVENT_AGE`], 4m: the interruption rules retry for
+    /// 120 s, the function's asynchronous queue keeps an event 120 s more). A warning whose time
+    /// is older (or in the future) is drained with PDBs honoured throughout unless EC2 confirms
+    /// the interruption ([`crate::interruption::deadline`]).
     pub max_event_age: Duration,
 }
 
@@ -100,7 +101,7 @@ impl Default for Settings {
             retention: chrono::Duration::days(7),
             stale_claim: chrono::Duration::minutes(10),
             lifecycle_hook: crate::interruption::DEFAULT_LIFECYCLE_HOOK.to_string(),
-            max_event_age: Duration::from_secs(240),
+            max_event_age: crate::interruption::deadline::MAX_EVENT_AGE,
         }
     }
 }
@@ -213,10 +214,6 @@ impl Outcome {
 
 pub(super) fn internal(e: impl std::fmt::Display) -> HandlerError {
     HandlerError::internal(e.to_string())
-}
-
-pub(super) fn chrono_of(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 /// The answer to an event refused before it acted (one log line with why; nothing changed).
@@ -730,6 +727,7 @@ impl InterruptionHandler {
                 let kube = connect(self.ports.kube.as_ref(), policy).await?;
                 SpotDrain {
                     kube: kube.as_ref(),
+                    instances: self.ports.instances.as_ref(),
                     settings: &self.settings,
                 }
                 .run(c, &pool, instance_id, reason, clock, deadline)

@@ -1,28 +1,37 @@
 //! Spot / Capacity Reservation interruption warnings and instances stopping: cordon, taint and
-//! evict at once, without budgets.
+//! evict at once, without budgets. What PDBs still hold is deleted at the deadline the pure
+//! [`crate::interruption::deadline`] gives: never for a warning whose time is not believable and
+//! whose interruption EC2 does not confirm.
 
 use std::time::Instant;
 
 use serde_json::json;
 
-use super::{Handled, Outcome, Settings, chrono_of, internal};
+use super::{Handled, Outcome, Settings, internal};
 use crate::clock::Clock;
-use crate::event::instance_events::ClassifiedEvent;
+use crate::event::instance_events::{ClassifiedEvent, Interruption};
 use crate::handlers::HandlerError;
+use crate::interruption::InstanceLookup;
+use crate::interruption::deadline::{self, Confirmation};
 use crate::kube::{self as k, DrainError, NodeOps};
 
-/// The spot drain: the cluster's Kubernetes API only.
+/// The spot drain: the cluster's Kubernetes API, and EC2 to confirm an interruption whose
+/// warning's time is not believable.
 pub(super) struct SpotDrain<'a> {
     /// The instance's cluster.
     pub kube: &'a dyn NodeOps,
+    /// EC2 instances (the Spot request's status).
+    pub instances: &'a dyn InstanceLookup,
     /// Deadlines and pacing.
     pub settings: &'a Settings,
 }
 
 impl SpotDrain<'_> {
-    /// Cordons, taints and evicts at once, deletes what PDBs still hold `force_after` the event,
-    /// and steps until the instance is due to die or the pods are gone. `reason` is the taint
-    /// value (`SpotInterruption`, `CapacityReservationInterruption`, `InstanceStopping`).
+    /// Cordons, taints and evicts at once, deletes what PDBs still hold `force_after` the event
+    /// (never when the event's time is not believable and EC2 does not confirm the
+    /// interruption: [`deadline::deadlines`]), and steps until the instance is due to die or the
+    /// pods are gone. `reason` is the taint value (`SpotInterruption`,
+    /// `CapacityReservationInterruption`, `InstanceStopping`).
     pub(super) async fn run(
         &self,
         c: &ClassifiedEvent,
@@ -33,16 +42,7 @@ impl SpotDrain<'_> {
         deadline: Instant,
     ) -> Result<Outcome, HandlerError> {
         let (kube, settings) = (self.kube, self.settings);
-        let (event_time, untrusted) = crate::event::instance_events::deadline_base(
-            c.time,
-            clock.now(),
-            chrono_of(settings.max_event_age),
-        );
-        if let Some(why) = &untrusted {
-            tracing::warn!(pool, instance = instance_id, decision = "event time not trusted", reason = %why, "deadlines count from now: PDBs are honoured as for a fresh warning");
-        }
-        let force_at = event_time + chrono_of(settings.force_after);
-        let gone_at = event_time + chrono_of(settings.notice);
+        let trusted = deadline::trusted_time(c.time, clock.now(), settings.max_event_age);
         let mut state = match k::start_drain(kube, instance_id, reason, None, clock.now()).await {
             Ok(s) => s,
             Err(DrainError::NodeNotFound(_)) => {
@@ -55,8 +55,24 @@ impl SpotDrain<'_> {
             }
             Err(e) => return Err(internal(e)),
         };
-        state.deadline = Some(force_at);
-        tracing::info!(pool, instance = instance_id, node = %state.node, decision = "cordoned", reason, force_at = %force_at, "cordoned and tainted; evicting every pod now");
+        // Asked only when the time is not believable, after the cordon: no delay before it.
+        let confirmation = match &trusted {
+            Ok(_) => None,
+            Err(_) => Some(self.confirmation(&c.event, instance_id).await),
+        };
+        let deadlines = deadline::deadlines(
+            &trusted,
+            confirmation.as_ref(),
+            clock.now(),
+            settings.force_after,
+            settings.notice,
+        );
+        let (force_at, gone_at) = (deadlines.force_at, deadlines.gone_at);
+        state.deadline = force_at;
+        if let Some(why) = &deadlines.why {
+            tracing::warn!(pool, instance = instance_id, decision = "event time not trusted", reason = %why, force_at = ?force_at, "deadlines not the event's");
+        }
+        tracing::info!(pool, instance = instance_id, node = %state.node, decision = "cordoned", reason, force_at = ?force_at, "cordoned and tainted; evicting every pod now");
         let remaining = loop {
             let progress = k::drain_step(kube, &mut state, clock.now(), settings.drain_step)
                 .await
@@ -74,13 +90,19 @@ impl SpotDrain<'_> {
             "steps": state.steps,
             "forceAt": force_at,
             "remaining": remaining,
+            "deadlines": deadlines.why,
         });
+        // Why PDBs were (not) honoured throughout, when the deadlines are not the event's.
+        let why = deadlines
+            .why
+            .as_deref()
+            .map_or(String::new(), |w| format!(" ({w})"));
         Ok(if state.done {
             Outcome::new(
                 instance_id,
                 Some(pool),
                 Handled::Drained,
-                format!("{reason}: cordoned, tainted and drained without waiting for budgets"),
+                format!("{reason}: cordoned, tainted and drained without waiting for budgets{why}"),
             )
         } else {
             Outcome::new(
@@ -88,10 +110,40 @@ impl SpotDrain<'_> {
                 Some(pool),
                 Handled::Draining,
                 format!(
-                    "{reason}: cordoned and tainted; pods still leaving when the instance is due to stop; its node is removed when it shuts down"
+                    "{reason}: cordoned and tainted; pods still leaving when the instance is due to stop; its node is removed when it shuts down{why}"
                 ),
             )
         }
         .with(details))
+    }
+
+    /// What EC2 says of the interruption: a stopping instance was checked against EC2 before
+    /// (`verify::state_claim`); a Spot warning by its Spot request's status; a Capacity
+    /// Reservation warning cannot be confirmed. Unreadable is unconfirmed (fail closed).
+    async fn confirmation(&self, event: &Interruption, instance_id: &str) -> Confirmation {
+        match event {
+            Interruption::StateChange { .. } => {
+                Confirmation::Confirmed("EC2 reports the instance stopping".into())
+            }
+            Interruption::InterruptionWarning { market: "spot", .. } => {
+                match self.instances.spot_request_status(instance_id).await {
+                    Ok(Some(code)) if deadline::spot_status_confirms(&code) => {
+                        Confirmation::Confirmed(format!("EC2 confirms it (Spot request {code})"))
+                    }
+                    Ok(Some(code)) => Confirmation::Unconfirmed(format!(
+                        "EC2 does not confirm it (Spot request {code})"
+                    )),
+                    Ok(None) => Confirmation::Unconfirmed(
+                        "EC2 does not confirm it (no Spot request for the instance)".into(),
+                    ),
+                    Err(e) => Confirmation::Unconfirmed(format!(
+                        "EC2 cannot confirm it (the Spot request could not be read: {e})"
+                    )),
+                }
+            }
+            _ => Confirmation::Unconfirmed(
+                "EC2 cannot confirm a Capacity Reservation interruption".into(),
+            ),
+        }
     }
 }
