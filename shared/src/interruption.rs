@@ -34,13 +34,7 @@ pub trait InstanceLookup: Send + Sync {
     /// The status code of the instance's Spot request (`DescribeSpotInstanceRequests` filtered
     /// by `instance-id`; `marked-for-termination` once EC2 gave the interruption notice, see
     /// [`deadline::spot_status_confirms`]), `Ok(None)` when it has none (not a Spot instance).
-    /// Lookups that cannot answer (the rotator's) say so: an error, never a confirmation.
-    async fn spot_request_status(&self, instance_id: &str) -> Result<Option<String>, PortError> {
-        Err(PortError::other(
-            "ec2:DescribeSpotInstanceRequests",
-            format!("this instance lookup cannot read the Spot request of {instance_id}"),
-        ))
-    }
+    async fn spot_request_status(&self, instance_id: &str) -> Result<Option<String>, PortError>;
 }
 
 /// Answers Auto Scaling lifecycle actions.

@@ -33,6 +33,10 @@ impl InstanceLookup for PassStatuses {
         self.inner.instance(instance_id).await
     }
 
+    async fn spot_request_status(&self, instance_id: &str) -> Result<Option<String>, PortError> {
+        self.inner.spot_request_status(instance_id).await
+    }
+
     async fn troubled(&self) -> Result<Vec<InstanceStatus>, PortError> {
         self.read
             .get_or_init(|| self.inner.troubled())
