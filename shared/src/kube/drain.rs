@@ -55,6 +55,11 @@ pub struct DrainState {
     /// Every pod that needed to leave is gone (or the node is gone).
     #[serde(default)]
     pub done: bool,
+    /// A voluntary disruption (drift, expiry, repair, an operator's rotation): a pod whose
+    /// opt-out still holds ([`crate::fleet::OptOut`]) is not evicted, as a pod its
+    /// PodDisruptionBudget blocks, until the deadline. Interruptions leave it `false`.
+    #[serde(default)]
+    pub honour_opt_outs: bool,
 }
 
 impl DrainState {
@@ -83,6 +88,7 @@ impl DrainState {
             deadline_reported: false,
             steps: 0,
             done: false,
+            honour_opt_outs: false,
         }
     }
 
@@ -103,6 +109,9 @@ pub struct StepPlan {
     pub leaving: Vec<PodRef>,
     /// Cluster-critical pods held back until every other pod has left.
     pub held: Vec<PodRef>,
+    /// Pods whose opt-out still holds (a voluntary drain): waited for as PDB-blocked pods are,
+    /// deleted at the deadline.
+    pub opted_out: Vec<PodRef>,
     /// Pods stuck terminating (more than a minute past their deletion timestamp): not waited for.
     pub stuck: Vec<PodRef>,
     /// Pods left alone, with the reason.
@@ -118,11 +127,16 @@ impl StepPlan {
             && self.delete.is_empty()
             && self.leaving.is_empty()
             && self.held.is_empty()
+            && self.opted_out.is_empty()
     }
 
     /// Pods that still have to leave the node.
     pub fn remaining(&self) -> usize {
-        self.evict.len() + self.delete.len() + self.leaving.len() + self.held.len()
+        self.evict.len()
+            + self.delete.len()
+            + self.leaving.len()
+            + self.held.len()
+            + self.opted_out.len()
     }
 }
 
@@ -131,7 +145,8 @@ impl StepPlan {
 /// - Skipped (DaemonSet, mirror, finished) and stuck pods never block.
 /// - Terminating pods, and pods whose eviction an earlier step got accepted, are waited for.
 /// - Before the deadline: evict every other pod, cluster-critical ones only once no other pod
-///   is left to leave.
+///   is left to leave; in a voluntary drain ([`DrainState::honour_opt_outs`]) a pod whose
+///   opt-out still holds is waited for instead, like a pod its budget blocks.
 /// - From the deadline on: delete every pod that is not terminating yet (including pods whose
 ///   accepted eviction never showed up as a deletion), each once.
 pub fn plan_step(pods: &[PodInfo], state: &DrainState, now: DateTime<Utc>) -> StepPlan {
@@ -161,6 +176,10 @@ pub fn plan_step(pods: &[PodInfo], state: &DrainState, now: DateTime<Utc>) -> St
                     plan.leaving.push(pod.pod.clone());
                 } else if deadline_passed {
                     plan.delete.push(pod.pod.clone());
+                } else if state.honour_opt_outs
+                    && pod.opt_out.as_ref().is_some_and(|o| o.holds(now))
+                {
+                    plan.opted_out.push(pod.pod.clone());
                 } else if is_critical {
                     critical.push(pod.pod.clone());
                 } else {
@@ -413,6 +432,7 @@ pub async fn drain_step<A: NodeOps + ?Sized>(
         delete = plan.delete.len(),
         leaving = plan.leaving.len(),
         held = plan.held.len(),
+        opted_out = plan.opted_out.len(),
         stuck = plan.stuck.len(),
         skipped = plan.skipped.len(),
         deadline_passed = plan.deadline_passed,
@@ -714,6 +734,53 @@ mod tests {
         leaving: Vec<&'static str>,
         held: Vec<&'static str>,
         done: bool,
+    }
+
+    /// In a voluntary drain a pod whose opt-out holds waits like a PDB-blocked pod and is
+    /// deleted at the deadline; an interruption's drain evicts it at once; a lapsed one is
+    /// evicted.
+    #[test]
+    fn a_voluntary_drain_waits_for_an_opted_out_pod_until_the_deadline() {
+        let opt_out = |until: Option<i64>| {
+            Some(crate::fleet::OptOut {
+                pod: "default/batch".into(),
+                annotation: crate::fleet::DO_NOT_DISRUPT.into(),
+                value: "true".into(),
+                until: until.map(t),
+            })
+        };
+        let pods = vec![
+            PodInfo {
+                opt_out: opt_out(None),
+                ..pod("batch")
+            },
+            pod("web"),
+        ];
+        let names = |v: &[PodRef]| v.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        let mut voluntary = state(Some(600));
+        voluntary.honour_opt_outs = true;
+        let p = plan_step(&pods, &voluntary, t(10));
+        assert_eq!(names(&p.evict), ["web"]);
+        assert_eq!(names(&p.opted_out), ["batch"]);
+        assert!(!p.done());
+        let p = plan_step(&pods, &voluntary, t(700));
+        assert_eq!(
+            names(&p.delete),
+            ["batch", "web"],
+            "the deadline still bounds it"
+        );
+        let p = plan_step(&pods, &state(Some(600)), t(10));
+        assert_eq!(
+            names(&p.evict),
+            ["batch", "web"],
+            "an interruption is never held"
+        );
+        let lapsed = vec![PodInfo {
+            opt_out: opt_out(Some(5)),
+            ..pod("batch")
+        }];
+        let p = plan_step(&lapsed, &voluntary, t(10));
+        assert_eq!(names(&p.evict), ["batch"]);
     }
 
     #[test]

@@ -54,12 +54,22 @@ impl RotatorHandler {
         )
         .await
         {
-            Ok(state) => Rotation {
-                drain: Some(
-                    serde_json::to_value(&state).map_err(|e| PortError::other("encode", e))?,
-                ),
-                ..r.enter(Step::Draining, now)
-            },
+            Ok(mut state) => {
+                // Pods' opt-outs hold a voluntary drain, never an interruption's.
+                state.honour_opt_outs = matches!(
+                    r.reason,
+                    crate::rotation::RotationReason::Drifted
+                        | crate::rotation::RotationReason::Expired
+                        | crate::rotation::RotationReason::Unhealthy
+                        | crate::rotation::RotationReason::Manual
+                );
+                Rotation {
+                    drain: Some(
+                        serde_json::to_value(&state).map_err(|e| PortError::other("encode", e))?,
+                    ),
+                    ..r.enter(Step::Draining, now)
+                }
+            }
             Err(k::DrainError::NodeNotFound(_)) => r.enter(Step::Terminating, now),
             Err(e) => return Err(e.into()),
         };
