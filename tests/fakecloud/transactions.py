@@ -8,12 +8,21 @@ same cancellation reasons) and replaces only the backup: the items the transacti
 copied before it runs and put back (or removed, if they did not exist) when moto cancels it.
 Items the transaction does not name are never touched, so a concurrent writer's change to
 another item survives a cancelled transaction, as on DynamoDB (moto's table restore lost it).
+
+Writes are atomic, as DynamoDB's are: moto checks a write's condition and then writes, in
+Python, while the server answers requests on several threads, so two conditional puts of the
+same new item (`attribute_not_exists`) could both pass their check and both "win" (seen as two
+deliveries of one interruption event both claiming it, under load). Every write of the backend
+(PutItem, UpdateItem, DeleteItem, BatchWriteItem, TransactWriteItems) runs under one lock.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
+
+_WRITES = threading.RLock()
 
 
 class _NoTableCopy:
@@ -88,3 +97,16 @@ def apply_patches() -> None:
             raise
 
     DynamoDBBackend.transact_write_items = transact_write_items
+
+    def atomic(write):
+        def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with _WRITES:
+                return write(self, *args, **kwargs)
+
+        locked.__wrapped__ = write
+        return locked
+
+    for name in ("put_item", "update_item", "delete_item", "batch_write_item", "transact_write_items"):
+        original_write = getattr(DynamoDBBackend, name, None)
+        if original_write is not None:
+            setattr(DynamoDBBackend, name, atomic(original_write))
