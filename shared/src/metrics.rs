@@ -7,7 +7,8 @@
 //! - rotator: `PoolsHalted` (1 if the pool is halted, else 0), `RotationsStarted`,
 //!   `RotationsFinished`, `RotationsFailed` (transitions recorded this pass), `DriftedNodes`
 //!   (in-service nodes on another AMI than the desired one), `RepairSuspended` (1 while
-//!   repair's circuit breaker holds the pool's repairs, else 0); and `AllowedDisruptions` per
+//!   repair's circuit breaker holds the pool's repairs, else 0), `PoolBackingOff` (1 while the
+//!   pool's failing passes back it off, else 0); and `AllowedDisruptions` per
 //!   budget reason, with dimension sets `[["Pool", "Reason"], ["Reason"]]`;
 //! - ami-watcher: `ResolutionFailures` (1 if the pool's resolution failed or its policy is
 //!   invalid, else 0);
@@ -60,6 +61,8 @@ pub struct PoolPass {
     pub failed: u32,
     /// Repair is suspended by its circuit breaker this pass.
     pub repair_suspended: bool,
+    /// The pool is backing off ([`crate::backoff`]): left out of this pass, or failed in it.
+    pub backing_off: bool,
     /// The desired release's health while it is under watch
     /// ([`crate::promotion::health::under_watch`]); `None` otherwise (no metric then).
     pub health: Option<crate::promotion::health::Summary>,
@@ -126,6 +129,7 @@ pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> V
             count("RotationsFailed", pass.failed),
             count("DriftedNodes", pass.drifted),
             count("RepairSuspended", u32::from(pass.repair_suspended)),
+            count("PoolBackingOff", u32::from(pass.backing_off)),
         ],
     }];
     if let Some(h) = &pass.health {
@@ -283,6 +287,7 @@ mod tests {
             finished: 1,
             failed: 1,
             repair_suspended: false,
+            backing_off: false,
             health: None,
         };
         let allowed = Allowed {
@@ -369,6 +374,7 @@ mod tests {
                 finished: 1,
                 failed: 1,
                 repair_suspended: false,
+                backing_off: false,
                 health: None,
             }
         );

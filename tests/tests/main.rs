@@ -11,6 +11,7 @@ mod adoption;
 mod ami_resolution;
 mod ami_watcher;
 mod autoscaler;
+mod backoff;
 mod cli;
 mod controlplane;
 mod docs;

@@ -66,6 +66,8 @@ fn stopped(r: &PoolRecord) -> bool {
 /// - *Pool Halted* (`cause: failure`) when `halted` is set, (`cause: operator`) when `paused`
 ///   is set; id `pool-halted:<pool>:<time of the halt or pause>`;
 /// - *Pool Resumed* when neither is set any more; id from the time of what was lifted;
+/// - *Pool Backing Off* when `backoff` is set (once per episode); id
+///   `pool-backing-off:<pool>:<its first failure>`;
 /// - *Repair Suspended* when `repairSuspended` is set; id
 ///   `repair-suspended:<pool>:<time it was set>`;
 /// - *Desired AMI Changed* when the effective desired AMI (the pin, else the resolved AMI)
@@ -85,6 +87,11 @@ pub fn pool_transitions(
         let mut e = event(Kind::PoolHalted, pool, h.at, &[]);
         e.detail.cause = Some(HaltCause::Failure);
         e.detail.reason = Some(clip(&h.message));
+        out.push(e);
+    }
+    if let (None, Some(b)) = (&before.backoff, &after.backoff) {
+        let mut e = event(Kind::PoolBackingOff, pool, b.since, &[]);
+        e.detail.reason = Some(clip(&b.reason));
         out.push(e);
     }
     if let (None, Some(s)) = (&before.repair_suspended, &after.repair_suspended) {

@@ -175,10 +175,31 @@ fn pool_transitions_table() {
         }),
         ..base.clone()
     };
+    let backing = PoolRecord {
+        backoff: Some(crate::backoff::after_failure(
+            None,
+            "prod/general",
+            "gone",
+            t(9),
+        )),
+        ..base.clone()
+    };
+    let backing_longer = PoolRecord {
+        backoff: Some(crate::backoff::after_failure(
+            backing.backoff.as_ref(),
+            "prod/general",
+            "gone",
+            t(10),
+        )),
+        ..base.clone()
+    };
     let table: Vec<(&str, &PoolRecord, &PoolRecord, Vec<Kind>)> = vec![
         ("repair suspended", &base, &suspended, vec![RepairSuspended]),
         ("repair still suspended", &suspended, &suspended, vec![]),
         ("repair resumed", &suspended, &base, vec![]),
+        ("backing off", &base, &backing, vec![PoolBackingOff]),
+        ("backing off longer", &backing, &backing_longer, vec![]),
+        ("back-off lifted", &backing, &base, vec![]),
         ("nothing changed", &base, &base, vec![]),
         ("halted", &base, &halted, vec![PoolHalted]),
         ("halted again", &halted, &halted, vec![]),

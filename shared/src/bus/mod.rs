@@ -72,11 +72,13 @@ pub enum Kind {
     /// Repair's circuit breaker opened: too much of a pool or of one of its zones is
     /// unhealthy, nothing is repaired until it recovers.
     RepairSuspended,
+    /// A pool's passes keep failing: it backs off (left out of passes for a while, growing).
+    PoolBackingOff,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::DesiredAmiChanged,
         Kind::RotationStarted,
         Kind::RotationFinished,
@@ -90,6 +92,7 @@ impl Kind {
         Kind::ReleaseIndicted,
         Kind::NodeRepaired,
         Kind::RepairSuspended,
+        Kind::PoolBackingOff,
     ];
 
     /// The EventBridge `detail-type`.
@@ -108,6 +111,7 @@ impl Kind {
             Kind::ReleaseIndicted => "Release Indicted",
             Kind::NodeRepaired => "Node Repaired",
             Kind::RepairSuspended => "Repair Suspended",
+            Kind::PoolBackingOff => "Pool Backing Off",
         }
     }
 

@@ -94,6 +94,11 @@ pub struct PoolRecord {
     /// setting is announced once (*Repair Suspended*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair_suspended: Option<RecordedError>,
+    /// The pool's passes keep failing: it is left out of passes until `until`
+    /// ([`crate::backoff`]); cleared by a successful pass. Its setting is announced once (*Pool
+    /// Backing Off*).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<crate::backoff::Backoff>,
     /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::bus::BusEvent>,

@@ -230,8 +230,8 @@ fn pool_row(p: &Value) -> Vec<String> {
     ]
 }
 
-/// What holds or moves the pool, with why: paused, halted, repair suspended (an outage),
-/// rotating, blocked, waiting for promotion, or `ok`.
+/// What holds or moves the pool, with why: paused, halted, backing off (its passes keep
+/// failing), repair suspended (an outage), rotating, blocked, waiting for promotion, or `ok`.
 fn state(p: &Value) -> String {
     if let Some(paused) = p["paused"].as_object() {
         let by = paused
@@ -246,6 +246,9 @@ fn state(p: &Value) -> String {
     }
     if !p["halted"].is_null() {
         return format!("halted: {}", reason_of(&p["halted"]));
+    }
+    if let Some(until) = p["backoff"]["until"].as_str() {
+        return format!("backing off until {until}: {}", reason_of(&p["backoff"]));
     }
     if !p["repairSuspended"].is_null() {
         return format!("repair suspended: {}", reason_of(&p["repairSuspended"]));

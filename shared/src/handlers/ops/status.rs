@@ -310,6 +310,7 @@ async fn pool_status(
         "paused": paused,
         "halted": record.as_ref().and_then(|r| r.halted.clone()),
         "repairSuspended": record.as_ref().and_then(|r| r.repair_suspended.clone()),
+        "backoff": record.as_ref().and_then(|r| r.backoff.clone()),
         "rotations": in_flight,
         "nodeGroupUpdate": node_group_update,
         "finished24h": finished,

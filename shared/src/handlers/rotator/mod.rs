@@ -613,11 +613,82 @@ impl RotatorHandler {
             tracing::warn!(pool = %report.pool, decision = "deferred", reason = report.blocked.as_deref());
             return report;
         }
-        if let Err(e) = self.pool_pass(&visit, quarantined, &mut report).await {
-            tracing::error!(pool = %report.pool, kind = ?e.kind, error = %e, "pool pass failed");
-            report.errors.push(e.to_string());
+        let now = visit.clock.start();
+        let backoff = visit.view.backoff_of(&report.pool);
+        if let Some(b) = backoff.as_ref().filter(|b| b.holds(now)) {
+            let why = format!(
+                "backing off until {} after {} failed pass(es) in a row since {}: {}",
+                b.until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                b.failures,
+                b.since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                b.reason
+            );
+            tracing::warn!(pool = %report.pool, decision = "backing off", reason = %why);
+            report.blocked = Some(why);
+            report.metrics.backing_off = true;
+            return report;
+        }
+        match self.pool_pass(&visit, quarantined, &mut report).await {
+            Err(e) => {
+                tracing::error!(pool = %report.pool, kind = ?e.kind, error = %e, "pool pass failed");
+                report.errors.push(e.to_string());
+                report.metrics.backing_off = true;
+                self.back_off(&report.pool, &e.to_string(), now).await;
+            }
+            Ok(()) if backoff.is_some() => self.back_off_lifted(&report.pool, now).await,
+            Ok(()) => {}
         }
         report
+    }
+
+    /// Records one more failed pass of `pool` ([`crate::backoff::after_failure`] on a fresh
+    /// read of its record). Best effort: a lost write only means the pool is tried next pass.
+    async fn back_off(&self, pool: &str, reason: &str, now: DateTime<Utc>) {
+        let result = self
+            .cell
+            .announce
+            .update_pool(pool, now, |r| state::PoolRecord {
+                backoff: Some(crate::backoff::after_failure(
+                    r.backoff.as_ref(),
+                    pool,
+                    reason,
+                    now,
+                )),
+                ..r.clone()
+            })
+            .await;
+        match result {
+            Ok((_, after)) => {
+                if let Some(b) = after.backoff {
+                    tracing::warn!(pool, decision = "back off", failures = b.failures, until = %b.until, reason = %b.reason, "left out of passes until then; other pools go on");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(pool, error = %e, "cannot record the back-off; the pool is tried next pass")
+            }
+        }
+    }
+
+    /// Clears `pool`'s back-off after a successful pass.
+    async fn back_off_lifted(&self, pool: &str, now: DateTime<Utc>) {
+        let result = self
+            .cell
+            .announce
+            .update_pool(pool, now, |r| state::PoolRecord {
+                backoff: None,
+                ..r.clone()
+            })
+            .await;
+        match result {
+            Ok(_) => tracing::info!(
+                pool,
+                decision = "back-off lifted",
+                reason = "a pass succeeded"
+            ),
+            Err(e) => {
+                tracing::warn!(pool, error = %e, "cannot clear the back-off; cleared after the next successful pass")
+            }
+        }
     }
 
     /// One pool's pass; planned again (once) when it quarantined the AMI it rolled out, so the

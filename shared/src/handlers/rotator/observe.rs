@@ -97,6 +97,21 @@ impl ClusterView {
         })
     }
 
+    /// The pool's back-off as the batched read of its record found it (not taken: the pool's
+    /// round still reads the record).
+    pub(super) fn backoff_of(&self, pool: &str) -> Option<crate::backoff::Backoff> {
+        self.records.lock().ok().and_then(|r| {
+            r.get(pool)?
+                .as_ref()
+                .ok()?
+                .record
+                .as_ref()?
+                .value
+                .backoff
+                .clone()
+        })
+    }
+
     /// The entry `key` of `entries`, removed (each is used once: later rounds read afresh).
     fn take<T>(&self, entries: &std::sync::Mutex<HashMap<String, T>>, key: &str) -> Option<T> {
         entries.lock().ok().and_then(|mut e| e.remove(key))
