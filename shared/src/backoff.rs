@@ -40,12 +40,14 @@ impl Backoff {
 pub fn delay(pool: &str, failures: u32) -> std::time::Duration {
     let doublings = failures.saturating_sub(1).min(16);
     let base = FIRST.saturating_mul(1u32 << doublings).min(MAX);
-    // FNV-1a of the pool and the count: the same on every rotator, different across pools.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in pool.bytes().chain(failures.to_le_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    // A hash of the pool and the count: the same on every rotator of a deployment (one
+    // binary), different across pools.
+    let h = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        (pool, failures).hash(&mut hasher);
+        hasher.finish()
+    };
     let fifth = base / 5;
     let cut = u32::try_from(h % 1000).unwrap_or(0);
     base.saturating_sub(fifth.mul_f64(f64::from(cut) / 1000.0))

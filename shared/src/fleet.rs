@@ -111,6 +111,9 @@ pub const NODECYCLE_DO_NOT_DISRUPT: &str = "nodecycle.dev/do-not-disrupt";
 /// Cluster Autoscaler's opt-out (`"false"`: never evicted for a scale-down).
 pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 
+/// At most this many characters of an opt-out's value are kept (messages, `status`).
+pub const OPT_OUT_VALUE_LIMIT: usize = 64;
+
 /// A pod that keeps its node from voluntary disruption (drift, expiry, repair of a Ready node):
 /// which pod, by which annotation and value, and until when (`None`: as long as it carries it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,10 +144,11 @@ impl OptOut {
         annotation: impl Fn(&str) -> Option<&'a str>,
         started: Option<DateTime<Utc>>,
     ) -> Option<OptOut> {
+        // Annotation values may be long (256 KB in all): what is shown of one is bounded.
         let make = |key: &str, value: &str, until| OptOut {
             pod: pod.to_string(),
             annotation: key.to_string(),
-            value: value.to_string(),
+            value: value.chars().take(OPT_OUT_VALUE_LIMIT).collect(),
             until,
         };
         let mut found: Vec<OptOut> = Vec::new();

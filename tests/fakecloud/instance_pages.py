@@ -27,16 +27,17 @@ from moto.ec2.exceptions import InvalidParameterCombination, InvalidParameterVal
 _TOKEN = "di-page-"
 
 
-def _token(instance_id: str) -> str:
-    return _TOKEN + base64.urlsafe_b64encode(instance_id.encode()).decode().rstrip("=")
+def _token(instance_id: str, prefix: str = _TOKEN) -> str:
+    """An opaque NextToken naming the last instance served (`prefix`: which API's)."""
+    return prefix + base64.urlsafe_b64encode(instance_id.encode()).decode().rstrip("=")
 
 
-def _after(token: str) -> str:
-    """The instance id a NextToken names, or InvalidParameterValue."""
+def _after(token: str, prefix: str = _TOKEN) -> str:
+    """The instance id a NextToken of `prefix` names, or InvalidParameterValue."""
     bad = InvalidParameterValue(f"The value ({token}) for parameter nextToken is invalid.")
-    if not isinstance(token, str) or not token.startswith(_TOKEN):
+    if not isinstance(token, str) or not token.startswith(prefix):
         raise bad
-    raw = token[len(_TOKEN):]
+    raw = token[len(prefix):]
     try:
         return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
     except (ValueError, UnicodeDecodeError):

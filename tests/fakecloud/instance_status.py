@@ -19,13 +19,13 @@ Every call is logged (``instance_status_calls``) so a test can count the calls o
 
 from __future__ import annotations
 
-import base64
 import threading
 
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import InvalidParameterCombination, InvalidParameterValue
 
 from aws_fixtures import ACCOUNT_ID, DEFAULT_REGION
+from instance_pages import _after, _token
 
 _LOCK = threading.Lock()
 # (account, region) -> instance id -> {"instance": {...}|None, "system": {...}|None, "events": [...]}
@@ -34,21 +34,6 @@ _STATUS: dict = {}
 _CALLS: dict = {}
 
 _TOKEN = "dis-page-"
-
-
-def _token(instance_id: str) -> str:
-    return _TOKEN + base64.urlsafe_b64encode(instance_id.encode()).decode().rstrip("=")
-
-
-def _after(token: str) -> str:
-    bad = InvalidParameterValue(f"The value ({token}) for parameter nextToken is invalid.")
-    if not isinstance(token, str) or not token.startswith(_TOKEN):
-        raise bad
-    raw = token[len(_TOKEN):]
-    try:
-        return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise bad from None
 
 
 def _summary(check: dict | None, running: bool) -> dict:
@@ -115,7 +100,7 @@ def apply_patches() -> None:
             extra = dict(_STATUS.get(key, {}))
         start = 0
         if token:
-            after = _after(token)
+            after = _after(token, _TOKEN)
             found = [n for n, i in enumerate(instances) if i.id == after]
             if not found:
                 raise InvalidParameterValue(f"The value ({token}) for parameter nextToken is invalid.")
@@ -124,7 +109,7 @@ def apply_patches() -> None:
         next_token = None
         if max_results is not None and len(page) > max_results:
             page = page[:max_results]
-            next_token = _token(page[-1].id)
+            next_token = _token(page[-1].id, _TOKEN)
         statuses = [_entry(i, extra.get(i.id, {})) for i in page]
         return ActionResult({"InstanceStatuses": statuses, "NextToken": next_token})
 

@@ -225,6 +225,21 @@ fn name_of(v: &Value) -> &str {
 }
 
 impl KubeState {
+    /// `(node name, instance id of its providerID)` of every node, sorted by name.
+    pub fn node_instances(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let provider = n["spec"]["providerID"].as_str().unwrap_or_default();
+                let id = provider.rsplit('/').next().unwrap_or_default();
+                (name_of(n).to_string(), id.to_string())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// A node by name.
     pub fn node(&self, name: &str) -> Option<&Value> {
         self.nodes.iter().find(|n| name_of(n) == name)

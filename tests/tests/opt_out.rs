@@ -13,27 +13,17 @@ use chrono::{TimeDelta, Utc};
 use nodecycle::rotation::RotationReason;
 use nodecycle_tests::PodFixture;
 
-/// `(node name, instance id)` of every node, sorted by name.
-fn nodes(kube: &nodecycle_tests::KubeStandIn) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = kube
-        .state()
-        .nodes
-        .iter()
-        .map(|n| {
-            let name = n["metadata"]["name"].as_str().unwrap_or_default();
-            let provider = n["spec"]["providerID"].as_str().unwrap_or_default();
-            let id = provider.rsplit('/').next().unwrap_or_default();
-            (name.to_string(), id.to_string())
-        })
-        .collect();
-    out.sort();
-    out
+/// Rotator passes a minute apart, from `from`, twelve of them.
+async fn twelve_passes(p: &support::pool::Pool, from: chrono::DateTime<Utc>) {
+    for minute in 0..12 {
+        p.pass(from + TimeDelta::minutes(minute)).await;
+    }
 }
 
 #[tokio::test]
 async fn a_pod_opt_out_holds_its_node_for_drift_until_it_lapses() {
     let p = support::pool::pool(4, "    - nodes: \"4\"\n", false).await;
-    let all = nodes(&p.kube);
+    let all = p.kube.state().node_instances();
     let (timed_node, timed) = all[0].clone();
     let (safe_node, safe) = all[1].clone();
     for (name, node, key, value) in [
@@ -59,11 +49,7 @@ async fn a_pod_opt_out_holds_its_node_for_drift_until_it_lapses() {
         .await
         .unwrap();
     // Ten minutes after the pods started: the two held nodes are skipped, the others roll.
-    let mut now = started + TimeDelta::minutes(10);
-    for _ in 0..12 {
-        p.pass(now).await;
-        now += TimeDelta::minutes(1);
-    }
+    twelve_passes(&p, started + TimeDelta::minutes(10)).await;
     let rotated: Vec<String> = p
         .rotations()
         .await
@@ -88,11 +74,7 @@ async fn a_pod_opt_out_holds_its_node_for_drift_until_it_lapses() {
     assert_eq!(batch_evictions, 0, "never evicted while it holds");
 
     // 31 minutes after the pod started: its node is rotated; safe-to-evict still holds.
-    let mut now = started + TimeDelta::minutes(31);
-    for _ in 0..12 {
-        p.pass(now).await;
-        now += TimeDelta::minutes(1);
-    }
+    twelve_passes(&p, started + TimeDelta::minutes(31)).await;
     let rotated: Vec<String> = p
         .rotations()
         .await

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nodecycle::rotation::{Rotation, RotationReason, Step};
-use nodecycle::state::Store;
 use nodecycle_tests::{KubeStandIn, PdbFixture, PodFixture, SyncNodes};
 use support::pool::{Pool, golden_cloud};
 use support::{Adapters, CapturedMetrics, capture, delivered};
@@ -61,30 +60,18 @@ async fn steady_pool() -> (Pool, Arc<CapturedMetrics>) {
     (p, metrics)
 }
 
-/// `(node name, instance id)` of every node of the stand-in, sorted by name.
-fn nodes(kube: &KubeStandIn) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = kube
-        .state()
-        .nodes
-        .iter()
-        .map(|n| {
-            let name = n["metadata"]["name"].as_str().unwrap_or_default();
-            let provider = n["spec"]["providerID"].as_str().unwrap_or_default();
-            let id = provider.rsplit('/').next().unwrap_or_default();
-            (name.to_string(), id.to_string())
-        })
-        .collect();
-    out.sort();
-    out
+/// Stops the kubelets of `instances` of group `prod-general` (the others post status again)
+/// and waits until exactly those nodes are Ready `Unknown`.
+fn stall(kube: &KubeStandIn, instances: &[String]) {
+    stall_in(kube, Some("prod-general"), instances);
 }
 
-/// Stops the kubelets of `instances` (the others post status again) and waits until exactly
-/// those nodes are Ready `Unknown`.
-fn stall(kube: &KubeStandIn, instances: &[String]) {
+/// [`stall`] for the instances of group `asg`, or of every group of the cluster (`None`).
+fn stall_in(kube: &KubeStandIn, asg: Option<&str>, instances: &[String]) {
     // Past the pool's health.window of joining.
     std::thread::sleep(Duration::from_secs(2));
     kube.sync_nodes(SyncNodes {
-        asg: Some("prod-general".into()),
+        asg: asg.map(str::to_string),
         stalled_instances: instances.to_vec(),
         ..SyncNodes::default()
     });
@@ -129,7 +116,7 @@ async fn a_node_not_ready_for_30_minutes_is_replaced_first_and_drained_under_its
     let t0 = Utc::now();
     p.watcher.handle(&serde_json::json!({}), t0).await.unwrap();
     p.pass(t0).await;
-    let before = nodes(&p.kube);
+    let before = p.kube.state().node_instances();
     let (sick_node, sick) = before[2].clone();
     let (other_node, _) = before[4].clone();
     for (pod, node) in [("web-a", &sick_node), ("web-b", &other_node)] {
@@ -245,7 +232,13 @@ async fn half_a_pool_not_ready_suspends_repair_once_and_it_resumes_when_the_pool
     let t0 = Utc::now();
     p.watcher.handle(&serde_json::json!({}), t0).await.unwrap();
     p.pass(t0).await;
-    let ids: Vec<String> = nodes(&p.kube).into_iter().map(|(_, i)| i).collect();
+    let ids: Vec<String> = p
+        .kube
+        .state()
+        .node_instances()
+        .into_iter()
+        .map(|(_, i)| i)
+        .collect();
     let stalled_at = Utc::now();
     stall(&p.kube, &ids[..3]);
 
@@ -401,7 +394,13 @@ async fn an_impaired_status_check_is_repaired_and_a_scheduled_event_recorded_wit
     let now = Utc::now();
     p.watcher.handle(&serde_json::json!({}), now).await.unwrap();
     p.pass(now).await;
-    let ids: Vec<String> = nodes(&p.kube).into_iter().map(|(_, i)| i).collect();
+    let ids: Vec<String> = p
+        .kube
+        .state()
+        .node_instances()
+        .into_iter()
+        .map(|(_, i)| i)
+        .collect();
     let (impaired, scheduled) = (ids[1].clone(), ids[3].clone());
     let stamp = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     p.cloud.control(
@@ -510,38 +509,12 @@ async fn a_managed_node_group_with_eks_auto_repair_is_left_to_eks() {
         let first = a.group_instances(asg).await[0].0.clone();
         sick.push(first);
     }
-    std::thread::sleep(Duration::from_secs(2));
-    kube.sync_nodes(SyncNodes {
-        stalled_instances: sick.clone(),
-        ..SyncNodes::default()
-    });
-    kube.wait_for("two stalled nodes", Duration::from_secs(30), |k| {
-        let n = k
-            .nodes
-            .iter()
-            .filter(|n| {
-                n["status"]["conditions"].as_array().is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] != "True")
-                })
-            })
-            .count();
-        (n == 2).then_some(())
-    });
+    stall_in(&kube, None, &sick);
     let stalled_at = Utc::now();
     support::rotator_pass(&rotator, stalled_at + TimeDelta::minutes(31)).await;
-    let rotations_of = async |pool: &str| -> Vec<Rotation> {
-        table
-            .query(&format!("POOL#{pool}"), "ROT#")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(_, v)| serde_json::from_value(v.value).unwrap())
-            .collect()
-    };
-    let left = rotations_of("prod/eks-repairs").await;
+    let left = support::rotations_of(&table, "prod/eks-repairs").await;
     assert!(left.is_empty(), "EKS repairs that group: {left:?}");
-    let ours = rotations_of("prod/we-repair").await;
+    let ours = support::rotations_of(&table, "prod/we-repair").await;
     assert_eq!(
         ours.iter()
             .filter(|r| r.reason == RotationReason::Unhealthy)
@@ -560,7 +533,7 @@ async fn do_not_repair_on_a_node_or_the_group_is_honoured() {
     let now = Utc::now();
     p.watcher.handle(&serde_json::json!({}), now).await.unwrap();
     p.pass(now).await;
-    let all = nodes(&p.kube);
+    let all = p.kube.state().node_instances();
     let (kept_node, kept) = all[0].clone();
     let (_, other) = all[1].clone();
     let patched = p.kube.client().patch(

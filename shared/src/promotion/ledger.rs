@@ -216,57 +216,27 @@ mod tests {
         Release(s.to_string())
     }
 
+    /// Every one of 3 nodes on `image` of `release`.
+    fn on<'a>(release: &'a Release, image: &'a str) -> Option<FullyOn<'a>> {
+        Some(FullyOn {
+            release,
+            image,
+            nodes: 3,
+        })
+    }
+
     #[test]
     fn periods_open_and_close_with_the_observations() {
         let r1 = rel("v1");
         let r2 = rel("v2");
-        let l = observe(
-            &[],
-            Some(FullyOn {
-                release: &r1,
-                image: "ami-1",
-                nodes: 3,
-            }),
-            t(0),
-        )
-        .unwrap_or_default();
+        let l = observe(&[], on(&r1, "ami-1"), t(0)).unwrap_or_default();
         assert_eq!(l.len(), 1);
-        assert_eq!(
-            observe(
-                &l,
-                Some(FullyOn {
-                    release: &r1,
-                    image: "ami-1",
-                    nodes: 3
-                }),
-                t(5)
-            ),
-            None,
-            "unchanged"
-        );
+        assert_eq!(observe(&l, on(&r1, "ami-1"), t(5)), None, "unchanged");
         let l = observe(&l, None, t(10)).unwrap_or_default();
         assert_eq!(l[0].until, Some(t(10)));
         assert_eq!(observe(&l, None, t(11)), None);
-        let l = observe(
-            &l,
-            Some(FullyOn {
-                release: &r2,
-                image: "ami-2",
-                nodes: 3,
-            }),
-            t(20),
-        )
-        .unwrap_or_default();
-        let l = observe(
-            &l,
-            Some(FullyOn {
-                release: &r1,
-                image: "ami-1",
-                nodes: 3,
-            }),
-            t(30),
-        )
-        .unwrap_or_default();
+        let l = observe(&l, on(&r2, "ami-2"), t(20)).unwrap_or_default();
+        let l = observe(&l, on(&r1, "ami-1"), t(30)).unwrap_or_default();
         assert_eq!(
             l.iter()
                 .map(|p| (p.release.0.as_str(), p.until))
@@ -275,16 +245,8 @@ mod tests {
         );
         let mut many = l.clone();
         for i in 0..30 {
-            many = observe(
-                &many,
-                Some(FullyOn {
-                    release: &rel(&format!("x{i}")),
-                    image: "ami-x",
-                    nodes: 3,
-                }),
-                t(40 + i),
-            )
-            .unwrap_or_default();
+            many =
+                observe(&many, on(&rel(&format!("x{i}")), "ami-x"), t(40 + i)).unwrap_or_default();
         }
         assert_eq!(many.len(), LEDGER_LIMIT);
     }
@@ -292,16 +254,7 @@ mod tests {
     #[test]
     fn a_release_is_proven_after_a_clean_soak() {
         let r1 = rel("v1");
-        let l = observe(
-            &[],
-            Some(FullyOn {
-                release: &r1,
-                image: "ami-1",
-                nodes: 3,
-            }),
-            t(0),
-        )
-        .unwrap_or_default();
+        let l = observe(&[], on(&r1, "ami-1"), t(0)).unwrap_or_default();
         let soak = TimeDelta::minutes(60);
         let none = Quarantined::default();
         let clean = Alarms::default();
@@ -391,16 +344,7 @@ mod tests {
     fn the_same_release_on_another_image_opens_a_new_period() {
         let r1 = rel("v1");
         let l = vec![period("v1", "ami-1", 0, None)];
-        let next = observe(
-            &l,
-            Some(FullyOn {
-                release: &r1,
-                image: "ami-1b",
-                nodes: 3,
-            }),
-            t(10),
-        )
-        .unwrap_or_default();
+        let next = observe(&l, on(&r1, "ami-1b"), t(10)).unwrap_or_default();
         assert_eq!(
             next,
             vec![
@@ -420,16 +364,7 @@ mod tests {
             let l: Vec<SoakPeriod> = (0..len)
                 .map(|i| period(&format!("x{i}"), "ami-x", i, Some(i + 1)))
                 .collect();
-            let next = observe(
-                &l,
-                Some(FullyOn {
-                    release: &rel("new"),
-                    image: "ami-n",
-                    nodes: 3,
-                }),
-                t(100),
-            )
-            .unwrap_or_default();
+            let next = observe(&l, on(&rel("new"), "ami-n"), t(100)).unwrap_or_default();
             assert_eq!(next.len(), LEDGER_LIMIT.min(len as usize + 1), "len {len}");
             assert_eq!(next[0].release, rel(&format!("x{want_first}")), "len {len}");
             assert_eq!(next.last().map(|p| p.since), Some(t(100)), "len {len}");

@@ -105,13 +105,18 @@ impl SlowStart {
     /// (`healthy`: the width doubles, up to [`MAX_WIDTH`]) or did not (back to 1).
     pub fn settle(self, healthy: bool) -> SlowStart {
         SlowStart {
-            width: if healthy {
-                self.width.saturating_mul(2).min(MAX_WIDTH)
-            } else {
-                1
-            },
+            width: self.grown(healthy),
             in_flight: self.in_flight.saturating_sub(1),
             ..self
+        }
+    }
+
+    /// The width after a repair settled: doubled (up to [`MAX_WIDTH`]) when healthy, else 1.
+    fn grown(self, healthy: bool) -> u32 {
+        if healthy {
+            self.width.saturating_mul(2).min(MAX_WIDTH)
+        } else {
+            1
         }
     }
 }
@@ -360,12 +365,7 @@ pub fn slow_start(outcomes: &[Outcome]) -> BTreeMap<Domain, SlowStart> {
     }
     for (domain, _, healthy) in settled {
         if let Some(s) = out.get_mut(domain) {
-            let in_flight = s.in_flight;
-            *s = SlowStart {
-                in_flight: in_flight + 1,
-                ..*s
-            }
-            .settle(healthy);
+            s.width = s.grown(healthy);
         }
     }
     out

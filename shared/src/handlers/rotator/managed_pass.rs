@@ -213,6 +213,8 @@ impl RotatorHandler {
             .planner()
             .plan_with(group, &ctx.snapshot, update.as_ref(), now);
         log_decisions(&mplan.plan);
+        self.record_repair_breaker(ctx, &mplan.plan.repair, now, report)
+            .await;
         report.allowed = Some(mplan.plan.allowed);
         report.blocked = mplan.plan.blocked.clone();
         match &mplan.update {

@@ -613,8 +613,11 @@ fn pods_to_count(
         .filter(|m| {
             fresh(m)
                 || plan::assess(m, desired, expiration, now).need().is_some()
-                // A repair candidate: its pods' opt-outs hold a Ready node's repair.
-                || m.node.as_ref().is_some_and(|n| n.conditions.iter().any(|c| c.is_bad()))
+                // A Ready repair candidate: its pods' opt-outs hold its repair (a node not
+                // Ready runs no pod, and its pods are not counted: it stays podless).
+                || m.node
+                    .as_ref()
+                    .is_some_and(|n| n.ready && n.conditions.iter().any(|c| c.is_bad()))
         })
         .filter_map(|m| m.node.as_ref().map(|n| n.name.clone()))
         .collect()
