@@ -2,6 +2,8 @@
 //! instances joined with EC2 and the Kubernetes nodes (with the recorded rotations, the
 //! planner's [`crate::plan::Snapshot`]).
 
+use std::fmt;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -282,6 +284,10 @@ pub struct NodeMarks {
     /// never repaired.
     #[serde(default)]
     pub do_not_repair: bool,
+    /// Carries nodecycle's `nodecycle.dev/replacing:PreferNoSchedule` taint
+    /// ([`crate::rotation::marks::REPLACING_TAINT`]): the rollout replaces it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replacing: bool,
 }
 
 /// One instance of the group: as Auto Scaling and EC2 report it ([`GroupOps::describe`], with
@@ -342,6 +348,42 @@ pub struct Group {
     /// its nodes is repaired.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub do_not_repair: bool,
+}
+
+/// A group's latest scaling activity that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaunchProblem {
+    /// The activity's description and status message, as Auto Scaling gives them.
+    pub message: String,
+    /// When the activity started (`None`: not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<DateTime<Utc>>,
+}
+
+impl LaunchProblem {
+    /// The launch failed for lack of capacity: EC2's and Auto Scaling's capacity errors
+    /// (`InsufficientInstanceCapacity`, `InsufficientCapacity`,
+    /// `InsufficientReservedInstanceCapacity`, Auto Scaling's "We currently do not have
+    /// sufficient m5.large capacity in the Availability Zone you requested", a full capacity
+    /// reservation or Capacity Block: `ReservationCapacityExceeded`), in any case and spacing.
+    /// Waiting does not bring such capacity soon.
+    pub fn insufficient_capacity(&self) -> bool {
+        let squashed: String = self
+            .message
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        (squashed.contains("sufficient") && squashed.contains("capacity"))
+            || squashed.contains("reservationcapacityexceeded")
+    }
+}
+
+impl fmt::Display for LaunchProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// Pool-level state that gates rotation.
@@ -406,9 +448,12 @@ pub trait GroupOps: crate::fleet::snapshot::GroupSnapshots + Send + Sync {
         processes: &[String],
     ) -> Result<(), crate::port::PortError>;
     /// Why the group's latest scaling activity did not succeed (DescribeScalingActivities:
-    /// the newest activity, when it failed or was cancelled, with its status message); `None`
-    /// when it succeeded or is in progress.
-    async fn launch_problem(&self, group: &str) -> Result<Option<String>, crate::port::PortError>;
+    /// the newest activity, when it failed or was cancelled, with its status message and
+    /// start time); `None` when it succeeded or is in progress.
+    async fn launch_problem(
+        &self,
+        group: &str,
+    ) -> Result<Option<LaunchProblem>, crate::port::PortError>;
     /// Sets the desired capacity to a value (only ever a fresh read plus one: nodecycle never
     /// lowers desired capacity).
     async fn set_desired_capacity(
@@ -570,5 +615,40 @@ mod tests {
         let back: Member = serde_json::from_value(unregistered.clone()).unwrap();
         assert!(back.podless());
         assert_eq!(serde_json::to_value(&back).unwrap(), unregistered);
+    }
+
+    #[test]
+    fn a_launch_out_of_capacity_is_told_from_other_failures() {
+        let cases = [
+            (
+                "Launching a new EC2 instance.  Status Reason: We currently do not have sufficient g5.xlarge capacity in the Availability Zone you requested (us-east-2a). Launching EC2 instance failed.",
+                true,
+            ),
+            (
+                "Launching a new EC2 instance. Status Reason: InsufficientInstanceCapacity",
+                true,
+            ),
+            ("Status Reason: Insufficient capacity.", true),
+            (
+                "Launching a new EC2 instance. Status Reason: ReservationCapacityExceeded",
+                true,
+            ),
+            (
+                "Launching a new EC2 instance. Status Reason: The image id '[ami-1]' does not exist. Launching EC2 instance failed.",
+                false,
+            ),
+            (
+                "Launching a new EC2 instance. Status Reason: You are not authorized to perform this operation.",
+                false,
+            ),
+            ("scaling activity: Cancelled", false),
+        ];
+        for (message, want) in cases {
+            let p = LaunchProblem {
+                message: message.into(),
+                at: None,
+            };
+            assert_eq!(p.insufficient_capacity(), want, "{message}");
+        }
     }
 }

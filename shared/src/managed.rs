@@ -52,7 +52,7 @@ pub struct ManagedGroup {
     pub auto_repair: bool,
 }
 
-/// A node group's `updateConfig`: one of the two is set.
+/// A node group's `updateConfig`: one of the two sizes is set, and the strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UpdateConfig {
@@ -60,6 +60,30 @@ pub struct UpdateConfig {
     pub max_unavailable: Option<u32>,
     /// `maxUnavailablePercentage`.
     pub max_unavailable_percentage: Option<u32>,
+    /// `updateStrategy` (`None`: not given, EKS's `DEFAULT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_strategy: Option<UpdateStrategy>,
+}
+
+/// `updateConfig.updateStrategy`: how EKS replaces a version update's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum UpdateStrategy {
+    /// New instances first, then the old ones terminated (EKS raises the group's size).
+    Default,
+    /// Old instances terminated first, then new ones launched: for groups that cannot grow
+    /// (scarce or reserved capacity), nodecycle's `rollout.strategy: terminateFirst`.
+    Minimal,
+}
+
+impl UpdateStrategy {
+    /// EKS's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdateStrategy::Default => "DEFAULT",
+            UpdateStrategy::Minimal => "MINIMAL",
+        }
+    }
 }
 
 /// What an `UpdateNodegroupVersion` moves the group to.
@@ -484,6 +508,7 @@ mod tests {
             update_config: UpdateConfig {
                 max_unavailable: None,
                 max_unavailable_percentage: Some(33),
+                update_strategy: None,
             },
             auto_scaling_group: Some("eks-ng-1".into()),
             auto_repair: false,
@@ -546,6 +571,7 @@ mod tests {
         let original = UpdateConfig {
             max_unavailable: None,
             max_unavailable_percentage: Some(33),
+            update_strategy: None,
         };
         u.original_config = Some(original);
         for (phase, restore) in [

@@ -10,7 +10,11 @@ Autoscaler; here it is patched to behave like AWS:
   none): one ``Successful`` activity per launched instance and per terminated instance, and,
   while the group is out of capacity (control op ``insufficient_capacity``), one ``Failed``
   launch activity with the ``InsufficientInstanceCapacity`` message each time the group
-  tries to launch. ``MaxRecords`` (1..100) and ``ActivityIds`` filter as in AWS.
+  tries to launch; Auto Scaling retries a launch the group owes, so while out of capacity and
+  short of its desired capacity the newest activity is a failed launch (a retry is recorded
+  when the newest is anything else, e.g. the terminate that made the group owe it; moto
+  launches, and so fails, before it records the terminate). ``MaxRecords`` (1..100) and
+  ``ActivityIds`` filter as in AWS.
 * ``TerminateInstanceInAutoScalingGroup`` with ``ShouldDecrementDesiredCapacity`` on a group
   whose desired capacity is at ``MinSize`` is refused with a ``ValidationError`` (the wording is
   the fake's own); moto took the group below ``MinSize``.
@@ -108,6 +112,46 @@ def _activity(group, description: str, cause: str, status: str, message: str | N
     with _LOCK:
         ACTIVITIES.setdefault((group.region, group.name), []).append(a)
     return a
+
+
+def _failed_launch(group, count_needed: int):
+    """A launch refused for lack of capacity, recorded as Auto Scaling words it."""
+    current = len(group.instance_states)
+    zone = sorted(group.availability_zones)[0] if group.availability_zones else f"{group.region}a"
+    message = (
+        f"We currently do not have sufficient {group.instance_type} capacity in the Availability "
+        f"Zone you requested ({zone}). Our system will be working on provisioning additional "
+        f"capacity. You can currently get {group.instance_type} capacity by not specifying an "
+        f"Availability Zone in your request or choosing {zone.rstrip('abcdef')}b. Launching EC2 "
+        f"instance failed."
+    )
+    return _activity(
+        group,
+        f"Launching a new EC2 instance.  Status Reason: {message}",
+        f"At {_now():%Y-%m-%dT%H:%M:%SZ} an instance was started in response to a difference "
+        f"between desired and actual capacity, increasing the capacity from {current} to "
+        f"{current + count_needed}.",
+        "Failed",
+        message,
+    )
+
+
+def _retry_launch(region: str, name: str) -> None:
+    """Auto Scaling keeps retrying a launch the group owes: while out of capacity, the newest
+    activity of a group short of its desired capacity is a failed launch (the fake records a
+    retry when the newest is anything else, e.g. the terminate that made the group owe it)."""
+    group = _group(region, name)
+    if group is None or (region, name) not in NO_CAPACITY:
+        return
+    owed = group.desired_capacity - len(group.instance_states)
+    if owed <= 0:
+        return
+    with _LOCK:
+        acts = ACTIVITIES.get((region, name), [])
+        newest = max(acts, key=lambda a: a.start_time) if acts else None
+    if newest is not None and newest.status_code == "Failed" and newest.description.startswith("Launching"):
+        return
+    _failed_launch(group, owed)
 
 
 def _node_pods(instance_id: str, region: str) -> tuple[str | None, list[str]]:
@@ -262,23 +306,7 @@ def apply_patches() -> None:
         key = (self.region, self.name)
         current = len(self.instance_states)
         if key in NO_CAPACITY:
-            zone = sorted(self.availability_zones)[0] if self.availability_zones else f"{self.region}a"
-            message = (
-                f"We currently do not have sufficient {self.instance_type} capacity in the Availability "
-                f"Zone you requested ({zone}). Our system will be working on provisioning additional "
-                f"capacity. You can currently get {self.instance_type} capacity by not specifying an "
-                f"Availability Zone in your request or choosing {zone.rstrip('abcdef')}b. Launching EC2 "
-                f"instance failed."
-            )
-            _activity(
-                self,
-                f"Launching a new EC2 instance.  Status Reason: {message}",
-                f"At {_now():%Y-%m-%dT%H:%M:%SZ} an instance was started in response to a difference "
-                f"between desired and actual capacity, increasing the capacity from {current} to "
-                f"{current + count_needed}.",
-                "Failed",
-                message,
-            )
+            _failed_launch(self, count_needed)
             return None
         before = {s.instance.id for s in self.instance_states}
         out = original_launch(self, count_needed, propagated_tags)
@@ -343,6 +371,8 @@ def apply_patches() -> None:
                 f"constraint: Member must have value less than or equal to 100"
             )
         region = self.region
+        if name:
+            _retry_launch(region, name)
         with _LOCK:
             if name:
                 acts = list(ACTIVITIES.get((region, name), []))

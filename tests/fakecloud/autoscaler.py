@@ -20,14 +20,17 @@ not like nodecycle, and acts only when the test asks (deterministic, between rot
   evicts again and terminates once the node is empty (``abort``: CA gives up, removes its
   taint). CA never deletes the Node object (the node lifecycle controller does, once the
   instance is gone).
-* ``ca_attach {cluster, group, podsPerNode=4}``: the actor for ``group``'s nodes in the
-  cluster's stand-in; ``podsPerNode`` is how many workload pods fit on a node (for CA's
-  simulation and for the scheduler below).
+* ``ca_attach {cluster, group, podsPerNode=4, scoring=LeastAllocated}``: the actor for
+  ``group``'s nodes in the cluster's stand-in; ``podsPerNode`` is how many workload pods fit
+  on a node (for CA's simulation and for the scheduler below); ``scoring`` the scheduler's
+  NodeResourcesFit strategy: ``LeastAllocated`` (kube-scheduler's default, fewest pods first)
+  or ``MostAllocated`` (bin packing, most pods first).
 * ``workloads_step {cluster}``: one round of the ReplicaSet controller and the scheduler the
   stand-in lacks: each ReplicaSet registered with ``set_scale`` gets its missing pods back
-  (copies of its pods, Pending), then every Pending pod is bound, fewest pods first, to a Ready,
-  schedulable node without a NoSchedule/NoExecute taint and with room (it is then Running and
-  Ready). Pods that fit nowhere stay Pending: what CA scales up for.
+  (copies of its pods, Pending), then every Pending pod is bound to a Ready, schedulable node
+  without a NoSchedule/NoExecute taint and with room (it is then Running and Ready): nodes
+  with fewer PreferNoSchedule taints first (kube-scheduler's TaintToleration score; the pods
+  tolerate none), then by the actor's ``scoring`` (fewest or most pods). Pods that fit nowhere stay Pending: what CA scales up for.
 * ``ca_log {}``: what the actor did, ``[{action, group, node?, instance?, from?, to?, reason}]``.
 
 Every capacity change and termination is recorded by asg_fidelity.py (``scaling_records``);
@@ -103,6 +106,11 @@ def _schedulable(kube, node) -> bool:
     )
 
 
+def _prefer_not(kube, node) -> int:
+    """The node's PreferNoSchedule taints (a pod that tolerates nothing prefers fewer)."""
+    return sum(1 for t in _taints(kube, node) if t.get("effect") == "PreferNoSchedule")
+
+
 def _pods_on(kube, c, node_name: str) -> list:
     return [
         (key, p)
@@ -153,6 +161,13 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             raise ControlError(f"no Auto Scaling group {name!r}")
         return region, group, cluster(region, a["cluster"]), a["podsPerNode"]
 
+    def scoring_of(region: str, cluster_name: str) -> str:
+        with _LOCK:
+            for (r, _), a in ACTORS.items():
+                if r == region and a["cluster"] == cluster_name:
+                    return a.get("scoring", "LeastAllocated")
+        return "LeastAllocated"
+
     def pods_per_node_of(region: str, cluster_name: str, args) -> int:
         if args.get("podsPerNode") is not None:
             return int(args["podsPerNode"])
@@ -167,11 +182,16 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         region = region_of(args)
         cluster(region, args["cluster"])
         per = int(args.get("podsPerNode", 4))
+        scoring = args.get("scoring", "LeastAllocated")
+        if scoring not in ("LeastAllocated", "MostAllocated"):
+            raise ControlError(f"scoring {scoring!r}: LeastAllocated or MostAllocated")
         if per < 1:
             raise ControlError("podsPerNode must be at least 1")
         with _LOCK:
-            ACTORS[(region, args["group"])] = {"cluster": args["cluster"], "podsPerNode": per}
-        return {"group": args["group"], "cluster": args["cluster"], "podsPerNode": per}
+            ACTORS[(region, args["group"])] = {"cluster": args["cluster"], "podsPerNode": per,
+                                               "scoring": scoring}
+        return {"group": args["group"], "cluster": args["cluster"], "podsPerNode": per,
+                "scoring": scoring}
 
     @op("ca_log")
     def ca_log(args):
@@ -390,6 +410,9 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
         region = region_of(args)
         c = cluster(region, args["cluster"])
         per = pods_per_node_of(region, args["cluster"], args)
+        # NodeResourcesFit's scoring: LeastAllocated (the default: emptier nodes first) or
+        # MostAllocated (bin packing: fuller nodes first).
+        packing = scoring_of(region, args["cluster"]) == "MostAllocated"
         created, bound = [], []
         with c.lock:
             for key, p in sorted(c.store["pods"].items()):
@@ -427,14 +450,17 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
                     continue
                 if not _live(kube, p) or kube.is_daemonset_pod(p):
                     continue
+                # kube-scheduler's TaintToleration score: nodes with fewer PreferNoSchedule
+                # taints the pod does not tolerate (it tolerates none) first; then the fewest pods.
                 fits = [
-                    (len(_pods_on(kube, c, n)), n)
+                    (_prefer_not(kube, node),
+                     -len(_pods_on(kube, c, n)) if packing else len(_pods_on(kube, c, n)), n)
                     for (_, n), node in sorted(c.store["nodes"].items())
                     if _schedulable(kube, node) and len(_pods_on(kube, c, n)) < per
                 ]
                 if not fits:
                     continue
-                _, target = min(fits)
+                _, _, target = min(fits)
                 ts = kube.rfc3339()
                 p["spec"]["nodeName"] = target
                 p["status"] = {"phase": "Running", "conditions": kube.pod_conditions(True, ts),

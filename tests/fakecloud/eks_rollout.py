@@ -30,6 +30,11 @@ on a background timer (``_ticker``) that steps every InProgress version update:
    ("exits immediately without bringing the node group back to its original
    configuration"): desired and maximum size stay (timeline event ``scaleDownSkipped``).
 
+With ``updateConfig.updateStrategy`` ``MINIMAL`` (EKS: "terminates the old instances before
+launching the new instances"), step 2 is skipped (no surge, the old nodes are not cordoned
+together) and step 4 has nothing to scale down: each wave drains and terminates up to
+maxUnavailable old instances, and the group relaunches them from the new version.
+
 A failure (an armed ``fail_update``, ``NodeCreationFailure``, ``PodEvictionFailure``) marks the
 update ``Failed`` with ``errors: [{errorCode, errorMessage, resourceIds}]`` (the instances
 that did not become Ready for NodeCreationFailure, else those still on the old image), points the group back at its previous launch template version, removes
@@ -506,10 +511,20 @@ def _setup(region, cluster, ng, st, upd, r, now) -> bool:
     return True
 
 
+def minimal(ng) -> bool:
+    """updateConfig.updateStrategy MINIMAL: old instances are terminated before new ones
+    launch (no scale up, no scale down)."""
+    return str((ng.update_config or {}).get("updateStrategy") or "DEFAULT").upper() == "MINIMAL"
+
+
 def _scale_up(region, cluster, ng, st, upd, r, now) -> bool:
     group = eu._group_of(ACCOUNT_ID, region, st)
     if group is None or not _old(group, upd):
         r.phase = "scaleDown"
+        return True
+    if minimal(ng):
+        _event(st, upd, now, "scaleUpSkipped", reason="updateStrategy MINIMAL")
+        r.phase, r.since = "upgrade", now
         return True
     azs = len(set(group.availability_zones or [])) or 1
     r.surge = max(limit(ng), 2 * azs)
@@ -533,7 +548,9 @@ def _wait_ready(region, cluster, ng, st, upd, r, now) -> bool:
         if now - r.since > TIMING["readyTimeoutSeconds"]:
             _fail(region, cluster, ng, st, upd, r, "NodeCreationFailure", NODE_CREATION_FAILURE, now, not_ready)
         return False
-    cordoned = _cordon(c, r, [s.instance.id for s in _old(group, upd)], True)
+    # MINIMAL has no new capacity to move to yet: each wave cordons its own nodes only.
+    old = [] if minimal(ng) else [s.instance.id for s in _old(group, upd)]
+    cordoned = _cordon(c, r, old, True)
     _event(st, upd, now, "nodesReady", instances=[s.instance.id for s in _new(group, upd)], cordoned=cordoned)
     r.phase, r.since = "upgrade", now
     return True

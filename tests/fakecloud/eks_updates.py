@@ -628,7 +628,17 @@ def _wrap_update_nodegroup_config(original):
             if body.get("scalingConfig"):
                 # moto updates the node group's dict in place; give each node group its own.
                 ng.scaling_config = dict(ng.scaling_config or {})
+            before = dict(ng.update_config or {})
             original(self)
+            if body.get("updateConfig"):
+                # EKS changes only the fields given (moto replaced the whole updateConfig, so a
+                # maxUnavailable change dropped updateStrategy); the two sizes exclude each other.
+                merged = {k: v for k, v in before.items() if v is not None}
+                if uc.get("maxUnavailable") is not None or uc.get("maxUnavailablePercentage") is not None:
+                    merged.pop("maxUnavailable", None)
+                    merged.pop("maxUnavailablePercentage", None)
+                merged.update({k: v for k, v in uc.items() if v is not None})
+                ng.update_config = merged
             upd = _Update("ConfigUpdate", params, body.get("clientRequestToken"), status="Successful")
             st.updates.append(upd)
             group = _group_of(account, region, st)

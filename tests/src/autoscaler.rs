@@ -106,10 +106,23 @@ impl ClusterAutoscaler {
     /// workload pods fit on a node (CA's simulation and the scheduler of
     /// [`Self::workloads_step`]).
     pub fn attach(cloud: &FakeCloud, cluster: &str, group: &str, pods_per_node: u32) -> Self {
+        Self::attach_scoring(cloud, cluster, group, pods_per_node, "LeastAllocated")
+    }
+
+    /// [`Self::attach`] with the scheduler's NodeResourcesFit `scoring`: `LeastAllocated`
+    /// (kube-scheduler's default: fewest pods first) or `MostAllocated` (bin packing).
+    pub fn attach_scoring(
+        cloud: &FakeCloud,
+        cluster: &str,
+        group: &str,
+        pods_per_node: u32,
+        scoring: &str,
+    ) -> Self {
         let control = cloud.control_handle();
         control.call(
             "ca_attach",
-            json!({ "cluster": cluster, "group": group, "podsPerNode": pods_per_node }),
+            json!({ "cluster": cluster, "group": group, "podsPerNode": pods_per_node,
+                    "scoring": scoring }),
         );
         ClusterAutoscaler {
             control,

@@ -287,6 +287,8 @@ fn observed(field: &str) -> Default {
         "repair.drainTimeout" => value(nodecycle::duration::format(base.repair.drain_timeout)),
         "repair.maxParallel" => value(base.repair.max_parallel.to_string()),
         "repair.maxUnhealthy" => value(format!("{}%", base.repair.max_unhealthy_percent)),
+        "rollout" => value(format!("{{strategy: {}}}", base.rollout)),
+        "rollout.strategy" => value(base.rollout.to_string()),
         other => panic!(
             "tests/tests/docs.rs: say in `observed` how a parsed policy shows the default of {other} (and document it in docs/policy-reference.md)"
         ),

@@ -42,3 +42,4 @@ mod simulate;
 mod stop;
 mod surge;
 mod template;
+mod terminate_first;

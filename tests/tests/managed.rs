@@ -972,3 +972,59 @@ async fn a_managed_update_beside_cluster_autoscaler_keeps_its_scale_up() {
         "{timeline:?}"
     );
 }
+
+/// `rollout.strategy: terminateFirst` on a managed node group: the update runs with EKS's
+/// MINIMAL strategy (old nodes go before new ones launch: no scale up, the group never grows),
+/// and the group's own strategy is put back after.
+#[tokio::test]
+async fn terminate_first_updates_a_managed_node_group_with_the_minimal_strategy() {
+    let p = mng(
+        3,
+        "    - nodes: \"1\"\nrollout:\n  strategy: terminateFirst\n",
+        ALIAS,
+    )
+    .await;
+    let t0 = at("2026-12-01T02:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    // Status says how the group's nodes are replaced.
+    let status = ops_handler(&p)
+        .handle(
+            &json!({"action": "status", "pool": "prod/general"}),
+            &invocation("req-1"),
+            t0,
+        )
+        .await
+        .unwrap();
+    let replacement = &status["pools"][0]["replacement"];
+    assert_eq!(replacement["strategy"], "terminateFirst", "{status}");
+    assert!(
+        replacement["message"].as_str().unwrap().contains("MINIMAL"),
+        "{status}"
+    );
+    let new = publish_release(&p.cloud, NEW_RELEASE, "20241101", "2024-11-01T00:00:00Z");
+    p.watcher.handle(&json!({}), t0).await.unwrap();
+    p.pass_until_update_ends(t0, |_| {}).await;
+    let update = p.update().await.unwrap();
+    assert_eq!(update.phase, Phase::Successful, "{update:?}");
+    let images = p.images().await;
+    assert_eq!(images.len(), 3, "{images:?}");
+    assert!(images.iter().all(|i| *i == new), "{images:?}");
+    let configs = p.bodies("UpdateNodegroupConfig");
+    assert_eq!(configs[0]["updateConfig"]["updateStrategy"], "MINIMAL");
+    assert_eq!(
+        configs.last().unwrap()["updateConfig"]["updateStrategy"],
+        "DEFAULT",
+        "the group's own strategy is put back: {configs:?}"
+    );
+    let calls = p.calls();
+    let events = timeline(&calls);
+    assert!(events.iter().any(|e| e == "scaleUpSkipped"), "{events:?}");
+    assert!(!events.iter().any(|e| e == "scaleUp"), "{events:?}");
+    let grew = p
+        .cloud
+        .scaling_records(Some(&p.asg))
+        .capacity
+        .iter()
+        .any(|c| c.to > 3);
+    assert!(!grew, "terminate first: the group never grows: {calls}");
+}

@@ -294,7 +294,10 @@ impl nodecycle::fleet::GroupOps for Faulty {
         self.inner.resume_processes(g, p).await?;
         if trip { Err(self.crash()) } else { Ok(()) }
     }
-    async fn launch_problem(&self, g: &str) -> Result<Option<String>, nodecycle::port::PortError> {
+    async fn launch_problem(
+        &self,
+        g: &str,
+    ) -> Result<Option<nodecycle::fleet::LaunchProblem>, nodecycle::port::PortError> {
         self.inner.launch_problem(g).await
     }
     async fn set_image(&self, g: &str, image: &str) -> Result<String, nodecycle::port::PortError> {

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::port_error;
 use super::template::{self, TemplateSpec};
 use crate::fleet::snapshot::{self, GroupRead, GroupSnapshots};
-use crate::fleet::{Group, GroupOps, Lifecycle, Member, Sizes};
+use crate::fleet::{Group, GroupOps, LaunchProblem, Lifecycle, Member, Sizes};
 use crate::port::{ErrorKind, PortError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -282,7 +282,7 @@ impl GroupOps for AutoScaling {
         Ok(())
     }
 
-    async fn launch_problem(&self, group: &str) -> Result<Option<String>, PortError> {
+    async fn launch_problem(&self, group: &str) -> Result<Option<LaunchProblem>, PortError> {
         use aws_sdk_autoscaling::types::ScalingActivityStatusCode as Code;
         let out = self
             .autoscaling
@@ -295,12 +295,18 @@ impl GroupOps for AutoScaling {
         Ok(out.activities().first().and_then(|a| {
             matches!(a.status_code(), Some(Code::Failed | Code::Cancelled)).then(|| {
                 let what = a.description().unwrap_or("scaling activity");
-                match a.status_message() {
+                let message = match a.status_message() {
                     Some(m) => format!("{what}: {m}"),
                     None => format!(
                         "{what}: {}",
                         a.status_code().map_or("no status", |c| c.as_str())
                     ),
+                };
+                LaunchProblem {
+                    message,
+                    at: a
+                        .start_time()
+                        .and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
                 }
             })
         }))

@@ -56,6 +56,14 @@ impl ManagedGroupOps for ManagedNodeGroups {
                     ng.update_config()
                         .and_then(|c| c.max_unavailable_percentage()),
                 ),
+                update_strategy: ng
+                    .update_config()
+                    .and_then(|c| c.update_strategy())
+                    .and_then(|s| match s.as_str() {
+                        "DEFAULT" => Some(crate::managed::UpdateStrategy::Default),
+                        "MINIMAL" => Some(crate::managed::UpdateStrategy::Minimal),
+                        _ => None,
+                    }),
             },
             auto_scaling_group: eks::auto_scaling_group_of(&ng),
             auto_repair: ng
@@ -93,6 +101,7 @@ impl ManagedGroupOps for ManagedNodeGroups {
                 NodegroupUpdateConfig::builder()
                     .set_max_unavailable(signed(config.max_unavailable)?)
                     .set_max_unavailable_percentage(signed(config.max_unavailable_percentage)?)
+                    .set_update_strategy(config.update_strategy.map(|s| s.as_str().into()))
                     .build(),
             )
             .send()

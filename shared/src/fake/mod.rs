@@ -568,9 +568,14 @@ impl crate::fleet::GroupOps for Groups {
         })
     }
 
-    async fn launch_problem(&self, group: &str) -> Result<Option<String>, PortError> {
+    async fn launch_problem(
+        &self,
+        group: &str,
+    ) -> Result<Option<crate::fleet::LaunchProblem>, PortError> {
         self.with("autoscaling:DescribeScalingActivities", group, |g| {
-            Ok(g.failed_activity.clone())
+            Ok(g.failed_activity
+                .clone()
+                .map(|message| crate::fleet::LaunchProblem { message, at: None }))
         })
     }
 

@@ -481,6 +481,7 @@ async fn managed_node_groups_answer_as_eks_does() {
             update_config: crate::managed::UpdateConfig {
                 max_unavailable: Some(1),
                 max_unavailable_percentage: None,
+                update_strategy: None,
             },
             auto_scaling_group: Some("eks-spot-1".into()),
             auto_repair: false,

@@ -190,6 +190,19 @@ impl NodeOps for MemoryCluster {
         Ok(true)
     }
 
+    async fn prefer_elsewhere(&self, node: &str, on: bool) -> Result<bool, KubeError> {
+        let mut inner = self.lock();
+        let Some(n) = inner.nodes.iter_mut().find(|n| n.name == node) else {
+            return Ok(false);
+        };
+        if n.marks.replacing == on {
+            return Ok(false);
+        }
+        n.marks.replacing = on;
+        inner.log.push(format!("prefer-elsewhere {node} {on}"));
+        Ok(true)
+    }
+
     async fn undo_cordon(&self, node: &str, uncordon: bool) -> Result<bool, KubeError> {
         let mut inner = self.lock();
         let Some(n) = inner.nodes.iter_mut().find(|n| n.name == node) else {

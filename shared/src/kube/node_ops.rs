@@ -43,6 +43,12 @@ pub trait NodeOps: Send + Sync {
         exclude_from_lb: Option<bool>,
     ) -> Result<bool, KubeError>;
 
+    /// Adds (`true`) or removes (`false`) the taint
+    /// `nodecycle.dev/replacing=rollout:PreferNoSchedule` ([`crate::rotation::marks`]), keeping
+    /// every other taint (a read, then a patch preconditioned on what was read). Returns
+    /// whether anything changed; a missing node is `Ok(false)`.
+    async fn prefer_elsewhere(&self, node: &str, on: bool) -> Result<bool, KubeError>;
+
     /// Every pod bound to the node (field selector `spec.nodeName=<node>`), all namespaces.
     async fn list_pods(&self, node: &str) -> Result<Vec<PodInfo>, KubeError>;
 

@@ -62,6 +62,7 @@ pub mod assess;
 mod classify;
 mod count;
 pub mod gates;
+pub mod landing;
 pub mod maintenance;
 pub mod managed_update;
 pub mod repair;
@@ -85,7 +86,7 @@ pub use assess::{Assessment, Drift, Expiration, Expiry, Need, assess};
 pub use gates::Gate;
 pub use repair::{RepairFacts, RepairPlan};
 pub(crate) use start::budget_message;
-pub use strategy::StartStrategy;
+pub use strategy::{Replacement, StartStrategy, TerminateFirstWhy};
 
 /// Everything the planner sees about one pool at one instant.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,6 +154,8 @@ pub struct Plan {
     /// domain's slow start; omitted when there is nothing to say.
     #[serde(skip_serializing_if = "RepairPlan::is_empty")]
     pub repair: RepairPlan,
+    /// How nodes are replaced this pass (surge or terminate first, and why).
+    pub replacement: Replacement,
 }
 
 /// Allowance per budgeted reason. Serializes as `{"Drifted": n, "Expired": n, "Unhealthy": n}`
@@ -541,6 +544,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>) -> Plan {
         gate,
         desired: desired.map(str::to_string),
         repair: repair_plan,
+        replacement: Replacement::of(&snapshot.policy, &snapshot.group, &snapshot.rotations),
     }
 }
 

@@ -5,8 +5,101 @@
 
 use std::cmp::Ordering;
 
+use serde::Serialize;
+
 use super::count::Eligible;
-use crate::policy::{CandidateOrder, Policy};
+use crate::fleet::Group;
+use crate::policy::{CandidateOrder, Policy, RolloutStrategy};
+use crate::rotation::Rotation;
+
+/// How a pool's nodes are replaced this pass (derived each pass from the policy and the group,
+/// so a group that gains room surges again). Serializes as `{"strategy": "surge"}` or
+/// `{"strategy": "terminateFirst", "why": ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "strategy", rename_all = "camelCase")]
+pub enum Replacement {
+    /// Surge first: the replacement launches and is Ready before the old node is drained.
+    Surge,
+    /// Terminate first: cordon and drain within budgets and PDBs, terminate with a relaunch,
+    /// and confirm the relaunched instance Ready on the desired AMI before the rotation ends
+    /// (so a budget of one replaces one node at a time); a relaunch out of capacity halts the
+    /// pool ([`crate::rotation::step`]). A managed node group updates with EKS's `MINIMAL`
+    /// strategy.
+    TerminateFirst {
+        /// Why.
+        why: TerminateFirstWhy,
+    },
+}
+
+/// Why a pool replaces terminate-first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "camelCase")]
+pub enum TerminateFirstWhy {
+    /// `rollout.strategy: terminateFirst`.
+    Policy,
+    /// The group is at `MaxSize` (not counting nodecycle's own surges) and the policy does not
+    /// allow raising it (`disruption.surgeAboveMaxSize`).
+    #[serde(rename_all = "camelCase")]
+    AtMaxSize {
+        /// `MaxSize`.
+        max_size: i32,
+    },
+}
+
+impl std::fmt::Display for Replacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Replacement::Surge => f.write_str("surge first"),
+            Replacement::TerminateFirst { why } => match why {
+                TerminateFirstWhy::Policy => {
+                    f.write_str("terminate first (rollout.strategy: terminateFirst)")
+                }
+                TerminateFirstWhy::AtMaxSize { max_size } => write!(
+                    f,
+                    "terminate first: the group is at MaxSize {max_size} and disruption.surgeAboveMaxSize is not set"
+                ),
+            },
+        }
+    }
+}
+
+impl Replacement {
+    /// The pool's strategy this pass: the policy's `terminateFirst` (a managed node group's
+    /// update then uses EKS's `MINIMAL`), else, for a self-managed group, terminate-first
+    /// when the group's desired capacity less the units of nodecycle's active surges
+    /// (`rotations`) is at `MaxSize` and raising it is not allowed, else surge.
+    pub fn of(policy: &Policy, group: &Group, rotations: &[Rotation]) -> Replacement {
+        if policy.rollout == RolloutStrategy::TerminateFirst {
+            return Replacement::TerminateFirst {
+                why: TerminateFirstWhy::Policy,
+            };
+        }
+        if matches!(
+            policy.node_group,
+            crate::policy::NodeGroup::ManagedNodeGroup(_)
+        ) {
+            // EKS raises a managed group's MaxSize for its own update (DEFAULT strategy).
+            return Replacement::Surge;
+        }
+        let surges = rotations.iter().filter(|r| r.surge_active()).count();
+        let own = group
+            .desired_capacity
+            .saturating_sub(i32::try_from(surges).unwrap_or(i32::MAX));
+        if !policy.surge_above_max_size && own >= group.max_size {
+            return Replacement::TerminateFirst {
+                why: TerminateFirstWhy::AtMaxSize {
+                    max_size: group.max_size,
+                },
+            };
+        }
+        Replacement::Surge
+    }
+
+    /// Terminate first.
+    pub fn terminate_first(&self) -> bool {
+        matches!(self, Replacement::TerminateFirst { .. })
+    }
+}
 
 /// How a pool's candidates are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +206,78 @@ mod tests {
                 .map(|e| e.member.instance_id.as_str())
                 .collect();
             assert_eq!(got, want, "{order:?}");
+        }
+    }
+
+    /// Terminate-first when the policy says so, or when the group (less nodecycle's own
+    /// surges) is at `MaxSize` and raising it is not allowed; surge otherwise.
+    #[test]
+    fn a_pool_that_cannot_surge_replaces_terminate_first() {
+        use crate::plan::tests::policy;
+        use crate::rotation::{Rotation, Step, Surge};
+        let group = |desired, max| crate::fleet::Group {
+            name: "g".into(),
+            min_size: 0,
+            max_size: max,
+            desired_capacity: desired,
+            launch_template_image: None,
+            suspended_processes: Vec::new(),
+            do_not_repair: false,
+        };
+        let now = chrono::Utc::now();
+        let surging = Rotation {
+            surge: Some(Surge {
+                target_desired: 0,
+                baseline: Vec::new(),
+                base: None,
+                read: None,
+                above_max: false,
+                release: None,
+            }),
+            ..Rotation::new("prod/general", "i-1", RotationReason::Drifted, false, now)
+                .enter(Step::Surging, now)
+        };
+        let auto = policy("");
+        let explicit = policy("rollout:\n  strategy: terminateFirst\n");
+        let above = policy("disruption:\n  surgeAboveMaxSize: true\n");
+        let at_max = Replacement::TerminateFirst {
+            why: TerminateFirstWhy::AtMaxSize { max_size: 4 },
+        };
+        // (what, policy, desired, max, rotations) -> want
+        let cases = [
+            ("room", &auto, 3, 4, vec![], Replacement::Surge),
+            ("at MaxSize", &auto, 4, 4, vec![], at_max.clone()),
+            (
+                "our own surge fills it",
+                &auto,
+                4,
+                4,
+                vec![surging.clone()],
+                Replacement::Surge,
+            ),
+            (
+                "may raise MaxSize",
+                &above,
+                4,
+                4,
+                vec![],
+                Replacement::Surge,
+            ),
+            (
+                "the policy's choice",
+                &explicit,
+                1,
+                10,
+                vec![],
+                Replacement::TerminateFirst {
+                    why: TerminateFirstWhy::Policy,
+                },
+            ),
+        ];
+        for (what, p, desired, max, rotations, want) in cases {
+            let got = Replacement::of(p, &group(desired, max), &rotations);
+            assert_eq!(got, want, "{what}");
+            assert_eq!(got.terminate_first(), want != Replacement::Surge, "{what}");
         }
     }
 

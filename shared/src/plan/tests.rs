@@ -1131,7 +1131,8 @@ fn serializes_to_the_cli_shape() {
             {"instance": "i-0fly", "kind": "advance", "message": "advancing i-0fly: Drifted rotation at step Draining"},
             {"instance": "i-0def", "kind": "start", "message": "starting i-0def: Expired, forced (3h30m past its deadline 2026-12-05T08:30:00Z: expireAfter+terminationGracePeriod 720h+2h from launch or adoption, whichever is later; age 725h30m; no budget wait), 3 evictable pod(s)"},
             {"instance": null, "kind": "wait", "message": "not starting: Drifted budget 0 (disruption.budgets[0] nodes \"1\" allows 1 of 2; 1 disrupting, 1 started this pass); 1 Drifted candidate(s) wait"}
-        ]
+        ],
+        "replacement": {"strategy": "surge"}
     });
     assert_eq!(v, expected, "{}", serde_json::to_string_pretty(&v).unwrap());
 }

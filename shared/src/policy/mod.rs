@@ -94,6 +94,31 @@ impl fmt::Display for CandidateOrder {
     }
 }
 
+/// How a pool's nodes are replaced (`rollout.strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RolloutStrategy {
+    /// Surge first (a replacement launched and Ready before the old node is drained) where the
+    /// group has room; terminate-first where it cannot surge (derived each pass:
+    /// [`crate::plan::Replacement`]).
+    #[default]
+    Auto,
+    /// Always terminate first: cordon and drain, terminate with a relaunch, and confirm the
+    /// replacement Ready on the desired AMI before the next node starts (groups whose capacity
+    /// is scarce or reserved: GPU groups, Capacity Blocks).
+    TerminateFirst,
+}
+
+impl fmt::Display for RolloutStrategy {
+    /// The policy's spelling (`auto`, `terminateFirst`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RolloutStrategy::Auto => "auto",
+            RolloutStrategy::TerminateFirst => "terminateFirst",
+        })
+    }
+}
+
 /// The thresholds of the policy's `health:` (defaults safe for a pool that sets nothing).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -204,6 +229,8 @@ pub struct Policy {
     pub surge_above_max_size: bool,
     /// `disruption.order` (default `emptiestFirst`): the order in which candidates start.
     pub candidate_order: CandidateOrder,
+    /// `rollout.strategy` (default `auto`): surge where possible, or always terminate first.
+    pub rollout: RolloutStrategy,
     /// `health` (defaults when absent): how a release is judged by its nodes and pods
     /// ([`crate::promotion::health`]).
     pub health: HealthPolicy,
@@ -338,7 +365,7 @@ pub struct Parsed {
 }
 
 /// The top-level fields of a policy document, in the order error messages list them.
-pub const FIELDS: [&str; 14] = [
+pub const FIELDS: [&str; 15] = [
     "cluster",
     "name",
     "nodeGroup",
@@ -353,6 +380,7 @@ pub const FIELDS: [&str; 14] = [
     "promotion",
     "health",
     "repair",
+    "rollout",
 ];
 /// The place fields ([`place`]): accepted at the top level beside [`FIELDS`] (whose list the
 /// unknown-field message shows, unchanged since before accounts and regions).
@@ -360,6 +388,7 @@ pub const PLACE_FIELDS: [&str; 2] = ["account", "region"];
 const NODE_GROUP_FIELDS: [&str; 2] = ["autoScalingGroup", "managedNodeGroup"];
 const DISRUPTION_FIELDS: [&str; 3] = ["budgets", "order", "surgeAboveMaxSize"];
 const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
+const ROLLOUT_FIELDS: [&str; 1] = ["strategy"];
 const HEALTH_FIELDS: [&str; 4] = ["window", "maxRatio", "minSamples", "minFailureRate"];
 /// Path passed to [`crate::budget::parse_budgets`].
 const BUDGETS_PATH: &str = "disruption.budgets";
@@ -379,6 +408,7 @@ pub fn field_paths() -> Vec<String> {
             "amiSelectorTerms" => (format!("{top}[]."), &terms::TERM_FIELDS),
             "disruption" => (format!("{top}."), &DISRUPTION_FIELDS),
             "interruption" => (format!("{top}."), &INTERRUPTION_FIELDS),
+            "rollout" => (format!("{top}."), &ROLLOUT_FIELDS),
             "promotion" => (format!("{top}."), &PROMOTION_FIELDS),
             "health" => (format!("{top}."), &HEALTH_FIELDS),
             "repair" => (format!("{top}."), &repair::REPAIR_FIELDS),
@@ -528,6 +558,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     let mut budgets = None;
     let mut surge_above_max_size = false;
     let mut candidate_order = CandidateOrder::default();
+    let mut rollout = RolloutStrategy::default();
     let mut health = HealthPolicy::default();
     let mut repair = RepairPolicy::default();
     let mut window_given = false;
@@ -584,6 +615,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
                 window_given = field.get("window").is_some();
             }
             "repair" => repair = repair::validate(field, problems),
+            "rollout" => rollout = validate_rollout(field, problems),
             _ => unknown_field("", key, &FIELDS, problems),
         }
     }
@@ -644,6 +676,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
         promotion,
         surge_above_max_size,
         candidate_order,
+        rollout,
         health,
         repair,
     })
@@ -1206,6 +1239,31 @@ fn validate_interruption(value: &Value, problems: &mut Problems) -> RebalanceAct
         }
     }
     action
+}
+
+fn validate_rollout(value: &Value, problems: &mut Problems) -> RolloutStrategy {
+    const PATH: &str = "rollout";
+    let Some(map) = fields::object(value, PATH, "an object with the field strategy", problems)
+    else {
+        return RolloutStrategy::default();
+    };
+    let mut strategy = RolloutStrategy::default();
+    for (key, field) in map {
+        match key.as_str() {
+            "strategy" => {
+                let path = join(PATH, key);
+                let options: [(_, &[&str]); 2] = [
+                    (RolloutStrategy::Auto, &[]),
+                    (RolloutStrategy::TerminateFirst, &[]),
+                ];
+                if let Some(chosen) = fields::choice(field, &path, "strategy", &options, problems) {
+                    strategy = chosen;
+                }
+            }
+            _ => unknown_field(PATH, key, &ROLLOUT_FIELDS, problems),
+        }
+    }
+    strategy
 }
 
 /// Rules that join fields: Windows aliases resolve to one x86_64 image without variants, and a

@@ -1,11 +1,15 @@
-//! What nodecycle tells Cluster Autoscaler (CA) and load balancer controllers on nodes (pure):
-//! surge and replacement nodes carry `cluster-autoscaler.kubernetes.io/scale-down-disabled:
-//! "true"` while their rotation runs, old nodes being drained carry the label
-//! `node.kubernetes.io/exclude-from-external-load-balancers`. Each mark nodecycle sets is
-//! itself marked by an annotation of nodecycle's, and only such marks are removed: a user's own
-//! `scale-down-disabled` or exclusion label stays. Recomputed each pass from the step plan
-//! ([`super::step::StepPlan::protect`] and `draining`), so a mark a crash left on a node that
-//! no rotation holds any more is removed on the next pass.
+//! What nodecycle tells Cluster Autoscaler (CA), load balancer controllers and the scheduler on
+//! nodes (pure): surge and replacement nodes carry `cluster-autoscaler.kubernetes.io/
+//! scale-down-disabled: "true"` while their rotation runs, old nodes being drained carry the
+//! label `node.kubernetes.io/exclude-from-external-load-balancers`, and nodes the rollout will
+//! replace carry the taint `nodecycle.dev/replacing=rollout:PreferNoSchedule`
+//! ([`REPLACING_TAINT`], the set from [`crate::plan::landing`]) so that pods evicted meanwhile
+//! land on nodes of the desired release and move once. Each mark nodecycle sets is itself
+//! marked by an annotation of nodecycle's (the taint's key is nodecycle's own), and only such
+//! marks are removed: a user's own `scale-down-disabled` or exclusion label stays. Recomputed
+//! each pass from the step plan ([`super::step::StepPlan::protect`] and `draining`) and the
+//! landing set, so a mark a crash left on a node that no rotation holds any more is removed
+//! on the next pass.
 
 use std::collections::BTreeSet;
 
@@ -24,6 +28,13 @@ pub const EXCLUDE_FROM_LB: &str = "node.kubernetes.io/exclude-from-external-load
 pub const EXCLUDE_FROM_LB_BY: &str = "nodecycle.dev/set-exclude-from-external-load-balancers";
 /// The taint CA puts on a node it is removing (value: a Unix time, effect `NoSchedule`).
 pub const AUTOSCALER_DELETING_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+/// nodecycle's taint on nodes the rollout will replace (value `rollout`, effect
+/// `PreferNoSchedule`: the scheduler places pods elsewhere when it can, and nothing is
+/// evicted for it).
+pub const REPLACING_TAINT: &str = "nodecycle.dev/replacing";
+/// At most this many [`REPLACING_TAINT`] changes per pool and pass (each a read and a patch):
+/// a rollout of a large pool taints its nodes over a few passes instead of one long one.
+pub const REPLACING_CHANGES_PER_PASS: usize = 100;
 
 /// One node's marks to change: `Some(true)` set (with nodecycle's marker), `Some(false)`
 /// remove (nodecycle's own only), `None` leave.
@@ -38,25 +49,43 @@ pub struct MarkChange {
     pub scale_down_disabled: Option<bool>,
     /// `exclude-from-external-load-balancers`.
     pub exclude_from_lb: Option<bool>,
+    /// The [`REPLACING_TAINT`].
+    pub replacing: Option<bool>,
 }
 
 /// The changes that bring each registered member's marks to what this pass wants: protected
 /// (`protect`) members carry `scale-down-disabled`, draining (`draining`) ones the exclusion
-/// label; nodecycle's marks on any other member go.
+/// label, the rollout's `replacing` ones the [`REPLACING_TAINT`] (`None`: leave that taint as
+/// it is, e.g. while the desired AMI is unknown); nodecycle's marks on any other member go.
+/// Taint changes beyond [`REPLACING_CHANGES_PER_PASS`] wait for a later pass (by instance
+/// id, so every pass makes progress on the same ones).
 pub fn changes(
     members: &[Member],
     protect: &BTreeSet<String>,
     draining: &BTreeSet<String>,
+    replacing: Option<&BTreeSet<String>>,
 ) -> Vec<MarkChange> {
     let want = |set: bool, present: bool, ours: bool| match (set, present, ours) {
         (true, false, _) => Some(true),
         (false, true, true) => Some(false),
         _ => None,
     };
-    members
-        .iter()
+    let mut ordered: Vec<&Member> = members.iter().collect();
+    ordered.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    let mut taints = 0;
+    ordered
+        .into_iter()
         .filter_map(|m| {
             let n = m.node.as_ref()?;
+            let mut replacing = replacing
+                .map(|r| r.contains(&m.instance_id))
+                .and_then(|on| (on != n.marks.replacing).then_some(on));
+            if replacing.is_some() {
+                taints += 1;
+                if taints > REPLACING_CHANGES_PER_PASS {
+                    replacing = None;
+                }
+            }
             let c = MarkChange {
                 instance: m.instance_id.clone(),
                 node: n.name.clone(),
@@ -70,8 +99,12 @@ pub fn changes(
                     n.marks.lb_excluded,
                     n.marks.lb_excluded_by_nodecycle,
                 ),
+                replacing,
             };
-            (c.scale_down_disabled.is_some() || c.exclude_from_lb.is_some()).then_some(c)
+            (c.scale_down_disabled.is_some()
+                || c.exclude_from_lb.is_some()
+                || c.replacing.is_some())
+            .then_some(c)
         })
         .collect()
 }
@@ -126,7 +159,7 @@ mod tests {
         ];
         let protect: BTreeSet<String> = ["i-new".to_string(), "i-kept".to_string()].into();
         let draining: BTreeSet<String> = ["i-old".to_string(), "i-kept".to_string()].into();
-        let got = changes(&members, &protect, &draining);
+        let got = changes(&members, &protect, &draining, None);
         let by = |id: &str| got.iter().find(|c| c.instance == id).cloned();
         assert_eq!(
             by("i-new").map(|c| (c.scale_down_disabled, c.exclude_from_lb)),
@@ -142,5 +175,39 @@ mod tests {
             by("i-old").map(|c| (c.scale_down_disabled, c.exclude_from_lb)),
             Some((None, Some(true)))
         );
+    }
+
+    /// The rollout's taint goes on the nodes it will replace and off the others (the key is
+    /// nodecycle's own); `None` leaves it; changes beyond the per-pass bound wait.
+    #[test]
+    fn the_replacing_taint_follows_the_landing_set_within_a_bound() {
+        let tainted = NodeMarks {
+            replacing: true,
+            ..NodeMarks::default()
+        };
+        let members = vec![
+            member("i-a", NodeMarks::default()),
+            member("i-b", tainted),
+            member("i-c", tainted),
+        ];
+        let none = BTreeSet::new();
+        let want: BTreeSet<String> = ["i-a".to_string(), "i-b".to_string()].into();
+        let got = changes(&members, &none, &none, Some(&want));
+        let by = |id: &str| got.iter().find(|c| c.instance == id).map(|c| c.replacing);
+        assert_eq!(by("i-a"), Some(Some(true)));
+        assert_eq!(by("i-b"), None, "already tainted");
+        assert_eq!(by("i-c"), Some(Some(false)), "no longer to replace");
+        assert!(
+            changes(&members, &none, &none, None).is_empty(),
+            "left alone"
+        );
+
+        let many: Vec<Member> = (0..REPLACING_CHANGES_PER_PASS + 5)
+            .map(|i| member(&format!("i-{i:04}"), NodeMarks::default()))
+            .collect();
+        let all: BTreeSet<String> = many.iter().map(|m| m.instance_id.clone()).collect();
+        let got = changes(&many, &none, &none, Some(&all));
+        assert_eq!(got.len(), REPLACING_CHANGES_PER_PASS);
+        assert_eq!(got[0].instance, "i-0000", "the same ones first every pass");
     }
 }

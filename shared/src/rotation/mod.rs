@@ -171,6 +171,15 @@ impl Surge {
     }
 }
 
+/// A terminate-first replacement: the group's instances just before the terminate (the
+/// relaunched instance is one not among them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Relaunch {
+    /// Instance ids in the group when the terminate was recorded.
+    pub baseline: Vec<String>,
+}
+
 /// One node's rotation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -217,6 +226,11 @@ pub struct Rotation {
     /// ([`crate::repair::slow_start`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<crate::repair::Domain>,
+    /// Terminate-first: the group relaunches this rotation's replacement. Recorded before the
+    /// terminate; the rotation stays `Terminating` until the relaunch is confirmed
+    /// ([`step`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relaunch: Option<Relaunch>,
     /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::bus::BusEvent>,
@@ -274,6 +288,7 @@ impl Rotation {
             queued: None,
             target: None,
             repair: None,
+            relaunch: None,
             outbox: Vec::new(),
         }
     }

@@ -73,7 +73,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Rotation, Step, Surge, Undo, UnitRelease};
-use crate::fleet::{Group, Lifecycle, Member};
+use crate::fleet::{Group, LaunchProblem, Lifecycle, Member};
 
 /// Tunables the step function needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,8 +97,12 @@ pub struct PoolView<'a> {
     /// attempt was not refused for lack of permission).
     pub may_raise_max: bool,
     /// The group's latest unsuccessful scaling activity (`DescribeScalingActivities`), shown
-    /// as the reason a launch is still to come.
-    pub launch_problem: Option<&'a str>,
+    /// as the reason a launch is still to come; a relaunch it reports out of capacity halts
+    /// the pool.
+    pub launch_problem: Option<&'a LaunchProblem>,
+    /// Replace terminate-first ([`crate::plan::Replacement`]): no rotation surges, each drains
+    /// first and waits for the group's relaunch.
+    pub terminate_first: bool,
 }
 
 /// Why a rotation finishes without terminating its instance.
@@ -112,6 +116,13 @@ pub enum FinishReason {
     /// The desired AMI changed back to the one the instance runs before its node was
     /// cordoned: the rotation is no longer needed (recorded `Cancelled`), its surge given back.
     NoLongerNeeded,
+    /// Replaced terminate-first: the group relaunched `replacement`, Ready on the desired AMI
+    /// (recorded as the rotation's replacement).
+    #[serde(rename_all = "camelCase")]
+    Relaunched {
+        /// The relaunched instance.
+        replacement: String,
+    },
 }
 
 /// Why a rotation failed.
@@ -130,6 +141,15 @@ pub enum Failure {
         image: Option<String>,
         /// Instances launched since the surge that never became Ready on it.
         fresh: Vec<String>,
+    },
+    /// Replaced terminate-first, and the group could not relaunch for lack of capacity: the
+    /// pool halts (the release is not to blame: nothing is quarantined).
+    #[serde(rename_all = "camelCase")]
+    RelaunchFailed {
+        /// The instance that was terminated.
+        instance_id: String,
+        /// The group's failed launch, as Auto Scaling gives it.
+        problem: String,
     },
 }
 
@@ -152,6 +172,12 @@ impl Failure {
                     fresh.join(", ")
                 }
             ),
+            Failure::RelaunchFailed {
+                instance_id,
+                problem,
+            } => format!(
+                "the group could not relaunch a replacement for {instance_id} (terminated first) for lack of capacity: {problem}"
+            ),
         }
     }
 }
@@ -162,6 +188,11 @@ impl fmt::Display for Failure {
             Failure::ReplacementNotReady { .. } => {
                 write!(f, "{}; surge undone, pool halted", self.what())
             }
+            Failure::RelaunchFailed { .. } => write!(
+                f,
+                "{}; pool halted, the launch template left on the desired AMI for the group's own retries",
+                self.what()
+            ),
         }
     }
 }
@@ -263,10 +294,14 @@ pub enum Command {
     /// One drain step (step `Terminating` when done).
     DrainStep,
     /// Terminate the instance through its group (with a decrement when its surge is active:
-    /// record that intent first), delete its node; step `Done`.
+    /// record that intent first), delete its node; step `Done`, or, with `relaunch`, record
+    /// the group's instances first ([`super::Relaunch`]) and stay `Terminating` until the
+    /// relaunched replacement is confirmed.
     Terminate {
         /// Decrement desired capacity (the surge's unit goes with the old instance).
         decrement: bool,
+        /// Terminate-first: no surge unit, the group relaunches the replacement.
+        relaunch: bool,
     },
     /// Give back the surge's unit: record `undo` as [`UnitRelease::Undoing`], perform it, record
     /// [`UnitRelease::Given`].
@@ -745,6 +780,116 @@ fn wait_start(
     }
 }
 
+/// Whether `r`, terminating without a decrement, waits for the group to relaunch its replacement: a voluntary
+/// rotation (not `Interrupted`: the instance went whatever nodecycle did) that holds no surge
+/// unit (none started, or dropped at `MaxSize`) and has no replacement.
+fn awaits_relaunch(r: &Rotation) -> bool {
+    r.reason != super::RotationReason::Interrupted
+        && r.replacement.is_none()
+        && r.surge
+            .as_ref()
+            .is_none_or(|s| matches!(s.release, Some(UnitRelease::Given)))
+}
+
+/// Terminate-first, after the terminate (the instance is leaving or gone): the replacement the
+/// group relaunches is confirmed before the rotation ends, so the next node of a budget of one
+/// starts only once capacity is back. Matched like a surge's supply, among instances not in
+/// the relaunch's `baseline` (the group just before the terminate, which `step_at` dates): Ready on the desired AMI → `Finish` (relaunched);
+/// launched on it and not Ready after `replacement_timeout` → `Fail` (halt, quarantine);
+/// launched → wait; a launch still owed → wait, or `Fail` (halt, no quarantine) when the
+/// group's newest activity (newer than the terminate's own) failed for lack of capacity; nothing owed (another writer
+/// took the unit) → `Finish` as left.
+fn relaunch(
+    ctx: &mut Ctx<'_>,
+    r: &Rotation,
+    baseline: &[String],
+    now: DateTime<Utc>,
+    settings: &StepSettings,
+) -> Command {
+    let desired = ctx.view.desired_ami;
+    let since = r.step_at;
+    let mut fresh: Vec<&Member> = ctx
+        .view
+        .members
+        .iter()
+        .filter(|m| {
+            !baseline.contains(&m.instance_id)
+                && m.instance_id != r.instance_id
+                && !ctx.taken.contains(&m.instance_id)
+                && m.lifecycle != Lifecycle::Leaving
+                && m.image_id.as_deref().is_none_or(|i| Some(i) == desired)
+        })
+        .collect();
+    fresh.sort_by(|a, b| {
+        (!a.is_ready(), a.launch_time, &a.instance_id).cmp(&(
+            !b.is_ready(),
+            b.launch_time,
+            &b.instance_id,
+        ))
+    });
+    let on_desired = |m: &Member| desired.is_some() && m.image_id.as_deref() == desired;
+    if let Some(m) = fresh.first() {
+        ctx.taken.insert(m.instance_id.clone());
+        if m.is_ready() && on_desired(m) {
+            return Command::Finish {
+                why: FinishReason::Relaunched {
+                    replacement: m.instance_id.clone(),
+                },
+                undo: None,
+            };
+        }
+        let waited_from = wait_start(since, m.launch_time, now);
+        if on_desired(m)
+            && (now - waited_from).to_std().unwrap_or_default() >= settings.replacement_timeout
+        {
+            return Command::Fail {
+                why: Failure::ReplacementNotReady {
+                    instance_id: r.instance_id.clone(),
+                    timeout: settings.replacement_timeout,
+                    image: desired.map(str::to_string),
+                    fresh: vec![m.instance_id.clone()],
+                },
+                halt: true,
+                quarantine: true,
+                undo: None,
+            };
+        }
+        return Command::Wait {
+            why: WaitReason::Replacement {
+                since: waited_from,
+                instance: m.instance_id.clone(),
+            },
+        };
+    }
+    if ctx.pending > 0 {
+        ctx.pending -= 1;
+        // The group's newest activity: the terminate itself is an activity, so a failure
+        // newer than it is a launch tried since (clocks are not compared).
+        let problem = ctx.view.launch_problem;
+        if let Some(p) = problem.filter(|p| p.insufficient_capacity()) {
+            return Command::Fail {
+                why: Failure::RelaunchFailed {
+                    instance_id: r.instance_id.clone(),
+                    problem: p.message.clone(),
+                },
+                halt: true,
+                quarantine: false,
+                undo: None,
+            };
+        }
+        return Command::Wait {
+            why: WaitReason::Launch {
+                since,
+                problem: problem.map(|p| p.message.clone()),
+            },
+        };
+    }
+    Command::Finish {
+        why: FinishReason::InstanceLeft,
+        undo: None,
+    }
+}
+
 fn step_one(
     ctx: &mut Ctx<'_>,
     r: &Rotation,
@@ -792,6 +937,7 @@ fn step_one(
     }
     Some(match r.step {
         Step::Pending if leaving => left(ctx),
+        Step::Pending if ctx.view.terminate_first => Command::Cordon,
         Step::Pending => match ctx.room() {
             Some(above_max) => Command::Surge {
                 baseline: ctx
@@ -860,7 +1006,7 @@ fn step_one(
                 Supply::Pending => Command::Wait {
                     why: WaitReason::Launch {
                         since: r.step_at,
-                        problem: ctx.view.launch_problem.map(str::to_string),
+                        problem: ctx.view.launch_problem.map(|p| p.message.clone()),
                     },
                 },
                 Supply::None => match ctx.room() {
@@ -884,7 +1030,10 @@ fn step_one(
             if decrement {
                 ctx.desired -= 1;
             }
-            Command::Terminate { decrement }
+            Command::Terminate {
+                decrement,
+                relaunch: !decrement && awaits_relaunch(r),
+            }
         }
         Step::Terminating => {
             let own_terminate = matches!(
@@ -896,6 +1045,8 @@ fn step_one(
                     why: FinishReason::Terminated,
                     undo: None,
                 }
+            } else if let Some(baseline) = r.relaunch.as_ref().map(|l| &l.baseline) {
+                relaunch(ctx, r, baseline, now, settings)
             } else {
                 left(ctx)
             }

@@ -52,9 +52,28 @@ pub fn golden_cloud() -> (FakeCloud, KubeStandIn, String, String) {
 }
 
 pub async fn pool(nodes: i32, budgets: &str, never_ready_new: bool) -> Pool {
+    pool_with(
+        nodes,
+        nodes + 4,
+        budgets,
+        never_ready_new,
+        "terminationGracePeriod: 1m\n",
+    )
+    .await
+}
+
+/// [`pool`] with the group's `MaxSize` and `extra` policy lines after the budgets (top-level
+/// YAML, each line ending in a newline; [`pool`]'s are `terminationGracePeriod: 1m`).
+pub async fn pool_with(
+    nodes: i32,
+    max: i32,
+    budgets: &str,
+    never_ready_new: bool,
+    extra: &str,
+) -> Pool {
     let (cloud, kube, old, new) = golden_cloud();
     let a = Adapters::new(&cloud).await;
-    a.create_group("prod-general", &old, "m5.large", nodes, nodes + 4, None)
+    a.create_group("prod-general", &old, "m5.large", nodes, max, None)
         .await;
     kube.sync_nodes(SyncNodes {
         asg: Some("prod-general".into()),
@@ -68,7 +87,7 @@ pub async fn pool(nodes: i32, budgets: &str, never_ready_new: bool) -> Pool {
     cloud.put_parameter(
         "/nodecycle/pools/prod/general",
         &format!(
-            "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n{budgets}terminationGracePeriod: 1m\n"
+            "cluster: prod\nname: general\nnodeGroup: {{ autoScalingGroup: prod-general }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n{budgets}{extra}"
         ),
     );
     let table = a.table("nodecycle").await;

@@ -255,6 +255,9 @@ fn state(p: &Value) -> String {
     }
     let rotating = p["rotations"].as_array().map_or(0, Vec::len);
     if rotating > 0 {
+        if p["replacement"]["strategy"] == "terminateFirst" {
+            return format!("rotating {rotating}, terminate first");
+        }
         return format!("rotating {rotating}");
     }
     if !p["blocked"].is_null() {

@@ -132,6 +132,7 @@ async fn pool_status(
     let mut budgets = Value::Null;
     let mut blocked = Value::Null;
     let mut forced_at_once = Value::Null;
+    let mut replacement = Value::Null;
     let mut opted_out: Vec<Value> = Vec::new();
     let mut rotations: Vec<Rotation> = Vec::new();
     // The pool's place's ports, had once for the plan and the promotion alarms.
@@ -225,6 +226,21 @@ async fn pool_status(
                 problems.push(f.message.clone());
                 forced_at_once = json!(f);
             }
+            // How nodes are replaced: surge or terminate first (a managed node group's update
+            // with EKS's MINIMAL strategy), and why.
+            let managed = matches!(preview, crate::handlers::rotator::Preview::Managed { .. });
+            let mut r = json!(p.replacement);
+            if let Some(o) = r.as_object_mut() {
+                let message = match (managed, p.replacement.terminate_first()) {
+                    (true, true) => format!(
+                        "{}: node group updates use EKS's MINIMAL update strategy",
+                        p.replacement
+                    ),
+                    _ => p.replacement.to_string(),
+                };
+                o.insert("message".into(), json!(message));
+            }
+            replacement = r;
             rotations = s.rotations;
         }
     }
@@ -307,6 +323,7 @@ async fn pool_status(
         "blocked": blocked,
         "optedOut": opted_out,
         "forcedAtOnce": forced_at_once,
+        "replacement": replacement,
         "paused": paused,
         "halted": record.as_ref().and_then(|r| r.halted.clone()),
         "repairSuspended": record.as_ref().and_then(|r| r.repair_suspended.clone()),

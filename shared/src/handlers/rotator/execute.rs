@@ -48,7 +48,7 @@ pub(super) struct PoolCtx<'a> {
     pub quarantined_now: bool,
     /// The group's latest unsuccessful scaling activity (read when a surge waits for a
     /// launch).
-    pub launch_problem: Option<String>,
+    pub launch_problem: Option<crate::fleet::LaunchProblem>,
 }
 
 impl PoolCtx<'_> {
@@ -217,7 +217,8 @@ impl RotatorHandler {
             ctx, &plan.pool, &steps, &records, &surging, deadline, report,
         )
         .await;
-        self.apply_marks(ctx, &plan.pool, &steps.protect, &steps.draining)
+        let replacing = crate::plan::landing::replacing(&ctx.snapshot, now);
+        self.apply_marks(ctx, &plan.pool, &steps, replacing.as_ref())
             .await;
         Ok(())
     }
@@ -328,7 +329,13 @@ impl RotatorHandler {
             desired_ami: ctx.snapshot.gates.desired_ami.as_deref(),
             quarantined: &quarantined,
             may_raise_max: holds::may_raise_max(ctx.policy.surge_above_max_size, &group_holds, now),
-            launch_problem: ctx.launch_problem.as_deref(),
+            launch_problem: ctx.launch_problem.as_ref(),
+            terminate_first: crate::plan::Replacement::of(
+                ctx.policy,
+                &ctx.snapshot.group,
+                &rotations,
+            )
+            .terminate_first(),
         };
         let moving: BTreeSet<&str> = moving.iter().map(String::as_str).collect();
         let steps = step::step_pool(&view, &rotations, &moving, now, &self.settings.step());
@@ -437,23 +444,37 @@ impl RotatorHandler {
     }
 
     /// Brings the nodes' marks (scale-down-disabled on surge and replacement nodes, the
-    /// load balancer exclusion on draining ones) to what this pass's step plan wants. Best
-    /// effort: a failed patch is logged and repeated next pass.
+    /// load balancer exclusion on draining ones: this pass's step plan; the rollout's
+    /// `PreferNoSchedule` taint on the nodes it replaces: `replacing`, `None` to leave it) to
+    /// what this pass wants. Best effort: a failed patch is logged and repeated next pass.
     async fn apply_marks(
         &self,
         ctx: &PoolCtx<'_>,
         pool: &str,
-        protect: &BTreeSet<String>,
-        draining: &BTreeSet<String>,
+        steps: &step::StepPlan,
+        replacing: Option<&BTreeSet<String>>,
     ) {
-        for c in crate::rotation::marks::changes(&ctx.snapshot.members, protect, draining) {
-            match ctx
-                .kube
-                .mark(&c.node, c.scale_down_disabled, c.exclude_from_lb)
-                .await
-            {
+        let changes = crate::rotation::marks::changes(
+            &ctx.snapshot.members,
+            &steps.protect,
+            &steps.draining,
+            replacing,
+        );
+        for c in changes {
+            let marked = if c.scale_down_disabled.is_some() || c.exclude_from_lb.is_some() {
+                ctx.kube
+                    .mark(&c.node, c.scale_down_disabled, c.exclude_from_lb)
+                    .await
+            } else {
+                Ok(false)
+            };
+            let tainted = match c.replacing {
+                Some(on) => ctx.kube.prefer_elsewhere(&c.node, on).await,
+                None => Ok(false),
+            };
+            match marked.and(tainted) {
                 Ok(_) => {
-                    tracing::info!(pool, instance = %c.instance, node = %c.node, scale_down_disabled = c.scale_down_disabled, exclude_from_lb = c.exclude_from_lb, decision = "node marks", "protect surge and replacement nodes from Cluster Autoscaler while their rotation runs; take draining nodes out of load balancers")
+                    tracing::info!(pool, instance = %c.instance, node = %c.node, scale_down_disabled = c.scale_down_disabled, exclude_from_lb = c.exclude_from_lb, replacing = c.replacing, decision = "node marks", "protect surge and replacement nodes from Cluster Autoscaler while their rotation runs; take draining nodes out of load balancers; steer pods away from nodes the rollout replaces")
                 }
                 Err(e) => {
                     tracing::warn!(pool, instance = %c.instance, node = %c.node, error = %e, "cannot mark the node; next pass")
@@ -688,7 +709,10 @@ impl RotatorHandler {
                 let saved = self.give_back(v, undo).await?;
                 Ok(saved.map_or(Performed::Lost, |_| Performed::Idle))
             }
-            Command::Terminate { decrement } => self.terminate(ctx, v, command, *decrement).await,
+            Command::Terminate {
+                decrement,
+                relaunch,
+            } => self.terminate(ctx, v, command, *decrement, *relaunch).await,
             Command::ClaimReplacement { id } => self.claim_replacement(ctx, v, command, id).await,
             Command::Cordon => self.cordon(ctx, v, command).await,
             Command::DrainStep => self.drain_step(ctx, v, command).await,

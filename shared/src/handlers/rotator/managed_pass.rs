@@ -290,7 +290,14 @@ impl RotatorHandler {
                 };
                 u.target = Some(target.clone());
                 if u.original_config.is_none() {
-                    u.original_config = Some(group.update_config);
+                    let mut original = group.update_config;
+                    if policy.rollout == crate::policy::RolloutStrategy::TerminateFirst {
+                        // Put back after MINIMAL: an unset strategy is EKS's DEFAULT.
+                        original.update_strategy = original
+                            .update_strategy
+                            .or(Some(managed::UpdateStrategy::Default));
+                    }
+                    u.original_config = Some(original);
                 }
                 let Some(next) = self
                     .cell
@@ -304,9 +311,17 @@ impl RotatorHandler {
                 target
             }
         };
+        // Terminate-first maps to EKS's MINIMAL strategy; otherwise the group's own stays.
+        // (A group at MaxSize needs no MINIMAL: EKS raises MaxSize for its update itself.)
+        let minimal = policy.rollout == crate::policy::RolloutStrategy::TerminateFirst;
         let ours = managed::UpdateConfig {
             max_unavailable: Some(u.max_unavailable),
             max_unavailable_percentage: None,
+            update_strategy: if minimal {
+                Some(managed::UpdateStrategy::Minimal)
+            } else {
+                group.update_config.update_strategy
+            },
         };
         let started = async {
             self.ports
@@ -321,7 +336,7 @@ impl RotatorHandler {
         .await;
         match started {
             Ok(id) => {
-                tracing::info!(pool = %pool, update = %id, target = %target, max_unavailable = u.max_unavailable, decision = "node group update started");
+                tracing::info!(pool = %pool, update = %id, target = %target, max_unavailable = u.max_unavailable, update_strategy = ours.update_strategy.map_or("DEFAULT", managed::UpdateStrategy::as_str), decision = "node group update started");
                 report
                     .started
                     .push(format!("node group update {id} ({target})"));

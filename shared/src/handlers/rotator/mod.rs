@@ -151,6 +151,9 @@ pub struct PoolReport {
     /// has not come (the group's failed scaling activity).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waiting: Vec<String>,
+    /// How nodes are replaced, when not surge first (terminate first, and why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<plan::Replacement>,
     /// Launch template moved to this image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launch_template: Option<String>,
@@ -913,6 +916,10 @@ impl RotatorHandler {
             .await;
         report.allowed = Some(plan.allowed);
         report.blocked = plan.blocked.clone();
+        report.replacement = plan
+            .replacement
+            .terminate_first()
+            .then(|| plan.replacement.clone());
         for action in &plan.actions {
             if let Action::UpdateLaunchTemplate { image } = action {
                 if let Some(why) = self

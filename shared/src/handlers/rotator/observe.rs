@@ -291,7 +291,7 @@ pub(super) struct Observed {
     pub managed_update: Option<UpdateRead>,
     /// The group's latest unsuccessful scaling activity, read only while a surge waits for a
     /// launch (desired capacity above the instances).
-    pub launch_problem: Option<String>,
+    pub launch_problem: Option<crate::fleet::LaunchProblem>,
 }
 
 /// A managed node group with the Auto Scaling group behind it, or why it could not be read.
@@ -473,10 +473,12 @@ impl Planner<'_> {
             .filter(|m| m.lifecycle != crate::fleet::Lifecycle::Leaving)
             .count();
         let launching = usize::try_from(group.desired_capacity).unwrap_or(0) > staying;
-        let surging = records
-            .iter()
-            .any(|v| v.value.step == crate::rotation::Step::Surging && v.value.surge_active());
-        let launch_problem = if launching && surging && managed.is_none() {
+        // A surge or a terminate-first relaunch waits for a launch: why it has not come.
+        let waiting = records.iter().any(|v| {
+            (v.value.step == crate::rotation::Step::Surging && v.value.surge_active())
+                || v.value.step == crate::rotation::Step::Terminating
+        });
+        let launch_problem = if launching && waiting && managed.is_none() {
             match self.groups.launch_problem(&group_name).await {
                 Ok(p) => p,
                 Err(e) => {

@@ -169,7 +169,10 @@ impl GroupOps for Watched {
         self.call("resume_processes", self.inner.resume_processes(g, p))
             .await
     }
-    async fn launch_problem(&self, g: &str) -> Result<Option<String>, PortError> {
+    async fn launch_problem(
+        &self,
+        g: &str,
+    ) -> Result<Option<crate::fleet::LaunchProblem>, PortError> {
         self.inner.launch_problem(g).await
     }
     async fn set_desired_capacity(&self, g: &str, d: i32) -> Result<(), PortError> {
@@ -862,6 +865,7 @@ async fn a_managed_node_group_moves_to_a_new_template_version_by_one_update() {
             update_config: UpdateConfig {
                 max_unavailable: Some(1),
                 max_unavailable_percentage: None,
+                update_strategy: None,
             },
             auto_scaling_group: Some("eks-general".into()),
             auto_repair: false,

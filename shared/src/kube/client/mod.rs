@@ -508,6 +508,39 @@ impl NodeOps for EksKube {
         }
     }
 
+    async fn prefer_elsewhere(&self, node: &str, on: bool) -> Result<bool, KubeError> {
+        use crate::rotation::marks::REPLACING_TAINT;
+        let result = self
+            .modify_node(
+                node,
+                &format!("taint node {node} {REPLACING_TAINT}"),
+                |current| {
+                    let spec = current.spec.clone().unwrap_or_default();
+                    let mut taints = spec.taints.unwrap_or_default();
+                    let has = taints.iter().any(|t| t.key == REPLACING_TAINT);
+                    if has == on {
+                        return None;
+                    }
+                    if on {
+                        taints.push(k8s_openapi::api::core::v1::Taint {
+                            key: REPLACING_TAINT.to_owned(),
+                            value: Some("rollout".to_owned()),
+                            effect: "PreferNoSchedule".to_owned(),
+                            time_added: None,
+                        });
+                    } else {
+                        taints.retain(|t| t.key != REPLACING_TAINT);
+                    }
+                    Some(json!({ "taints": taints }))
+                },
+            )
+            .await;
+        match result {
+            Err(KubeError::NotFound { .. }) => Ok(false),
+            other => other,
+        }
+    }
+
     async fn mark(
         &self,
         node: &str,

@@ -106,6 +106,9 @@ pub fn node_info(node: &Node) -> NodeInfo {
         lb_excluded: label(m::EXCLUDE_FROM_LB).is_some(),
         lb_excluded_by_nodecycle: annotation(m::EXCLUDE_FROM_LB_BY).is_some(),
         do_not_repair: annotation(crate::repair::DO_NOT_REPAIR) == Some("true"),
+        replacing: spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == m::REPLACING_TAINT)),
     };
     NodeInfo {
         marks,

@@ -124,7 +124,7 @@ proptest! {
     #[test]
     fn surge_accounting_never_shares_an_instance((members, rotations, g, minutes) in arb_case()) {
         let none = BTreeSet::new();
-        let view = PoolView { group: &g, members: &members, desired_ami: Some(NEW), quarantined: &none, may_raise_max: false, launch_problem: None };
+        let view = PoolView { group: &g, members: &members, desired_ami: Some(NEW), quarantined: &none, may_raise_max: false, launch_problem: None, terminate_first: false };
         let moving: BTreeSet<&str> = rotations.iter().filter(|r| r.in_flight()).map(|r| r.instance_id.as_str()).collect();
         let plan = step_pool(&view, &rotations, &moving, t0() + TimeDelta::minutes(minutes), &StepSettings { replacement_timeout: std::time::Duration::from_secs(20 * 60) });
         // One command per moving rotation; finished ones at most one, only when they owe

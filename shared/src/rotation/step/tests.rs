@@ -109,7 +109,8 @@ struct Case<'a> {
     group: Group,
     members: &'a [Member],
     may_raise_max: bool,
-    problem: Option<&'a str>,
+    problem: Option<LaunchProblem>,
+    terminate_first: bool,
 }
 
 impl<'a> Case<'a> {
@@ -119,6 +120,7 @@ impl<'a> Case<'a> {
             members,
             may_raise_max: false,
             problem: None,
+            terminate_first: false,
         }
     }
 
@@ -130,7 +132,8 @@ impl<'a> Case<'a> {
             desired_ami: Some(NEW),
             quarantined: &none,
             may_raise_max: self.may_raise_max,
-            launch_problem: self.problem,
+            launch_problem: self.problem.as_ref(),
+            terminate_first: self.terminate_first,
         };
         let moving: BTreeSet<&str> = rotations
             .iter()
@@ -447,7 +450,11 @@ fn wait_start_is_the_later_of_surge_and_launch_unless_the_launch_is_in_the_futur
 fn a_pending_launch_waits_with_its_reason_and_never_fails() {
     let base = old_members(6);
     let case = Case {
-        problem: Some("Launching a new EC2 instance. Status Reason: InsufficientInstanceCapacity"),
+        problem: Some(LaunchProblem {
+            message: "Launching a new EC2 instance. Status Reason: InsufficientInstanceCapacity"
+                .into(),
+            at: None,
+        }),
         ..Case::new(group(7, 0, 10), &base)
     };
     let plan = case.run(&[surging("i-old0", &base)], t0() + TimeDelta::hours(5));
@@ -456,7 +463,7 @@ fn a_pending_launch_waits_with_its_reason_and_never_fails() {
         &Command::Wait {
             why: WaitReason::Launch {
                 since: t0(),
-                problem: case.problem.map(str::to_string),
+                problem: case.problem.as_ref().map(|p| p.message.clone()),
             }
         }
     );
@@ -683,15 +690,25 @@ fn terminating_in_service_decrements_only_with_an_active_surge() {
     let plan = run(&group(7, 0, 10), &members, &[with, without, given], t0());
     assert_eq!(
         command(&plan, "i-old0"),
-        &Command::Terminate { decrement: true }
+        &Command::Terminate {
+            decrement: true,
+            relaunch: false,
+        }
     );
     assert_eq!(
         command(&plan, "i-old1"),
-        &Command::Terminate { decrement: false }
+        &Command::Terminate {
+            decrement: false,
+            relaunch: true,
+        },
+        "no surge: the group relaunches (terminate-first)"
     );
     assert_eq!(
         command(&plan, "i-old2"),
-        &Command::Terminate { decrement: false }
+        &Command::Terminate {
+            decrement: false,
+            relaunch: false,
+        }
     );
     let want: BTreeSet<String> = ["i-old0", "i-old1", "i-old2"].map(String::from).into();
     assert_eq!(plan.draining, want);
@@ -871,7 +888,10 @@ fn own_terminate_recorded_then_instance_leaving_finishes_without_undo() {
     let plan = run(&group(7, 0, 10), &base, &[r], t0());
     assert_eq!(
         command(&plan, "i-old0"),
-        &Command::Terminate { decrement: true }
+        &Command::Terminate {
+            decrement: true,
+            relaunch: false,
+        }
     );
 }
 
@@ -923,6 +943,7 @@ fn rotations_the_plan_does_not_move_get_no_command_but_keep_their_instance() {
         quarantined: &none,
         may_raise_max: false,
         launch_problem: None,
+        terminate_first: false,
     };
     let moving: BTreeSet<&str> = ["i-old1"].into();
     let plan = step_pool(&view, &[held, moving_one], &moving, t0(), &settings());
@@ -970,7 +991,10 @@ fn a_new_surge_counts_from_the_capacity_after_this_pass_give_backs() {
     let plan = run(&group(5, 0, 5), &members, &[c.clone(), a.clone()], t0());
     assert_eq!(
         command(&plan, "i-old0"),
-        &Command::Terminate { decrement: true }
+        &Command::Terminate {
+            decrement: true,
+            relaunch: false,
+        }
     );
     assert!(
         matches!(
@@ -1062,6 +1086,7 @@ fn rotations_towards_a_quarantined_ami_are_cancelled() {
         quarantined: &quarantined,
         may_raise_max: false,
         launch_problem: None,
+        terminate_first: false,
     };
     let rotations = [draining, waiting, terminating, busy];
     let moving: BTreeSet<&str> = rotations.iter().map(|r| r.instance_id.as_str()).collect();
@@ -1104,7 +1129,14 @@ fn command_names_and_give_backs() {
         (Command::DropSurge, "dropSurge", false),
         (Command::Cordon, "cordon", false),
         (Command::DrainStep, "drainStep", false),
-        (Command::Terminate { decrement: true }, "terminate", false),
+        (
+            Command::Terminate {
+                decrement: true,
+                relaunch: false,
+            },
+            "terminate",
+            false,
+        ),
         (
             Command::UndoSurge {
                 undo: Undo::Nothing,
@@ -1159,7 +1191,10 @@ fn at_min_size_nothing_is_decremented() {
     let at_min = run(&group(8, 8, 10), &members, &rotations, t0());
     assert_eq!(
         command(&at_min, "i-old0"),
-        &Command::Terminate { decrement: false },
+        &Command::Terminate {
+            decrement: false,
+            relaunch: false,
+        },
         "{at_min:?}"
     );
     for id in ["i-old1", "i-old2"] {
@@ -1176,7 +1211,10 @@ fn at_min_size_nothing_is_decremented() {
     let above = run(&group(9, 8, 10), &members, &rotations, t0());
     assert_eq!(
         command(&above, "i-old0"),
-        &Command::Terminate { decrement: true }
+        &Command::Terminate {
+            decrement: true,
+            relaunch: false,
+        }
     );
     assert!(terminated(&above).is_empty(), "{above:?}");
     // Two above: the recorded undo is repeated too (the owed unit, with no spare left, waits
@@ -1184,7 +1222,10 @@ fn at_min_size_nothing_is_decremented() {
     let two = run(&group(10, 8, 10), &members, &rotations, t0());
     assert_eq!(
         command(&two, "i-old0"),
-        &Command::Terminate { decrement: true }
+        &Command::Terminate {
+            decrement: true,
+            relaunch: false,
+        }
     );
     assert_eq!(terminated(&two), vec!["i-spare".to_string()], "{two:?}");
 }
@@ -1286,6 +1327,7 @@ fn only_an_unclaimed_surging_rotation_holds_a_launched_instance() {
         quarantined: &none,
         may_raise_max: false,
         launch_problem: None,
+        terminate_first: false,
     };
     let moving: BTreeSet<&str> = ["i-old1"].into();
     let plan = step_pool(&view, &[odd, waiting], &moving, t0(), &settings());
@@ -1339,7 +1381,10 @@ fn a_raise_above_max_size_counts_for_later_surges_of_the_pass() {
     );
     assert_eq!(
         command(&plan, "i-old1"),
-        &Command::Terminate { decrement: true }
+        &Command::Terminate {
+            decrement: true,
+            relaunch: false,
+        }
     );
     assert!(
         matches!(
@@ -1594,7 +1639,13 @@ fn command_names_are_their_serialized_tags() {
         ),
         (Command::Cordon, "cordon"),
         (Command::DrainStep, "drainStep"),
-        (Command::Terminate { decrement: true }, "terminate"),
+        (
+            Command::Terminate {
+                decrement: true,
+                relaunch: false,
+            },
+            "terminate",
+        ),
         (
             Command::UndoSurge {
                 undo: terminate("i-1"),
@@ -1645,4 +1696,269 @@ fn command_names_are_their_serialized_tags() {
         let tag = serde_json::to_value(&command).expect("serializes")["command"].clone();
         assert_eq!(tag, name, "{command:?}");
     }
+}
+
+/// Terminate-first (set or derived): a `Pending` rotation drains first even with room under
+/// `MaxSize`; without it, room means a surge.
+#[test]
+fn terminate_first_drains_first_even_with_room() {
+    let members = old_members(4);
+    let pending = rotation("i-old0", Step::Pending);
+    for (terminate_first, want) in [(true, "cordon"), (false, "surge")] {
+        let case = Case {
+            terminate_first,
+            ..Case::new(group(4, 0, 10), &members)
+        };
+        let plan = case.run(std::slice::from_ref(&pending), t0());
+        assert_eq!(
+            names(&plan),
+            vec![("i-old0".into(), want)],
+            "{terminate_first}"
+        );
+    }
+}
+
+/// After a terminate without a surge, the rotation ends only once the group's relaunch is
+/// confirmed Ready on the desired AMI; a relaunch out of capacity halts the pool without
+/// blaming the release; another writer taking the unit ends it as left.
+#[test]
+fn a_terminate_first_rotation_ends_once_its_relaunch_is_ready() {
+    let leaving = |id: &str| Member {
+        lifecycle: Lifecycle::Leaving,
+        ..member(id, OLD, -600, true)
+    };
+    let others: Vec<Member> = (1..4)
+        .map(|i| member(&format!("i-old{i}"), OLD, -600, true))
+        .collect();
+    let with = |extra: Vec<Member>| -> Vec<Member> {
+        let mut m = others.clone();
+        m.extend(extra);
+        m
+    };
+    let ice = |minutes: i64| {
+        LaunchProblem {
+        message: "Launching a new EC2 instance. Status Reason: We currently do not have sufficient capacity. Launching EC2 instance failed. InsufficientInstanceCapacity".into(),
+        at: Some(t0() + TimeDelta::minutes(minutes)),
+    }
+    };
+    let baseline: Vec<String> = (0..4).map(|i| format!("i-old{i}")).collect();
+    let term = Rotation {
+        relaunch: Some(crate::rotation::Relaunch {
+            baseline: baseline.clone(),
+        }),
+        ..rotation("i-old0", Step::Terminating)
+    };
+    let before = Rotation {
+        relaunch: Some(crate::rotation::Relaunch {
+            baseline: [baseline.clone(), vec!["i-new".into()]].concat(),
+        }),
+        ..term.clone()
+    };
+    let spot = Rotation {
+        reason: RotationReason::Interrupted,
+        relaunch: None,
+        ..term.clone()
+    };
+    let dropped = Rotation {
+        surge: Some(Surge {
+            release: Some(UnitRelease::Given),
+            ..surging("i-old0", &others)
+                .surge
+                .unwrap_or_else(|| unreachable!())
+        }),
+        ..term.clone()
+    };
+    let relaunched = |id: &str| Command::Finish {
+        why: FinishReason::Relaunched {
+            replacement: id.into(),
+        },
+        undo: None,
+    };
+    let left = Command::Finish {
+        why: FinishReason::InstanceLeft,
+        undo: None,
+    };
+    let halted_for_capacity = Command::Fail {
+        why: Failure::RelaunchFailed {
+            instance_id: "i-old0".into(),
+            problem: ice(1).message,
+        },
+        halt: true,
+        quarantine: false,
+        undo: None,
+    };
+    // (what, desired capacity, members, problem, rotation, minutes after t0, want)
+    type Row<'a> = (
+        &'a str,
+        i32,
+        Vec<Member>,
+        Option<LaunchProblem>,
+        &'a Rotation,
+        i64,
+        Command,
+    );
+    let cases: Vec<Row<'_>> = vec![
+        (
+            "launch owed",
+            4,
+            with(vec![leaving("i-old0")]),
+            None,
+            &term,
+            5,
+            Command::Wait {
+                why: WaitReason::Launch {
+                    since: t0(),
+                    problem: None,
+                },
+            },
+        ),
+        (
+            "out of capacity since the terminate",
+            4,
+            with(vec![]),
+            Some(ice(1)),
+            &term,
+            5,
+            halted_for_capacity,
+        ),
+        (
+            "launched, not Ready yet",
+            4,
+            with(vec![member("i-new", NEW, 2, false)]),
+            None,
+            &term,
+            5,
+            Command::Wait {
+                why: WaitReason::Replacement {
+                    since: t0() + TimeDelta::minutes(2),
+                    instance: "i-new".into(),
+                },
+            },
+        ),
+        (
+            "launched and never Ready: the release is blamed",
+            4,
+            with(vec![member("i-new", NEW, 2, false)]),
+            None,
+            &term,
+            30,
+            Command::Fail {
+                why: Failure::ReplacementNotReady {
+                    instance_id: "i-old0".into(),
+                    timeout: settings().replacement_timeout,
+                    image: Some(NEW.into()),
+                    fresh: vec!["i-new".into()],
+                },
+                halt: true,
+                quarantine: true,
+                undo: None,
+            },
+        ),
+        (
+            "Ready on the desired AMI",
+            4,
+            with(vec![member("i-new", NEW, 2, true)]),
+            None,
+            &term,
+            5,
+            relaunched("i-new"),
+        ),
+        (
+            "a surge dropped at MaxSize waits for the relaunch too",
+            4,
+            with(vec![member("i-new", NEW, 2, true)]),
+            None,
+            &dropped,
+            5,
+            relaunched("i-new"),
+        ),
+        (
+            "an instance from before the terminate is no relaunch",
+            4,
+            with(vec![member("i-new", NEW, -1, true)]),
+            None,
+            &before,
+            5,
+            left.clone(),
+        ),
+        (
+            "another writer took the unit (desired lowered)",
+            3,
+            with(vec![]),
+            None,
+            &term,
+            5,
+            left.clone(),
+        ),
+        (
+            "no relaunch recorded (an interruption) never waits",
+            4,
+            with(vec![]),
+            Some(ice(1)),
+            &spot,
+            5,
+            left.clone(),
+        ),
+    ];
+    for (what, desired, members, problem, r, minutes, want) in cases {
+        let case = Case {
+            problem,
+            ..Case::new(group(desired, 0, 4), &members)
+        };
+        let plan = case.run(std::slice::from_ref(r), t0() + TimeDelta::minutes(minutes));
+        assert_eq!(command(&plan, "i-old0"), &want, "{what}");
+    }
+}
+
+/// Two relaunches waiting, one instance Ready: one ends, the other keeps waiting for its own.
+#[test]
+fn one_relaunch_serves_one_rotation() {
+    let members = vec![
+        member("i-old2", OLD, -600, true),
+        member("i-new", NEW, 2, true),
+    ];
+    let relaunching = |id: &str, minutes| Rotation {
+        relaunch: Some(crate::rotation::Relaunch {
+            baseline: vec!["i-old0".into(), "i-old1".into(), "i-old2".into()],
+        }),
+        ..created(rotation(id, Step::Terminating), minutes)
+    };
+    let (a, b) = (relaunching("i-old0", 0), relaunching("i-old1", 1));
+    let plan = run(
+        &group(3, 0, 3),
+        &members,
+        &[a, b],
+        t0() + TimeDelta::minutes(5),
+    );
+    assert_eq!(
+        names(&plan),
+        vec![("i-old0".into(), "finish"), ("i-old1".into(), "wait")]
+    );
+}
+
+/// A terminate without a surge unit records the relaunch (terminate-first); with a surge, or
+/// for an interruption, it does not.
+#[test]
+fn only_a_voluntary_terminate_without_a_surge_unit_waits_for_a_relaunch() {
+    let base = old_members(4);
+    let spot = Rotation {
+        reason: RotationReason::Interrupted,
+        ..rotation("i-old1", Step::Terminating)
+    };
+    let plain = rotation("i-old0", Step::Terminating);
+    let plan = run(&group(4, 0, 4), &base, &[plain, spot], t0());
+    assert_eq!(
+        command(&plan, "i-old0"),
+        &Command::Terminate {
+            decrement: false,
+            relaunch: true
+        }
+    );
+    assert_eq!(
+        command(&plan, "i-old1"),
+        &Command::Terminate {
+            decrement: false,
+            relaunch: false
+        }
+    );
 }

@@ -62,17 +62,53 @@ impl RotatorHandler {
     }
 
     /// `Terminate`: with a decrement, record first that this terminate gives the surge back
-    /// (if the instance is gone next pass, that was us, not a loss to undo); then terminate
-    /// through the group, delete the Node, and record `Done`.
+    /// (if the instance is gone next pass, that was us, not a loss to undo); with `relaunch`,
+    /// record first the group's instances (kept from an earlier attempt); then terminate
+    /// through the group, delete the Node, and record `Done`, or, with `relaunch`, leave the
+    /// rotation `Terminating` until its relaunch is confirmed.
     pub(super) async fn terminate(
         &self,
         ctx: &mut PoolCtx<'_>,
         v: Versioned<Rotation>,
         command: &Command,
         decrement: bool,
+        relaunch: bool,
     ) -> Result<Performed, PortError> {
         let r = &v.value.clone();
         let now = ctx.clock.now();
+        if relaunch {
+            let v = if r.relaunch.is_none() {
+                let intent = Rotation {
+                    relaunch: Some(crate::rotation::Relaunch {
+                        baseline: ctx
+                            .snapshot
+                            .members
+                            .iter()
+                            .map(|m| m.instance_id.clone())
+                            .collect(),
+                    }),
+                    ..r.enter(Step::Terminating, now)
+                };
+                match self.save(&v, intent).await? {
+                    Some(v) => v,
+                    None => return Ok(Performed::Lost),
+                }
+            } else {
+                v
+            };
+            self.ports
+                .groups
+                .terminate_instance(&r.instance_id, false)
+                .await?;
+            self.delete_node(ctx, r).await;
+            log_move(
+                r,
+                command,
+                Step::Terminating,
+                "terminated first: waiting for the group to relaunch its replacement on the desired AMI",
+            );
+            return Ok(Performed::Step(r.step, v.value.step));
+        }
         let v = if decrement && r.surge_active() {
             let intent = r
                 .clone()

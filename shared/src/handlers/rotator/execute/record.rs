@@ -35,6 +35,10 @@ impl RotatorHandler {
         let done = match why {
             FinishReason::Terminated => r.enter(Step::Done, now).with_release(UnitRelease::Given),
             FinishReason::InstanceLeft => r.enter(Step::Done, now),
+            FinishReason::Relaunched { replacement } => Rotation {
+                replacement: Some(replacement.clone()),
+                ..r.enter(Step::Done, now)
+            },
             FinishReason::NoLongerNeeded => Rotation {
                 error: Some(
                     "no longer needed: the desired AMI is again the one this instance runs".into(),
