@@ -370,6 +370,8 @@ export class NodecycleStack extends cdk.Stack {
       if (key === "InterruptionHandler") {
         // Only this hook's lifecycle actions are answered (checked in code, not only by the rule).
         environment.NODECYCLE_LIFECYCLE_HOOK = c.lifecycleHookName;
+        // A hand-over still draining is abandoned before the hook's global timeout (100 x this).
+        environment.NODECYCLE_HOOK_HEARTBEAT_TIMEOUT = `${c.interruptionHeartbeatTimeout}s`;
       }
       const fn = new lambda.Function(this, `${key}Function`, {
         description: f.description,
@@ -503,7 +505,8 @@ export class NodecycleStack extends cdk.Stack {
         lifecycleHookName: c.lifecycleHookName,
         lifecycleTransition: "autoscaling:EC2_INSTANCE_TERMINATING",
         heartbeatTimeout: c.interruptionHeartbeatTimeout,
-        defaultResult: "CONTINUE",
+        // A timeout never terminates an undrained node where the group retains (template.yaml).
+        defaultResult: "ABANDON",
       });
       logicalId(hook, "InterruptionLifecycleHook");
     }
@@ -570,6 +573,12 @@ export class NodecycleStack extends cdk.Stack {
     alarm("PoolHaltedAlarm", "pool-halted", "A pool is halted (a rotation or node group update failed); `nodecycle status` says which and why, `nodecycle resume` clears it.", {
       namespace: "nodecycle",
       metricName: "PoolsHalted",
+      statistic: "Maximum",
+      threshold: 1,
+    });
+    alarm("RetainedInstancesAlarm", "retained-instances", "An instance is Terminating:Retained (its terminate lifecycle hook was abandoned because its drain did not finish) and still has pods; `nodecycle status` and `nodecycle doctor` name it and its pods, the rotator terminates it once they are gone.", {
+      namespace: "nodecycle",
+      metricName: "RetainedInstances",
       statistic: "Maximum",
       threshold: 1,
     });

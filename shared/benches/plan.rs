@@ -132,6 +132,7 @@ fn pool(index: usize, now: DateTime<Utc>, rng: &mut Rng) -> Option<Snapshot> {
             ),
             suspended_processes: Vec::new(),
             do_not_repair: false,
+            retained: Vec::new(),
         },
         members,
         rotations,

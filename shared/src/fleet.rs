@@ -348,6 +348,11 @@ pub struct Group {
     /// its nodes is repaired.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub do_not_repair: bool,
+    /// Instances Auto Scaling retained (`Terminating:Retained`, [`crate::retain`]): their
+    /// terminate lifecycle action was abandoned and the group's instance lifecycle policy
+    /// retains. They are members too, as [`Lifecycle::Leaving`]: no capacity, never rotated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retained: Vec<String>,
 }
 
 /// A group's latest scaling activity that did not succeed.

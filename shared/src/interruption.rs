@@ -45,6 +45,11 @@ pub trait LifecycleOps: Send + Sync {
     /// CompleteLifecycleAction with result CONTINUE. `Ok(false)` when the action is not active
     /// any more (already completed, or timed out).
     async fn complete_continue(&self, action: &LifecycleAction) -> Result<bool, PortError>;
+    /// CompleteLifecycleAction with result ABANDON: with the group's instance lifecycle policy
+    /// retaining (`TerminateHookAbandon: retain`, [`crate::retain`]) the instance is kept in
+    /// `Terminating:Retained`, else it terminates. `Ok(false)` when the action is not active
+    /// any more.
+    async fn complete_abandon(&self, action: &LifecycleAction) -> Result<bool, PortError>;
 }
 
 /// Why an instance is not handled (quietly: one debug line, never an error).

@@ -57,6 +57,11 @@ pub struct AsgFacts {
     pub launch_template: Option<TemplateRef>,
     /// Its launch configuration, if it uses one instead.
     pub launch_configuration: Option<String>,
+    /// Its instance lifecycle policy's `RetentionTriggers.TerminateHookAbandon` (`retain` or
+    /// `terminate`; `None`: no policy, Auto Scaling terminates).
+    pub terminate_hook_abandon: Option<String>,
+    /// Its instances in `Terminating:Retained` ([`crate::retain`]).
+    pub retained: Vec<String>,
 }
 
 /// One lifecycle hook of a group.
@@ -66,6 +71,8 @@ pub struct HookFacts {
     pub name: String,
     /// e.g. `autoscaling:EC2_INSTANCE_TERMINATING`.
     pub transition: String,
+    /// `DefaultResult` (`CONTINUE` or `ABANDON`), what a timeout does.
+    pub default_result: String,
 }
 
 /// An EKS managed node group.
@@ -247,6 +254,28 @@ pub struct RbacFacts {
 pub trait RbacInfo: Send + Sync {
     /// Everything cluster-scoped RBAC has in `cluster`, and the Events namespace's.
     async fn rbac(&self, cluster: &str) -> Result<RbacFacts, PortError>;
+}
+
+/// A retained instance's node and the pods a drain would still evict from it (`namespace/name`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePods {
+    /// Node name.
+    pub node: String,
+    /// `namespace/name` of each evictable pod (not DaemonSet, not mirror, not finished).
+    pub pods: Vec<String>,
+}
+
+/// The pods on the nodes of instances, read from the Kubernetes API (`nodecycle doctor`'s
+/// report of retained instances).
+#[async_trait]
+pub trait InstancePods: Send + Sync {
+    /// For each of `instances` of `cluster` that has a Kubernetes node (by providerID): its
+    /// node and evictable pods. Instances without a node are left out.
+    async fn pods_of(
+        &self,
+        cluster: &str,
+        instances: &[String],
+    ) -> Result<BTreeMap<String, NodePods>, PortError>;
 }
 
 /// Policy documents under an SSM prefix.

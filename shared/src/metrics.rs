@@ -8,7 +8,9 @@
 //!   `RotationsFinished`, `RotationsFailed` (transitions recorded this pass), `DriftedNodes`
 //!   (in-service nodes on another AMI than the desired one), `RepairSuspended` (1 while
 //!   repair's circuit breaker holds the pool's repairs, else 0), `PoolBackingOff` (1 while the
-//!   pool's failing passes back it off, else 0); and `AllowedDisruptions` per
+//!   pool's failing passes back it off, else 0); `RetainedInstances` (instances of the pool's
+//!   group left `Terminating:Retained` after the pass's cleanup, [`crate::retain`]; the
+//!   dimensionless aggregate only: `status` and `doctor` say which); and `AllowedDisruptions` per
 //!   budget reason, with dimension sets `[["Pool", "Reason"], ["Reason"]]`;
 //! - ami-watcher: `ResolutionFailures` (1 if the pool's resolution failed or its policy is
 //!   invalid, else 0);
@@ -63,6 +65,9 @@ pub struct PoolPass {
     pub repair_suspended: bool,
     /// The pool is backing off ([`crate::backoff`]): left out of this pass, or failed in it.
     pub backing_off: bool,
+    /// Instances of the pool's group Auto Scaling retained (`Terminating:Retained`,
+    /// [`crate::retain`]) and still there after this pass's cleanup.
+    pub retained: u32,
     /// The desired release's health while it is under watch
     /// ([`crate::promotion::health::under_watch`]); `None` otherwise (no metric then).
     pub health: Option<crate::promotion::health::Summary>,
@@ -160,6 +165,12 @@ pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> V
             });
         }
     }
+    // Aggregate only (no per-pool series: `status` and `doctor` name the pool and instance).
+    out.push(Record {
+        dimensions: Vec::new(),
+        dimension_sets: vec![vec![]],
+        samples: vec![count("RetainedInstances", pass.retained)],
+    });
     out
 }
 
@@ -288,6 +299,7 @@ mod tests {
             failed: 1,
             repair_suspended: false,
             backing_off: false,
+            retained: 2,
             health: None,
         };
         let allowed = Allowed {
@@ -296,7 +308,7 @@ mod tests {
             unhealthy: 1,
         };
         let records = rotator_pool("prod/general", &pass, Some(&allowed));
-        assert_eq!(records.len(), 3);
+        assert_eq!(records.len(), 4);
         let docs: Vec<Value> = records.iter().map(|r| emf(r, at())).collect();
         for d in &docs {
             assert_valid_emf(d);
@@ -331,12 +343,19 @@ mod tests {
         );
         assert_eq!(docs[2]["Reason"], "Expired");
         assert_eq!(docs[2]["AllowedDisruptions"], 0.0);
+        // Retained instances: the aggregate only, no per-pool series.
+        assert_eq!(docs[3]["RetainedInstances"], 2.0);
+        assert!(docs[3].get("Pool").is_none());
+        assert_eq!(
+            docs[3]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([[]])
+        );
     }
 
     #[test]
     fn a_pass_that_did_not_plan_reports_no_allowance() {
         let records = rotator_pool("prod/general", &PoolPass::default(), None);
-        assert_eq!(records.len(), 1);
+        assert_eq!(records.len(), 2);
         let doc = emf(&records[0], at());
         assert_valid_emf(&doc);
         assert_eq!(doc["PoolsHalted"], 0.0);
@@ -375,6 +394,7 @@ mod tests {
                 failed: 1,
                 repair_suspended: false,
                 backing_off: false,
+                retained: 0,
                 health: None,
             }
         );
@@ -392,7 +412,7 @@ mod tests {
             ..PoolPass::default()
         };
         let records = rotator_pool("prod/general", &pass, None);
-        assert_eq!(records.len(), 2);
+        assert_eq!(records.len(), 3);
         let doc = emf(&records[1], at());
         assert_valid_emf(&doc);
         assert_eq!(doc["Release"], "v20241109");
@@ -402,7 +422,7 @@ mod tests {
         // Not under watch: no health document.
         assert_eq!(
             rotator_pool("prod/general", &PoolPass::default(), None).len(),
-            1
+            2
         );
     }
 }

@@ -15,6 +15,7 @@
 //! | `NODECYCLE_WORK_QUEUE_URL`, `NODECYCLE_WORK_ITEM_MAX_AGE` | rotator | the fan-out's SQS queue (none), a duration (`5m`) |
 //! | `NODECYCLE_FORCE_AFTER`, `NODECYCLE_HEARTBEAT`, `NODECYCLE_DRAIN_POLL`, `NODECYCLE_MAX_EVENT_AGE` | interruption-handler | durations (`90s`, `60s`, `2s`, `4m`) |
 //! | `NODECYCLE_LIFECYCLE_HOOK` | interruption-handler | the lifecycle hook answered (`nodecycle-drain`) |
+//! | `NODECYCLE_HOOK_HEARTBEAT_TIMEOUT` | interruption-handler | the hook's heartbeat timeout, a duration (`300s`): a hand-over still draining is abandoned before the hook's global timeout ([`crate::retain::hand_over_limit`]) |
 //! | `NODECYCLE_MEMBER_ROLE`, `NODECYCLE_MEMBER_EXTERNAL_ID` | all | the members' spoke role ARN pattern (`arn:{partition}:iam::{account}:role/nodecycle-spoke`), the external id (none) |
 
 use std::sync::Arc;
@@ -533,6 +534,7 @@ impl InterruptionConfig {
     /// Through `env`.
     pub fn from_lookup(env: Lookup<'_>) -> Result<Self, HandlerError> {
         let mut s = crate::handlers::interruption::Settings::default();
+        let mut hook_heartbeat_timeout = Duration::from_secs(300);
         durations(
             env,
             &mut [
@@ -540,8 +542,13 @@ impl InterruptionConfig {
                 ("NODECYCLE_HEARTBEAT", &mut s.heartbeat_every),
                 ("NODECYCLE_DRAIN_POLL", &mut s.poll),
                 ("NODECYCLE_MAX_EVENT_AGE", &mut s.max_event_age),
+                (
+                    "NODECYCLE_HOOK_HEARTBEAT_TIMEOUT",
+                    &mut hook_heartbeat_timeout,
+                ),
             ],
         )?;
+        s.hand_over_limit = crate::retain::hand_over_limit(hook_heartbeat_timeout);
         if let Some(hook) = env("NODECYCLE_LIFECYCLE_HOOK")
             && !hook.is_empty()
         {
@@ -621,6 +628,7 @@ mod tests {
             ("NODECYCLE_DRAIN_POLL", "1s"),
             ("NODECYCLE_MAX_EVENT_AGE", "5m"),
             ("NODECYCLE_LIFECYCLE_HOOK", "team-drain"),
+            ("NODECYCLE_HOOK_HEARTBEAT_TIMEOUT", "30s"),
             ("NODECYCLE_KUBE_ENDPOINT", "https://127.0.0.1:6443"),
             ("NODECYCLE_KUBE_CA_FILE", "/tmp/ca.pem"),
             ("NODECYCLE_KUBE_INSECURE", "true"),
@@ -649,6 +657,8 @@ mod tests {
         assert_eq!(i.settings.poll, Duration::from_secs(1));
         assert_eq!(i.settings.max_event_age, Duration::from_secs(300));
         assert_eq!(i.settings.lifecycle_hook, "team-drain");
+        // 100 x 30 s, less 5 minutes.
+        assert_eq!(i.settings.hand_over_limit, Duration::from_secs(2_700));
     }
 
     #[test]
@@ -669,6 +679,7 @@ mod tests {
             ("NODECYCLE_DRAIN_POLL", "fast"),
             ("NODECYCLE_MAX_EVENT_AGE", "old"),
             ("NODECYCLE_LIFECYCLE_HOOK", "a hook"),
+            ("NODECYCLE_HOOK_HEARTBEAT_TIMEOUT", "long"),
             (crate::kube::client::ENV_INSECURE, "maybe"),
             (TABLE_ENV, "t"),
         ];

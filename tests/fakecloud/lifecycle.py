@@ -21,6 +21,15 @@ NotImplementedError. Here:
 * The result: a terminating instance goes on to terminate (CONTINUE or ABANDON: it leaves
   the group and EC2 terminates it); a launching instance goes InService on CONTINUE, and is
   terminated (the group launches a replacement) on ABANDON.
+* Instance lifecycle policy: CreateAutoScalingGroup / UpdateAutoScalingGroup accept
+  ``InstanceLifecyclePolicy.RetentionTriggers.TerminateHookAbandon`` (``retain`` or
+  ``terminate``, anything else is a ``ValidationError``), DescribeAutoScalingGroups answers it
+  (moto ignored it). With ``retain``, a terminate action that ends ABANDON (the call, or a
+  timeout whose DefaultResult is ABANDON) leaves the instance in the group as
+  ``Terminating:Retained`` (running) instead of terminating it: it does not count toward the
+  desired capacity (moto counts InService instances) and a scale-in never picks it; it stays
+  until TerminateInstanceInAutoScalingGroup ends it (no capacity change: any
+  ``ShouldDecrementDesiredCapacity`` is ignored for it, as it was never counted).
 
 Every call is logged (control op ``lifecycle_actions``).
 """
@@ -36,6 +45,8 @@ DEFAULT_REGION = "us-east-2"
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
 GLOBAL_TIMEOUT_CAP = 48 * 3600
+RETAINED = "Terminating:Retained"
+RETENTION_VALUES = ("retain", "terminate")
 
 _LOCK = threading.RLock()
 CALLS: list = []
@@ -86,10 +97,39 @@ def _finish(action: _Action, result: str) -> None:
     if action.transition == LAUNCHING and result == "CONTINUE":
         state.lifecycle_state = "InService"
         return
+    if action.transition != LAUNCHING and result == "ABANDON" and retains(group):
+        state.lifecycle_state = RETAINED
+        return
     # Terminating (either result), or a launch abandoned: the instance leaves the group and is
     # terminated; a launch abandoned is replaced (desired capacity unchanged).
     asgs.detach_instances(action.group, [action.instance], False)
     asgs.ec2_backend.terminate_instances([action.instance])
+
+
+def retains(group) -> bool:
+    """The group's instance lifecycle policy retains an abandoned terminate action's instance."""
+    policy = getattr(group, "instance_lifecycle_policy", None) or {}
+    return (policy.get("RetentionTriggers") or {}).get("TerminateHookAbandon") == "retain"
+
+
+def _policy_param(self):
+    """The request's InstanceLifecyclePolicy as {RetentionTriggers: {TerminateHookAbandon}},
+    None when absent; a ValidationError for a value Auto Scaling refuses."""
+    from moto.autoscaling.exceptions import ValidationError
+
+    params = self._get_params()
+    policy = params.get("InstanceLifecyclePolicy")
+    if policy is None:
+        return None
+    value = ((policy or {}).get("RetentionTriggers") or {}).get("TerminateHookAbandon")
+    if value is not None and value not in RETENTION_VALUES:
+        raise ValidationError(
+            f"1 validation error detected: Value '{value}' at "
+            "'instanceLifecyclePolicy.retentionTriggers.terminateHookAbandon' failed to satisfy "
+            "constraint: Member must satisfy enum value set: [retain, terminate]"
+        )
+    triggers = {"TerminateHookAbandon": value} if value is not None else {}
+    return {"RetentionTriggers": triggers}
 
 
 def _expire(now: float) -> None:
@@ -146,10 +186,54 @@ def _call(self, action: str):
 
 
 def apply_patches() -> None:
+    from moto.autoscaling.models import AutoScalingBackend, FakeAutoScalingGroup
     from moto.autoscaling.responses import AutoScalingResponse
 
     AutoScalingResponse.complete_lifecycle_action = lambda self: _call(self, "CompleteLifecycleAction")
     AutoScalingResponse.record_lifecycle_action_heartbeat = lambda self: _call(self, "RecordLifecycleActionHeartbeat")
+
+    def with_policy(original):
+        def call(self):
+            policy = _policy_param(self)  # refused before anything changes
+            out = original(self)
+            if policy is not None:
+                group = self.autoscaling_backend.autoscaling_groups.get(self._get_param("AutoScalingGroupName"))
+                if group is not None:
+                    group.instance_lifecycle_policy = policy
+            return out
+
+        return call
+
+    AutoScalingResponse.create_auto_scaling_group = with_policy(AutoScalingResponse.create_auto_scaling_group)
+    AutoScalingResponse.update_auto_scaling_group = with_policy(AutoScalingResponse.update_auto_scaling_group)
+
+    # Capacity changes neither count nor pick a retained instance.
+    original_set = FakeAutoScalingGroup.set_desired_capacity
+
+    def set_desired_capacity(self, new_capacity):
+        retained = [s for s in self.instance_states if s.lifecycle_state == RETAINED]
+        if not retained:
+            return original_set(self, new_capacity)
+        self.instance_states = [s for s in self.instance_states if s.lifecycle_state != RETAINED]
+        try:
+            return original_set(self, new_capacity)
+        finally:
+            self.instance_states = self.instance_states + retained
+
+    FakeAutoScalingGroup.set_desired_capacity = set_desired_capacity
+
+    # A retained instance was never counted: ending it changes no capacity.
+    original_terminate = AutoScalingBackend.terminate_instance
+
+    def terminate_instance(self, instance_id, should_decrement):
+        retained = any(
+            s.instance.id == instance_id and s.lifecycle_state == RETAINED
+            for g in self.autoscaling_groups.values()
+            for s in g.instance_states
+        )
+        return original_terminate(self, instance_id, False if retained else should_decrement)
+
+    AutoScalingBackend.terminate_instance = terminate_instance
 
 
 def register(op, ControlError) -> None:  # noqa: N803 - class passed in

@@ -2946,6 +2946,14 @@ impl nodecycle::interruption::LifecycleOps for PodsAtLifecycleCalls {
         self.record("complete");
         self.inner.complete_continue(a).await
     }
+
+    async fn complete_abandon(
+        &self,
+        a: &nodecycle::interruption::LifecycleAction,
+    ) -> Result<bool, nodecycle::port::PortError> {
+        self.record("abandon");
+        self.inner.complete_abandon(a).await
+    }
 }
 
 /// The stand-in test

@@ -47,6 +47,9 @@ enum Fault {
     DisabledRule,
     ForeignHookName,
     KindMismatch,
+    /// The group with the hook has no instance lifecycle policy (an abandoned hand-over would
+    /// terminate the node with its pods).
+    NoRetention,
 }
 
 fn bin() -> PathBuf {
@@ -253,10 +256,16 @@ async fn deployment(fault: Fault) -> FakeCloud {
         })
         .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
         .heartbeat_timeout(300)
-        .default_result("CONTINUE")
+        .default_result("ABANDON")
         .send()
         .await
         .expect("PutLifecycleHook");
+    if fault != Fault::NoRetention {
+        support::Adapters::new(&cloud)
+            .await
+            .retain_abandoned("prod-general")
+            .await;
+    }
 
     // prod/golden: a managed node group on the team's tagged launch template.
     let golden_lt = ec2
@@ -520,6 +529,18 @@ async fn foreign_hook_name() {
         "{v:#}"
     );
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// A group with nodecycle's hook that does not retain is a warn (not a failure: exit 0).
+#[tokio::test]
+async fn a_group_that_does_not_retain() {
+    let (out, v) = diagnose(Fault::NoRetention).await;
+    assert_eq!(
+        problems(&v),
+        vec![("warn".into(), "retention".into(), "prod/general".into())],
+        "{v:#}"
+    );
+    assert_eq!(out.status.code(), Some(0));
 }
 
 #[tokio::test]

@@ -91,6 +91,11 @@ impl LifecycleOps for RecordingLifecycle {
         self.record("complete", &a.instance_id);
         Ok(true)
     }
+
+    async fn complete_abandon(&self, a: &LifecycleAction) -> Result<bool, PortError> {
+        self.record("abandon", &a.instance_id);
+        Ok(true)
+    }
 }
 
 struct Env {
@@ -197,7 +202,7 @@ async fn env(size: i32) -> Env {
 
 /// A sample event from `events/` with its instance ids replaced by `instance`, its time set and,
 /// when given, its id.
-fn event(file: &str, instance: &str, time: DateTime<Utc>, id: Option<&str>) -> Value {
+pub(crate) fn event(file: &str, instance: &str, time: DateTime<Utc>, id: Option<&str>) -> Value {
     let path = nodecycle_tests::repo_path(&format!("events/{file}"));
     let text = std::fs::read_to_string(&path).unwrap();
     let mut v: Value = serde_json::from_str(&text).unwrap();

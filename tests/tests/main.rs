@@ -35,6 +35,7 @@ mod promotion;
 mod quarantine_ops;
 mod release_health;
 mod repair;
+mod retain;
 mod rotation;
 mod runtime;
 mod scale;

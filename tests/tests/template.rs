@@ -1225,6 +1225,7 @@ fn alarms_notify_the_topic_only_when_one_is_given() {
         "AWS/SQS/ApproximateNumberOfMessagesVisible getatt:DeadLetterQueue.QueueName".to_string(),
         "nodecycle/PoolsHalted ".to_string(),
         "nodecycle/ResolutionFailures ".to_string(),
+        "nodecycle/RetainedInstances ".to_string(),
     ]);
     for f in FUNCTIONS {
         expected.insert(format!("AWS/Lambda/Errors ref:{f}"));

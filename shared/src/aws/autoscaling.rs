@@ -171,6 +171,15 @@ pub(crate) fn template_spec(
     })
 }
 
+/// The instances of `g` Auto Scaling retained (`Terminating:Retained`, [`crate::retain`]).
+pub(crate) fn retained_of(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Vec<String> {
+    g.instances()
+        .iter()
+        .filter(|i| i.lifecycle_state().map(|s| s.as_str()) == Some(crate::retain::RETAINED))
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect()
+}
+
 fn lifecycle(state: &str) -> Lifecycle {
     match state {
         "InService" => Lifecycle::InService,
@@ -483,6 +492,7 @@ impl AutoScaling {
             do_not_repair: g.tags().iter().any(|t| {
                 t.key() == Some(crate::repair::DO_NOT_REPAIR) && t.value() == Some("true")
             }),
+            retained: retained_of(g),
         };
         let instances = g
             .instances()

@@ -223,4 +223,15 @@ impl LifecycleOps for LifecycleActions {
             .await;
         answered(sent.map_err(|e| port_error("autoscaling:CompleteLifecycleAction", e)))
     }
+
+    async fn complete_abandon(&self, a: &LifecycleAction) -> Result<bool, PortError> {
+        let sent = self
+            .client
+            .complete_lifecycle_action()
+            .lifecycle_action_result("ABANDON")
+            .for_action(a)
+            .send()
+            .await;
+        answered(sent.map_err(|e| port_error("autoscaling:CompleteLifecycleAction", e)))
+    }
 }

@@ -104,6 +104,12 @@ impl GroupInfo for Inventory {
                 version: s.version().map(str::to_owned),
             }),
             launch_configuration: g.launch_configuration_name().map(str::to_owned),
+            terminate_hook_abandon: g
+                .instance_lifecycle_policy()
+                .and_then(|p| p.retention_triggers())
+                .and_then(|t| t.terminate_hook_abandon())
+                .map(|a| a.as_str().to_owned()),
+            retained: autoscaling::retained_of(&g),
         }))
     }
 
@@ -122,6 +128,7 @@ impl GroupInfo for Inventory {
             .map(|h| HookFacts {
                 name: h.lifecycle_hook_name().unwrap_or_default().to_owned(),
                 transition: h.lifecycle_transition().unwrap_or_default().to_owned(),
+                default_result: h.default_result().unwrap_or_default().to_owned(),
             })
             .collect())
     }

@@ -333,6 +333,97 @@ pub fn hooks(
     }
 }
 
+/// The `retention` check of a self-managed group `asg` with `hooks`: only when nodecycle's
+/// terminate hook `configured` is on the group (the policy takes effect only with a terminate
+/// hook). ok when the group's instance lifecycle policy retains and the hook's default result
+/// is `ABANDON`; a warn for each that does not (an abandoned, or timed-out, hand-over would
+/// terminate the node with its pods), with the command that fixes it.
+pub fn retention(
+    pool: &str,
+    configured: &str,
+    asg: &AsgFacts,
+    hooks: &[HookFacts],
+) -> Option<Check> {
+    let hook = hooks
+        .iter()
+        .find(|h| h.transition == TERMINATING && h.name == configured)?;
+    let group = &asg.name;
+    let mut problems = Vec::new();
+    let mut fixes = Vec::new();
+    if !crate::retain::policy_retains(asg.terminate_hook_abandon.as_deref()) {
+        problems.push(format!(
+            "Auto Scaling group {group}'s instance lifecycle policy does not retain ({}): a              hand-over whose drain does not finish is abandoned and the node terminated with              its pods",
+            match &asg.terminate_hook_abandon {
+                Some(v) => format!("TerminateHookAbandon: {v}"),
+                None => "none".to_owned(),
+            }
+        ));
+        fixes.push(crate::retain::policy_fix(group));
+    }
+    if hook.default_result != "ABANDON" {
+        problems.push(format!(
+            "terminate hook {configured}'s default result is {}: a timed-out action terminates              the node whatever is on it",
+            if hook.default_result.is_empty() { "unset" } else { &hook.default_result }
+        ));
+        fixes.push(format!(
+            "aws autoscaling put-lifecycle-hook --auto-scaling-group-name {group}              --lifecycle-hook-name {configured} --lifecycle-transition {TERMINATING}              --default-result ABANDON (keep its heartbeat timeout)"
+        ));
+    }
+    Some(if problems.is_empty() {
+        Check::ok(
+            CheckKind::Retention,
+            pool,
+            format!(
+                "Auto Scaling group {group} retains an instance whose drain did not finish                  (TerminateHookAbandon: retain, {configured} default ABANDON)"
+            ),
+        )
+    } else {
+        Check::warn(
+            CheckKind::Retention,
+            pool,
+            problems.join("; "),
+            fixes.join("; "),
+        )
+    })
+}
+
+/// The `retention` finding of the instances Auto Scaling retains in group `group`
+/// (`Terminating:Retained`), with the pods still on their nodes as `pods` read them: `None`
+/// when none is retained; a warn naming each instance, its node and pods otherwise (the
+/// rotator terminates each once its node is empty).
+pub fn retained(
+    pool: &str,
+    group: &str,
+    retained: &[String],
+    pods: Result<std::collections::BTreeMap<String, crate::inventory::NodePods>, PortError>,
+) -> Option<Check> {
+    if retained.is_empty() {
+        return None;
+    }
+    let pods = match pods {
+        Ok(p) => p,
+        Err(e) => return Some(Check::unreadable(CheckKind::Retention, pool, &e)),
+    };
+    let each: Vec<String> = retained
+        .iter()
+        .map(|id| match pods.get(id) {
+            None => format!("{id} (no node)"),
+            Some(n) if n.pods.is_empty() => format!("{id} (node {}, no pods)", n.node),
+            Some(n) => format!("{id} (node {}, pods {})", n.node, n.pods.join(", ")),
+        })
+        .collect();
+    Some(Check::warn(
+        CheckKind::Retention,
+        pool,
+        format!(
+            "Auto Scaling group {group} retains {} instance(s) whose drain did not finish              (Terminating:Retained): {}",
+            retained.len(),
+            each.join("; ")
+        ),
+        "let the pods leave (relax the PodDisruptionBudget that blocks them, or delete them):          the rotator then terminates the instance; `nodecycle status` shows them",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +453,8 @@ mod tests {
             tags: tags(t),
             launch_template: Some(lt()),
             launch_configuration: None,
+            terminate_hook_abandon: None,
+            retained: Vec::new(),
         }
     }
 
@@ -565,6 +658,7 @@ mod tests {
         let h = |name: &str, transition: &str| HookFacts {
             name: name.into(),
             transition: transition.into(),
+            default_result: "ABANDON".into(),
         };
         let launch = "autoscaling:EC2_INSTANCE_LAUNCHING";
         let cases: Vec<(&str, Vec<HookFacts>, Status)> = vec![
@@ -591,5 +685,91 @@ mod tests {
                 "{what}: {c}"
             );
         }
+    }
+
+    #[test]
+    fn retention_is_checked_only_with_our_hook_and_warns_what_would_kill_a_node() {
+        let hook = |name: &str, default: &str| HookFacts {
+            name: name.into(),
+            transition: TERMINATING.into(),
+            default_result: default.into(),
+        };
+        let with = |v: Option<&str>| AsgFacts {
+            terminate_hook_abandon: v.map(str::to_owned),
+            ..asg(&[(CLUSTER_TAG, "prod")])
+        };
+        let cases: Vec<(&str, AsgFacts, Vec<HookFacts>, Option<Status>)> = vec![
+            ("no hook", with(None), vec![], None),
+            (
+                "another tool's hook",
+                with(None),
+                vec![hook("other", "CONTINUE")],
+                None,
+            ),
+            (
+                "retains",
+                with(Some("retain")),
+                vec![hook("nodecycle-drain", "ABANDON")],
+                Some(Status::Ok),
+            ),
+            (
+                "no policy",
+                with(None),
+                vec![hook("nodecycle-drain", "ABANDON")],
+                Some(Status::Warn),
+            ),
+            (
+                "terminate",
+                with(Some("terminate")),
+                vec![hook("nodecycle-drain", "ABANDON")],
+                Some(Status::Warn),
+            ),
+            (
+                "default continue",
+                with(Some("retain")),
+                vec![hook("nodecycle-drain", "CONTINUE")],
+                Some(Status::Warn),
+            ),
+        ];
+        for (what, a, hooks, expected) in cases {
+            let c = retention("prod/general", "nodecycle-drain", &a, &hooks);
+            assert_eq!(c.as_ref().map(|c| c.status), expected, "{what}: {c:?}");
+            if let Some(c) = c.filter(|c| c.status == Status::Warn) {
+                assert_eq!(c.check, CheckKind::Retention);
+                assert!(!c.fix.is_empty(), "{what}: {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn retained_instances_are_named_with_their_pods() {
+        use crate::inventory::NodePods;
+        assert!(retained("p", "g", &[], Ok(Default::default())).is_none());
+        let ids = vec!["i-1".to_owned(), "i-2".to_owned()];
+        let pods = [(
+            "i-1".to_owned(),
+            NodePods {
+                node: "n1".into(),
+                pods: vec!["default/web-a".into()],
+            },
+        )]
+        .into();
+        let c = retained("p", "g", &ids, Ok(pods)).unwrap();
+        assert_eq!((c.status, c.check), (Status::Warn, CheckKind::Retention));
+        for part in ["i-1", "n1", "default/web-a", "i-2"] {
+            assert!(c.detail.contains(part), "{part}: {c}");
+        }
+        let unreadable = retained(
+            "p",
+            "g",
+            &ids,
+            Err(PortError::new(
+                "kubernetes:list pods",
+                ErrorKind::AccessDenied,
+                "x",
+            )),
+        )
+        .unwrap();
+        assert_eq!(unreadable.status, Status::Fail);
     }
 }

@@ -38,6 +38,8 @@ pub struct World {
     pub entries: BTreeMap<String, Vec<AccessEntryFacts>>,
     /// Cluster -> RBAC.
     pub rbac: BTreeMap<String, RbacFacts>,
+    /// Instance -> its node and evictable pods.
+    pub pods: BTreeMap<String, crate::inventory::NodePods>,
     /// Rule name -> state.
     pub rules: BTreeMap<String, String>,
     /// Rules with event patterns and targets (`ListRules`, `ListTargetsByRule`): a member's
@@ -135,6 +137,7 @@ impl World {
             groups: self,
             clusters: self,
             rbac: self,
+            pods: self,
             rules: self,
             node_types: self,
         }
@@ -188,6 +191,21 @@ impl PolicyDocuments for World {
             .iter()
             .filter(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| PolicyDocument::parameter(prefix, k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl crate::inventory::InstancePods for World {
+    async fn pods_of(
+        &self,
+        _cluster: &str,
+        instances: &[String],
+    ) -> Result<BTreeMap<String, crate::inventory::NodePods>, PortError> {
+        self.deny("kubernetes:list pods")?;
+        Ok(instances
+            .iter()
+            .filter_map(|i| Some((i.clone(), self.pods.get(i)?.clone())))
             .collect())
     }
 }

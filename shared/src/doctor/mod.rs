@@ -104,6 +104,10 @@ pub enum CheckKind {
     LaunchTemplate,
     /// A self-managed group's terminate lifecycle hooks use the configured name.
     LifecycleHook,
+    /// A self-managed group with nodecycle's terminate hook retains an instance whose drain did
+    /// not finish (instance lifecycle policy `TerminateHookAbandon: retain`, hook default
+    /// `ABANDON`), and the instances it retains now, with their pods ([`crate::retain`]).
+    Retention,
     /// A function role's EKS access entry maps it to its function's Kubernetes group.
     AccessEntry,
     /// The cluster's RBAC grants each function's group every rule deploy/rbac.yaml gives it.

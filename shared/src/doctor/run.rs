@@ -22,6 +22,8 @@ pub struct Ports<'a> {
     pub clusters: &'a dyn ClusterAccessInfo,
     /// ClusterRoles and ClusterRoleBindings.
     pub rbac: &'a dyn RbacInfo,
+    /// The pods on retained instances' nodes.
+    pub pods: &'a dyn crate::inventory::InstancePods,
     /// EventBridge rules.
     pub rules: &'a dyn EventRules,
     /// What node groups launch on (instance types and their architectures).
@@ -284,12 +286,15 @@ async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: 
                     ports.groups.launch_template(t).await,
                 ));
             }
-            checks.push(groups::hooks(
-                &pool,
-                name,
-                hook_name,
-                ports.groups.lifecycle_hooks(name).await,
-            ));
+            let hooks = ports.groups.lifecycle_hooks(name).await;
+            if let Ok(h) = &hooks {
+                checks.extend(groups::retention(&pool, hook_name, &asg, h));
+            }
+            checks.push(groups::hooks(&pool, name, hook_name, hooks));
+            if !asg.retained.is_empty() {
+                let pods = ports.pods.pods_of(cluster, &asg.retained).await;
+                checks.extend(groups::retained(&pool, name, &asg.retained, pods));
+            }
         }
         NodeGroup::ManagedNodeGroup(name) => {
             let ng = ports.groups.managed_node_group(cluster, name).await;

@@ -43,6 +43,7 @@ impl crate::doctor::members::MemberReads for Reads {
             groups: &self.inventory,
             clusters: &self.inventory,
             rbac: &self.rbac,
+            pods: &self.rbac,
             rules: &self.rules,
             node_types: &self.node_types,
         }

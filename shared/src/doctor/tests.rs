@@ -7,7 +7,7 @@ use super::contract::{self, KUBE_ROLES};
 use super::memory::World;
 use super::port::*;
 use super::run::{Options, diagnose};
-use super::{CheckKind, Report, Status};
+use super::{Check, CheckKind, Report, Status};
 use crate::managed::TemplateRef;
 use crate::tags::CLUSTER as CLUSTER_TAG;
 
@@ -82,6 +82,8 @@ fn healthy() -> World {
             tags: tags(&[(CLUSTER_TAG, "prod")]),
             launch_template: Some(lt("lt-general")),
             launch_configuration: None,
+            terminate_hook_abandon: Some("retain".into()),
+            retained: Vec::new(),
         },
     );
     w.hooks.insert(
@@ -89,6 +91,7 @@ fn healthy() -> World {
         vec![HookFacts {
             name: "nodecycle-drain".into(),
             transition: super::groups::TERMINATING.into(),
+            default_result: "ABANDON".into(),
         }],
     );
     w.asgs.insert(
@@ -98,6 +101,8 @@ fn healthy() -> World {
             tags: tags(&[(CLUSTER_TAG, "prod"), (crate::tags::NODEGROUP, "golden")]),
             launch_template: Some(lt("lt-eks")),
             launch_configuration: None,
+            terminate_hook_abandon: None,
+            retained: Vec::new(),
         },
     );
     w.node_groups.insert(
@@ -167,6 +172,41 @@ fn problems(r: &Report) -> Vec<(Status, CheckKind, String)> {
         .collect()
 }
 
+/// A self-managed group with nodecycle's hook that does not retain is a warn; an instance
+/// it retains is a warn naming the instance, its node and its pods.
+#[test]
+fn retention_and_retained_instances_are_reported() {
+    let mut w = healthy();
+    let g = w.asgs.get_mut("prod-general").unwrap();
+    g.terminate_hook_abandon = None;
+    g.retained = vec!["i-0retained".into()];
+    w.pods.insert(
+        "i-0retained".into(),
+        crate::inventory::NodePods {
+            node: "ip-10-0-1-9".into(),
+            pods: vec!["default/db-0".into()],
+        },
+    );
+    let r = run(&w, &options());
+    let retention: Vec<&Check> = r
+        .checks
+        .iter()
+        .filter(|c| c.check == CheckKind::Retention)
+        .collect();
+    assert_eq!(retention.len(), 2, "{retention:#?}");
+    assert!(retention.iter().all(|c| c.status == Status::Warn));
+    assert!(
+        retention
+            .iter()
+            .any(|c| c.fix.contains("TerminateHookAbandon=retain"))
+    );
+    let found = retention
+        .iter()
+        .find(|c| c.detail.contains("i-0retained"))
+        .unwrap();
+    assert!(found.detail.contains("default/db-0"), "{found}");
+}
+
 #[test]
 fn a_healthy_deployment_passes_every_check() {
     let r = run(&healthy(), &options());
@@ -189,6 +229,7 @@ fn a_healthy_deployment_passes_every_check() {
             Rbac,
             Group,
             LaunchTemplate,
+            Retention,
             LifecycleHook,
             Group,
             LaunchTemplate,

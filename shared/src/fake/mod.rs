@@ -70,6 +70,8 @@ pub struct LifecycleState {
     pub heartbeats: u32,
     /// Completed with CONTINUE.
     pub completed: bool,
+    /// Completed with ABANDON.
+    pub abandoned: bool,
 }
 
 /// A deployment's AWS side as plain values. Change it between passes through [`Cloud::with`].
@@ -417,6 +419,14 @@ impl LifecycleOps for Cloud {
         self.lifecycle_call("autoscaling:CompleteLifecycleAction", instance_id, |a| {
             a.active = false;
             a.completed = true;
+        })
+    }
+
+    async fn complete_abandon(&self, a: &LifecycleAction) -> Result<bool, PortError> {
+        let instance_id = a.instance_id.as_str();
+        self.lifecycle_call("autoscaling:CompleteLifecycleAction", instance_id, |a| {
+            a.active = false;
+            a.abandoned = true;
         })
     }
 }

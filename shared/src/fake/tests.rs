@@ -414,6 +414,7 @@ async fn groups_answer_as_auto_scaling_does() {
             launch_template_image: Some("ami-1".into()),
             suspended_processes: Vec::new(),
             do_not_repair: false,
+            retained: Vec::new(),
         },
         instances: vec![member(I1), member(I2)],
         template_version: 1,

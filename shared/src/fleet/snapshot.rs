@@ -95,6 +95,7 @@ mod tests {
                 launch_template_image: Some("ami-1".into()),
                 suspended_processes: Vec::new(),
                 do_not_repair: false,
+                retained: Vec::new(),
             },
             Vec::new(),
         )

@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use super::client::EksKube;
 use super::node_ops::KubeError;
 use crate::inventory::{
-    BindingFacts, ClusterRoleFacts, PolicyRule, RbacFacts, RbacInfo, SubjectFacts,
+    BindingFacts, ClusterRoleFacts, InstancePods, NodePods, PolicyRule, RbacFacts, RbacInfo,
+    SubjectFacts,
 };
 use crate::port::{ErrorKind, PortError};
 
@@ -210,5 +211,46 @@ impl RbacInfo for EksRbac {
                 })
                 .collect(),
         })
+    }
+}
+
+#[async_trait]
+impl InstancePods for EksRbac {
+    async fn pods_of(
+        &self,
+        cluster: &str,
+        instances: &[String],
+    ) -> Result<std::collections::BTreeMap<String, NodePods>, PortError> {
+        use super::node_ops::NodeOps;
+        let mut out = std::collections::BTreeMap::new();
+        if instances.is_empty() {
+            return Ok(out);
+        }
+        let kube = EksKube::connect(&self.sdk, cluster, &self.overrides)
+            .await
+            .map_err(port_error)?;
+        let now = chrono::Utc::now();
+        for id in instances {
+            let Some(node) = super::drain::node_of(&kube, id, None)
+                .await
+                .map_err(port_error)?
+            else {
+                continue;
+            };
+            let pods = kube.list_pods(&node.name).await.map_err(port_error)?;
+            let pods = pods
+                .iter()
+                .filter(|p| matches!(super::classify(p, now), super::PodClass::Evict { .. }))
+                .map(|p| format!("{}/{}", p.pod.namespace, p.pod.name))
+                .collect();
+            out.insert(
+                id.clone(),
+                NodePods {
+                    node: node.name,
+                    pods,
+                },
+            );
+        }
+        Ok(out)
     }
 }

@@ -223,6 +223,7 @@ mod tests {
             launch_template_image: None,
             suspended_processes: Vec::new(),
             do_not_repair: false,
+            retained: Vec::new(),
         };
         let now = chrono::Utc::now();
         let surging = Rotation {

@@ -111,6 +111,7 @@ pub(crate) fn snapshot(policy: Policy, members: Vec<Member>, rotations: Vec<Rota
             launch_template_image: Some(NEW.to_string()),
             suspended_processes: Vec::new(),
             do_not_repair: false,
+            retained: Vec::new(),
         },
         members,
         rotations,

@@ -56,7 +56,7 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
             "PolicySource::{all,one}",
             "InstanceLookup::{instance,spot_request_status}",
             "Deployment::served",
-            "LifecycleOps::{heartbeat,complete_continue}",
+            "LifecycleOps::{heartbeat,complete_continue,complete_abandon}",
             "Store::{get,put,query,transact}",
             "EventSink::put",
             "KubeConnector::connect",

@@ -147,6 +147,7 @@ mod tests {
             launch_template_image: None,
             suspended_processes: suspended.iter().map(|s| s.to_string()).collect(),
             do_not_repair: false,
+            retained: Vec::new(),
         }
     }
 

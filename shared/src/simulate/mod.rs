@@ -224,6 +224,7 @@ impl PoolStart {
                     launch_template_image: Some(CURRENT_AMI.to_string()),
                     suspended_processes: Vec::new(),
                     do_not_repair: false,
+                    retained: Vec::new(),
                 },
                 members,
                 rotations: Vec::new(),

@@ -336,6 +336,30 @@ impl Adapters {
         }
     }
 
+    /// Gives group `asg` the instance lifecycle policy `TerminateHookAbandon: retain` (as
+    /// docs/operations.md says): an abandoned terminate action leaves its instance
+    /// `Terminating:Retained`.
+    pub async fn retain_abandoned(&self, asg: &str) {
+        use aws_sdk_autoscaling::types::{
+            InstanceLifecyclePolicy, RetentionAction, RetentionTriggers,
+        };
+        let triggers = RetentionTriggers::builder()
+            .terminate_hook_abandon(RetentionAction::Retain)
+            .build();
+        self.clients
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg)
+            .instance_lifecycle_policy(
+                InstanceLifecyclePolicy::builder()
+                    .retention_triggers(triggers)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("UpdateAutoScalingGroup");
+    }
+
     /// The instances of Auto Scaling group `asg` with the image each runs, by instance id.
     pub async fn group_instances(&self, asg: &str) -> Vec<(String, String)> {
         let out = self

@@ -95,6 +95,7 @@ pub async fn run(args: Args) -> u8 {
         groups: &inventory,
         clusters: &inventory,
         rbac: &rbac,
+        pods: &rbac,
         rules: &rules,
         node_types: &node_types,
     };

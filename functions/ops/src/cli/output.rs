@@ -231,7 +231,8 @@ fn pool_row(p: &Value) -> Vec<String> {
 }
 
 /// What holds or moves the pool, with why: paused, halted, backing off (its passes keep
-/// failing), repair suspended (an outage), rotating, blocked, waiting for promotion, or `ok`.
+/// failing), repair suspended (an outage), instances retained (`Terminating:Retained`, their
+/// drain did not finish), rotating, blocked, waiting for promotion, or `ok`.
 fn state(p: &Value) -> String {
     if let Some(paused) = p["paused"].as_object() {
         let by = paused
@@ -252,6 +253,11 @@ fn state(p: &Value) -> String {
     }
     if !p["repairSuspended"].is_null() {
         return format!("repair suspended: {}", reason_of(&p["repairSuspended"]));
+    }
+    let retained = p["retained"].as_array().map_or(0, Vec::len);
+    if retained > 0 {
+        // Which instances and pods: the pool's problems, below the table.
+        return format!("retained {retained}");
     }
     let rotating = p["rotations"].as_array().map_or(0, Vec::len);
     if rotating > 0 {
@@ -295,6 +301,15 @@ mod tests {
             state(&p),
             "repair suspended: 3 of 6 nodes of the pool are unhealthy"
         );
+    }
+
+    #[test]
+    fn retained_instances_show_as_the_pools_state() {
+        let p = json!({"pool": "prod/general", "paused": null, "halted": null,
+                       "repairSuspended": null, "blocked": null,
+                       "rotations": [{"instance": "i-1", "step": "Draining"}],
+                       "retained": [{"instance": "i-1", "pods": ["default/db-0"]}]});
+        assert_eq!(state(&p), "retained 1");
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Auto Scaling instance-terminate lifecycle actions: drain (with heartbeats), then
-//! CompleteLifecycleAction CONTINUE; a drain longer than the invocation is handed to the
-//! rotator, and the schedule tick completes the action once it is drained.
+//! CompleteLifecycleAction CONTINUE once every pod is gone; a drain longer than the invocation
+//! is handed to the rotator, and the schedule tick completes the action once it is drained, or
+//! abandons it once it is out of time ([`crate::retain::hand_over_answer`]): with the group's
+//! retain policy the instance is then retained with its pods. Nothing here answers CONTINUE
+//! for a node that still has pods.
 
 use std::time::Instant;
 
@@ -14,8 +17,21 @@ use crate::handlers::HandlerError;
 use crate::interruption::LifecycleOps;
 use crate::kube::{self as k, DrainError, DrainState, KubeConnector};
 use crate::policy::PoolRef;
+use crate::retain::{HandOverAnswer, hand_over_answer};
 use crate::rotation::{Rotation, RotationReason, Step};
 use crate::state::{self, ClaimKey, Repository, Versioned};
+
+/// A lifecycle action handed over to the rotator and still open ([`HandOver::open`]).
+#[derive(Debug, Clone)]
+pub(super) struct OpenAction {
+    /// Its record's version.
+    pub version: u64,
+    /// The action.
+    pub action: LifecycleAction,
+    /// When the action started (the lifecycle event's time; for a record written before it
+    /// was kept, the hand-over's).
+    pub started: chrono::DateTime<chrono::Utc>,
+}
 
 /// The lifecycle hand-over: Auto Scaling lifecycle actions, the cluster's Kubernetes API, the
 /// state table (claims read, open actions, the rotation a long drain is handed to).
@@ -77,13 +93,16 @@ impl HandOver<'_> {
         self.lifecycle.complete_continue(a).await.map_err(internal)
     }
 
-    /// Auto Scaling instance-terminate lifecycle action: drain (heartbeats while draining),
-    /// then CompleteLifecycleAction CONTINUE; at once when there is no node or it was drained
-    /// already; a drain longer than the invocation is handed over.
+    /// Auto Scaling instance-terminate lifecycle action that started at `started`: drain
+    /// (heartbeats while draining), then CompleteLifecycleAction CONTINUE once every pod is
+    /// gone (past terminationGracePeriod the remaining pods are deleted, and the drain waits
+    /// for them to go); at once when there is no node or it was drained already; a drain
+    /// longer than the invocation is handed over.
     pub(super) async fn run(
         &self,
         policy: &PoolRef,
         a: &LifecycleAction,
+        started: chrono::DateTime<chrono::Utc>,
         clock: &Clock,
         deadline: Instant,
     ) -> Result<Outcome, HandlerError> {
@@ -140,17 +159,21 @@ impl HandOver<'_> {
                 "steps": state.steps,
                 "heartbeats": heartbeats,
             });
-            if p.done || p.deadline_passed {
-                let why = if p.done {
-                    "drained: every pod is gone".to_string()
+            // Past terminationGracePeriod the remaining pods were deleted: still only CONTINUE
+            // once they are gone.
+            if p.done {
+                let why = if p.deadline_passed {
+                    "drained: terminationGracePeriod passed, the remaining pods were deleted and are gone"
                 } else {
-                    "terminationGracePeriod passed: remaining pods deleted".to_string()
+                    "drained: every pod is gone"
                 };
                 let active = self.complete(a).await?;
-                return Ok(completed(why, active, details));
+                return Ok(completed(why.to_string(), active, details));
             }
             if Instant::now() + self.settings.poll + self.settings.reserve >= deadline {
-                return self.hand_over(policy, a, state, clock, details).await;
+                return self
+                    .hand_over(policy, a, started, state, clock, details)
+                    .await;
             }
             if last_beat.elapsed() >= self.settings.heartbeat_every {
                 let active = self.lifecycle.heartbeat(a).await.map_err(internal)?;
@@ -220,11 +243,13 @@ impl HandOver<'_> {
 
     /// The invocation is nearly over and the drain is not: record a forced `Interrupted`
     /// rotation in `Draining` with the drain state (the rotator continues it) and an open
-    /// lifecycle record that the schedule tick completes once the rotation is past draining.
+    /// lifecycle record (with `started`, the action's start) that the schedule tick completes
+    /// once the rotation is past draining, or abandons once the action is out of time.
     pub(super) async fn hand_over(
         &self,
         policy: &PoolRef,
         a: &LifecycleAction,
+        started: chrono::DateTime<chrono::Utc>,
         drain: DrainState,
         clock: &Clock,
         details: Value,
@@ -243,7 +268,8 @@ impl HandOver<'_> {
             )
         };
         self.take_over(rotation).await?;
-        let open = json!({"status": "open", "action": a, "since": now});
+        let open =
+            json!({"status": "open", "action": a, "since": now, "started": started.min(now)});
         // Already open (a retried hand-over): kept.
         (self.state)
             .put_lifecycle_handover(
@@ -260,44 +286,59 @@ impl HandOver<'_> {
             &a.instance_id,
             Some(&pool),
             Handled::HandedOver,
-            "drain longer than this invocation: the rotator continues it; the schedule tick completes the lifecycle action once it is drained",
+            "drain longer than this invocation: the rotator continues it; the schedule tick completes the lifecycle action once it is drained, or abandons it once out of time",
         )
         .with(details))
     }
 
-    /// The lifecycle actions of `pool` handed to the rotator and still open, with their
-    /// record's version (the cell's table: no call to the pool's account).
-    pub(super) async fn open(
-        &self,
-        pool: &str,
-    ) -> Result<Vec<(u64, LifecycleAction)>, HandlerError> {
+    /// The lifecycle actions of `pool` handed to the rotator and still open (the cell's
+    /// table: no call to the pool's account).
+    pub(super) async fn open(&self, pool: &str) -> Result<Vec<OpenAction>, HandlerError> {
         let open = (self.state)
             .lifecycle_handovers(pool)
             .await
             .map_err(internal)?;
+        let time = |v: &Value| serde_json::from_value::<chrono::DateTime<chrono::Utc>>(v.clone());
         Ok(open
             .into_iter()
             .filter(|v| v.value["status"] == "open")
             .filter_map(|v| {
-                serde_json::from_value::<LifecycleAction>(v.value["action"].clone())
-                    .ok()
-                    .map(|a| (v.version, a))
+                let action =
+                    serde_json::from_value::<LifecycleAction>(v.value["action"].clone()).ok()?;
+                let started = time(&v.value["started"])
+                    .or_else(|_| time(&v.value["since"]))
+                    .ok()?;
+                Some(OpenAction {
+                    version: v.version,
+                    action,
+                    started,
+                })
             })
             .collect())
     }
 
-    /// Schedule tick for one open action of `pool` (from [`Self::open`], `version` its
-    /// record's): complete it once the rotator drained the instance, else heartbeat it;
-    /// through [`Self::lifecycle`], which must be the pool's place's.
+    /// Schedule tick for one open action of `pool` (from [`Self::open`]), decided by
+    /// [`hand_over_answer`]: CONTINUE once the rotator drained the instance, ABANDON once the
+    /// action is out of time (`Settings::hand_over_limit` after it started) and the drain is
+    /// not finished, else a heartbeat; through [`Self::lifecycle`], which must be the pool's
+    /// place's. An action that is over is closed (its record `done`, or `abandoned`).
     pub(super) async fn answer(
         &self,
         pool: &str,
-        version: u64,
-        a: &LifecycleAction,
+        open: &OpenAction,
         clock: &Clock,
     ) -> Result<Outcome, HandlerError> {
-        let (o, finished) = match self.already_drained(pool, &a.instance_id).await? {
-            Some(why) => {
+        let a = &open.action;
+        let drained = self.already_drained(pool, &a.instance_id).await?;
+        let decided = hand_over_answer(
+            drained.is_some(),
+            open.started,
+            clock.now(),
+            self.settings.hand_over_limit,
+        );
+        let (o, status) = match (decided, drained) {
+            (HandOverAnswer::Continue, why) => {
+                let why = why.unwrap_or_default();
                 let active = self.complete(a).await?;
                 (
                     Outcome::new(
@@ -306,10 +347,25 @@ impl HandOver<'_> {
                         Handled::Completed,
                         format!("{why}; CompleteLifecycleAction CONTINUE (active: {active})"),
                     ),
-                    true,
+                    Some("done"),
                 )
             }
-            None => {
+            (HandOverAnswer::Abandon, _) => {
+                let active = self.lifecycle.complete_abandon(a).await.map_err(internal)?;
+                let limit = crate::duration::format(self.settings.hand_over_limit);
+                (
+                    Outcome::new(
+                        &a.instance_id,
+                        Some(pool),
+                        Handled::Retain,
+                        format!(
+                            "the drain did not finish within {limit} of the lifecycle action's start: CompleteLifecycleAction ABANDON (active: {active}); with the group's retain policy the instance stays Terminating:Retained with its pods, and the rotator terminates it once they are gone"
+                        ),
+                    ),
+                    Some("abandoned"),
+                )
+            }
+            (HandOverAnswer::Heartbeat, _) => {
                 let active = self.lifecycle.heartbeat(a).await.map_err(internal)?;
                 (
                     Outcome::new(
@@ -318,23 +374,24 @@ impl HandOver<'_> {
                         Handled::Heartbeat,
                         "the rotator is still draining",
                     ),
-                    !active,
+                    (!active).then_some("done"),
                 )
             }
         };
-        if finished {
-            let doc = json!({"status": "done", "action": a, "at": clock.now()});
+        if let Some(status) = status {
+            let doc =
+                json!({"status": status, "action": a, "at": clock.now(), "started": open.started});
             let _ = (self.state)
                 .put_lifecycle_handover(
                     pool,
                     &a.instance_id,
                     &doc,
-                    Some(version),
+                    Some(open.version),
                     clock.now() + self.settings.retention,
                 )
                 .await;
         }
-        tracing::info!(pool = %pool, instance = %o.instance, decision = %o.action, reason = %o.reason, "lifecycle action continued");
+        tracing::info!(pool = %pool, instance = %o.instance, decision = %o.action, reason = %o.reason, "lifecycle action answered");
         Ok(o)
     }
 }

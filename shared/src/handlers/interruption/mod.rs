@@ -24,7 +24,7 @@
 //! | state change stopping / stopped | the same drain as a warning |
 //! | state change shutting-down / terminated | delete the Node object, close the instance's rotation (Done) |
 //! | Health scheduled change (EC2) | a `Maintenance` rotation with the event's start as deadline (the rotator replaces it within budgets, forced 30 minutes before) |
-//! | ASG instance-terminate lifecycle action | drain (heartbeats while draining), then CompleteLifecycleAction CONTINUE; at once when there is no node or it was drained already; a drain longer than the invocation is handed to the rotator and finished by the schedule tick |
+//! | ASG instance-terminate lifecycle action | drain (heartbeats while draining), then CompleteLifecycleAction CONTINUE once every pod is gone; at once when there is no node or it was drained already; a drain longer than the invocation is handed to the rotator and finished by the schedule tick: CONTINUE once drained, ABANDON once out of time ([`crate::retain`]: the group's retain policy keeps the instance with its pods) |
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -87,6 +87,13 @@ pub struct Settings {
     /// is older (or in the future) is drained with PDBs honoured throughout unless EC2 confirms
     /// the interruption ([`crate::interruption::deadline`]).
     pub max_event_age: Duration,
+    /// How long after its start a handed-over terminate lifecycle action whose drain has not
+    /// finished is abandoned (CompleteLifecycleAction ABANDON: retained with its pods where the
+    /// group's policy retains), before Auto Scaling's global timeout would apply the hook's
+    /// default result. Default [`crate::retain::hand_over_limit`] of the hook's heartbeat
+    /// timeout (`NODECYCLE_HOOK_HEARTBEAT_TIMEOUT`, the stack's `InterruptionHeartbeatTimeout`,
+    /// default 300 s: 7 h 30 min).
+    pub hand_over_limit: Duration,
 }
 
 impl Default for Settings {
@@ -102,6 +109,7 @@ impl Default for Settings {
             stale_claim: chrono::Duration::minutes(10),
             lifecycle_hook: crate::interruption::DEFAULT_LIFECYCLE_HOOK.to_string(),
             max_event_age: crate::interruption::deadline::MAX_EVENT_AGE,
+            hand_over_limit: crate::retain::hand_over_limit(Duration::from_secs(300)),
         }
     }
 }
@@ -179,6 +187,10 @@ pub enum Handled {
     Heartbeat,
     /// The lifecycle action timed out or was completed elsewhere while draining.
     Abandoned,
+    /// The lifecycle action was out of time with its drain unfinished: completed ABANDON, so
+    /// that a group whose instance lifecycle policy retains keeps the instance
+    /// (`Terminating:Retained`) with its pods ([`crate::retain`]).
+    Retain,
 }
 
 impl std::fmt::Display for Handled {
@@ -306,18 +318,18 @@ impl InterruptionHandler {
     async fn tick(&self, policies: &[PoolRef], clock: &Clock) -> Result<Value, HandlerError> {
         let cell = self.cell.members.cell().await.ok();
         let hand_over = self.hand_over();
-        let mut by_place: BTreeMap<Option<crate::policy::Place>, Vec<(String, u64, _)>> =
+        let mut by_place: BTreeMap<Option<crate::policy::Place>, Vec<(String, _)>> =
             BTreeMap::new();
         for p in policies {
             let pool = p.pool_id();
             let open = hand_over.open(&pool).await?;
             // The cell's own place however it is named.
             let place = p.place.clone().filter(|place| Some(place) != cell.as_ref());
-            for (version, action) in open {
+            for action in open {
                 by_place
                     .entry(place.clone())
                     .or_default()
-                    .push((pool.clone(), version, action));
+                    .push((pool.clone(), action));
             }
         }
         let mut outcomes = Vec::new();
@@ -327,7 +339,7 @@ impl InterruptionHandler {
             let this = match self.at(place.as_ref()).await {
                 Ok(this) => this,
                 Err(e) => {
-                    let mut pools: Vec<&str> = open.iter().map(|(p, _, _)| p.as_str()).collect();
+                    let mut pools: Vec<&str> = open.iter().map(|(p, _)| p.as_str()).collect();
                     pools.dedup();
                     tracing::error!(place = %e.place, pools = %crate::log_field::json(&pools), decision = "unserved", reason = %e, "lifecycle actions of this member not answered this tick");
                     unserved.push(json!({"place": e.place.to_string(), "pools": pools, "error": e.to_string()}));
@@ -335,11 +347,11 @@ impl InterruptionHandler {
                 }
             };
             let hand_over = this.hand_over();
-            for (pool, version, action) in open {
-                match hand_over.answer(pool, *version, action, clock).await {
+            for (pool, open) in open {
+                match hand_over.answer(pool, open, clock).await {
                     Ok(o) => outcomes.push(o),
                     Err(e) => {
-                        tracing::error!(pool = %pool, instance = %action.instance_id, error = %e.message, "lifecycle action not answered this tick");
+                        tracing::error!(pool = %pool, instance = %open.action.instance_id, error = %e.message, "lifecycle action not answered this tick");
                         failed.get_or_insert(e);
                     }
                 }
@@ -748,7 +760,11 @@ impl InterruptionHandler {
             }
             Do::HandOver => match &c.event {
                 Interruption::LifecycleTerminate(a) => {
-                    self.hand_over().run(policy, a, clock, deadline).await
+                    // The action started when the event says (never later than now).
+                    let started = c.time.map_or(clock.now(), |t| t.min(clock.now()));
+                    self.hand_over()
+                        .run(policy, a, started, clock, deadline)
+                        .await
                 }
                 _ => Err(internal("a hand-over without a lifecycle action")),
             },

@@ -93,6 +93,65 @@ pub(super) async fn status(
     }))
 }
 
+/// The instances of the snapshot's group Auto Scaling retained (`Terminating:Retained`,
+/// [`crate::retain`]): each with its node, the evictable pods still on it (`namespace/name`,
+/// listed now; `null` when they cannot be listed) and what the rotator's next pass does with
+/// it. One with pods is also a problem of the pool.
+async fn retained_instances(
+    s: &plan::Snapshot,
+    kube: &dyn crate::kube::NodeOps,
+    now: DateTime<Utc>,
+    problems: &mut Vec<String>,
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    for m in s
+        .members
+        .iter()
+        .filter(|m| s.group.retained.contains(&m.instance_id))
+    {
+        let node = m.node.as_ref().map(|n| n.name.clone());
+        let pods = match &node {
+            None => Some(Vec::new()),
+            Some(n) => match kube.list_pods(n).await {
+                Ok(pods) => Some(
+                    pods.iter()
+                        .filter(|p| {
+                            matches!(
+                                crate::kube::classify(p, now),
+                                crate::kube::PodClass::Evict { .. }
+                            )
+                        })
+                        .map(|p| format!("{}/{}", p.pod.namespace, p.pod.name))
+                        .collect::<Vec<_>>(),
+                ),
+                Err(e) => {
+                    problems.push(format!(
+                        "cannot list the pods of retained instance {} (node {n}): {e}",
+                        m.instance_id
+                    ));
+                    None
+                }
+            },
+        };
+        if let Some(p) = pods.as_ref().filter(|p| !p.is_empty()) {
+            problems.push(format!(
+                "instance {} is Terminating:Retained (its terminate lifecycle hook was abandoned: the drain did not finish) with {} pod(s) on node {}: {}; it is terminated once they are gone",
+                m.instance_id,
+                p.len(),
+                node.as_deref().unwrap_or("?"),
+                p.join(", ")
+            ));
+        }
+        out.push(json!({
+            "instance": m.instance_id,
+            "node": node,
+            "pods": pods,
+            "next": crate::retain::cleanup(m),
+        }));
+    }
+    out
+}
+
 async fn pool_status(
     ops: &OpsHandler,
     policy: &Policy,
@@ -140,13 +199,16 @@ async fn pool_status(
         .at(policy.place.as_ref())
         .await
         .map_err(|e| e.to_string());
-    let snapshot = match &here {
+    let connected = match &here {
         Err(e) => Err(e.clone()),
-        Ok(ops) => match ops.ports.kube.connect(&policy.cluster).await {
-            Err(e) => Err(format!("cluster {} unreachable: {e}", policy.cluster)),
-            Ok(kube) => ops.planner().preview(policy, kube.as_ref(), now).await,
-        },
+        Ok(ops) => (ops.ports.kube.connect(&policy.cluster).await)
+            .map_err(|e| format!("cluster {} unreachable: {e}", policy.cluster)),
     };
+    let snapshot = match (&here, &connected) {
+        (Ok(ops), Ok(kube)) => ops.planner().preview(policy, kube.as_ref(), now).await,
+        (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+    };
+    let mut retained: Vec<Value> = Vec::new();
     let mut node_group_update = Value::Null;
     match snapshot {
         Err(e) => problems.push(e),
@@ -241,6 +303,9 @@ async fn pool_status(
                 o.insert("message".into(), json!(message));
             }
             replacement = r;
+            if let Ok(kube) = &connected {
+                retained = retained_instances(&s, kube.as_ref(), now, &mut problems).await;
+            }
             rotations = s.rotations;
         }
     }
@@ -322,6 +387,7 @@ async fn pool_status(
         "budgets": budgets,
         "blocked": blocked,
         "optedOut": opted_out,
+        "retained": retained,
         "forcedAtOnce": forced_at_once,
         "replacement": replacement,
         "paused": paused,

@@ -83,6 +83,7 @@ fn deployment() -> Deployment {
             launch_template_image: Some("ami-1".into()),
             suspended_processes: Vec::new(),
             do_not_repair: false,
+            retained: Vec::new(),
         },
         instances: vec![
             member(I1, Lifecycle::InService),

@@ -34,6 +34,7 @@ mod managed_pass;
 mod observe;
 #[cfg(test)]
 mod pass_tests;
+mod retained;
 mod statuses;
 
 use execute::PoolCtx;
@@ -909,7 +910,7 @@ impl RotatorHandler {
         report: &mut PoolReport,
     ) -> Result<(), PortError> {
         let now = ctx.clock.start();
-
+        self.clean_up_retained(&ctx.snapshot, report, now).await;
         let plan = plan::plan(&ctx.snapshot, now);
         log_decisions(&plan);
         self.record_repair_breaker(ctx, &plan.repair, now, report)

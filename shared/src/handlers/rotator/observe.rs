@@ -459,8 +459,9 @@ impl Planner<'_> {
             .as_ref()
             .and_then(|r| r.desired.as_ref())
             .map(|a| a.id.clone());
-        let need_counts = pods_to_count(&members, &records, desired.as_deref(), &expiration, now);
-        let counts = view.evictable(kube, &need_counts, now).await;
+        let (desired_ami, expiry) = (desired.as_deref(), &expiration);
+        let need = pods_to_count(&members, &records, &group, desired_ami, expiry, now);
+        let counts = view.evictable(kube, &need, now).await;
         for node in members.iter_mut().filter_map(|m| m.node.as_mut()) {
             if let Some((n, opt_out)) = counts.get(&node.name) {
                 node.evictable_pods = *n;
@@ -595,11 +596,13 @@ fn with_nodes(instances: Vec<Member>, view: &ClusterView) -> Vec<Member> {
 }
 
 /// The Nodes whose evictable pods are counted: those of candidates (the counts order them,
-/// empty nodes first) and of instances a surge may give back (launched since a surge that
-/// holds or owes a unit: only a podless one is ever terminated).
+/// empty nodes first), of instances a surge may give back (launched since a surge that
+/// holds or owes a unit: only a podless one is ever terminated), and of the instances `group`
+/// retains (one goes only once its node is counted empty, [`crate::retain::cleanup`]).
 fn pods_to_count(
     members: &[Member],
     records: &[crate::state::Versioned<crate::rotation::Rotation>],
+    group: &crate::fleet::Group,
     desired: Option<&str>,
     expiration: &plan::Expiration,
     now: DateTime<Utc>,
@@ -614,6 +617,7 @@ fn pods_to_count(
         .iter()
         .filter(|m| {
             fresh(m)
+                || group.retained.contains(&m.instance_id)
                 || plan::assess(m, desired, expiration, now).need().is_some()
                 // A Ready repair candidate: its pods' opt-outs hold its repair (a node not
                 // Ready runs no pod, and its pods are not counted: it stays podless).

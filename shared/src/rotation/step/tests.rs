@@ -33,6 +33,7 @@ pub(super) fn group(desired: i32, min: i32, max: i32) -> Group {
         launch_template_image: Some(NEW.into()),
         suspended_processes: Vec::new(),
         do_not_repair: false,
+        retained: Vec::new(),
     }
 }
 
