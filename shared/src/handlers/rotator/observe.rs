@@ -475,11 +475,7 @@ impl Planner<'_> {
             .count();
         let launching = usize::try_from(group.desired_capacity).unwrap_or(0) > staying;
         // A surge or a terminate-first relaunch waits for a launch: why it has not come.
-        let waiting = records.iter().any(|v| {
-            (v.value.step == crate::rotation::Step::Surging && v.value.surge_active())
-                || v.value.step == crate::rotation::Step::Terminating
-        });
-        let launch_problem = if launching && waiting && managed.is_none() {
+        let launch_problem = if launching && waits_for_launch(&records) && managed.is_none() {
             match self.groups.launch_problem(&group_name).await {
                 Ok(p) => p,
                 Err(e) => {
@@ -522,6 +518,15 @@ impl Planner<'_> {
             launch_problem,
         })
     }
+}
+
+/// Some rotation of `records` waits for the group to launch: a surge holding its unit, or a
+/// terminate-first rotation whose relaunch is due.
+fn waits_for_launch(records: &[crate::state::Versioned<crate::rotation::Rotation>]) -> bool {
+    records.iter().any(|v| {
+        (v.value.step == crate::rotation::Step::Surging && v.value.surge_active())
+            || v.value.step == crate::rotation::Step::Terminating
+    })
 }
 
 /// What repair needs of the pool beyond its members: the images of its release under watch
