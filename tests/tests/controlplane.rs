@@ -3747,7 +3747,8 @@ async fn assert_roll_end(p: &RealPool, size: usize) -> nodecycle_tests::ScalingR
 /// Cluster Autoscaler and nodecycle as two writers in the audit log: CA, as its service
 /// account ([`nodecycle_tests::CA_USER`]), updated (tainted) exactly `ca_nodes` and evicted
 /// pods (201), and wrote nothing else; nodecycle, as the rotator's access entry user, evicted
-/// pods too, never one CA evicted, and wrote none of `ca_nodes`; nobody else evicted a pod.
+/// pods too, never one CA evicted, and wrote none of `ca_nodes` once CA had written it (before,
+/// the rollout's `PreferNoSchedule` taint may go on an old node); nobody else evicted a pod.
 fn assert_ca_and_nodecycle_write_apart(p: &RealPool, ca_nodes: &[String]) {
     let audit = p.cp.audit();
     let by_ca: Vec<_> = audit
@@ -3771,14 +3772,25 @@ fn assert_ca_and_nodecycle_write_apart(p: &RealPool, ca_nodes: &[String]) {
         .collect();
     let expected: BTreeSet<&str> = ca_nodes.iter().map(String::as_str).collect();
     assert_eq!(tainted, expected, "the nodes CA tainted");
+    // nodecycle may have tainted an old node PreferNoSchedule (the rollout replaces it) before
+    // CA chose it; once CA wrote it, the node is CA's and nodecycle writes nothing on it.
+    let when = |e: &nodecycle_tests::AuditEvent| {
+        chrono::DateTime::parse_from_rfc3339(&e.received).expect("audit time")
+    };
     let nodecycle_on_ca_nodes: Vec<_> = audit
         .iter()
         .filter(|e| e.user == p.rotator.user && e.resource == "nodes")
         .filter(|e| expected.contains(e.name.as_str()))
+        .filter(|e| {
+            by_ca
+                .iter()
+                .filter(|c| c.resource == "nodes" && c.name == e.name)
+                .any(|c| when(c) <= when(e))
+        })
         .collect();
     assert!(
         nodecycle_on_ca_nodes.is_empty(),
-        "nodecycle wrote CA's nodes: {nodecycle_on_ca_nodes:#?}"
+        "nodecycle wrote CA's nodes after CA took them: {nodecycle_on_ca_nodes:#?}"
     );
     let evictions: Vec<_> = audit
         .iter()

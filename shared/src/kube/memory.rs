@@ -195,7 +195,7 @@ impl NodeOps for MemoryCluster {
         let Some(n) = inner.nodes.iter_mut().find(|n| n.name == node) else {
             return Ok(false);
         };
-        if n.marks.replacing == on {
+        if n.marks.replacing == on || n.marks.autoscaler_deleting {
             return Ok(false);
         }
         n.marks.replacing = on;

@@ -45,8 +45,9 @@ pub trait NodeOps: Send + Sync {
 
     /// Adds (`true`) or removes (`false`) the taint
     /// `nodecycle.dev/replacing=rollout:PreferNoSchedule` ([`crate::rotation::marks`]), keeping
-    /// every other taint (a read, then a patch preconditioned on what was read). Returns
-    /// whether anything changed; a missing node is `Ok(false)`.
+    /// every other taint (a read, then a patch preconditioned on what was read); a node that
+    /// carries Cluster Autoscaler's `ToBeDeletedByClusterAutoscaler` taint is CA's and is left
+    /// alone. Returns whether anything changed; a missing node is `Ok(false)`.
     async fn prefer_elsewhere(&self, node: &str, on: bool) -> Result<bool, KubeError>;
 
     /// Every pod bound to the node (field selector `spec.nodeName=<node>`), all namespaces.

@@ -56,7 +56,8 @@ pub struct MarkChange {
 /// The changes that bring each registered member's marks to what this pass wants: protected
 /// (`protect`) members carry `scale-down-disabled`, draining (`draining`) ones the exclusion
 /// label, the rollout's `replacing` ones the [`REPLACING_TAINT`] (`None`: leave that taint as
-/// it is, e.g. while the desired AMI is unknown); nodecycle's marks on any other member go.
+/// it is, e.g. while the desired AMI is unknown, and on a node Cluster Autoscaler is removing);
+/// nodecycle's marks on any other member go.
 /// Taint changes beyond [`REPLACING_CHANGES_PER_PASS`] wait for a later pass (by instance
 /// id, so every pass makes progress on the same ones).
 pub fn changes(
@@ -77,7 +78,9 @@ pub fn changes(
         .into_iter()
         .filter_map(|m| {
             let n = m.node.as_ref()?;
+            // A node Cluster Autoscaler is removing is CA's: nodecycle writes nothing on it.
             let mut replacing = replacing
+                .filter(|_| !n.marks.autoscaler_deleting)
                 .map(|r| r.contains(&m.instance_id))
                 .and_then(|on| (on != n.marks.replacing).then_some(on));
             if replacing.is_some() {
@@ -200,6 +203,18 @@ mod tests {
         assert!(
             changes(&members, &none, &none, None).is_empty(),
             "left alone"
+        );
+        let ca = vec![member(
+            "i-ca",
+            NodeMarks {
+                autoscaler_deleting: true,
+                ..NodeMarks::default()
+            },
+        )];
+        let ca_set: BTreeSet<String> = ["i-ca".to_string()].into();
+        assert!(
+            changes(&ca, &none, &none, Some(&ca_set)).is_empty(),
+            "a node CA is removing is left to CA"
         );
 
         let many: Vec<Member> = (0..REPLACING_CHANGES_PER_PASS + 5)

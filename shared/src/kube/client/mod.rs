@@ -509,7 +509,7 @@ impl NodeOps for EksKube {
     }
 
     async fn prefer_elsewhere(&self, node: &str, on: bool) -> Result<bool, KubeError> {
-        use crate::rotation::marks::REPLACING_TAINT;
+        use crate::rotation::marks::{AUTOSCALER_DELETING_TAINT, REPLACING_TAINT};
         let result = self
             .modify_node(
                 node,
@@ -518,7 +518,9 @@ impl NodeOps for EksKube {
                     let spec = current.spec.clone().unwrap_or_default();
                     let mut taints = spec.taints.unwrap_or_default();
                     let has = taints.iter().any(|t| t.key == REPLACING_TAINT);
-                    if has == on {
+                    // Cluster Autoscaler took the node since the pass read it: it is CA's now.
+                    let ca = taints.iter().any(|t| t.key == AUTOSCALER_DELETING_TAINT);
+                    if has == on || ca {
                         return None;
                     }
                     if on {
