@@ -44,6 +44,11 @@ echo "==> the real Kubernetes control plane (scripts/controlplane.sh: built once
 # the scheduler and KWOK from this directory, and fail without it.
 NODECYCLE_CONTROLPLANE_BIN="$(scripts/controlplane.sh)"
 export NODECYCLE_CONTROLPLANE_BIN
+echo "==> the previous release's CLI (scripts/baseline.sh: the rollback test runs it)" >&2
+# tests/tests/rollback.rs runs the release a rollback goes back to (scripts/rollback-baseline)
+# over a table this version wrote, and fails without it. Only its own crates compile.
+NODECYCLE_BASELINE_BIN="$(scripts/baseline.sh)"
+export NODECYCLE_BASELINE_BIN
 echo "==> cargo test" >&2
 # The integration tests mostly wait, not compute: on the Kubernetes stand-in's clock (pod
 # grace periods, node registration), on the SDK's retry backoff, on moto. Three at a time per

@@ -36,6 +36,7 @@ mod quarantine_ops;
 mod release_health;
 mod repair;
 mod retain;
+mod rollback;
 mod rotation;
 mod runtime;
 mod scale;

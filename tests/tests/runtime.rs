@@ -100,7 +100,7 @@ fn variable(template: &serde_norway::Value, v: &serde_norway::Value) -> Option<S
 
 /// (binary, environment) of function resource `function` as template.yaml declares it: the
 /// Globals' variables, the function's own, the memory size and log level Lambda sets.
-fn function_env(function: &str) -> (String, Vec<(String, String)>) {
+pub(crate) fn function_env(function: &str) -> (String, Vec<(String, String)>) {
     let text = std::fs::read_to_string(nodecycle_tests::repo_path("template.yaml")).unwrap();
     let t: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     let f = &t["Resources"][function];
