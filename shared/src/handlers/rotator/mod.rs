@@ -457,10 +457,15 @@ impl RotatorHandler {
         }
         // Reports in a fixed order: clusters by name, pools in policy order.
         let reports: Vec<PoolReport> = by_name.into_values().flatten().collect();
-        let records: Vec<crate::metrics::Record> = reports
+        let pools: Vec<crate::metrics::PoolMetrics<'_>> = reports
             .iter()
-            .flat_map(|r| crate::metrics::rotator_pool(&r.pool, &r.metrics, r.allowed.as_ref()))
+            .map(|r| crate::metrics::PoolMetrics {
+                pool: &r.pool,
+                pass: &r.metrics,
+                allowed: r.allowed.as_ref(),
+            })
             .collect();
+        let records = crate::metrics::rotator_pass(&pools, quarantined.0.len());
         self.metrics.emit(&records, now);
         Ok(json!({"trigger": "schedule", "clusters": clusters, "pools": reports}))
     }
@@ -611,6 +616,7 @@ impl RotatorHandler {
             pool: visit.policy.pool_id(),
             ..PoolReport::default()
         };
+        report.metrics.per_pool = visit.policy.metrics_per_pool;
         if visit.deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
             report.blocked =
                 Some("invocation time nearly used up; the pool is worked on next pass".into());
