@@ -532,7 +532,7 @@ def main():
     k.add_argument("--watcher-write-units", type=float, default=0, help="DynamoDB write units of one ami-watcher run")
     k.add_argument("--events", type=int, default=0, help="custom events put on the bus in a month")
     k.add_argument("--metric-series", type=int, default=20, help="custom metric series the cell emits (metrics::CELL_SERIES, plus those of perPool pools)")
-    k.add_argument("--alarms", type=int, default=11, help="the stack's alarms (13 with FanOut)")
+    k.add_argument("--alarms", type=int, default=12, help="the stack's alarms (14 with FanOut)")
     k.add_argument("--dashboards", type=int, default=1, help="0 with Dashboard=Disabled or within the account's first three")
     k.add_argument("--emf-mb-per-day", type=float, default=2.1, help="EMF documents a day (the metrics module's simulated day)")
     k.add_argument("--log-bytes", type=float, default=0, help="INFO log bytes per pool and rotator pass")
