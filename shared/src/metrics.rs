@@ -265,16 +265,24 @@ pub fn rotator_pass(pools: &[PoolMetrics<'_>], quarantined: usize) -> Vec<Record
             });
         }
     }
-    let watched: Vec<&crate::promotion::health::Summary> =
-        pools.iter().filter_map(|p| p.pass.health.as_ref()).collect();
+    let watched: Vec<&crate::promotion::health::Summary> = pools
+        .iter()
+        .filter_map(|p| p.pass.health.as_ref())
+        .collect();
     if !watched.is_empty() {
         let unhealthy = watched
             .iter()
             .fold(0u32, |n, h| n.saturating_add(h.unhealthy_nodes));
         out.push(cell(health_samples(
             unhealthy,
-            watched.iter().filter_map(|h| h.failure_rate_new).reduce(f64::max),
-            watched.iter().filter_map(|h| h.failure_rate_old).reduce(f64::max),
+            watched
+                .iter()
+                .filter_map(|h| h.failure_rate_new)
+                .reduce(f64::max),
+            watched
+                .iter()
+                .filter_map(|h| h.failure_rate_old)
+                .reduce(f64::max),
         )));
     }
     for p in pools.iter().filter(|p| p.pass.per_pool) {
@@ -309,7 +317,10 @@ pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> V
         vec![
             count("PoolsUpToDate", u32::from(pass.up_to_date)),
             count("PoolsHalted", u32::from(pass.halted)),
-            count("PoolsBudgetLimited", u32::from(pass.budget_limited(allowed))),
+            count(
+                "PoolsBudgetLimited",
+                u32::from(pass.budget_limited(allowed)),
+            ),
             count("RotationsInFlight", pass.in_flight),
             count("RotationsStarted", pass.started),
             count("RotationsFinished", pass.finished),
@@ -358,12 +369,12 @@ pub fn watcher_pass(pools: &[WatchedPool<'_>]) -> Vec<Record> {
         "ResolutionFailures",
         u32::try_from(failed).unwrap_or(u32::MAX),
     )])];
-    out.extend(
-        pools
-            .iter()
-            .filter(|p| p.per_pool)
-            .map(|p| pool_record(p.pool, vec![count("ResolutionFailures", u32::from(p.failed))])),
-    );
+    out.extend(pools.iter().filter(|p| p.per_pool).map(|p| {
+        pool_record(
+            p.pool,
+            vec![count("ResolutionFailures", u32::from(p.failed))],
+        )
+    }));
     out
 }
 
@@ -586,7 +597,10 @@ mod tests {
         );
         assert_eq!(cell["_aws"]["Timestamp"], 1_790_000_000_000_i64);
         assert_eq!(
-            (docs[1]["Reason"].as_str(), docs[1]["AllowedDisruptions"].as_f64()),
+            (
+                docs[1]["Reason"].as_str(),
+                docs[1]["AllowedDisruptions"].as_f64()
+            ),
             (Some("Drifted"), Some(0.0))
         );
         assert_eq!(
@@ -680,7 +694,10 @@ mod tests {
         assert_eq!(docs[0]["InterruptionsHandled"], 3.0);
         assert!(docs[0].get("Pool").is_none());
         assert_eq!(
-            (docs[1]["Pool"].as_str(), docs[1]["InterruptionsHandled"].as_f64()),
+            (
+                docs[1]["Pool"].as_str(),
+                docs[1]["InterruptionsHandled"].as_f64()
+            ),
             (Some("prod/gpu"), Some(1.0))
         );
         assert_eq!(docs.len(), 2);
@@ -739,10 +756,7 @@ mod tests {
         assert_eq!(sample(&records, "PodStartFailurePercentOld"), None);
         let docs = to_docs(&records);
         docs.iter().for_each(assert_valid_emf);
-        let own = docs
-            .iter()
-            .find(|d| d.get("Release").is_some())
-            .unwrap();
+        let own = docs.iter().find(|d| d.get("Release").is_some()).unwrap();
         assert_eq!(own["Pool"], "prod/gpu");
         assert_eq!(own["Release"], "v20241109");
         assert_eq!(own["PodStartFailurePercentNew"], 10.0);
@@ -766,7 +780,9 @@ mod tests {
     /// releases are watched (the second quarantined), a pool has retained instances, one its
     /// repairs suspended, one backs off, one fails to resolve. The EMF documents, in order.
     fn day(pools: usize, per_pool: usize) -> Vec<Value> {
-        let names: Vec<String> = (0..pools).map(|i| format!("c{}/pool-{i}", i / 100)).collect();
+        let names: Vec<String> = (0..pools)
+            .map(|i| format!("c{}/pool-{i}", i / 100))
+            .collect();
         let mut out = Vec::new();
         let watch = |release: &str, rate: f64| crate::promotion::health::Summary {
             release: release.into(),
@@ -858,10 +874,7 @@ mod tests {
             assert_eq!(series.len(), CELL_SERIES, "{series:#?}");
             assert!(series.len() <= 30);
             // Exactly the names of EMITTED, none other.
-            let names: BTreeSet<&str> = series
-                .iter()
-                .filter_map(|s| s.split(' ').next())
-                .collect();
+            let names: BTreeSet<&str> = series.iter().filter_map(|s| s.split(' ').next()).collect();
             assert_eq!(names, EMITTED.iter().copied().collect::<BTreeSet<_>>());
         }
     }
@@ -889,9 +902,6 @@ mod tests {
             })
             .collect();
         assert_eq!(by_pool, expected);
-        assert_eq!(
-            series.len(),
-            CELL_SERIES + expected.values().sum::<usize>()
-        );
+        assert_eq!(series.len(), CELL_SERIES + expected.values().sum::<usize>());
     }
 }

@@ -1302,7 +1302,10 @@ fn the_dashboard_and_alarms_draw_only_metrics_the_functions_emit() {
         match namespace.as_str() {
             nodecycle::metrics::NAMESPACE => {
                 assert!(emitted.contains(name.as_str()), "{name} is not emitted");
-                assert!(dims.is_empty(), "{name} {dims:?}: cell metrics have no dimension");
+                assert!(
+                    dims.is_empty(),
+                    "{name} {dims:?}: cell metrics have no dimension"
+                );
                 ours.insert(name.as_str());
             }
             "AWS/Lambda" => {
@@ -1346,7 +1349,10 @@ fn the_dashboard_and_alarms_draw_only_metrics_the_functions_emit() {
         if a["Namespace"] == nodecycle::metrics::NAMESPACE {
             let name = a["MetricName"].as_str().unwrap();
             assert!(emitted.contains(name), "{alarm}: {name} is not emitted");
-            assert!(a.get("Dimensions").is_none(), "{alarm}: cell metrics have none");
+            assert!(
+                a.get("Dimensions").is_none(),
+                "{alarm}: cell metrics have none"
+            );
         }
     }
     let t = deployed(&[("Clusters", "prod"), ("Dashboard", "Disabled")]);
