@@ -291,7 +291,10 @@ pub fn rotator_pass(pools: &[PoolMetrics<'_>], quarantined: usize) -> Vec<Record
     out
 }
 
-fn reasons() -> [(&'static str, fn(&Allowed) -> u32); 2] {
+/// A budget reason and how to read its allowance.
+type ReasonOf = (&'static str, fn(&Allowed) -> u32);
+
+fn reasons() -> [ReasonOf; 2] {
     [(REASONS[0], |a| a.drifted), (REASONS[1], |a| a.expired)]
 }
 

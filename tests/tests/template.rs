@@ -1276,7 +1276,7 @@ fn dashboard_metrics(t: &Value) -> Vec<(String, String, Vec<String>)> {
                 .iter()
                 .filter_map(Value::as_str)
                 .collect();
-            assert!(parts.len() >= 2 && parts.len() % 2 == 0, "{m}");
+            assert!(parts.len() >= 2 && parts.len().is_multiple_of(2), "{m}");
             assert!(!parts.contains(&"."), "{m}: spelled out, not the shorthand");
             let dims = parts[2..]
                 .chunks(2)

@@ -457,6 +457,13 @@ impl RotatorHandler {
         }
         // Reports in a fixed order: clusters by name, pools in policy order.
         let reports: Vec<PoolReport> = by_name.into_values().flatten().collect();
+        self.emit_metrics(&reports, quarantined.0.len(), now);
+        Ok(json!({"trigger": "schedule", "clusters": clusters, "pools": reports}))
+    }
+
+    /// Emits the pass's metrics ([`crate::metrics::rotator_pass`]): the cell's over `reports`,
+    /// with `quarantined` entries at the start of the pass, and those of per-pool pools.
+    fn emit_metrics(&self, reports: &[PoolReport], quarantined: usize, now: DateTime<Utc>) {
         let pools: Vec<crate::metrics::PoolMetrics<'_>> = reports
             .iter()
             .map(|r| crate::metrics::PoolMetrics {
@@ -465,9 +472,8 @@ impl RotatorHandler {
                 allowed: r.allowed.as_ref(),
             })
             .collect();
-        let records = crate::metrics::rotator_pass(&pools, quarantined.0.len());
-        self.metrics.emit(&records, now);
-        Ok(json!({"trigger": "schedule", "clusters": clusters, "pools": reports}))
+        self.metrics
+            .emit(&crate::metrics::rotator_pass(&pools, quarantined), now);
     }
 
     /// One cluster's part of a pass: its lease, Kubernetes connection and node list (under one
