@@ -24,6 +24,8 @@ export interface Config {
   logRetentionDays: number;
   reservedConcurrency?: number;
   alarmTopicArn?: string;
+  /** Dashboard=Enabled (default): the cell's CloudWatch dashboard. */
+  dashboard: boolean;
   permissionsBoundaryArn?: string;
   /** Member accounts whose forwarded events the default bus admits and the functions act on. */
   servedAccounts: string[];
@@ -98,6 +100,7 @@ export function readConfig(get: (name: string) => unknown): Config {
     logRetentionDays: retention,
     reservedConcurrency: reserved === 0 ? undefined : reserved,
     alarmTopicArn: optional(str("AlarmTopicArn", "", /^(|arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+)$/)),
+    dashboard: str("Dashboard", "Enabled", undefined, ["Enabled", "Disabled"]) === "Enabled",
     permissionsBoundaryArn: optional(str("PermissionsBoundaryArn", "", /^(|arn:aws[a-z-]*:iam::[0-9]{12}:policy\/.+)$/)),
     servedAccounts: list("ServedAccounts", /^[0-9]{12}$/),
     organizationId: optional(str("OrganizationId", "", /^(|o-[a-z0-9]{10,32})$/)),

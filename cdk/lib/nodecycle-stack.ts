@@ -589,6 +589,15 @@ export class NodecycleStack extends cdk.Stack {
       threshold: 1,
     });
 
+    // --- dashboard (Dashboard=Enabled): template.yaml's CellDashboard, body for body -------------
+    if (c.dashboard) {
+      const d = new cloudwatch.CfnDashboard(this, "CellDashboard", {
+        dashboardName: `${this.stackName}-${this.region}`,
+        dashboardBody: cdk.Fn.sub(DASHBOARD_BODY),
+      });
+      logicalId(d, "CellDashboard");
+    }
+
     // --- outputs (the stack contract shared with template.yaml and `nodecycle doctor`) ---------
     const output = (name: string, value: string, description?: string) => new cdk.CfnOutput(this, name, { value, description });
     output("StateTableName", table.tableName);
@@ -633,3 +642,22 @@ function codeAssets(scope: Construct, lambdaDir?: string): (binary: string) => l
   const placeholder = lambda.Code.fromAsset(path.join(__dirname, "..", "..", "placeholder"));
   return () => placeholder;
 }
+
+/**
+ * The cell's dashboard (template.yaml's CellDashboard, compared parsed by scripts/cfn/parity.py):
+ * the cell metrics of shared/src/metrics.rs and the functions' errors and durations; `${...}`
+ * are Fn::Sub references (the functions' logical ids, the stack name and region).
+ */
+const DASHBOARD_BODY = JSON.stringify({
+  "widgets": [
+    {"type": "text", "x": 0, "y": 0, "width": 24, "height": 2, "properties": {"markdown": "## nodecycle: ${AWS::StackName}\nCounts over every pool of the cell, one rotator pass a minute (pools with metrics.perPool: true also have their own, dimension Pool). nodecycle status names the pools; docs/operations.md says what each line means."}},
+    {"type": "metric", "x": 0, "y": 2, "width": 12, "height": 6, "properties": {"title": "Pools up to date", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "Pools", {"label": "pools"}], ["nodecycle", "PoolsUpToDate", {"label": "up to date"}]]}},
+    {"type": "metric", "x": 12, "y": 2, "width": 12, "height": 6, "properties": {"title": "Rotations", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "RotationsInFlight", {"label": "in flight"}], ["nodecycle", "RotationsStarted", {"label": "started", "period": 300}], ["nodecycle", "RotationsFinished", {"label": "finished", "period": 300}], ["nodecycle", "RotationsFailed", {"label": "failed", "period": 300}]]}},
+    {"type": "metric", "x": 0, "y": 8, "width": 12, "height": 6, "properties": {"title": "Halts and quarantines", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "PoolsHalted", {"label": "pools halted"}], ["nodecycle", "PoolBackingOff", {"label": "pools backing off"}], ["nodecycle", "RepairSuspended", {"label": "pools with repair suspended"}], ["nodecycle", "ReleasesQuarantined", {"label": "releases quarantined", "stat": "Maximum"}]]}},
+    {"type": "metric", "x": 12, "y": 8, "width": 12, "height": 6, "properties": {"title": "Waiting on budgets", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "PoolsBudgetLimited", {"label": "pools whose drifted nodes wait on budgets"}], ["nodecycle", "DriftedNodes", {"label": "drifted nodes"}]]}},
+    {"type": "metric", "x": 0, "y": 14, "width": 12, "height": 6, "properties": {"title": "Interruptions and resolution", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "InterruptionsHandled", {"label": "instances acted on (interruptions)", "period": 300}], ["nodecycle", "ResolutionFailures", {"label": "pools that did not resolve", "period": 900}], ["nodecycle", "RetainedInstances", {"label": "retained instances", "stat": "Maximum"}]]}},
+    {"type": "metric", "x": 12, "y": 14, "width": 12, "height": 6, "properties": {"title": "Function errors", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 300, "metrics": [["AWS/Lambda", "Errors", "FunctionName", "${AmiWatcherFunction}", {"label": "ami-watcher"}], ["AWS/Lambda", "Errors", "FunctionName", "${RotatorFunction}", {"label": "rotator"}], ["AWS/Lambda", "Errors", "FunctionName", "${InterruptionHandlerFunction}", {"label": "interruption-handler"}], ["AWS/Lambda", "Errors", "FunctionName", "${OpsFunction}", {"label": "ops"}]]}},
+    {"type": "metric", "x": 0, "y": 20, "width": 12, "height": 6, "properties": {"title": "Function duration (p99, ms)", "region": "${AWS::Region}", "view": "timeSeries", "stat": "p99", "period": 300, "metrics": [["AWS/Lambda", "Duration", "FunctionName", "${AmiWatcherFunction}", {"label": "ami-watcher"}], ["AWS/Lambda", "Duration", "FunctionName", "${RotatorFunction}", {"label": "rotator"}], ["AWS/Lambda", "Duration", "FunctionName", "${InterruptionHandlerFunction}", {"label": "interruption-handler"}], ["AWS/Lambda", "Duration", "FunctionName", "${OpsFunction}", {"label": "ops"}]]}},
+    {"type": "metric", "x": 12, "y": 20, "width": 12, "height": 6, "properties": {"title": "Function duration (maximum, ms)", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Maximum", "period": 300, "metrics": [["AWS/Lambda", "Duration", "FunctionName", "${AmiWatcherFunction}", {"label": "ami-watcher"}], ["AWS/Lambda", "Duration", "FunctionName", "${RotatorFunction}", {"label": "rotator"}], ["AWS/Lambda", "Duration", "FunctionName", "${InterruptionHandlerFunction}", {"label": "interruption-handler"}], ["AWS/Lambda", "Duration", "FunctionName", "${OpsFunction}", {"label": "ops"}]]}}
+  ]
+}, null, 2);

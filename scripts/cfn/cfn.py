@@ -69,6 +69,7 @@ PARAMETER_SETS: dict[str, dict[str, str]] = {
         "FanOut": "Enabled",
         "WorkerConcurrency": "10",
         "WorkItemReceives": "4",
+        "Dashboard": "Disabled",
     },
 }
 

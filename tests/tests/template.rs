@@ -1256,6 +1256,109 @@ fn alarms_notify_the_topic_only_when_one_is_given() {
     );
 }
 
+/// Every metric the dashboard draws: (namespace, name, dimensions as name=value).
+fn dashboard_metrics(t: &Value) -> Vec<(String, String, Vec<String>)> {
+    let dashboards = resources_of(t, "AWS::CloudWatch::Dashboard");
+    assert_eq!(dashboards.len(), 1, "one dashboard");
+    let body: Value = serde_json::from_str(dashboards[0].1["DashboardBody"].as_str().unwrap())
+        .expect("the dashboard body is JSON");
+    let mut out = Vec::new();
+    for w in body["widgets"].as_array().unwrap() {
+        let Some(metrics) = w["properties"]["metrics"].as_array() else {
+            continue;
+        };
+        assert_eq!(w["properties"]["region"], REGION, "{w}");
+        for m in metrics {
+            // [namespace, name, (dimension name, value)..., {options}]: no "." shorthand.
+            let parts: Vec<&str> = m
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            assert!(parts.len() >= 2 && parts.len().is_multiple_of(2), "{m}");
+            assert!(!parts.contains(&"."), "{m}: spelled out, not the shorthand");
+            let dims = parts[2..]
+                .chunks(2)
+                .map(|d| format!("{}={}", d[0], d[1]))
+                .collect();
+            out.push((parts[0].to_string(), parts[1].to_string(), dims));
+        }
+    }
+    out
+}
+
+/// The dashboard and the alarms name only metrics the functions emit (the list the metrics
+/// module emits from, `nodecycle::metrics::EMITTED`), the cell's (no dimension: a `Pool`
+/// series exists only for pools with `metrics.perPool: true`); the dashboard draws what an
+/// operator asks first, and every function's errors and durations. Dashboard=Disabled: none.
+#[test]
+fn the_dashboard_and_alarms_draw_only_metrics_the_functions_emit() {
+    let emitted: BTreeSet<&str> = nodecycle::metrics::EMITTED.iter().copied().collect();
+    let t = deployed(MINIMAL);
+    let drawn = dashboard_metrics(&t);
+    let mut ours = BTreeSet::new();
+    for (namespace, name, dims) in &drawn {
+        match namespace.as_str() {
+            nodecycle::metrics::NAMESPACE => {
+                assert!(emitted.contains(name.as_str()), "{name} is not emitted");
+                assert!(
+                    dims.is_empty(),
+                    "{name} {dims:?}: cell metrics have no dimension"
+                );
+                ours.insert(name.as_str());
+            }
+            "AWS/Lambda" => {
+                assert!(["Errors", "Duration"].contains(&name.as_str()), "{name}");
+                let function = dims[0].strip_prefix("FunctionName=ref:").unwrap();
+                assert!(FUNCTIONS.contains(&function), "{dims:?}");
+            }
+            other => panic!("unexpected namespace {other}"),
+        }
+    }
+    for wanted in [
+        "Pools",
+        "PoolsUpToDate",
+        "RotationsInFlight",
+        "PoolsHalted",
+        "ReleasesQuarantined",
+        "PoolsBudgetLimited",
+        "InterruptionsHandled",
+    ] {
+        assert!(ours.contains(wanted), "the dashboard lacks {wanted}");
+    }
+    for name in ["Errors", "Duration"] {
+        let of: BTreeSet<String> = drawn
+            .iter()
+            .filter(|(n, m, _)| n == "AWS/Lambda" && m == name)
+            .map(|(_, _, d)| d[0].clone())
+            .collect();
+        let all: BTreeSet<String> = FUNCTIONS
+            .iter()
+            .map(|f| format!("FunctionName=ref:{f}"))
+            .collect();
+        assert_eq!(of, all, "{name} of every function");
+    }
+    let dashboard = resources_of(&t, "AWS::CloudWatch::Dashboard")[0].1;
+    assert_eq!(
+        dashboard["DashboardName"],
+        format!("nodecycle-{REGION}"),
+        "global to the account: the region in the name"
+    );
+    for (alarm, a) in resources_of(&t, "AWS::CloudWatch::Alarm") {
+        if a["Namespace"] == nodecycle::metrics::NAMESPACE {
+            let name = a["MetricName"].as_str().unwrap();
+            assert!(emitted.contains(name), "{alarm}: {name} is not emitted");
+            assert!(
+                a.get("Dimensions").is_none(),
+                "{alarm}: cell metrics have none"
+            );
+        }
+    }
+    let t = deployed(&[("Clusters", "prod"), ("Dashboard", "Disabled")]);
+    assert!(resources_of(&t, "AWS::CloudWatch::Dashboard").is_empty());
+}
+
 #[test]
 fn concurrency_is_reserved_only_when_asked_and_never_for_interruptions() {
     let t = deployed(MINIMAL);
