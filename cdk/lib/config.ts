@@ -38,6 +38,14 @@ export interface Config {
   fanOut: boolean;
   workerConcurrency: number;
   workItemReceives: number;
+  /** VpcSubnetIds / VpcSecurityGroupIds: the functions that reach Kubernetes run in this VPC (both or neither). */
+  vpcSubnetIds: string[];
+  vpcSecurityGroupIds: string[];
+  /** VpcEndpoints=Create: interface endpoints for vpcEndpointServices (and DynamoDB's gateway with route tables). */
+  vpcEndpoints: boolean;
+  vpcEndpointServices: string[];
+  vpcId?: string;
+  vpcRouteTableIds: string[];
   /** Directory holding `<binary>/bootstrap` per function (cargo lambda build output). */
   lambdaDir?: string;
 }
@@ -109,8 +117,21 @@ export function readConfig(get: (name: string) => unknown): Config {
     fanOut: str("FanOut", "Disabled", undefined, ["Disabled", "Enabled"]) === "Enabled",
     workerConcurrency: int("WorkerConcurrency", 5, 2, 1000),
     workItemReceives: int("WorkItemReceives", 3, 1, 10),
+    vpcSubnetIds: list("VpcSubnetIds", /^subnet-[0-9a-f]{8,17}$/),
+    vpcSecurityGroupIds: list("VpcSecurityGroupIds", /^sg-[0-9a-f]{8,17}$/),
+    vpcEndpoints: str("VpcEndpoints", "None", undefined, ["None", "Create"]) === "Create",
+    vpcEndpointServices: list("VpcEndpointServices", /^(sts|eks|ec2|autoscaling|ssm|events|monitoring|sqs|logs)$/),
+    vpcId: optional(str("VpcId", "", /^(|vpc-[0-9a-f]{8,17})$/)),
+    vpcRouteTableIds: list("VpcRouteTableIds", /^rtb-[0-9a-f]{8,17}$/),
     lambdaDir: optional(str("LambdaDir", "")),
   };
+  // The template's rules (VpcSubnetsNeedSecurityGroups, VpcSecurityGroupsNeedSubnets, VpcEndpointsNeedTheVpc).
+  if ((config.vpcSubnetIds.length > 0) !== (config.vpcSecurityGroupIds.length > 0))
+    problems.push("VpcSubnetIds and VpcSecurityGroupIds go together: give both or neither");
+  if (config.vpcEndpoints && (config.vpcSubnetIds.length === 0 || !config.vpcId))
+    problems.push("VpcEndpoints=Create needs VpcSubnetIds, VpcSecurityGroupIds and VpcId");
+  // The template's default list of endpoint services.
+  if (get("VpcEndpointServices") === undefined) config.vpcEndpointServices = ["sts", "eks", "ec2", "autoscaling", "ssm", "events", "monitoring", "sqs"];
   if (problems.length > 0) throw new ConfigError(problems.join("\n"));
   return config;
 }
