@@ -465,6 +465,10 @@ LAMBDA_REQUEST = 0.20 / 1e6
 DYNAMODB_READ_UNIT = 0.125 / 1e6  # on-demand read request unit (4 KB strongly consistent)
 DYNAMODB_WRITE_UNIT = 0.625 / 1e6  # on-demand write request unit (1 KB)
 EVENTBRIDGE_CUSTOM_EVENT = 1.00 / 1e6  # PutEvents, per 64 KB event
+CLOUDWATCH_METRIC_MONTH = 0.30  # per custom metric series a month (first 10,000; prorated hourly)
+CLOUDWATCH_ALARM_MONTH = 0.10  # standard-resolution alarm on one metric
+CLOUDWATCH_DASHBOARD_MONTH = 3.00  # beyond the account's first three
+CLOUDWATCH_LOG_GB = 0.50  # ingestion (standard log class); storage $0.03 per GB-month not counted
 # A controller in the cluster instead: its share of a node (0.25 vCPU, 256 MiB requested on an
 # m7g.large, $0.0816 an hour for 2 vCPU / 8 GiB: the larger share, CPU, is priced), always on.
 M7G_LARGE_HOUR = 0.0816
@@ -475,7 +479,9 @@ def cost(args):
     """Monthly cost of a deployment from one measured steady rotator pass and ami-watcher run
     (durations, the DynamoDB request units they used) and the fixed schedule: the rotator every
     minute, the ami-watcher every 15 minutes, the interruption handler's maintenance tick every
-    minute. No free tier; CloudWatch (logs, metrics, alarms) not included."""
+    minute. No free tier. CloudWatch: the metric series (measured by the metrics module's
+    simulated day), the stack's alarms and dashboard, and log ingestion (the EMF documents, and
+    the INFO decision lines at --log-bytes per pool and pass)."""
     gb = args.memory_mb / 1024
     rotator_s = args.pass_seconds * MINUTES_A_MONTH
     watcher_s = args.watcher_seconds * MINUTES_A_MONTH / 15
@@ -488,11 +494,16 @@ def cost(args):
     writes = args.write_units * MINUTES_A_MONTH + args.watcher_write_units * watcher_runs
     dynamodb = reads * DYNAMODB_READ_UNIT + writes * DYNAMODB_WRITE_UNIT
     events = args.events * EVENTBRIDGE_CUSTOM_EVENT
-    total = lambda_cost + dynamodb + events
+    log_gb = (args.emf_mb_per_day * 30 * 1e6 + args.log_bytes * args.pools * MINUTES_A_MONTH) / 1e9
+    cloudwatch = (args.metric_series * CLOUDWATCH_METRIC_MONTH + args.alarms * CLOUDWATCH_ALARM_MONTH
+                  + args.dashboards * CLOUDWATCH_DASHBOARD_MONTH + log_gb * CLOUDWATCH_LOG_GB)
+    total = lambda_cost + dynamodb + events + cloudwatch
     controller = 0.25 / 2 * M7G_LARGE_HOUR * 24 * 30 * args.controllers
     print(f"| {args.pools} pools | {gb_seconds:,.0f} GB-s, {requests:,.0f} requests: ${lambda_cost:.2f} |"
           f" {reads / 1e6:.1f} M reads, {writes / 1e6:.2f} M writes: ${dynamodb:.2f} |"
-          f" {args.events:,} events: ${events:.2f} | **${total:.2f}** | ${controller:.2f} ({args.controllers} cluster{'s' if args.controllers != 1 else ''}) |")
+          f" {args.events:,} events: ${events:.2f} |"
+          f" {args.metric_series} metrics, {args.alarms} alarms, {args.dashboards} dashboard, {log_gb:.1f} GB logs: ${cloudwatch:.2f} |"
+          f" **${total:.2f}** | ${controller:.2f} ({args.controllers} cluster{'s' if args.controllers != 1 else ''}) |")
 
 
 def main():
@@ -520,6 +531,11 @@ def main():
     k.add_argument("--watcher-read-units", type=float, default=0, help="DynamoDB read units of one ami-watcher run")
     k.add_argument("--watcher-write-units", type=float, default=0, help="DynamoDB write units of one ami-watcher run")
     k.add_argument("--events", type=int, default=0, help="custom events put on the bus in a month")
+    k.add_argument("--metric-series", type=int, default=20, help="custom metric series the cell emits (metrics::CELL_SERIES, plus those of perPool pools)")
+    k.add_argument("--alarms", type=int, default=12, help="the stack's alarms (14 with FanOut)")
+    k.add_argument("--dashboards", type=int, default=1, help="0 with Dashboard=Disabled or within the account's first three")
+    k.add_argument("--emf-mb-per-day", type=float, default=2.1, help="EMF documents a day (the metrics module's simulated day)")
+    k.add_argument("--log-bytes", type=float, default=0, help="INFO log bytes per pool and rotator pass")
     k.add_argument("--controllers", type=int, default=1, help="clusters an in-cluster controller would run in")
     args = p.parse_args()
     {"measure": measure, "sizes": sizes, "crates": crates, "cost": cost}[args.cmd](args)

@@ -24,6 +24,8 @@ export interface Config {
   logRetentionDays: number;
   reservedConcurrency?: number;
   alarmTopicArn?: string;
+  /** Dashboard=Enabled (default): the cell's CloudWatch dashboard. */
+  dashboard: boolean;
   permissionsBoundaryArn?: string;
   /** Member accounts whose forwarded events the default bus admits and the functions act on. */
   servedAccounts: string[];
@@ -36,6 +38,14 @@ export interface Config {
   fanOut: boolean;
   workerConcurrency: number;
   workItemReceives: number;
+  /** VpcSubnetIds / VpcSecurityGroupIds: the functions that reach Kubernetes run in this VPC (both or neither). */
+  vpcSubnetIds: string[];
+  vpcSecurityGroupIds: string[];
+  /** VpcEndpoints=Create: interface endpoints for vpcEndpointServices (and DynamoDB's gateway with route tables). */
+  vpcEndpoints: boolean;
+  vpcEndpointServices: string[];
+  vpcId?: string;
+  vpcRouteTableIds: string[];
   /** Directory holding `<binary>/bootstrap` per function (cargo lambda build output). */
   lambdaDir?: string;
 }
@@ -98,6 +108,7 @@ export function readConfig(get: (name: string) => unknown): Config {
     logRetentionDays: retention,
     reservedConcurrency: reserved === 0 ? undefined : reserved,
     alarmTopicArn: optional(str("AlarmTopicArn", "", /^(|arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+)$/)),
+    dashboard: str("Dashboard", "Enabled", undefined, ["Enabled", "Disabled"]) === "Enabled",
     permissionsBoundaryArn: optional(str("PermissionsBoundaryArn", "", /^(|arn:aws[a-z-]*:iam::[0-9]{12}:policy\/.+)$/)),
     servedAccounts: list("ServedAccounts", /^[0-9]{12}$/),
     organizationId: optional(str("OrganizationId", "", /^(|o-[a-z0-9]{10,32})$/)),
@@ -106,8 +117,21 @@ export function readConfig(get: (name: string) => unknown): Config {
     fanOut: str("FanOut", "Disabled", undefined, ["Disabled", "Enabled"]) === "Enabled",
     workerConcurrency: int("WorkerConcurrency", 5, 2, 1000),
     workItemReceives: int("WorkItemReceives", 3, 1, 10),
+    vpcSubnetIds: list("VpcSubnetIds", /^subnet-[0-9a-f]{8,17}$/),
+    vpcSecurityGroupIds: list("VpcSecurityGroupIds", /^sg-[0-9a-f]{8,17}$/),
+    vpcEndpoints: str("VpcEndpoints", "None", undefined, ["None", "Create"]) === "Create",
+    vpcEndpointServices: list("VpcEndpointServices", /^(sts|eks|ec2|autoscaling|ssm|events|monitoring|sqs|logs)$/),
+    vpcId: optional(str("VpcId", "", /^(|vpc-[0-9a-f]{8,17})$/)),
+    vpcRouteTableIds: list("VpcRouteTableIds", /^rtb-[0-9a-f]{8,17}$/),
     lambdaDir: optional(str("LambdaDir", "")),
   };
+  // The template's rules (VpcSubnetsNeedSecurityGroups, VpcSecurityGroupsNeedSubnets, VpcEndpointsNeedTheVpc).
+  if ((config.vpcSubnetIds.length > 0) !== (config.vpcSecurityGroupIds.length > 0))
+    problems.push("VpcSubnetIds and VpcSecurityGroupIds go together: give both or neither");
+  if (config.vpcEndpoints && (config.vpcSubnetIds.length === 0 || !config.vpcId))
+    problems.push("VpcEndpoints=Create needs VpcSubnetIds, VpcSecurityGroupIds and VpcId");
+  // The template's default list of endpoint services.
+  if (get("VpcEndpointServices") === undefined) config.vpcEndpointServices = ["sts", "eks", "ec2", "autoscaling", "ssm", "events", "monitoring", "sqs"];
   if (problems.length > 0) throw new ConfigError(problems.join("\n"));
   return config;
 }

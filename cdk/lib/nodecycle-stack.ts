@@ -7,6 +7,7 @@ import * as path from "path";
 import * as cdk from "aws-cdk-lib";
 import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
 import * as dynamodb from "aws-cdk-lib/aws-dynamodb";
+import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as events from "aws-cdk-lib/aws-events";
 import * as targets from "aws-cdk-lib/aws-events-targets";
 import * as iam from "aws-cdk-lib/aws-iam";
@@ -143,6 +144,17 @@ export class NodecycleStack extends cdk.Stack {
       ],
     };
 
+    // In a VPC: the network interfaces Lambda creates for the functions that reach Kubernetes
+    // (what AWSLambdaVPCAccessExecutionRole grants, within this account and region); inline in
+    // the role, so no function is created before its role may do this.
+    const inVpc = c.vpcSubnetIds.length > 0;
+    const networkInterfaces = new iam.PolicyDocument({
+      statements: [
+        allow("DescribeNetworkInterfaces", ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"], ["*"]),
+        allow("FunctionNetworkInterfaces", ["ec2:CreateNetworkInterface"], ["network-interface/*", "subnet/*", "security-group/*"].map((r) => arnOf("ec2", r))),
+        allow("ManageFunctionNetworkInterfaces", ["ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"], [arnOf("ec2", "network-interface/*")]),
+      ],
+    });
     const policyNames: Record<FunctionKey, string> = { AmiWatcher: "ami-watcher", Rotator: "rotator", InterruptionHandler: "interruption-handler", Ops: "ops" };
     const roles = {} as Record<FunctionKey, iam.Role>;
     const groups = {} as Record<FunctionKey, logs.LogGroup>;
@@ -166,6 +178,7 @@ export class NodecycleStack extends cdk.Stack {
               allow("FailedInvocationsToDeadLetterQueue", ["sqs:SendMessage"], [dlq.queueArn]),
             ],
           }),
+          ...(inVpc && key !== "AmiWatcher" ? { "vpc-network-interfaces": networkInterfaces } : {}),
         },
       });
       logicalId(role, `${key}FunctionRole`);
@@ -390,6 +403,10 @@ export class NodecycleStack extends cdk.Stack {
         reservedConcurrentExecutions: key === "InterruptionHandler" ? undefined : c.reservedConcurrency,
       });
       logicalId(fn, `${key}Function`);
+      if (inVpc && key !== "AmiWatcher") {
+        // Only the functions that reach the Kubernetes API (the ami-watcher calls AWS only).
+        (fn.node.defaultChild as lambda.CfnFunction).vpcConfig = { subnetIds: c.vpcSubnetIds, securityGroupIds: c.vpcSecurityGroupIds };
+      }
       fns[key] = fn;
       const [retries, age] = invokeConfig[key];
       const eic = new lambda.CfnEventInvokeConfig(this, `${key}FunctionEventInvokeConfig`, {
@@ -414,6 +431,42 @@ export class NodecycleStack extends cdk.Stack {
       logicalId(esm, "RotatorWorkItems");
       // Lambda checks the role may read the queue when the mapping is created.
       esm.addDependency(this.node.findChild("RotatorWorkQueue") as cdk.CfnResource);
+    }
+
+    // --- VPC endpoints (VpcEndpoints=Create) ------------------------------------------------------
+    if (inVpc && c.vpcEndpoints && c.vpcId) {
+      const sg = new ec2.CfnSecurityGroup(this, "VpcEndpointSecurityGroup", {
+        groupDescription: "nodecycle VPC endpoints - HTTPS from the function security groups",
+        vpcId: c.vpcId,
+        // Every function's network interface carries every group of VpcSecurityGroupIds, so
+        // admitting the first admits the functions.
+        securityGroupIngress: [
+          { ipProtocol: "tcp", fromPort: 443, toPort: 443, sourceSecurityGroupId: c.vpcSecurityGroupIds[0], description: "HTTPS from the nodecycle functions" },
+        ],
+        // The endpoints answer; they open no connection.
+        securityGroupEgress: [{ ipProtocol: "-1", cidrIp: "127.0.0.1/32", description: "no egress" }],
+      });
+      logicalId(sg, "VpcEndpointSecurityGroup");
+      for (const service of c.vpcEndpointServices) {
+        const e = new ec2.CfnVPCEndpoint(this, `VpcEndpoint${alnum(service)}`, {
+          vpcEndpointType: "Interface",
+          serviceName: sub(`com.amazonaws.\${AWS::Region}.${service}`),
+          vpcId: c.vpcId,
+          subnetIds: c.vpcSubnetIds,
+          securityGroupIds: [sg.ref],
+          privateDnsEnabled: true,
+        });
+        logicalId(e, `VpcEndpoint${alnum(service)}`);
+      }
+      if (c.vpcRouteTableIds.length > 0) {
+        const e = new ec2.CfnVPCEndpoint(this, "VpcEndpointdynamodb", {
+          vpcEndpointType: "Gateway",
+          serviceName: sub("com.amazonaws.${AWS::Region}.dynamodb"),
+          vpcId: c.vpcId,
+          routeTableIds: c.vpcRouteTableIds,
+        });
+        logicalId(e, "VpcEndpointdynamodb");
+      }
     }
 
     // --- rules ----------------------------------------------------------------------------------
@@ -589,6 +642,15 @@ export class NodecycleStack extends cdk.Stack {
       threshold: 1,
     });
 
+    // --- dashboard (Dashboard=Enabled): template.yaml's CellDashboard, body for body -------------
+    if (c.dashboard) {
+      const d = new cloudwatch.CfnDashboard(this, "CellDashboard", {
+        dashboardName: `${this.stackName}-${this.region}`,
+        dashboardBody: cdk.Fn.sub(DASHBOARD_BODY),
+      });
+      logicalId(d, "CellDashboard");
+    }
+
     // --- outputs (the stack contract shared with template.yaml and `nodecycle doctor`) ---------
     const output = (name: string, value: string, description?: string) => new cdk.CfnOutput(this, name, { value, description });
     output("StateTableName", table.tableName);
@@ -600,6 +662,7 @@ export class NodecycleStack extends cdk.Stack {
       output(`${key}FunctionName`, fns[key].functionName);
     }
     output("EventRuleNames", cdk.Fn.join(",", rules.map((r) => r.ruleName)), "Every EventBridge rule of the stack (each must be ENABLED).");
+    output("FunctionSubnetIds", c.vpcSubnetIds.join(","), "The subnets of the functions that reach Kubernetes (VpcSubnetIds); empty - outside any VPC (read by doctor).");
     output("DeadLetterQueueUrl", dlq.queueUrl);
     output("DeadLetterQueueArn", dlq.queueArn);
   }
@@ -633,3 +696,22 @@ function codeAssets(scope: Construct, lambdaDir?: string): (binary: string) => l
   const placeholder = lambda.Code.fromAsset(path.join(__dirname, "..", "..", "placeholder"));
   return () => placeholder;
 }
+
+/**
+ * The cell's dashboard (template.yaml's CellDashboard, compared parsed by scripts/cfn/parity.py):
+ * the cell metrics of shared/src/metrics.rs and the functions' errors and durations; `${...}`
+ * are Fn::Sub references (the functions' logical ids, the stack name and region).
+ */
+const DASHBOARD_BODY = JSON.stringify({
+  "widgets": [
+    {"type": "text", "x": 0, "y": 0, "width": 24, "height": 2, "properties": {"markdown": "## nodecycle: ${AWS::StackName}\nCounts over every pool of the cell, one rotator pass a minute (pools with metrics.perPool: true also have their own, dimension Pool). nodecycle status names the pools; docs/operations.md says what each line means."}},
+    {"type": "metric", "x": 0, "y": 2, "width": 12, "height": 6, "properties": {"title": "Pools up to date", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "Pools", {"label": "pools"}], ["nodecycle", "PoolsUpToDate", {"label": "up to date"}]]}},
+    {"type": "metric", "x": 12, "y": 2, "width": 12, "height": 6, "properties": {"title": "Rotations", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "RotationsInFlight", {"label": "in flight"}], ["nodecycle", "RotationsStarted", {"label": "started", "period": 300}], ["nodecycle", "RotationsFinished", {"label": "finished", "period": 300}], ["nodecycle", "RotationsFailed", {"label": "failed", "period": 300}]]}},
+    {"type": "metric", "x": 0, "y": 8, "width": 12, "height": 6, "properties": {"title": "Halts and quarantines", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "PoolsHalted", {"label": "pools halted"}], ["nodecycle", "PoolBackingOff", {"label": "pools backing off"}], ["nodecycle", "RepairSuspended", {"label": "pools with repair suspended"}], ["nodecycle", "ReleasesQuarantined", {"label": "releases quarantined", "stat": "Maximum"}]]}},
+    {"type": "metric", "x": 12, "y": 8, "width": 12, "height": 6, "properties": {"title": "Waiting on budgets", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "PoolsBudgetLimited", {"label": "pools whose drifted nodes wait on budgets"}], ["nodecycle", "DriftedNodes", {"label": "drifted nodes"}]]}},
+    {"type": "metric", "x": 0, "y": 14, "width": 12, "height": 6, "properties": {"title": "Interruptions and resolution", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 60, "metrics": [["nodecycle", "InterruptionsHandled", {"label": "instances acted on (interruptions)", "period": 300}], ["nodecycle", "ResolutionFailures", {"label": "pools that did not resolve", "period": 900}], ["nodecycle", "RetainedInstances", {"label": "retained instances", "stat": "Maximum"}]]}},
+    {"type": "metric", "x": 12, "y": 14, "width": 12, "height": 6, "properties": {"title": "Function errors", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Sum", "period": 300, "metrics": [["AWS/Lambda", "Errors", "FunctionName", "${AmiWatcherFunction}", {"label": "ami-watcher"}], ["AWS/Lambda", "Errors", "FunctionName", "${RotatorFunction}", {"label": "rotator"}], ["AWS/Lambda", "Errors", "FunctionName", "${InterruptionHandlerFunction}", {"label": "interruption-handler"}], ["AWS/Lambda", "Errors", "FunctionName", "${OpsFunction}", {"label": "ops"}]]}},
+    {"type": "metric", "x": 0, "y": 20, "width": 12, "height": 6, "properties": {"title": "Function duration (p99, ms)", "region": "${AWS::Region}", "view": "timeSeries", "stat": "p99", "period": 300, "metrics": [["AWS/Lambda", "Duration", "FunctionName", "${AmiWatcherFunction}", {"label": "ami-watcher"}], ["AWS/Lambda", "Duration", "FunctionName", "${RotatorFunction}", {"label": "rotator"}], ["AWS/Lambda", "Duration", "FunctionName", "${InterruptionHandlerFunction}", {"label": "interruption-handler"}], ["AWS/Lambda", "Duration", "FunctionName", "${OpsFunction}", {"label": "ops"}]]}},
+    {"type": "metric", "x": 12, "y": 20, "width": 12, "height": 6, "properties": {"title": "Function duration (maximum, ms)", "region": "${AWS::Region}", "view": "timeSeries", "stat": "Maximum", "period": 300, "metrics": [["AWS/Lambda", "Duration", "FunctionName", "${AmiWatcherFunction}", {"label": "ami-watcher"}], ["AWS/Lambda", "Duration", "FunctionName", "${RotatorFunction}", {"label": "rotator"}], ["AWS/Lambda", "Duration", "FunctionName", "${InterruptionHandlerFunction}", {"label": "interruption-handler"}], ["AWS/Lambda", "Duration", "FunctionName", "${OpsFunction}", {"label": "ops"}]]}}
+  ]
+}, null, 2);

@@ -40,7 +40,8 @@ PSEUDO = {
 NO_VALUE = object()
 
 # Parameter values the checks translate the template with: the least a user gives, and every
-# optional feature on (parity with the CDK app is checked for both).
+# optional feature on, the functions in a VPC with the endpoints created included (parity with the
+# CDK app is checked for both).
 PARAMETER_SETS: dict[str, dict[str, str]] = {
     "minimal": {"Clusters": "prod"},
     "full": {
@@ -69,6 +70,12 @@ PARAMETER_SETS: dict[str, dict[str, str]] = {
         "FanOut": "Enabled",
         "WorkerConcurrency": "10",
         "WorkItemReceives": "4",
+        "Dashboard": "Disabled",
+        "VpcSubnetIds": "subnet-0123456789abcdef0,subnet-0fedcba9876543210",
+        "VpcSecurityGroupIds": "sg-0123456789abcdef0,sg-0fedcba9876543210",
+        "VpcEndpoints": "Create",
+        "VpcId": "vpc-0123456789abcdef0",
+        "VpcRouteTableIds": "rtb-0123456789abcdef0,rtb-0fedcba9876543210",
     },
 }
 

@@ -16,7 +16,8 @@ compares, by logical id:
   * functions (runtime, architecture, handler, memory, timeout, environment, logging, reserved
     concurrency, role) and their asynchronous invocation settings;
   * table keys, TTL, billing, encryption, protection; queue settings and queue policy; log groups;
-  * alarms; outputs; and that neither has a resource type the other lacks.
+  * alarms; dashboards (name, and body parsed); outputs; and that neither has a resource type
+    the other lacks.
 Not compared: the template's Parameters and its Metadata (the console's parameter groups,
 AWS::CloudFormation::Interface): the CDK app takes context values and synthesizes none.
 Exit 1 on any difference (each printed), 0 when equal. Before comparing, it checks that the
@@ -194,6 +195,8 @@ def view(t: dict[str, Any]) -> dict[str, Any]:
                   "EvaluationPeriods", "DatapointsToAlarm", "Threshold", "ComparisonOperator", "TreatMissingData",
                   "AlarmActions", "OKActions"]
     v["alarms"] = {k: norm({x: p.get(x) for x in alarm_keys}) for k, p in of("AWS::CloudWatch::Alarm").items()}
+    v["dashboards"] = {k: {"DashboardName": p.get("DashboardName"), "DashboardBody": json.loads(p["DashboardBody"])}
+                       for k, p in of("AWS::CloudWatch::Dashboard").items()}
     v["lifecycle_hooks"] = {k: norm(p) for k, p in of("AWS::AutoScaling::LifecycleHook").items()}
     v["outputs"] = norm(t["Outputs"])
     v["resource_types"] = dict(sorted(Counter(r["Type"] for r in res.values() if r["Type"] != "AWS::CDK::Metadata").items()))

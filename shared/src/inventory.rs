@@ -126,6 +126,20 @@ pub struct ClusterFacts {
     pub status: String,
     /// `accessConfig.authenticationMode`: `CONFIG_MAP`, `API`, `API_AND_CONFIG_MAP`.
     pub authentication_mode: Option<String>,
+    /// `resourcesVpcConfig`: how the Kubernetes API endpoint is reached; `None` when EKS reports
+    /// neither a public nor a private endpoint (an emulator, not a real cluster).
+    pub endpoint: Option<EndpointAccess>,
+}
+
+/// A cluster's Kubernetes API endpoint access (`resourcesVpcConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointAccess {
+    /// `endpointPublicAccess`.
+    pub public: bool,
+    /// `endpointPrivateAccess`.
+    pub private: bool,
+    /// `publicAccessCidrs` (EKS reports `0.0.0.0/0` when unrestricted).
+    pub public_cidrs: Vec<String>,
 }
 
 /// One EKS access entry.

@@ -1,20 +1,35 @@
-//! Metrics in CloudWatch embedded metric format (EMF): the values each handler reports per pool
-//! and pass, formatted as EMF JSON documents (pure), and the [`MetricSink`] the Lambda
-//! functions print them through (one JSON line per document on stdout; logs go to stderr).
+//! Metrics in CloudWatch embedded metric format (EMF): the values each handler reports per pass,
+//! formatted as EMF JSON documents (pure), and the [`MetricSink`] the Lambda functions print them
+//! through (one JSON line per document on stdout; logs go to stderr).
 //!
-//! Namespace [`NAMESPACE`]. Per pool and pass, with dimension sets `[["Pool"], []]` (so the
-//! dimensionless aggregate exists for alarms):
-//! - rotator: `PoolsHalted` (1 if the pool is halted, else 0), `RotationsStarted`,
-//!   `RotationsFinished`, `RotationsFailed` (transitions recorded this pass), `DriftedNodes`
-//!   (in-service nodes on another AMI than the desired one), `RepairSuspended` (1 while
-//!   repair's circuit breaker holds the pool's repairs, else 0), `PoolBackingOff` (1 while the
-//!   pool's failing passes back it off, else 0); `RetainedInstances` (instances of the pool's
-//!   group left `Terminating:Retained` after the pass's cleanup, [`crate::retain`]; the
-//!   dimensionless aggregate only: `status` and `doctor` say which); and `AllowedDisruptions` per
-//!   budget reason, with dimension sets `[["Pool", "Reason"], ["Reason"]]`;
-//! - ami-watcher: `ResolutionFailures` (1 if the pool's resolution failed or its policy is
-//!   invalid, else 0);
-//! - interruption handler: `InterruptionsHandled` (1 per instance acted on).
+//! Namespace [`NAMESPACE`]. Every metric is a **cell** metric by default: one document per
+//! invocation with dimension set `[[]]` (no dimension), its values summed (counts) or taken at
+//! their maximum (percentages) over the pools of the invocation, so a cell emits the same
+//! [`CELL_SERIES`] series whether it serves 5 pools or 5,000 (CloudWatch bills per series).
+//! A pool whose policy says `metrics.perPool: true` adds documents of its own with the `Pool`
+//! dimension (never the `[]` set again: the cell document already counts it).
+//!
+//! - rotator, per invocation ([`rotator_pass`]): `Pools` (pools of the pass), `PoolsUpToDate`
+//!   (desired AMI known and no in-service node on another), `PoolsHalted`, `PoolsBudgetLimited`
+//!   (drifted nodes wait while the `Drifted` allowance is 0), `RotationsInFlight` (rotation
+//!   records not finished at the start of the pass), `RotationsStarted`, `RotationsFinished`,
+//!   `RotationsFailed` (transitions this pass), `DriftedNodes`, `RepairSuspended` (pools whose
+//!   repairs the circuit breaker holds), `PoolBackingOff` (pools backing off), `RetainedInstances`
+//!   (instances left `Terminating:Retained`, [`crate::retain`]), `ReleasesQuarantined`
+//!   (quarantine entries at the start of the pass); `AllowedDisruptions` summed per budget reason
+//!   (dimension set `[["Reason"]]`, `Drifted` and `Expired`) when a pool planned; and while a
+//!   release is under watch, `UnhealthyNodes` (sum) and `PodStartFailurePercentNew`/`Old`
+//!   (maximum over the pools);
+//! - ami-watcher, per run ([`watcher_pass`]): `ResolutionFailures` (pools whose resolution
+//!   failed or whose policy is invalid);
+//! - interruption handler, per event acted on ([`interruption_pass`]): `InterruptionsHandled`
+//!   (instances acted on).
+//!
+//! Per pool (`metrics.perPool: true`), dimension set `[["Pool"]]`: the rotator's `PoolsUpToDate`,
+//! `PoolsHalted`, `PoolsBudgetLimited`, `RotationsInFlight`, `RotationsStarted`,
+//! `RotationsFinished`, `RotationsFailed`, `DriftedNodes`, `RepairSuspended`, `PoolBackingOff`
+//! (0 or 1 for the pool), `ResolutionFailures` and `InterruptionsHandled`; `AllowedDisruptions`
+//! with `[["Pool", "Reason"]]`; the release health with `[["Pool", "Release"]]`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -27,10 +42,42 @@ use crate::plan::{self, Allowed, Drift};
 /// The CloudWatch namespace.
 pub const NAMESPACE: &str = "nodecycle";
 
+/// Every metric name the functions emit in [`NAMESPACE`], and no other: the template's alarms and
+/// dashboard may name only these (tests/tests/template.rs), and the unit tests check that a
+/// simulated day emits exactly these.
+pub const EMITTED: [&str; 19] = [
+    "Pools",
+    "PoolsUpToDate",
+    "PoolsHalted",
+    "PoolsBudgetLimited",
+    "RotationsInFlight",
+    "RotationsStarted",
+    "RotationsFinished",
+    "RotationsFailed",
+    "DriftedNodes",
+    "RepairSuspended",
+    "PoolBackingOff",
+    "RetainedInstances",
+    "ReleasesQuarantined",
+    "AllowedDisruptions",
+    "UnhealthyNodes",
+    "PodStartFailurePercentNew",
+    "PodStartFailurePercentOld",
+    "ResolutionFailures",
+    "InterruptionsHandled",
+];
+
+/// The budget reasons `AllowedDisruptions` is reported for (its `Reason` dimension values).
+pub const REASONS: [&str; 2] = ["Drifted", "Expired"];
+
+/// The most series a cell emits with default settings, whatever its pool count: one per name of
+/// [`EMITTED`] and one more for `AllowedDisruptions`' second reason.
+pub const CELL_SERIES: usize = EMITTED.len() + REASONS.len() - 1;
+
 /// One metric value (unit `Count`: every nodecycle metric counts something).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
-    /// Metric name.
+    /// Metric name (one of [`EMITTED`]).
     pub name: &'static str,
     /// Value.
     pub value: f64,
@@ -51,10 +98,17 @@ pub struct Record {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolPass {
+    /// The pool's policy says `metrics.perPool: true`: the pool has per-pool documents too.
+    pub per_pool: bool,
     /// The pool is halted (at the start of the pass, or by a failure in it).
     pub halted: bool,
+    /// The desired AMI is known and no in-service node runs another (set by [`Self::observe`];
+    /// a pool the pass did not observe is not counted up to date).
+    pub up_to_date: bool,
     /// In-service nodes running another AMI than the desired one.
     pub drifted: u32,
+    /// Rotation records not finished at the start of the pass.
+    pub in_flight: u32,
     /// Rotations that left `Pending` this pass.
     pub started: u32,
     /// Rotations that reached `Done` this pass.
@@ -90,10 +144,20 @@ impl PoolPass {
         self.halted |= halts;
     }
 
-    /// Sets what the pass observed: the halt gate and the drifted nodes of `snapshot` at `now`.
+    /// Sets what the pass observed of `snapshot` at `now`: the halt gate, the drifted nodes,
+    /// whether the pool is up to date, and the rotations in flight.
     pub fn observe(&mut self, snapshot: &Snapshot, now: DateTime<Utc>) {
         self.halted |= snapshot.gates.halted.is_some();
         self.drifted = drifted_nodes(snapshot, now);
+        self.up_to_date = snapshot.gates.desired_ami.is_some() && self.drifted == 0;
+        let in_flight = snapshot.rotations.iter().filter(|r| r.in_flight()).count();
+        self.in_flight = u32::try_from(in_flight).unwrap_or(u32::MAX);
+    }
+
+    /// Drifted nodes wait on the budgets: some are drifted and the `Drifted` allowance of the
+    /// pass (`allowed`, when it planned) is 0.
+    pub fn budget_limited(&self, allowed: Option<&Allowed>) -> bool {
+        self.drifted > 0 && allowed.is_some_and(|a| a.drifted == 0)
     }
 }
 
@@ -121,14 +185,146 @@ fn count(name: &'static str, value: u32) -> Sample {
     }
 }
 
-/// The rotator's documents for one pool and pass: the pool's counters, and the budget
-/// allowance per reason (when the pass planned).
-pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> Vec<Record> {
-    let mut out = vec![Record {
+fn percent(name: &'static str, rate: f64) -> Sample {
+    Sample {
+        name,
+        value: (rate * 1000.0).round() / 10.0,
+    }
+}
+
+/// A cell document: no dimension, dimension set `[[]]`.
+fn cell(samples: Vec<Sample>) -> Record {
+    Record {
+        dimensions: Vec::new(),
+        dimension_sets: vec![vec![]],
+        samples,
+    }
+}
+
+/// A per-pool document: dimension set `[["Pool"]]` only (the cell document is the aggregate).
+fn pool_record(pool: &str, samples: Vec<Sample>) -> Record {
+    Record {
         dimensions: vec![("Pool", pool.to_string())],
-        dimension_sets: vec![vec!["Pool"], vec![]],
-        samples: vec![
+        dimension_sets: vec![vec!["Pool"]],
+        samples,
+    }
+}
+
+/// One pool of a rotator pass: its id, what the pass counted and the budget allowance at the
+/// start of the pass (`None` when it did not plan).
+#[derive(Debug, Clone, Copy)]
+pub struct PoolMetrics<'a> {
+    /// `<cluster>/<name>` (the pool id).
+    pub pool: &'a str,
+    /// What the pass counted.
+    pub pass: &'a PoolPass,
+    /// The allowance per reason, when the pass planned.
+    pub allowed: Option<&'a Allowed>,
+}
+
+/// The rotator's documents for one invocation: the cell document over `pools` (always, `Pools`
+/// 0 when there are none), `AllowedDisruptions` per reason when a pool planned, the cell's
+/// release health when a release is under watch in some pool, then the per-pool documents of
+/// the pools with [`PoolPass::per_pool`]. `quarantined`: quarantine entries at the start of the
+/// pass.
+pub fn rotator_pass(pools: &[PoolMetrics<'_>], quarantined: usize) -> Vec<Record> {
+    let sum = |f: &dyn Fn(&PoolMetrics<'_>) -> u32| {
+        pools.iter().fold(0u32, |n, p| n.saturating_add(f(p)))
+    };
+    let flag = |f: fn(&PoolPass) -> bool| sum(&|p| u32::from(f(p.pass)));
+    let mut out = vec![cell(vec![
+        count("Pools", u32::try_from(pools.len()).unwrap_or(u32::MAX)),
+        count("PoolsUpToDate", flag(|p| p.up_to_date)),
+        count("PoolsHalted", flag(|p| p.halted)),
+        count(
+            "PoolsBudgetLimited",
+            sum(&|p| u32::from(p.pass.budget_limited(p.allowed))),
+        ),
+        count("RotationsInFlight", sum(&|p| p.pass.in_flight)),
+        count("RotationsStarted", sum(&|p| p.pass.started)),
+        count("RotationsFinished", sum(&|p| p.pass.finished)),
+        count("RotationsFailed", sum(&|p| p.pass.failed)),
+        count("DriftedNodes", sum(&|p| p.pass.drifted)),
+        count("RepairSuspended", flag(|p| p.repair_suspended)),
+        count("PoolBackingOff", flag(|p| p.backing_off)),
+        count("RetainedInstances", sum(&|p| p.pass.retained)),
+        count(
+            "ReleasesQuarantined",
+            u32::try_from(quarantined).unwrap_or(u32::MAX),
+        ),
+    ])];
+    if pools.iter().any(|p| p.allowed.is_some()) {
+        for (reason, of) in reasons() {
+            out.push(Record {
+                dimensions: vec![("Reason", reason.to_string())],
+                dimension_sets: vec![vec!["Reason"]],
+                samples: vec![count(
+                    "AllowedDisruptions",
+                    sum(&|p| p.allowed.map(of).unwrap_or(0)),
+                )],
+            });
+        }
+    }
+    let watched: Vec<&crate::promotion::health::Summary> = pools
+        .iter()
+        .filter_map(|p| p.pass.health.as_ref())
+        .collect();
+    if !watched.is_empty() {
+        let unhealthy = watched
+            .iter()
+            .fold(0u32, |n, h| n.saturating_add(h.unhealthy_nodes));
+        out.push(cell(health_samples(
+            unhealthy,
+            watched
+                .iter()
+                .filter_map(|h| h.failure_rate_new)
+                .reduce(f64::max),
+            watched
+                .iter()
+                .filter_map(|h| h.failure_rate_old)
+                .reduce(f64::max),
+        )));
+    }
+    for p in pools.iter().filter(|p| p.pass.per_pool) {
+        out.extend(rotator_pool(p.pool, p.pass, p.allowed));
+    }
+    out
+}
+
+/// A budget reason and how to read its allowance.
+type ReasonOf = (&'static str, fn(&Allowed) -> u32);
+
+fn reasons() -> [ReasonOf; 2] {
+    [(REASONS[0], |a| a.drifted), (REASONS[1], |a| a.expired)]
+}
+
+fn health_samples(unhealthy: u32, new: Option<f64>, old: Option<f64>) -> Vec<Sample> {
+    let mut samples = vec![count("UnhealthyNodes", unhealthy)];
+    for (name, rate) in [
+        ("PodStartFailurePercentNew", new),
+        ("PodStartFailurePercentOld", old),
+    ] {
+        if let Some(r) = rate {
+            samples.push(percent(name, r));
+        }
+    }
+    samples
+}
+
+/// The per-pool documents of one pool (`metrics.perPool: true`) and pass: the pool's counters,
+/// the budget allowance per reason (when the pass planned) and the release health (while under
+/// watch). `RetainedInstances` stays a cell metric (`status` and `doctor` name the instances).
+pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> Vec<Record> {
+    let mut out = vec![pool_record(
+        pool,
+        vec![
+            count("PoolsUpToDate", u32::from(pass.up_to_date)),
             count("PoolsHalted", u32::from(pass.halted)),
+            count(
+                "PoolsBudgetLimited",
+                u32::from(pass.budget_limited(allowed)),
+            ),
+            count("RotationsInFlight", pass.in_flight),
             count("RotationsStarted", pass.started),
             count("RotationsFinished", pass.finished),
             count("RotationsFailed", pass.failed),
@@ -136,60 +332,71 @@ pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> V
             count("RepairSuspended", u32::from(pass.repair_suspended)),
             count("PoolBackingOff", u32::from(pass.backing_off)),
         ],
-    }];
+    )];
     if let Some(h) = &pass.health {
-        let mut samples = vec![count("UnhealthyNodes", h.unhealthy_nodes)];
-        for (name, rate) in [
-            ("PodStartFailurePercentNew", h.failure_rate_new),
-            ("PodStartFailurePercentOld", h.failure_rate_old),
-        ] {
-            if let Some(r) = rate {
-                samples.push(Sample {
-                    name,
-                    value: (r * 1000.0).round() / 10.0,
-                });
-            }
-        }
         out.push(Record {
             dimensions: vec![("Pool", pool.to_string()), ("Release", h.release.clone())],
             dimension_sets: vec![vec!["Pool", "Release"]],
-            samples,
+            samples: health_samples(h.unhealthy_nodes, h.failure_rate_new, h.failure_rate_old),
         });
     }
     if let Some(a) = allowed {
-        for (reason, n) in [("Drifted", a.drifted), ("Expired", a.expired)] {
+        for (reason, of) in reasons() {
             out.push(Record {
                 dimensions: vec![("Pool", pool.to_string()), ("Reason", reason.to_string())],
-                dimension_sets: vec![vec!["Pool", "Reason"], vec!["Reason"]],
-                samples: vec![count("AllowedDisruptions", n)],
+                dimension_sets: vec![vec!["Pool", "Reason"]],
+                samples: vec![count("AllowedDisruptions", of(a))],
             });
         }
     }
-    // Aggregate only (no per-pool series: `status` and `doctor` name the pool and instance).
-    out.push(Record {
-        dimensions: Vec::new(),
-        dimension_sets: vec![vec![]],
-        samples: vec![count("RetainedInstances", pass.retained)],
-    });
     out
 }
 
-/// The ami-watcher's document for one pool: `ResolutionFailures` 1 or 0.
-pub fn watcher_pool(pool: &str, failed: bool) -> Record {
-    Record {
-        dimensions: vec![("Pool", pool.to_string())],
-        dimension_sets: vec![vec!["Pool"], vec![]],
-        samples: vec![count("ResolutionFailures", u32::from(failed))],
-    }
+/// One pool of an ami-watcher run: its id, whether its resolution failed (or its policy is
+/// invalid) and whether it has per-pool metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchedPool<'a> {
+    /// The pool id.
+    pub pool: &'a str,
+    /// Resolution failed, or the policy is invalid.
+    pub failed: bool,
+    /// `metrics.perPool: true` (false when the policy is invalid).
+    pub per_pool: bool,
 }
 
-/// The interruption handler's document for one pool: `InterruptionsHandled` = `handled`.
-pub fn interruption_pool(pool: &str, handled: u32) -> Record {
-    Record {
-        dimensions: vec![("Pool", pool.to_string())],
-        dimension_sets: vec![vec!["Pool"], vec![]],
-        samples: vec![count("InterruptionsHandled", handled)],
+/// The ami-watcher's documents for one run: the cell's `ResolutionFailures` (the failed pools;
+/// always, 0 when none failed), then `ResolutionFailures` 1 or 0 of each per-pool pool.
+pub fn watcher_pass(pools: &[WatchedPool<'_>]) -> Vec<Record> {
+    let failed = pools.iter().filter(|p| p.failed).count();
+    let mut out = vec![cell(vec![count(
+        "ResolutionFailures",
+        u32::try_from(failed).unwrap_or(u32::MAX),
+    )])];
+    out.extend(pools.iter().filter(|p| p.per_pool).map(|p| {
+        pool_record(
+            p.pool,
+            vec![count("ResolutionFailures", u32::from(p.failed))],
+        )
+    }));
+    out
+}
+
+/// The interruption handler's documents for one event: nothing when no instance was acted on;
+/// else the cell's `InterruptionsHandled` (the sum of `handled`), then that of each pool with
+/// per-pool metrics. `handled`: pool id, instances acted on, `metrics.perPool`.
+pub fn interruption_pass(handled: &[(&str, u32, bool)]) -> Vec<Record> {
+    if handled.is_empty() {
+        return Vec::new();
     }
+    let total = handled.iter().fold(0u32, |n, h| n.saturating_add(h.1));
+    let mut out = vec![cell(vec![count("InterruptionsHandled", total)])];
+    out.extend(
+        handled
+            .iter()
+            .filter(|h| h.2)
+            .map(|(pool, n, _)| pool_record(pool, vec![count("InterruptionsHandled", *n)])),
+    );
+    out
 }
 
 /// `record` as an EMF document with timestamp `at`: `_aws.CloudWatchMetrics` names the
@@ -255,6 +462,7 @@ impl MetricSink for EmfStdout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
 
     fn at() -> DateTime<Utc> {
         DateTime::from_timestamp(1_790_000_000, 0).unwrap_or_default()
@@ -289,11 +497,52 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_rotator_pass_is_one_pool_document_and_one_per_budget_reason() {
-        let pass = PoolPass {
+    /// The series of EMF documents as CloudWatch makes them: per directive, dimension set and
+    /// metric, the metric name with the set's dimension values.
+    fn series(docs: &[Value]) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for doc in docs {
+            for d in doc["_aws"]["CloudWatchMetrics"].as_array().unwrap() {
+                for set in d["Dimensions"].as_array().unwrap() {
+                    let dims: Vec<String> = set
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|n| {
+                            let n = n.as_str().unwrap();
+                            format!("{n}={}", doc[n].as_str().unwrap())
+                        })
+                        .collect();
+                    for m in d["Metrics"].as_array().unwrap() {
+                        let name = m["Name"].as_str().unwrap();
+                        out.insert(format!("{name} {}", dims.join(",")));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn to_docs(records: &[Record]) -> Vec<Value> {
+        records.iter().map(|r| emf(r, at())).collect()
+    }
+
+    fn sample(records: &[Record], name: &str) -> Option<f64> {
+        records
+            .iter()
+            .filter(|r| r.dimensions.is_empty())
+            .flat_map(|r| &r.samples)
+            .find(|s| s.name == name)
+            .map(|s| s.value)
+    }
+
+    fn pass() -> PoolPass {
+        PoolPass {
+            per_pool: false,
             halted: true,
+            up_to_date: false,
             drifted: 4,
+            in_flight: 2,
             started: 2,
             finished: 1,
             failed: 1,
@@ -301,77 +550,160 @@ mod tests {
             backing_off: false,
             retained: 2,
             health: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_rotator_pass_is_one_cell_document_and_one_per_budget_reason() {
+        let (a, b) = (pass(), PoolPass::default());
         let allowed = Allowed {
-            drifted: 3,
-            expired: 0,
+            drifted: 0,
+            expired: 1,
             unhealthy: 1,
         };
-        let records = rotator_pool("prod/general", &pass, Some(&allowed));
-        assert_eq!(records.len(), 4);
-        let docs: Vec<Value> = records.iter().map(|r| emf(r, at())).collect();
+        let pools = [
+            PoolMetrics {
+                pool: "prod/general",
+                pass: &a,
+                allowed: Some(&allowed),
+            },
+            PoolMetrics {
+                pool: "prod/gpu",
+                pass: &b,
+                allowed: None,
+            },
+        ];
+        let records = rotator_pass(&pools, 1);
+        assert_eq!(records.len(), 3);
+        let docs = to_docs(&records);
         for d in &docs {
             assert_valid_emf(d);
+            assert!(d.get("Pool").is_none(), "no pool dimension by default: {d}");
         }
-        let pool = &docs[0];
-        assert_eq!(pool["Pool"], "prod/general");
-        assert_eq!(pool["PoolsHalted"], 1.0);
-        assert_eq!(pool["RotationsStarted"], 2.0);
-        assert_eq!(pool["RotationsFinished"], 1.0);
-        assert_eq!(pool["RotationsFailed"], 1.0);
-        assert_eq!(pool["DriftedNodes"], 4.0);
+        let cell = &docs[0];
+        assert_eq!(cell["Pools"], 2.0);
+        assert_eq!(cell["PoolsUpToDate"], 0.0);
+        assert_eq!(cell["PoolsHalted"], 1.0);
+        assert_eq!(cell["PoolsBudgetLimited"], 1.0);
+        assert_eq!(cell["RotationsInFlight"], 2.0);
+        assert_eq!(cell["RotationsStarted"], 2.0);
+        assert_eq!(cell["DriftedNodes"], 4.0);
+        assert_eq!(cell["RetainedInstances"], 2.0);
+        assert_eq!(cell["ReleasesQuarantined"], 1.0);
         assert_eq!(
-            pool["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+            cell["_aws"]["CloudWatchMetrics"][0]["Namespace"],
             "nodecycle"
         );
         assert_eq!(
-            pool["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([["Pool"], []])
-        );
-        assert_eq!(pool["_aws"]["Timestamp"], 1_790_000_000_000_i64);
-        let drifted = &docs[1];
-        assert_eq!(
-            (
-                drifted["Reason"].as_str(),
-                drifted["AllowedDisruptions"].as_f64()
-            ),
-            (Some("Drifted"), Some(3.0))
-        );
-        assert_eq!(
-            drifted["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([["Pool", "Reason"], ["Reason"]])
-        );
-        assert_eq!(docs[2]["Reason"], "Expired");
-        assert_eq!(docs[2]["AllowedDisruptions"], 0.0);
-        // Retained instances: the aggregate only, no per-pool series.
-        assert_eq!(docs[3]["RetainedInstances"], 2.0);
-        assert!(docs[3].get("Pool").is_none());
-        assert_eq!(
-            docs[3]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            cell["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
             json!([[]])
         );
+        assert_eq!(cell["_aws"]["Timestamp"], 1_790_000_000_000_i64);
+        assert_eq!(
+            (
+                docs[1]["Reason"].as_str(),
+                docs[1]["AllowedDisruptions"].as_f64()
+            ),
+            (Some("Drifted"), Some(0.0))
+        );
+        assert_eq!(
+            docs[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["Reason"]])
+        );
+        assert_eq!(docs[2]["AllowedDisruptions"], 1.0);
+    }
+
+    #[test]
+    fn a_per_pool_pool_adds_its_own_documents_without_the_aggregate_set() {
+        let a = PoolPass {
+            per_pool: true,
+            ..pass()
+        };
+        let allowed = Allowed::default();
+        let pools = [PoolMetrics {
+            pool: "prod/general",
+            pass: &a,
+            allowed: Some(&allowed),
+        }];
+        let records = rotator_pass(&pools, 0);
+        let docs = to_docs(&records);
+        let own: Vec<&Value> = docs.iter().filter(|d| d.get("Pool").is_some()).collect();
+        assert_eq!(own.len(), 3, "{docs:?}");
+        for d in &own {
+            assert_valid_emf(d);
+            for set in d["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+                .as_array()
+                .unwrap()
+            {
+                assert!(set.as_array().unwrap().contains(&json!("Pool")), "{d}");
+            }
+        }
+        assert_eq!(own[0]["PoolsHalted"], 1.0);
+        assert_eq!(own[0]["RotationsFailed"], 1.0);
+        assert_eq!(own[1]["Reason"], "Drifted");
+        // The cell still counts it once.
+        assert_eq!(sample(&records, "PoolsHalted"), Some(1.0));
     }
 
     #[test]
     fn a_pass_that_did_not_plan_reports_no_allowance() {
-        let records = rotator_pool("prod/general", &PoolPass::default(), None);
-        assert_eq!(records.len(), 2);
+        let b = PoolPass::default();
+        let records = rotator_pass(
+            &[PoolMetrics {
+                pool: "prod/general",
+                pass: &b,
+                allowed: None,
+            }],
+            0,
+        );
+        assert_eq!(records.len(), 1);
         let doc = emf(&records[0], at());
         assert_valid_emf(&doc);
         assert_eq!(doc["PoolsHalted"], 0.0);
+        // No pool at all: still the cell document, zero pools.
+        assert_eq!(sample(&rotator_pass(&[], 0), "Pools"), Some(0.0));
     }
 
     #[test]
     fn watcher_and_interruption_documents() {
-        let doc = emf(&watcher_pool("prod/general", true), at());
-        assert_valid_emf(&doc);
-        assert_eq!(doc["ResolutionFailures"], 1.0);
-        let doc = emf(&watcher_pool("prod/general", false), at());
-        assert_eq!(doc["ResolutionFailures"], 0.0);
-        let doc = emf(&interruption_pool("prod/spot", 2), at());
-        assert_valid_emf(&doc);
-        assert_eq!(doc["InterruptionsHandled"], 2.0);
-        assert_eq!(doc["Pool"], "prod/spot");
+        let pools = [
+            WatchedPool {
+                pool: "prod/general",
+                failed: true,
+                per_pool: false,
+            },
+            WatchedPool {
+                pool: "prod/gpu",
+                failed: true,
+                per_pool: true,
+            },
+            WatchedPool {
+                pool: "prod/spot",
+                failed: false,
+                per_pool: false,
+            },
+        ];
+        let records = watcher_pass(&pools);
+        assert_eq!(records.len(), 2);
+        let docs = to_docs(&records);
+        docs.iter().for_each(assert_valid_emf);
+        assert_eq!(docs[0]["ResolutionFailures"], 2.0);
+        assert_eq!(docs[1]["Pool"], "prod/gpu");
+        assert_eq!(sample(&watcher_pass(&[]), "ResolutionFailures"), Some(0.0));
+        assert!(interruption_pass(&[]).is_empty());
+        let records = interruption_pass(&[("prod/spot", 2, false), ("prod/gpu", 1, true)]);
+        let docs = to_docs(&records);
+        docs.iter().for_each(assert_valid_emf);
+        assert_eq!(docs[0]["InterruptionsHandled"], 3.0);
+        assert!(docs[0].get("Pool").is_none());
+        assert_eq!(
+            (
+                docs[1]["Pool"].as_str(),
+                docs[1]["InterruptionsHandled"].as_f64()
+            ),
+            (Some("prod/gpu"), Some(1.0))
+        );
+        assert_eq!(docs.len(), 2);
     }
 
     #[test]
@@ -388,41 +720,191 @@ mod tests {
             p,
             PoolPass {
                 halted: true,
-                drifted: 0,
                 started: 2,
                 finished: 1,
                 failed: 1,
-                repair_suspended: false,
-                backing_off: false,
-                retained: 0,
-                health: None,
+                ..PoolPass::default()
             }
         );
     }
 
     #[test]
-    fn a_release_under_watch_has_its_health_document() {
-        let pass = PoolPass {
+    fn a_release_under_watch_has_its_health_in_the_cell_and_per_pool() {
+        let watched = |rate: f64, per_pool: bool| PoolPass {
+            per_pool,
             health: Some(crate::promotion::health::Summary {
                 release: "v20241109".into(),
                 unhealthy_nodes: 3,
-                failure_rate_new: Some(0.4),
+                failure_rate_new: Some(rate),
                 failure_rate_old: None,
             }),
             ..PoolPass::default()
         };
-        let records = rotator_pool("prod/general", &pass, None);
-        assert_eq!(records.len(), 3);
-        let doc = emf(&records[1], at());
-        assert_valid_emf(&doc);
-        assert_eq!(doc["Release"], "v20241109");
-        assert_eq!(doc["UnhealthyNodes"], 3.0);
-        assert_eq!(doc["PodStartFailurePercentNew"], 40.0);
-        assert!(doc.get("PodStartFailurePercentOld").is_none(), "{doc}");
+        let (a, b) = (watched(0.4, false), watched(0.1, true));
+        let pools = [
+            PoolMetrics {
+                pool: "prod/general",
+                pass: &a,
+                allowed: None,
+            },
+            PoolMetrics {
+                pool: "prod/gpu",
+                pass: &b,
+                allowed: None,
+            },
+        ];
+        let records = rotator_pass(&pools, 0);
+        assert_eq!(sample(&records, "UnhealthyNodes"), Some(6.0));
+        assert_eq!(sample(&records, "PodStartFailurePercentNew"), Some(40.0));
+        assert_eq!(sample(&records, "PodStartFailurePercentOld"), None);
+        let docs = to_docs(&records);
+        docs.iter().for_each(assert_valid_emf);
+        let own = docs.iter().find(|d| d.get("Release").is_some()).unwrap();
+        assert_eq!(own["Pool"], "prod/gpu");
+        assert_eq!(own["Release"], "v20241109");
+        assert_eq!(own["PodStartFailurePercentNew"], 10.0);
         // Not under watch: no health document.
-        assert_eq!(
-            rotator_pool("prod/general", &PoolPass::default(), None).len(),
-            2
+        let c = PoolPass::default();
+        let records = rotator_pass(
+            &[PoolMetrics {
+                pool: "prod/general",
+                pass: &c,
+                allowed: None,
+            }],
+            0,
         );
+        assert_eq!(sample(&records, "UnhealthyNodes"), None);
+    }
+
+    /// What a simulated day emits: `pools` pools, the first `per_pool` of them with
+    /// `metrics.perPool: true`; the rotator every minute, the ami-watcher every 15 minutes, 20
+    /// interruptions. During the day a release rolls out (every pool drifted for a while, some
+    /// waiting on budgets, rotations started, finished and one failed, a pool halted), two
+    /// releases are watched (the second quarantined), a pool has retained instances, one its
+    /// repairs suspended, one backs off, one fails to resolve. The EMF documents, in order.
+    fn day(pools: usize, per_pool: usize) -> Vec<Value> {
+        let names: Vec<String> = (0..pools)
+            .map(|i| format!("c{}/pool-{i}", i / 100))
+            .collect();
+        let mut out = Vec::new();
+        let watch = |release: &str, rate: f64| crate::promotion::health::Summary {
+            release: release.into(),
+            unhealthy_nodes: 1,
+            failure_rate_new: Some(rate),
+            failure_rate_old: Some(0.01),
+        };
+        for minute in 0..24 * 60 {
+            let hour = minute / 60;
+            let passes: Vec<(PoolPass, Option<Allowed>)> = (0..pools)
+                .map(|i| {
+                    let rolling = hour >= 2 && hour < 3 + i % 10;
+                    let backing_off = i == 5 && hour == 14;
+                    let pass = PoolPass {
+                        per_pool: i < per_pool,
+                        halted: i == 7 && (5..7).contains(&hour),
+                        up_to_date: !rolling,
+                        drifted: if rolling { 3 } else { 0 },
+                        in_flight: u32::from(rolling),
+                        started: u32::from(rolling && minute % 10 == 0),
+                        finished: u32::from(rolling && minute % 10 == 5),
+                        failed: u32::from(i == 7 && minute == 5 * 60),
+                        repair_suspended: i == 4 && hour == 13,
+                        backing_off,
+                        retained: u32::from(i == 3 && hour == 12),
+                        health: match hour {
+                            2..=4 if i < 10 => Some(watch("v1", 0.02)),
+                            8..=9 if i < 3 => Some(watch("v2", 0.5)),
+                            _ => None,
+                        },
+                    };
+                    let allowed = (!backing_off).then_some(Allowed {
+                        drifted: u32::from(i % 3 != 0),
+                        expired: 1,
+                        unhealthy: 1,
+                    });
+                    (pass, allowed)
+                })
+                .collect();
+            let metrics: Vec<PoolMetrics<'_>> = passes
+                .iter()
+                .zip(&names)
+                .map(|((pass, allowed), pool)| PoolMetrics {
+                    pool,
+                    pass,
+                    allowed: allowed.as_ref(),
+                })
+                .collect();
+            out.extend(to_docs(&rotator_pass(&metrics, usize::from(hour >= 10))));
+            if minute % 15 == 0 {
+                let watched: Vec<WatchedPool<'_>> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, pool)| WatchedPool {
+                        pool,
+                        failed: i == 6 && hour == 15,
+                        per_pool: i < per_pool,
+                    })
+                    .collect();
+                out.extend(to_docs(&watcher_pass(&watched)));
+            }
+            if minute % 72 == 0 {
+                let i = minute / 72 % pools;
+                out.extend(to_docs(&interruption_pass(&[(&names[i], 1, i < per_pool)])));
+            }
+        }
+        out
+    }
+
+    /// Series a pool with `metrics.perPool: true` adds: 10 rotator counters, `AllowedDisruptions`
+    /// for 2 reasons, `ResolutionFailures`, `InterruptionsHandled` once it had one, and 3 per
+    /// release watched in it.
+    fn per_pool_series(interrupted: bool, releases: usize) -> usize {
+        10 + 2 + 1 + usize::from(interrupted) + 3 * releases
+    }
+
+    #[test]
+    fn a_simulated_day_emits_a_few_cell_series_whatever_the_pool_count() {
+        for pools in [50, 500] {
+            let docs = day(pools, 0);
+            docs.iter().for_each(assert_valid_emf);
+            let series = series(&docs);
+            let bytes: usize = docs.iter().map(|d| d.to_string().len() + 1).sum();
+            eprintln!(
+                "{pools} pools, defaults: {} series, {} EMF documents, {bytes} bytes a day",
+                series.len(),
+                docs.len()
+            );
+            assert_eq!(series.len(), CELL_SERIES, "{series:#?}");
+            assert!(series.len() <= 30);
+            // Exactly the names of EMITTED, none other.
+            let names: BTreeSet<&str> = series.iter().filter_map(|s| s.split(' ').next()).collect();
+            assert_eq!(names, EMITTED.iter().copied().collect::<BTreeSet<_>>());
+        }
+    }
+
+    #[test]
+    fn per_pool_pools_add_their_own_series() {
+        let docs = day(50, 5);
+        let series = series(&docs);
+        let mut by_pool: BTreeMap<String, usize> = BTreeMap::new();
+        for s in &series {
+            if let Some(pool) = s.split("Pool=").nth(1) {
+                let pool = pool.split(',').next().unwrap_or_default().to_string();
+                *by_pool.entry(pool).or_default() += 1;
+            }
+        }
+        eprintln!(
+            "50 pools, 5 with perPool: {} series ({by_pool:?})",
+            series.len()
+        );
+        // Pools 0 to 4 were each interrupted and watched v1; 0 to 2 watched v2 as well.
+        let expected: BTreeMap<String, usize> = (0..5)
+            .map(|i| {
+                let releases = if i < 3 { 2 } else { 1 };
+                (format!("c0/pool-{i}"), per_pool_series(true, releases))
+            })
+            .collect();
+        assert_eq!(by_pool, expected);
+        assert_eq!(series.len(), CELL_SERIES + expected.values().sum::<usize>());
     }
 }

@@ -289,6 +289,8 @@ fn observed(field: &str) -> Default {
         "repair.maxUnhealthy" => value(format!("{}%", base.repair.max_unhealthy_percent)),
         "rollout" => value(format!("{{strategy: {}}}", base.rollout)),
         "rollout.strategy" => value(base.rollout.to_string()),
+        "metrics" => value(format!("{{perPool: {}}}", base.metrics_per_pool)),
+        "metrics.perPool" => value(base.metrics_per_pool.to_string()),
         other => panic!(
             "tests/tests/docs.rs: say in `observed` how a parsed policy shows the default of {other} (and document it in docs/policy-reference.md)"
         ),

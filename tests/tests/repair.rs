@@ -268,7 +268,7 @@ async fn half_a_pool_not_ready_suspends_repair_once_and_it_resumes_when_the_pool
         "{:?}",
         kinds(&events)
     );
-    assert!(metrics.sum("prod/general", "RepairSuspended") >= 3.0);
+    assert!(metrics.cell_sum("RepairSuspended") >= 3.0);
 
     // Two recover: 1 of 6 unhealthy is a node again.
     stall(&p.kube, &ids[..1]);

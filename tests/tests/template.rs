@@ -1183,6 +1183,7 @@ fn outputs_follow_the_stack_contract() {
         "InterruptionHandlerFunctionName",
         "OpsFunctionName",
         "EventRuleNames",
+        "FunctionSubnetIds",
         "DeadLetterQueueUrl",
         "DeadLetterQueueArn",
     ]);
@@ -1190,6 +1191,7 @@ fn outputs_follow_the_stack_contract() {
     for needed in nodecycle::doctor::contract::REQUIRED {
         assert!(names.contains(needed), "doctor reads output {needed}");
     }
+    assert!(names.contains(nodecycle::doctor::endpoint::FUNCTION_SUBNETS));
     assert_eq!(t["Outputs"]["ClusterNames"], "prod,test-1");
     assert_eq!(t["Outputs"]["PolicyPrefix"], "/platform/nodecycle/");
     for f in FUNCTIONS {
@@ -1254,6 +1256,109 @@ fn alarms_notify_the_topic_only_when_one_is_given() {
         halted["ComparisonOperator"],
         "GreaterThanOrEqualToThreshold"
     );
+}
+
+/// Every metric the dashboard draws: (namespace, name, dimensions as name=value).
+fn dashboard_metrics(t: &Value) -> Vec<(String, String, Vec<String>)> {
+    let dashboards = resources_of(t, "AWS::CloudWatch::Dashboard");
+    assert_eq!(dashboards.len(), 1, "one dashboard");
+    let body: Value = serde_json::from_str(dashboards[0].1["DashboardBody"].as_str().unwrap())
+        .expect("the dashboard body is JSON");
+    let mut out = Vec::new();
+    for w in body["widgets"].as_array().unwrap() {
+        let Some(metrics) = w["properties"]["metrics"].as_array() else {
+            continue;
+        };
+        assert_eq!(w["properties"]["region"], REGION, "{w}");
+        for m in metrics {
+            // [namespace, name, (dimension name, value)..., {options}]: no "." shorthand.
+            let parts: Vec<&str> = m
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            assert!(parts.len() >= 2 && parts.len().is_multiple_of(2), "{m}");
+            assert!(!parts.contains(&"."), "{m}: spelled out, not the shorthand");
+            let dims = parts[2..]
+                .chunks(2)
+                .map(|d| format!("{}={}", d[0], d[1]))
+                .collect();
+            out.push((parts[0].to_string(), parts[1].to_string(), dims));
+        }
+    }
+    out
+}
+
+/// The dashboard and the alarms name only metrics the functions emit (the list the metrics
+/// module emits from, `nodecycle::metrics::EMITTED`), the cell's (no dimension: a `Pool`
+/// series exists only for pools with `metrics.perPool: true`); the dashboard draws what an
+/// operator asks first, and every function's errors and durations. Dashboard=Disabled: none.
+#[test]
+fn the_dashboard_and_alarms_draw_only_metrics_the_functions_emit() {
+    let emitted: BTreeSet<&str> = nodecycle::metrics::EMITTED.iter().copied().collect();
+    let t = deployed(MINIMAL);
+    let drawn = dashboard_metrics(&t);
+    let mut ours = BTreeSet::new();
+    for (namespace, name, dims) in &drawn {
+        match namespace.as_str() {
+            nodecycle::metrics::NAMESPACE => {
+                assert!(emitted.contains(name.as_str()), "{name} is not emitted");
+                assert!(
+                    dims.is_empty(),
+                    "{name} {dims:?}: cell metrics have no dimension"
+                );
+                ours.insert(name.as_str());
+            }
+            "AWS/Lambda" => {
+                assert!(["Errors", "Duration"].contains(&name.as_str()), "{name}");
+                let function = dims[0].strip_prefix("FunctionName=ref:").unwrap();
+                assert!(FUNCTIONS.contains(&function), "{dims:?}");
+            }
+            other => panic!("unexpected namespace {other}"),
+        }
+    }
+    for wanted in [
+        "Pools",
+        "PoolsUpToDate",
+        "RotationsInFlight",
+        "PoolsHalted",
+        "ReleasesQuarantined",
+        "PoolsBudgetLimited",
+        "InterruptionsHandled",
+    ] {
+        assert!(ours.contains(wanted), "the dashboard lacks {wanted}");
+    }
+    for name in ["Errors", "Duration"] {
+        let of: BTreeSet<String> = drawn
+            .iter()
+            .filter(|(n, m, _)| n == "AWS/Lambda" && m == name)
+            .map(|(_, _, d)| d[0].clone())
+            .collect();
+        let all: BTreeSet<String> = FUNCTIONS
+            .iter()
+            .map(|f| format!("FunctionName=ref:{f}"))
+            .collect();
+        assert_eq!(of, all, "{name} of every function");
+    }
+    let dashboard = resources_of(&t, "AWS::CloudWatch::Dashboard")[0].1;
+    assert_eq!(
+        dashboard["DashboardName"],
+        format!("nodecycle-{REGION}"),
+        "global to the account: the region in the name"
+    );
+    for (alarm, a) in resources_of(&t, "AWS::CloudWatch::Alarm") {
+        if a["Namespace"] == nodecycle::metrics::NAMESPACE {
+            let name = a["MetricName"].as_str().unwrap();
+            assert!(emitted.contains(name), "{alarm}: {name} is not emitted");
+            assert!(
+                a.get("Dimensions").is_none(),
+                "{alarm}: cell metrics have none"
+            );
+        }
+    }
+    let t = deployed(&[("Clusters", "prod"), ("Dashboard", "Disabled")]);
+    assert!(resources_of(&t, "AWS::CloudWatch::Dashboard").is_empty());
 }
 
 #[test]
@@ -2701,4 +2806,266 @@ fn console_group_check_finds_what_is_wrong() {
                 .any(|p| p.contains("\"NoSuchParameter\", which is no parameter")),
         "{problems:?}"
     );
+}
+
+// ------------------------------------------------------------------------------------------------
+// Private clusters: the functions that reach Kubernetes in a VPC, VPC endpoints.
+
+const SUBNETS: &str = "subnet-0123456789abcdef0,subnet-0fedcba9876543210";
+const SECURITY_GROUPS: &str = "sg-0123456789abcdef0,sg-0fedcba9876543210";
+const IN_VPC: &[(&str, &str)] = &[
+    ("Clusters", "prod,test-1"),
+    ("VpcSubnetIds", SUBNETS),
+    ("VpcSecurityGroupIds", SECURITY_GROUPS),
+];
+const KUBE_FUNCTIONS: [&str; 3] = [
+    "RotatorFunction",
+    "InterruptionHandlerFunction",
+    "OpsFunction",
+];
+/// What Lambda does with a function's role in a VPC (AWSLambdaVPCAccessExecutionRole's actions).
+const NETWORK_INTERFACE_ACTIONS: [&str; 6] = [
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+];
+
+fn with(
+    base: &[(&'static str, &'static str)],
+    more: &[(&'static str, &'static str)],
+) -> Vec<(&'static str, &'static str)> {
+    base.iter().chain(more).copied().collect()
+}
+
+fn endpoints(t: &Value) -> BTreeMap<String, Value> {
+    resources_of(t, "AWS::EC2::VPCEndpoint")
+        .into_iter()
+        .map(|(k, p)| (k.to_string(), p.clone()))
+        .collect()
+}
+
+#[test]
+fn without_vpc_settings_no_function_is_in_a_vpc_and_nothing_of_a_vpc_exists() {
+    for params in [MINIMAL, FULL] {
+        let t = deployed(params);
+        for f in FUNCTIONS {
+            assert!(
+                t["Resources"][f]["Properties"].get("VpcConfig").is_none(),
+                "{f}"
+            );
+            for a in NETWORK_INTERFACE_ACTIONS {
+                assert!(may(&t, f, a).is_empty(), "{f} may {a} outside a VPC");
+            }
+        }
+        for kind in [
+            "AWS::EC2::VPCEndpoint",
+            "AWS::EC2::SecurityGroup",
+            "AWS::EC2::SecurityGroupIngress",
+        ] {
+            assert!(resources_of(&t, kind).is_empty(), "{kind}");
+        }
+        assert_eq!(t["Outputs"]["FunctionSubnetIds"], "");
+    }
+    // VpcEndpoints=Create is refused without the VPC it creates them in.
+    let err = try_deployed(&[("Clusters", "prod"), ("VpcEndpoints", "Create")]).unwrap_err();
+    assert!(err.contains("VpcSubnetIds"), "{err}");
+}
+
+#[test]
+fn the_functions_that_reach_kubernetes_run_in_the_given_subnets_with_their_network_interfaces() {
+    let t = deployed(IN_VPC);
+    let subnets: Vec<&str> = SUBNETS.split(',').collect();
+    let groups: Vec<&str> = SECURITY_GROUPS.split(',').collect();
+    for f in KUBE_FUNCTIONS {
+        let vpc = &t["Resources"][f]["Properties"]["VpcConfig"];
+        assert_eq!(vpc["SubnetIds"], json!(subnets), "{f}");
+        assert_eq!(vpc["SecurityGroupIds"], json!(groups), "{f}");
+        // Lambda creates, describes and deletes the function's interfaces with its role: inline in
+        // the role, so the function never exists before the permission does.
+        for a in NETWORK_INTERFACE_ACTIONS {
+            let gs = may(&t, f, a);
+            assert!(!gs.is_empty(), "{f} may not {a}");
+            if !is_read_only(a) {
+                for g in gs {
+                    assert!(
+                        g.resource.starts_with(&arn("ec2", "")),
+                        "{f}: {a} on {} (this account and region only)",
+                        g.resource
+                    );
+                }
+            }
+        }
+        let role = role_of(&t, f);
+        let inline: Vec<&str> = t["Resources"][role.as_str()]["Properties"]["Policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["PolicyName"].as_str().unwrap())
+            .collect();
+        assert!(
+            inline.contains(&"vpc-network-interfaces"),
+            "{role}: {inline:?}"
+        );
+    }
+    // The ami-watcher calls AWS APIs only: outside the VPC, no interface permissions.
+    assert!(
+        t["Resources"]["AmiWatcherFunction"]["Properties"]
+            .get("VpcConfig")
+            .is_none()
+    );
+    for a in NETWORK_INTERFACE_ACTIONS {
+        assert!(
+            may(&t, "AmiWatcherFunction", a).is_empty(),
+            "ami-watcher may {a}"
+        );
+    }
+    assert_eq!(t["Outputs"]["FunctionSubnetIds"], SUBNETS);
+    // No endpoint unless asked.
+    assert!(endpoints(&t).is_empty());
+
+    // Subnets and security groups go together.
+    for (k, v) in [
+        ("VpcSubnetIds", SUBNETS),
+        ("VpcSecurityGroupIds", SECURITY_GROUPS),
+    ] {
+        let err = try_deployed(&[("Clusters", "prod"), (k, v)]).unwrap_err();
+        assert!(
+            err.contains("VpcSubnetIds") || err.contains("VpcSecurityGroupIds"),
+            "{err}"
+        );
+    }
+    assert!(try_deployed(&[("Clusters", "prod"), ("VpcSubnetIds", "subnet-x")]).is_err());
+}
+
+#[test]
+fn vpc_endpoints_are_created_only_when_asked_in_the_functions_subnets_admitting_their_groups() {
+    let create = with(
+        IN_VPC,
+        &[
+            ("VpcEndpoints", "Create"),
+            ("VpcId", "vpc-0123456789abcdef0"),
+        ],
+    );
+    // VpcId is required to create them.
+    let err = try_deployed(&with(IN_VPC, &[("VpcEndpoints", "Create")])).unwrap_err();
+    assert!(err.contains("VpcId"), "{err}");
+
+    let t = deployed(&create);
+    let eps = endpoints(&t);
+    let services = |eps: &BTreeMap<String, Value>| -> BTreeSet<String> {
+        eps.values()
+            .map(|p| {
+                p["ServiceName"]
+                    .as_str()
+                    .unwrap()
+                    .rsplit('.')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    // The default: every AWS API the functions in the VPC call (docs/operations.md); no
+    // DynamoDB gateway without route tables.
+    assert_eq!(
+        services(&eps),
+        BTreeSet::from(
+            [
+                "sts",
+                "eks",
+                "ec2",
+                "autoscaling",
+                "ssm",
+                "events",
+                "monitoring",
+                "sqs"
+            ]
+            .map(String::from)
+        )
+    );
+    let sg = resources_of(&t, "AWS::EC2::SecurityGroup");
+    assert_eq!(sg.len(), 1);
+    let (sg_id, sg) = sg[0];
+    assert_eq!(sg["VpcId"], "vpc-0123456789abcdef0");
+    let ingress = sg["SecurityGroupIngress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 1);
+    assert_eq!(ingress[0]["FromPort"], 443);
+    assert_eq!(ingress[0]["ToPort"], 443);
+    // Every function interface carries every given group: the first admits them all.
+    assert_eq!(ingress[0]["SourceSecurityGroupId"], "sg-0123456789abcdef0");
+    for (name, p) in &eps {
+        assert_eq!(p["VpcEndpointType"], "Interface", "{name}");
+        assert_eq!(p["PrivateDnsEnabled"], true, "{name}");
+        assert_eq!(p["VpcId"], "vpc-0123456789abcdef0", "{name}");
+        assert_eq!(
+            p["SubnetIds"],
+            json!(SUBNETS.split(',').collect::<Vec<_>>()),
+            "{name}"
+        );
+        assert_eq!(
+            p["SecurityGroupIds"],
+            json!([format!("ref:{sg_id}")]),
+            "{name}"
+        );
+        assert_eq!(
+            p["ServiceName"].as_str().unwrap(),
+            format!(
+                "com.amazonaws.{REGION}.{}",
+                name.strip_prefix("VpcEndpoint").unwrap()
+            )
+        );
+    }
+
+    // A chosen list, and DynamoDB's gateway endpoint on the route tables given.
+    let t = deployed(&with(
+        &create,
+        &[
+            ("VpcEndpointServices", "sts,eks"),
+            ("VpcRouteTableIds", "rtb-0123456789abcdef0"),
+        ],
+    ));
+    let eps = endpoints(&t);
+    assert_eq!(
+        services(&eps),
+        BTreeSet::from(["sts", "eks", "dynamodb"].map(String::from))
+    );
+    let ddb = &eps["VpcEndpointdynamodb"];
+    assert_eq!(ddb["VpcEndpointType"], "Gateway");
+    assert_eq!(ddb["RouteTableIds"], json!(["rtb-0123456789abcdef0"]));
+    assert!(try_deployed(&with(&create, &[("VpcEndpointServices", "s3")])).is_err());
+}
+
+/// A large cell in a VPC: 100 clusters, the VPC settings and endpoints on, translates (the
+/// per-cluster permissions and access entries all there; scripts/lint-template.sh lints the
+/// `full` set, VPC on, and the same template shape).
+#[test]
+fn a_hundred_clusters_in_a_vpc_translate() {
+    let clusters: Vec<String> = (0..100).map(|i| format!("cluster-{i:03}")).collect();
+    let list = clusters.join(",");
+    let params: Vec<(&str, &str)> = vec![
+        ("Clusters", list.as_str()),
+        ("VpcSubnetIds", SUBNETS),
+        ("VpcSecurityGroupIds", SECURITY_GROUPS),
+        ("VpcEndpoints", "Create"),
+        ("VpcId", "vpc-0123456789abcdef0"),
+        ("VpcRouteTableIds", "rtb-0123456789abcdef0"),
+        ("FanOut", "Enabled"),
+    ];
+    let t = deployed(&params);
+    assert_eq!(resources_of(&t, "AWS::EKS::AccessEntry").len(), 300);
+    assert_eq!(endpoints(&t).len(), 9);
+    for f in KUBE_FUNCTIONS {
+        assert!(
+            t["Resources"][f]["Properties"]["VpcConfig"].is_object(),
+            "{f}"
+        );
+    }
+    let described: BTreeSet<String> = may(&t, "RotatorFunction", "eks:DescribeCluster")
+        .into_iter()
+        .map(|g| g.resource)
+        .collect();
+    assert_eq!(described.len(), 100);
 }

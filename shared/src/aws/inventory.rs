@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use super::ssm::Ssm;
 use super::{autoscaling, eks, port_error, template};
 use crate::inventory::{
-    AccessEntryFacts, AsgFacts, ClusterAccessInfo, ClusterFacts, GroupInfo, HookFacts,
-    ManagedFacts, PolicyDocuments, TableFacts, TableInfo, TemplateFacts,
+    AccessEntryFacts, AsgFacts, ClusterAccessInfo, ClusterFacts, EndpointAccess, GroupInfo,
+    HookFacts, ManagedFacts, PolicyDocuments, TableFacts, TableInfo, TemplateFacts,
 };
 use crate::managed::TemplateRef;
 use crate::policy::source::PolicyDocument;
@@ -193,6 +193,14 @@ impl ClusterAccessInfo for Inventory {
                 .access_config()
                 .and_then(|a| a.authentication_mode())
                 .map(|m| m.as_str().to_owned()),
+            endpoint: c
+                .resources_vpc_config()
+                .map(|v| EndpointAccess {
+                    public: v.endpoint_public_access(),
+                    private: v.endpoint_private_access(),
+                    public_cidrs: v.public_access_cidrs().to_vec(),
+                })
+                .filter(|e| e.public || e.private),
         }))
     }
 

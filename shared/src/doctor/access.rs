@@ -279,6 +279,7 @@ mod tests {
         let f = |s: &str| ClusterFacts {
             status: s.into(),
             authentication_mode: Some("API".into()),
+            endpoint: None,
         };
         assert_eq!(cluster("c", Ok(Some(f("ACTIVE")))).status, Status::Ok);
         assert_eq!(cluster("c", Ok(Some(f("UPDATING")))).status, Status::Warn);

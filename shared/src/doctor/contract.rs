@@ -46,6 +46,9 @@ pub struct Contract {
     pub event_rules: Option<Vec<String>>,
     /// (output name, role ARN) for each of [`KUBE_ROLES`] present.
     pub kube_roles: Vec<(String, String)>,
+    /// Where the functions that reach Kubernetes run (optional output
+    /// [`super::endpoint::FUNCTION_SUBNETS`]; missing: outside any VPC).
+    pub network: Option<super::endpoint::FunctionNetwork>,
 }
 
 fn list(value: &str) -> Vec<String> {
@@ -100,6 +103,11 @@ pub fn read(
             .iter()
             .filter_map(|k| get(k).map(|v| ((*k).to_owned(), v)))
             .collect(),
+        network: Some(super::endpoint::FunctionNetwork::from_output(
+            outputs
+                .get(super::endpoint::FUNCTION_SUBNETS)
+                .map(String::as_str),
+        )),
     };
     let missing: Vec<&str> = REQUIRED
         .iter()

@@ -1,8 +1,8 @@
 //! `nodecycle doctor`: a read-only preflight of a deployment, with the operator's credentials.
 //!
 //! Layers, from pure to I/O:
-//! - the check modules ([`contract`], [`table`], [`policies`], [`groups`], [`access`], [`rbac`],
-//!   [`rules`], [`members`], [`forwarding`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
+//! - the check modules ([`contract`], [`table`], [`policies`], [`groups`], [`access`],
+//!   [`endpoint`], [`rbac`], [`rules`], [`members`], [`forwarding`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
 //! - [`port`] ([`crate::inventory`]): one narrow read-only trait per capability (stack
 //!   outputs, table, groups, cluster access, event rules, RBAC, policy documents) and the
 //!   plain fact types they return;
@@ -19,6 +19,7 @@ use crate::port::{ErrorKind, PortError};
 
 pub mod access;
 pub mod contract;
+pub mod endpoint;
 pub mod forwarding;
 pub mod groups;
 pub mod members;
@@ -98,6 +99,9 @@ pub enum CheckKind {
     Policy,
     /// An EKS cluster the stack serves exists.
     Cluster,
+    /// The functions that reach Kubernetes can reach the cluster's API endpoint as it is exposed
+    /// (private-only, public limited by `publicAccessCidrs`) from where they run (in a VPC or not).
+    Endpoint,
     /// A pool's node group: exists, kind matches `nodeGroup`, tagged.
     Group,
     /// The launch template nodecycle versions for a pool is tagged.

@@ -1,6 +1,7 @@
 //! [`diagnose`]: reads the deployment through the ports, in order, and turns every fact (or
 //! read error) into checks. Reads only; a failed read is a FAIL line, never an abort.
 
+use super::endpoint::{self, FunctionNetwork};
 use super::port::{
     ClusterAccessInfo, EventRules, GroupInfo, PolicyDocuments, RbacInfo, StackOutputs, TableInfo,
 };
@@ -41,7 +42,8 @@ pub struct Options {
     pub fallback_prefix: String,
 }
 
-/// Runs every check. Order: stack, table, policies, per cluster (cluster, access entries, RBAC),
+/// Runs every check. Order: stack, table, policies, per cluster (cluster, endpoint reachability,
+/// access entries, RBAC),
 /// per pool (group, launch template, lifecycle hook), event rules. Pools of other accounts and
 /// regions are left out ([`diagnose_organisation`] checks them).
 pub async fn diagnose(ports: Ports<'_>, options: &Options) -> Report {
@@ -81,7 +83,8 @@ pub async fn diagnose_organisation(
 
     let clusters = clusters_to_check(options, contract.clusters.as_deref(), &valid, &mut checks);
     for cluster in &clusters {
-        check_cluster(ports, cluster, &contract.kube_roles, &mut checks).await;
+        let network = contract.network.as_ref();
+        check_cluster(ports, cluster, &contract.kube_roles, network, &mut checks).await;
     }
 
     let hook_name = contract
@@ -119,7 +122,9 @@ pub async fn diagnose_organisation(
             .unwrap_or_default();
         let mut in_member = Vec::new();
         for cluster in clusters {
-            check_cluster(member, cluster, roles, &mut in_member).await;
+            // The cell's functions reach a member's clusters from the cell's network.
+            let network = contract.network.as_ref();
+            check_cluster(member, cluster, roles, network, &mut in_member).await;
         }
         checks.extend(super::members::at_member(&place, in_member));
         for policy in pools {
@@ -193,18 +198,23 @@ fn clusters_to_check(
     out
 }
 
+/// `network`: where the functions run (`None`: no stack read, the endpoint is not judged).
 async fn check_cluster(
     ports: Ports<'_>,
     cluster: &str,
     roles: &[(String, String)],
+    network: Option<&FunctionNetwork>,
     checks: &mut Vec<Check>,
 ) {
     let facts = ports.clusters.cluster(cluster).await;
-    let mode = match &facts {
-        Ok(Some(f)) => Some(f.authentication_mode.clone()),
-        _ => None,
+    let (mode, endpoint) = match &facts {
+        Ok(Some(f)) => (Some(f.authentication_mode.clone()), f.endpoint.clone()),
+        _ => (None, None),
     };
     checks.push(access::cluster(cluster, facts));
+    if let Some(network) = network {
+        checks.extend(endpoint::check(cluster, endpoint.as_ref(), network));
+    }
     // Without the cluster there is nothing more to read about it.
     let Some(mode) = mode else { return };
 

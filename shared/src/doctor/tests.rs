@@ -129,6 +129,7 @@ fn healthy() -> World {
         ClusterFacts {
             status: "ACTIVE".into(),
             authentication_mode: Some("API_AND_CONFIG_MAP".into()),
+            endpoint: None,
         },
     );
     w.entries.insert(

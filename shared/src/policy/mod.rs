@@ -237,6 +237,10 @@ pub struct Policy {
     /// `repair` (defaults when absent): which unhealthy nodes are replaced, and how many at
     /// once ([`RepairPolicy`]).
     pub repair: RepairPolicy,
+    /// `metrics.perPool` (default false): the pool's metrics also carry its `Pool` dimension
+    /// ([`crate::metrics`]; about 12 more CloudWatch series, billed each month), beside the
+    /// cell's counts every pool is in.
+    pub metrics_per_pool: bool,
 }
 
 impl Policy {
@@ -263,6 +267,8 @@ pub struct PoolRef {
     pub rebalance: RebalanceAction,
     /// `terminationGracePeriod`.
     pub termination_grace_period: Option<Duration>,
+    /// `metrics.perPool` ([`Policy::metrics_per_pool`]; false when the field is invalid).
+    pub metrics_per_pool: bool,
 }
 
 impl PoolRef {
@@ -281,6 +287,7 @@ impl From<&Policy> for PoolRef {
             node_group: p.node_group.clone(),
             rebalance: p.rebalance,
             termination_grace_period: p.termination_grace_period,
+            metrics_per_pool: p.metrics_per_pool,
         }
     }
 }
@@ -337,6 +344,10 @@ pub fn locate(doc: &PolicyDocument) -> Result<PoolRef, Problems> {
         .unwrap_or_default();
     let termination_grace_period =
         field("terminationGracePeriod").and_then(|v| validate_grace_period(v, &mut problems));
+    // Read leniently: a mistake in the metrics field never stops a drain.
+    let metrics_per_pool = field("metrics")
+        .map(|v| validate_metrics(v, &mut Problems::new()))
+        .unwrap_or_default();
     match (cluster, name, node_group) {
         (Some(cluster), Some(name), Some(node_group)) if !problems.has_errors() => Ok(PoolRef {
             cluster,
@@ -345,6 +356,7 @@ pub fn locate(doc: &PolicyDocument) -> Result<PoolRef, Problems> {
             node_group,
             rebalance,
             termination_grace_period,
+            metrics_per_pool,
         }),
         _ => Err(problems),
     }
@@ -365,7 +377,7 @@ pub struct Parsed {
 }
 
 /// The top-level fields of a policy document, in the order error messages list them.
-pub const FIELDS: [&str; 15] = [
+pub const FIELDS: [&str; 16] = [
     "cluster",
     "name",
     "nodeGroup",
@@ -381,6 +393,7 @@ pub const FIELDS: [&str; 15] = [
     "health",
     "repair",
     "rollout",
+    "metrics",
 ];
 /// The place fields ([`place`]): accepted at the top level beside [`FIELDS`] (whose list the
 /// unknown-field message shows, unchanged since before accounts and regions).
@@ -389,6 +402,7 @@ const NODE_GROUP_FIELDS: [&str; 2] = ["autoScalingGroup", "managedNodeGroup"];
 const DISRUPTION_FIELDS: [&str; 3] = ["budgets", "order", "surgeAboveMaxSize"];
 const INTERRUPTION_FIELDS: [&str; 1] = ["rebalance"];
 const ROLLOUT_FIELDS: [&str; 1] = ["strategy"];
+const METRICS_FIELDS: [&str; 1] = ["perPool"];
 const HEALTH_FIELDS: [&str; 4] = ["window", "maxRatio", "minSamples", "minFailureRate"];
 /// Path passed to [`crate::budget::parse_budgets`].
 const BUDGETS_PATH: &str = "disruption.budgets";
@@ -409,6 +423,7 @@ pub fn field_paths() -> Vec<String> {
             "disruption" => (format!("{top}."), &DISRUPTION_FIELDS),
             "interruption" => (format!("{top}."), &INTERRUPTION_FIELDS),
             "rollout" => (format!("{top}."), &ROLLOUT_FIELDS),
+            "metrics" => (format!("{top}."), &METRICS_FIELDS),
             "promotion" => (format!("{top}."), &PROMOTION_FIELDS),
             "health" => (format!("{top}."), &HEALTH_FIELDS),
             "repair" => (format!("{top}."), &repair::REPAIR_FIELDS),
@@ -559,6 +574,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
     let mut surge_above_max_size = false;
     let mut candidate_order = CandidateOrder::default();
     let mut rollout = RolloutStrategy::default();
+    let mut metrics_per_pool = false;
     let mut health = HealthPolicy::default();
     let mut repair = RepairPolicy::default();
     let mut window_given = false;
@@ -616,6 +632,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
             }
             "repair" => repair = repair::validate(field, problems),
             "rollout" => rollout = validate_rollout(field, problems),
+            "metrics" => metrics_per_pool = validate_metrics(field, problems),
             _ => unknown_field("", key, &FIELDS, problems),
         }
     }
@@ -679,6 +696,7 @@ pub fn validate_owned(value: &Value, owner: &Owner, problems: &mut Problems) -> 
         rollout,
         health,
         repair,
+        metrics_per_pool,
     })
 }
 
@@ -1264,6 +1282,31 @@ fn validate_rollout(value: &Value, problems: &mut Problems) -> RolloutStrategy {
         }
     }
     strategy
+}
+
+/// `metrics`: `perPool` (default false), whether the pool's metrics carry its `Pool` dimension.
+fn validate_metrics(value: &Value, problems: &mut Problems) -> bool {
+    const PATH: &str = "metrics";
+    let Some(map) = fields::object(value, PATH, "an object with the field perPool", problems)
+    else {
+        return false;
+    };
+    let mut per_pool = false;
+    for (key, field) in map {
+        match key.as_str() {
+            "perPool" => match field {
+                Value::Bool(b) => per_pool = *b,
+                _ => wrong_type(
+                    &join(PATH, key),
+                    "a boolean (true or false)",
+                    field,
+                    problems,
+                ),
+            },
+            _ => unknown_field(PATH, key, &METRICS_FIELDS, problems),
+        }
+    }
+    per_pool
 }
 
 /// Rules that join fields: Windows aliases resolve to one x86_64 image without variants, and a

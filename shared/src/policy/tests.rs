@@ -1513,3 +1513,29 @@ fn repair_has_defaults_overrides_and_bounds() {
         "{unknown:?}"
     );
 }
+
+#[test]
+fn metrics_per_pool_is_opt_in() {
+    let base = with_terms("[{ alias: al2023@latest }]");
+    assert!(!valid(&base).metrics_per_pool, "cell metrics by default");
+    assert!(valid(&format!("{base}metrics: {{ perPool: true }}\n")).metrics_per_pool);
+    assert!(!valid(&format!("{base}metrics: {{ perPool: false }}\n")).metrics_per_pool);
+    assert!(!valid(&format!("{base}metrics: {{}}\n")).metrics_per_pool);
+    for (doc, path) in [
+        (
+            format!("{base}metrics: {{ perPool: yes please }}\n"),
+            "metrics.perPool",
+        ),
+        (format!("{base}metrics: {{ pool: true }}\n"), "metrics.pool"),
+        (format!("{base}metrics: true\n"), "metrics"),
+    ] {
+        let parsed = parse(&doc);
+        assert!(parsed.policy.is_none(), "{doc}");
+        let paths: Vec<String> = parsed.problems.errors().map(|p| p.path.clone()).collect();
+        assert_eq!(paths, [path], "{doc}");
+    }
+    // The interruption handler reads it too, and a mistake in it never hides the pool.
+    let doc = |m: &str| PolicyDocument::file("p", format!("{base}metrics: {m}\n"));
+    assert!(locate(&doc("{ perPool: true }")).unwrap().metrics_per_pool);
+    assert!(!locate(&doc("{ perPool: 3 }")).unwrap().metrics_per_pool);
+}

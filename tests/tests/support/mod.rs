@@ -446,14 +446,25 @@ impl nodecycle::metrics::MetricSink for CapturedMetrics {
 }
 
 impl CapturedMetrics {
-    /// The sum of metric `name` over the documents of `pool` (dimension `Pool`), without a
-    /// `Reason` dimension.
+    /// The sum of metric `name` over the documents of `pool` (dimension `Pool`, which only a
+    /// pool with `metrics.perPool: true` has), without a `Reason` dimension.
     pub fn sum(&self, pool: &str, name: &str) -> f64 {
         self.0
             .lock()
             .unwrap()
             .iter()
             .filter(|d| d["Pool"] == pool && d.get("Reason").is_none())
+            .filter_map(|d| d[name].as_f64())
+            .sum()
+    }
+
+    /// The sum of the cell metric `name` (no dimension) over the documents.
+    pub fn cell_sum(&self, name: &str) -> f64 {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|d| d.get("Pool").is_none() && d.get("Reason").is_none())
             .filter_map(|d| d[name].as_f64())
             .sum()
     }

@@ -86,9 +86,10 @@ pub async fn stages(test: Stage<'_>, prod: Stage<'_>, promotion: &str) -> Stages
             ..SyncNodes::default()
         });
     }
+    // Per-pool metrics, so the tests can tell the stages' metrics apart.
     let body = |stage: &Stage<'_>| {
         format!(
-            "nodeGroup: {{ autoScalingGroup: CLUSTER-general }}\narchitecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\ndisruption:\n  budgets:\n    - nodes: \"{}\"\nterminationGracePeriod: 1m\n",
+            "nodeGroup: {{ autoScalingGroup: CLUSTER-general }}\narchitecture: x86_64\namiSelectorTerms:\n  - alias: al2023@latest\ndisruption:\n  budgets:\n    - nodes: \"{}\"\nterminationGracePeriod: 1m\nmetrics:\n  perPool: true\n",
             stage.budget
         )
     };

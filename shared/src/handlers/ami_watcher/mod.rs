@@ -10,7 +10,7 @@
 pub mod choose;
 mod withdrawals;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -218,6 +218,8 @@ impl AmiWatcher {
         let mut outcomes = Vec::new();
         let mut member_calls: BTreeMap<&'static str, u32> = BTreeMap::new();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        // Pools with `metrics.perPool: true`.
+        let mut per_pool: BTreeSet<String> = BTreeSet::new();
         for doc in docs {
             let parsed = policy::parse_document(&doc);
             let Some(policy) = parsed.policy else {
@@ -257,6 +259,9 @@ impl AmiWatcher {
                 continue;
             }
             seen.insert(pool.clone(), doc.source.clone());
+            if policy.metrics_per_pool {
+                per_pool.insert(pool.clone());
+            }
             if let Some(problem) = chain_problems.get(&pool) {
                 let message = format!("policy {} is invalid: {problem}", doc.source);
                 outcomes.push(
@@ -287,14 +292,19 @@ impl AmiWatcher {
         }
         self.remember_parameters(&resolver, &known_parameters, now)
             .await;
-        let records: Vec<crate::metrics::Record> = outcomes
+        let watched: Vec<crate::metrics::WatchedPool<'_>> = outcomes
             .iter()
             .filter_map(|o| {
-                let failed = matches!(o.status, "failed" | "invalid");
-                Some(crate::metrics::watcher_pool(o.pool.as_deref()?, failed))
+                let pool = o.pool.as_deref()?;
+                Some(crate::metrics::WatchedPool {
+                    pool,
+                    failed: matches!(o.status, "failed" | "invalid"),
+                    per_pool: per_pool.contains(pool),
+                })
             })
             .collect();
-        self.metrics.emit(&records, now);
+        self.metrics
+            .emit(&crate::metrics::watcher_pass(&watched), now);
         let mut aws_calls = resolver.calls();
         for (op, n) in member_calls {
             *aws_calls.entry(op).or_default() += n;

@@ -26,7 +26,7 @@
 //! | Health scheduled change (EC2) | a `Maintenance` rotation with the event's start as deadline (the rotator replaces it within budgets, forced 30 minutes before) |
 //! | ASG instance-terminate lifecycle action | drain (heartbeats while draining), then CompleteLifecycleAction CONTINUE once every pod is gone; at once when there is no node or it was drained already; a drain longer than the invocation is handed to the rotator and finished by the schedule tick: CONTINUE once drained, ABANDON once out of time ([`crate::retain`]: the group's retain policy keeps the instance with its pods) |
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -435,6 +435,16 @@ impl InterruptionHandler {
         let (claim, policies, info) = tokio::join!(claim, self.load_policies(), lookup);
         let policies =
             policies.map(|all| all.into_iter().filter(|p| at_place(p)).collect::<Vec<_>>());
+        // Pools with `metrics.perPool: true`.
+        let per_pool: BTreeSet<String> = policies
+            .as_ref()
+            .map(|all| {
+                all.iter()
+                    .filter(|p| p.metrics_per_pool)
+                    .map(PoolRef::pool_id)
+                    .collect()
+            })
+            .unwrap_or_default();
         let version = match claim.map_err(internal)? {
             Some(Claim::Taken(doc)) => {
                 tracing::info!(event_id = c.id.as_deref().unwrap_or(""), kind, decision = "duplicate", status = %crate::log_field::json(&doc.map(|d| d.status)), "event already handled or being handled");
@@ -489,11 +499,12 @@ impl InterruptionHandler {
         for (pool, events) in events {
             self.announce_handled(pool, events, clock.now()).await;
         }
-        let records: Vec<crate::metrics::Record> = handled
+        let handled: Vec<(&str, u32, bool)> = handled
             .into_iter()
-            .map(|(pool, n)| crate::metrics::interruption_pool(pool, n))
+            .map(|(pool, n)| (pool, n, per_pool.contains(pool)))
             .collect();
-        self.metrics.emit(&records, clock.now());
+        self.metrics
+            .emit(&crate::metrics::interruption_pass(&handled), clock.now());
         Ok(json!({"event": c.id, "kind": kind, "outcomes": outcomes}))
     }
 

@@ -457,12 +457,23 @@ impl RotatorHandler {
         }
         // Reports in a fixed order: clusters by name, pools in policy order.
         let reports: Vec<PoolReport> = by_name.into_values().flatten().collect();
-        let records: Vec<crate::metrics::Record> = reports
-            .iter()
-            .flat_map(|r| crate::metrics::rotator_pool(&r.pool, &r.metrics, r.allowed.as_ref()))
-            .collect();
-        self.metrics.emit(&records, now);
+        self.emit_metrics(&reports, quarantined.0.len(), now);
         Ok(json!({"trigger": "schedule", "clusters": clusters, "pools": reports}))
+    }
+
+    /// Emits the pass's metrics ([`crate::metrics::rotator_pass`]): the cell's over `reports`,
+    /// with `quarantined` entries at the start of the pass, and those of per-pool pools.
+    fn emit_metrics(&self, reports: &[PoolReport], quarantined: usize, now: DateTime<Utc>) {
+        let pools: Vec<crate::metrics::PoolMetrics<'_>> = reports
+            .iter()
+            .map(|r| crate::metrics::PoolMetrics {
+                pool: &r.pool,
+                pass: &r.metrics,
+                allowed: r.allowed.as_ref(),
+            })
+            .collect();
+        self.metrics
+            .emit(&crate::metrics::rotator_pass(&pools, quarantined), now);
     }
 
     /// One cluster's part of a pass: its lease, Kubernetes connection and node list (under one
@@ -611,6 +622,7 @@ impl RotatorHandler {
             pool: visit.policy.pool_id(),
             ..PoolReport::default()
         };
+        report.metrics.per_pool = visit.policy.metrics_per_pool;
         if visit.deadline.saturating_duration_since(Instant::now()) < self.settings.reserve {
             report.blocked =
                 Some("invocation time nearly used up; the pool is worked on next pass".into());
