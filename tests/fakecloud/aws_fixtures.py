@@ -559,12 +559,21 @@ def register(op, ControlError) -> None:  # noqa: N803 - class passed in
             cluster.platformVersion = args["platform_version"]
         if args.get("authentication_mode") is not None:
             eks_access.set_authentication_mode(cluster, args["authentication_mode"])
+        if args.get("endpoint_access") is not None:
+            # resourcesVpcConfig's endpoint fields, as UpdateClusterConfig sets them.
+            access = args["endpoint_access"]
+            vpc = dict(cluster.resources_vpc_config or {})
+            for key in ("endpointPublicAccess", "endpointPrivateAccess", "publicAccessCidrs"):
+                if key in access:
+                    vpc[key] = access[key]
+            cluster.resources_vpc_config = vpc
 
     @op("set_cluster")
     def set_cluster(args):
         """Change an existing cluster: version (a control-plane upgrade),
-        endpoint, ca_data (base64 PEM), status, platform_version; `account` (default the
-        test account): the account the cluster is in."""
+        endpoint, ca_data (base64 PEM), status, platform_version, endpoint_access
+        ({endpointPublicAccess, endpointPrivateAccess, publicAccessCidrs}); `account` (default
+        the test account): the account the cluster is in."""
         backend = eks_backend(_region(args), _account(args))
         cluster = backend.clusters.get(args["name"])
         if cluster is None:

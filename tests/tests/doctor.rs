@@ -50,6 +50,8 @@ enum Fault {
     /// The group with the hook has no instance lifecycle policy (an abandoned hand-over would
     /// terminate the node with its pods).
     NoRetention,
+    /// The cluster's endpoint is private-only and the stack's functions run outside any VPC.
+    PrivateEndpoint,
 }
 
 fn bin() -> PathBuf {
@@ -172,6 +174,13 @@ async fn deployment(fault: Fault) -> FakeCloud {
         "set_cluster",
         json!({"name": CLUSTER, "authentication_mode": "API_AND_CONFIG_MAP"}),
     );
+    if fault == Fault::PrivateEndpoint {
+        cloud.control(
+            "set_cluster",
+            json!({"name": CLUSTER, "endpoint_access": {
+                "endpointPublicAccess": false, "endpointPrivateAccess": true}}),
+        );
+    }
     for (output, role) in ROLES {
         if fault == Fault::MissingAccessEntry && output == "OpsRoleArn" {
             continue;
@@ -569,4 +578,25 @@ async fn bad_arguments_exit_2_and_a_missing_stack_fails() {
     let v = report(&out);
     assert_eq!(v["checks"][0]["check"], "stack");
     assert_eq!(v["checks"][0]["status"], "FAIL");
+}
+
+/// A private-only endpoint with the functions outside any VPC (the stack's `FunctionSubnetIds`
+/// empty or absent): the `endpoint` check fails and names the VPC settings to set; the
+/// healthy deployment's public endpoint passes it.
+#[tokio::test]
+async fn a_private_only_endpoint_without_vpc_settings_fails() {
+    let (out, v) = diagnose(Fault::PrivateEndpoint).await;
+    assert!(
+        problems(&v).contains(&fail("endpoint", CLUSTER)),
+        "{v:#}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    let detail = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "endpoint")
+        .map(|c| c.to_string())
+        .unwrap_or_default();
+    assert!(detail.contains("VpcSubnetIds"), "{detail}");
 }
