@@ -33,6 +33,7 @@ mod organisation;
 mod policy_data;
 mod promotion;
 mod quarantine_ops;
+mod release;
 mod release_health;
 mod repair;
 mod retain;
