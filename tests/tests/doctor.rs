@@ -586,10 +586,7 @@ async fn bad_arguments_exit_2_and_a_missing_stack_fails() {
 #[tokio::test]
 async fn a_private_only_endpoint_without_vpc_settings_fails() {
     let (out, v) = diagnose(Fault::PrivateEndpoint).await;
-    assert!(
-        problems(&v).contains(&fail("endpoint", CLUSTER)),
-        "{v:#}"
-    );
+    assert!(problems(&v).contains(&fail("endpoint", CLUSTER)), "{v:#}");
     assert_eq!(out.status.code(), Some(1), "{v:#}");
     let detail = v["checks"]
         .as_array()
