@@ -1327,6 +1327,11 @@ struct RealPool {
 }
 
 async fn real_pool() -> RealPool {
+    real_pool_with("").await
+}
+
+/// [`real_pool`] with `extra` policy lines (top-level YAML, each ending in a newline).
+async fn real_pool_with(extra: &str) -> RealPool {
     let (cloud, cp, rotator) = cluster_with_rotator().await;
     cloud.create_cluster(CLUSTER, "1.36");
     let old = cloud.register_image(
@@ -1343,7 +1348,7 @@ async fn real_pool() -> RealPool {
         &format!(
             "cluster: {CLUSTER}\nname: general\nnodeGroup: {{ autoScalingGroup: {GROUP} }}\n\
              architecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\n\
-             disruption:\n  budgets:\n    - nodes: \"2\"\n"
+             disruption:\n  budgets:\n    - nodes: \"2\"\n{extra}"
         ),
     );
     let table = adapters.table("nodecycle").await;
@@ -1746,6 +1751,73 @@ async fn a_new_ami_rolls_through_six_nodes_within_budget_and_pdb() {
         "{moves} evictions for {} pods: some moved twice",
         before.len()
     );
+}
+
+/// Terminate-first on the real API (issue 46): `rollout.strategy: terminateFirst` on the 6-node
+/// group with 12 `web` pods under a PDB `maxUnavailable: 1`. No surge ever: the desired capacity
+/// stays 6; each node is drained through the real Eviction API (the disruption controller's PDB
+/// statuses keep 11 healthy), terminated with a relaunch, and its rotation ends only with the
+/// relaunched instance Ready on the new AMI (recorded as its replacement); the scheduler puts
+/// the pods back; every instance ends on the new AMI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminate_first_rolls_the_real_nodes_without_a_surge_within_the_pdb() {
+    let p = real_pool_with("rollout:\n  strategy: terminateFirst\n").await;
+    let admin = p.cp.admin();
+    create_namespace(&admin);
+    create_pdb(&admin, "web", "web", json!({ "maxUnavailable": 1 }));
+    create_deployment(&admin, "web", 12);
+    p.cp.wait_for("12 web pods Ready, the PDB computed", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3) && pdb_settled(&admin, "web", Some(1)))
+            .then_some(())
+    });
+    let t0 = chrono::Utc::now();
+    p.publish(t0).await;
+    let mut statuses_checked = p.cp.pdb_statuses(NS, "web").len();
+    let outcomes = p
+        .passes_until(t0, "the terminate-first rollout", |o| {
+            let statuses = p.cp.pdb_statuses(NS, "web");
+            let written = &statuses[statuses_checked..];
+            assert!(
+                written.iter().all(|s| within_budget(s, 11)),
+                "pass {}: fewer than 11 healthy web pods: {written:#?}",
+                o.pass
+            );
+            statuses_checked = statuses.len();
+            assert!(
+                o.rotations.iter().all(|r| r.surge.is_none()),
+                "pass {}: terminate first never surges: {:?}",
+                o.pass,
+                o.rotations
+            );
+            p.rolled_out(o)
+        })
+        .await;
+    let desired = p
+        .adapters
+        .clients
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(GROUP)
+        .send()
+        .await
+        .unwrap()
+        .auto_scaling_groups()[0]
+        .desired_capacity();
+    assert_eq!(desired, Some(6), "the group never grew");
+    let rotations = p.rotations().await;
+    assert_eq!(rotations.len(), 6, "{rotations:?}");
+    assert!(
+        rotations
+            .iter()
+            .all(|r| r.step == nodecycle::rotation::Step::Done && r.replacement.is_some()),
+        "every rotation ended with its relaunch confirmed: {rotations:?}"
+    );
+    eprintln!("terminate-first rollout: {} passes", outcomes.len());
+    p.cp.wait_for("12 web pods Ready again", |_| {
+        let pods = web_pods(&admin);
+        (pods.len() == 12 && pods.iter().all(|p| p.3)).then_some(())
+    });
 }
 
 /// Delay past a node's creation at which the #2681 test stalls the nodes of the new AMI
