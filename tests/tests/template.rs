@@ -3069,3 +3069,78 @@ fn a_hundred_clusters_in_a_vpc_translate() {
         .collect();
     assert_eq!(described.len(), 100);
 }
+
+/// IAM caps the inline policies of one role at 10,240 characters together (whitespace not
+/// counted).
+const INLINE_POLICY_LIMIT: usize = 10_240;
+
+/// Each role's inline policies in the resolved template `t`, in IAM's count: the policy
+/// documents' JSON without whitespace, the role's own `Policies` and every
+/// `AWS::IAM::RolePolicy` naming it.
+fn inline_policy_sizes(t: &Value) -> BTreeMap<String, usize> {
+    let chars = |doc: &Value| {
+        serde_json::to_string(doc)
+            .unwrap()
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .count()
+    };
+    let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
+    for (id, role) in resources_of(t, "AWS::IAM::Role") {
+        let own: usize = role["Policies"]
+            .as_array()
+            .map(|ps| ps.iter().map(|p| chars(&p["PolicyDocument"])).sum())
+            .unwrap_or(0);
+        sizes.insert(id.to_string(), own);
+    }
+    for (_, p) in resources_of(t, "AWS::IAM::RolePolicy") {
+        // The resolved template names the role `ref:<logical id>`.
+        let role = p["RoleName"].as_str().unwrap_or_default();
+        let id = role.strip_prefix("ref:").unwrap_or(role).to_string();
+        *sizes.entry(id).or_default() += chars(&p["PolicyDocument"]);
+    }
+    sizes
+}
+
+/// The most clusters of 20-character names a stack serves today (docs/iam-and-rbac.md):
+/// beyond, the rotator role's inline policies pass IAM's cap and the deploy fails.
+const CLUSTERS_THAT_FIT: usize = 8;
+
+/// Issue 47, part 3 (measured, not yet solved): every role's inline policies for 1,
+/// [`CLUSTERS_THAT_FIT`], 10 and 100 clusters of 20-character names, with
+/// `AutoScalingGroupUpdates=Enabled` (its policy counts too). Up to [`CLUSTERS_THAT_FIT`] every
+/// role fits IAM's cap; the rotator's grows with each cluster (its per-cluster describe and node
+/// group policies, and the cluster list in its Auto Scaling conditions) and passes the cap
+/// beyond. Prints the figures docs/iam-and-rbac.md quotes.
+#[test]
+fn inline_policies_of_each_role_for_1_10_and_100_clusters() {
+    let mut rotator = BTreeMap::new();
+    for n in [1usize, CLUSTERS_THAT_FIT, 10, 100] {
+        let list = (0..n)
+            .map(|i| format!("platform-prod-eu-{i:03}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let t = deployed(&[
+            ("Clusters", list.as_str()),
+            ("AutoScalingGroupUpdates", "Enabled"),
+            ("NodeRoleArns", NODE_ROLES),
+        ]);
+        let sizes = inline_policy_sizes(&t);
+        eprintln!("{n} clusters: {sizes:?}");
+        rotator.insert(n, sizes.get("RotatorFunctionRole").copied().unwrap_or(0));
+        if n <= CLUSTERS_THAT_FIT {
+            for (role, size) in &sizes {
+                assert!(
+                    *size <= INLINE_POLICY_LIMIT,
+                    "{n} clusters: {role}'s inline policies are {size} characters (IAM allows {INLINE_POLICY_LIMIT})"
+                );
+            }
+        }
+    }
+    let grows = (rotator[&100] - rotator[&10]) / 90;
+    eprintln!("rotator: {rotator:?}; {grows} characters a cluster");
+    assert!(
+        rotator[&1] + CLUSTERS_THAT_FIT * grows > INLINE_POLICY_LIMIT,
+        "one more cluster than CLUSTERS_THAT_FIT would fit: raise it (and docs/iam-and-rbac.md): {rotator:?}"
+    );
+}
