@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release artifacts of nodecycle: what a team needs to deploy it without Rust.
 #
-#   scripts/release.sh [--zips DIR] [--s3-bucket BUCKET --regions R1,R2,...] [--s3-prefix PREFIX]
-#                      [--version X.Y.Z] [--out DIR]
+#   scripts/release.sh [--zips DIR] [--cli DIR] [--s3-bucket BUCKET --regions R1,R2,...]
+#                      [--s3-prefix PREFIX] [--version X.Y.Z] [--out DIR]
 #
 # Writes $out (default dist/<version>/):
 #   <crate>.zip                   the four functions, arm64 (provided.al2023, `bootstrap` inside),
@@ -15,6 +15,8 @@
 #                                 region (CodeUri, LicenseUrl, ReadmeUrl are s3:// URIs there);
 #   template.packaged.yaml        the one of the first region of --regions;
 #   spoke.yaml                    deploy/spoke.yaml (no code, no transform: deployed as it is);
+#   nodecycle-<os>-<arch>         with --cli DIR: the operator CLI (`nodecycle status`, `doctor`,
+#                                 `plan`, ...) as built for each platform, copied from DIR;
 #   SHA256SUMS                    `sha256sum` of every other file.
 #
 # --zips DIR takes prebuilt zips instead of building (DIR/<crate>.zip, or cargo-lambda's layout
@@ -22,6 +24,9 @@
 # Without --zips each function is built as template.yaml's Metadata says (`cargo lambda build
 # --release --arm64 --output-format zip --bin <Binary>` in functions/<crate>): needs Rust with
 # the aarch64-unknown-linux-gnu target and cargo-lambda (with zig); 30-50 min cold on 2 cores.
+#
+# --cli DIR takes the prebuilt CLI binaries DIR/nodecycle-<os>-<arch> (e.g. nodecycle-linux-x86_64,
+# nodecycle-linux-arm64); each must be an executable ELF file, or nothing is written.
 #
 # --s3-bucket may contain {region} (e.g. nodecycle-releases-{region}): Lambda reads code only
 # from a bucket in the function's region, so a release for several regions needs a bucket in
@@ -40,10 +45,11 @@ export SAM_CLI_TELEMETRY=0 SAM_CLI_DISABLE_UPDATE_CHECK=1
 
 die() { echo "release.sh: $*" >&2; exit 2; }
 
-zips="" bucket="" prefix="" version="" out="" regions="${AWS_REGION:-${AWS_DEFAULT_REGION:-}}"
+zips="" cli="" bucket="" prefix="" version="" out="" regions="${AWS_REGION:-${AWS_DEFAULT_REGION:-}}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --zips) zips="$2"; shift 2 ;;
+    --cli) cli="$2"; shift 2 ;;
     --s3-bucket) bucket="$2"; shift 2 ;;
     --s3-prefix) prefix="$2"; shift 2 ;;
     --regions) regions="$2"; shift 2 ;;
@@ -136,6 +142,20 @@ open(sys.argv[1], "w", encoding="utf-8").write(new)
 EOF
 cp LICENSE README.md "$out/"
 cp deploy/spoke.yaml "$out/spoke.yaml"
+
+# The operator CLI, as built for each platform (the release job builds them; no Rust for users).
+if [ -n "$cli" ]; then
+  found=0
+  for bin in "$cli"/nodecycle-*; do
+    [ -f "$bin" ] || continue
+    name=$(basename "$bin")
+    [[ "$name" =~ ^nodecycle-[a-z]+-[a-z0-9_]+$ ]] || die "--cli $cli: $name is not nodecycle-<os>-<arch>"
+    [ "$(head -c 4 "$bin" | od -An -c | tr -d ' \n')" = "177ELF" ] || die "--cli $cli: $name is not an ELF executable"
+    install -m 0755 "$bin" "$out/$name"
+    found=$((found + 1))
+  done
+  [ "$found" -gt 0 ] || die "--cli $cli: no nodecycle-<os>-<arch> binary"
+fi
 
 # 3. One packaged template per region.
 if [ -n "$bucket" ]; then

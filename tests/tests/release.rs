@@ -22,6 +22,9 @@ const CRATES: [&str; 4] = ["ami-watcher", "rotator", "interruption-handler", "op
 /// Two regions: Lambda reads code only from a bucket of its own region.
 const REGIONS: [&str; 2] = ["us-east-2", "eu-west-1"];
 
+/// The platforms the release attaches the operator CLI for.
+const CLI_PLATFORMS: [&str; 2] = ["linux-x86_64", "linux-arm64"];
+
 fn lint_venv() -> PathBuf {
     let venv = std::env::var("NODECYCLE_LINT_VENV")
         .ok()
@@ -168,6 +171,11 @@ fn release_artifacts_deploy_as_cloudformation_sees_them() {
     let zips = scratch("zips");
     let dist = scratch("dist");
     placeholder_zips(&cloud, &zips, "bootstrap");
+    // The operator CLI per platform: any small ELF executable stands for it.
+    let cli = scratch("cli");
+    for platform in CLI_PLATFORMS {
+        std::fs::copy("/bin/true", cli.join(format!("nodecycle-{platform}"))).unwrap();
+    }
     python(
         &cloud,
         r#"
@@ -186,6 +194,8 @@ for r in sys.argv[1:]:
         &[
             "--zips",
             zips.to_str().unwrap(),
+            "--cli",
+            cli.to_str().unwrap(),
             "--s3-bucket",
             "nodecycle-releases-{region}",
             "--regions",
@@ -202,6 +212,18 @@ for r in sys.argv[1:]:
     );
 
     let sums = checked_sums(&dist);
+    for platform in CLI_PLATFORMS {
+        let name = format!("nodecycle-{platform}");
+        assert!(
+            sums.contains_key(&name),
+            "SHA256SUMS lacks {name}: {sums:?}"
+        );
+        let mode = std::fs::metadata(dist.join(&name)).unwrap().permissions();
+        assert!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o111 != 0,
+            "{name} is executable"
+        );
+    }
     for file in CRATES.iter().map(|c| format!("{c}.zip")).chain(
         [
             "template.packaged.yaml",
@@ -291,6 +313,7 @@ for r in sys.argv[1:]:
     }
     cfn_lint(&lint);
     let _ = std::fs::remove_dir_all(&zips);
+    let _ = std::fs::remove_dir_all(&cli);
     let _ = std::fs::remove_dir_all(&dist);
 }
 
@@ -322,6 +345,29 @@ fn release_refuses_what_lambda_could_not_run() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("no rotator.zip"), "{}", stderr(&out));
+
+    // A CLI "binary" that is no executable (a text file named like one).
+    let good = scratch("good-zips");
+    placeholder_zips(&cloud, &good, "bootstrap");
+    let cli = scratch("bad-cli");
+    std::fs::write(cli.join("nodecycle-linux-x86_64"), "#!/bin/sh\n").unwrap();
+    let out = release(
+        &cloud,
+        &[
+            "--zips",
+            good.to_str().unwrap(),
+            "--cli",
+            cli.to_str().unwrap(),
+            "--out",
+            dist_arg,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not an ELF executable"),
+        "{}",
+        stderr(&out)
+    );
 
     // A version that is not the workspace's (a tag pushed on the wrong commit).
     let out = release(&cloud, &["--version", "99.0.0", "--out", dist_arg]);
