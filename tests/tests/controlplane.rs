@@ -1399,6 +1399,20 @@ struct PassOutcome {
 }
 
 impl RealPool {
+    /// The group's desired capacity.
+    async fn desired_capacity(&self) -> Option<i32> {
+        self.adapters
+            .clients
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(GROUP)
+            .send()
+            .await
+            .unwrap()
+            .auto_scaling_groups()[0]
+            .desired_capacity()
+    }
+
     /// The ami-watcher's pass at `at`: it resolves the pool's terms to the new AMI (asserted).
     async fn publish(&self, at: chrono::DateTime<chrono::Utc>) {
         let report = self.watcher.handle(&json!({}), at).await.unwrap();
@@ -1672,17 +1686,7 @@ async fn a_new_ami_rolls_through_six_nodes_within_budget_and_pdb() {
         "every instance on the new AMI (old {}): {instances:?}",
         p.old
     );
-    let desired = p
-        .adapters
-        .clients
-        .autoscaling
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names(GROUP)
-        .send()
-        .await
-        .unwrap()
-        .auto_scaling_groups()[0]
-        .desired_capacity();
+    let desired = p.desired_capacity().await;
     assert_eq!(desired, Some(6));
     let rotations = p.rotations().await;
     assert_eq!(rotations.len(), 6, "{rotations:?}");
@@ -1793,17 +1797,7 @@ async fn terminate_first_rolls_the_real_nodes_without_a_surge_within_the_pdb() {
             p.rolled_out(o)
         })
         .await;
-    let desired = p
-        .adapters
-        .clients
-        .autoscaling
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names(GROUP)
-        .send()
-        .await
-        .unwrap()
-        .auto_scaling_groups()[0]
-        .desired_capacity();
+    let desired = p.desired_capacity().await;
     assert_eq!(desired, Some(6), "the group never grew");
     let rotations = p.rotations().await;
     assert_eq!(rotations.len(), 6, "{rotations:?}");

@@ -10,6 +10,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use crate::support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -25,28 +27,6 @@ const REGIONS: [&str; 2] = ["us-east-2", "eu-west-1"];
 /// The platforms the release attaches the operator CLI for.
 const CLI_PLATFORMS: [&str; 2] = ["linux-x86_64", "linux-arm64"];
 
-fn lint_venv() -> PathBuf {
-    let venv = std::env::var("NODECYCLE_LINT_VENV")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let base = std::env::var("NODECYCLE_VENV")
-                .ok()
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| {
-                    format!("{}/.cache/nodecycle/venv", std::env::var("HOME").unwrap())
-                });
-            PathBuf::from(format!("{base}-lint"))
-        });
-    assert!(
-        venv.join("bin/python").exists(),
-        "{} is missing: run scripts/lint-template.sh once",
-        venv.display()
-    );
-    venv
-}
-
 /// A fresh directory of this test's own.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("nodecycle-release-{}-{name}", std::process::id()));
@@ -57,7 +37,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Runs Python of the lint venv (boto3, zipfile, the template loader) against the cloud.
 fn python(cloud: &FakeCloud, script: &str, args: &[&str]) -> String {
-    let out = Command::new(lint_venv().join("bin/python"))
+    let out = Command::new(support::lint_venv().join("bin/python"))
         .arg("-c")
         .arg(script)
         .args(args)
@@ -91,7 +71,7 @@ fn release(cloud: &FakeCloud, args: &[&str]) -> Output {
     Command::new(nodecycle_tests::repo_path("scripts/release.sh"))
         .args(args)
         .envs(cloud.env_vars())
-        .env("NODECYCLE_LINT_VENV", lint_venv())
+        .env("NODECYCLE_LINT_VENV", support::lint_venv())
         .output()
         .unwrap()
 }
@@ -153,7 +133,7 @@ fn checked_sums(dist: &Path) -> BTreeMap<String, String> {
 }
 
 fn cfn_lint(files: &[PathBuf]) {
-    let out = Command::new(lint_venv().join("bin/cfn-lint"))
+    let out = Command::new(support::lint_venv().join("bin/cfn-lint"))
         .args(files)
         .output()
         .unwrap();
@@ -301,7 +281,7 @@ for r in sys.argv[1:]:
     let mut lint = vec![packaged.clone(), dist.join("spoke.yaml")];
     for set in ["minimal", "full"] {
         let translated = dist.join(format!("translated-{set}.json"));
-        let out = Command::new(lint_venv().join("bin/python"))
+        let out = Command::new(support::lint_venv().join("bin/python"))
             .arg(nodecycle_tests::repo_path("scripts/cfn/translate.py"))
             .args(["--set", set, "--out"])
             .arg(&translated)

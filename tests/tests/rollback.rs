@@ -9,9 +9,6 @@
 
 use crate::support;
 
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use chrono::Utc;
 use nodecycle::rotation::Step;
 use serde_json::{Value, json};
@@ -28,28 +25,13 @@ fn run_previous(p: &Pool, function: &str) -> Value {
             "{ENV_BIN} is not set: run scripts/baseline.sh and set {ENV_BIN} to the path it prints"
         )
     });
-    static CALLS: AtomicUsize = AtomicUsize::new(0);
-    let file = std::env::temp_dir().join(format!(
-        "nodecycle-rollback-{}-{}.json",
-        std::process::id(),
-        CALLS.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&file, "{}").unwrap();
-    let (_, env) = crate::runtime::function_env(match function {
-        "ami-watcher" => "AmiWatcherFunction",
-        _ => "RotatorFunction",
-    });
-    let out = Command::new(bin)
-        .args(["run", function, "--event", file.to_str().unwrap()])
-        .envs(p.cloud.env_vars())
-        .envs(env)
-        .env("NODECYCLE_TABLE", "nodecycle")
-        .env("NODECYCLE_LOG", "error")
-        .env_remove("AWS_LAMBDA_LOG_LEVEL")
-        .env_remove("AWS_PROFILE")
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&file);
+    let out = crate::runtime::run_nodecycle(
+        std::path::Path::new(&bin),
+        &p.cloud,
+        function,
+        &json!({}),
+        &[("NODECYCLE_TABLE", "nodecycle")],
+    );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "the previous release's {function} answered no JSON ({e}): {}\n{}",

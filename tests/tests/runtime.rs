@@ -100,7 +100,7 @@ fn variable(template: &serde_norway::Value, v: &serde_norway::Value) -> Option<S
 
 /// (binary, environment) of function resource `function` as template.yaml declares it: the
 /// Globals' variables, the function's own, the memory size and log level Lambda sets.
-pub(crate) fn function_env(function: &str) -> (String, Vec<(String, String)>) {
+fn function_env(function: &str) -> (String, Vec<(String, String)>) {
     let text = std::fs::read_to_string(nodecycle_tests::repo_path("template.yaml")).unwrap();
     let t: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     let f = &t["Resources"][function];
@@ -225,6 +225,21 @@ fn event(name: &str) -> Value {
 
 /// `nodecycle run <function> --event <file>` against the same cloud and table.
 fn run_cli(cloud: &FakeCloud, function: &str, event: &Value) -> Value {
+    let out = run_nodecycle(&target_dir().join("nodecycle"), cloud, function, event, &[]);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `<bin> run <function> --event <file>` (the `nodecycle` CLI of this version or another)
+/// against `cloud`, with the environment template.yaml gives the function and `extra`
+/// variables over it.
+pub(crate) fn run_nodecycle(
+    bin: &std::path::Path,
+    cloud: &FakeCloud,
+    function: &str,
+    event: &Value,
+    extra: &[(&str, &str)],
+) -> std::process::Output {
     // One file per call: the tests of this binary run concurrently in one process.
     static CALLS: AtomicUsize = AtomicUsize::new(0);
     let file = std::env::temp_dir().join(format!(
@@ -239,18 +254,18 @@ fn run_cli(cloud: &FakeCloud, function: &str, event: &Value) -> Value {
         "interruption-handler" => "InterruptionHandlerFunction",
         _ => "OpsFunction",
     });
-    let out = Command::new(target_dir().join("nodecycle"))
+    let out = Command::new(bin)
         .args(["run", function, "--event", file.to_str().unwrap()])
         .envs(cloud.env_vars())
         .envs(env)
         .env("NODECYCLE_LOG", "error")
+        .envs(extra.iter().copied())
         .env_remove("AWS_LAMBDA_LOG_LEVEL")
         .env_remove("AWS_PROFILE")
         .output()
         .unwrap();
     let _ = std::fs::remove_file(&file);
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    out
 }
 
 /// A cluster with one self-managed pool of 3 nodes on AL2023 v20240807: the adapters, the

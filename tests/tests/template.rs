@@ -10,6 +10,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use crate::support;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::Command;
@@ -21,26 +23,7 @@ const REGION: &str = "us-east-1";
 const ACCOUNT: &str = "123456789012";
 
 fn lint_python() -> PathBuf {
-    let venv = std::env::var("NODECYCLE_LINT_VENV")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let base = std::env::var("NODECYCLE_VENV")
-                .ok()
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| {
-                    format!("{}/.cache/nodecycle/venv", std::env::var("HOME").unwrap())
-                });
-            PathBuf::from(format!("{base}-lint"))
-        });
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/lint-template.sh once (it installs aws-sam-translator there)",
-        python.display()
-    );
-    python
+    support::lint_venv().join("bin/python")
 }
 
 /// Runs scripts/cfn/translate.py --resolve on template.yaml; Err(stderr) when refused.

@@ -591,3 +591,28 @@ pub async fn rotator_pass(
     std::thread::sleep(std::time::Duration::from_millis(400));
     report
 }
+
+/// The template tools' venv (cfn-lint, aws-sam-translator, the SAM CLI): `$NODECYCLE_LINT_VENV`,
+/// default `${NODECYCLE_VENV:-~/.cache/nodecycle/venv}-lint`. Panics, naming the script that
+/// installs it, when it is missing (scripts/test.sh runs scripts/lint-template.sh first).
+pub fn lint_venv() -> std::path::PathBuf {
+    let venv = std::env::var("NODECYCLE_LINT_VENV")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let base = std::env::var("NODECYCLE_VENV")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| {
+                    format!("{}/.cache/nodecycle/venv", std::env::var("HOME").unwrap())
+                });
+            std::path::PathBuf::from(format!("{base}-lint"))
+        });
+    assert!(
+        venv.join("bin/python").exists(),
+        "{} is missing: run scripts/lint-template.sh once (it installs aws-sam-translator and the SAM CLI there)",
+        venv.display()
+    );
+    venv
+}

@@ -76,31 +76,41 @@ impl RotatorHandler {
     ) -> Result<Performed, PortError> {
         let r = &v.value.clone();
         let now = ctx.clock.now();
+        // The intent, recorded before the call: the relaunch's baseline (kept from an earlier
+        // attempt), or that this terminate gives the surge's unit back.
+        let intent = if relaunch {
+            r.relaunch.is_none().then(|| Rotation {
+                relaunch: Some(crate::rotation::Relaunch {
+                    baseline: ctx
+                        .snapshot
+                        .members
+                        .iter()
+                        .map(|m| m.instance_id.clone())
+                        .collect(),
+                }),
+                ..r.enter(Step::Terminating, now)
+            })
+        } else {
+            (decrement && r.surge_active()).then(|| {
+                r.clone()
+                    .with_release(UnitRelease::Undoing(Undo::Terminate {
+                        instance_id: r.instance_id.clone(),
+                    }))
+            })
+        };
+        let v = match intent {
+            Some(intent) => match self.save(&v, intent).await? {
+                Some(v) => v,
+                None => return Ok(Performed::Lost),
+            },
+            None => v,
+        };
+        self.ports
+            .groups
+            .terminate_instance(&r.instance_id, decrement)
+            .await?;
+        self.delete_node(ctx, r).await;
         if relaunch {
-            let v = if r.relaunch.is_none() {
-                let intent = Rotation {
-                    relaunch: Some(crate::rotation::Relaunch {
-                        baseline: ctx
-                            .snapshot
-                            .members
-                            .iter()
-                            .map(|m| m.instance_id.clone())
-                            .collect(),
-                    }),
-                    ..r.enter(Step::Terminating, now)
-                };
-                match self.save(&v, intent).await? {
-                    Some(v) => v,
-                    None => return Ok(Performed::Lost),
-                }
-            } else {
-                v
-            };
-            self.ports
-                .groups
-                .terminate_instance(&r.instance_id, false)
-                .await?;
-            self.delete_node(ctx, r).await;
             log_move(
                 r,
                 command,
@@ -109,24 +119,6 @@ impl RotatorHandler {
             );
             return Ok(Performed::Step(r.step, v.value.step));
         }
-        let v = if decrement && r.surge_active() {
-            let intent = r
-                .clone()
-                .with_release(UnitRelease::Undoing(Undo::Terminate {
-                    instance_id: r.instance_id.clone(),
-                }));
-            match self.save(&v, intent).await? {
-                Some(v) => v,
-                None => return Ok(Performed::Lost),
-            }
-        } else {
-            v
-        };
-        self.ports
-            .groups
-            .terminate_instance(&r.instance_id, decrement)
-            .await?;
-        self.delete_node(ctx, r).await;
         let done = r.enter(Step::Done, now).with_release(UnitRelease::Given);
         log_move(r, command, Step::Done, "terminated");
         moved(r.step, self.save(&v, done).await?)
