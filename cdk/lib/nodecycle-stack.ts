@@ -122,6 +122,7 @@ export class NodecycleStack extends cdk.Stack {
         policyReads,
         describe("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations", "autoscaling:DescribeScalingActivities", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceStatus"),
         allow("ReadEksReleaseVersions", ["ssm:GetParameters"], [publicParameters]),
+        allow("PublishRolloutStatus", ["ssm:PutParameter"], [arnOf("ssm", "parameter/nodecycle/status/*")]),
         allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses"], [asgArn], clusterTag),
         allow("NewVersionsOfOptedInTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate"], [arnOf("ec2", "launch-template/*")], optedInTemplate),
         stateWith("RotationState", ["dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem"], "POOL#*", "LEASE#*", "QUARANTINE", "DEPLOYMENT"),

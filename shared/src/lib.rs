@@ -15,7 +15,7 @@
 //!
 //! - L0 base: problem, duration, clock, opt_in, port, tags, log_field
 //! - L1 vocabulary: image, ami
-//! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop, dispatch, members, repair, backoff, retain
+//! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop, dispatch, members, repair, backoff, retain, rollout
 //! - L3 state: state, announce
 //! - L4 adapters: aws, kube, ports
 //! - L5 use cases: handlers, handlers::ami_watcher, handlers::interruption, handlers::ops, handlers::rotator, handlers::onboard, doctor
@@ -57,6 +57,7 @@ pub mod problem;
 pub mod promotion;
 pub mod repair;
 pub mod retain;
+pub mod rollout;
 pub mod rotation;
 pub mod simulate;
 pub mod state;

@@ -16,7 +16,9 @@
 //!   `RotationsFailed` (transitions this pass), `DriftedNodes`, `RepairSuspended` (pools whose
 //!   repairs the circuit breaker holds), `PoolBackingOff` (pools backing off), `RetainedInstances`
 //!   (instances left `Terminating:Retained`, [`crate::retain`]), `ReleasesQuarantined`
-//!   (quarantine entries at the start of the pass); `AllowedDisruptions` summed per budget reason
+//!   (quarantine entries at the start of the pass), `Nodes`, `NodesUpToDate` and
+//!   `NodesUpToDateAndReady` (the pools' rollout counts, [`crate::rollout::Counts`]);
+//!   `AllowedDisruptions` summed per budget reason
 //!   (dimension set `[["Reason"]]`, `Drifted` and `Expired`) when a pool planned; and while a
 //!   release is under watch, `UnhealthyNodes` (sum) and `PodStartFailurePercentNew`/`Old`
 //!   (maximum over the pools);
@@ -28,7 +30,7 @@
 //! Per pool (`metrics.perPool: true`), dimension set `[["Pool"]]`: the rotator's `PoolsUpToDate`,
 //! `PoolsHalted`, `PoolsBudgetLimited`, `RotationsInFlight`, `RotationsStarted`,
 //! `RotationsFinished`, `RotationsFailed`, `DriftedNodes`, `RepairSuspended`, `PoolBackingOff`
-//! (0 or 1 for the pool), `ResolutionFailures` and `InterruptionsHandled`; `AllowedDisruptions`
+//! (0 or 1 for the pool), `Nodes`, `NodesUpToDate`, `NodesUpToDateAndReady`, `ResolutionFailures` and `InterruptionsHandled`; `AllowedDisruptions`
 //! with `[["Pool", "Reason"]]`; the release health with `[["Pool", "Release"]]`.
 
 use chrono::{DateTime, Utc};
@@ -45,7 +47,7 @@ pub const NAMESPACE: &str = "nodecycle";
 /// Every metric name the functions emit in [`NAMESPACE`], and no other: the template's alarms and
 /// dashboard may name only these (tests/tests/template.rs), and the unit tests check that a
 /// simulated day emits exactly these.
-pub const EMITTED: [&str; 19] = [
+pub const EMITTED: [&str; 22] = [
     "Pools",
     "PoolsUpToDate",
     "PoolsHalted",
@@ -59,6 +61,9 @@ pub const EMITTED: [&str; 19] = [
     "PoolBackingOff",
     "RetainedInstances",
     "ReleasesQuarantined",
+    "Nodes",
+    "NodesUpToDate",
+    "NodesUpToDateAndReady",
     "AllowedDisruptions",
     "UnhealthyNodes",
     "PodStartFailurePercentNew",
@@ -125,6 +130,9 @@ pub struct PoolPass {
     /// The desired release's health while it is under watch
     /// ([`crate::promotion::health::under_watch`]); `None` otherwise (no metric then).
     pub health: Option<crate::promotion::health::Summary>,
+    /// The pool's rollout counts this pass ([`crate::rollout::Counts`]); `None` when the pass
+    /// did not compute its status (not observed).
+    pub rollout: Option<crate::rollout::Counts>,
 }
 
 impl PoolPass {
@@ -252,6 +260,15 @@ pub fn rotator_pass(pools: &[PoolMetrics<'_>], quarantined: usize) -> Vec<Record
             "ReleasesQuarantined",
             u32::try_from(quarantined).unwrap_or(u32::MAX),
         ),
+        count("Nodes", sum(&|p| p.pass.rollout.map_or(0, |r| r.nodes))),
+        count(
+            "NodesUpToDate",
+            sum(&|p| p.pass.rollout.map_or(0, |r| r.up_to_date)),
+        ),
+        count(
+            "NodesUpToDateAndReady",
+            sum(&|p| p.pass.rollout.map_or(0, |r| r.up_to_date_and_ready)),
+        ),
     ])];
     if pools.iter().any(|p| p.allowed.is_some()) {
         for (reason, of) in reasons() {
@@ -331,6 +348,12 @@ pub fn rotator_pool(pool: &str, pass: &PoolPass, allowed: Option<&Allowed>) -> V
             count("DriftedNodes", pass.drifted),
             count("RepairSuspended", u32::from(pass.repair_suspended)),
             count("PoolBackingOff", u32::from(pass.backing_off)),
+            count("Nodes", pass.rollout.map_or(0, |r| r.nodes)),
+            count("NodesUpToDate", pass.rollout.map_or(0, |r| r.up_to_date)),
+            count(
+                "NodesUpToDateAndReady",
+                pass.rollout.map_or(0, |r| r.up_to_date_and_ready),
+            ),
         ],
     )];
     if let Some(h) = &pass.health {
@@ -550,6 +573,13 @@ mod tests {
             backing_off: false,
             retained: 2,
             health: None,
+            rollout: Some(crate::rollout::Counts {
+                desired_capacity: 6,
+                nodes: 7,
+                up_to_date: 3,
+                ready: 6,
+                up_to_date_and_ready: 2,
+            }),
         }
     }
 
@@ -816,6 +846,13 @@ mod tests {
                             8..=9 if i < 3 => Some(watch("v2", 0.5)),
                             _ => None,
                         },
+                        rollout: Some(crate::rollout::Counts {
+                            desired_capacity: 6,
+                            nodes: 6,
+                            up_to_date: if rolling { 3 } else { 6 },
+                            ready: 6,
+                            up_to_date_and_ready: if rolling { 3 } else { 6 },
+                        }),
                     };
                     let allowed = (!backing_off).then_some(Allowed {
                         drifted: u32::from(i % 3 != 0),
@@ -855,11 +892,11 @@ mod tests {
         out
     }
 
-    /// Series a pool with `metrics.perPool: true` adds: 10 rotator counters, `AllowedDisruptions`
+    /// Series a pool with `metrics.perPool: true` adds: 13 rotator counters, `AllowedDisruptions`
     /// for 2 reasons, `ResolutionFailures`, `InterruptionsHandled` once it had one, and 3 per
     /// release watched in it.
     fn per_pool_series(interrupted: bool, releases: usize) -> usize {
-        10 + 2 + 1 + usize::from(interrupted) + 3 * releases
+        13 + 2 + 1 + usize::from(interrupted) + 3 * releases
     }
 
     #[test]

@@ -75,6 +75,8 @@ ports! {
         pub metrics: Arc<dyn crate::metrics::MetricSink>,
         /// The ports of pools in other accounts and regions ([`crate::members`]).
         pub members: Arc<dyn Members>,
+        /// Where pools' rollout statuses are published ([`crate::rollout`]).
+        pub status: Arc<dyn crate::rollout::StatusBoard>,
         /// Kubernetes API per cluster (feature `kube`: the ami-watcher does without).
         #[cfg(feature = "kube")]
         pub kube: Arc<dyn KubeConnector>,

@@ -331,7 +331,8 @@ impl Common {
         let seen = crate::aws::autoscaling::SeenGroups::default();
         Ports {
             policies: Arc::new(SsmPolicies::new(ssm.clone(), &self.policy_prefix)),
-            parameters: Arc::new(ssm),
+            parameters: Arc::new(ssm.clone()),
+            status: Arc::new(ssm),
             images: Arc::new(Ec2::new(c.ec2.clone())),
             clusters: Arc::new(Eks::new(c.eks.clone())),
             node_groups: Arc::new(

@@ -38,6 +38,7 @@ mod release_health;
 mod repair;
 mod retain;
 mod rollback;
+mod rollout_status;
 mod rotation;
 mod runtime;
 mod scale;

@@ -71,7 +71,10 @@ fn stopped(r: &PoolRecord) -> bool {
 /// - *Repair Suspended* when `repairSuspended` is set; id
 ///   `repair-suspended:<pool>:<time it was set>`;
 /// - *Desired AMI Changed* when the effective desired AMI (the pin, else the resolved AMI)
-///   changes to another AMI; id `desired-ami-changed:<pool>:<ami>:<now>`.
+///   changes to another AMI; id `desired-ami-changed:<pool>:<ami>:<now>`;
+/// - *Rollout Condition Changed* for each rollout condition whose status changed
+///   ([`crate::rollout::Rollout::changed_since`]); id
+///   `rollout-condition-changed:<pool>:<type>:<status>:<since>`.
 pub fn pool_transitions(
     before: &PoolRecord,
     after: &PoolRecord,
@@ -139,6 +142,11 @@ pub fn pool_transitions(
         d.by = after.pin.as_ref().and_then(|p| p.by.by.clone());
         out.push(e);
     }
+    if let Some(rollout) = &after.rollout {
+        for c in rollout.changed_since(before.rollout.as_ref()) {
+            out.push(rollout_changed(rollout, c));
+        }
+    }
     let promoted = after
         .releases
         .iter()
@@ -158,6 +166,37 @@ pub fn pool_transitions(
         out.push(e);
     }
     out
+}
+
+/// The *Rollout Condition Changed* event of condition `c` of `rollout`.
+fn rollout_changed(rollout: &crate::rollout::Rollout, c: &crate::rollout::Condition) -> BusEvent {
+    let kind = format!("{:?}", c.kind);
+    let status = format!("{:?}", c.status);
+    let mut e = event(
+        Kind::RolloutConditionChanged,
+        &rollout.pool,
+        c.since,
+        &[&kind, &status],
+    );
+    let d = &mut e.detail;
+    d.condition = Some(kind);
+    d.reason = Some(c.reason.clone());
+    d.ami = rollout.desired.as_ref().map(|r| r.ami.clone());
+    d.release = rollout.desired.as_ref().and_then(|r| r.release.clone());
+    d.rollout = serde_json::to_value(c).ok().map(|mut v| {
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "counts".into(),
+                serde_json::to_value(rollout.counts).unwrap_or_default(),
+            );
+            o.insert(
+                "release".into(),
+                serde_json::to_value(&rollout.desired).unwrap_or_default(),
+            );
+        }
+        v
+    });
+    e
 }
 
 /// The *AMI Quarantined* event of quarantine entry `q` (recorded by the write that created

@@ -40,6 +40,11 @@ impl Ssm {
         Self { client }
     }
 
+    /// A client of `config`'s region and credentials.
+    pub fn from_config(config: &aws_config::SdkConfig) -> Self {
+        Self::new(aws_sdk_ssm::Client::new(config))
+    }
+
     /// Every parameter under `prefix` (recursive, all pages), sorted by name.
     pub async fn parameters_by_path(
         &self,
@@ -189,5 +194,53 @@ impl crate::policy::source::PolicySource for SsmPolicies {
 
     fn contains(&self, name: &str) -> bool {
         name.starts_with(&self.prefix)
+    }
+}
+
+/// A published status that does not parse: an error naming the parameter.
+fn status_of(p: &StoredParameter) -> Result<crate::rollout::Rollout, PortError> {
+    serde_json::from_str(&p.value).map_err(|e| {
+        PortError::new(
+            "ssm:GetParameter",
+            crate::port::ErrorKind::Invalid,
+            format!(
+                "status parameter {} is not a nodecycle rollout status: {e}",
+                p.name
+            ),
+        )
+    })
+}
+
+#[async_trait]
+impl crate::rollout::StatusBoard for Ssm {
+    async fn publish(&self, status: &crate::rollout::Rollout) -> Result<(), PortError> {
+        let doc = serde_json::to_string(status).map_err(|e| {
+            PortError::new(
+                "ssm:PutParameter",
+                crate::port::ErrorKind::Invalid,
+                format!("cannot encode the status of {}: {e}", status.pool),
+            )
+        })?;
+        self.put_string(&crate::rollout::parameter_name(&status.pool), &doc, false)
+            .await
+            .map(|_| ())
+    }
+
+    async fn read(&self, pool: &str) -> Result<Option<crate::rollout::Rollout>, PortError> {
+        match self
+            .parameter(&crate::rollout::parameter_name(pool))
+            .await?
+        {
+            None => Ok(None),
+            Some(p) => status_of(&p).map(Some),
+        }
+    }
+
+    async fn read_cluster(&self, cluster: &str) -> Result<Vec<crate::rollout::Rollout>, PortError> {
+        self.parameters_by_path(&crate::rollout::cluster_path(cluster))
+            .await?
+            .iter()
+            .map(status_of)
+            .collect()
     }
 }

@@ -74,11 +74,14 @@ pub enum Kind {
     RepairSuspended,
     /// A pool's passes keep failing: it backs off (left out of passes for a while, growing).
     PoolBackingOff,
+    /// A condition of a pool's rollout status (`NodesUpToDate`, `Progressing`, `Halted`,
+    /// `Paused`: the rollout module's status) changed status.
+    RolloutConditionChanged,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::DesiredAmiChanged,
         Kind::RotationStarted,
         Kind::RotationFinished,
@@ -93,6 +96,7 @@ impl Kind {
         Kind::NodeRepaired,
         Kind::RepairSuspended,
         Kind::PoolBackingOff,
+        Kind::RolloutConditionChanged,
     ];
 
     /// The EventBridge `detail-type`.
@@ -112,6 +116,7 @@ impl Kind {
             Kind::NodeRepaired => "Node Repaired",
             Kind::RepairSuspended => "Repair Suspended",
             Kind::PoolBackingOff => "Pool Backing Off",
+            Kind::RolloutConditionChanged => "Rollout Condition Changed",
         }
     }
 
@@ -222,6 +227,11 @@ pub struct Detail {
     /// `{count, of}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<serde_json::Value>,
+    /// Rollout Condition Changed: the condition (`type`, `status`, `reason`, `message`,
+    /// `since`) and the pool's counts (`desired`, `nodes`, `upToDate`, `ready`,
+    /// `upToDateAndReady`) and desired release (`release`: `ami`, `name`, `release`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<serde_json::Value>,
 }
 
 /// One event to put: its kind (detail-type) and detail.

@@ -165,6 +165,7 @@ impl Cloud {
             state: crate::state::Repository::new(store.clone()),
             announce: crate::announce::Announcer::new(store, self.clone()),
             members: Arc::new(crate::members::OwnOnly),
+            status: self.clone(),
         }
     }
 
@@ -270,6 +271,33 @@ impl ParameterStore for Cloud {
                 let version = w.parameter_versions.get(n).copied().unwrap_or(1);
                 Some((n.clone(), crate::ami::resolve::Parameter { value, version }))
             })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl crate::rollout::StatusBoard for Cloud {
+    async fn publish(&self, status: &crate::rollout::Rollout) -> Result<(), PortError> {
+        let mut w = self.call("ssm:PutParameter")?;
+        let doc = serde_json::to_string(status).unwrap_or_default();
+        w.put_parameter(&crate::rollout::parameter_name(&status.pool), &doc);
+        Ok(())
+    }
+
+    async fn read(&self, pool: &str) -> Result<Option<crate::rollout::Rollout>, PortError> {
+        let w = self.call("ssm:GetParameter")?;
+        Ok(w.parameters
+            .get(&crate::rollout::parameter_name(pool))
+            .and_then(|v| serde_json::from_str(v).ok()))
+    }
+
+    async fn read_cluster(&self, cluster: &str) -> Result<Vec<crate::rollout::Rollout>, PortError> {
+        let w = self.call("ssm:GetParametersByPath")?;
+        let prefix = format!("{}/", crate::rollout::cluster_path(cluster));
+        Ok(w.parameters
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .filter_map(|(_, v)| serde_json::from_str(v).ok())
             .collect())
     }
 }

@@ -167,6 +167,8 @@ pub struct CellPorts {
     pub announce: crate::announce::Announcer,
     /// The ports of pools in other accounts and regions.
     pub members: std::sync::Arc<dyn crate::ports::Members>,
+    /// Where pools' rollout statuses are published (SSM parameters in the cell's account).
+    pub status: std::sync::Arc<dyn crate::rollout::StatusBoard>,
 }
 
 impl CellPorts {
@@ -177,6 +179,7 @@ impl CellPorts {
             state: ports.repository(),
             announce: ports.announcer(),
             members: ports.members.clone(),
+            status: ports.status.clone(),
         }
     }
 

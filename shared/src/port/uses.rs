@@ -42,6 +42,8 @@ pub const FUNCTIONS: [(&str, &[&str]); 4] = [
             "ManagedGroupOps::{set_update_config,start_update,template_with_image}",
             "Store::{get,put,query,batch_get,transact}",
             "EventSink::put",
+            // Rollout status, published on change (`/nodecycle/status/*`).
+            "StatusBoard::publish",
             "KubeConnector::connect",
             // Failed status checks and scheduled events (repair).
             "InstanceLookup::troubled",
@@ -90,6 +92,8 @@ pub const NOT_IN_LAMBDAS: &[&str] = &[
     "PolicyDocuments::under",
     "Table::create_if_missing",
     "Ssm::{parameters_by_path,parameter,put_string}",
+    // `nodecycle wait`, with the pipeline's read-only credentials.
+    "StatusBoard::{read,read_cluster}",
 ];
 
 /// The `Trait::method` names an entry of [`FUNCTIONS`] or [`NOT_IN_LAMBDAS`] stands for:

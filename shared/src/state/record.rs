@@ -99,6 +99,11 @@ pub struct PoolRecord {
     /// Backing Off*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<crate::backoff::Backoff>,
+    /// The pool's rollout status as last published ([`crate::rollout`]): the rotator writes it
+    /// (and the SSM status parameter) only when it changed; each condition whose status changes
+    /// is announced (*Rollout Condition Changed*). Absent before the first pass that computed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
     /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::bus::BusEvent>,
@@ -228,6 +233,49 @@ impl PoolRecord {
 }
 
 impl PoolRecord {
+    /// The release the pool's nodes should run, for its rollout status: the pin (its release
+    /// read from its image name), else the resolved AMI (its alias release, if it has one).
+    pub fn desired_release(&self) -> Option<crate::rollout::Release> {
+        match (&self.pin, &self.desired) {
+            (Some(p), _) => Some(crate::rollout::Release {
+                ami: p.ami.clone(),
+                name: p.name.clone(),
+                release: p
+                    .name
+                    .as_deref()
+                    .and_then(crate::promotion::release::version_in_name)
+                    .map(|r| r.0),
+            }),
+            (None, Some(a)) => Some(crate::rollout::Release {
+                ami: a.id.clone(),
+                name: Some(a.name.clone()),
+                release: Some(crate::promotion::release_of(a))
+                    .filter(|r| !r.is_image())
+                    .map(|r| r.0),
+            }),
+            (None, None) => None,
+        }
+    }
+
+    /// The release the pool left because it was quarantined: its latest release event, when
+    /// that is a rollback to the AMI it should run now.
+    pub fn rejected(&self) -> Option<crate::rollout::Rejected> {
+        let last = self.releases.last()?;
+        match &last.how {
+            ReleaseHow::RolledBack {
+                from_release,
+                reason,
+            } if Some(last.image.as_str()) == self.effective_desired() => {
+                Some(crate::rollout::Rejected {
+                    release: from_release.to_string(),
+                    reason: reason.clone(),
+                    at: last.at,
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// The AMI id nodes should run: the pin, else what the terms resolved to.
     pub fn effective_desired(&self) -> Option<&str> {
         self.pin

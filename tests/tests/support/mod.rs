@@ -256,6 +256,7 @@ impl Adapters {
             state: nodecycle::state::Repository::new(table.clone()),
             announce: self.announce(table),
             members: Arc::new(nodecycle::members::OwnOnly),
+            status: Arc::new(Ssm::new(self.clients.ssm.clone())),
         }
     }
 

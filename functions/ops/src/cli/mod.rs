@@ -16,6 +16,7 @@ mod run;
 mod simulate;
 mod target;
 mod validate;
+mod wait;
 
 use clap::{Parser, Subcommand};
 
@@ -75,6 +76,9 @@ enum Command {
     Stop(ops::ReasonArgs),
     /// Undo `stop`: pools not paused of their own go on; audited.
     Start(ops::ReasonArgs),
+    /// Wait until a pool's rollout reached the desired release (exit 0), halted or was
+    /// quarantined (1) or the timeout passed (2), reading only its published status.
+    Wait(wait::Args),
     /// Show what the rotator would do for a pool now (or at --at), changing nothing.
     Plan(plan::Args),
     /// Forecast the rollout over days (policy files or --live), as JSON and an SVG/HTML picture.
@@ -136,6 +140,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Promotion(a) => ops::run(ops::promotion_request(a), output::generic).await,
         Command::Stop(a) => ops::run(ops::switch_request("stop", a), output::generic).await,
         Command::Start(a) => ops::run(ops::switch_request("start", a), output::generic).await,
+        Command::Wait(a) => wait::run(a).await,
         Command::Plan(a) => plan::run(a).await,
         Command::Simulate(a) => simulate::run(a).await,
         Command::Doctor(a) => doctor::run(a).await,
@@ -152,7 +157,11 @@ impl Command {
         match self {
             Command::Validate(a) => a.reads_deployment(),
             Command::Simulate(a) => a.reads_deployment(),
-            Command::Budget(_) | Command::Doctor(_) | Command::Config(_) | Command::Run(_) => false,
+            Command::Budget(_)
+            | Command::Doctor(_)
+            | Command::Config(_)
+            | Command::Run(_)
+            | Command::Wait(_) => false,
             _ => true,
         }
     }

@@ -10,6 +10,7 @@ mod pool;
 pub mod promotion;
 mod quarantine;
 pub mod request;
+mod rollout;
 mod rotations;
 mod status;
 mod stop;
@@ -231,6 +232,22 @@ impl OpsHandler {
         if let Request::Promotion { release } = &req {
             return promotion::journey(self.promotions(), &policies, release, now).await;
         }
+        if let Request::Rollout {
+            pool,
+            release,
+            min_ready,
+        } = &req
+        {
+            let selected: Vec<&Policy> = match pool {
+                None => policies.values().collect(),
+                Some(p) => vec![find(&policies, p)?],
+            };
+            let want = crate::rollout::Want {
+                release: release.clone(),
+                min_ready: *min_ready,
+            };
+            return rollout::check(&self.cell.state, &selected, &want).await;
+        }
         if let Request::Quarantine { target, reason } | Request::Unquarantine { target, reason } =
             &req
         {
@@ -391,6 +408,7 @@ impl OpsHandler {
             }
             Request::Status { .. }
             | Request::Promotion { .. }
+            | Request::Rollout { .. }
             | Request::Quarantine { .. }
             | Request::Unquarantine { .. }
             | Request::Stop { .. }

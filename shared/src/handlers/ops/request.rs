@@ -113,6 +113,16 @@ pub enum Request {
         /// Alias release version (`v20241109`, `1.26.0`) or image id.
         release: Release,
     },
+    /// Whether a pool's rollout reached what a pipeline waits for (read-only; what
+    /// `nodecycle wait` checks, on the published status: [`crate::rollout::judge`]).
+    Rollout {
+        /// `<cluster>/<name>`; `None` = every pool.
+        pool: Option<String>,
+        /// The release it must be on (image id, name, release version or pinned alias).
+        release: Option<String>,
+        /// How many nodes must be up to date and Ready (default all).
+        min_ready: crate::rollout::MinReady,
+    },
     /// Turn the deployment's stop switch on: every pool holds (see [`crate::stop`]).
     Stop {
         /// Why.
@@ -140,7 +150,8 @@ impl Request {
             | Request::Start { .. }
             | Request::Quarantine { .. }
             | Request::Unquarantine { .. }
-            | Request::Promotion { .. } => None,
+            | Request::Promotion { .. }
+            | Request::Rollout { .. } => None,
             Request::Rotate { pool, .. }
             | Request::Pin { pool, .. }
             | Request::Unpin { pool, .. }
@@ -167,6 +178,7 @@ fn fields_of(action: &str) -> &'static [&'static str] {
         "cancel" => &["action", "pool", "instance", "reason"],
         "quarantine" | "unquarantine" => &["action", "ami", "release", "reason"],
         "promotion" => &["action", "release"],
+        "rollout" => &["action", "pool", "release", "minReady"],
         "stop" | "start" => &["action", "reason"],
         _ => &["action", "pool", "reason"],
     }
@@ -555,6 +567,23 @@ pub fn parse(payload: &Value) -> Result<Request, Vec<String>> {
         "promotion" => f
             .release(true)
             .map(|release| Request::Promotion { release }),
+        "rollout" => {
+            let pool_given = obj.get("pool").is_some_and(|v| !v.is_null());
+            let pool = f.pool(false);
+            let release = f.checked("release", None, |r| {
+                if r.is_empty() || r.len() > 256 {
+                    Err("expected an image id, image name, release version or pinned alias of 1 to 256 characters".to_string())
+                } else {
+                    Ok(r)
+                }
+            });
+            let min_ready = f.checked("minReady", None, |m| m.parse::<crate::rollout::MinReady>());
+            (pool.is_some() || !pool_given).then_some(Request::Rollout {
+                pool,
+                release,
+                min_ready: min_ready.unwrap_or(crate::rollout::MinReady::All),
+            })
+        }
         "stop" => f.reason().map(|reason| Request::Stop { reason }),
         "start" => f.reason().map(|reason| Request::Start { reason }),
         other => {
@@ -611,6 +640,7 @@ mod tests {
             json!({"action": "quarantine", "ami": "ami-0123456789abcdef0", "reason": "r"}),
             json!({"action": "unquarantine", "ami": "ami-0123456789abcdef0", "reason": "r"}),
             json!({"action": "promotion", "release": "v20241109"}),
+            json!({"action": "rollout", "pool": "prod/general", "minReady": "90%"}),
             json!({"action": "stop", "reason": "r"}),
             json!({"action": "start", "reason": "r"}),
         ];
@@ -633,6 +663,7 @@ mod tests {
                 "quarantine",
                 "unquarantine",
                 "promotion",
+                "rollout",
                 "stop",
                 "start"
             ]
@@ -644,6 +675,14 @@ mod tests {
     fn valid_requests() {
         let cases: Vec<(Value, Request)> = vec![
             (json!({"action": "status"}), Request::Status { pool: None }),
+            (
+                json!({"action": "rollout", "release": "al2023@v20240807", "minReady": "5"}),
+                Request::Rollout {
+                    pool: None,
+                    release: Some("al2023@v20240807".into()),
+                    min_ready: crate::rollout::MinReady::Count(5),
+                },
+            ),
             (
                 json!({"action": "status", "pool": "prod/general"}),
                 Request::Status {
@@ -767,25 +806,25 @@ mod tests {
             (
                 json!([]),
                 vec![
-                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
+                    "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, rollout, stop, start)",
                 ],
             ),
             (
                 json!({}),
                 vec![
-                    "action: required (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
+                    "action: required (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, rollout, stop, start)",
                 ],
             ),
             (
                 json!({"action": 3}),
                 vec![
-                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
+                    "action: expected a string (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, rollout, stop, start)",
                 ],
             ),
             (
                 json!({"action": "reboot", "pool": "prod/general"}),
                 vec![
-                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)",
+                    "action: unknown \"reboot\" (expected one of status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, rollout, stop, start)",
                 ],
             ),
             (
@@ -939,6 +978,14 @@ mod tests {
                 json!({"action": "promotion"}),
                 vec![
                     "release: required (v20241109 for AL2023/AL2, 1.26.0 for Bottlerocket, or an image id ami-...)",
+                ],
+            ),
+            (
+                json!({"action": "rollout", "pool": "prod", "minReady": "0%", "release": ""}),
+                vec![
+                    "pool: expected \"<cluster>/<name>\", got \"prod\"",
+                    "release: expected an image id, image name, release version or pinned alias of 1 to 256 characters",
+                    "minReady: min-ready \"0%\": expected a percentage from 1% to 100%, or a node count",
                 ],
             ),
             (

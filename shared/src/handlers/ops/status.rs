@@ -384,6 +384,8 @@ async fn pool_status(
         "pool": pool,
         "desired": desired,
         "nodes": nodes,
+        // The rollout status the rotator last published (at most one pass old).
+        "rollout": record.as_ref().and_then(|r| r.rollout.clone()),
         "budgets": budgets,
         "blocked": blocked,
         "optedOut": opted_out,

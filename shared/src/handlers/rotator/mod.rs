@@ -35,6 +35,7 @@ mod observe;
 #[cfg(test)]
 mod pass_tests;
 mod retained;
+mod rollout;
 mod statuses;
 
 use execute::PoolCtx;
@@ -790,6 +791,7 @@ impl RotatorHandler {
             self.group_pass(&mut ctx, deadline, report).await?;
         }
         self.record_ledger(&ctx, now).await;
+        self.record_rollout(&ctx, report, now).await;
         Ok(ctx.quarantined_now.then_some(ctx.quarantined))
     }
 
