@@ -298,3 +298,16 @@ pub trait PolicyDocuments: Send + Sync {
     /// Every document under `prefix` (recursive), sorted by source.
     async fn under(&self, prefix: &str) -> Result<Vec<PolicyDocument>, PortError>;
 }
+
+/// What the ami-watcher recorded ahead of time about a pool (its pool record in the state
+/// table): `nodecycle doctor`'s `release` check.
+#[async_trait::async_trait]
+pub trait PoolFindings: Send + Sync {
+    /// The findings recorded for `pool` in table `table`; `None` when the pool has no record,
+    /// or none yet.
+    async fn findings(
+        &self,
+        table: &str,
+        pool: &str,
+    ) -> Result<Option<crate::deprecation::Findings>, PortError>;
+}

@@ -15,7 +15,7 @@
 //!
 //! - L0 base: problem, duration, clock, opt_in, port, tags, log_field
 //! - L1 vocabulary: image, ami
-//! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop, dispatch, members, repair, backoff, retain, rollout
+//! - L2 model: policy, ami::resolve, ami::instance_types, budget, fleet, rotation, promotion, managed, bus, plan, simulate, event, interruption, interruption::action, metrics, inventory, stop, dispatch, members, repair, backoff, retain, rollout, deprecation, upgrade
 //! - L3 state: state, announce
 //! - L4 adapters: aws, kube, ports
 //! - L5 use cases: handlers, handlers::ami_watcher, handlers::interruption, handlers::ops, handlers::rotator, handlers::onboard, doctor
@@ -35,6 +35,7 @@ pub mod backoff;
 pub mod budget;
 pub mod bus;
 pub mod clock;
+pub mod deprecation;
 pub mod dispatch;
 pub mod doctor;
 pub mod duration;
@@ -63,6 +64,7 @@ pub mod simulate;
 pub mod state;
 pub mod stop;
 pub mod tags;
+pub mod upgrade;
 
 #[cfg(feature = "aws")]
 pub mod aws;

@@ -23,7 +23,8 @@
 //!   release is under watch, `UnhealthyNodes` (sum) and `PodStartFailurePercentNew`/`Old`
 //!   (maximum over the pools);
 //! - ami-watcher, per run ([`watcher_pass`]): `ResolutionFailures` (pools whose resolution
-//!   failed or whose policy is invalid);
+//!   failed or whose policy is invalid), `DaysToDeprecation` (whole days to the nearest EC2
+//!   deprecation of an AMI some pool uses, the fewest over the pools; [`crate::deprecation`]);
 //! - interruption handler, per event acted on ([`interruption_pass`]): `InterruptionsHandled`
 //!   (instances acted on).
 //!
@@ -47,7 +48,7 @@ pub const NAMESPACE: &str = "nodecycle";
 /// Every metric name the functions emit in [`NAMESPACE`], and no other: the template's alarms and
 /// dashboard may name only these (tests/tests/template.rs), and the unit tests check that a
 /// simulated day emits exactly these.
-pub const EMITTED: [&str; 22] = [
+pub const EMITTED: [&str; 23] = [
     "Pools",
     "PoolsUpToDate",
     "PoolsHalted",
@@ -69,6 +70,7 @@ pub const EMITTED: [&str; 22] = [
     "PodStartFailurePercentNew",
     "PodStartFailurePercentOld",
     "ResolutionFailures",
+    "DaysToDeprecation",
     "InterruptionsHandled",
 ];
 
@@ -385,21 +387,38 @@ pub struct WatchedPool<'a> {
     pub failed: bool,
     /// `metrics.perPool: true` (false when the policy is invalid).
     pub per_pool: bool,
+    /// Whole days to the nearest EC2 deprecation of an AMI the pool uses (negative once past),
+    /// when one has a deprecation time.
+    pub days_to_deprecation: Option<i64>,
 }
 
 /// The ami-watcher's documents for one run: the cell's `ResolutionFailures` (the failed pools;
-/// always, 0 when none failed), then `ResolutionFailures` 1 or 0 of each per-pool pool.
+/// always, 0 when none failed) and `DaysToDeprecation` (the fewest days over the pools, when
+/// some pool's AMIs have a deprecation time), then `ResolutionFailures` 1 or 0 and
+/// `DaysToDeprecation` of each per-pool pool.
 pub fn watcher_pass(pools: &[WatchedPool<'_>]) -> Vec<Record> {
     let failed = pools.iter().filter(|p| p.failed).count();
-    let mut out = vec![cell(vec![count(
+    let days = |d: i64| Sample {
+        name: "DaysToDeprecation",
+        // Exact for any number of days a calendar holds.
+        value: d.clamp(-1_000_000, 1_000_000) as f64,
+    };
+    let mut samples = vec![count(
         "ResolutionFailures",
         u32::try_from(failed).unwrap_or(u32::MAX),
-    )])];
+    )];
+    samples.extend(
+        pools
+            .iter()
+            .filter_map(|p| p.days_to_deprecation)
+            .min()
+            .map(days),
+    );
+    let mut out = vec![cell(samples)];
     out.extend(pools.iter().filter(|p| p.per_pool).map(|p| {
-        pool_record(
-            p.pool,
-            vec![count("ResolutionFailures", u32::from(p.failed))],
-        )
+        let mut samples = vec![count("ResolutionFailures", u32::from(p.failed))];
+        samples.extend(p.days_to_deprecation.map(days));
+        pool_record(p.pool, samples)
     }));
     out
 }
@@ -701,16 +720,19 @@ mod tests {
                 pool: "prod/general",
                 failed: true,
                 per_pool: false,
+                days_to_deprecation: Some(40),
             },
             WatchedPool {
                 pool: "prod/gpu",
                 failed: true,
                 per_pool: true,
+                days_to_deprecation: Some(-3),
             },
             WatchedPool {
                 pool: "prod/spot",
                 failed: false,
                 per_pool: false,
+                days_to_deprecation: None,
             },
         ];
         let records = watcher_pass(&pools);
@@ -718,7 +740,18 @@ mod tests {
         let docs = to_docs(&records);
         docs.iter().for_each(assert_valid_emf);
         assert_eq!(docs[0]["ResolutionFailures"], 2.0);
+        assert_eq!(
+            docs[0]["DaysToDeprecation"], -3.0,
+            "the nearest over the pools"
+        );
         assert_eq!(docs[1]["Pool"], "prod/gpu");
+        assert_eq!(docs[1]["DaysToDeprecation"], -3.0);
+        // No AMI with a deprecation time: no DaysToDeprecation at all.
+        let none = [WatchedPool {
+            days_to_deprecation: None,
+            ..pools[0]
+        }];
+        assert_eq!(sample(&watcher_pass(&none), "DaysToDeprecation"), None);
         assert_eq!(sample(&watcher_pass(&[]), "ResolutionFailures"), Some(0.0));
         assert!(interruption_pass(&[]).is_empty());
         let records = interruption_pass(&[("prod/spot", 2, false), ("prod/gpu", 1, true)]);
@@ -880,6 +913,8 @@ mod tests {
                         pool,
                         failed: i == 6 && hour == 15,
                         per_pool: i < per_pool,
+                        // Public EKS AMIs deprecate two years after they are built.
+                        days_to_deprecation: Some(700 - i64::try_from(i).unwrap_or(0)),
                     })
                     .collect();
                 out.extend(to_docs(&watcher_pass(&watched)));
@@ -893,10 +928,10 @@ mod tests {
     }
 
     /// Series a pool with `metrics.perPool: true` adds: 13 rotator counters, `AllowedDisruptions`
-    /// for 2 reasons, `ResolutionFailures`, `InterruptionsHandled` once it had one, and 3 per
+    /// for 2 reasons, `ResolutionFailures`, `DaysToDeprecation`, `InterruptionsHandled` once it had one, and 3 per
     /// release watched in it.
     fn per_pool_series(interrupted: bool, releases: usize) -> usize {
-        13 + 2 + 1 + usize::from(interrupted) + 3 * releases
+        13 + 2 + 2 + usize::from(interrupted) + 3 * releases
     }
 
     #[test]

@@ -381,6 +381,9 @@ fn durations(env: Lookup<'_>, fields: &mut [(&str, &mut Duration)]) -> Result<()
 pub struct WatcherConfig {
     /// Table, policies, ...
     pub common: Common,
+    /// `NODECYCLE_DEPRECATION_WARNING` (a duration, default `720h`), in whole days: AMIs
+    /// deprecating within it are warned about.
+    pub deprecation_horizon_days: i64,
 }
 
 impl WatcherConfig {
@@ -391,14 +394,22 @@ impl WatcherConfig {
 
     /// Through `env`.
     pub fn from_lookup(env: Lookup<'_>) -> Result<Self, HandlerError> {
+        let mut horizon = Duration::from_secs(
+            u64::try_from(crate::deprecation::DEFAULT_HORIZON_DAYS).unwrap_or(30) * 86_400,
+        );
+        durations(env, &mut [("NODECYCLE_DEPRECATION_WARNING", &mut horizon)])?;
         Ok(WatcherConfig {
             common: Common::from_lookup(env)?,
+            deprecation_horizon_days: i64::try_from(horizon.as_secs() / 86_400).unwrap_or(i64::MAX),
         })
     }
 
     /// The watcher over the adapters of `runtime`.
     pub fn watcher(&self, runtime: &Runtime) -> crate::handlers::ami_watcher::AmiWatcher {
-        crate::handlers::ami_watcher::AmiWatcher::new(&self.common.ports_in(runtime))
+        crate::handlers::ami_watcher::AmiWatcher {
+            deprecation_horizon_days: self.deprecation_horizon_days,
+            ..crate::handlers::ami_watcher::AmiWatcher::new(&self.common.ports_in(runtime))
+        }
     }
 }
 

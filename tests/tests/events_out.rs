@@ -90,9 +90,16 @@ async fn a_rollout_puts_each_transition_on_the_bus_exactly_once() {
         racing_passes(&p, now).await;
         let rotations = p.rotations().await;
         let images = p.images().await;
+        let published = nodecycle::state::Repository::new(p.table.clone())
+            .pool("prod/general")
+            .await
+            .unwrap()
+            .and_then(|r| r.rollout)
+            .is_some_and(|s| s.holds(nodecycle::rollout::ConditionType::NodesUpToDate));
         if rotations.len() == 4
             && rotations.iter().all(|r| r.step == Step::Done)
             && images.iter().all(|i| *i == p.new)
+            && published
         {
             break;
         }
@@ -111,6 +118,9 @@ async fn a_rollout_puts_each_transition_on_the_bus_exactly_once() {
     assert_eq!(count("Desired AMI Changed"), 1, "{kinds:#?}");
     assert_eq!(count("Rotation Started"), 4, "{kinds:#?}");
     assert_eq!(count("Rotation Finished"), 4, "{kinds:#?}");
+    // The rollout status: Progressing (the first status announces what holds), then
+    // NodesUpToDate and Progressing no more.
+    assert_eq!(count("Rollout Condition Changed"), 3, "{kinds:#?}");
     for k in ["Rotation Failed", "Pool Halted", "AMI Quarantined"] {
         assert_eq!(count(k), 0, "{k}: {kinds:#?}");
     }

@@ -8,6 +8,7 @@
 mod support;
 
 mod adoption;
+mod ahead;
 mod ami_resolution;
 mod ami_watcher;
 mod autoscaler;

@@ -611,7 +611,7 @@ async fn invalid_requests_name_every_problem_and_unknown_things() {
     p.watcher.handle(&json!({}), t0).await.unwrap();
     let ids: Vec<String> = p.instances().await.into_iter().map(|(i, _)| i).collect();
     let cases: Vec<(Value, String)> = vec![
-        (json!("status"), "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, stop, start)".into()),
+        (json!("status"), "request: expected a JSON object with an \"action\" (status, rotate, pin, unpin, pause, resume, cancel, quarantine, unquarantine, promotion, rollout, stop, start)".into()),
         (
             json!({"action": "rotate", "pool": "prod/general", "instances": [], "ignoreBudget": true}),
             "instances: empty; list instance ids or use \"all\": true; reason: required; say why (it is written to the audit record); ignoreBudget: not a field of rotate (fields: action, pool, instances, all, reason, ignoreBudgets, maxConcurrent)".into(),

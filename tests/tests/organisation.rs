@@ -636,8 +636,11 @@ async fn a_release_proven_in_test_reaches_prod_in_both_regions_and_a_quarantine_
             }
             "dynamodb" | "sts" => assert_eq!(account, TOOLING, "{c}"),
             "ssm" => {
-                let policies = c["operation"] == "GetParametersByPath";
-                assert_eq!(account == TOOLING, policies, "{c}");
+                // The cell reads its policies and publishes rollout statuses; members are
+                // read for their AMI parameters.
+                let cell =
+                    c["operation"] == "GetParametersByPath" || c["operation"] == "PutParameter";
+                assert_eq!(account == TOOLING, cell, "{c}");
             }
             _ => {}
         }

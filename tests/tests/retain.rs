@@ -113,6 +113,7 @@ async fn doctor_retention(p: &Pool) -> Vec<nodecycle::doctor::Check> {
         pods: &rbac,
         rules: &none,
         node_types: &p.adapters.groups,
+        findings: &inventory,
     };
     let options = Options {
         stack: "nodecycle".into(),

@@ -274,9 +274,11 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
     // record (from the version the pass read) with the process hold, SuspendProcesses, the
     // capacity raise on a fresh read of the group: 5, all writes or the read a write depends
     // on; the events put 10 a call and their outboxes cleared in one transaction per cluster,
-    // the records read in batches.
+    // the records read in batches. Then the pool's rollout status, which a moving pass
+    // changes: the SSM parameter, the pool record read and written with its conditions'
+    // events, those events put and their outbox cleared: 6 more (docs/development.md).
     assert!(
-        moving.per_pool() <= 6.0,
+        moving.per_pool() <= 12.0,
         "moving pass: {:.2} AWS calls per pool",
         moving.per_pool()
     );
@@ -284,8 +286,10 @@ async fn steady_and_moving_passes_serve_every_pool_in_time_with_calls_growing_wi
         .iter()
         .map(|op| moving.by_op.get(*op).copied().unwrap_or(0))
         .sum::<u64>();
+    // One write per pool for its rotation, two more for its changed rollout status (the
+    // record with its events staged, then the outbox cleared once they were put).
     assert!(
-        writes <= total_pools + 4 * clusters as u64,
+        writes <= 3 * total_pools + 4 * clusters as u64,
         "moving pass: {writes} table writes for {total_pools} pools: {:?}",
         moving.by_op
     );

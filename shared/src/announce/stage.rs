@@ -74,7 +74,10 @@ fn stopped(r: &PoolRecord) -> bool {
 ///   changes to another AMI; id `desired-ami-changed:<pool>:<ami>:<now>`;
 /// - *Rollout Condition Changed* for each rollout condition whose status changed
 ///   ([`crate::rollout::Rollout::changed_since`]); id
-///   `rollout-condition-changed:<pool>:<type>:<status>:<since>`.
+///   `rollout-condition-changed:<pool>:<type>:<status>:<since>`;
+/// - *AMI Deprecating* for each AMI of `findings` whose announcement key
+///   ([`crate::deprecation::announce_key`]) the write added to `deprecationWarned`; id
+///   `ami-deprecating:<pool>:<key>:<deprecation time>`.
 pub fn pool_transitions(
     before: &PoolRecord,
     after: &PoolRecord,
@@ -141,6 +144,29 @@ pub fn pool_transitions(
         d.pinned = Some(after.pin.is_some());
         d.by = after.pin.as_ref().and_then(|p| p.by.by.clone());
         out.push(e);
+    }
+    if let Some(f) = &after.findings {
+        for d in &f.deprecating {
+            let key = crate::deprecation::announce_key(&d.ami, f.horizon_days);
+            if after.deprecation_warned.contains(&key) && !before.deprecation_warned.contains(&key)
+            {
+                let mut e = event(Kind::AmiDeprecating, pool, d.deprecates_at, &[&key]);
+                let det = &mut e.detail;
+                det.ami = Some(d.ami.clone());
+                det.ami_name = Some(d.name.clone());
+                det.reason = Some(clip(&d.message(now)));
+                det.deprecates_at = Some(d.deprecates_at);
+                det.uses = Some(
+                    d.uses
+                        .iter()
+                        .map(|u| format!("{u:?}").to_ascii_lowercase())
+                        .collect(),
+                );
+                det.horizon_days = Some(f.horizon_days);
+                det.at = now;
+                out.push(e);
+            }
+        }
     }
     if let Some(rollout) = &after.rollout {
         for c in rollout.changed_since(before.rollout.as_ref()) {

@@ -253,3 +253,18 @@ impl PolicyDocuments for Ssm {
             .collect())
     }
 }
+
+#[async_trait]
+impl crate::inventory::PoolFindings for Inventory {
+    async fn findings(
+        &self,
+        table: &str,
+        pool: &str,
+    ) -> Result<Option<crate::deprecation::Findings>, PortError> {
+        let store = super::dynamodb::Table::new(self.clients.dynamodb.clone(), table);
+        let record = crate::state::Repository::new(std::sync::Arc::new(store))
+            .pool(pool)
+            .await?;
+        Ok(record.and_then(|r| r.findings))
+    }
+}

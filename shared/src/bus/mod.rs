@@ -77,11 +77,14 @@ pub enum Kind {
     /// A condition of a pool's rollout status (`NodesUpToDate`, `Progressing`, `Halted`,
     /// `Paused`: the rollout module's status) changed status.
     RolloutConditionChanged,
+    /// An AMI a pool uses (desired, pinned, or running on its nodes) is deprecated by EC2
+    /// within the warning horizon (once per pool, AMI and horizon).
+    AmiDeprecating,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::DesiredAmiChanged,
         Kind::RotationStarted,
         Kind::RotationFinished,
@@ -97,6 +100,7 @@ impl Kind {
         Kind::RepairSuspended,
         Kind::PoolBackingOff,
         Kind::RolloutConditionChanged,
+        Kind::AmiDeprecating,
     ];
 
     /// The EventBridge `detail-type`.
@@ -117,6 +121,7 @@ impl Kind {
             Kind::RepairSuspended => "Repair Suspended",
             Kind::PoolBackingOff => "Pool Backing Off",
             Kind::RolloutConditionChanged => "Rollout Condition Changed",
+            Kind::AmiDeprecating => "AMI Deprecating",
         }
     }
 
@@ -232,6 +237,15 @@ pub struct Detail {
     /// `upToDateAndReady`) and desired release (`release`: `ami`, `name`, `release`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<serde_json::Value>,
+    /// AMI Deprecating: its EC2 deprecation time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecates_at: Option<DateTime<Utc>>,
+    /// AMI Deprecating: how the pool uses it (`desired`, `pinned`, `running`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<Vec<String>>,
+    /// AMI Deprecating: the warning horizon, in days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon_days: Option<i64>,
 }
 
 /// One event to put: its kind (detail-type) and detail.

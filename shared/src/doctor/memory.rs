@@ -55,6 +55,19 @@ pub struct World {
     /// Member place (`<account>/<region>`) -> what its spoke role shows; a place missing here
     /// has a spoke role that cannot be assumed.
     pub members: BTreeMap<String, World>,
+    /// Pool -> what the ami-watcher recorded ahead of time (any table).
+    pub findings: BTreeMap<String, crate::deprecation::Findings>,
+}
+
+#[async_trait]
+impl crate::inventory::PoolFindings for World {
+    async fn findings(
+        &self,
+        _table: &str,
+        pool: &str,
+    ) -> Result<Option<crate::deprecation::Findings>, PortError> {
+        Ok(self.findings.get(pool).cloned())
+    }
 }
 
 impl super::members::MemberReads for World {
@@ -140,6 +153,7 @@ impl World {
             pods: self,
             rules: self,
             node_types: self,
+            findings: self,
         }
     }
 }

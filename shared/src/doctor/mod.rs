@@ -27,6 +27,7 @@ pub mod members;
 pub mod memory;
 pub mod policies;
 pub mod rbac;
+pub mod release;
 pub mod rules;
 pub mod run;
 #[cfg(feature = "doctor")]
@@ -125,6 +126,9 @@ pub enum CheckKind {
     /// A member forwards an event class to the cell's bus in its region (subject
     /// `<account>/<region>: <detail type>`).
     Forwarding,
+    /// A pool's AMIs are not deprecated within the warning horizon, and its pinned EKS release
+    /// has builds for the cluster's next Kubernetes minor ([`release`]).
+    Release,
 }
 
 impl CheckKind {

@@ -29,6 +29,8 @@ pub struct Ports<'a> {
     pub rules: &'a dyn EventRules,
     /// What node groups launch on (instance types and their architectures).
     pub node_types: &'a dyn crate::ami::resolve::NodeGroupCatalog,
+    /// What the ami-watcher recorded ahead of time in the pools' records.
+    pub findings: &'a dyn crate::inventory::PoolFindings,
 }
 
 /// What to check.
@@ -93,6 +95,15 @@ pub async fn diagnose_organisation(
         .unwrap_or(crate::interruption::DEFAULT_LIFECYCLE_HOOK);
     for (_, policy) in valid.iter().filter(|(_, p)| clusters.contains(&p.cluster)) {
         check_pool(ports, policy, hook_name, &mut checks).await;
+    }
+    // What the ami-watcher found ahead of time, from the pools' records (the cell's table).
+    if let Some(table) = &contract.table {
+        let now = chrono::Utc::now();
+        for (_, policy) in valid.iter().filter(|(_, p)| clusters.contains(&p.cluster)) {
+            let pool = policy.pool_id();
+            let found = ports.findings.findings(table, &pool).await;
+            checks.extend(super::release::check(&pool, found, now));
+        }
     }
 
     for name in contract.event_rules.iter().flatten() {

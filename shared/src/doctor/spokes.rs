@@ -46,6 +46,7 @@ impl crate::doctor::members::MemberReads for Reads {
             pods: &self.rbac,
             rules: &self.rules,
             node_types: &self.node_types,
+            findings: &self.inventory,
         }
     }
 }

@@ -234,6 +234,8 @@ fn a_healthy_deployment_passes_every_check() {
             LifecycleHook,
             Group,
             LaunchTemplate,
+            Release,
+            Release,
             EventRule,
             EventRule,
         ]

@@ -181,6 +181,7 @@ impl Cloud {
                 alarms: self.clone(),
             },
             metrics: Arc::new(crate::metrics::NoMetrics),
+            deprecation_horizon_days: crate::deprecation::DEFAULT_HORIZON_DAYS,
         }
     }
 

@@ -92,6 +92,7 @@ pub const NOT_IN_LAMBDAS: &[&str] = &[
     "PolicyDocuments::under",
     "Table::create_if_missing",
     "Ssm::{parameters_by_path,parameter,put_string}",
+    "PoolFindings::findings",
     // `nodecycle wait`, with the pipeline's read-only credentials.
     "StatusBoard::{read,read_cluster}",
 ];

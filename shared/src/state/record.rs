@@ -104,6 +104,16 @@ pub struct PoolRecord {
     /// is announced (*Rollout Condition Changed*). Absent before the first pass that computed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::Rollout>,
+    /// What the ami-watcher last found ahead of time ([`crate::deprecation`]): the pool's AMIs
+    /// deprecating within the horizon, the nearest deprecation, and whether its pinned release
+    /// has builds for the next Kubernetes minor. Written when it changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub findings: Option<crate::deprecation::Findings>,
+    /// The *AMI Deprecating* announcements made for this pool
+    /// ([`crate::deprecation::announce_key`]: AMI and horizon), oldest first, at most 50: each
+    /// is announced once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deprecation_warned: Vec<String>,
     /// Events of transitions of this record not yet put on the bus (see [`crate::bus`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::bus::BusEvent>,

@@ -278,6 +278,7 @@ impl Adapters {
                 )),
             },
             metrics: Arc::new(nodecycle::metrics::NoMetrics),
+            deprecation_horizon_days: nodecycle::deprecation::DEFAULT_HORIZON_DAYS,
         }
     }
 

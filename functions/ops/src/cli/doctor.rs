@@ -98,6 +98,7 @@ pub async fn run(args: Args) -> u8 {
         pods: &rbac,
         rules: &rules,
         node_types: &node_types,
+        findings: &inventory,
     };
     let options = Options {
         stack,

@@ -18,7 +18,9 @@ pub struct Args {
 /// `{"pool", "allowed", "candidates", "actions", "blocked", ...}`, plus for a managed node group
 /// `drifted`, `update` and `nodeGroupUpdate`, and `promotionWait`: why a pool with promotion
 /// keeps its desired AMI (what it waits for, as the ami-watcher last recorded it), `null` when it
-/// does not wait. Exit 1 with `{"error"}` when the state cannot be read, 2 on an invalid policy.
+/// does not wait; `warnings`: what the ami-watcher found ahead of time (AMIs deprecating within
+/// the horizon, a pinned release without builds for the next Kubernetes minor), also printed on
+/// standard error. Exit 1 with `{"error"}` when the state cannot be read, 2 on an invalid policy.
 /// Changes nothing.
 pub async fn run(args: Args) -> u8 {
     let policy = match super::load_policy(&args.file) {
@@ -59,6 +61,15 @@ pub async fn run(args: Args) -> u8 {
     match serde_json::to_value(&plan) {
         Ok(mut v) => {
             if let Some(o) = v.as_object_mut() {
+                let warnings = record
+                    .as_ref()
+                    .and_then(|r| r.findings.as_ref())
+                    .map(|f| f.warnings(at))
+                    .unwrap_or_default();
+                for w in &warnings {
+                    eprintln!("warning: {}: {w}", policy.pool_id());
+                }
+                o.insert("warnings".into(), serde_json::json!(warnings));
                 o.insert(
                     "promotionWait".into(),
                     serde_json::json!(record.and_then(|r| r.promotion_wait)),

@@ -8,6 +8,7 @@
 //! writes the quarantine it decides, and records the outcome.
 
 pub mod choose;
+mod findings;
 mod withdrawals;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +36,9 @@ pub struct AmiWatcher {
     pub ports: WatcherPorts,
     /// Where `ResolutionFailures` per pool goes (EMF on stdout in the Lambda).
     pub metrics: Arc<dyn crate::metrics::MetricSink>,
+    /// AMIs deprecating within this many days are warned about
+    /// (`NODECYCLE_DEPRECATION_WARNING`, default [`crate::deprecation::DEFAULT_HORIZON_DAYS`]).
+    pub deprecation_horizon_days: i64,
 }
 
 place_ports! {
@@ -82,6 +86,11 @@ pub struct PoolOutcome {
     /// What a pool with promotion (or minAge) waits for, when it keeps its desired AMI.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// Whole days to the nearest EC2 deprecation of an AMI the pool uses, when one has a
+    /// deprecation time ([`crate::deprecation::Findings::nearest`]; the `DaysToDeprecation`
+    /// metric).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub days_to_deprecation: Option<i64>,
 }
 
 /// The handler's response.
@@ -255,6 +264,7 @@ impl AmiWatcher {
                     previous: None,
                     error: Some(message),
                     waiting: None,
+                    days_to_deprecation: None,
                 });
                 continue;
             }
@@ -300,6 +310,7 @@ impl AmiWatcher {
                     pool,
                     failed: matches!(o.status, "failed" | "invalid"),
                     per_pool: per_pool.contains(pool),
+                    days_to_deprecation: o.days_to_deprecation,
                 })
             })
             .collect();
@@ -341,6 +352,7 @@ impl AmiWatcher {
             previous,
             error,
             waiting,
+            days_to_deprecation: None,
         };
         let record = match self.cell.state.pool(&pool).await {
             Ok(r) => r,
@@ -435,9 +447,10 @@ impl AmiWatcher {
                 );
             }
         };
+        let days_to_deprecation = self.record_findings(resolver, policy, &after, now).await;
         let desired = after.desired.as_ref().map(|a| a.id.clone());
         let previous = before.desired.as_ref().map(|a| a.id.clone());
-        match &choice {
+        let mut done = match &choice {
             Verdict::Failed { message } => {
                 tracing::warn!(pool = %pool, source = %source, decision = "kept", desired = desired.as_deref(), reason = %message, "resolution failed; keeping the last desired AMI");
                 outcome("failed", desired, previous, Some(message.clone()), None)
@@ -471,7 +484,9 @@ impl AmiWatcher {
                 );
                 outcome(status, desired, previous, None, None)
             }
-        }
+        };
+        done.days_to_deprecation = days_to_deprecation;
+        done
     }
 
     /// What the pool's desired AMI becomes: asks [`choose::choose`], reads each fact it needs
@@ -610,6 +625,7 @@ impl AmiWatcher {
             previous: None,
             error: Some(message.to_string()),
             waiting: None,
+            days_to_deprecation: None,
         };
         if let Some(pool) = pool {
             if when == Record::Existing {
@@ -720,6 +736,7 @@ impl AmiWatcher {
             desired,
             error: Some(message),
             waiting: None,
+            days_to_deprecation: None,
         }
     }
 
@@ -730,6 +747,7 @@ impl AmiWatcher {
             cell: super::CellPorts::new(ports),
             ports: WatcherPorts::of(ports),
             metrics: ports.metrics.clone(),
+            deprecation_horizon_days: crate::deprecation::DEFAULT_HORIZON_DAYS,
         }
     }
 }

@@ -386,6 +386,13 @@ async fn pool_status(
         "nodes": nodes,
         // The rollout status the rotator last published (at most one pass old).
         "rollout": record.as_ref().and_then(|r| r.rollout.clone()),
+        // What the ami-watcher found ahead of time: deprecating AMIs, next-minor builds.
+        "findings": record.as_ref().and_then(|r| r.findings.clone()),
+        "warnings": record
+            .as_ref()
+            .and_then(|r| r.findings.as_ref())
+            .map(|f| f.warnings(now))
+            .unwrap_or_default(),
         "budgets": budgets,
         "blocked": blocked,
         "optedOut": opted_out,
