@@ -36,7 +36,7 @@ echo "==> sam validate --lint" >&2
 "$NODECYCLE_LINT_VENV/bin/sam" validate --lint --region us-east-1 --template template.yaml
 
 translated=()
-for set in minimal full; do
+for set in minimal full cell; do
   echo "==> translate template.yaml ($set parameters)" >&2
   "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/translate.py --set "$set" --out "$out/translated-$set.json" template.yaml
   translated+=("$out/translated-$set.json")

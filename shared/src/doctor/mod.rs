@@ -1,8 +1,8 @@
 //! `nodecycle doctor`: a read-only preflight of a deployment, with the operator's credentials.
 //!
 //! Layers, from pure to I/O:
-//! - the check modules ([`contract`], [`table`], [`policies`], [`groups`], [`access`],
-//!   [`endpoint`], [`rbac`], [`rules`], [`members`], [`forwarding`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
+//! - the check modules ([`contract`], [`scope`], [`table`], [`policies`], [`groups`],
+//!   [`access`], [`endpoint`], [`rbac`], [`rules`], [`members`], [`forwarding`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
 //! - [`port`] ([`crate::inventory`]): one narrow read-only trait per capability (stack
 //!   outputs, table, groups, cluster access, event rules, RBAC, policy documents) and the
 //!   plain fact types they return;
@@ -29,6 +29,7 @@ pub mod policies;
 pub mod rbac;
 pub mod rules;
 pub mod run;
+pub mod scope;
 #[cfg(feature = "doctor")]
 pub mod spokes;
 pub mod table;
@@ -125,6 +126,12 @@ pub enum CheckKind {
     /// A member forwards an event class to the cell's bus in its region (subject
     /// `<account>/<region>: <detail type>`).
     Forwarding,
+    /// The stack's permission scope serves its clusters: with `ClusterNames`, no more than IAM's
+    /// inline policy cap takes ([`scope`]).
+    Scope,
+    /// With `CellClusters`: a cluster, node group, Auto Scaling group or launch template carries
+    /// the cell tag `nodecycle.dev/cell=<stack>` the stack's permissions require.
+    CellTag,
 }
 
 impl CheckKind {
@@ -323,6 +330,8 @@ mod unit {
             CheckKind::Architecture,
             CheckKind::Spoke,
             CheckKind::Forwarding,
+            CheckKind::Scope,
+            CheckKind::CellTag,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
         }
