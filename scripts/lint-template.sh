@@ -42,7 +42,7 @@ for set in minimal full cell; do
   translated+=("$out/translated-$set.json")
 done
 # The spoke (no transform: service-managed StackSets refuse them) resolved for its own sets.
-for set in minimal full; do
+for set in minimal full cell; do
   echo "==> resolve deploy/spoke.yaml ($set parameters)" >&2
   "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/translate.py --set "$set" --out "$out/translated-spoke-$set.json" deploy/spoke.yaml
   translated+=("$out/translated-spoke-$set.json")

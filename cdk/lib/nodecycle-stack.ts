@@ -195,6 +195,9 @@ export class NodecycleStack extends cdk.Stack {
         },
       });
       logicalId(role, `${key}FunctionRole`);
+      // The spokes of a cell given CellClusters trust its roles by these (deploy/spoke.yaml, CellTag).
+      cdk.Tags.of(role).add(CELL_TAG, cdk.Aws.STACK_NAME);
+      cdk.Tags.of(role).add("nodecycle.dev/function", MEMBER_ROLE[key]);
       roles[key] = role;
     }
 

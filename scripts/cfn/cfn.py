@@ -119,6 +119,16 @@ SPOKE_PARAMETER_SETS: dict[str, dict[str, str]] = {
         "CreateAccessEntries": "true",
         "PermissionsBoundaryArn": f"arn:aws:iam::{ACCOUNT}:policy/platform-boundary",
     },
+    # A spoke of a cell given CellClusters: the cell's roles trusted by their tags, the clusters by
+    # the cell tag (the slots only create access entries).
+    "cell": {
+        "CellAccountId": CELL_ACCOUNT,
+        "ExternalId": "nodecycle-cell",
+        "CellTag": "nodecycle",
+        "Cluster1": "prod",
+        "AutoScalingGroupUpdates": "Enabled",
+        "NodeRoleArns": f"arn:aws:iam::{ACCOUNT}:role/prod-nodes",
+    },
 }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints template.yaml as CloudFormation deploys it (JSON), for the given parameter values.
 
-    translate.py [--set minimal|full] [--param NAME=VALUE]... [--resolve] [--out FILE] [TEMPLATE]
+    translate.py [--set minimal|full|cell] [--param NAME=VALUE]... [--resolve] [--out FILE] [TEMPLATE]
 
 Without --resolve: the template after AWS::LanguageExtensions and AWS::Serverless (what
 cfn-lint and checkov check). With --resolve: its resources and outputs with every condition and

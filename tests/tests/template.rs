@@ -3532,3 +3532,152 @@ fn cell_clusters_get_the_access_entries_of_named_ones() {
     let off = deployed(&[("CellClusters", "prod"), ("CreateAccessEntries", "false")]);
     assert!(resources_of(&off, "AWS::EKS::AccessEntry").is_empty());
 }
+
+/// `member_requests` as a cell-tag scoped deployment sees them: each request once with this
+/// cell's tag, once with another cell's, once without.
+fn member_requests_with_cell_tags() -> Vec<Request<'static>> {
+    let mut out = Vec::new();
+    for req in member_requests() {
+        for cell in [Some("nodecycle"), Some("other"), None] {
+            let mut context = req.context.clone();
+            if let Some(cell) = cell {
+                context.insert(CELL_TAG, vec![cell]);
+            }
+            out.push(Request {
+                action: req.action,
+                resource: req.resource.clone(),
+                context,
+            });
+        }
+    }
+    out
+}
+
+/// A spoke given CellTag (a cell of CellClusters): no fixed cluster slot in any permission (the
+/// slots only create access entries), the same decisions in the member as the cell's roles make
+/// in the cell's account, by the cell tag.
+#[test]
+fn a_cell_tag_spoke_allows_in_the_member_what_the_cell_allows_by_the_cell_tag() {
+    let no_role_arns = [
+        ("AmiWatcherRoleArns", ""),
+        ("RotatorRoleArns", ""),
+        ("InterruptionHandlerRoleArns", ""),
+        ("OpsRoleArns", ""),
+    ];
+    for updates in ["Disabled", "Enabled"] {
+        let cell = deployed(&[
+            ("CellClusters", "prod,test-1"),
+            ("AutoScalingGroupUpdates", updates),
+        ]);
+        // No slot at all, or a slot for an access entry: the same permissions.
+        for slots in [vec![("Cluster1", ""), ("Cluster2", "")], vec![]] {
+            let mut params = vec![
+                ("CellTag", "nodecycle"),
+                ("AutoScalingGroupUpdates", updates),
+            ];
+            params.extend(no_role_arns);
+            params.extend(slots.iter().copied());
+            let member = spoke(&params).unwrap();
+            for (f, role) in SPOKE_ROLES {
+                for req in member_requests_with_cell_tags() {
+                    assert_eq!(
+                        role_allows(&member, role, &req),
+                        allows(&cell, f, &req),
+                        "{role} vs {f} ({updates}, {slots:?}): {} on {} with {:?}",
+                        req.action,
+                        req.resource,
+                        req.context
+                    );
+                }
+            }
+        }
+    }
+    // The ops role reads the access entries (doctor) of the cell's clusters only.
+    let mut params = vec![("CellTag", "nodecycle")];
+    params.extend(no_role_arns);
+    let member = spoke(&params).unwrap();
+    let entry = arn(
+        "eks",
+        "access-entry/prod/role/111111111111/nodecycle-rotator/0a1b",
+    );
+    let describe = |tags: &[(&'static str, &'static str)]| {
+        role_allows(
+            &member,
+            "OpsRole",
+            &request("eks:DescribeAccessEntry", entry.clone(), tags),
+        )
+    };
+    assert!(describe(&[(CELL_TAG, "nodecycle")]));
+    assert!(!describe(&[(CELL_TAG, "other")]));
+    assert!(!describe(&[]));
+    // Its own access entries carry the tag.
+    for (_, e) in resources_of(&member, "AWS::EKS::AccessEntry") {
+        assert_eq!(
+            e["Tags"],
+            json!([{"Key": "nodecycle.dev/cell", "Value": "nodecycle"}]),
+            "{e}"
+        );
+    }
+}
+
+/// A spoke given CellTag trusts the cell's function roles by their tags (which the cell puts on
+/// them and which survive a role's replacement, unlike its ARN), in the cell's account only,
+/// each spoke role only the function of its name, with the external id or organisation kept.
+#[test]
+fn a_cell_tag_spoke_trusts_the_cells_roles_by_their_tags() {
+    let cell = deployed(&[("CellClusters", "prod")]);
+    let functions = [
+        ("AmiWatcherFunction", "AmiWatcherRole", "ami-watcher"),
+        ("RotatorFunction", "RotatorRole", "rotator"),
+        (
+            "InterruptionHandlerFunction",
+            "InterruptionHandlerRole",
+            "interruption",
+        ),
+        ("OpsFunction", "OpsRole", "ops"),
+    ];
+    for (f, _, function) in functions {
+        let tags = &cell["Resources"][role_of(&cell, f)]["Properties"]["Tags"];
+        assert_eq!(
+            tags,
+            &json!([
+                {"Key": "nodecycle.dev/cell", "Value": "nodecycle"},
+                {"Key": "nodecycle.dev/function", "Value": function}
+            ]),
+            "{f}"
+        );
+    }
+    let mut params = vec![("CellTag", "nodecycle"), ("OrganizationId", "o-abcdefghij")];
+    params.extend([
+        ("AmiWatcherRoleArns", ""),
+        ("RotatorRoleArns", ""),
+        ("InterruptionHandlerRoleArns", ""),
+        ("OpsRoleArns", ""),
+    ]);
+    let member = spoke(&params).unwrap();
+    for (_, role, function) in functions {
+        let s = &member["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"];
+        assert_eq!(s.as_array().unwrap().len(), 1, "{role}: {s}");
+        assert_eq!(
+            s[0]["Principal"],
+            json!({"AWS": format!("arn:aws:iam::{CELL}:root")}),
+            "{role}"
+        );
+        assert_eq!(
+            s[0]["Condition"],
+            json!({"StringEquals": {
+                "sts:ExternalId": "nodecycle-cell-7",
+                "aws:PrincipalOrgID": "o-abcdefghij",
+                "aws:PrincipalTag/nodecycle.dev/cell": "nodecycle",
+                "aws:PrincipalTag/nodecycle.dev/function": function,
+            }}),
+            "{role}"
+        );
+    }
+    // Without CellTag the role ARNs are required, as before.
+    let err = spoke(&[("RotatorRoleArns", "")]).unwrap_err();
+    assert!(
+        err.contains("RotatorRoleArns is required without CellTag"),
+        "{err}"
+    );
+}
