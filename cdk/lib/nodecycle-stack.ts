@@ -161,6 +161,15 @@ export class NodecycleStack extends cdk.Stack {
     // (what AWSLambdaVPCAccessExecutionRole grants, within this account and region); inline in
     // the role, so no function is created before its role may do this.
     const inVpc = c.vpcSubnetIds.length > 0;
+    // Clusters named in the permissions: about 8 of 20-character names fit IAM's 10,240
+    // characters of inline policies a role (7 in a VPC; tests/tests/template.rs measures it).
+    const fit = inVpc ? 7 : 8;
+    if (c.clusters.length > fit)
+      cdk.Annotations.of(this).addWarningV2(
+        "nodecycle:clusters-per-stack",
+        `Clusters names ${c.clusters.length} clusters; IAM's 10,240 characters of inline policies a role take about ${fit} of 20-character names: ` +
+          "the deploy may fail on the rotator role. Give them as CellClusters, tagged nodecycle.dev/cell=<stack name> (docs/iam-and-rbac.md).",
+      );
     const networkInterfaces = new iam.PolicyDocument({
       statements: [
         allow("DescribeNetworkInterfaces", ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"], ["*"]),

@@ -3025,9 +3025,10 @@ fn vpc_endpoints_are_created_only_when_asked_in_the_functions_subnets_admitting_
     assert!(try_deployed(&with(&create, &[("VpcEndpointServices", "s3")])).is_err());
 }
 
-/// A large cell in a VPC: 100 clusters, the VPC settings and endpoints on, translates (the
-/// per-cluster permissions and access entries all there; scripts/lint-template.sh lints the
-/// `full` set, VPC on, and the same template shape).
+/// A large cell in a VPC: 100 clusters named in `Clusters`, the VPC settings and endpoints on,
+/// translates (the per-cluster permissions and access entries all there). CloudFormation would
+/// refuse it (more than 500 resources, the rotator's policies past IAM's cap):
+/// [`a_hundred_cell_clusters_in_a_vpc_translate_and_lint`] is the deployable shape.
 #[test]
 fn a_hundred_clusters_in_a_vpc_translate() {
     let clusters: Vec<String> = (0..100).map(|i| format!("cluster-{i:03}")).collect();

@@ -751,8 +751,8 @@ fn healthy_cell() -> World {
     w
 }
 
-/// The `scope` check: a healthy stack naming one cluster passes; nine names fail it, naming
-/// IAM's limit and CellClusters; with CellClusters, every reached resource's cell tag is checked
+/// The `scope` check: a healthy stack naming one cluster passes; nine names warn, naming IAM's
+/// limit and CellClusters; with CellClusters, every reached resource's cell tag is checked
 /// and a missing or foreign one fails that resource's `cellTag` line only, with its command.
 #[test]
 fn the_scope_and_the_cell_tags_are_checked() {
@@ -785,8 +785,8 @@ fn the_scope_and_the_cell_tags_are_checked() {
         .iter()
         .find(|c| c.check == CheckKind::Scope)
         .unwrap();
-    assert_eq!(c.status, Status::Fail, "{c}");
-    assert!(c.detail.contains("names 9 clusters; at most 8"), "{c}");
+    assert_eq!(c.status, Status::Warn, "{c}");
+    assert!(c.detail.contains("names 9 clusters; IAM's 10,240"), "{c}");
     assert!(c.fix.contains("CellClusters"), "{c}");
 
     let r = run(&healthy_cell(), &options());
