@@ -3682,3 +3682,74 @@ fn a_cell_tag_spoke_trusts_the_cells_roles_by_their_tags() {
         "{err}"
     );
 }
+
+/// The template resolved as stack `stack` (scripts/cfn/translate.py --stack).
+fn deployed_as(stack: &str, params: &[(&str, &str)]) -> Value {
+    let mut cmd = Command::new(lint_python());
+    cmd.arg(nodecycle_tests::repo_path("scripts/cfn/translate.py"))
+        .args(["--resolve", "--stack", stack])
+        .arg(nodecycle_tests::repo_path("template.yaml"));
+    for (k, v) in params {
+        cmd.arg("--param").arg(format!("{k}={v}"));
+    }
+    let out = cmd.output().expect("run scripts/cfn/translate.py");
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Two stacks in one region (docs/organisation.md): every name the template gives a resource
+/// carries the stack's name, so a second stack collides with none (the rest are
+/// CloudFormation's generated names, no rule has a fixed name); the cell tag each trusts and
+/// puts on its roles is its own name.
+#[test]
+fn two_stacks_in_a_region_share_no_resource_name() {
+    const NAMES: [&str; 7] = [
+        "LogGroupName",
+        "AlarmName",
+        "DashboardName",
+        "TableName",
+        "QueueName",
+        "RoleName",
+        "FunctionName",
+    ];
+    for params in [FULL, CELL_CLUSTERS, FAN_OUT] {
+        let mut names: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for stack in ["cell-a", "cell-b"] {
+            let t = deployed_as(stack, params);
+            for (id, r) in t["Resources"].as_object().unwrap() {
+                let props = &r["Properties"];
+                for key in NAMES {
+                    let Some(name) = props[key].as_str() else {
+                        continue;
+                    };
+                    // A reference to another resource of the stack names nothing new.
+                    if name.starts_with("ref:") || name.starts_with("getatt:") {
+                        continue;
+                    }
+                    assert!(name.contains(stack), "{stack}: {id}.{key} = {name:?}");
+                    names.entry(stack).or_default().insert(name.to_string());
+                }
+                if r["Type"] == "AWS::Events::Rule" {
+                    assert!(props.get("Name").is_none(), "{id}: a fixed rule name");
+                }
+                if r["Type"] == "AWS::IAM::Role" {
+                    assert_eq!(props["Tags"][0]["Value"], stack, "{id}");
+                }
+            }
+            assert_eq!(t["Outputs"]["CellTag"], stack);
+        }
+        assert!(names["cell-a"].len() >= 4, "{names:?}");
+        assert!(names["cell-a"].is_disjoint(&names["cell-b"]), "{names:?}");
+    }
+    // CellClusters: each stack's grants name its own tag value.
+    let t = deployed_as("cell-b", CELL_CLUSTERS);
+    let req = |cell: &'static str| {
+        request(
+            "eks:DescribeCluster",
+            arn("eks", "cluster/prod"),
+            &[(CELL_TAG, cell)],
+        )
+    };
+    assert!(allows(&t, "RotatorFunction", &req("cell-b")));
+    assert!(!allows(&t, "RotatorFunction", &req("nodecycle")));
+}
