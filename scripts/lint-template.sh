@@ -36,13 +36,13 @@ echo "==> sam validate --lint" >&2
 "$NODECYCLE_LINT_VENV/bin/sam" validate --lint --region us-east-1 --template template.yaml
 
 translated=()
-for set in minimal full; do
+for set in minimal full cell; do
   echo "==> translate template.yaml ($set parameters)" >&2
   "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/translate.py --set "$set" --out "$out/translated-$set.json" template.yaml
   translated+=("$out/translated-$set.json")
 done
 # The spoke (no transform: service-managed StackSets refuse them) resolved for its own sets.
-for set in minimal full; do
+for set in minimal full cell; do
   echo "==> resolve deploy/spoke.yaml ($set parameters)" >&2
   "$NODECYCLE_LINT_VENV/bin/python" scripts/cfn/translate.py --set "$set" --out "$out/translated-spoke-$set.json" deploy/spoke.yaml
   translated+=("$out/translated-spoke-$set.json")

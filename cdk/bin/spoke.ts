@@ -16,9 +16,11 @@ const check = (name: string, value: string, pattern: RegExp) => {
   return value;
 };
 const roleArn = /^arn:aws[a-z-]*:iam::[0-9]{12}:role\/[A-Za-z0-9+=,.@_/-]+$/;
+// CellTag: the cell's roles are trusted by their tags; the role ARNs are not needed.
+const cellTag = check("CellTag", get("CellTag"), /^(|[A-Za-z][A-Za-z0-9-]{0,127})$/) || undefined;
 const roles = (name: string) => {
   const arns = list(name);
-  if (arns.length === 0) problems.push(`${name} is required: the cells' role ARNs, comma-separated`);
+  if (arns.length === 0 && !cellTag) problems.push(`${name} is required (or CellTag): the cells' role ARNs, comma-separated`);
   arns.forEach((a) => check(name, a, roleArn));
   return arns;
 };
@@ -33,6 +35,7 @@ const props = {
     interruptionHandler: roles("InterruptionHandlerRoleArns"),
     ops: roles("OpsRoleArns"),
   },
+  cellTag,
   externalId: get("ExternalId") || undefined,
   organizationId: check("OrganizationId", get("OrganizationId"), /^(|o-[a-z0-9]{10,32})$/) || undefined,
   roleNamePrefix: get("RoleNamePrefix") || undefined,

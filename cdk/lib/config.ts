@@ -4,7 +4,10 @@
 // parameters of its own.
 
 export interface Config {
+  /** Clusters named in the permissions (per-cluster policies; at most 8 fit IAM's limits). */
   clusters: string[];
+  /** CellClusters: clusters trusted by the tag nodecycle.dev/cell=<stack name>; the permissions name none (instead of clusters). */
+  cellClusters: string[];
   policyPrefix: string;
   amiParameterPaths: string[];
   parameterKmsKeyArn?: string;
@@ -84,12 +87,18 @@ export function readConfig(get: (name: string) => unknown): Config {
   const optional = (v: string): string | undefined => (v === "" ? undefined : v);
 
   const clusters = list("Clusters", /^[0-9A-Za-z][A-Za-z0-9_-]*$/);
-  if (clusters.length === 0) problems.push("Clusters is required: the EKS cluster names, comma-separated (-c Clusters=prod,staging)");
+  const cellClusters = list("CellClusters", /^[0-9A-Za-z][A-Za-z0-9_-]*$/);
+  // The template's rules ClustersGiven and CellClustersAlone.
+  if (clusters.length === 0 && cellClusters.length === 0)
+    problems.push("Clusters (or CellClusters) is required: the EKS cluster names, comma-separated (-c Clusters=prod,staging)");
+  if (clusters.length > 0 && cellClusters.length > 0)
+    problems.push("Give Clusters or CellClusters, not both (move every cluster to CellClusters, tagged nodecycle.dev/cell=<stack name>)");
   const retention = int("LogRetentionDays", 30, 1, 3653);
   if (!RETENTION_DAYS.includes(retention)) problems.push(`LogRetentionDays: ${retention} is not one of ${RETENTION_DAYS.join(", ")}`);
   const reserved = int("ReservedConcurrency", 0, 0, 1000000);
   const config: Config = {
     clusters,
+    cellClusters,
     policyPrefix: str("PolicyPrefix", "/nodecycle/pools/", /^\/[A-Za-z0-9_.\-/]*\/$/),
     amiParameterPaths: list("AmiParameterPaths", /^\/[A-Za-z0-9_.\-/]+$/),
     parameterKmsKeyArn: optional(str("ParameterKmsKeyArn", "", /^(|arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key\/[A-Za-z0-9-]+)$/)),

@@ -40,6 +40,8 @@ const MEMBER_ROLE: Record<FunctionKey, string> = { AmiWatcher: "ami-watcher", Ro
 
 /** The tag a launch template's owner sets to let nodecycle write its versions. */
 const MANAGED_TAG = "nodecycle.dev/managed";
+/** CellClusters: the tag (value: the stack's name) on everything the cell may describe or change. */
+const CELL_TAG = "nodecycle.dev/cell";
 
 /** Sets the CloudFormation logical id of a construct's resource (or of the resource itself). */
 function logicalId(c: IConstruct, id: string): void {
@@ -59,13 +61,24 @@ export class NodecycleStack extends cdk.Stack {
   constructor(scope: Construct, id: string, config: Config, props?: cdk.StackProps) {
     super(scope, id, props);
     const c = config;
-    const clusterTag = { StringEquals: { "aws:ResourceTag/eks:cluster-name": c.clusters } };
+    // CellClusters: the cell's tag (the stack's name) instead of the cluster names, on a group
+    // or template of some cluster (template.yaml, CellTagScope).
+    const cellScope = c.cellClusters.length > 0;
+    const cellTag = { [`aws:ResourceTag/${CELL_TAG}`]: cdk.Aws.STACK_NAME };
+    const clusterTag = cellScope
+      ? { StringEquals: cellTag, Null: { "aws:ResourceTag/eks:cluster-name": "false" } }
+      : { StringEquals: { "aws:ResourceTag/eks:cluster-name": c.clusters } };
     // Launch templates: the cluster tag, the owner's opt-in, and never one EKS created for a
     // managed node group (EKS tags those eks:nodegroup-name).
-    const optedInTemplate = {
-      StringEquals: { "aws:ResourceTag/eks:cluster-name": c.clusters, [`aws:ResourceTag/${MANAGED_TAG}`]: "true" },
-      Null: { "aws:ResourceTag/eks:nodegroup-name": "true" },
-    };
+    const optedInTemplate = cellScope
+      ? {
+          StringEquals: { ...cellTag, [`aws:ResourceTag/${MANAGED_TAG}`]: "true" },
+          Null: { "aws:ResourceTag/eks:cluster-name": "false", "aws:ResourceTag/eks:nodegroup-name": "true" },
+        }
+      : {
+          StringEquals: { "aws:ResourceTag/eks:cluster-name": c.clusters, [`aws:ResourceTag/${MANAGED_TAG}`]: "true" },
+          Null: { "aws:ResourceTag/eks:nodegroup-name": "true" },
+        };
     // The partition keys a role may read and write (docs/iam-and-rbac.md, Table keys).
     const leadingKeys = (...prefixes: string[]) => ({
       "ForAllValues:StringLike": { "dynamodb:LeadingKeys": prefixes },
@@ -149,6 +162,15 @@ export class NodecycleStack extends cdk.Stack {
     // (what AWSLambdaVPCAccessExecutionRole grants, within this account and region); inline in
     // the role, so no function is created before its role may do this.
     const inVpc = c.vpcSubnetIds.length > 0;
+    // Clusters named in the permissions: about 8 of 20-character names fit IAM's 10,240
+    // characters of inline policies a role (7 in a VPC; tests/tests/template.rs measures it).
+    const fit = inVpc ? 7 : 8;
+    if (c.clusters.length > fit)
+      cdk.Annotations.of(this).addWarningV2(
+        "nodecycle:clusters-per-stack",
+        `Clusters names ${c.clusters.length} clusters; IAM's 10,240 characters of inline policies a role take about ${fit} of 20-character names: ` +
+          "the deploy may fail on the rotator role. Give them as CellClusters, tagged nodecycle.dev/cell=<stack name> (docs/iam-and-rbac.md).",
+      );
     const networkInterfaces = new iam.PolicyDocument({
       statements: [
         allow("DescribeNetworkInterfaces", ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"], ["*"]),
@@ -183,6 +205,9 @@ export class NodecycleStack extends cdk.Stack {
         },
       });
       logicalId(role, `${key}FunctionRole`);
+      // The spokes of a cell given CellClusters trust its roles by these (deploy/spoke.yaml, CellTag).
+      cdk.Tags.of(role).add(CELL_TAG, cdk.Aws.STACK_NAME);
+      cdk.Tags.of(role).add("nodecycle.dev/function", MEMBER_ROLE[key]);
       roles[key] = role;
     }
 
@@ -196,6 +221,30 @@ export class NodecycleStack extends cdk.Stack {
       logicalId(p, id);
     };
     const alnum = (s: string) => s.replace(/[^A-Za-z0-9]/g, "");
+    // eks:Describe* on the clusters and their node groups only, exactly the actions each uses:
+    // by name (Clusters, a policy per cluster) or by the cell's tag (CellClusters, one each).
+    const describesOf = (clusterArn: string, nodeGroupsArn: string, cell?: Record<string, unknown>): Record<FunctionKey, iam.PolicyStatement[]> => {
+      const [c1, n1] = cell ? ["DescribeCellClusters", "DescribeNodeGroupsOfCellClusters"] : ["DescribeCluster", "DescribeNodeGroupsOfCluster"];
+      return {
+        AmiWatcher: [allow(c1, ["eks:DescribeCluster"], [clusterArn], cell), allow(n1, ["eks:DescribeNodegroup"], [nodeGroupsArn], cell)],
+        Rotator: [allow(c1, ["eks:DescribeCluster", "eks:DescribeUpdate"], [clusterArn], cell), allow(n1, ["eks:DescribeNodegroup"], [nodeGroupsArn], cell)],
+        InterruptionHandler: [allow(c1, ["eks:DescribeCluster"], [clusterArn], cell)],
+        Ops: [allow(c1, ["eks:DescribeCluster", "eks:DescribeUpdate"], [clusterArn], cell), allow(n1, ["eks:DescribeNodegroup"], [nodeGroupsArn], cell)],
+      };
+    };
+    const accessEntries = (cluster: string, infix: string) => {
+      if (!c.createAccessEntries) return;
+      for (const key of ["Rotator", "InterruptionHandler", "Ops"] as const) {
+        const id = `${key}${infix}AccessEntry${alnum(cluster)}`;
+        const entry = new CfnAccessEntry(this, id, {
+          clusterName: cluster,
+          principalArn: roles[key].roleArn,
+          type: "STANDARD",
+          kubernetesGroups: [KUBERNETES_GROUPS[key]],
+        });
+        logicalId(entry, id);
+      }
+    };
     for (const cluster of c.clusters) {
       rolePolicy(
         `RotatorNodeGroups${alnum(cluster)}`,
@@ -203,35 +252,26 @@ export class NodecycleStack extends cdk.Stack {
         `nodegroups-${alnum(cluster)}`,
         allow("UpdateNodeGroupsOfNamedCluster", ["eks:UpdateNodegroupVersion", "eks:UpdateNodegroupConfig"], [arnOf("eks", `nodegroup/${cluster}/*/*`)]),
       );
-      // eks:Describe* on this cluster and its node groups only, exactly the actions each uses.
-      const clusterArn = arnOf("eks", `cluster/${cluster}`);
-      const nodeGroupsArn = arnOf("eks", `nodegroup/${cluster}/*/*`);
-      const describes: Record<FunctionKey, iam.PolicyStatement[]> = {
-        AmiWatcher: [allow("DescribeCluster", ["eks:DescribeCluster"], [clusterArn]), allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn])],
-        Rotator: [
-          allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], [clusterArn]),
-          allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn]),
-        ],
-        InterruptionHandler: [allow("DescribeCluster", ["eks:DescribeCluster"], [clusterArn])],
-        Ops: [
-          allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], [clusterArn]),
-          allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], [nodeGroupsArn]),
-        ],
-      };
+      const describes = describesOf(arnOf("eks", `cluster/${cluster}`), arnOf("eks", `nodegroup/${cluster}/*/*`));
       for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
         rolePolicy(`${key}DescribesCluster${alnum(cluster)}`, roles[key], `describe-cluster-${alnum(cluster)}`, ...describes[key]);
       }
-      if (c.createAccessEntries) {
-        for (const key of ["Rotator", "InterruptionHandler", "Ops"] as const) {
-          const entry = new CfnAccessEntry(this, `${key}AccessEntry${alnum(cluster)}`, {
-            clusterName: cluster,
-            principalArn: roles[key].roleArn,
-            type: "STANDARD",
-            kubernetesGroups: [KUBERNETES_GROUPS[key]],
-          });
-          logicalId(entry, `${key}AccessEntry${alnum(cluster)}`);
-        }
+      accessEntries(cluster, "");
+    }
+    if (cellScope) {
+      const cell = { StringEquals: cellTag };
+      const describes = describesOf(arnOf("eks", "cluster/*"), arnOf("eks", "nodegroup/*/*/*"), cell);
+      for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
+        rolePolicy(`${key}DescribesCellClusters`, roles[key], "describe-cell-clusters", ...describes[key]);
+        if (key === "Rotator")
+          rolePolicy(
+            "RotatorCellNodeGroups",
+            roles.Rotator,
+            "cell-nodegroups",
+            allow("UpdateNodeGroupsOfCellClusters", ["eks:UpdateNodegroupVersion", "eks:UpdateNodegroupConfig"], [arnOf("eks", "nodegroup/*/*/*")], cell),
+          );
       }
+      for (const cluster of c.cellClusters) accessEntries(cluster, "Cell");
     }
     for (const p of c.amiParameterPaths) {
       rolePolicy(
@@ -657,7 +697,9 @@ export class NodecycleStack extends cdk.Stack {
     output("StateTableName", table.tableName);
     output("PolicyPrefix", c.policyPrefix);
     output("LifecycleHookName", c.lifecycleHookName);
-    output("ClusterNames", c.clusters.join(","));
+    output("ClusterNames", (cellScope ? c.cellClusters : c.clusters).join(","));
+    output("PermissionScope", cellScope ? "CellTag" : "ClusterNames");
+    output("CellTag", cdk.Aws.STACK_NAME);
     for (const key of Object.keys(FUNCTIONS) as FunctionKey[]) {
       output(`${key}RoleArn`, roles[key].roleArn);
       output(`${key}FunctionName`, fns[key].functionName);

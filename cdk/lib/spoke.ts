@@ -17,8 +17,10 @@ export interface SpokeProps {
   cellAccountId: string;
   /** The cell's bus in this region (default `default`). */
   cellBusName?: string;
-  /** Each function's roles of every cell (the cell stacks' outputs <Function>RoleArn). */
-  cellRoles: { amiWatcher: string[]; rotator: string[]; interruptionHandler: string[]; ops: string[] };
+  /** Each function's roles of every cell (the cell stacks' outputs <Function>RoleArn); required without cellTag, ignored with it. */
+  cellRoles?: { amiWatcher: string[]; rotator: string[]; interruptionHandler: string[]; ops: string[] };
+  /** CellTag: the cell's stack name; trust its roles by their tags, scope every cluster permission by the cell tag (clusters: access entries only). */
+  cellTag?: string;
   externalId?: string;
   organizationId?: string;
   roleNamePrefix?: string;
@@ -54,26 +56,46 @@ export class NodecycleSpoke extends Construct {
     const hook = p.lifecycleHookName ?? "nodecycle-drain";
     const busArn = sub(`arn:\${AWS::Partition}:events:\${AWS::Region}:${p.cellAccountId}:event-bus/${p.cellBusName ?? "default"}`);
     if (!p.externalId && !p.organizationId) throw new Error("Give ExternalId or OrganizationId (or both): the roles are assumed only with one of them");
-    const trustCondition: Record<string, string> = {};
-    if (p.externalId) trustCondition["sts:ExternalId"] = p.externalId;
-    if (p.organizationId) trustCondition["aws:PrincipalOrgID"] = p.organizationId;
-    const asg = here("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*");
-    const clusterTag = { StringEquals: { "aws:ResourceTag/eks:cluster-name": p.clusters } };
-    const optedIn = {
-      StringEquals: { "aws:ResourceTag/eks:cluster-name": p.clusters, "aws:ResourceTag/nodecycle.dev/managed": "true" },
-      Null: { "aws:ResourceTag/eks:nodegroup-name": "true" },
+    const cell = p.cellTag;
+    if (!cell && !p.cellRoles) throw new Error("Give the cell's role ARNs (cellRoles) or its CellTag");
+    const trustCondition = (fn: string): Record<string, string> => {
+      const t: Record<string, string> = {};
+      if (p.externalId) t["sts:ExternalId"] = p.externalId;
+      if (p.organizationId) t["aws:PrincipalOrgID"] = p.organizationId;
+      if (cell) {
+        t["aws:PrincipalTag/nodecycle.dev/cell"] = cell;
+        t["aws:PrincipalTag/nodecycle.dev/function"] = fn;
+      }
+      return t;
     };
-    const clusterArns = p.clusters.map((c) => here("eks", `cluster/${c}`));
-    const nodeGroupArns = p.clusters.map((c) => here("eks", `nodegroup/${c}/*/*`));
+    const asg = here("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*");
+    // CellTag: the cell's tag instead of the cluster names (deploy/spoke.yaml, CellTagScope).
+    const cellTag = cell ? { StringEquals: { "aws:ResourceTag/nodecycle.dev/cell": cell } } : undefined;
+    const clusterTag = cell
+      ? { StringEquals: { "aws:ResourceTag/nodecycle.dev/cell": cell }, Null: { "aws:ResourceTag/eks:cluster-name": "false" } }
+      : { StringEquals: { "aws:ResourceTag/eks:cluster-name": p.clusters } };
+    const optedIn = cell
+      ? {
+          StringEquals: { "aws:ResourceTag/nodecycle.dev/cell": cell, "aws:ResourceTag/nodecycle.dev/managed": "true" },
+          Null: { "aws:ResourceTag/eks:cluster-name": "false", "aws:ResourceTag/eks:nodegroup-name": "true" },
+        }
+      : {
+          StringEquals: { "aws:ResourceTag/eks:cluster-name": p.clusters, "aws:ResourceTag/nodecycle.dev/managed": "true" },
+          Null: { "aws:ResourceTag/eks:nodegroup-name": "true" },
+        };
+    const clusterArns = cell ? [here("eks", "cluster/*")] : p.clusters.map((c) => here("eks", `cluster/${c}`));
+    const nodeGroupArns = cell ? [here("eks", "nodegroup/*/*/*")] : p.clusters.map((c) => here("eks", `nodegroup/${c}/*/*`));
+    const accessEntryArns = cell ? [here("eks", "access-entry/*")] : p.clusters.map((c) => here("eks", `access-entry/${c}/*`));
+    const cellRoot = sub(`arn:\${AWS::Partition}:iam::${p.cellAccountId}:root`);
     const publicParameters = sub("arn:${AWS::Partition}:ssm:${AWS::Region}::parameter/aws/service/*");
     const alarms = here("cloudwatch", "alarm:*");
 
-    const role = (logical: string, fn: string, principals: string[], description: string, policyName: string, statements: Statement[]) => {
+    const role = (logical: string, fn: string, principals: string[] | undefined, description: string, policyName: string, statements: Statement[]) => {
       const r = new iam.CfnRole(stack, logical, {
         roleName: sub(`${prefix}-${fn}-\${AWS::Region}`),
         description,
         permissionsBoundary: p.permissionsBoundaryArn,
-        assumeRolePolicyDocument: doc({ Effect: "Allow", Principal: { AWS: principals }, Action: "sts:AssumeRole", Condition: { StringEquals: trustCondition } }),
+        assumeRolePolicyDocument: doc({ Effect: "Allow", Principal: { AWS: cell ? cellRoot : principals }, Action: "sts:AssumeRole", Condition: { StringEquals: trustCondition(fn) } }),
         policies: [{ policyName, policyDocument: doc(...statements) }],
       });
       r.overrideLogicalId(logical);
@@ -85,7 +107,7 @@ export class NodecycleSpoke extends Construct {
     };
 
     // --- the roles the cell's functions assume ----------------------------------------------------
-    const amiWatcher = role("AmiWatcherRole", "ami-watcher", p.cellRoles.amiWatcher, "nodecycle ami-watcher (assumed by the cell)", "ami-watcher", [
+    const amiWatcher = role("AmiWatcherRole", "ami-watcher", p.cellRoles?.amiWatcher, "nodecycle ami-watcher (assumed by the cell)", "ami-watcher", [
       allow("ReadPublicAmiParameters", ["ssm:GetParameter", "ssm:GetParameters"], publicParameters),
       allow("DescribeImagesAndGroups", ["ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes", "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations"], "*"),
       allow("ReadPromotionAlarms", "cloudwatch:DescribeAlarms", alarms),
@@ -100,14 +122,14 @@ export class NodecycleSpoke extends Construct {
         ]);
       }
     }
-    const rotator = role("RotatorRole", "rotator", p.cellRoles.rotator, "nodecycle rotator (assumed by the cell)", "rotator", [
+    const rotator = role("RotatorRole", "rotator", p.cellRoles?.rotator, "nodecycle rotator (assumed by the cell)", "rotator", [
       allow("Describe", ["autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities", "autoscaling:DescribeLaunchConfigurations", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceStatus"], "*"),
       allow("ReadEksReleaseVersions", ["ssm:GetParameters"], publicParameters),
     ]);
-    const interruption = role("InterruptionHandlerRole", "interruption", p.cellRoles.interruptionHandler, "nodecycle interruption-handler (assumed by the cell)", "interruption-handler", [
+    const interruption = role("InterruptionHandlerRole", "interruption", p.cellRoles?.interruptionHandler, "nodecycle interruption-handler (assumed by the cell)", "interruption-handler", [
       allow("DescribeInstances", ["ec2:DescribeInstances", "ec2:DescribeSpotInstanceRequests"], "*"),
     ]);
-    const ops = role("OpsRole", "ops", p.cellRoles.ops, "nodecycle ops (assumed by the cell)", "ops", [
+    const ops = role("OpsRole", "ops", p.cellRoles?.ops, "nodecycle ops (assumed by the cell)", "ops", [
       allow("Describe", ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeLaunchTemplateVersions"], "*"),
       allow("ReadPromotionAlarms", "cloudwatch:DescribeAlarms", alarms),
       allow("ListRules", "events:ListRules", "*"),
@@ -115,28 +137,28 @@ export class NodecycleSpoke extends Construct {
     ]);
     this.roles = { AmiWatcher: amiWatcher, Rotator: rotator, InterruptionHandler: interruption, Ops: ops };
 
-    if (p.clusters.length > 0) {
+    if (p.clusters.length > 0 || cell) {
       rolePolicy("AmiWatcherClusters", amiWatcher, "clusters", [
-        allow("DescribeCluster", ["eks:DescribeCluster"], clusterArns),
-        allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], nodeGroupArns),
+        allow("DescribeCluster", ["eks:DescribeCluster"], clusterArns, cellTag),
+        allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], nodeGroupArns, cellTag),
       ]);
       rolePolicy("RotatorClusters", rotator, "clusters", [
         allow("RotateTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses"], [asg], clusterTag),
         allow("NewVersionsOfOptedInTemplatesOnly", ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate"], [here("ec2", "launch-template/*")], optedIn),
-        allow("UpdateNodeGroupsOfNamedClusters", ["eks:UpdateNodegroupVersion", "eks:UpdateNodegroupConfig"], nodeGroupArns),
-        allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], clusterArns),
-        allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], nodeGroupArns),
+        allow("UpdateNodeGroupsOfNamedClusters", ["eks:UpdateNodegroupVersion", "eks:UpdateNodegroupConfig"], nodeGroupArns, cellTag),
+        allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], clusterArns, cellTag),
+        allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], nodeGroupArns, cellTag),
       ]);
       rolePolicy("InterruptionHandlerClusters", interruption, "clusters", [
         allow("AnswerLifecycleActionsOfClusterGroups", ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"], [asg], clusterTag),
-        allow("DescribeCluster", ["eks:DescribeCluster"], clusterArns),
+        allow("DescribeCluster", ["eks:DescribeCluster"], clusterArns, cellTag),
       ]);
       rolePolicy("OpsClusters", ops, "clusters", [
         allow("UndoSurgeOfTaggedGroupsOnly", ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"], [asg], clusterTag),
-        allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], clusterArns),
-        allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], nodeGroupArns),
-        allow("ListAccessEntriesOfClusters", ["eks:ListAccessEntries"], clusterArns),
-        allow("DescribeAccessEntriesOfClusters", ["eks:DescribeAccessEntry"], p.clusters.map((c) => here("eks", `access-entry/${c}/*`))),
+        allow("DescribeCluster", ["eks:DescribeCluster", "eks:DescribeUpdate"], clusterArns, cellTag),
+        allow("DescribeNodeGroupsOfCluster", ["eks:DescribeNodegroup"], nodeGroupArns, cellTag),
+        allow("ListAccessEntriesOfClusters", ["eks:ListAccessEntries"], clusterArns, cellTag),
+        allow("DescribeAccessEntriesOfClusters", ["eks:DescribeAccessEntry"], accessEntryArns, cellTag),
       ]);
       if (p.autoScalingGroupUpdates) {
         const launchResources = ["instance", "volume", "network-interface", "subnet", "security-group", "key-pair"].map((k) => here("ec2", `${k}/*`));
@@ -245,7 +267,8 @@ export class NodecycleSpoke extends Construct {
           ["InterruptionHandlerAccessEntry", interruption, "nodecycle-interruption"],
           ["OpsAccessEntry", ops, "nodecycle-ops"],
         ] as const) {
-          const e = new CfnAccessEntry(stack, `${logical}${i + 1}`, { clusterName: cluster, principalArn: r.attrArn, type: "STANDARD", kubernetesGroups: [group] });
+          const tags = cell ? [{ key: "nodecycle.dev/cell", value: cell }] : undefined;
+          const e = new CfnAccessEntry(stack, `${logical}${i + 1}`, { clusterName: cluster, principalArn: r.attrArn, type: "STANDARD", kubernetesGroups: [group], tags });
           e.overrideLogicalId(`${logical}${i + 1}`);
         }
       });
@@ -257,6 +280,7 @@ export class NodecycleSpoke extends Construct {
     output("RotatorRoleArn", rotator.attrArn, "Mapped to the Kubernetes group `nodecycle-rotator` (access entry or aws-auth).");
     output("InterruptionHandlerRoleArn", interruption.attrArn, "Mapped to the Kubernetes group `nodecycle-interruption` (access entry or aws-auth).");
     output("OpsRoleArn", ops.attrArn, "Mapped to the Kubernetes group `nodecycle-ops`.");
+    output("CellTag", cell ?? "", "The cell this spoke trusts and scopes by (empty - the role ARNs and cluster slots).");
     output("CellBusArn", busArn);
     output("ForwardRuleNames", cdk.Fn.join(",", rules.map((r) => r.ref)), "Every forwarding rule of the stack (each must be ENABLED).");
     output("ForwardDeadLetterQueueUrl", dlq.ref);

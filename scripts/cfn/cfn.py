@@ -77,6 +77,21 @@ PARAMETER_SETS: dict[str, dict[str, str]] = {
         "VpcId": "vpc-0123456789abcdef0",
         "VpcRouteTableIds": "rtb-0123456789abcdef0,rtb-0fedcba9876543210",
     },
+    # The clusters trusted by the cell's tag (CellClusters), the functions in a VPC and every
+    # permission that depends on the scope on.
+    "cell": {
+        "CellClusters": "prod,test-1,edge_2",
+        "AutoScalingGroupUpdates": "Enabled",
+        "NodeRoleArns": f"arn:aws:iam::{ACCOUNT}:role/prod-nodes",
+        "LifecycleHookName": "drain-first",
+        "InterruptionLifecycleGroup": "prod-general",
+        "FanOut": "Enabled",
+        "VpcSubnetIds": "subnet-0123456789abcdef0,subnet-0fedcba9876543210",
+        "VpcSecurityGroupIds": "sg-0123456789abcdef0",
+        "VpcEndpoints": "Create",
+        "VpcId": "vpc-0123456789abcdef0",
+        "VpcRouteTableIds": "rtb-0123456789abcdef0",
+    },
 }
 
 # The same for deploy/spoke.yaml (a member account of the cell in account 111111111111).
@@ -103,6 +118,16 @@ SPOKE_PARAMETER_SETS: dict[str, dict[str, str]] = {
         "NodeRoleArns": f"arn:aws:iam::{ACCOUNT}:role/prod-nodes",
         "CreateAccessEntries": "true",
         "PermissionsBoundaryArn": f"arn:aws:iam::{ACCOUNT}:policy/platform-boundary",
+    },
+    # A spoke of a cell given CellClusters: the cell's roles trusted by their tags, the clusters by
+    # the cell tag (the slots only create access entries).
+    "cell": {
+        "CellAccountId": CELL_ACCOUNT,
+        "ExternalId": "nodecycle-cell",
+        "CellTag": "nodecycle",
+        "Cluster1": "prod",
+        "AutoScalingGroupUpdates": "Enabled",
+        "NodeRoleArns": f"arn:aws:iam::{ACCOUNT}:role/prod-nodes",
     },
 }
 

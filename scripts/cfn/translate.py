@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints template.yaml as CloudFormation deploys it (JSON), for the given parameter values.
 
-    translate.py [--set minimal|full] [--param NAME=VALUE]... [--resolve] [--out FILE] [TEMPLATE]
+    translate.py [--set minimal|full|cell] [--param NAME=VALUE]... [--stack NAME] [--resolve] [--out FILE] [TEMPLATE]
 
 Without --resolve: the template after AWS::LanguageExtensions and AWS::Serverless (what
 cfn-lint and checkov check). With --resolve: its resources and outputs with every condition and
@@ -26,9 +26,13 @@ def main() -> int:
     p.add_argument("template", nargs="?", default=os.path.join(os.path.dirname(__file__), "..", "..", "template.yaml"))
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--set", choices=sorted(cfn.PARAMETER_SETS), help="start from a named parameter set (cfn.PARAMETER_SETS; cfn.SPOKE_PARAMETER_SETS for deploy/spoke.yaml)")
+    p.add_argument("--stack", help=f"the stack's name (AWS::StackName; default {cfn.STACK})")
     p.add_argument("--resolve", action="store_true")
     p.add_argument("--out")
     args = p.parse_args()
+    if args.stack:
+        cfn.PSEUDO["AWS::StackName"] = args.stack
+        cfn.PSEUDO["AWS::StackId"] = cfn.PSEUDO["AWS::StackId"].replace(f"stack/{cfn.STACK}/", f"stack/{args.stack}/")
     try:
         sets = cfn.SPOKE_PARAMETER_SETS if os.path.basename(args.template) == "spoke.yaml" else cfn.PARAMETER_SETS
         given = dict(sets[args.set]) if args.set else {}

@@ -86,6 +86,8 @@ pub struct ManagedFacts {
     pub launch_template: Option<TemplateRef>,
     /// EKS node auto repair is on (`nodeRepairConfig.enabled`).
     pub auto_repair: bool,
+    /// The node group's own tags (key -> value; EKS copies none from the cluster).
+    pub tags: BTreeMap<String, String>,
 }
 
 /// A launch template.
@@ -129,6 +131,8 @@ pub struct ClusterFacts {
     /// `resourcesVpcConfig`: how the Kubernetes API endpoint is reached; `None` when EKS reports
     /// neither a public nor a private endpoint (an emulator, not a real cluster).
     pub endpoint: Option<EndpointAccess>,
+    /// The cluster's tags (key -> value).
+    pub tags: BTreeMap<String, String>,
 }
 
 /// A cluster's Kubernetes API endpoint access (`resourcesVpcConfig`).

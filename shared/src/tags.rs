@@ -9,6 +9,10 @@ pub const AUTO_SCALING_GROUP: &str = "aws:autoscaling:groupName";
 pub const CLUSTER: &str = "eks:cluster-name";
 /// Prefix of the `kubernetes.io/cluster/<name>` tag (`owned` or `shared`).
 pub const KUBERNETES_CLUSTER_PREFIX: &str = "kubernetes.io/cluster/";
+/// Tag a stack given `CellClusters` trusts (value: the stack's name) on every cluster, managed
+/// node group, Auto Scaling group and launch template it describes or changes, in place of the
+/// cluster names (template.yaml, docs/iam-and-rbac.md: Permission scopes).
+pub const CELL: &str = "nodecycle.dev/cell";
 /// Tag EKS puts on the launch templates and Auto Scaling groups it creates for a managed node
 /// group: the node group's name.
 pub const NODEGROUP: &str = "eks:nodegroup-name";

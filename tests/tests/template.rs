@@ -1179,8 +1179,12 @@ fn outputs_follow_the_stack_contract() {
         "FunctionSubnetIds",
         "DeadLetterQueueUrl",
         "DeadLetterQueueArn",
+        "PermissionScope",
+        "CellTag",
     ]);
     assert_eq!(names, contract);
+    assert_eq!(t["Outputs"]["PermissionScope"], "ClusterNames");
+    assert_eq!(t["Outputs"]["CellTag"], "nodecycle");
     for needed in nodecycle::doctor::contract::REQUIRED {
         assert!(names.contains(needed), "doctor reads output {needed}");
     }
@@ -3031,9 +3035,10 @@ fn vpc_endpoints_are_created_only_when_asked_in_the_functions_subnets_admitting_
     assert!(try_deployed(&with(&create, &[("VpcEndpointServices", "s3")])).is_err());
 }
 
-/// A large cell in a VPC: 100 clusters, the VPC settings and endpoints on, translates (the
-/// per-cluster permissions and access entries all there; scripts/lint-template.sh lints the
-/// `full` set, VPC on, and the same template shape).
+/// A large cell in a VPC: 100 clusters named in `Clusters`, the VPC settings and endpoints on,
+/// translates (the per-cluster permissions and access entries all there). CloudFormation would
+/// refuse it (more than 500 resources, the rotator's policies past IAM's cap):
+/// [`a_hundred_cell_clusters_in_a_vpc_translate_and_lint`] is the deployable shape.
 #[test]
 fn a_hundred_clusters_in_a_vpc_translate() {
     let clusters: Vec<String> = (0..100).map(|i| format!("cluster-{i:03}")).collect();
@@ -3095,45 +3100,666 @@ fn inline_policy_sizes(t: &Value) -> BTreeMap<String, usize> {
     sizes
 }
 
-/// The most clusters of 20-character names a stack serves today (docs/iam-and-rbac.md):
-/// beyond, the rotator role's inline policies pass IAM's cap and the deploy fails.
+/// The most clusters of 20-character names a stack serves with `Clusters` (docs/iam-and-rbac.md):
+/// beyond, the rotator role's inline policies pass IAM's cap and the deploy fails. `CellClusters`
+/// has no such limit.
 const CLUSTERS_THAT_FIT: usize = 8;
+/// [`CLUSTERS_THAT_FIT`] with the functions in a VPC (their network interface policy counts too).
+const CLUSTERS_THAT_FIT_IN_A_VPC: usize = 7;
 
-/// Issue 47, part 3 (measured, not yet solved): every role's inline policies for 1,
-/// [`CLUSTERS_THAT_FIT`], 10 and 100 clusters of 20-character names, with
-/// `AutoScalingGroupUpdates=Enabled` (its policy counts too). Up to [`CLUSTERS_THAT_FIT`] every
-/// role fits IAM's cap; the rotator's grows with each cluster (its per-cluster describe and node
-/// group policies, and the cluster list in its Auto Scaling conditions) and passes the cap
-/// beyond. Prints the figures docs/iam-and-rbac.md quotes.
+/// `n` cluster names of 20 characters.
+fn cluster_names(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("platform-prod-eu-{i:03}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Each role's inline policy sizes for `n` clusters given as `list_param`, with
+/// `AutoScalingGroupUpdates=Enabled` and node roles to pass (their policies count too), the
+/// functions in a VPC or not.
+fn sizes_for(list_param: &str, n: usize, vpc: bool) -> BTreeMap<String, usize> {
+    let list = cluster_names(n);
+    let mut params = vec![
+        (list_param, list.as_str()),
+        ("AutoScalingGroupUpdates", "Enabled"),
+        ("NodeRoleArns", NODE_ROLES),
+    ];
+    if vpc {
+        params.extend([
+            ("VpcSubnetIds", SUBNETS),
+            ("VpcSecurityGroupIds", SECURITY_GROUPS),
+        ]);
+    }
+    let sizes = inline_policy_sizes(&deployed(&params));
+    eprintln!("{n} clusters ({list_param}, in a VPC: {vpc}): {sizes:?}");
+    sizes
+}
+
+/// Issue 47, part 3: every role's inline policies for 1, [`CLUSTERS_THAT_FIT`], 10 and 100
+/// clusters of 20-character names. Named in `Clusters`, up to [`CLUSTERS_THAT_FIT`]
+/// ([`CLUSTERS_THAT_FIT_IN_A_VPC`] in a VPC) every role fits IAM's cap; the rotator's grows with
+/// each cluster (its per-cluster describe and node group policies, and the cluster list in its
+/// Auto Scaling conditions) and passes the cap beyond. As `CellClusters`, every role's policies
+/// are the same size for 1, 10 and 100 clusters, within the cap, in a VPC or not. Prints the
+/// figures docs/iam-and-rbac.md quotes.
 #[test]
 fn inline_policies_of_each_role_for_1_10_and_100_clusters() {
-    let mut rotator = BTreeMap::new();
-    for n in [1usize, CLUSTERS_THAT_FIT, 10, 100] {
-        let list = (0..n)
-            .map(|i| format!("platform-prod-eu-{i:03}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let t = deployed(&[
-            ("Clusters", list.as_str()),
-            ("AutoScalingGroupUpdates", "Enabled"),
-            ("NodeRoleArns", NODE_ROLES),
-        ]);
-        let sizes = inline_policy_sizes(&t);
-        eprintln!("{n} clusters: {sizes:?}");
-        rotator.insert(n, sizes.get("RotatorFunctionRole").copied().unwrap_or(0));
-        if n <= CLUSTERS_THAT_FIT {
-            for (role, size) in &sizes {
+    for (vpc, fit) in [
+        (false, CLUSTERS_THAT_FIT),
+        (true, CLUSTERS_THAT_FIT_IN_A_VPC),
+    ] {
+        let mut rotator = BTreeMap::new();
+        for n in [1usize, fit, 10, 100] {
+            let sizes = sizes_for("Clusters", n, vpc);
+            rotator.insert(n, sizes.get("RotatorFunctionRole").copied().unwrap_or(0));
+            if n <= fit {
+                for (role, size) in &sizes {
+                    assert!(
+                        *size <= INLINE_POLICY_LIMIT,
+                        "{n} clusters (VPC {vpc}): {role}'s inline policies are {size} characters (IAM allows {INLINE_POLICY_LIMIT})"
+                    );
+                }
+            }
+        }
+        let grows = (rotator[&100] - rotator[&10]) / 90;
+        eprintln!("rotator (Clusters, VPC {vpc}): {rotator:?}; {grows} characters a cluster");
+        assert!(
+            rotator[&fit] + grows > INLINE_POLICY_LIMIT,
+            "one more cluster than {fit} would fit (VPC {vpc}): raise the constant (and docs/iam-and-rbac.md): {rotator:?}"
+        );
+
+        // CellClusters: one size whatever the number, every role within the cap.
+        let cell: BTreeMap<usize, BTreeMap<String, usize>> = [1usize, 10, 100]
+            .into_iter()
+            .map(|n| (n, sizes_for("CellClusters", n, vpc)))
+            .collect();
+        assert_eq!(
+            cell[&1], cell[&10],
+            "CellClusters (VPC {vpc}): 1 and 10 clusters differ"
+        );
+        assert_eq!(
+            cell[&1], cell[&100],
+            "CellClusters (VPC {vpc}): 1 and 100 clusters differ"
+        );
+        assert_eq!(cell[&1].len(), 4, "{:?}", cell[&1]);
+        for (role, size) in &cell[&100] {
+            assert!(
+                *size <= INLINE_POLICY_LIMIT,
+                "CellClusters (VPC {vpc}): {role}'s inline policies are {size} characters (IAM allows {INLINE_POLICY_LIMIT})"
+            );
+        }
+    }
+}
+
+/// CloudFormation's quota of resources a template declares (a resource whose condition is false
+/// counts too).
+const TEMPLATE_RESOURCE_LIMIT: usize = 500;
+
+/// Issue 47, part 3: a cell of 100 clusters (`CellClusters`), the VPC settings and endpoints
+/// on, translates, declares at most [`TEMPLATE_RESOURCE_LIMIT`] resources (its access entries and
+/// no policy per cluster) and passes cfn-lint (current and 1.51) as CloudFormation sees it; the
+/// same 100 clusters as `Clusters` do not (cfn-lint names the resource quota).
+#[test]
+fn a_hundred_cell_clusters_in_a_vpc_translate_and_lint() {
+    let list = cluster_names(100);
+    let params = |list_param: &'static str| -> Vec<(&'static str, String)> {
+        vec![
+            (list_param, list.clone()),
+            ("VpcSubnetIds", SUBNETS.to_string()),
+            ("VpcSecurityGroupIds", SECURITY_GROUPS.to_string()),
+            ("VpcEndpoints", "Create".to_string()),
+            ("VpcId", "vpc-0123456789abcdef0".to_string()),
+            ("VpcRouteTableIds", "rtb-0123456789abcdef0".to_string()),
+            ("FanOut", "Enabled".to_string()),
+            ("AutoScalingGroupUpdates", "Enabled".to_string()),
+            ("NodeRoleArns", NODE_ROLES.to_string()),
+        ]
+    };
+    let dir = std::env::temp_dir().join(format!("nodecycle-cells-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let translate = |list_param: &'static str| -> (PathBuf, Value) {
+        let out = dir.join(format!("{list_param}.json"));
+        let mut cmd = Command::new(lint_python());
+        cmd.arg(nodecycle_tests::repo_path("scripts/cfn/translate.py"))
+            .arg("--out")
+            .arg(&out)
+            .arg(nodecycle_tests::repo_path("template.yaml"));
+        for (k, v) in params(list_param) {
+            cmd.arg("--param").arg(format!("{k}={v}"));
+        }
+        let run = cmd.output().expect("run scripts/cfn/translate.py");
+        assert!(run.status.success(), "{run:?}");
+        let t: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        (out, t)
+    };
+    let lint = |file: &PathBuf, venv: PathBuf| {
+        Command::new(venv.join("bin/cfn-lint"))
+            .arg(file)
+            .output()
+            .expect("run cfn-lint")
+    };
+    let lint_151 = {
+        let mut v = support::lint_venv().into_os_string();
+        v.push("-cfn-lint-1.51");
+        PathBuf::from(v)
+    };
+
+    let (file, t) = translate("CellClusters");
+    let declared = t["Resources"].as_object().unwrap().len();
+    assert!(declared <= TEMPLATE_RESOURCE_LIMIT, "{declared} resources");
+    for venv in [support::lint_venv(), lint_151] {
+        if !venv.join("bin/cfn-lint").exists() {
+            eprintln!("no {venv:?}: scripts/lint-template.sh installs it");
+            continue;
+        }
+        let out = lint(&file, venv.clone());
+        assert!(
+            out.status.success(),
+            "cfn-lint ({venv:?}) {file:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // As deployed: an access entry per cluster and function, no policy per cluster.
+    let resolved: Vec<(&str, String)> = params("CellClusters")
+        .iter()
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
+    let resolved: Vec<(&str, &str)> = resolved.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let d = deployed(&resolved);
+    assert_eq!(resources_of(&d, "AWS::EKS::AccessEntry").len(), 300);
+    for (id, _) in resources_of(&d, "AWS::IAM::RolePolicy") {
+        assert!(!id.contains("platformprodeu"), "a policy per cluster: {id}");
+    }
+    for f in KUBE_FUNCTIONS {
+        assert!(
+            d["Resources"][f]["Properties"]["VpcConfig"].is_object(),
+            "{f}"
+        );
+    }
+
+    // The same clusters named in the permissions: more resources than CloudFormation takes.
+    let (file, t) = translate("Clusters");
+    assert!(t["Resources"].as_object().unwrap().len() > TEMPLATE_RESOURCE_LIMIT);
+    let out = lint(&file, support::lint_venv());
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("more than 500"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The cell's tag as the requests of the cell tests carry it (the stack is `nodecycle` in
+/// scripts/cfn/cfn.py).
+const CELL_TAG: &str = "aws:ResourceTag/nodecycle.dev/cell";
+const CELL_CLUSTERS: &[(&str, &str)] = &[
+    ("CellClusters", "prod,test-1,edge_2"),
+    ("AutoScalingGroupUpdates", "Enabled"),
+];
+
+/// CellClusters: every permission the cluster names scope (Auto Scaling groups, launch templates,
+/// clusters and node groups) is scoped by the cell's tag instead, keeping every other guard: a
+/// group or template of some cluster (eks:cluster-name present), templates opted in and never
+/// EKS's own, the same functions for the same actions.
+#[test]
+fn cell_clusters_are_trusted_by_the_cell_tag_with_every_other_guard() {
+    let t = deployed(CELL_CLUSTERS);
+    let named = deployed(&[
+        ("Clusters", "prod,test-1,edge_2"),
+        ("AutoScalingGroupUpdates", "Enabled"),
+    ]);
+    let on = |t: &Value,
+              f: &str,
+              action: &'static str,
+              resource: String,
+              tags: &[(&'static str, &'static str)]| {
+        allows(t, f, &request(action, resource, tags))
+    };
+    // Group actions: the function of each, on a group of some cluster tagged with this cell.
+    let group_actions: [(&str, &str); 9] = [
+        ("RotatorFunction", "autoscaling:SetDesiredCapacity"),
+        (
+            "RotatorFunction",
+            "autoscaling:TerminateInstanceInAutoScalingGroup",
+        ),
+        ("RotatorFunction", "autoscaling:SuspendProcesses"),
+        ("RotatorFunction", "autoscaling:ResumeProcesses"),
+        ("RotatorFunction", "autoscaling:UpdateAutoScalingGroup"),
+        ("OpsFunction", "autoscaling:SetDesiredCapacity"),
+        (
+            "OpsFunction",
+            "autoscaling:TerminateInstanceInAutoScalingGroup",
+        ),
+        (
+            "InterruptionHandlerFunction",
+            "autoscaling:CompleteLifecycleAction",
+        ),
+        (
+            "InterruptionHandlerFunction",
+            "autoscaling:RecordLifecycleActionHeartbeat",
+        ),
+    ];
+    for (f, action) in group_actions {
+        let mine = [(CELL_TAG, "nodecycle"), (CLUSTER_TAG, "any-cluster")];
+        assert!(on(&t, f, action, group(), &mine), "{f}: {action}");
+        // Another cell's, no cell tag, or no cluster tag: no.
+        assert!(
+            !on(
+                &t,
+                f,
+                action,
+                group(),
+                &[(CELL_TAG, "other"), (CLUSTER_TAG, "prod")]
+            ),
+            "{f}: {action}"
+        );
+        assert!(
+            !on(&t, f, action, group(), &[(CLUSTER_TAG, "prod")]),
+            "{f}: {action}"
+        );
+        assert!(
+            !on(&t, f, action, group(), &[(CELL_TAG, "nodecycle")]),
+            "{f}: {action}"
+        );
+        // The named scope is unchanged: the cluster names, not the cell tag.
+        assert!(
+            on(&named, f, action, group(), &[(CLUSTER_TAG, "prod")]),
+            "{f}: {action}"
+        );
+        assert!(!on(&named, f, action, group(), &mine), "{f}: {action}");
+    }
+    // Launch templates: the cell's, of some cluster, opted in, never EKS's own.
+    for action in [
+        "ec2:CreateLaunchTemplateVersion",
+        "ec2:ModifyLaunchTemplate",
+        "ec2:RunInstances",
+    ] {
+        let lt = |tags: &[(&'static str, &'static str)]| {
+            on(&t, "RotatorFunction", action, launch_template(), tags)
+        };
+        assert!(
+            lt(&[
+                (CELL_TAG, "nodecycle"),
+                (CLUSTER_TAG, "c"),
+                (MANAGED_TAG, "true")
+            ]),
+            "{action}"
+        );
+        assert!(
+            !lt(&[(CELL_TAG, "nodecycle"), (CLUSTER_TAG, "c")]),
+            "{action}"
+        );
+        assert!(
+            !lt(&[(CELL_TAG, "nodecycle"), (MANAGED_TAG, "true")]),
+            "{action}"
+        );
+        assert!(
+            !lt(&[
+                (CELL_TAG, "other"),
+                (CLUSTER_TAG, "c"),
+                (MANAGED_TAG, "true")
+            ]),
+            "{action}"
+        );
+        assert!(
+            !lt(&[(CLUSTER_TAG, "prod"), (MANAGED_TAG, "true")]),
+            "{action}"
+        );
+        assert!(
+            !lt(&[
+                (CELL_TAG, "nodecycle"),
+                (CLUSTER_TAG, "c"),
+                (MANAGED_TAG, "true"),
+                (NODEGROUP_TAG, "g")
+            ]),
+            "{action}"
+        );
+        for other in [
+            "AmiWatcherFunction",
+            "InterruptionHandlerFunction",
+            "OpsFunction",
+        ] {
+            assert!(
+                !on(
+                    &t,
+                    other,
+                    action,
+                    launch_template(),
+                    &[
+                        (CELL_TAG, "nodecycle"),
+                        (CLUSTER_TAG, "c"),
+                        (MANAGED_TAG, "true")
+                    ]
+                ),
+                "{other}: {action}"
+            );
+        }
+    }
+    // EKS: the describes each function's code calls and the rotator's node group updates, on
+    // any cluster and node group of this region and account tagged with this cell, no other.
+    let cluster = |c: &str| arn("eks", &format!("cluster/{c}"));
+    let nodegroup = |c: &str| arn("eks", &format!("nodegroup/{c}/general/1a2b"));
+    let eks: [(&str, &[&str]); 4] = [
+        (
+            "AmiWatcherFunction",
+            &["eks:DescribeCluster", "eks:DescribeNodegroup"],
+        ),
+        (
+            "RotatorFunction",
+            &[
+                "eks:DescribeCluster",
+                "eks:DescribeNodegroup",
+                "eks:DescribeUpdate",
+                "eks:UpdateNodegroupVersion",
+                "eks:UpdateNodegroupConfig",
+            ],
+        ),
+        ("InterruptionHandlerFunction", &["eks:DescribeCluster"]),
+        (
+            "OpsFunction",
+            &[
+                "eks:DescribeCluster",
+                "eks:DescribeNodegroup",
+                "eks:DescribeUpdate",
+            ],
+        ),
+    ];
+    for (f, actions) in eks {
+        let granted: BTreeSet<String> = grants_of(&t, f)
+            .into_iter()
+            .filter(|g| g.action.starts_with("eks:"))
+            .map(|g| g.action)
+            .collect();
+        assert_eq!(
+            granted,
+            actions.iter().map(|a| a.to_string()).collect(),
+            "{f}"
+        );
+        for action in actions {
+            let resource = if action.contains("Nodegroup") {
+                nodegroup
+            } else {
+                cluster
+            };
+            for c in ["prod", "not-in-the-list"] {
                 assert!(
-                    *size <= INLINE_POLICY_LIMIT,
-                    "{n} clusters: {role}'s inline policies are {size} characters (IAM allows {INLINE_POLICY_LIMIT})"
+                    on(&t, f, action, resource(c), &[(CELL_TAG, "nodecycle")]),
+                    "{f}: {action} {c}"
                 );
+                assert!(!on(&t, f, action, resource(c), &[]), "{f}: {action} {c}");
+                assert!(
+                    !on(&t, f, action, resource(c), &[(CELL_TAG, "other")]),
+                    "{f}: {action} {c}"
+                );
+            }
+            let elsewhere = format!("arn:aws:eks:eu-west-1:{ACCOUNT}:cluster/prod");
+            assert!(
+                !on(&t, f, action, elsewhere, &[(CELL_TAG, "nodecycle")]),
+                "{f}: {action}"
+            );
+        }
+    }
+}
+
+#[test]
+fn clusters_or_cell_clusters_not_both() {
+    let err = try_deployed(&[("Clusters", "prod"), ("CellClusters", "test")]).unwrap_err();
+    assert!(err.contains("not both"), "{err}");
+    for cells in ["prod,,test", "prod,not a name"] {
+        let err = try_deployed(&[("CellClusters", cells)]).unwrap_err();
+        assert!(err.contains("CellClusters"), "{cells:?}: {err}");
+    }
+    let t = deployed(&[("CellClusters", "prod,test-1,edge_2")]);
+    assert_eq!(t["Outputs"]["PermissionScope"], "CellTag");
+    assert_eq!(t["Outputs"]["CellTag"], "nodecycle");
+    assert_eq!(t["Outputs"]["ClusterNames"], "prod,test-1,edge_2");
+}
+
+/// CellClusters: an access entry for each function that talks to Kubernetes in each cluster,
+/// as with Clusters (one Kubernetes group per function, no access policy).
+#[test]
+fn cell_clusters_get_the_access_entries_of_named_ones() {
+    let entries = |t: &Value| -> BTreeSet<(String, String, String)> {
+        resources_of(t, "AWS::EKS::AccessEntry")
+            .into_iter()
+            .map(|(_, e)| {
+                assert_eq!(e["Type"], "STANDARD");
+                assert!(e.get("AccessPolicies").is_none(), "{e}");
+                (
+                    e["ClusterName"].as_str().unwrap().to_string(),
+                    e["PrincipalArn"].as_str().unwrap().to_string(),
+                    e["KubernetesGroups"].to_string(),
+                )
+            })
+            .collect()
+    };
+    let cell = deployed(&[("CellClusters", "prod,test-1,edge_2")]);
+    let named = deployed(&[("Clusters", "prod,test-1,edge_2")]);
+    assert_eq!(entries(&cell).len(), 9);
+    assert_eq!(entries(&cell), entries(&named));
+    let off = deployed(&[("CellClusters", "prod"), ("CreateAccessEntries", "false")]);
+    assert!(resources_of(&off, "AWS::EKS::AccessEntry").is_empty());
+}
+
+/// `member_requests` as a cell-tag scoped deployment sees them: each request once with this
+/// cell's tag, once with another cell's, once without.
+fn member_requests_with_cell_tags() -> Vec<Request<'static>> {
+    let mut out = Vec::new();
+    for req in member_requests() {
+        for cell in [Some("nodecycle"), Some("other"), None] {
+            let mut context = req.context.clone();
+            if let Some(cell) = cell {
+                context.insert(CELL_TAG, vec![cell]);
+            }
+            out.push(Request {
+                action: req.action,
+                resource: req.resource.clone(),
+                context,
+            });
+        }
+    }
+    out
+}
+
+/// A spoke given CellTag (a cell of CellClusters): no fixed cluster slot in any permission (the
+/// slots only create access entries), the same decisions in the member as the cell's roles make
+/// in the cell's account, by the cell tag.
+#[test]
+fn a_cell_tag_spoke_allows_in_the_member_what_the_cell_allows_by_the_cell_tag() {
+    let no_role_arns = [
+        ("AmiWatcherRoleArns", ""),
+        ("RotatorRoleArns", ""),
+        ("InterruptionHandlerRoleArns", ""),
+        ("OpsRoleArns", ""),
+    ];
+    for updates in ["Disabled", "Enabled"] {
+        let cell = deployed(&[
+            ("CellClusters", "prod,test-1"),
+            ("AutoScalingGroupUpdates", updates),
+        ]);
+        // No slot at all, or a slot for an access entry: the same permissions.
+        for slots in [vec![("Cluster1", ""), ("Cluster2", "")], vec![]] {
+            let mut params = vec![
+                ("CellTag", "nodecycle"),
+                ("AutoScalingGroupUpdates", updates),
+            ];
+            params.extend(no_role_arns);
+            params.extend(slots.iter().copied());
+            let member = spoke(&params).unwrap();
+            for (f, role) in SPOKE_ROLES {
+                for req in member_requests_with_cell_tags() {
+                    assert_eq!(
+                        role_allows(&member, role, &req),
+                        allows(&cell, f, &req),
+                        "{role} vs {f} ({updates}, {slots:?}): {} on {} with {:?}",
+                        req.action,
+                        req.resource,
+                        req.context
+                    );
+                }
             }
         }
     }
-    let grows = (rotator[&100] - rotator[&10]) / 90;
-    eprintln!("rotator: {rotator:?}; {grows} characters a cluster");
-    assert!(
-        rotator[&1] + CLUSTERS_THAT_FIT * grows > INLINE_POLICY_LIMIT,
-        "one more cluster than CLUSTERS_THAT_FIT would fit: raise it (and docs/iam-and-rbac.md): {rotator:?}"
+    // The ops role reads the access entries (doctor) of the cell's clusters only.
+    let mut params = vec![("CellTag", "nodecycle")];
+    params.extend(no_role_arns);
+    let member = spoke(&params).unwrap();
+    let entry = arn(
+        "eks",
+        "access-entry/prod/role/111111111111/nodecycle-rotator/0a1b",
     );
+    let describe = |tags: &[(&'static str, &'static str)]| {
+        role_allows(
+            &member,
+            "OpsRole",
+            &request("eks:DescribeAccessEntry", entry.clone(), tags),
+        )
+    };
+    assert!(describe(&[(CELL_TAG, "nodecycle")]));
+    assert!(!describe(&[(CELL_TAG, "other")]));
+    assert!(!describe(&[]));
+    // Its own access entries carry the tag.
+    for (_, e) in resources_of(&member, "AWS::EKS::AccessEntry") {
+        assert_eq!(
+            e["Tags"],
+            json!([{"Key": "nodecycle.dev/cell", "Value": "nodecycle"}]),
+            "{e}"
+        );
+    }
+}
+
+/// A spoke given CellTag trusts the cell's function roles by their tags (which the cell puts on
+/// them and which survive a role's replacement, unlike its ARN), in the cell's account only,
+/// each spoke role only the function of its name, with the external id or organisation kept.
+#[test]
+fn a_cell_tag_spoke_trusts_the_cells_roles_by_their_tags() {
+    let cell = deployed(&[("CellClusters", "prod")]);
+    let functions = [
+        ("AmiWatcherFunction", "AmiWatcherRole", "ami-watcher"),
+        ("RotatorFunction", "RotatorRole", "rotator"),
+        (
+            "InterruptionHandlerFunction",
+            "InterruptionHandlerRole",
+            "interruption",
+        ),
+        ("OpsFunction", "OpsRole", "ops"),
+    ];
+    for (f, _, function) in functions {
+        let tags = &cell["Resources"][role_of(&cell, f)]["Properties"]["Tags"];
+        assert_eq!(
+            tags,
+            &json!([
+                {"Key": "nodecycle.dev/cell", "Value": "nodecycle"},
+                {"Key": "nodecycle.dev/function", "Value": function}
+            ]),
+            "{f}"
+        );
+    }
+    let mut params = vec![("CellTag", "nodecycle"), ("OrganizationId", "o-abcdefghij")];
+    params.extend([
+        ("AmiWatcherRoleArns", ""),
+        ("RotatorRoleArns", ""),
+        ("InterruptionHandlerRoleArns", ""),
+        ("OpsRoleArns", ""),
+    ]);
+    let member = spoke(&params).unwrap();
+    for (_, role, function) in functions {
+        let s = &member["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"];
+        assert_eq!(s.as_array().unwrap().len(), 1, "{role}: {s}");
+        assert_eq!(
+            s[0]["Principal"],
+            json!({"AWS": format!("arn:aws:iam::{CELL}:root")}),
+            "{role}"
+        );
+        assert_eq!(
+            s[0]["Condition"],
+            json!({"StringEquals": {
+                "sts:ExternalId": "nodecycle-cell-7",
+                "aws:PrincipalOrgID": "o-abcdefghij",
+                "aws:PrincipalTag/nodecycle.dev/cell": "nodecycle",
+                "aws:PrincipalTag/nodecycle.dev/function": function,
+            }}),
+            "{role}"
+        );
+    }
+    // Without CellTag the role ARNs are required, as before.
+    let err = spoke(&[("RotatorRoleArns", "")]).unwrap_err();
+    assert!(
+        err.contains("RotatorRoleArns is required without CellTag"),
+        "{err}"
+    );
+}
+
+/// The template resolved as stack `stack` (scripts/cfn/translate.py --stack).
+fn deployed_as(stack: &str, params: &[(&str, &str)]) -> Value {
+    let mut cmd = Command::new(lint_python());
+    cmd.arg(nodecycle_tests::repo_path("scripts/cfn/translate.py"))
+        .args(["--resolve", "--stack", stack])
+        .arg(nodecycle_tests::repo_path("template.yaml"));
+    for (k, v) in params {
+        cmd.arg("--param").arg(format!("{k}={v}"));
+    }
+    let out = cmd.output().expect("run scripts/cfn/translate.py");
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Two stacks in one region (docs/organisation.md): every name the template gives a resource
+/// carries the stack's name, so a second stack collides with none (the rest are
+/// CloudFormation's generated names, no rule has a fixed name); the cell tag each trusts and
+/// puts on its roles is its own name.
+#[test]
+fn two_stacks_in_a_region_share_no_resource_name() {
+    const NAMES: [&str; 7] = [
+        "LogGroupName",
+        "AlarmName",
+        "DashboardName",
+        "TableName",
+        "QueueName",
+        "RoleName",
+        "FunctionName",
+    ];
+    for params in [FULL, CELL_CLUSTERS, FAN_OUT] {
+        let mut names: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for stack in ["cell-a", "cell-b"] {
+            let t = deployed_as(stack, params);
+            for (id, r) in t["Resources"].as_object().unwrap() {
+                let props = &r["Properties"];
+                for key in NAMES {
+                    let Some(name) = props[key].as_str() else {
+                        continue;
+                    };
+                    // A reference to another resource of the stack names nothing new.
+                    if name.starts_with("ref:") || name.starts_with("getatt:") {
+                        continue;
+                    }
+                    assert!(name.contains(stack), "{stack}: {id}.{key} = {name:?}");
+                    names.entry(stack).or_default().insert(name.to_string());
+                }
+                if r["Type"] == "AWS::Events::Rule" {
+                    assert!(props.get("Name").is_none(), "{id}: a fixed rule name");
+                }
+                if r["Type"] == "AWS::IAM::Role" {
+                    assert_eq!(props["Tags"][0]["Value"], stack, "{id}");
+                }
+            }
+            assert_eq!(t["Outputs"]["CellTag"], stack);
+        }
+        assert!(names["cell-a"].len() >= 4, "{names:?}");
+        assert!(names["cell-a"].is_disjoint(&names["cell-b"]), "{names:?}");
+    }
+    // CellClusters: each stack's grants name its own tag value.
+    let t = deployed_as("cell-b", CELL_CLUSTERS);
+    let req = |cell: &'static str| {
+        request(
+            "eks:DescribeCluster",
+            arn("eks", "cluster/prod"),
+            &[(CELL_TAG, cell)],
+        )
+    };
+    assert!(allows(&t, "RotatorFunction", &req("cell-b")));
+    assert!(!allows(&t, "RotatorFunction", &req("nodecycle")));
 }

@@ -14,6 +14,14 @@ use crate::managed::TemplateRef;
 use crate::policy::source::PolicyDocument;
 use crate::port::PortError;
 
+/// An EKS resource's tags (cluster, node group) as doctor's facts hold them.
+fn tags_of(
+    tags: Option<&std::collections::HashMap<String, String>>,
+) -> std::collections::BTreeMap<String, String> {
+    tags.map(|t| t.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default()
+}
+
 /// The read-only view of a deployment, over the shared clients.
 #[derive(Clone, Debug)]
 pub struct Inventory {
@@ -150,6 +158,7 @@ impl GroupInfo for Inventory {
                 .node_repair_config()
                 .and_then(|c| c.enabled())
                 .unwrap_or(false),
+            tags: tags_of(ng.tags()),
         }))
     }
 
@@ -201,6 +210,7 @@ impl ClusterAccessInfo for Inventory {
                     public_cidrs: v.public_access_cidrs().to_vec(),
                 })
                 .filter(|e| e.public || e.private),
+            tags: tags_of(c.tags()),
         }))
     }
 

@@ -280,6 +280,7 @@ mod tests {
             status: s.into(),
             authentication_mode: Some("API".into()),
             endpoint: None,
+            ..Default::default()
         };
         assert_eq!(cluster("c", Ok(Some(f("ACTIVE")))).status, Status::Ok);
         assert_eq!(cluster("c", Ok(Some(f("UPDATING")))).status, Status::Warn);

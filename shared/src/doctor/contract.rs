@@ -49,6 +49,9 @@ pub struct Contract {
     /// Where the functions that reach Kubernetes run (optional output
     /// [`super::endpoint::FUNCTION_SUBNETS`]; missing: outside any VPC).
     pub network: Option<super::endpoint::FunctionNetwork>,
+    /// How the permissions scope the clusters (optional outputs [`super::scope::PERMISSION_SCOPE`]
+    /// and [`super::scope::CELL_TAG`]; missing: by name).
+    pub scope: super::scope::Scope,
 }
 
 fn list(value: &str) -> Vec<String> {
@@ -108,6 +111,7 @@ pub fn read(
                 .get(super::endpoint::FUNCTION_SUBNETS)
                 .map(String::as_str),
         )),
+        scope: super::scope::Scope::from_outputs(&outputs, stack),
     };
     let missing: Vec<&str> = REQUIRED
         .iter()

@@ -527,6 +527,7 @@ mod tests {
             auto_scaling_group: Some("eks-golden-1".into()),
             launch_template: None,
             auto_repair: false,
+            ..Default::default()
         };
         let ok_asg = || Some(Ok(Some(asg(&[(CLUSTER_TAG, "prod")]))));
         type Case = (

@@ -1,8 +1,8 @@
 //! `nodecycle doctor`: a read-only preflight of a deployment, with the operator's credentials.
 //!
 //! Layers, from pure to I/O:
-//! - the check modules ([`contract`], [`table`], [`policies`], [`groups`], [`access`],
-//!   [`endpoint`], [`rbac`], [`rules`], [`members`], [`forwarding`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
+//! - the check modules ([`contract`], [`scope`], [`table`], [`policies`], [`groups`],
+//!   [`access`], [`endpoint`], [`rbac`], [`rules`], [`members`], [`forwarding`]): plain functions from observed facts (or the error reading them) to [`Check`]s;
 //! - [`port`] ([`crate::inventory`]): one narrow read-only trait per capability (stack
 //!   outputs, table, groups, cluster access, event rules, RBAC, policy documents) and the
 //!   plain fact types they return;
@@ -30,6 +30,7 @@ pub mod rbac;
 pub mod release;
 pub mod rules;
 pub mod run;
+pub mod scope;
 #[cfg(feature = "doctor")]
 pub mod spokes;
 pub mod table;
@@ -129,6 +130,12 @@ pub enum CheckKind {
     /// A pool's AMIs are not deprecated within the warning horizon, and its pinned EKS release
     /// has builds for the cluster's next Kubernetes minor ([`release`]).
     Release,
+    /// The stack's permission scope serves its clusters: with `ClusterNames`, no more than IAM's
+    /// inline policy cap takes ([`scope`]).
+    Scope,
+    /// With `CellClusters`: a cluster, node group, Auto Scaling group or launch template carries
+    /// the cell tag `nodecycle.dev/cell=<stack>` the stack's permissions require.
+    CellTag,
 }
 
 impl CheckKind {
@@ -327,6 +334,8 @@ mod unit {
             CheckKind::Architecture,
             CheckKind::Spoke,
             CheckKind::Forwarding,
+            CheckKind::Scope,
+            CheckKind::CellTag,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
         }

@@ -4,8 +4,11 @@
 use super::endpoint::{self, FunctionNetwork};
 use super::port::{
     ClusterAccessInfo, EventRules, GroupInfo, PolicyDocuments, RbacInfo, StackOutputs, TableInfo,
+    TemplateFacts,
 };
-use super::{Check, CheckKind, Report, access, contract, groups, policies, rbac, rules, table};
+use super::{
+    Check, CheckKind, Report, access, contract, groups, policies, rbac, rules, scope, table,
+};
 use crate::policy::{NodeGroup, Place, Policy};
 
 /// Every read doctor makes, one port per capability.
@@ -84,9 +87,24 @@ pub async fn diagnose_organisation(
     let valid = own;
 
     let clusters = clusters_to_check(options, contract.clusters.as_deref(), &valid, &mut checks);
+    // The scope serves the stack's clusters (names IAM's limit, which no Rule can count).
+    if let Some(served) = &contract.clusters {
+        let in_vpc = !matches!(
+            contract.network,
+            None | Some(super::endpoint::FunctionNetwork::Outside)
+        );
+        checks.push(super::scope::check(
+            &options.stack,
+            &contract.scope,
+            served.len(),
+            in_vpc,
+        ));
+    }
+    let cell = contract.scope.cell();
     for cluster in &clusters {
         let network = contract.network.as_ref();
-        check_cluster(ports, cluster, &contract.kube_roles, network, &mut checks).await;
+        let roles = &contract.kube_roles;
+        check_cluster(ports, cluster, roles, network, cell, &mut checks).await;
     }
 
     let hook_name = contract
@@ -94,7 +112,7 @@ pub async fn diagnose_organisation(
         .as_deref()
         .unwrap_or(crate::interruption::DEFAULT_LIFECYCLE_HOOK);
     for (_, policy) in valid.iter().filter(|(_, p)| clusters.contains(&p.cluster)) {
-        check_pool(ports, policy, hook_name, &mut checks).await;
+        check_pool(ports, policy, hook_name, cell, &mut checks).await;
     }
     // What the ami-watcher found ahead of time, from the pools' records (the cell's table).
     if let Some(table) = &contract.table {
@@ -135,11 +153,11 @@ pub async fn diagnose_organisation(
         for cluster in clusters {
             // The cell's functions reach a member's clusters from the cell's network.
             let network = contract.network.as_ref();
-            check_cluster(member, cluster, roles, network, &mut in_member).await;
+            check_cluster(member, cluster, roles, network, None, &mut in_member).await;
         }
         checks.extend(super::members::at_member(&place, in_member));
         for policy in pools {
-            check_pool(member, policy, hook_name, &mut checks).await;
+            check_pool(member, policy, hook_name, None, &mut checks).await;
         }
         match &expected {
             Ok(e) => checks.extend(forwarding(member, &place, &role, &e.bus).await),
@@ -209,12 +227,14 @@ fn clusters_to_check(
     out
 }
 
-/// `network`: where the functions run (`None`: no stack read, the endpoint is not judged).
+/// `network`: where the functions run (`None`: no stack read, the endpoint is not judged);
+/// `cell`: the cell tag the stack's permissions require (`None`: they name the clusters).
 async fn check_cluster(
     ports: Ports<'_>,
     cluster: &str,
     roles: &[(String, String)],
     network: Option<&FunctionNetwork>,
+    cell: Option<&str>,
     checks: &mut Vec<Check>,
 ) {
     let facts = ports.clusters.cluster(cluster).await;
@@ -222,7 +242,24 @@ async fn check_cluster(
         Ok(Some(f)) => (Some(f.authentication_mode.clone()), f.endpoint.clone()),
         _ => (None, None),
     };
+    let cell_check = match (&facts, cell) {
+        (Ok(Some(f)), Some(cell)) => {
+            let arn = format!(
+                "$(aws eks describe-cluster --name {cluster} --query cluster.arn --output text)"
+            );
+            let what = format!("cluster {cluster}");
+            Some(scope::tagged(
+                cluster,
+                &what,
+                &f.tags,
+                cell,
+                scope::eks_fix(&arn),
+            ))
+        }
+        _ => None,
+    };
     checks.push(access::cluster(cluster, facts));
+    checks.extend(cell_check);
     if let Some(network) = network {
         checks.extend(endpoint::check(cluster, endpoint.as_ref(), network));
     }
@@ -282,7 +319,15 @@ async fn check_architecture(ports: Ports<'_>, policy: &Policy, checks: &mut Vec<
     });
 }
 
-async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: &mut Vec<Check>) {
+/// `cell`: the cell tag the stack's permissions require on the group, its Auto Scaling group and
+/// launch template (`None`: they name the clusters).
+async fn check_pool(
+    ports: Ports<'_>,
+    policy: &Policy,
+    hook_name: &str,
+    cell: Option<&str>,
+    checks: &mut Vec<Check>,
+) {
     check_architecture(ports, policy, checks).await;
     let pool = policy.pool_id();
     let cluster = policy.cluster.as_str();
@@ -299,13 +344,20 @@ async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: 
                 .cloned();
             checks.push(groups::self_managed(&pool, cluster, name, asg));
             let Some(asg) = found else { return };
-            if let Some(t) = &asg.launch_template {
-                checks.push(groups::launch_template(
+            if let Some(cell) = cell {
+                let what = format!("Auto Scaling group {name}");
+                checks.push(scope::tagged(
                     &pool,
-                    cluster,
-                    t,
-                    ports.groups.launch_template(t).await,
+                    &what,
+                    &asg.tags,
+                    cell,
+                    scope::asg_fix(name),
                 ));
+            }
+            if let Some(t) = &asg.launch_template {
+                let facts = ports.groups.launch_template(t).await;
+                checks.extend(cell.and_then(|cell| template_cell_tag(&pool, &facts, cell)));
+                checks.push(groups::launch_template(&pool, cluster, t, facts));
             }
             let hooks = ports.groups.lifecycle_hooks(name).await;
             if let Ok(h) = &hooks {
@@ -332,6 +384,28 @@ async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: 
                 Some(asg) => Some(ports.groups.auto_scaling_group(asg).await),
                 None => None,
             };
+            if let (Some(cell), Some(ng)) = (cell, &found) {
+                let arn = format!(
+                    "$(aws eks describe-nodegroup --cluster-name {cluster} --nodegroup-name {name} \
+                     --query nodegroup.nodegroupArn --output text)"
+                );
+                let what = format!("managed node group {name}");
+                checks.push(scope::tagged(
+                    &pool,
+                    &what,
+                    &ng.tags,
+                    cell,
+                    scope::eks_fix(&arn),
+                ));
+                if let Some(Ok(Some(asg))) = &backing {
+                    let what = format!(
+                        "Auto Scaling group {} of managed node group {name}",
+                        asg.name
+                    );
+                    let fix = scope::asg_fix(&asg.name);
+                    checks.push(scope::tagged(&pool, &what, &asg.tags, cell, fix));
+                }
+            }
             checks.push(groups::managed(
                 &pool,
                 cluster,
@@ -341,15 +415,33 @@ async fn check_pool(ports: Ports<'_>, policy: &Policy, hook_name: &str, checks: 
                 asg_named_so,
             ));
             let Some(ng) = found else { return };
-            checks.push(match &ng.launch_template {
-                Some(t) => groups::launch_template(
-                    &pool,
-                    cluster,
-                    t,
-                    ports.groups.launch_template(t).await,
-                ),
+            let template = match &ng.launch_template {
+                Some(t) => {
+                    let facts = ports.groups.launch_template(t).await;
+                    checks.extend(cell.and_then(|cell| template_cell_tag(&pool, &facts, cell)));
+                    groups::launch_template(&pool, cluster, t, facts)
+                }
                 None => groups::no_custom_template(&pool, name),
-            });
+            };
+            checks.push(template);
         }
     }
+}
+
+/// The `cellTag` check of a launch template read (`None` when it was not found or not read: the
+/// `launchTemplate` check reports that).
+fn template_cell_tag(
+    pool: &str,
+    facts: &Result<Option<TemplateFacts>, crate::port::PortError>,
+    cell: &str,
+) -> Option<Check> {
+    let Ok(Some(t)) = facts else { return None };
+    let what = format!("launch template {} ({})", t.name, t.id);
+    Some(scope::tagged(
+        pool,
+        &what,
+        &t.tags,
+        cell,
+        scope::template_fix(&t.id),
+    ))
 }

@@ -112,6 +112,7 @@ fn healthy() -> World {
             auto_scaling_group: Some("eks-golden-1".into()),
             launch_template: Some(lt("lt-golden")),
             auto_repair: false,
+            ..Default::default()
         },
     );
     for id in ["lt-general", "lt-golden"] {
@@ -130,6 +131,7 @@ fn healthy() -> World {
             status: "ACTIVE".into(),
             authentication_mode: Some("API_AND_CONFIG_MAP".into()),
             endpoint: None,
+            ..Default::default()
         },
     );
     w.entries.insert(
@@ -221,6 +223,7 @@ fn a_healthy_deployment_passes_every_check() {
             Table,
             Policy,
             Policy,
+            Scope,
             Cluster,
             AccessEntry,
             AccessEntry,
@@ -724,4 +727,150 @@ fn a_members_rules_and_access_entries_are_checked_where_they_are() {
         "{:?}",
         forwarding[0]
     );
+}
+
+/// [`healthy`] deployed with `CellClusters`: the stack says `PermissionScope=CellTag`, and every
+/// cluster, node group, Auto Scaling group and launch template nodecycle reaches is tagged
+/// `nodecycle.dev/cell=nodecycle`.
+fn healthy_cell() -> World {
+    let mut w = healthy();
+    let outputs = w.stacks.get_mut("nodecycle").unwrap();
+    outputs.insert(super::scope::PERMISSION_SCOPE.into(), "CellTag".into());
+    outputs.insert(super::scope::CELL_TAG.into(), "nodecycle".into());
+    let cell = (crate::tags::CELL.to_owned(), "nodecycle".to_owned());
+    for asg in w.asgs.values_mut() {
+        asg.tags.extend([cell.clone()]);
+    }
+    for t in w.templates.values_mut() {
+        t.tags.extend([cell.clone()]);
+    }
+    for ng in w.node_groups.values_mut() {
+        ng.tags.extend([cell.clone()]);
+    }
+    for c in w.clusters.values_mut() {
+        c.tags.extend([cell.clone()]);
+    }
+    w
+}
+
+/// The `scope` check: a healthy stack naming one cluster passes; nine names warn, naming IAM's
+/// limit and CellClusters; with CellClusters, every reached resource's cell tag is checked
+/// and a missing or foreign one fails that resource's `cellTag` line only, with its command.
+#[test]
+fn the_scope_and_the_cell_tags_are_checked() {
+    let r = run(&healthy(), &options());
+    let scope: Vec<&Check> = r
+        .checks
+        .iter()
+        .filter(|c| c.check == CheckKind::Scope)
+        .collect();
+    assert_eq!(scope.len(), 1, "{scope:#?}");
+    assert_eq!(scope[0].status, Status::Ok, "{}", scope[0]);
+    // Named clusters: no cell tag checked.
+    assert!(!r.checks.iter().any(|c| c.check == CheckKind::CellTag));
+
+    let mut w = healthy();
+    let names: Vec<String> = (0..9).map(|i| format!("c{i}")).collect();
+    w.stacks
+        .get_mut("nodecycle")
+        .unwrap()
+        .insert(contract::CLUSTER_NAMES.into(), names.join(","));
+    let r = run(
+        &w,
+        &Options {
+            clusters: vec!["prod".into()],
+            ..options()
+        },
+    );
+    let c = r
+        .checks
+        .iter()
+        .find(|c| c.check == CheckKind::Scope)
+        .unwrap();
+    assert_eq!(c.status, Status::Warn, "{c}");
+    assert!(c.detail.contains("names 9 clusters; IAM's 10,240"), "{c}");
+    assert!(c.fix.contains("CellClusters"), "{c}");
+
+    let r = run(&healthy_cell(), &options());
+    assert_eq!(problems(&r), vec![], "{:#?}", r.checks);
+    let tagged: Vec<String> = r
+        .checks
+        .iter()
+        .filter(|c| c.check == CheckKind::CellTag)
+        .map(|c| c.detail.clone())
+        .collect();
+    // The cluster; the self-managed group and its template; the node group, its group and
+    // its custom template.
+    assert_eq!(tagged.len(), 6, "{tagged:#?}");
+    for what in [
+        "cluster prod",
+        "Auto Scaling group prod-general",
+        "launch template lt-general",
+        "managed node group golden",
+        "Auto Scaling group eks-golden-1 of managed node group golden",
+        "launch template lt-golden",
+    ] {
+        assert!(
+            tagged.iter().any(|d| d.starts_with(what)),
+            "{what}: {tagged:#?}"
+        );
+    }
+
+    // Each resource untagged (or another cell's) on its own: its line fails, nothing else.
+    type Seed = fn(&mut World);
+    let faults: [(Seed, &str, &str); 5] = [
+        (
+            |w| {
+                w.clusters.get_mut("prod").unwrap().tags.clear();
+            },
+            "prod",
+            "aws eks tag-resource",
+        ),
+        (
+            |w| {
+                let t = &mut w.asgs.get_mut("prod-general").unwrap().tags;
+                t.insert(crate::tags::CELL.into(), "other".into());
+            },
+            "prod/general",
+            "ResourceId=prod-general",
+        ),
+        (
+            |w| {
+                let t = &mut w.templates.get_mut("lt-general").unwrap().tags;
+                t.remove(crate::tags::CELL);
+            },
+            "prod/general",
+            "--resources lt-general",
+        ),
+        (
+            |w| {
+                let ng = w.node_groups.get_mut(&("prod".into(), "golden".into()));
+                ng.unwrap().tags.clear();
+            },
+            "prod/golden",
+            "--nodegroup-name golden",
+        ),
+        (
+            |w| {
+                let t = &mut w.asgs.get_mut("eks-golden-1").unwrap().tags;
+                t.remove(crate::tags::CELL);
+            },
+            "prod/golden",
+            "ResourceId=eks-golden-1",
+        ),
+    ];
+    for (seed, subject, fix) in faults {
+        let mut w = healthy_cell();
+        seed(&mut w);
+        let r = run(&w, &options());
+        assert_eq!(
+            problems(&r),
+            vec![(Status::Fail, CheckKind::CellTag, subject.to_owned())],
+            "{subject}: {:#?}",
+            r.checks
+        );
+        let c = r.checks.iter().find(|c| c.status == Status::Fail).unwrap();
+        assert!(c.fix.contains(fix), "{c}");
+        assert!(c.fix.contains("nodecycle.dev/cell"), "{c}");
+    }
 }
