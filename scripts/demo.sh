@@ -10,11 +10,12 @@
 #   rolls the golden node group with UpdateNodegroupConfig (maxUnavailable = its budget, 1) and
 #   UpdateNodegroupVersion (a new launch template version), which the fake EKS rolls out in its
 #   own time (surge, drain, replace, scale down) while the rotator follows it with DescribeUpdate,
-#   until every node of both runs its new AMI.
+#   until every node of both runs its new AMI. A pipeline's `nodecycle wait`, started before the
+#   passes, exits 0 once test/general's published rollout status says so.
 # Then the tiered rollout: prod/apps (promotion from test/general) takes v20241109 after its soak
 # (20 s here); a bad release (v20241201, nodes never Ready) is quarantined in test, test rolls
 # back to v20241109 in the same pass (launch template first, surges given back), and prod/apps
-# never touches it.
+# never touches it; `nodecycle wait` for v20241201 exits 1 with the quarantine's reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -83,6 +84,10 @@ converged() {
   "$NODECYCLE_PYTHON" scripts/demo_seed.py converged test-general 6 &&
     "$NODECYCLE_PYTHON" scripts/demo_seed.py converged-nodegroup prod golden 3
 }
+echo "==> a pipeline waits for test/general to run v20241109: nodecycle wait, in the background,"
+echo "    reading only the rollout status the rotator publishes (/nodecycle/status/test/general)"
+"$NODECYCLE" wait --pool test/general --for up-to-date --release v20241109 --timeout 5m --interval 1s 2>"$workdir/wait.log" &
+wait_pid=$!
 echo "==> rotator passes (every minute in AWS; back to back here)"
 passes=0
 for pass in $(seq 1 40); do
@@ -97,6 +102,20 @@ done
 echo "==> summary after $passes rotator passes"
 converged || { echo "did not converge" >&2; exit 1; }
 echo "   prod/general stays pinned to v20240807 (its nodes are current: nothing to rotate)"
+# The pass that replaced the last node published what it observed; the next one publishes the
+# end of the rollout.
+for _ in 1 2 3; do
+  kill -0 "$wait_pid" 2>/dev/null || break
+  "$NODECYCLE" run rotator --event events/scheduled-tick.json >/dev/null
+  sleep 2
+done
+if wait "$wait_pid"; then
+  echo "   nodecycle wait exited 0: $(tail -n 1 "$workdir/wait.log")"
+else
+  echo "nodecycle wait did not see the rollout end:" >&2
+  cat "$workdir/wait.log" >&2
+  exit 1
+fi
 
 seed() { "$NODECYCLE_PYTHON" scripts/demo_seed.py "$@"; }
 tick() {
@@ -128,6 +147,13 @@ seed quarantined v20241201 || { echo "v20241201 was not quarantined" >&2; exit 1
 seed converged test-general 6 v20241109 || { echo "test/general did not roll back" >&2; exit 1; }
 seed converged prod-apps 4 v20241109 || { echo "prod/apps left v20241109" >&2; exit 1; }
 seed pool-state test/general prod/apps
+echo "==> a pipeline waiting for v20241201 in test/general is told it will not come (exit 1, with why)"
+set +e
+"$NODECYCLE" wait --pool test/general --for up-to-date --release v20241201 --timeout 1m --interval 1s 2>"$workdir/wait.log"
+code=$?
+set -e
+[ "$code" = 1 ] || { echo "nodecycle wait exited $code, not 1:" >&2; cat "$workdir/wait.log" >&2; exit 1; }
+echo "   nodecycle wait exited 1: $(tail -n 1 "$workdir/wait.log")"
 for release in v20241109 v20241201; do
   echo "==> nodecycle promotion $release (the release's journey through the stages)"
   "$NODECYCLE" promotion "$release" -o json 2>/dev/null | seed journey
