@@ -28,6 +28,15 @@ cargo check -p nodecycle-shared --no-default-features --locked
 export NODECYCLE_LINT_VENV="${NODECYCLE_LINT_VENV:-$NODECYCLE_VENV-lint}"
 scripts/lint-template.sh
 scripts/check-cdk.sh
+# The release workflow runs on GitHub only (on a tag): actionlint checks its syntax, expressions
+# and action inputs here (and its shell steps when shellcheck is installed). Built once from the
+# Go module proxy, pinned, then cached.
+echo "==> actionlint .github/workflows" >&2
+actionlint_dir="$HOME/.cache/nodecycle/go-bin/actionlint-v1.7.12"
+if [ ! -x "$actionlint_dir/actionlint" ]; then
+  GOBIN="$actionlint_dir" go install github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+fi
+"$actionlint_dir/actionlint" .github/workflows/*.yml
 # The fake cloud's self-checks, every tests/fakecloud/check_*.py (each says in its docstring
 # what it checks: EKS node group updates, faults, Auto Scaling and the Cluster Autoscaler actor,
 # indexed lookups, transactions, forked clouds).
