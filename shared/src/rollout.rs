@@ -532,6 +532,51 @@ pub fn judge(status: &Rollout, want: &Want) -> Verdict {
     Verdict::Waiting(format!("{pool}: {counts}; {why}"))
 }
 
+/// A status a pass found changed, due to be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    /// The new status.
+    pub status: Rollout,
+    /// A condition changed status (or the pool has none published yet): what pipelines gate
+    /// on, so written before count-only changes.
+    pub conditions_changed: bool,
+}
+
+impl Due {
+    /// `status`, due against `before` (the status last written).
+    pub fn of(status: Rollout, before: Option<&Rollout>) -> Due {
+        let conditions_changed = before.is_none() || !status.changed_since(before).is_empty();
+        Due {
+            status,
+            conditions_changed,
+        }
+    }
+}
+
+/// Which of `due` a pass writes, given it may write `budget`: those whose conditions changed
+/// first, then the others; within each, pools in name order starting at an offset that moves
+/// by `budget` from one `turn` to the next (a pass numbers its turn by its minute), so that when
+/// more pools of a kind are due every pass than the budget allows, each is written within
+/// `ceil(due / budget)` turns. Count-only changes wait while condition changes take the whole
+/// budget (a condition changes once, then holds). Returns `(written, deferred)`.
+pub fn to_write(mut due: Vec<Due>, budget: usize, turn: u64) -> (Vec<Due>, Vec<Due>) {
+    due.sort_by(|a, b| a.status.pool.cmp(&b.status.pool));
+    let (mut first, mut rest): (Vec<Due>, Vec<Due>) =
+        due.into_iter().partition(|d| d.conditions_changed);
+    let rotate = |v: &mut Vec<Due>| {
+        if !v.is_empty() {
+            let len = v.len() as u64;
+            let by = turn.wrapping_mul(budget as u64) % len;
+            v.rotate_left(usize::try_from(by).unwrap_or(0));
+        }
+    };
+    rotate(&mut first);
+    rotate(&mut rest);
+    first.append(&mut rest);
+    let deferred = first.split_off(budget.min(first.len()));
+    (first, deferred)
+}
+
 /// Where the rotator publishes statuses and `nodecycle wait` reads them (SSM parameters under
 /// [`STATUS_PATH`] in the cell's account and region).
 #[async_trait::async_trait]

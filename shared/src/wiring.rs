@@ -12,6 +12,8 @@
 //! | `NODECYCLE_SERVED_ACCOUNTS` / `NODECYCLE_SERVED_REGIONS` | all | more accounts / regions served, comma-separated (none) |
 //! | `NODECYCLE_REPLACEMENT_TIMEOUT`, `NODECYCLE_DRAIN_STEP`, `NODECYCLE_LEASE`, `NODECYCLE_NODEGROUP_WAVE` | rotator, ops | durations (`15m`, `20s`, `5m`, `10m`) |
 //! | `NODECYCLE_POOL_CONCURRENCY` | rotator, ops | 1 to 256 (16) |
+//! | `NODECYCLE_STATUS_WRITES` | rotator | rollout statuses written per cluster and pass, 1 to 1,000 (50) |
+//! | `NODECYCLE_DEPRECATION_WARNING` | ami-watcher | a duration (`720h`): AMIs deprecating within it are warned about |
 //! | `NODECYCLE_WORK_QUEUE_URL`, `NODECYCLE_WORK_ITEM_MAX_AGE` | rotator | the fan-out's SQS queue (none), a duration (`5m`) |
 //! | `NODECYCLE_FORCE_AFTER`, `NODECYCLE_HEARTBEAT`, `NODECYCLE_DRAIN_POLL`, `NODECYCLE_MAX_EVENT_AGE` | interruption-handler | durations (`90s`, `60s`, `2s`, `4m`) |
 //! | `NODECYCLE_LIFECYCLE_HOOK` | interruption-handler | the lifecycle hook answered (`nodecycle-drain`) |
@@ -460,6 +462,20 @@ impl RotatorConfig {
                 ("NODECYCLE_NODEGROUP_WAVE", &mut s.node_group_wave),
             ],
         )?;
+        if let Some(text) = env("NODECYCLE_STATUS_WRITES") {
+            use crate::handlers::rotator::MAX_STATUS_WRITES;
+            s.status_writes = match text.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_STATUS_WRITES).contains(&n) => n,
+                _ => {
+                    return Err(invalid(
+                        "NODECYCLE_STATUS_WRITES",
+                        format!(
+                            "{text:?} is not a whole number from 1 to {MAX_STATUS_WRITES} (rollout statuses written per cluster and pass)"
+                        ),
+                    ));
+                }
+            };
+        }
         if let Some(text) = env("NODECYCLE_POOL_CONCURRENCY") {
             use crate::handlers::rotator::MAX_POOL_CONCURRENCY;
             s.pool_concurrency = match text.trim().parse::<usize>() {
@@ -618,6 +634,13 @@ mod tests {
         let r = RotatorConfig::from_lookup(&env).unwrap();
         assert_eq!(r.settings.lease, Duration::from_secs(300));
         assert_eq!(r.settings.pool_concurrency, 16);
+        assert_eq!(r.settings.status_writes, 50);
+        assert_eq!(
+            WatcherConfig::from_lookup(&env)
+                .unwrap()
+                .deprecation_horizon_days,
+            30
+        );
         let i = InterruptionConfig::from_lookup(&env).unwrap();
         assert_eq!(i.settings.lifecycle_hook, "nodecycle-drain");
     }
@@ -635,6 +658,8 @@ mod tests {
             ("NODECYCLE_LEASE", "4m"),
             ("NODECYCLE_NODEGROUP_WAVE", "12m"),
             ("NODECYCLE_POOL_CONCURRENCY", "3"),
+            ("NODECYCLE_STATUS_WRITES", "7"),
+            ("NODECYCLE_DEPRECATION_WARNING", "1440h"),
             ("NODECYCLE_FORCE_AFTER", "60s"),
             ("NODECYCLE_HEARTBEAT", "30s"),
             ("NODECYCLE_DRAIN_POLL", "1s"),
@@ -663,6 +688,13 @@ mod tests {
         assert_eq!(r.settings.lease, Duration::from_secs(240));
         assert_eq!(r.settings.node_group_wave, Duration::from_secs(720));
         assert_eq!(r.settings.pool_concurrency, 3);
+        assert_eq!(r.settings.status_writes, 7);
+        assert_eq!(
+            WatcherConfig::from_lookup(&env)
+                .unwrap()
+                .deprecation_horizon_days,
+            60
+        );
         let i = InterruptionConfig::from_lookup(&env).unwrap();
         assert_eq!(i.settings.force_after, Duration::from_secs(60));
         assert_eq!(i.settings.heartbeat_every, Duration::from_secs(30));
@@ -686,6 +718,9 @@ mod tests {
             ("NODECYCLE_NODEGROUP_WAVE", ""),
             ("NODECYCLE_POOL_CONCURRENCY", "0"),
             ("NODECYCLE_POOL_CONCURRENCY", "257"),
+            ("NODECYCLE_STATUS_WRITES", "0"),
+            ("NODECYCLE_STATUS_WRITES", "1001"),
+            ("NODECYCLE_DEPRECATION_WARNING", "a month"),
             ("NODECYCLE_FORCE_AFTER", "x"),
             ("NODECYCLE_HEARTBEAT", "1y"),
             ("NODECYCLE_DRAIN_POLL", "fast"),
@@ -703,6 +738,7 @@ mod tests {
             let errors = [
                 RotatorConfig::from_lookup(&env).err(),
                 InterruptionConfig::from_lookup(&env).err(),
+                WatcherConfig::from_lookup(&env).err(),
             ];
             let e = errors
                 .into_iter()

@@ -317,3 +317,60 @@ async fn wait_exits_1_with_the_reason_when_its_release_is_quarantined() {
         .await;
     assert_eq!(answer["verdict"], "failed", "{answer}");
 }
+
+/// Parameter Store's throughput is the account's: a pass writes at most
+/// `Settings::status_writes` statuses per cluster, and the rest on the passes after it.
+#[tokio::test]
+async fn a_pass_writes_at_most_its_budget_of_statuses_and_the_next_pass_the_rest() {
+    use nodecycle_tests::SyncNodes;
+    let (cloud, kube, old, _new) = support::pool::golden_cloud();
+    let a = support::Adapters::new(&cloud).await;
+    for name in ["a", "b", "c"] {
+        a.create_group(
+            &format!("prod-{name}"),
+            &old,
+            "m5.large",
+            1,
+            3,
+            Some("prod"),
+        )
+        .await;
+        cloud.put_parameter(
+            &format!("/nodecycle/pools/prod/{name}"),
+            &format!(
+                "cluster: prod\nname: {name}\nnodeGroup: {{ autoScalingGroup: prod-{name} }}\narchitecture: x86_64\namiSelectorTerms:\n  - name: golden-*\n    owner: self\ndisruption:\n  budgets:\n    - nodes: \"1\"\n"
+            ),
+        );
+    }
+    kube.sync_nodes(SyncNodes::default());
+    kube.wait_for("nodes", Duration::from_secs(30), |s| {
+        (s.nodes.len() == 3).then_some(())
+    });
+    let table = a.table("nodecycle").await;
+    let policies = a.policies();
+    let watcher = a.watcher(policies.clone(), table.clone());
+    let mut rotator = a.rotator(&cloud, policies, table).await;
+    rotator.settings.status_writes = 2;
+    let now = Utc::now();
+    watcher.handle(&json!({}), now).await.unwrap();
+    let ssm = Ssm::new(a.clients.ssm.clone());
+    let published = || async {
+        ssm.read_cluster("prod")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.pool)
+            .collect::<Vec<String>>()
+    };
+    support::rotator_pass(&rotator, now).await;
+    assert_eq!(
+        published().await.len(),
+        2,
+        "the budget: {:?}",
+        published().await
+    );
+    support::rotator_pass(&rotator, now + TimeDelta::minutes(1)).await;
+    let mut all = published().await;
+    all.sort();
+    assert_eq!(all, ["prod/a", "prod/b", "prod/c"]);
+}

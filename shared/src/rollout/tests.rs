@@ -452,3 +452,60 @@ fn the_parameter_of_a_pool_is_under_the_status_path() {
     );
     assert_eq!(cluster_path("prod"), "/nodecycle/status/prod");
 }
+
+fn due(pool: &str, conditions_changed: bool) -> Due {
+    let r = release();
+    let gates = Gates::default();
+    let mut status = observe(
+        &facts(Some(&r), 1, &[], &gates, 0),
+        None,
+        at("2026-12-05T00:00:00Z"),
+    );
+    status.pool = pool.to_string();
+    Due {
+        status,
+        conditions_changed,
+    }
+}
+
+fn pools(d: &[Due]) -> Vec<&str> {
+    d.iter().map(|d| d.status.pool.as_str()).collect()
+}
+
+#[test]
+fn a_pass_writes_condition_changes_first_and_at_most_its_budget() {
+    let all = vec![
+        due("c/count-1", false),
+        due("c/flip-1", true),
+        due("c/count-2", false),
+        due("c/flip-2", true),
+    ];
+    let (written, deferred) = to_write(all.clone(), 3, 0);
+    assert_eq!(pools(&written), ["c/flip-1", "c/flip-2", "c/count-1"]);
+    assert_eq!(pools(&deferred), ["c/count-2"]);
+    let (written, deferred) = to_write(all.clone(), 10, 7);
+    assert_eq!(written.len(), 4);
+    assert!(deferred.is_empty());
+    let (written, deferred) = to_write(Vec::new(), 3, 1);
+    assert!(written.is_empty() && deferred.is_empty());
+}
+
+#[test]
+fn pools_due_every_pass_are_each_written_within_due_over_budget_turns() {
+    for (n, budget) in [(7usize, 2usize), (10, 3), (5, 5), (9, 1), (100, 50)] {
+        for changed in [true, false] {
+            let all: Vec<Due> = (0..n)
+                .map(|i| due(&format!("c/p{i:03}"), changed))
+                .collect();
+            for start in [0u64, 1, 29_000_000] {
+                let mut seen = std::collections::BTreeSet::new();
+                for turn in 0..n.div_ceil(budget) as u64 {
+                    let (written, _) = to_write(all.clone(), budget, start + turn);
+                    assert!(written.len() <= budget);
+                    seen.extend(written.into_iter().map(|d| d.status.pool));
+                }
+                assert_eq!(seen.len(), n, "n {n}, budget {budget}, start {start}");
+            }
+        }
+    }
+}

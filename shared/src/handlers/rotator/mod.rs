@@ -63,7 +63,18 @@ pub struct Settings {
     /// default 16, 1 to 256): a pass lasts about (pools / this) x one pool's calls, while the
     /// calls per second stay within what EC2, Auto Scaling and the API servers allow.
     pub pool_concurrency: usize,
+    /// Rollout statuses written (SSM parameters) per cluster and pass at most
+    /// (`NODECYCLE_STATUS_WRITES`, default [`DEFAULT_STATUS_WRITES`], 1 to 1,000): Parameter
+    /// Store's throughput is the account's, shared with every other reader of parameters there,
+    /// so a pass that changes hundreds of statuses writes them over several passes. A status not
+    /// written keeps its pool record's old one, so the next pass finds the difference again.
+    pub status_writes: usize,
 }
+
+/// Default of [`Settings::status_writes`].
+pub const DEFAULT_STATUS_WRITES: usize = 50;
+/// Largest accepted [`Settings::status_writes`].
+pub const MAX_STATUS_WRITES: usize = 1000;
 
 /// Default of [`Settings::pool_concurrency`].
 pub const DEFAULT_POOL_CONCURRENCY: usize = 16;
@@ -79,6 +90,7 @@ impl Default for Settings {
             reserve: Duration::from_secs(20),
             node_group_wave: Duration::from_secs(10 * 60),
             pool_concurrency: DEFAULT_POOL_CONCURRENCY,
+            status_writes: DEFAULT_STATUS_WRITES,
         }
     }
 }
@@ -595,6 +607,7 @@ impl RotatorHandler {
                 Err(e) => failures.push(e.to_string()),
             }
         }
+        self.write_statuses(&pass.view, pass.clock.now()).await;
         self.cell.announce.flush(&pass.view.events).await;
         let mut failures = failures.into_iter();
         ids.into_iter()
@@ -791,7 +804,7 @@ impl RotatorHandler {
             self.group_pass(&mut ctx, deadline, report).await?;
         }
         self.record_ledger(&ctx, now).await;
-        self.record_rollout(&ctx, report, now).await;
+        self.stage_rollout(&ctx, view, report, now);
         Ok(ctx.quarantined_now.then_some(ctx.quarantined))
     }
 

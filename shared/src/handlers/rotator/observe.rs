@@ -64,6 +64,9 @@ pub(super) struct ClusterView {
     /// ([`crate::state::Repository::stop_gate`]: unreadable
     /// is stopped).
     stopped: Option<String>,
+    /// The rollout statuses the cluster's pools found changed this pass, by pool, written once
+    /// the pools are done ([`super::RotatorHandler::write_statuses`]).
+    pub(super) due_statuses: std::sync::Mutex<BTreeMap<String, crate::rollout::Due>>,
 }
 
 impl ClusterView {
@@ -85,6 +88,7 @@ impl ClusterView {
             events: crate::announce::Deferred::default(),
             troubled: HashMap::new(),
             stopped,
+            due_statuses: std::sync::Mutex::default(),
             by_instance: nodes
                 .into_iter()
                 .filter_map(|n| {
