@@ -42,7 +42,13 @@ fn spawn_wait(cloud: &FakeCloud, args: &[&str]) -> Child {
 }
 
 /// The exit code and standard error of `child` once it exits.
-fn exit_of(mut child: Child) -> (Option<i32>, String) {
+fn exit_of(child: Child) -> (Option<i32>, String) {
+    let (code, stderr, _) = outcome_of(child);
+    (code, stderr)
+}
+
+/// The exit code, standard error and standard output (JSON) of `child` once it exits.
+fn outcome_of(mut child: Child) -> (Option<i32>, String, serde_json::Value) {
     let started = Instant::now();
     while child.try_wait().unwrap().is_none() {
         assert!(
@@ -55,6 +61,7 @@ fn exit_of(mut child: Child) -> (Option<i32>, String) {
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
     )
 }
 
@@ -171,9 +178,16 @@ async fn the_published_status_follows_a_six_node_rollout_and_wait_exits_0_at_its
         [(false, true), (true, false)],
         "Progressing, then NodesUpToDate"
     );
-    let (code, stderr) = exit_of(wait.take().unwrap());
+    let (code, stderr, answer) = outcome_of(wait.take().unwrap());
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("reached"), "{stderr}");
+    // Standard output has the last read, as the ops request `rollout` answers it.
+    assert_eq!(answer["verdict"], "reached", "{answer:#}");
+    assert_eq!(answer["pools"][0]["pool"], "prod/general", "{answer:#}");
+    assert_eq!(
+        answer["pools"][0]["status"]["upToDateAndReady"], 6,
+        "{answer:#}"
+    );
 
     // Each condition change was announced once.
     let events = support::delivered(&p.cloud, QUEUE);

@@ -49,7 +49,10 @@ pub struct Args {
 }
 
 /// Exit codes: 0 reached, 1 halted or quarantined (with why), 2 timed out (or bad arguments,
-/// as for every command), 3 the status cannot be read (no permission, not a status).
+/// as for every command), 3 the status cannot be read (no permission, not a status). Each change
+/// of the verdicts goes to standard error; at the end, standard output has the last read as the
+/// ops request `rollout` answers it: `{"verdict", "pools": [{"pool", "verdict", "message",
+/// "status"}]}`.
 pub async fn run(args: Args) -> u8 {
     let Condition::UpToDate = args.condition;
     let sdk = match super::target::sdk().await {
@@ -67,11 +70,17 @@ pub async fn run(args: Args) -> u8 {
     let started = Instant::now();
     let mut last: Option<String> = None;
     loop {
-        let verdicts = match read(&board, &args).await {
-            Ok(statuses) => verdicts(&args, &statuses, &want),
-            Err(e) if e.kind.is_retryable() => vec![Verdict::Waiting(format!(
-                "cannot read the status now ({e}); trying again"
-            ))],
+        let (statuses, verdicts) = match read(&board, &args).await {
+            Ok(statuses) => {
+                let v = verdicts(&args, &statuses, &want);
+                (statuses, v)
+            }
+            Err(e) if e.kind.is_retryable() => (
+                Vec::new(),
+                vec![Verdict::Waiting(format!(
+                    "cannot read the status now ({e}); trying again"
+                ))],
+            ),
             Err(e) => {
                 eprintln!("nodecycle wait: cannot read the rollout status: {e}");
                 return 3;
@@ -86,12 +95,16 @@ pub async fn run(args: Args) -> u8 {
             eprintln!("{summary}");
             last = Some(summary);
         }
-        match rollout::overall(&verdicts) {
+        let overall = rollout::overall(&verdicts);
+        let left = args.timeout.saturating_sub(started.elapsed());
+        if overall != "waiting" || left.is_zero() {
+            super::print_json(&answer(overall, &statuses, &verdicts));
+        }
+        match overall {
             "reached" => return 0,
             "failed" => return 1,
             _ => {}
         }
-        let left = args.timeout.saturating_sub(started.elapsed());
         if left.is_zero() {
             eprintln!(
                 "nodecycle wait: timed out after {}",
@@ -118,6 +131,27 @@ async fn read(
             .collect()),
         (None, None) => Ok(Vec::new()),
     }
+}
+
+/// The last read and its verdicts, as the ops request `rollout` answers them.
+fn answer(
+    overall: &str,
+    statuses: &[(String, Option<Rollout>)],
+    verdicts: &[Verdict],
+) -> serde_json::Value {
+    let pools: Vec<serde_json::Value> = statuses
+        .iter()
+        .zip(verdicts)
+        .map(|((pool, status), v)| {
+            serde_json::json!({
+                "pool": pool,
+                "verdict": v.name(),
+                "message": v.message(),
+                "status": status,
+            })
+        })
+        .collect();
+    serde_json::json!({"verdict": overall, "pools": pools})
 }
 
 fn verdicts(args: &Args, statuses: &[(String, Option<Rollout>)], want: &Want) -> Vec<Verdict> {
