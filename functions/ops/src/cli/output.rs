@@ -178,6 +178,21 @@ pub fn status(v: &Value) -> String {
     if !problems.is_empty() {
         out.push(format!("\nProblems:\n{}", indent(&problems.join("\n"))));
     }
+    // What lies ahead: AMIs deprecating within the horizon, a pinned release without builds
+    // for the next Kubernetes minor (the ami-watcher's findings).
+    let warnings: Vec<String> = pools
+        .iter()
+        .flat_map(|p| {
+            p["warnings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |w| format!("{}: {}", cell(&p["pool"]), cell(w)))
+        })
+        .collect();
+    if !warnings.is_empty() {
+        out.push(format!("\nWarnings:\n{}", indent(&warnings.join("\n"))));
+    }
     out.join("\n")
 }
 
@@ -325,7 +340,8 @@ mod tests {
                 {"pool": "prod/a-very-long-pool-name-for-gpu-workloads", "desired": {"ami": "ami-2", "source": "pin"},
                  "nodes": {"instances": 3, "ready": 3, "drifted": 0, "expired": 0, "disrupting": 0},
                  "budgets": {}, "paused": {"by": "operator", "reason": "change freeze", "caller": "arn:aws:iam::1:user/alice"},
-                 "rotations": [], "problems": ["2 of 3 nodes are forced at once"]}
+                 "rotations": [], "problems": ["2 of 3 nodes are forced at once"],
+                 "warnings": ["AMI ami-2 (golden-7), pinned, is deprecated at 2026-12-25T00:00:00Z, in 20 day(s): move the pool to a newer release before then"]}
             ],
             "problems": []
         });
@@ -363,6 +379,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Problems:\n  prod/a-very-long-pool-name-for-gpu-workloads: 2 of 3 nodes are forced at once"), "{text}");
+        assert!(
+            text.contains("Warnings:\n  prod/a-very-long-pool-name-for-gpu-workloads: AMI ami-2 (golden-7), pinned, is deprecated"),
+            "{text}"
+        );
         assert!(!text.contains('{') && !text.contains("null"), "{text}");
     }
 
