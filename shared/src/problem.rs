@@ -15,6 +15,18 @@ pub fn quote(text: &str) -> String {
     }
 }
 
+/// `text` cut to `limit` characters, an ellipsis marking the cut (events, published statuses:
+/// what others read gets the gist, the logs have the rest).
+pub fn clip(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(limit.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
 /// A user string as it is, shortened like [`quote`] (for text shown without quotes).
 pub fn shorten(text: &str) -> std::borrow::Cow<'_, str> {
     match text.char_indices().nth(QUOTE_MAX) {

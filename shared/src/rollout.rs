@@ -218,16 +218,6 @@ pub struct Facts<'a> {
     pub rejected: Option<&'a Rejected>,
 }
 
-fn clip(text: &str) -> String {
-    if text.chars().count() <= MESSAGE_LIMIT {
-        text.to_string()
-    } else {
-        let mut s: String = text.chars().take(MESSAGE_LIMIT - 1).collect();
-        s.push('…');
-        s
-    }
-}
-
 fn to_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -362,7 +352,7 @@ pub fn observe(facts: &Facts<'_>, previous: Option<&Rollout>, now: DateTime<Utc>
             kind,
             status,
             reason: reason.to_string(),
-            message: clip(&message),
+            message: crate::problem::clip(&message, MESSAGE_LIMIT),
             since,
         }
     })

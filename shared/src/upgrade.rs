@@ -62,15 +62,7 @@ impl NextMinor {
 /// The `major.minor` after `version` (`1.30` -> `1.31`; a patch or suffix is ignored); `None`
 /// when it is not `1.<minor>`.
 pub fn next_minor(version: &str) -> Option<String> {
-    let mut parts = version.split('.');
-    let major = parts.next()?;
-    let minor: String = parts
-        .next()?
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    let minor: u32 = minor.parse().ok()?;
-    (major == "1").then(|| format!("1.{}", minor + 1))
+    crate::image::alias::minor_version(version).map(|minor| format!("1.{}", minor + 1))
 }
 
 /// The EKS release an image name carries, as the alias pinned to it (`al2023@v20240807`):

@@ -22,9 +22,6 @@ const QUEUE: &str = "nodecycle-ahead";
 /// Doctor's `release` checks of every pool, over `adapters` and the state table `table` (the
 /// stack output naming it; the rest of the deployment is not what is looked at here).
 async fn release_checks(cloud: &FakeCloud, adapters: &Adapters, table: &str) -> Vec<Check> {
-    use nodecycle::doctor::run::{Options, Ports, diagnose};
-    let sdk = cloud.sdk_config().await;
-    let inventory = nodecycle::aws::inventory::Inventory::new(adapters.clients.clone());
     let stack = nodecycle::doctor::memory::World {
         stacks: BTreeMap::from([(
             "nodecycle".to_string(),
@@ -32,27 +29,8 @@ async fn release_checks(cloud: &FakeCloud, adapters: &Adapters, table: &str) -> 
         )]),
         ..nodecycle::doctor::memory::World::default()
     };
-    let rbac = nodecycle::kube::rbac::EksRbac::new(sdk.clone());
-    let ports = Ports {
-        stack: &stack,
-        table: &inventory,
-        policies: &adapters.ssm,
-        groups: &inventory,
-        clusters: &inventory,
-        rbac: &rbac,
-        pods: &rbac,
-        rules: &stack,
-        node_types: &adapters.groups,
-        findings: &inventory,
-    };
-    let options = Options {
-        stack: "nodecycle".into(),
-        clusters: vec!["prod".into()],
-        fallback_prefix: "/nodecycle/pools/".into(),
-    };
-    diagnose(ports, &options)
+    support::doctor_checks(cloud, adapters, &stack)
         .await
-        .checks
         .into_iter()
         .filter(|c| c.check == CheckKind::Release)
         .collect()
@@ -160,24 +138,12 @@ async fn a_release_without_a_build_for_the_next_minor_is_warned_with_the_nearest
     );
 
     // plan says it too.
-    let file = std::env::temp_dir().join(format!("nodecycle-ahead-{}.yaml", std::process::id()));
-    std::fs::write(&file, policy).unwrap();
-    let bin = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("nodecycle");
-    let out = std::process::Command::new(&bin)
-        .args(["plan", file.to_str().unwrap()])
-        .envs(cloud.env_vars())
-        .env("NODECYCLE_TABLE", "ahead")
-        .env("NODECYCLE_LOG", "warn")
-        .env_remove("AWS_PROFILE")
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&file);
+    let file = crate::cli::temp_file("ahead-plan.yaml", policy);
+    let out = crate::cli::run(
+        &["plan", &file],
+        Some(&cloud),
+        &[("NODECYCLE_TABLE", "ahead")],
+    );
     assert_eq!(
         out.status.code(),
         Some(0),

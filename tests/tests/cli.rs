@@ -12,7 +12,7 @@ use nodecycle_tests::FakeCloud;
 use serde_json::Value;
 use support::*;
 
-fn bin() -> PathBuf {
+pub(crate) fn bin() -> PathBuf {
     // target/<profile>/deps/cli-<hash> -> target/<profile>/nodecycle
     let exe = std::env::current_exe().unwrap();
     let path = exe.parent().unwrap().parent().unwrap().join("nodecycle");

@@ -97,32 +97,10 @@ async fn lifecycle_states(p: &Pool) -> Vec<(String, String)> {
 /// The pool's doctor lines of kind `retention`, doctor run in process over the real adapters
 /// (no stack, no rules: those lines fail).
 async fn doctor_retention(p: &Pool) -> Vec<nodecycle::doctor::Check> {
-    use nodecycle::doctor::run::{Options, Ports, diagnose};
-    let sdk = p.cloud.sdk_config().await;
-    let inventory = nodecycle::aws::inventory::Inventory::new(p.adapters.clients.clone());
     // No stack, no rules: the pool's lines are what is looked at.
     let none = nodecycle::doctor::memory::World::default();
-    let rbac = nodecycle::kube::rbac::EksRbac::new(sdk.clone());
-    let ports = Ports {
-        stack: &none,
-        table: &inventory,
-        policies: &p.adapters.ssm,
-        groups: &inventory,
-        clusters: &inventory,
-        rbac: &rbac,
-        pods: &rbac,
-        rules: &none,
-        node_types: &p.adapters.groups,
-        findings: &inventory,
-    };
-    let options = Options {
-        stack: "nodecycle".into(),
-        clusters: vec!["prod".into()],
-        fallback_prefix: "/nodecycle/pools/".into(),
-    };
-    diagnose(ports, &options)
+    crate::support::doctor_checks(&p.cloud, &p.adapters, &none)
         .await
-        .checks
         .into_iter()
         .filter(|c| c.check == nodecycle::doctor::CheckKind::Retention && c.subject == POOL)
         .collect()

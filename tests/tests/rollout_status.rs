@@ -25,12 +25,11 @@ const PARAMETER: &str = "/nodecycle/status/prod/general";
 /// Upper bound on waiting for the CLI to exit: a hang guard, not a timing assertion.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
-/// `nodecycle wait ARGS` against `cloud`, started (not awaited).
+/// `nodecycle wait --pool prod/general --for up-to-date ARGS` against `cloud`, started (not
+/// awaited).
 fn spawn_wait(cloud: &FakeCloud, args: &[&str]) -> Child {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().parent().unwrap().join("nodecycle");
-    Command::new(bin)
-        .arg("wait")
+    Command::new(crate::cli::bin())
+        .args(["wait", "--pool", "prod/general", "--for", "up-to-date"])
         .args(args)
         .envs(cloud.env_vars())
         .env_remove("AWS_PROFILE")
@@ -82,7 +81,8 @@ async fn version(p: &Pool) -> i64 {
         .version
 }
 
-/// `(desired capacity, instances launching or in service, of them on `image`)` of the group.
+/// `(desired capacity, instances launching or in service, of them on `image`)` of the group, read
+/// through the SDK directly: an oracle apart from the adapter the rotator counts with.
 async fn group_counts(p: &Pool, image: &str) -> (u32, u32, u32) {
     let out = p
         .adapters
@@ -119,19 +119,7 @@ async fn group_counts(p: &Pool, image: &str) -> (u32, u32, u32) {
 async fn the_published_status_follows_a_six_node_rollout_and_wait_exits_0_at_its_end() {
     let p = pool(6, "    - nodes: \"2\"\n", false).await;
     support::capture(&p.cloud, QUEUE).await;
-    let wait = spawn_wait(
-        &p.cloud,
-        &[
-            "--pool",
-            "prod/general",
-            "--for",
-            "up-to-date",
-            "--timeout",
-            "10m",
-            "--interval",
-            "1s",
-        ],
-    );
+    let wait = spawn_wait(&p.cloud, &["--timeout", "10m", "--interval", "1s"]);
     let mut now = Utc::now();
     p.watcher.handle(&json!({}), now).await.unwrap();
     let mut seen: Vec<(bool, bool)> = Vec::new();
@@ -234,32 +222,12 @@ async fn the_published_status_follows_a_six_node_rollout_and_wait_exits_0_at_its
     // A pipeline for the release by its image id is done too; one for another times out.
     let (code, _) = exit_of(spawn_wait(
         &p.cloud,
-        &[
-            "--pool",
-            "prod/general",
-            "--for",
-            "up-to-date",
-            "--release",
-            &p.new,
-            "--timeout",
-            "30s",
-        ],
+        &["--release", &p.new, "--timeout", "30s"],
     ));
     assert_eq!(code, Some(0));
     let (code, stderr) = exit_of(spawn_wait(
         &p.cloud,
-        &[
-            "--pool",
-            "prod/general",
-            "--for",
-            "up-to-date",
-            "--release",
-            &p.old,
-            "--timeout",
-            "1s",
-            "--interval",
-            "1s",
-        ],
+        &["--release", &p.old, "--timeout", "1s", "--interval", "1s"],
     ));
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("timed out"), "{stderr}");
@@ -281,18 +249,7 @@ async fn wait_exits_1_with_the_reason_when_its_release_is_quarantined() {
     p.watcher.handle(&json!({}), now).await.unwrap();
     let wait = spawn_wait(
         &p.cloud,
-        &[
-            "--pool",
-            "prod/general",
-            "--for",
-            "up-to-date",
-            "--release",
-            &newest,
-            "--timeout",
-            "10m",
-            "--interval",
-            "1s",
-        ],
+        &["--release", &newest, "--timeout", "10m", "--interval", "1s"],
     );
     p.pass(now).await;
     now += TimeDelta::minutes(1);

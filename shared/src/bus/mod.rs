@@ -277,13 +277,7 @@ pub fn stamp(t: DateTime<Utc>) -> String {
 
 /// `text` cut to [`TEXT_LIMIT`] characters (an ellipsis marks the cut).
 pub fn clip(text: &str) -> String {
-    if text.chars().count() <= TEXT_LIMIT {
-        text.to_string()
-    } else {
-        let mut s: String = text.chars().take(TEXT_LIMIT - 1).collect();
-        s.push('…');
-        s
-    }
+    crate::problem::clip(text, TEXT_LIMIT)
 }
 
 fn cluster_of(pool: &str) -> String {

@@ -281,6 +281,14 @@ impl crate::rollout::StatusBoard for Cloud {
     async fn publish(&self, status: &crate::rollout::Rollout) -> Result<(), PortError> {
         let mut w = self.call("ssm:PutParameter")?;
         let doc = serde_json::to_string(status).unwrap_or_default();
+        // As SSM refuses a Standard parameter's value over 4 KB.
+        if doc.len() > 4096 {
+            return Err(PortError::new(
+                "ssm:PutParameter",
+                ErrorKind::Invalid,
+                "ValidationException: Standard tier parameters support a maximum parameter value of 4096 characters",
+            ));
+        }
         w.put_parameter(&crate::rollout::parameter_name(&status.pool), &doc);
         Ok(())
     }

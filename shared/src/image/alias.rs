@@ -156,8 +156,9 @@ pub enum VersionGateError {
     },
 }
 
-/// Parses `major.minor` (a trailing `.patch` or `-eks...` is tolerated) into the minor number.
-fn minor_version(k8s: &str) -> Option<u32> {
+/// Parses `major.minor` (a trailing `.patch` or `-eks...` is tolerated) into the minor number;
+/// `None` unless the major is 1.
+pub fn minor_version(k8s: &str) -> Option<u32> {
     let mut parts = k8s.split('.');
     let major = parts.next()?;
     let minor = parts.next()?;

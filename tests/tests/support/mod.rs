@@ -618,3 +618,34 @@ pub fn lint_venv() -> std::path::PathBuf {
     );
     venv
 }
+
+/// `nodecycle doctor`'s checks run in process over `adapters` (with the Kubernetes access the
+/// functions have), the stack's outputs and rules read from `stack` (a memory world: an
+/// empty one has neither), for cluster `prod`.
+pub async fn doctor_checks(
+    cloud: &FakeCloud,
+    adapters: &Adapters,
+    stack: &nodecycle::doctor::memory::World,
+) -> Vec<nodecycle::doctor::Check> {
+    use nodecycle::doctor::run::{Options, Ports, diagnose};
+    let inventory = nodecycle::aws::inventory::Inventory::new(adapters.clients.clone());
+    let rbac = nodecycle::kube::rbac::EksRbac::new(cloud.sdk_config().await);
+    let ports = Ports {
+        stack,
+        table: &inventory,
+        policies: &adapters.ssm,
+        groups: &inventory,
+        clusters: &inventory,
+        rbac: &rbac,
+        pods: &rbac,
+        rules: stack,
+        node_types: &adapters.groups,
+        findings: &inventory,
+    };
+    let options = Options {
+        stack: "nodecycle".into(),
+        clusters: vec!["prod".into()],
+        fallback_prefix: "/nodecycle/pools/".into(),
+    };
+    diagnose(ports, &options).await.checks
+}
